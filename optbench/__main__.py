@@ -1,0 +1,3 @@
+from optbench.cli import main
+
+main()

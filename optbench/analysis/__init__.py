@@ -1,0 +1,1 @@
+"""Analysis of finished trials: EDFs, stability measures, plots and the report."""

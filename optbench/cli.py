@@ -1,0 +1,98 @@
+"""The `optbench` command line: thin wrappers that parse flags and call the library.
+
+Bad input (a spec that does not validate, an unknown model, a missing dataset folder) raises
+`UsageError`; `main` prints it as one message and exits with code 2, before anything is written.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from optbench.spec import OPTIMIZERS, Dataset, Recipe, UsageError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Benchmark how easy vision models are to optimize.",
+)
+
+
+@app.callback()
+def _root() -> None:
+    """Benchmark how easy vision models are to optimize (Xiao et al. 2021; DHVT)."""
+
+
+@app.command()
+def train(
+    model: Annotated[str, typer.Argument(help="a registered model name (`optbench models`)")],
+    dataset: Annotated[str, typer.Option(help="dataset name, e.g. digits")],
+    optimizer: Annotated[str, typer.Option(help="adamw or sgd")],
+    lr: Annotated[float, typer.Option(help="learning rate, normalized to --ref-batch")],
+    wd: Annotated[float, typer.Option(help="weight decay")],
+    epochs: Annotated[int, typer.Option(help="schedule length")],
+    out: Annotated[Path, typer.Option(help="folder for result.json and metrics.jsonl")],
+    seed: int = 0,
+    batch_size: int = 128,
+    ref_batch: Annotated[int, typer.Option(help="batch size that --lr is normalized to")] = 2048,
+    data_root: Annotated[
+        Path | None, typer.Option(help="dataset folder (on-disk datasets)")
+    ] = None,
+    img_size: Annotated[int | None, typer.Option(help="resize images to this size")] = None,
+    warmup_epochs: float = 5.0,
+    threads: Annotated[
+        int | None, typer.Option(help="torch CPU threads (default: all cores)")
+    ] = None,
+) -> None:
+    """Train one configuration and write OUT/result.json (the runner's workers do the same)."""
+    import torch
+    from pydantic import ValidationError
+
+    from optbench.models import is_model
+    from optbench.train.config import TrainConfig
+    from optbench.train.data import check_dataset
+    from optbench.train.loop import run_trial
+
+    if optimizer not in OPTIMIZERS:
+        raise UsageError(f"--optimizer: must be one of {list(OPTIMIZERS)}, got {optimizer!r}")
+    if not is_model(model):
+        raise UsageError(f"MODEL: unknown model {model!r} (see `optbench models`)")
+    try:
+        ds = Dataset(name=dataset, root=data_root, img_size=img_size)
+        cfg = TrainConfig(
+            model=model,
+            dataset=ds,
+            optimizer=optimizer,
+            lr=lr,
+            wd=wd,
+            epochs=epochs,
+            batch_size=batch_size,
+            ref_batch=ref_batch,
+            seed=seed,
+            recipe=Recipe(warmup_epochs=warmup_epochs),
+        )
+    except ValidationError as err:
+        raise UsageError(str(err)) from None
+    check_dataset(ds)
+    if threads:
+        torch.set_num_threads(threads)
+    result = run_trial(cfg, out)
+    typer.echo(result.model_dump_json(indent=2, exclude={"config"}))
+    if result.status == "failed":
+        raise typer.Exit(1)
+
+
+def main() -> None:
+    try:
+        app()  # standalone: click's own usage errors already exit with code 2
+    except UsageError as err:
+        typer.echo(f"error: {err}", err=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Executors that run a study's pending trials: a local process pool (local.py); SLURM later."""

@@ -1,0 +1,301 @@
+"""The study schema: what a study YAML may say, validated before anything is written.
+
+A study is explicit data. Every key is documented in README.md ("Study YAML reference") and
+every default lives here, in one place. `load_spec` turns a YAML file into a `StudySpec` or
+raises `SpecError` with a message that names the file and the offending field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+Optimizer = Literal["adamw", "sgd"]
+OPTIMIZERS: tuple[str, ...] = ("adamw", "sgd")
+
+
+class UsageError(Exception):
+    """Bad input from the user (spec, flags, dataset paths): reported as one line, exit code 2."""
+
+
+class SpecError(UsageError):
+    """A study YAML that does not validate."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _check_range(value: tuple[float, float], what: str) -> tuple[float, float]:
+    low, high = value
+    if not (low > 0 and high > 0):
+        raise ValueError(f"{what} bounds must be > 0 (log-uniform), got [{low}, {high}]")
+    if low >= high:
+        raise ValueError(f"{what} low {low} must be < high {high}")
+    return value
+
+
+class Range(_Strict):
+    """Explicit log-uniform bounds for lr (normalized to ref_batch) and weight decay."""
+
+    lr: tuple[float, float]
+    wd: tuple[float, float]
+
+    @field_validator("lr", "wd")
+    @classmethod
+    def _positive_increasing(cls, v: tuple[float, float], info) -> tuple[float, float]:
+        return _check_range(v, info.field_name)
+
+
+class GoodValue(_Strict):
+    """A model's good (lr, wd) for one optimizer, as in the paper's Table 4."""
+
+    lr: float = Field(gt=0)
+    wd: float = Field(gt=0)
+
+
+class Search(_Strict):
+    """How (lr, wd) pairs are drawn: n_samples log-uniform draws per (model, optimizer)."""
+
+    n_samples: int = Field(ge=1)
+    sampler: Literal["random", "qmc"] = "random"
+    seed: int = 0
+    ranges: dict[Optimizer, Range] = Field(default_factory=dict)
+    good_values: dict[str, dict[Optimizer, GoodValue]] = Field(default_factory=dict)
+    good_range: tuple[float, float] = (0.125, 4.0)
+
+    @field_validator("good_range")
+    @classmethod
+    def _good_range(cls, v: tuple[float, float]) -> tuple[float, float]:
+        return _check_range(v, "good_range")
+
+    def bounds(self, model: str, optimizer: str) -> Range:
+        """The log-uniform box for one (model, optimizer): good values win over ranges."""
+        good = self.good_values.get(model, {}).get(optimizer)
+        if good is not None:
+            lo, hi = self.good_range
+            return Range(lr=(good.lr * lo, good.lr * hi), wd=(good.wd * lo, good.wd * hi))
+        return self.ranges[optimizer]
+
+
+class Dataset(_Strict):
+    """Which data to train on. `root` is required for on-disk datasets, unused for digits."""
+
+    name: str
+    root: Path | None = None
+    img_size: int | None = Field(default=None, ge=4)
+
+
+class Recipe(_Strict):
+    """The training recipe shared by every trial of a study."""
+
+    warmup_epochs: float = Field(default=5.0, ge=0)
+    min_lr: float = Field(default=0.0, ge=0)
+    label_smoothing: float = Field(default=0.1, ge=0, lt=1)
+    momentum: float = Field(default=0.9, ge=0, lt=1)
+    betas: tuple[float, float] = (0.9, 0.999)
+    hflip: bool = True
+    translate: int = Field(default=4, ge=0)
+    diverge_loss: float = Field(default=1e4, gt=0)
+
+
+class Executor(_Strict):
+    """Where trials run. `local` runs a pool of worker processes on this machine."""
+
+    kind: Literal["local", "debug"] = "local"
+    workers: int | Literal["auto"] = "auto"
+    retries: int = Field(default=2, ge=0)
+
+    @field_validator("workers")
+    @classmethod
+    def _workers(cls, v: int | str) -> int | str:
+        if isinstance(v, int) and v < 1:
+            raise ValueError("workers must be >= 1 or 'auto'")
+        return v
+
+
+class StudySpec(_Strict):
+    """One study: a grid of cells (model x optimizer x epochs), n (lr, wd) samples in each."""
+
+    name: str
+    dataset: Dataset
+    models: list[str] = Field(min_length=1)
+    optimizers: list[Optimizer] = Field(min_length=1)
+    epochs: list[int] = Field(min_length=1)
+    batch_size: int = Field(ge=1)
+    ref_batch: int = Field(default=2048, ge=1)
+    search: Search
+    seeds: list[int] = Field(default=[0], min_length=1)
+    recipe: Recipe = Recipe()
+    output: Path = Path("results")
+    storage: str | None = None
+    executor: Executor = Executor()
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", v):
+            raise ValueError(
+                "name may use letters, digits, '_', '.', '-' and must not start with one of the last three"
+            )
+        return v
+
+    @field_validator("epochs", mode="before")
+    @classmethod
+    def _epochs_list(cls, v):
+        return [v] if isinstance(v, int) else v
+
+    @field_validator("epochs")
+    @classmethod
+    def _epochs_positive(cls, v: list[int]) -> list[int]:
+        if any(e < 1 for e in v):
+            raise ValueError("every epochs value must be >= 1")
+        return v
+
+    @field_validator("models", "optimizers", "epochs", "seeds")
+    @classmethod
+    def _unique(cls, v: list) -> list:
+        if len(set(v)) != len(v):
+            raise ValueError(f"duplicate entries in {v}")
+        return v
+
+    @field_validator("models")
+    @classmethod
+    def _known_models(cls, v: list[str]) -> list[str]:
+        from optbench.models import is_model
+
+        unknown = [m for m in v if not is_model(m)]
+        if unknown:
+            raise ValueError(
+                f"unknown model(s) {unknown}; `optbench models` lists optbench's models, and any timm model name works"
+            )
+        return v
+
+    @field_validator("dataset")
+    @classmethod
+    def _known_dataset(cls, v: Dataset) -> Dataset:
+        from optbench.train.data import DATASETS
+
+        if v.name not in DATASETS:
+            raise ValueError(f"unknown dataset {v.name!r}; known: {sorted(DATASETS)}")
+        return v
+
+    @model_validator(mode="after")
+    def _search_covers_grid(self) -> StudySpec:
+        for model in self.search.good_values:
+            if model not in self.models:
+                raise ValueError(f"search.good_values names model {model!r} that is not in models")
+        missing = [
+            f"{m}/{o}"
+            for m in self.models
+            for o in self.optimizers
+            if o not in self.search.good_values.get(m, {}) and o not in self.search.ranges
+        ]
+        if missing:
+            raise ValueError(
+                f"search: no range for {missing}; give search.ranges.<optimizer> or "
+                "search.good_values.<model>.<optimizer>"
+            )
+        return self
+
+    # --- derived, never stored ------------------------------------------------------------
+
+    @property
+    def study_dir(self) -> Path:
+        return self.output / self.name
+
+    @property
+    def storage_url(self) -> str:
+        return self.storage or f"sqlite:///{(self.study_dir / 'study.db').resolve()}"
+
+    def cells(self) -> list[Cell]:
+        return [
+            Cell(model=m, optimizer=o, epochs=e)
+            for m in self.models
+            for o in self.optimizers
+            for e in self.epochs
+        ]
+
+    def cell_config(self, cell: Cell) -> dict:
+        """Everything that gives one cell's results their meaning. Its hash names the cell, so
+        editing any of it makes new cells instead of mixing with old results."""
+        bounds = self.search.bounds(cell.model, cell.optimizer)
+        return {
+            "model": cell.model,
+            "optimizer": cell.optimizer,
+            "epochs": cell.epochs,
+            "dataset": {"name": self.dataset.name, "img_size": self.dataset.img_size},
+            "batch_size": self.batch_size,
+            "ref_batch": self.ref_batch,
+            "recipe": self.recipe.model_dump(mode="json"),
+            "sampler": self.search.sampler,
+            "search_seed": self.search.seed,
+            "lr_bounds": list(bounds.lr),
+            "wd_bounds": list(bounds.wd),
+        }
+
+    def cell_id(self, cell: Cell) -> str:
+        blob = json.dumps(self.cell_config(cell), sort_keys=True).encode()
+        digest = hashlib.sha256(blob).hexdigest()[:8]
+        return f"{cell.model}-{cell.optimizer}-e{cell.epochs}-{digest}"
+
+
+class Cell(_Strict):
+    """One (model, optimizer, epochs) point of a study's grid."""
+
+    model: str
+    optimizer: Optimizer
+    epochs: int
+
+
+def _format_loc(loc: tuple) -> str:
+    return ".".join(str(p) for p in loc) or "(top level)"
+
+
+def _format_errors(path: Path | str, err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        loc = _format_loc(e["loc"])
+        if e["type"] == "extra_forbidden":
+            lines.append(f"{path}: {loc}: unknown key")
+        else:
+            msg = e["msg"].removeprefix("Value error, ")
+            lines.append(f"{path}: {loc}: {msg}")
+    return "\n".join(lines)
+
+
+def parse_spec(data: dict, source: Path | str = "<spec>") -> StudySpec:
+    """Validate a mapping (as read from YAML) into a StudySpec, or raise SpecError."""
+    if not isinstance(data, dict):
+        raise SpecError(f"{source}: a study must be a YAML mapping, got {type(data).__name__}")
+    try:
+        spec = StudySpec.model_validate(data)
+    except ValidationError as err:
+        raise SpecError(_format_errors(source, err)) from None
+    from optbench.train.data import check_dataset
+
+    check_dataset(spec.dataset)
+    return spec
+
+
+def load_spec(path: Path | str) -> StudySpec:
+    """Read and validate a study YAML. Reads only; writes nothing."""
+    path = Path(path)
+    if not path.is_file():
+        raise SpecError(f"{path}: no such study file")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise SpecError(f"{path}: not valid YAML: {err}") from None
+    return parse_spec(data, path)
+
+
+def dump_spec(spec: StudySpec) -> str:
+    """The spec as YAML, with every default spelled out (saved beside the results)."""
+    return yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False)

@@ -1,0 +1,1 @@
+"""Training one trial: config and result contract, data, optimizer, loop, result files."""

@@ -1,0 +1,61 @@
+"""What one trial is (`TrainConfig`) and what it produced (`TrialResult`): the contract between
+the runner, `optbench train`, the worker processes and the result files."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from optbench.spec import Dataset, Optimizer, Recipe
+
+Status = Literal["finished", "diverged", "failed"]
+
+
+class TrainConfig(BaseModel):
+    """One training run. `lr` is normalized to `ref_batch`; the optimizer gets `lr_used`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str
+    dataset: Dataset
+    optimizer: Optimizer
+    lr: float = Field(gt=0)
+    wd: float = Field(ge=0)
+    epochs: int = Field(ge=1)
+    batch_size: int = Field(ge=1)
+    ref_batch: int = Field(default=2048, ge=1)
+    seed: int = 0
+    recipe: Recipe = Recipe()
+
+    @model_validator(mode="after")
+    def _warmup_fits(self) -> TrainConfig:
+        if self.recipe.warmup_epochs >= self.epochs:
+            raise ValueError(
+                f"recipe.warmup_epochs {self.recipe.warmup_epochs} must be shorter than "
+                f"the schedule ({self.epochs} epochs)"
+            )
+        return self
+
+    @property
+    def lr_used(self) -> float:
+        """Linear scaling rule: the lr the optimizer sees at this batch size."""
+        return self.lr * self.batch_size / self.ref_batch
+
+
+class TrialResult(BaseModel):
+    """The content of a trial's result.json. Errors are top-1 error in percent."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    status: Status
+    final_error: float | None = None
+    best_error: float | None = None
+    epochs: int
+    epochs_run: int = 0
+    diverged_epoch: int | None = None
+    wall_s: float = 0.0
+    images_per_s: float | None = None
+    digest: str | None = None
+    message: str | None = None
+    config: TrainConfig

@@ -1,0 +1,50 @@
+"""Result files: the only thing a worker hands back. Written atomically, so a reader sees either
+no file or a whole one, never a torn write, whatever kills the worker."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from optbench.train.config import TrialResult
+
+RESULT_FILE = "result.json"
+METRICS_FILE = "metrics.jsonl"
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write via a temporary file in the same folder, fsync, then rename over `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_result(out_dir: Path, result: TrialResult) -> Path:
+    path = out_dir / RESULT_FILE
+    atomic_write_text(path, result.model_dump_json(indent=2) + "\n")
+    return path
+
+
+def read_result(out_dir: Path) -> TrialResult | None:
+    """The trial's result, or None if it has not written one yet."""
+    path = out_dir / RESULT_FILE
+    if not path.is_file():
+        return None
+    return TrialResult.model_validate_json(path.read_text())
+
+
+def read_metrics(out_dir: Path) -> list[dict]:
+    path = out_dir / METRICS_FILE
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
