@@ -39,7 +39,7 @@ class ConvStem(nn.Sequential):
             raise ValueError(f"conv stem needs one stride per width, got {widths} / {strides}")
         layers: list[nn.Module] = []
         c_in = in_chans
-        for width, stride in zip(widths, strides):
+        for width, stride in zip(widths, strides, strict=True):
             layers += [
                 nn.Conv2d(c_in, width, 3, stride=stride, padding=1, bias=False),
                 nn.BatchNorm2d(width),
