@@ -32,8 +32,9 @@ scaled-dot-product attention, and `torch.compile` when `recipe.compile`; on the 
 are off (compile included), so CPU results stay exact and comparable.
 
 DDP: when torchrun's or SLURM's environment names a world of several processes (see
-distributed.py), one trial spans them: BatchNorm becomes SyncBatchNorm, each process takes
-batch / world images of every global batch, and only rank 0 writes files.
+distributed.py), one trial spans them: BatchNorm becomes SyncBatchNorm on CUDA (torch has no
+CPU SyncBatchNorm; with gloo on the CPU each process normalizes its own share), each process
+takes batch / world images of every global batch, and only rank 0 writes files.
 """
 
 from __future__ import annotations
@@ -161,6 +162,7 @@ class _Runtime:
     dist: DistContext
     amp: bool
     channels_last: bool
+    workers: int | None = None  # DataLoader workers (class-folder datasets); None: up to 8
 
     def autocast(self):
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp)
@@ -200,7 +202,13 @@ def _build_batches(cfg: TrainConfig, run: _Runtime) -> TrainBatches:
         n_train = data.num_train
     else:
         batches = FolderBatches(
-            data, cfg.batch_size, cfg.recipe, seed=cfg.seed, device=run.device, shard=shard
+            data,
+            cfg.batch_size,
+            cfg.recipe,
+            seed=cfg.seed,
+            device=run.device,
+            shard=shard,
+            workers=run.workers,
         )
         n_train = len(batches.train_set)
     if len(batches) == 0:
@@ -218,7 +226,7 @@ def _build_model(cfg: TrainConfig, batches: TrainBatches, run: _Runtime) -> nn.M
         img_size=batches.img_size,
         **extra,
     )
-    if run.dist.enabled:
+    if run.dist.enabled and run.device.type == "cuda":  # torch's SyncBatchNorm is CUDA-only
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     model = model.to(run.device)
     if run.channels_last:
@@ -408,10 +416,12 @@ def run_trial(
     resume: bool = False,
     handle_signals: bool = True,
     keep_checkpoint: bool = False,
+    workers: int | None = None,
 ) -> TrialResult:
     """Train `cfg` into `out_dir` and write result.json there. Never raises for a failed trial:
     the failure (with its traceback in error.log) is the result. Raises `TrialInterrupted`
-    after checkpointing when SIGTERM / SIGUSR2 arrives (see the module docstring)."""
+    after checkpointing when SIGTERM / SIGUSR2 arrives (see the module docstring). `workers`
+    sets the DataLoader workers of class-folder datasets (results do not depend on it)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if resume and (out_dir / RESULT_FILE).is_file():
@@ -424,7 +434,11 @@ def run_trial(
         torch.cuda.set_device(dev)
     on_gpu = dev.type == "cuda"
     run = _Runtime(
-        dev, ctx, amp=cfg.recipe.amp and on_gpu, channels_last=cfg.recipe.channels_last and on_gpu
+        dev,
+        ctx,
+        amp=cfg.recipe.amp and on_gpu,
+        channels_last=cfg.recipe.channels_last and on_gpu,
+        workers=workers,
     )
     stop = StopRequest()
     try:
