@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from optbench.spec import Recipe
-from optbench.train.augment import BatchAugment, random_erasing, random_hflip, random_translate
+from optbench.train.augment import BatchAugment, random_crop_flip, random_erasing
 
 
 def images(n: int = 16, c: int = 3, size: int = 12) -> torch.Tensor:
@@ -14,25 +15,37 @@ def images(n: int = 16, c: int = 3, size: int = 12) -> torch.Tensor:
     )
 
 
-def test_translate_shifts_each_image_inside_a_zero_border():
+def windows(img: torch.Tensor, pad: int) -> torch.Tensor:
+    """Every HxW window of the zero-padded image: (C, 2p+1, 2p+1, H, W)."""
+    h, w = img.shape[-2:]
+    padded = torch.nn.functional.pad(img, (pad, pad, pad, pad))
+    return padded.unfold(1, h, 1).unfold(2, w, 1)
+
+
+def is_window(out: torch.Tensor, img: torch.Tensor, pad: int) -> bool:
+    return bool((windows(img, pad) == out[:, None, None]).flatten(3).all(-1).all(0).any())
+
+
+def test_crop_takes_a_window_of_the_zero_padded_image():
     torch.manual_seed(0)
     x = images()
-    out = random_translate(x, 3)
+    out = random_crop_flip(x, 3, hflip=False)
     assert out.shape == x.shape and out.dtype == torch.uint8
-    padded = torch.nn.functional.pad(x, (3, 3, 3, 3))
-    for i in range(len(x)):  # each output is some 12x12 window of its padded input
-        windows = padded[i].unfold(1, 12, 1).unfold(2, 12, 1)  # (C, 7, 7, 12, 12)
-        assert (windows == out[i][:, None, None]).flatten(3).all(-1).all(0).any()
-    assert torch.equal(random_translate(x, 0), x)
+    assert all(is_window(out[i], x[i], 3) for i in range(len(x)))
+    assert not torch.equal(out, x)
+    assert torch.equal(random_crop_flip(x, 0, hflip=False), x)
 
 
-def test_hflip_mirrors_about_half_of_the_batch():
+def test_flip_mirrors_about_half_of_the_batch():
     torch.manual_seed(0)
     x = images(n=400)
-    out = random_hflip(x)
+    out = random_crop_flip(x, 0, hflip=True)
     flipped = (out == x.flip(-1)).flatten(1).all(1)
     kept = (out == x).flatten(1).all(1)
     assert (flipped | kept).all() and 150 < flipped.sum() < 250
+    both = random_crop_flip(x[:20], 2, hflip=True)
+    for i in range(20):
+        assert is_window(both[i], x[i], 2) or is_window(both[i].flip(-1), x[i], 2)
 
 
 def test_random_erasing_fills_one_rectangle_with_noise():
@@ -82,8 +95,6 @@ def test_policy_groups_are_deterministic_given_the_seed():
     runs = []
     for _ in range(2):
         torch.manual_seed(7)
-        import numpy as np
-
         np.random.seed(7)
         runs.append(aug(x, y))
     assert torch.equal(runs[0][0], runs[1][0]) and torch.equal(runs[0][1], runs[1][1])
