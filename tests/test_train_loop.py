@@ -89,11 +89,11 @@ def interrupt_at(monkeypatch, step: int, signum: int) -> None:
     calls = {"n": 0}
     seed_step = loop.seed_step
 
-    def seed_and_maybe_signal(seed: int) -> None:
+    def seed_and_maybe_signal(seed: int, device) -> None:
         if calls["n"] == step:
             os.kill(os.getpid(), signum)
         calls["n"] += 1
-        seed_step(seed)
+        seed_step(seed, device)
 
     monkeypatch.setattr(loop, "seed_step", seed_and_maybe_signal)
 
@@ -149,11 +149,11 @@ CLI_INTERRUPTED = """
 import os, signal, sys
 import optbench.train.loop as loop
 seed_step, calls = loop.seed_step, []
-def seed_and_signal(seed):  # SIGTERM arrives while step 7 (mid-epoch 2) is prepared
+def seed_and_signal(seed, device):  # SIGTERM arrives while step 7 (mid-epoch 2) is prepared
     if len(calls) == 7:
         os.kill(os.getpid(), signal.SIGTERM)
     calls.append(seed)
-    seed_step(seed)
+    seed_step(seed, device)
 loop.seed_step = seed_and_signal
 from optbench.cli import main
 sys.argv = ["optbench", *sys.argv[1:]]
