@@ -147,3 +147,28 @@ def test_per_epoch_schedule_holds_lr_constant_within_an_epoch():
     assert all(len(set(e)) == 1 for e in epochs)
     assert epochs[0][0] == pytest.approx(cfg.lr_used / 4)  # middle of the first warmup epoch
     assert epochs[-1][0] > 1e-4 * 256 / 2048  # the last epoch still learns
+
+
+def test_a_study_picks_a_preset_and_overrides_keys(tmp_path):
+    from optbench.spec import SpecError, UsageError, parse_spec
+
+    study = {
+        "name": "s",
+        "dataset": {"name": "digits", "img_size": 16},
+        "models": ["vit_c_w64_16px"],
+        "optimizers": ["adamw"],
+        "epochs": [10],
+        "batch_size": 128,
+        "search": {"n_samples": 2, "ranges": {"adamw": {"lr": [1e-4, 1e-2], "wd": [0.01, 0.5]}}},
+        "recipe": {"preset": "deit", "drop_path": 0.0},
+    }
+    spec = parse_spec(study)
+    assert spec.recipe.random_erasing == 0.25 and spec.recipe.drop_path == 0.0
+    cell = spec.cells()[0]
+    assert spec.cell_config(cell)["recipe"]["preset"] == "deit"
+    other = parse_spec({**study, "recipe": {"preset": "deit"}})
+    assert other.cell_id(cell) != spec.cell_id(cell)  # an override makes a different cell
+    with pytest.raises(SpecError, match="recipe.*unknown key"):
+        parse_spec({**study, "recipe": {"preset": "deit", "erasing": 0.1}})
+    with pytest.raises(UsageError, match="cifar-10-batches-py is not a folder"):
+        parse_spec({**study, "dataset": {"name": "cifar10", "root": str(tmp_path)}})
