@@ -230,3 +230,16 @@ def test_ddp_two_cpu_processes_train_one_trial(tmp_path):
     result = read_result(tmp_path)
     assert result.world_size == 2 and result.digest == lines[0][2]
     assert len(read_metrics(tmp_path)) == 1
+
+
+def test_process_group_comes_from_torchrun_or_a_multi_task_srun_step():
+    from optbench.train.distributed import DistContext, context_from_env
+
+    assert context_from_env({}) == DistContext()
+    assert context_from_env({"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1"}) == DistContext(
+        1, 4, 1
+    )
+    srun = {"SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "1", "SLURM_LOCALID": "1"}
+    assert context_from_env(srun) == DistContext(1, 2, 1)
+    # a batch script of a multi-task job is not a process group by itself
+    assert context_from_env({"SLURM_NTASKS": "4", "SLURM_PROCID": "0"}) == DistContext()

@@ -61,7 +61,8 @@ def random_erasing(
 ) -> torch.Tensor:
     """Random erasing in timm's "pixel" mode, batched: with probability `prob` an image gets one
     rectangle (area fraction and aspect ratio drawn as timm draws them, retried up to `attempts`
-    times until it fits) filled with standard-normal noise. `x` is normalized float (N, C, H, W)."""
+    times until it fits) filled with standard-normal noise. `x` is normalized float (N, C, H, W).
+    (timm's RandomErasing draws the same way but loops over a batch's images in Python.)"""
     if prob == 0:
         return x
     b, c, h, w = x.shape

@@ -426,17 +426,20 @@ def run_trial(
     handle_signals: bool = True,
     keep_checkpoint: bool = False,
     workers: int | None = None,
+    distributed: bool = True,
 ) -> TrialResult:
     """Train `cfg` into `out_dir` and write result.json there. Never raises for a failed trial:
     the failure (with its traceback in error.log) is the result. Raises `TrialInterrupted`
     after checkpointing when SIGTERM / SIGUSR2 arrives (see the module docstring). `workers`
-    sets the DataLoader workers of class-folder datasets (results do not depend on it)."""
+    sets the DataLoader workers of class-folder datasets (results do not depend on it).
+    `distributed=False` ignores torchrun's / SLURM's environment and trains in this process
+    alone (see distributed.py)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if resume and (out_dir / RESULT_FILE).is_file():
         return read_result(out_dir)
     start = time.perf_counter()
-    ctx = context_from_env()
+    ctx = context_from_env() if distributed else DistContext()
     dev = torch.device(device)
     if ctx.enabled and dev.type == "cuda":
         dev = torch.device("cuda", ctx.local_rank)
