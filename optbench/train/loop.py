@@ -10,12 +10,16 @@ same `digest`), and resuming from any step replays the rest exactly.
 
 Checkpoint, stop signals and resume (for the SLURM helper and any other caller):
 - At each epoch end OUT/checkpoint.pt is replaced atomically (see checkpoint.py).
-- SIGTERM or SIGUSR2 (e.g. `sbatch --signal=B:USR2@120`, or `kill -USR2 <pid>`) asks the trial to
-  stop: it finishes the running optimizer step, writes OUT/checkpoint.pt at that position and
-  raises `TrialInterrupted` (a BaseException, so it is not recorded as a failure); no
-  result.json is written. `optbench train` then exits with code 128 + the signal number
-  (143 for SIGTERM, 140 for SIGUSR2). The handlers are installed only when `run_trial` runs in
-  the main thread, and the previous handlers are restored afterwards.
+- SIGTERM or SIGUSR2 delivered to the trial's process (`kill -USR2 <pid>`; SLURM's
+  `--signal=USR2@120` reaches processes started by srun, and SLURM sends SIGTERM at the time
+  limit or on preemption) asks the trial to stop: it finishes the running optimizer step,
+  writes OUT/checkpoint.pt at that position and raises `TrialInterrupted` (a BaseException, so
+  it is not recorded as a failure); no result.json is written. `optbench train` then exits with
+  code 128 + the signal number (143 for SIGTERM, 140 for SIGUSR2). The handlers are installed
+  only when `run_trial` runs in the main thread (and `handle_signals` is true; a process pool
+  that wants SIGTERM to kill its workers at once passes False), and the previous handlers are
+  restored afterwards. A signal is acted on after the next optimizer step, so one that arrives
+  during evaluation waits for it.
 - Resume is detected from the files: OUT/result.json present = the trial is done; otherwise
   OUT/checkpoint.pt present = it can be resumed. `run_trial(..., resume=True)` (CLI: `optbench
   train ... --resume`) continues from the checkpoint if there is one (and starts fresh if not);
