@@ -138,6 +138,15 @@ def test_raw_report_without_ema(tmp_path):
     assert result.final_error == result.best_error == result.raw_best_error
 
 
+def test_deit_recipe_trains_with_every_augmentation(tmp_path):
+    cfg = config(epochs=2, preset="deit", schedule_step="epoch").model_copy(
+        update={"ref_batch": 512}
+    )
+    result = run_trial(cfg, tmp_path)
+    assert result.status == "finished", result.message
+    assert result.config.recipe.repeated_aug == 3 and result.ema_final_top5_error is not None
+
+
 def test_a_crash_is_a_failed_result(tmp_path):
     cfg = config().model_copy(update={"batch_size": 100_000})
     result = run_trial(cfg, tmp_path)
