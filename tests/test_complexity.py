@@ -108,3 +108,15 @@ def test_vit_pairs_have_the_flops_their_names_say_and_match_each_other(gf):
     c = model_complexity(f"vit_c_{gf}gf", num_classes=1000, in_chans=3, img_size=224)
     assert abs(math.log(p["flops"] / 1e9 / gf)) < math.log(1.15)
     assert abs(c["flops"] / p["flops"] - 1) < 0.05
+
+
+@pytest.mark.parametrize("name", ["vit_c_w64_16px", "dhvt_w64_16px"])
+def test_meta_counts_equal_counts_of_a_real_forward_pass(name):
+    """The meta pass (unfused attention) counts what a real CPU pass (fused attention) runs."""
+    from optbench.models import create_model
+
+    model = create_model(name, num_classes=10, in_chans=1, img_size=16).eval()
+    meta = count_complexity(model, (2, 1, 16, 16))
+    with ComplexityCounter() as counter, torch.no_grad():
+        model(torch.randn(2, 1, 16, 16))
+    assert (counter.flops, counter.acts) == (meta["flops"], meta["acts"])

@@ -100,6 +100,11 @@ def measure_throughput(
     return batch_size * steps / (time.perf_counter() - start)
 
 
+def _sig3(x: float) -> str:
+    """Three significant digits, trailing zeros kept (3.90, 0.0448), no dangling point (178)."""
+    return f"{x:.0f}" if x >= 100 else f"{x:#.3g}"
+
+
 def markdown_table(rows: list[dict]) -> str:
     """The zoo as a Markdown table (GF = 1e9 multiply-adds; params and acts in millions)."""
     measured = any("images_per_s" in r for r in rows)
@@ -110,8 +115,8 @@ def markdown_table(rows: list[dict]) -> str:
     lines = [head, rule]
     for r in rows:
         line = (
-            f"| {r['name']} | {r['img_size']} | {r['num_classes']} | {r['flops'] / 1e9:.3g} "
-            f"| {r['params'] / 1e6:.3g} | {r['acts'] / 1e6:.3g} |"
+            f"| {r['name']} | {r['img_size']} | {r['num_classes']} | {_sig3(r['flops'] / 1e9)} "
+            f"| {_sig3(r['params'] / 1e6)} | {_sig3(r['acts'] / 1e6)} |"
         )
         if measured:
             line += f" {r['images_per_s']:.1f} |"
