@@ -26,6 +26,8 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from optbench.models import create_model
+
 aten = torch.ops.aten
 
 # Ops whose output is a matrix product: (.., m, k) @ (.., k, n) -> (.., m, n).
@@ -103,13 +105,14 @@ def count_complexity(model: nn.Module, input_shape: Sequence[int]) -> dict[str, 
         for name, t in [*model.named_parameters(), *model.named_buffers()]
     }
     x = torch.empty(tuple(input_shape), device="meta")
-    was_training = model.training
+    modes = [(m, m.training) for m in model.modules()]
     model.eval()
     try:
         with ComplexityCounter() as counter, torch.no_grad():
             torch.func.functional_call(model, meta_state, (x,))
     finally:
-        model.train(was_training)
+        for module, training in modes:
+            module.training = training
     return {"flops": counter.flops, "params": count_params(model), "acts": counter.acts}
 
 
@@ -118,8 +121,6 @@ def model_complexity(
 ) -> dict[str, int]:
     """{"flops", "params", "acts"} for one image of `name` (any optbench or timm model), built
     on the meta device so that no weights are allocated (on the CPU if its constructor needs data)."""
-    from optbench.models import create_model
-
     args = dict(num_classes=num_classes, in_chans=in_chans, img_size=img_size)
     try:
         with torch.device("meta"):
