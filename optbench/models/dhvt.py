@@ -13,7 +13,6 @@ Registered with timm: `dhvt_{tiny,small}_cifar_p{4,2}` (32 px, 100 classes),
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import torch
@@ -47,9 +46,9 @@ class SOPE(nn.Module):
 
     def __init__(self, in_chans: int, dim: int, patch_size: int):
         super().__init__()
-        n_convs = int(math.log2(patch_size))
-        if patch_size < 2 or 2**n_convs != patch_size:
+        if patch_size < 2 or patch_size & (patch_size - 1):
             raise ValueError(f"SOPE patch_size must be a power of two >= 2, got {patch_size}")
+        n_convs = patch_size.bit_length() - 1  # log2(patch_size)
         widths = [dim >> (n_convs - 1 - i) for i in range(n_convs)]
         layers: list[nn.Module] = []
         c_in = in_chans
