@@ -141,6 +141,43 @@ def status(study: Annotated[Path, typer.Argument(help="study YAML file")]) -> No
     console.print(status_table(load_spec(study)))
 
 
+@app.command()
+def models(
+    names: Annotated[
+        list[str] | None,
+        typer.Argument(help="models to describe, any timm name (default: the whole zoo)"),
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="print a JSON list instead")] = False,
+    measure: Annotated[
+        bool, typer.Option(help="also measure training images/s on this machine's device")
+    ] = False,
+) -> None:
+    """Print the model zoo: input size, classes, flops, params and activations of each model."""
+    import json
+
+    import torch
+
+    from optbench.models import is_model
+    from optbench.models.zoo import describe, markdown_table, measure_throughput, zoo_models
+
+    names = names or zoo_models()
+    for name in names:
+        if not is_model(name):
+            raise UsageError(f"NAME: unknown model {name!r} (see `optbench models`)")
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    # On a CPU a few small steps keep this cheap; the numbers still rank models by runtime.
+    batch_size, steps = (64, 10) if device.type == "cuda" else (8, 2)
+    rows = []
+    for name in names:
+        row = describe(name)
+        if measure:
+            row["images_per_s"] = round(
+                measure_throughput(name, device=device, batch_size=batch_size, steps=steps), 1
+            )
+        rows.append(row)
+    typer.echo(json.dumps(rows, indent=1) if json_out else markdown_table(rows))
+
+
 def main() -> None:
     try:
         app()  # standalone: click's own usage errors already exit with code 2
