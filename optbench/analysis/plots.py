@@ -116,7 +116,19 @@ def plot_scatter(panels: Sequence[ScatterPanel], colors: dict[str, str]) -> Figu
             ax = axes[row * len(HYPERPARAMETERS) + col]
             for s in panel.series:
                 color = colors[s.model]
-                ax.scatter(s.values[name], s.errors, s=8, color=color, alpha=0.6, label=s.model)
+                # markers on a Line2D draw far faster than a PathCollection; rasterized keeps
+                # the SVG small when a cell has hundreds of trials
+                ax.plot(
+                    s.values[name],
+                    s.errors,
+                    "o",
+                    ms=2.5,
+                    ls="",
+                    color=color,
+                    alpha=0.6,
+                    label=s.model,
+                    rasterized=True,
+                )
                 best = s.best.get(name)
                 if best is not None:
                     ax.axvline(best.estimate, color=color, lw=1, label="_best")

@@ -463,11 +463,40 @@ def write_trials(trials: pd.DataFrame, out_dir: Path) -> list[str]:
 
 def _save(fig: Figure, out_dir: Path, name: str) -> str:
     """Save PNG and SVG; return the PNG as base64 for the page."""
-    fig.savefig(out_dir / f"{name}.svg")
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=110)
     (out_dir / f"{name}.png").write_bytes(buffer.getvalue())
+    fig.set_layout_engine("none")  # the layout is settled: do not solve it again for the SVG
+    fig.savefig(out_dir / f"{name}.svg")
     return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def build_sections(
+    spec: StudySpec,
+    trials: pd.DataFrame,
+    figures: set[str] | None = None,
+    options: Options = Options(),
+    data_shape: tuple[int, int, int] | None = None,
+) -> list[Section]:
+    """The page's sections (figures still in memory), in FIGURES order. `trials` must already be
+    in spec order (see write_report)."""
+    wanted = set(FIGURES) if figures is None else set(figures)
+    results = stability.with_errors(trials, options.metric)
+    if results.empty:
+        empty = Section("results", "Results")
+        empty.notes.append("No finished or diverged trial yet: no figure or table.")
+        return [empty]
+    colors = plots.model_colors(list(dict.fromkeys([*spec.models, *trials["model"]])))
+    best = stability.best_by_cell(results)
+    builders: dict[str, Callable[[], Section]] = {
+        "edf": lambda: _edf_section(results, colors, options),
+        "length": lambda: _length_section(best, colors),
+        "optimizer": lambda: _optimizer_section(best),
+        "peak": lambda: _peak_section(best),
+        "complexity": lambda: _complexity_section(spec, results, data_shape),
+        "curves": lambda: _curves_section(results, colors),
+    }
+    return [builders[key]() for key in FIGURES if key in wanted]
 
 
 def write_report(
@@ -492,39 +521,19 @@ def write_report(
         raise UsageError(f"figures: unknown {sorted(unknown)}; choose from {list(FIGURES)}")
     if metric not in METRICS:
         raise UsageError(f"metric: {metric!r} is not one of {list(METRICS)}")
-    wanted = set(FIGURES) if figures is None else set(figures)
     options = Options(metric=metric, n_boot=n_boot, seed=seed)
 
     trials = _ordered(trials, spec)
+    summary = summarize(spec.name, trials, options)
+    sections = build_sections(spec, trials, figures, options, data_shape)
+
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    summary = summarize(spec.name, trials, options)
-    results = stability.with_errors(trials, metric)
-    colors = plots.model_colors(list(dict.fromkeys([*spec.models, *trials["model"]])))
-    best = stability.best_by_cell(results)
-
-    sections = []
-    if results.empty:
-        note = Section("results", "Results")
-        note.notes.append("No finished or diverged trial yet: no figure or table.")
-        sections.append(note)
-    else:
-        builders: dict[str, Callable[[], Section]] = {
-            "edf": lambda: _edf_section(results, colors, options),
-            "length": lambda: _length_section(best, colors),
-            "optimizer": lambda: _optimizer_section(best),
-            "peak": lambda: _peak_section(best),
-            "complexity": lambda: _complexity_section(spec, results, data_shape),
-            "curves": lambda: _curves_section(results, colors),
-        }
-        sections = [builders[key]() for key in FIGURES if key in wanted]
-
-    images = {}
-    for section in sections:
-        for name, fig in section.figures:
-            images[name] = _save(fig, out_dir, name)
+    images = {
+        name: _save(fig, out_dir, name) for section in sections for name, fig in section.figures
+    }
     write_trials(trials, out_dir)
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n")
     (out_dir / "index.html").write_text(render_html(spec, summary, sections, images))
     return summary
 

@@ -140,6 +140,7 @@ def good_range(
     best = float(values[errors.argmin()])
     if picked.size == 0:
         return Interval(best, best, best)
-    # lr and wd are searched log-uniformly: take percentiles on the log scale
-    low, high = np.exp(_percentiles(np.log(picked), level))
+    # an order statistic (a value some run really had), so log or linear scale agree
+    tail = 100.0 * (1.0 - level) / 2.0
+    low, high = np.percentile(picked, [tail, 100.0 - tail], method="inverted_cdf")
     return Interval(best, float(low), float(high))
