@@ -88,6 +88,7 @@ def test_summary_keeps_the_issue_2_contract_with_hand_values():
     # dtop-1 P: 0, 1, 3, inf -> (1 + 0.9 + 0.7 + 0) / 4; C: 0, 0.5, 10, 30 -> (1 + 0.95) / 4
     assert p["auc_10"] == pytest.approx(0.65) and c["auc_10"] == pytest.approx(0.4875)
     assert (summary["n_results"], summary["n_planned"], summary["partial"]) == (8, 10, True)
+    assert summary["status_counts"] == {"finished": 7, "diverged": 1, "failed": 1, "pending": 1}
     (pair,) = summary["comparisons"]
     assert (pair["model_a"], pair["model_b"]) == tuple(MODELS)
     assert pair["ks_statistic"] == pytest.approx(0.25)  # at x = 3: 3/4 vs 2/4
@@ -212,7 +213,7 @@ def test_optimizer_figure_draws_a_substituted_cell_dashed():
 
 def test_sections_without_data_are_skipped_with_a_note(tmp_path: Path):
     spec = _spec()  # one optimizer, one schedule length
-    trials = synthetic_trials(MODELS, ["adamw"], [5], 4, with_metrics=False)
+    trials = synthetic_trials(MODELS, ["adamw"], [5], 4).drop(columns="metrics")
     write_report(spec, trials, tmp_path, n_boot=50)
     for name in ["length", "optimizer", "curves"]:
         assert not (tmp_path / f"{name}.png").exists()

@@ -213,6 +213,7 @@ def plot_optimizer(stability: pd.DataFrame, gaps: pd.DataFrame) -> Figure:
                 fontsize="small",
             )
         epochs = sorted(part["epochs"].unique())
+        ax.margins(y=0.15)  # room for the gap labels above the points
         ax.set_xscale("log", base=2)
         ax.set_xticks(epochs, [str(e) for e in epochs])
         ax.set_title(model)

@@ -145,6 +145,7 @@ def summarize(study: str, trials: pd.DataFrame, options: Options = Options()) ->
         "n_results": n_results,
         "n_planned": int(len(trials)),
         "partial": n_results < len(trials),
+        "status_counts": {k: int(v) for k, v in trials["status"].value_counts().items()},
         "comparisons": _comparisons(results, options),
     }
 
@@ -550,8 +551,16 @@ pre{background:#f6f6f6;padding:1em;overflow-x:auto;font-size:.85em}
 """
 
 
+def _number(value: float) -> str:
+    """Errors and fractions with two decimals; tiny p-values and big counts (flops) in 3 digits."""
+    if value != 0 and (abs(value) < 0.01 or abs(value) >= 1e5):
+        return f"{value:.3g}"
+    return f"{value:.2f}"
+
+
 def _table_html(frame: pd.DataFrame) -> str:
-    return frame.to_html(float_format=lambda v: f"{v:.4g}", na_rep="-", border=0)
+    show_index = not isinstance(frame.index, pd.RangeIndex)  # keep meaningful row labels only
+    return frame.to_html(float_format=_number, na_rep="-", border=0, index=show_index)
 
 
 def _summary_frames(summary: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -601,7 +610,9 @@ def render_html(
         f"<title>optbench report: {esc(spec.name)}</title><style>{_CSS}</style></head><body>",
         f"<h1>Study {esc(spec.name)}</h1>",
         f"<p>{summary['n_results']} of {summary['n_planned']} trials have a result "
-        f"(finished or diverged); errors are top-1 {esc(summary['metric'])} in percent.</p>",
+        f"(finished or diverged); errors are top-1 {esc(summary['metric'])} in percent. By status: "
+        + ", ".join(f"{esc(k)} {v}" for k, v in summary["status_counts"].items())
+        + ".</p>",
     ]
     if summary["partial"]:
         parts.append(

@@ -112,6 +112,8 @@ def peak_table(best: pd.DataFrame) -> pd.DataFrame:
 def curve_picks(results: pd.DataFrame) -> pd.DataFrame:
     """The best, median and worst finished trial of each cell that recorded per-epoch metrics,
     with a `rank` column ("best" | "median" | "worst"). The median is the lower median."""
+    if "metrics" not in results.columns:
+        return results.iloc[0:0].assign(rank=pd.Series(dtype=str))
     has_curve = results["metrics"].map(lambda m: isinstance(m, list) and len(m) > 0)
     finished = results[
         (results["status"] == "finished") & has_curve & np.isfinite(results["error"])
