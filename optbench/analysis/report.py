@@ -434,6 +434,8 @@ def _curves_section(results: pd.DataFrame, colors: dict[str, str]) -> Section:
         curves = []
         for _, row in panel.iterrows():
             metrics = pd.DataFrame(row["metrics"])
+            if not {"epoch", "val_error"} <= set(metrics.columns):
+                continue
             curves.append(
                 (
                     row["model"],
