@@ -7,7 +7,7 @@ error minus the best error of its cell, and the EDF is F(x) = fraction of trials
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -30,10 +30,10 @@ def dtop1(errors: np.ndarray) -> np.ndarray:
     return errors - errors[np.isfinite(errors)].min()
 
 
-def edf(values: np.ndarray, xs: Iterable[float]) -> np.ndarray:
+def edf(values: np.ndarray, xs: Sequence[float] | np.ndarray) -> np.ndarray:
     """F(x) = fraction of `values` <= x for each x (NaN for every x when there are no values)."""
     values = np.sort(np.asarray(values, dtype=float))
-    xs = np.asarray(list(xs) if not isinstance(xs, np.ndarray) else xs, dtype=float)
+    xs = np.asarray(xs, dtype=float)
     if values.size == 0:
         return np.full(xs.shape, np.nan)
     return np.searchsorted(values, xs, side="right") / values.size
