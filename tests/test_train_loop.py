@@ -98,25 +98,75 @@ def interrupt_at(monkeypatch, step: int, signum: int) -> None:
     monkeypatch.setattr(loop, "seed_step", seed_and_maybe_signal)
 
 
+@pytest.fixture
+def recorded_signals():
+    """A caller's own SIGTERM / SIGUSR2 handler, which records what run_trial passes on."""
+    got: list[int] = []
+
+    def record(signum, frame) -> None:
+        got.append(signum)
+
+    previous = {s: signal.signal(s, record) for s in loop.STOP_SIGNALS}
+    yield got, record
+    for s, handler in previous.items():
+        signal.signal(s, handler)
+
+
 @pytest.mark.parametrize(
     "step, signum", [(7, signal.SIGUSR2), (4, signal.SIGTERM)], ids=["mid-epoch", "epoch-end"]
 )
 def test_interrupted_trial_resumes_to_the_same_result(
-    tmp_path, monkeypatch, reference, step, signum
+    tmp_path, monkeypatch, reference, recorded_signals, step, signum
 ):
+    got, record = recorded_signals
     interrupt_at(monkeypatch, step, signum)
     with pytest.raises(TrialInterrupted) as stopped:
         run_trial(config(), tmp_path)
     assert stopped.value.signum == signum
+    assert got == [signum]  # passed on, once, to the caller's handler
+    assert signal.getsignal(signal.SIGTERM) is record  # and the handlers are restored
     assert (tmp_path / CHECKPOINT_FILE).is_file() and read_result(tmp_path) is None
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers restored
     monkeypatch.undo()
     result = run_trial(config(), tmp_path, resume=True)
     assert result.status == "finished"
     assert comparable(tmp_path) == reference
 
 
-def test_resume_refuses_a_checkpoint_of_another_config(tmp_path, monkeypatch):
+STOPPED_BY_DEFAULT = """
+import os, signal, sys
+from pathlib import Path
+import optbench.train.loop as loop
+from optbench.spec import Dataset, Recipe
+from optbench.train.config import TrainConfig
+seed_step = loop.seed_step
+def seed_and_signal(seed, device, calls=[]):
+    if len(calls) == 2:
+        os.kill(os.getpid(), signal.SIGTERM)
+    calls.append(seed)
+    seed_step(seed, device)
+loop.seed_step = seed_and_signal
+cfg = TrainConfig(model="vit_p_w64_16px", dataset=Dataset(name="digits", img_size=16),
+    optimizer="sgd", lr=0.8, wd=1e-4, epochs=2, batch_size=256, recipe=Recipe(warmup_epochs=1))
+loop.run_trial(cfg, Path(sys.argv[1]))
+print("not reached")
+"""
+
+
+def test_without_a_handler_the_signal_ends_the_process_after_the_checkpoint(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", STOPPED_BY_DEFAULT, str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == -signal.SIGTERM, done.stderr
+    assert "not reached" not in done.stdout
+    assert (tmp_path / CHECKPOINT_FILE).is_file() and read_result(tmp_path) is None
+
+
+def test_resume_refuses_a_checkpoint_of_another_config(tmp_path, monkeypatch, recorded_signals):
     interrupt_at(monkeypatch, 2, signal.SIGUSR2)
     with pytest.raises(TrialInterrupted):
         run_trial(config(), tmp_path)

@@ -13,13 +13,16 @@ Checkpoint, stop signals and resume (for the SLURM helper and any other caller):
 - SIGTERM or SIGUSR2 delivered to the trial's process (`kill -USR2 <pid>`; SLURM's
   `--signal=USR2@120` reaches processes started by srun, and SLURM sends SIGTERM at the time
   limit or on preemption) asks the trial to stop: it finishes the running optimizer step,
-  writes OUT/checkpoint.pt at that position and raises `TrialInterrupted` (a BaseException, so
-  it is not recorded as a failure); no result.json is written. `optbench train` then exits with
-  code 128 + the signal number (143 for SIGTERM, 140 for SIGUSR2). The handlers are installed
-  only when `run_trial` runs in the main thread (and `handle_signals` is true; a process pool
-  that wants SIGTERM to kill its workers at once passes False), and the previous handlers are
-  restored afterwards. A signal is acted on after the next optimizer step, so one that arrives
-  during evaluation waits for it.
+  writes OUT/checkpoint.pt at that position, restores the previous handlers and delivers the
+  signal again to what was there before. By default that ends the process (exit status 128 +
+  the signal number: 143 for SIGTERM, 140 for SIGUSR2), as the signal would have without
+  optbench, only after the checkpoint; a caller's own handler runs instead if it installed one
+  (submitit's requeue on SIGUSR2, say; `optbench train` installs one that exits with that same
+  status). If that handler returns, `run_trial` raises `TrialInterrupted` (a BaseException, so
+  it is not recorded as a failure). Either way no result.json is written. The handlers are
+  installed only when `run_trial` runs in the main thread and `handle_signals` is true. A
+  signal is acted on after the next optimizer step, so one that arrives during evaluation
+  waits for it.
 - Resume is detected from the files: OUT/result.json present = the trial is done; otherwise
   OUT/checkpoint.pt present = it can be resumed. `run_trial(..., resume=True)` (CLI: `optbench
   train ... --resume`) continues from the checkpoint if there is one (and starts fresh if not);
@@ -107,17 +110,27 @@ class StopRequest:
 
 
 @contextlib.contextmanager
-def stop_signals_caught(stop: StopRequest, enabled: bool) -> Iterator[None]:
-    """Route SIGTERM / SIGUSR2 to `stop` while the trial runs (main thread only)."""
+def stop_signals_caught(stop: StopRequest, enabled: bool) -> Iterator[dict]:
+    """Route SIGTERM / SIGUSR2 to `stop` while the trial runs (main thread only). Yields the
+    handlers it replaced (empty when it replaced none); they are restored on exit."""
     if not enabled or threading.current_thread() is not threading.main_thread():
-        yield
+        yield {}
         return
     previous = {s: signal.signal(s, stop) for s in STOP_SIGNALS}
     try:
-        yield
+        yield previous
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+
+
+def pass_on(signum: int, previous: dict) -> None:
+    """Deliver `signum` again, now to the handler the trial had replaced: the default action
+    ends the process (as the signal would have without optbench, only after the checkpoint), a
+    caller's handler (e.g. submitit's requeue on SIGUSR2, or the CLI's exit) runs. Returns only
+    if that handler returns, or if the trial had not taken the signal over."""
+    if signum in previous and previous[signum] is not signal.SIG_IGN:
+        signal.raise_signal(signum)
 
 
 def weights_digest(model: nn.Module) -> str:
@@ -433,8 +446,8 @@ def run_trial(
     distributed: bool = True,
 ) -> TrialResult:
     """Train `cfg` into `out_dir` and write result.json there. Never raises for a failed trial:
-    the failure (with its traceback in error.log) is the result. Raises `TrialInterrupted`
-    after checkpointing when SIGTERM / SIGUSR2 arrives (see the module docstring). `workers`
+    the failure (with its traceback in error.log) is the result. On SIGTERM / SIGUSR2 it
+    checkpoints, then passes the signal on (see the module docstring). `workers`
     sets the DataLoader workers of class-folder datasets (results do not depend on it).
     `distributed=False` ignores torchrun's / SLURM's environment and trains in this process
     alone (see distributed.py)."""
@@ -457,10 +470,14 @@ def run_trial(
         workers=workers,
     )
     stop = StopRequest()
+    replaced: dict = {}
     try:
         init_process_group(ctx, dev.type)
-        with stop_signals_caught(stop, handle_signals):
+        with stop_signals_caught(stop, handle_signals) as replaced:
             result = _train(cfg, out_dir, run, stop, resume)
+    except TrialInterrupted as stopped:
+        pass_on(stopped.signum, replaced)
+        raise
     except Exception as err:  # noqa: BLE001 - any crash becomes a recorded "failed" result
         if ctx.is_main:
             (out_dir / "error.log").write_text(traceback.format_exc())
