@@ -105,6 +105,17 @@ def test_weight_decay_exclusions_are_configurable():
     assert by_wd[0.0] >= model.pos_embed.numel() + model.cls_token.numel()
 
 
+def test_dhvt_affine_and_head_embeddings_can_be_excluded():
+    model = timm.create_model("dhvt_tiny_cifar_p4", num_classes=10, in_chans=3, img_size=32)
+    decayed, _ = weight_decay_groups(model, 0.05, exclude=())
+    assert "patch_embed.post_affine.alpha" in decayed["names"]  # (1, C, 1, 1): not 1-D
+    assert "blocks.0.attn.head_embed" in decayed["names"]
+    decayed, kept = weight_decay_groups(model, 0.05, exclude=("*affine*", "*head_embed"))
+    assert {"patch_embed.post_affine.alpha", "blocks.3.attn.head_embed"} <= set(kept["names"])
+    assert not any("affine" in n or "head_embed" in n for n in decayed["names"])
+    assert "blocks.0.attn.qkv.weight" in decayed["names"]
+
+
 @pytest.mark.parametrize("nesterov", [False, True])
 def test_sgd_uses_momentum_and_the_nesterov_option(nesterov):
     opt = build_optimizer(quickstart_model(), config(optimizer="sgd", nesterov=nesterov))

@@ -66,7 +66,7 @@ from timm.loss import SoftTargetCrossEntropy
 from timm.utils.model_ema import ModelEmaV3
 from torch import nn
 
-from optbench import models  # noqa: F401  (registers optbench's models with timm)
+from optbench.models import takes_img_size  # (importing optbench.models registers them)
 from optbench.train.augment import BatchAugment
 from optbench.train.checkpoint import CHECKPOINT_FILE, load_checkpoint, save_checkpoint
 from optbench.train.config import TrainConfig, TrialResult
@@ -244,13 +244,12 @@ def _build_batches(cfg: TrainConfig, run: _Runtime) -> TrainBatches:
 
 def _build_model(cfg: TrainConfig, batches: TrainBatches, run: _Runtime) -> nn.Module:
     torch.manual_seed(cfg.seed)
+    # as optbench.models.create_model builds it, plus the recipe's stochastic depth
     extra = {"drop_path_rate": cfg.recipe.drop_path} if cfg.recipe.drop_path else {}
+    if takes_img_size(cfg.model):
+        extra["img_size"] = batches.img_size
     model = timm.create_model(
-        cfg.model,
-        num_classes=batches.num_classes,
-        in_chans=batches.in_chans,
-        img_size=batches.img_size,
-        **extra,
+        cfg.model, num_classes=batches.num_classes, in_chans=batches.in_chans, **extra
     )
     if run.dist.enabled and run.device.type == "cuda":  # torch's SyncBatchNorm is CUDA-only
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
