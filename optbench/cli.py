@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from optbench.spec import OPTIMIZERS, Dataset, Recipe, UsageError
+from optbench.spec import OPTIMIZERS, Dataset, Recipe, UsageError, _format_errors
 
 app = typer.Typer(
     add_completion=False,
@@ -97,6 +97,10 @@ def train(
             raise UsageError(f"--set: expected KEY=VALUE, got {item!r}")
         overrides[key.strip()] = yaml.safe_load(value)
     try:
+        resolved_recipe = Recipe.model_validate(overrides)
+    except ValidationError as err:
+        raise UsageError(_format_errors("--recipe/--set", err)) from None
+    try:
         ds = Dataset(name=dataset, root=data_root, img_size=img_size)
         cfg = TrainConfig(
             model=model,
@@ -108,10 +112,10 @@ def train(
             batch_size=batch_size,
             ref_batch=ref_batch,
             seed=seed,
-            recipe=Recipe.model_validate(overrides),
+            recipe=resolved_recipe,
         )
     except ValidationError as err:
-        raise UsageError(str(err)) from None
+        raise UsageError(_format_errors("train", err)) from None
     if download:
         download_dataset(ds)
     check_dataset(ds)
