@@ -23,7 +23,8 @@ app = typer.Typer(
 )
 
 
-console = Console()
+# Piped output (CI logs, files) gets wide tables instead of rich's 80-column default.
+console = Console(width=None if sys.stdout.isatty() else 160)
 
 
 @app.callback()
@@ -176,6 +177,61 @@ def models(
             )
         rows.append(row)
     typer.echo(json.dumps(rows, indent=1) if json_out else markdown_table(rows))
+
+
+@app.command()
+def report(
+    studies: Annotated[
+        list[Path] | None,
+        typer.Argument(help="study YAML files (default: every study under --results)"),
+    ] = None,
+    edf: Annotated[
+        bool, typer.Option("--edf", help="EDFs of dtop-1 and raw error, lr/wd scatter")
+    ] = False,
+    length: Annotated[bool, typer.Option("--length", help="training-length stability")] = False,
+    optimizer: Annotated[bool, typer.Option("--optimizer", help="optimizer stability")] = False,
+    peak: Annotated[bool, typer.Option("--peak", help="peak error table")] = False,
+    complexity: Annotated[bool, typer.Option("--complexity", help="complexity table")] = False,
+    curves: Annotated[bool, typer.Option("--curves", help="error against epoch")] = False,
+    all_: Annotated[bool, typer.Option("--all", help="every figure (the default)")] = False,
+    out: Annotated[Path, typer.Option(help="reports root: writes OUT/<study name>/")] = Path(
+        "reports"
+    ),
+    results: Annotated[
+        Path, typer.Option(help="results root searched when no study is given")
+    ] = Path("results"),
+    metric: Annotated[str, typer.Option(help="final_error or best_error")] = "final_error",
+) -> None:
+    """Write figures, trials.csv, summary.json and index.html for each study."""
+    import yaml
+
+    from optbench.analysis.report import format_table, write_report
+    from optbench.spec import load_spec, parse_spec
+    from optbench.store import Store
+
+    flags = {
+        "edf": edf,
+        "length": length,
+        "optimizer": optimizer,
+        "peak": peak,
+        "complexity": complexity,
+        "curves": curves,
+    }
+    figures = None if all_ or not any(flags.values()) else {k for k, v in flags.items() if v}
+    if studies:
+        specs = [load_spec(path) for path in studies]
+    else:
+        saved = sorted(results.glob("*/spec.yaml"))
+        if not saved:
+            raise UsageError(
+                f"--results: no studies under {results} (no */spec.yaml); run one first"
+            )
+        specs = [parse_spec(yaml.safe_load(p.read_text()), p) for p in saved]
+    for spec in specs:
+        trials = Store(spec, create=False).frame()
+        summary = write_report(spec, trials, out / spec.name, figures, metric)
+        typer.echo(format_table(summary))
+        typer.echo(f"wrote {out / spec.name}/index.html")
 
 
 def main() -> None:
