@@ -64,7 +64,7 @@ class Search(_Strict):
     """How (lr, wd) pairs are drawn: n_samples log-uniform draws per (model, optimizer)."""
 
     n_samples: int = Field(ge=1)
-    sampler: Literal["random", "qmc"] = "random"
+    sampler: Literal["random", "qmc", "good"] = "random"
     seed: int = 0
     ranges: dict[Optimizer, Range] = Field(default_factory=dict)
     good_values: dict[str, dict[Optimizer, GoodValue]] = Field(default_factory=dict)
@@ -209,6 +209,18 @@ class StudySpec(_Strict):
                 f"search: no range for {missing}; give search.ranges.<optimizer> or "
                 "search.good_values.<model>.<optimizer>"
             )
+        if self.search.sampler == "good":
+            no_good = [
+                f"{m}/{o}"
+                for m in self.models
+                for o in self.optimizers
+                if o not in self.search.good_values.get(m, {})
+            ]
+            if no_good or self.search.n_samples != 1:
+                raise ValueError(
+                    "search.sampler 'good' trains each model at its good value: it needs "
+                    f"n_samples 1 and search.good_values for every model/optimizer (missing: {no_good})"
+                )
         return self
 
     # --- derived, never stored ------------------------------------------------------------
