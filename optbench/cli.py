@@ -107,11 +107,16 @@ def run(
     """Run every unfinished trial of a study, recording results as they end."""
     from optbench.spec import load_spec
 
-    spec = load_spec(study)
-    if dry_run:
+    spec = load_spec(study, check_data=not dry_run)
+    if dry_run:  # a plan needs no data on this machine: say so if a real run would stop
         from optbench.runner import plan_table
+        from optbench.train.data import check_dataset
 
         console.print(plan_table(spec))
+        try:
+            check_dataset(spec.dataset)
+        except UsageError as err:
+            console.print(f"note: a real run would stop here: {err}")
         return
     from optbench.launch.local import InlineLauncher, LocalLauncher, split_cores, usable_cores
     from optbench.runner import run_study

@@ -289,21 +289,23 @@ def _format_errors(path: Path | str, err: ValidationError) -> str:
     return "\n".join(lines)
 
 
-def parse_spec(data: dict, source: Path | str = "<spec>") -> StudySpec:
-    """Validate a mapping (as read from YAML) into a StudySpec, or raise SpecError."""
+def parse_spec(data: dict, source: Path | str = "<spec>", *, check_data: bool = True) -> StudySpec:
+    """Validate a mapping (as read from YAML) into a StudySpec, or raise SpecError. With
+    check_data, the dataset's files must be where dataset.root says."""
     if not isinstance(data, dict):
         raise SpecError(f"{source}: a study must be a YAML mapping, got {type(data).__name__}")
     try:
         spec = StudySpec.model_validate(data)
     except ValidationError as err:
         raise SpecError(_format_errors(source, err)) from None
-    from optbench.train.data import check_dataset
+    if check_data:
+        from optbench.train.data import check_dataset
 
-    check_dataset(spec.dataset)
+        check_dataset(spec.dataset)
     return spec
 
 
-def load_spec(path: Path | str) -> StudySpec:
+def load_spec(path: Path | str, *, check_data: bool = True) -> StudySpec:
     """Read and validate a study YAML. Reads only; writes nothing."""
     path = Path(path)
     if not path.is_file():
@@ -312,7 +314,7 @@ def load_spec(path: Path | str) -> StudySpec:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as err:
         raise SpecError(f"{path}: not valid YAML: {err}") from None
-    return parse_spec(data, path)
+    return parse_spec(data, path, check_data=check_data)
 
 
 def dump_spec(spec: StudySpec) -> str:
