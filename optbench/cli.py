@@ -56,7 +56,7 @@ def train(
         int | None, typer.Option(help="torch CPU threads (default: all cores)")
     ] = None,
     recipe: Annotated[
-        str, typer.Option(help="recipe preset: basic, paper or deit (docs/recipes.md)")
+        str, typer.Option(help="recipe preset: basic, paper or deit (README: Training recipes)")
     ] = "basic",
     set_: Annotated[
         list[str] | None,
@@ -171,9 +171,13 @@ def run(
     def make_launcher(n_jobs: int):
         if kind == "debug":
             return InlineLauncher()
-        n, threads = split_cores(n_jobs, workers or spec.executor.workers, usable_cores())
-        console.print(f"{n_jobs} trial(s) to run on {n} worker(s) x {threads} thread(s)")
-        return LocalLauncher(n, threads)
+        import torch
+
+        gpus = torch.cuda.device_count()
+        n, threads = split_cores(n_jobs, workers or spec.executor.workers, usable_cores(), gpus)
+        where = f"{n} GPU worker(s)" if gpus else f"{n} worker(s) x {threads} thread(s)"
+        console.print(f"{n_jobs} trial(s) to run on {where}")
+        return LocalLauncher(n, threads, gpus)
 
     try:
         run_study(spec, make_launcher, console=console)

@@ -100,11 +100,11 @@ class Dataset(_Strict):
 
 
 # Named recipes. A study picks one with `recipe.preset` and may override any key; every key's
-# meaning is in docs/recipes.md. "basic" is the fast quickstart recipe (the field defaults below).
+# meaning is in README.md, "Training recipes". "basic" is the fast quickstart recipe (the field defaults below).
 RecipePreset = Literal["basic", "paper", "deit"]
 RECIPE_PRESETS: dict[str, dict] = {
     "basic": {},
-    # Xiao et al. 2021, Sections 5.4 and 6 (see docs/recipes.md for the sources of each key)
+    # Xiao et al. 2021, Sections 5.4 and 6 (README.md, "Training recipes", gives the source of each key)
     "paper": {
         "warmup_epochs": 5.0,
         "warmup_ref_epochs": 50,

@@ -121,6 +121,8 @@ def test_split_cores_never_oversubscribes():
     assert split_cores(32, "auto", 2) == (2, 1)
     assert split_cores(1, "auto", 8) == (1, 8)
     assert split_cores(10, 3, 8) == (3, 2)
+    assert split_cores(10, "auto", 16, gpus=4) == (4, 4)  # one worker per GPU
+    assert split_cores(10, 8, 16, gpus=2) == (2, 8)
 
 
 def test_real_process_pool_runs_a_tiny_study(tiny_dict):
