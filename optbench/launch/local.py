@@ -1,8 +1,11 @@
 """Run trials on this machine: a pool of worker processes, or inline for debugging.
 
 Workers are spawned (not forked: torch's thread pools do not survive a fork), each limited to
-`threads` torch threads so that workers x threads never exceeds the cores. Workers ignore
-SIGINT: Ctrl-C reaches the driver, which stops the pool and leaves the database consistent.
+`threads` torch threads so that workers x threads never exceeds the cores. On a machine with
+GPUs, each worker owns one GPU (CUDA_VISIBLE_DEVICES set before CUDA starts). Workers ignore
+SIGINT: Ctrl-C reaches the driver, which terminates the workers (SIGTERM: each trial writes its
+checkpoint first) and leaves the database consistent; the next run resumes the trials from
+their checkpoints.
 """
 
 from __future__ import annotations
@@ -25,14 +28,19 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def split_cores(n_jobs: int, workers: int | str, cores: int) -> tuple[int, int]:
-    """(worker processes, torch threads per worker) for `n_jobs` jobs on `cores` cores."""
-    n = cores if workers == "auto" else int(workers)
+def split_cores(n_jobs: int, workers: int | str, cores: int, gpus: int = 0) -> tuple[int, int]:
+    """(worker processes, torch threads per worker) for `n_jobs` jobs on `cores` cores: one
+    worker per core, or per GPU where there are GPUs, unless `workers` says otherwise."""
+    n = (gpus or cores) if workers == "auto" else int(workers)
+    if gpus:
+        n = min(n, gpus)
     n = max(1, min(n, n_jobs))
     return n, max(1, cores // n)
 
 
-def _init_worker(threads: int) -> None:
+def _init_worker(threads: int, gpu_ids) -> None:
+    if gpu_ids is not None:  # before torch touches CUDA: this worker sees one GPU
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu_ids.get())
     import torch
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -40,22 +48,29 @@ def _init_worker(threads: int) -> None:
 
 
 def run_job(job: TrialJob) -> str:
-    """Worker entry point: train one trial into its folder; returns its status."""
+    """Worker entry point: train one trial into its folder (resuming from its checkpoint if an
+    earlier run was stopped); returns its status."""
+    import torch
+
     from optbench.train.loop import run_trial
 
-    return run_trial(job.config, job.out_dir).status
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    return run_trial(job.config, job.out_dir, device, resume=True, distributed=False).status
 
 
 class LocalLauncher:
-    """A process pool on this machine."""
+    """A process pool on this machine (`gpus` > 0: one GPU per worker)."""
 
-    def __init__(self, workers: int, threads: int):
+    def __init__(self, workers: int, threads: int, gpus: int = 0):
         self.workers, self.threads = workers, threads
+        ctx = multiprocessing.get_context("spawn")
+        gpu_ids = None
+        if gpus:
+            gpu_ids = ctx.Queue()
+            for i in range(workers):
+                gpu_ids.put(i)
         self._pool = ProcessPoolExecutor(
-            workers,
-            mp_context=multiprocessing.get_context("spawn"),
-            initializer=_init_worker,
-            initargs=(threads,),
+            workers, mp_context=ctx, initializer=_init_worker, initargs=(threads, gpu_ids)
         )
         self._futures: dict[Future, TrialJob] = {}
         self._seen_running: set[str] = set()
