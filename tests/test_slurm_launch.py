@@ -1,0 +1,107 @@
+"""The SLURM executor's pieces that need no cluster: settings, array splitting, job records,
+state mapping, and the job callable's skip-on-requeue."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from optbench.launch.base import TrialJob
+from optbench.launch.slurm import (
+    ACTIVE_STATES,
+    JobRecord,
+    SlurmLauncher,
+    append_records,
+    base_state,
+    chunks,
+    config_hash,
+    read_records,
+    sbatch_parameters,
+)
+from optbench.spec import SlurmSettings, SpecError, parse_spec
+from optbench.train.config import TrainConfig
+
+
+def _config(**kw) -> TrainConfig:
+    base = dict(model="vit_p_w64_16px", dataset={"name": "digits", "img_size": 16},
+                optimizer="adamw", lr=1e-3, wd=0.05, epochs=1, batch_size=128, ref_batch=128,
+                recipe={"warmup_epochs": 0})  # fmt: skip
+    return TrainConfig(**{**base, **kw})
+
+
+def test_slurm_settings_in_the_study_yaml(tiny_dict):
+    tiny_dict["executor"] = {
+        "kind": "slurm",
+        "slurm": {"partition": "gpu", "gpus_per_node": 4, "time_min": 30, "mem_gb": 8,
+                  "setup": ["module load cuda"], "sbatch": {"mail-type": "END"},
+                  "trials_per_job": 3},
+    }  # fmt: skip
+    spec = parse_spec(tiny_dict)
+    s = spec.executor.slurm
+    assert spec.executor.kind == "slurm" and s.tasks == 4 and s.trials_per_job == 3
+    params = sbatch_parameters(s, "tiny")
+    assert params["partition"] == "gpu" and params["gpus_per_node"] == 4
+    assert params["ntasks_per_node"] == 4 and params["time"] == 30 and params["mem"] == "8192MB"
+    assert params["setup"] == ["module load cuda"]
+    assert params["additional_parameters"] == {"requeue": True, "mail-type": "END"}
+    assert "account" not in params and "qos" not in params
+
+
+def test_unknown_slurm_key_names_the_field(tiny_dict):
+    tiny_dict["executor"] = {"kind": "slurm", "slurm": {"gpus": 2}}
+    with pytest.raises(SpecError, match=r"executor\.slurm\.gpus: unknown key"):
+        parse_spec(tiny_dict)
+
+
+def test_tasks_follow_gpus_unless_given():
+    assert SlurmSettings().tasks == 1
+    assert SlurmSettings(gpus_per_node=8).tasks == 8
+    assert SlurmSettings(tasks_per_node=2).tasks == 2
+
+
+@pytest.mark.parametrize(
+    "n, size, lengths", [(6, 4, [4, 2]), (4, 4, [4]), (1, 1001, [1]), (0, 3, [])]
+)
+def test_chunks_keep_order_and_respect_the_limit(n, size, lengths):
+    parts = chunks(list(range(n)), size)
+    assert [len(p) for p in parts] == lengths
+    assert [x for p in parts for x in p] == list(range(n))
+
+
+def test_sacct_states_are_reduced_to_their_base():
+    assert base_state("CANCELLED by 0") == "CANCELLED"
+    assert base_state("") == "UNKNOWN"
+    assert base_state("OUT_OF_MEMORY") == "OUT_OF_MEMORY"
+    assert {"PENDING", "RUNNING", "REQUEUED"} <= ACTIVE_STATES
+    assert not {"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "OUT_OF_MEMORY"} & ACTIVE_STATES
+
+
+def test_later_job_records_replace_earlier_ones(tmp_path: Path):
+    a1 = JobRecord("cell/s000-seed0", "10_0", "h", "log0", 1.0)
+    b = JobRecord("cell/s001-seed0", "10_1", "h", "log1", 1.0)
+    a2 = JobRecord("cell/s000-seed0", "11", "h", "log2", 2.0)
+    append_records(tmp_path, [a1, b])
+    append_records(tmp_path, [a2])
+    assert read_records(tmp_path) == {a1.key: a2, b.key: b}
+
+
+def test_config_hash_changes_with_the_config():
+    assert config_hash(_config()) == config_hash(_config())
+    assert config_hash(_config()) != config_hash(_config(lr=2e-3))
+
+
+def test_a_recorded_job_that_ended_without_a_result_is_reported_lost(tmp_path, monkeypatch):
+    job = TrialJob("cell/s000-seed0", _config(), tmp_path / "trial")
+    append_records(
+        tmp_path, [JobRecord(job.key, "42_3", config_hash(job.config), "/logs/42_3.err", 0.0)]
+    )
+    monkeypatch.setattr(
+        "optbench.launch.slurm.sacct_states", lambda ids: dict.fromkeys(ids, "OUT_OF_MEMORY")
+    )
+    launcher = SlurmLauncher(SlurmSettings(), tmp_path, "tiny")
+    launcher.submit([job])  # nothing new is submitted: the record matches
+    [event] = launcher.poll(0)
+    assert event.kind == "lost" and "42_3 OUT_OF_MEMORY" in event.message
+    assert "/logs/42_3.err" in event.message
+    assert launcher.submitted == 0 and launcher.reattached == 0
