@@ -150,6 +150,7 @@ SchedulerParameters=sched_interval=5,bf_interval=2
 JobAcctGatherType=jobacct_gather/linux
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
+AccountingStorageTRES=gres/gpu
 $gres_types
 NodeName=$host CPUs=$cpus RealMemory=$mem_mb$gres_node State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP

@@ -105,3 +105,18 @@ def test_a_recorded_job_that_ended_without_a_result_is_reported_lost(tmp_path, m
     assert event.kind == "lost" and "42_3 OUT_OF_MEMORY" in event.message
     assert "/logs/42_3.err" in event.message
     assert launcher.submitted == 0 and launcher.reattached == 0
+    assert read_records(tmp_path)[job.key].ended == "OUT_OF_MEMORY"  # reported once
+
+
+def test_a_job_whose_end_was_reported_is_resubmitted_as_a_new_attempt(tmp_path, monkeypatch):
+    job = TrialJob("cell/s000-seed0", _config(), tmp_path / "trial")
+    rec = JobRecord(job.key, "42_3", config_hash(job.config), "/logs/42_3.err", 0.0, ended="FAILED")
+    append_records(tmp_path, [rec])
+    monkeypatch.setattr(
+        "optbench.launch.slurm.sacct_states", lambda ids: pytest.fail("no sacct needed")
+    )
+    submitted = []
+    monkeypatch.setattr(SlurmLauncher, "_submit_new", lambda self, jobs: submitted.extend(jobs))
+    launcher = SlurmLauncher(SlurmSettings(), tmp_path, "tiny")
+    launcher.submit([job])
+    assert submitted == [job] and launcher.poll(0) == []

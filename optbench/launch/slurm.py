@@ -21,17 +21,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import subprocess
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import submitit
 
 from optbench.launch.base import JobEvent, TrialJob
-from optbench.spec import SlurmSettings, UsageError
+from optbench.spec import SlurmSettings, StudySpec, UsageError
 from optbench.train.config import TrainConfig
 from optbench.train.results import read_result
 
@@ -118,6 +119,8 @@ class TrialBatch:
         if submitit.JobEnvironment().num_tasks > 1:
             # MASTER_ADDR/PORT, RANK, WORLD_SIZE, LOCAL_RANK from the SLURM environment.
             submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+        # task/none and some clusters do not bind CPUs: keep torch within the task's share.
+        torch.set_num_threads(int(os.environ.get("SLURM_CPUS_PER_TASK", "1")))
         device = "cuda" if torch.cuda.is_available() else "cpu"
         statuses = []
         for job in self.jobs:
@@ -148,6 +151,7 @@ class JobRecord:
     config: str  # config_hash of the trial's TrainConfig
     log: str
     submitted: float
+    ended: str | None = None  # the final state, once reported to a driver (then it recorded it)
 
 
 def read_records(folder: Path) -> dict[str, JobRecord]:
@@ -223,10 +227,12 @@ class SlurmLauncher:
         recorded job ended without a result; submit the rest as job arrays."""
         self.folder.mkdir(parents=True, exist_ok=True)
         records = read_records(self.folder)
-        known = {
-            j.key: records[j.key]
+        known = {  # trials whose job no driver has seen end: reattach, or report their end
+            j.key: rec
             for j in jobs
-            if j.key in records and records[j.key].config == config_hash(j.config)
+            if (rec := records.get(j.key))
+            and rec.ended is None
+            and rec.config == config_hash(j.config)
         }
         states = sacct_states(r.job_id for r in known.values()) if known else {}
         now = time.monotonic()
@@ -264,6 +270,8 @@ class SlurmLauncher:
             self.submitted += len(new)
 
     def _end_event(self, job: TrialJob, rec: JobRecord, state: str) -> JobEvent:
+        """The event for a trial whose job ended, noted in jobs.jsonl as reported."""
+        append_records(self.folder, [replace(rec, ended=state)])
         result = read_result(job.out_dir)
         if result is not None and result.config == job.config:
             return JobEvent(job.key, "ended")
@@ -317,7 +325,16 @@ class SlurmLauncher:
         self._tracked.clear()
 
 
-# --- study-level commands (optbench cancel / status) ----------------------------------------
+# --- study-level entry points (optbench run / cancel / status) ------------------------------
+
+
+def job_folder(spec: StudySpec) -> Path:
+    """Where a study's job scripts, logs and jobs.jsonl live (a shared file system)."""
+    return spec.executor.slurm.folder or spec.study_dir / "slurm"
+
+
+def launcher_for(spec: StudySpec) -> SlurmLauncher:
+    return SlurmLauncher(spec.executor.slurm, job_folder(spec), spec.name)
 
 
 def recorded_states(folder: Path) -> dict[str, tuple[JobRecord, str]]:

@@ -1,0 +1,192 @@
+"""optbench's SLURM executor against a real cluster (`bash scripts/slurm-local.sh start`).
+
+Tiny models on digits, 1-3 epochs: every job is a few seconds of training plus Python startup.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from optbench.launch.base import TrialJob
+from optbench.launch.slurm import (
+    SlurmLauncher,
+    cancel_study_jobs,
+    job_folder,
+    launcher_for,
+    read_records,
+    sacct_states,
+)
+from optbench.runner import run_study, trial_config, trial_dir
+from optbench.spec import StudySpec, parse_spec
+from optbench.store import Store
+from optbench.train.loop import run_trial
+from optbench.train.results import METRICS_FILE, read_result
+
+pytestmark = pytest.mark.slurm
+
+
+def _spec(tiny: dict, *, models: int = 2, samples: int = 1, epochs: int = 1, **slurm) -> StudySpec:
+    data = copy.deepcopy(tiny)
+    data["models"] = data["models"][:models]
+    data["search"]["n_samples"] = samples
+    data["epochs"] = epochs
+    data["executor"] = {"kind": "slurm", "slurm": {"poll_s": 2, "time_min": 10, **slurm}}
+    return parse_spec(data)
+
+
+def _run(spec: StudySpec):
+    return run_study(
+        spec, lambda n: launcher_for(spec), console=Console(file=open(os.devnull, "w")), live=False
+    )  # noqa: SIM115
+
+
+def _wait_for(what: str, check, timeout: float = 180.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _epochs_logged(out_dir: Path) -> int:
+    path = out_dir / METRICS_FILE
+    return len(path.read_text().splitlines()) if path.is_file() else 0
+
+
+def _scontrol_job(job_id: str) -> str:
+    return subprocess.run(
+        ["scontrol", "show", "job", job_id], capture_output=True, text=True
+    ).stdout
+
+
+def test_array_of_2_models_x_3_samples_completes_split_by_max_array_size(tiny_dict, slurm_cluster):
+    spec = _spec(tiny_dict, models=2, samples=3)
+    _run(spec)
+
+    frame = Store(spec, create=False).frame()
+    assert len(frame) == 6 and (frame.status == "finished").all()
+    assert frame.final_error.between(0, 100).all()
+    records = read_records(job_folder(spec))
+    assert len(records) == 6
+    arrays = {r.job_id.split("_")[0] for r in records.values()}
+    indices = [int(r.job_id.split("_")[1]) for r in records.values()]
+    assert len(arrays) == math.ceil(6 / slurm_cluster.max_array_size)
+    assert max(indices) < slurm_cluster.max_array_size
+    ids = [
+        r.job_id for r in records.values()
+    ]  # a trial is recorded as soon as its result is written
+    _wait_for("every job to complete", lambda: set(sacct_states(ids).values()) == {"COMPLETED"})
+
+
+def test_a_job_killed_mid_trial_fails_honestly_and_the_next_run_resubmits_it(tiny_dict):
+    spec = _spec(tiny_dict, models=1, epochs=3)
+    [item] = Store(spec, create=False).plan()
+    out_dir = trial_dir(spec, item)
+    killed = []
+
+    def kill_the_trial_process():
+        _wait_for("the first epoch", lambda: _epochs_logged(out_dir) >= 1)
+        [rec] = read_records(job_folder(spec)).values()
+        pids = subprocess.run(
+            ["scontrol", "listpids", rec.job_id], capture_output=True, text=True
+        ).stdout
+        # The job step's own task (step 0, local id 0): the Python process that trains.
+        [pid] = [
+            int(f[0]) for f in map(str.split, pids.splitlines()[1:]) if f[2] == "0" and f[3] == "0"
+        ]
+        os.kill(pid, 9)
+        killed.append(rec.job_id)
+
+    killer = threading.Thread(target=kill_the_trial_process, daemon=True)
+    killer.start()
+    _run(spec)
+    killer.join()
+
+    [failed] = Store(spec, create=False).plan()
+    assert killed and failed.status == "failed"
+    message = failed.record.user_attrs["message"]
+    assert f"SLURM job {killed[0]} FAILED" in message and "log: " in message
+    assert Path(message.split("log: ")[1]).is_file()
+
+    _run(spec)  # the next run resubmits the unfinished trial
+    [done] = Store(spec, create=False).plan()
+    assert done.status == "finished" and done.attempts == 2
+    [rec] = read_records(job_folder(spec)).values()
+    assert rec.job_id != killed[0]
+
+
+def test_a_requeued_job_resumes_and_ends_like_an_uninterrupted_trial(tiny_dict, tmp_path):
+    spec = _spec(tiny_dict, models=1, epochs=3)
+    [item] = Store(spec, create=False).plan()
+    out_dir = trial_dir(spec, item)
+    config = trial_config(spec, item)
+    launcher = launcher_for(spec)
+    launcher.submit([TrialJob(item.key, config, out_dir)])
+    [job_id] = launcher.job_ids()
+
+    _wait_for("the first epoch", lambda: _epochs_logged(out_dir) >= 1)
+    subprocess.run(["scontrol", "requeue", job_id], check=True)
+    reference = run_trial(config, tmp_path / "uninterrupted")  # meanwhile, on this process
+    ended = _wait_for(
+        "the requeued job to end",
+        lambda: [e for e in launcher.poll(1.0) if e.kind != "running"],
+        timeout=240,
+    )
+
+    assert [e.kind for e in ended] == ["ended"]
+    result = read_result(out_dir)
+    assert result.status == "finished" and result.digest == reference.digest
+    assert result.final_error == reference.final_error
+    assert "Restarts=1" in _scontrol_job(job_id)
+
+
+def test_a_gpu_request_is_scheduled_on_the_clusters_gpus(tiny_dict, slurm_cluster):
+    if slurm_cluster.gpus < 1:
+        pytest.skip("the cluster has no (fake) GPUs")
+    spec = _spec(tiny_dict, models=1, gpus_per_node=1)
+    _run(spec)
+
+    [rec] = read_records(job_folder(spec)).values()
+    tres = subprocess.run(
+        ["sacct", "-j", rec.job_id, "-X", "-n", "-P", "-o", "AllocTRES"],
+        capture_output=True,
+        text=True,
+    ).stdout
+    assert "gres/gpu=1" in tres
+    assert Store(spec, create=False).plan()[0].status == "finished"
+
+
+def test_detached_jobs_are_reattached_not_resubmitted_and_cancel_stops_them(tiny_dict):
+    spec = _spec(tiny_dict, models=2, epochs=3)
+    plan = Store(spec, create=False).plan()
+    jobs = [TrialJob(t.key, trial_config(spec, t), trial_dir(spec, t)) for t in plan]
+    first = launcher_for(spec)
+    first.submit(jobs)
+    first.close(cancel=False)  # the driver goes away; the jobs stay
+
+    second = SlurmLauncher(spec.executor.slurm, job_folder(spec), spec.name)
+    second.submit(jobs)
+    assert (second.submitted, second.reattached) == (0, 2)
+    assert len(read_records(job_folder(spec))) == 2
+
+    assert sorted(cancel_study_jobs(job_folder(spec))) == sorted(second.job_ids())
+    events = []
+
+    def ended():
+        events.extend(e for e in second.poll(1.0) if e.kind != "running")
+        return len(events) == 2
+
+    _wait_for("both jobs to end", ended)
+    assert {e.kind for e in events} == {"lost"}
+    assert all("CANCELLED" in e.message for e in events)
