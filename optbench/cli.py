@@ -43,24 +43,54 @@ def train(
         Path | None, typer.Option(help="dataset folder (on-disk datasets)")
     ] = None,
     img_size: Annotated[int | None, typer.Option(help="resize images to this size")] = None,
-    warmup_epochs: float = 5.0,
+    warmup_epochs: Annotated[
+        float | None, typer.Option(help="override recipe.warmup_epochs")
+    ] = None,
     threads: Annotated[
         int | None, typer.Option(help="torch CPU threads (default: all cores)")
     ] = None,
+    recipe: Annotated[
+        str, typer.Option(help="recipe preset: basic, paper or deit (docs/recipes.md)")
+    ] = "basic",
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set", help="override one recipe key, KEY=VALUE (VALUE read as YAML); repeatable"
+        ),
+    ] = None,
+    device: Annotated[str, typer.Option(help="torch device, e.g. cpu or cuda")] = "cpu",
+    resume: Annotated[
+        bool, typer.Option(help="continue from OUT/checkpoint.pt if there is one")
+    ] = False,
+    download: Annotated[
+        bool, typer.Option(help="download the dataset into --data-root first (cifar10/100)")
+    ] = False,
 ) -> None:
-    """Train one configuration and write OUT/result.json (the runner's workers do the same)."""
+    """Train one configuration and write OUT/result.json (the runner's workers do the same).
+
+    SIGTERM or SIGUSR2 saves OUT/checkpoint.pt and exits with 128 + the signal number; run the
+    same command with --resume to continue."""
     import torch
+    import yaml
     from pydantic import ValidationError
 
     from optbench.models import is_model
     from optbench.train.config import TrainConfig
-    from optbench.train.data import check_dataset
-    from optbench.train.loop import run_trial
+    from optbench.train.data import check_dataset, download_dataset
+    from optbench.train.loop import TrialInterrupted, run_trial
 
     if optimizer not in OPTIMIZERS:
         raise UsageError(f"--optimizer: must be one of {list(OPTIMIZERS)}, got {optimizer!r}")
     if not is_model(model):
         raise UsageError(f"MODEL: unknown model {model!r} (see `optbench models`)")
+    overrides: dict = {"preset": recipe}
+    if warmup_epochs is not None:
+        overrides["warmup_epochs"] = warmup_epochs
+    for item in set_ or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--set: expected KEY=VALUE, got {item!r}")
+        overrides[key.strip()] = yaml.safe_load(value)
     try:
         ds = Dataset(name=dataset, root=data_root, img_size=img_size)
         cfg = TrainConfig(
@@ -73,14 +103,20 @@ def train(
             batch_size=batch_size,
             ref_batch=ref_batch,
             seed=seed,
-            recipe=Recipe(warmup_epochs=warmup_epochs),
+            recipe=Recipe.model_validate(overrides),
         )
     except ValidationError as err:
         raise UsageError(str(err)) from None
+    if download:
+        download_dataset(ds)
     check_dataset(ds)
     if threads:
         torch.set_num_threads(threads)
-    result = run_trial(cfg, out)
+    try:
+        result = run_trial(cfg, out, device, resume=resume)
+    except TrialInterrupted as stopped:
+        typer.echo(f"{stopped}; resume with --resume", err=True)
+        sys.exit(128 + stopped.signum)
     typer.echo(result.model_dump_json(indent=2, exclude={"config"}))
     if result.status == "failed":
         raise typer.Exit(1)

@@ -92,17 +92,113 @@ class Dataset(_Strict):
     img_size: int | None = Field(default=None, ge=4)
 
 
-class Recipe(_Strict):
-    """The training recipe shared by every trial of a study."""
+# Named recipes. A study picks one with `recipe.preset` and may override any key; every key's
+# meaning is in docs/recipes.md. "basic" is the fast quickstart recipe (the field defaults below).
+RecipePreset = Literal["basic", "paper", "deit"]
+RECIPE_PRESETS: dict[str, dict] = {
+    "basic": {},
+    # Xiao et al. 2021, Sections 5.4 and 6 (see docs/recipes.md for the sources of each key)
+    "paper": {
+        "warmup_epochs": 5.0,
+        "warmup_ref_epochs": 50,
+        "min_lr": 0.0,
+        "label_smoothing": 0.1,
+        "ema": True,
+        "ema_horizon": 0.078,
+        "auto_augment": "autoaugment",
+        "mixup_alpha": 0.8,
+        "cutmix_alpha": 1.0,
+        "random_erasing": 0.0,
+        "repeated_aug": 1,
+        "drop_path": 0.0,
+        "wd_exclude": [],
+    },
+    # DeiT / DHVT official code (Lu et al. 2022); lr is normalized to batch 512 there: set the
+    # study's ref_batch to 512 to match.
+    "deit": {
+        "warmup_epochs": 5.0,
+        "warmup_ref_epochs": 50,
+        "min_lr": 1e-5,
+        "label_smoothing": 0.1,
+        "ema": True,
+        "ema_horizon": 0.078,
+        "auto_augment": "randaugment",
+        "randaugment_m": 9,
+        "randaugment_n": 2,
+        "mixup_alpha": 0.8,
+        "cutmix_alpha": 1.0,
+        "random_erasing": 0.25,
+        "repeated_aug": 3,
+        "drop_path": 0.1,
+        "wd_exclude": ["*cls_token", "*pos_embed"],
+    },
+}
 
+
+class Recipe(_Strict):
+    """The training recipe shared by every trial of a study: a named preset plus overrides.
+
+    The preset fills every key the study does not give; the resolved recipe (preset name and
+    every key) is what gets stored and hashed into the cell id.
+    """
+
+    preset: RecipePreset = "basic"
+    # schedule
     warmup_epochs: float = Field(default=5.0, ge=0)
+    warmup_ref_epochs: int | None = Field(default=None, ge=1)
+    schedule_step: Literal["iteration", "epoch"] = "iteration"
     min_lr: float = Field(default=0.0, ge=0)
-    label_smoothing: float = Field(default=0.1, ge=0, lt=1)
+    # optimizer
     momentum: float = Field(default=0.9, ge=0, lt=1)
+    nesterov: bool = False
     betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = Field(default=1e-8, gt=0)
+    wd_exclude: tuple[str, ...] = ()
+    # loss, weights average and what is reported
+    label_smoothing: float = Field(default=0.1, ge=0, lt=1)
+    ema: bool = True
+    ema_horizon: float = Field(default=0.078, gt=0, le=1)
+    report: Literal["ema_final", "ema_best", "raw_final", "raw_best"] = "ema_final"
+    diverge_loss: float = Field(default=1e4, gt=0)
+    # augmentation
     hflip: bool = True
     translate: int = Field(default=4, ge=0)
-    diverge_loss: float = Field(default=1e4, gt=0)
+    auto_augment: Literal["none", "autoaugment", "randaugment"] = "none"
+    autoaugment_policy: Literal["imagenet", "cifar10"] = "imagenet"
+    randaugment_n: int = Field(default=2, ge=1)
+    randaugment_m: int = Field(default=9, ge=0, le=30)
+    augment_group: int = Field(default=8, ge=1)
+    mixup_alpha: float = Field(default=0.0, ge=0)
+    cutmix_alpha: float = Field(default=0.0, ge=0)
+    random_erasing: float = Field(default=0.0, ge=0, le=1)
+    repeated_aug: int = Field(default=1, ge=1)
+    drop_path: float = Field(default=0.0, ge=0, lt=1)
+    # speed (each is off or harmless on CPU)
+    amp: bool = True
+    channels_last: bool = True
+    compile: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_from_preset(cls, data):
+        if isinstance(data, dict):
+            preset = data.get("preset", "basic")
+            if preset in RECIPE_PRESETS:  # an unknown name is reported by the Literal check
+                data = {**RECIPE_PRESETS[preset], **data}
+        return data
+
+    @model_validator(mode="after")
+    def _ema_if_reported(self) -> Recipe:
+        if self.report.startswith("ema") and not self.ema:
+            raise ValueError(f"report {self.report!r} needs ema: true (or report raw_final)")
+        return self
+
+    def warmup_for(self, epochs: int) -> float:
+        """Warmup epochs for a schedule of `epochs`: the full warmup_epochs for schedules of at
+        least warmup_ref_epochs, shortened in proportion below that."""
+        if self.warmup_ref_epochs is None or epochs >= self.warmup_ref_epochs:
+            return self.warmup_epochs
+        return self.warmup_epochs * epochs / self.warmup_ref_epochs
 
 
 class SlurmSettings(_Strict):

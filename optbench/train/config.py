@@ -30,10 +30,11 @@ class TrainConfig(BaseModel):
 
     @model_validator(mode="after")
     def _warmup_fits(self) -> TrainConfig:
-        if self.recipe.warmup_epochs >= self.epochs:
+        if self.recipe.warmup_for(self.epochs) >= self.epochs:
             raise ValueError(
                 f"recipe.warmup_epochs {self.recipe.warmup_epochs} must be shorter than "
-                f"the schedule ({self.epochs} epochs)"
+                f"the schedule ({self.epochs} epochs); or set recipe.warmup_ref_epochs to "
+                "shorten warmup in proportion for short schedules"
             )
         return self
 
@@ -44,7 +45,13 @@ class TrainConfig(BaseModel):
 
 
 class TrialResult(BaseModel):
-    """The content of a trial's result.json. Errors are top-1 error in percent."""
+    """The content of a trial's result.json. Errors are in percent.
+
+    `final_error` and `best_error` are the top-1 errors of the model the recipe reports
+    (`recipe.report`: by default the EMA weights; `final_error` is then the final EMA top-1
+    error, the study's metric). The raw and EMA errors, top-1 and top-5, final and best-epoch,
+    are kept under their own keys (None where not measured, e.g. EMA errors without EMA).
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -59,3 +66,11 @@ class TrialResult(BaseModel):
     digest: str | None = None
     message: str | None = None
     config: TrainConfig
+    reported: str | None = None
+    raw_final_error: float | None = None
+    raw_best_error: float | None = None
+    raw_final_top5_error: float | None = None
+    ema_final_error: float | None = None
+    ema_best_error: float | None = None
+    ema_final_top5_error: float | None = None
+    world_size: int = 1

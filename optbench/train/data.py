@@ -1,21 +1,64 @@
-"""Datasets, held on the training device as uint8 tensors and augmented there in batches.
+"""Datasets: where they live on disk, how they are checked, and how batches reach the model.
 
-Small datasets (digits; CIFAR later) fit in memory, so the fastest loop keeps them on the device
-and does every augmentation as one batched tensor op: no per-image Python on the hot path.
-`DATASETS` names every dataset a study may use; `check_dataset` validates a dataset's
-location without loading it (so a bad path is caught before anything is written).
+Two paths, one interface (`TrainBatches`: uint8 image batches and int labels on the training
+device, in an order fixed by (seed, epoch)):
+
+- Small datasets (digits, cifar10, cifar100) are loaded whole into uint8 tensors on the training
+  device (`DeviceData`, `DeviceBatches`); augmentation then runs there in whole batches
+  (augment.py). No per-image Python on the hot path.
+- Class-folder datasets (imagenet, imagefolder) stream through a torch DataLoader
+  (`FolderBatches`): worker processes decode and crop each image (RandomResizedCrop, flip,
+  AutoAugment/RandAugment from torchvision), batches arrive as pinned uint8 tensors, prefetched,
+  and the rest (normalization, erasing, mixup/CutMix) runs batched on the device.
+
+On-disk layouts (`check_dataset` verifies them without reading images; it runs when a study is
+validated, so it must stay cheap):
+
+- cifar10:  ROOT/cifar-10-batches-py/{data_batch_1..5, test_batch}   (torchvision's python pickles)
+- cifar100: ROOT/cifar-100-python/{train, test}                      (torchvision's python pickles)
+- imagenet, imagefolder: ROOT/train/<class>/<image> and ROOT/val/<class>/<image>, with the same
+  class folders in both.
+
+CIFAR's validation split is its test set. Nothing is downloaded unless `download_dataset` is
+called (`optbench train --download`).
+
+Every random order is derived from (seed, epoch), and every per-image random transform of the
+DataLoader path from (seed, epoch, image index), so a position in training fixes its data: a
+trial resumed mid-epoch sees exactly the batches an uninterrupted one sees.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import pickle
+import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.utils.data import DataLoader
+from torch.utils.data import Dataset as TorchDataset
 
-from optbench.spec import Dataset, UsageError
+from optbench.spec import Dataset, Recipe, UsageError
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+FOLDER_IMG_SIZE = 224  # default input size of class-folder datasets
+EVAL_CROP_PCT = 0.875  # val images: resize to img_size / 0.875, center crop img_size
+
+
+def derive_seed(*parts: object) -> int:
+    """A 63-bit seed determined by `parts` (e.g. (seed, "order", epoch)); stable across runs."""
+    blob = repr(parts).encode()
+    return int.from_bytes(hashlib.sha256(blob).digest()[:8], "little") >> 1
+
+
+# --- in-memory datasets -----------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -38,6 +81,10 @@ class DeviceData:
     def img_size(self) -> int:
         return self.train_x.shape[-1]
 
+    @property
+    def num_train(self) -> int:
+        return len(self.train_y)
+
     def to(self, device: torch.device | str) -> DeviceData:
         return DeviceData(
             self.train_x.to(device),
@@ -55,6 +102,12 @@ def _resize_uint8(x: torch.Tensor, size: int | None) -> torch.Tensor:
         return x
     y = F.interpolate(x.float(), size=(size, size), mode="bilinear", align_corners=False)
     return y.round().clamp(0, 255).to(torch.uint8)
+
+
+def _channel_stats(x: torch.Tensor) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Per-channel mean and std of uint8 images, in [0, 1] units."""
+    xf = x.float().div_(255.0).transpose(0, 1).reshape(x.shape[1], -1)
+    return tuple(xf.mean(1).tolist()), tuple(xf.std(1).tolist())
 
 
 def _stratified_split(
@@ -94,9 +147,157 @@ def _check_nothing(spec: Dataset) -> None:
         )
 
 
+@dataclass(frozen=True)
+class CifarLayout:
+    """torchvision's on-disk CIFAR format: python pickles in one folder under the root."""
+
+    folder: str
+    train_files: tuple[str, ...]
+    val_files: tuple[str, ...]
+    label_key: str
+    num_classes: int
+
+    def describe(self) -> str:
+        files = ", ".join(self.train_files + self.val_files)
+        return f"ROOT/{self.folder}/{{{files}}} (torchvision's python-pickle CIFAR format)"
+
+
+def _cifar_layout(name: str) -> CifarLayout:
+    from torchvision.datasets import CIFAR10, CIFAR100
+
+    cls, label_key, classes = (
+        (CIFAR10, "labels", 10) if name == "cifar10" else (CIFAR100, "fine_labels", 100)
+    )
+    return CifarLayout(
+        folder=cls.base_folder,
+        train_files=tuple(f for f, _ in cls.train_list),
+        val_files=tuple(f for f, _ in cls.test_list),
+        label_key=label_key,
+        num_classes=classes,
+    )
+
+
+def _require_root(spec: Dataset, layout: str) -> Path:
+    if spec.root is None:
+        raise UsageError(f"dataset.root: {spec.name} needs a root folder laid out as {layout}")
+    return Path(spec.root)
+
+
+def _check_cifar(spec: Dataset) -> None:
+    layout = _cifar_layout(spec.name)
+    root = _require_root(spec, layout.describe())
+    folder = root / layout.folder
+    missing = [f for f in layout.train_files + layout.val_files if not (folder / f).is_file()]
+    if missing:
+        raise UsageError(
+            f"dataset.root: {folder} lacks {missing}; expected {layout.describe()}. "
+            f"`optbench train --download` fetches {spec.name} there (needs internet)"
+        )
+
+
+def _read_cifar_batches(folder: Path, files: tuple[str, ...], label_key: str):
+    xs, ys = [], []
+    for name in files:
+        path = folder / name
+        try:
+            with open(path, "rb") as f:
+                entry = pickle.load(f, encoding="latin1")
+            data, labels = entry["data"], entry[label_key]
+        except (pickle.UnpicklingError, EOFError, KeyError, TypeError, ValueError) as err:
+            raise UsageError(
+                f"dataset.root: {path} is not a CIFAR pickle batch with 'data' and "
+                f"'{label_key}' ({type(err).__name__}: {err})"
+            ) from None
+        xs.append(np.asarray(data, dtype=np.uint8).reshape(-1, 3, 32, 32))
+        ys.append(np.asarray(labels, dtype=np.int64))
+    return torch.from_numpy(np.concatenate(xs)), torch.from_numpy(np.concatenate(ys))
+
+
+def load_cifar(spec: Dataset) -> DeviceData:
+    """CIFAR-10 / CIFAR-100 from torchvision's pickles; validation = the test set."""
+    layout = _cifar_layout(spec.name)
+    folder = Path(spec.root) / layout.folder
+    train_x, train_y = _read_cifar_batches(folder, layout.train_files, layout.label_key)
+    val_x, val_y = _read_cifar_batches(folder, layout.val_files, layout.label_key)
+    train_x, val_x = _resize_uint8(train_x, spec.img_size), _resize_uint8(val_x, spec.img_size)
+    mean, std = _channel_stats(train_x)
+    return DeviceData(train_x, train_y, val_x, val_y, layout.num_classes, mean, std)
+
+
+def download_dataset(spec: Dataset) -> None:
+    """Fetch a downloadable dataset (cifar10, cifar100) into spec.root with torchvision."""
+    from torchvision.datasets import CIFAR10, CIFAR100
+
+    downloaders = {"cifar10": CIFAR10, "cifar100": CIFAR100}
+    if spec.name not in downloaders:
+        raise UsageError(f"--download: {spec.name} cannot be downloaded by optbench")
+    root = _require_root(spec, _cifar_layout(spec.name).describe())
+    try:
+        for train in (True, False):
+            downloaders[spec.name](str(root), train=train, download=True)
+    except (OSError, RuntimeError) as err:
+        raise UsageError(f"--download: could not fetch {spec.name} into {root}: {err}") from None
+
+
+# --- class-folder datasets --------------------------------------------------------------------
+
+FOLDER_LAYOUT = "ROOT/train/<class>/<image> and ROOT/val/<class>/<image> (same classes in both)"
+
+
+def _class_dirs(split: Path) -> list[str]:
+    with os.scandir(split) as entries:
+        return sorted(e.name for e in entries if e.is_dir() and not e.name.startswith("."))
+
+
+def _check_folders(spec: Dataset) -> None:
+    root = _require_root(spec, FOLDER_LAYOUT)
+    classes = {}
+    for split in ("train", "val"):
+        path = root / split
+        if not path.is_dir():
+            raise UsageError(f"dataset.root: {path} is not a folder; expected {FOLDER_LAYOUT}")
+        classes[split] = _class_dirs(path)
+        if not classes[split]:
+            raise UsageError(f"dataset.root: {path} has no class folders; expected {FOLDER_LAYOUT}")
+    if classes["train"] != classes["val"]:
+        only = sorted(set(classes["train"]) ^ set(classes["val"]))[:5]
+        raise UsageError(
+            f"dataset.root: {root}/train and {root}/val have different class folders "
+            f"(e.g. {only}); expected {FOLDER_LAYOUT}"
+        )
+
+
+@dataclass(frozen=True)
+class FolderData:
+    """A class-folder dataset, read image by image by DataLoader workers."""
+
+    root: Path
+    classes: tuple[str, ...]
+    img_size: int
+    mean: tuple[float, ...] = IMAGENET_MEAN
+    std: tuple[float, ...] = IMAGENET_STD
+    in_chans: int = 3
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+
+def load_folders(spec: Dataset) -> FolderData:
+    root = Path(spec.root)
+    classes = tuple(_class_dirs(root / "train"))
+    return FolderData(root, classes, spec.img_size or FOLDER_IMG_SIZE)
+
+
 # name -> (check the location without loading, load)
-DATASETS: dict[str, tuple[Callable[[Dataset], None], Callable[[Dataset], DeviceData]]] = {
+DATASETS: dict[
+    str, tuple[Callable[[Dataset], None], Callable[[Dataset], DeviceData | FolderData]]
+] = {
     "digits": (_check_nothing, load_digits),
+    "cifar10": (_check_cifar, load_cifar),
+    "cifar100": (_check_cifar, load_cifar),
+    "imagenet": (_check_folders, load_folders),
+    "imagefolder": (_check_folders, load_folders),
 }
 
 
@@ -107,59 +308,209 @@ def check_dataset(spec: Dataset) -> None:
     DATASETS[spec.name][0](spec)
 
 
-def load_dataset(spec: Dataset) -> DeviceData:
+def load_dataset(spec: Dataset) -> DeviceData | FolderData:
     check_dataset(spec)
     return DATASETS[spec.name][1](spec)
 
 
-class GpuLoader:
-    """Batches of a DeviceData split, augmented on its device: translate (pad + random crop),
-    horizontal flip, normalization. The order and the augmentation come from one generator,
-    so a seed fixes the whole stream."""
+# --- batches ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Shard:
+    """This process's share of a global batch under DDP (rank r of world w); (0, 1) alone."""
+
+    rank: int = 0
+    world: int = 1
+
+
+def epoch_order(n: int, seed: int, epoch: int, repeated_aug: int) -> torch.Tensor:
+    """The training order of one epoch (n indices, on the CPU), fixed by (seed, epoch).
+
+    With repeated augmentation r > 1 (DeiT's RASampler), an epoch draws n / r distinct images
+    and shows each r times in a row, so the r copies fall into the same global batch."""
+    gen = torch.Generator().manual_seed(derive_seed(seed, "order", epoch))
+    if repeated_aug == 1:
+        return torch.randperm(n, generator=gen)
+    distinct = torch.randperm(n, generator=gen)[: -(-n // repeated_aug)]
+    return distinct.repeat_interleave(repeated_aug)[:n]
+
+
+class TrainBatches(Protocol):
+    """What the loop needs from a dataset: uint8 batches on the device, in a fixed order."""
+
+    num_classes: int
+    in_chans: int
+    img_size: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    geometric_on_device: bool  # False: crop/flip/policy were applied per image by workers
+
+    def __len__(self) -> int: ...  # batches per epoch
+
+    def train(self, epoch: int, start: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]: ...
+
+    def val(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]: ...
+
+
+class DeviceBatches:
+    """Batches of a DeviceData: index the device tensors with a slice of the epoch order.
+
+    `batch_size` is the global batch; under DDP this process takes its contiguous share."""
+
+    geometric_on_device = True
 
     def __init__(
         self,
         data: DeviceData,
         batch_size: int,
         *,
-        translate: int,
-        hflip: bool,
-        generator: torch.Generator,
+        seed: int,
+        repeated_aug: int = 1,
+        shard: Shard = Shard(),
+        val_chunk: int = 1024,
     ):
-        self.data, self.batch_size = data, batch_size
-        self.translate, self.hflip, self.gen = translate, hflip, generator
-        dev = data.train_x.device
-        self.mean = torch.tensor(data.mean, device=dev).view(1, -1, 1, 1)
-        self.std = torch.tensor(data.std, device=dev).view(1, -1, 1, 1)
+        self.data, self.batch_size, self.seed = data, batch_size, seed
+        self.repeated_aug, self.shard, self.val_chunk = repeated_aug, shard, val_chunk
+        self.local_batch = batch_size // shard.world
+        self.num_classes, self.in_chans = data.num_classes, data.in_chans
+        self.img_size, self.mean, self.std = data.img_size, data.mean, data.std
 
     def __len__(self) -> int:
-        return len(self.data.train_y) // self.batch_size  # drop the ragged last batch
+        return self.data.num_train // self.batch_size  # drop the ragged last batch
 
-    def normalize(self, x: torch.Tensor) -> torch.Tensor:
-        return (x.float() / 255.0 - self.mean) / self.std
+    def train(self, epoch: int, start: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        order = epoch_order(self.data.num_train, self.seed, epoch, self.repeated_aug)
+        order = order.to(self.data.train_y.device)
+        for b in range(start, len(self)):
+            lo = b * self.batch_size + self.shard.rank * self.local_batch
+            idx = order[lo : lo + self.local_batch]
+            yield self.data.train_x[idx], self.data.train_y[idx]
 
-    def augment(self, x: torch.Tensor) -> torch.Tensor:
-        b, _, h, w = x.shape
-        dev = x.device
-        if self.translate:
-            p = self.translate
-            padded = F.pad(x, (p, p, p, p))
-            dy = torch.randint(0, 2 * p + 1, (b,), generator=self.gen, device=dev)
-            dx = torch.randint(0, 2 * p + 1, (b,), generator=self.gen, device=dev)
-            rows = (dy[:, None] + torch.arange(h, device=dev))[:, None, :, None]
-            cols = (dx[:, None] + torch.arange(w, device=dev))[:, None, None, :]
-            bidx = torch.arange(b, device=dev)[:, None, None, None]
-            cidx = torch.arange(x.shape[1], device=dev)[None, :, None, None]
-            x = padded[bidx, cidx, rows, cols]
-        if self.hflip:
-            flip = torch.rand(b, generator=self.gen, device=dev) < 0.5
-            x = torch.where(flip[:, None, None, None], x.flip(-1), x)
-        return x
+    def val(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        x = self.data.val_x[self.shard.rank :: self.shard.world]
+        y = self.data.val_y[self.shard.rank :: self.shard.world]
+        for i in range(0, len(y), self.val_chunk):
+            yield x[i : i + self.val_chunk], y[i : i + self.val_chunk]
 
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        n = len(self.data.train_y)
-        order = torch.randperm(n, generator=self.gen, device=self.data.train_y.device)
-        for i in range(len(self)):
-            idx = order[i * self.batch_size : (i + 1) * self.batch_size]
-            x = self.augment(self.data.train_x[idx])
-            yield self.normalize(x), self.data.train_y[idx]
+
+def _train_transform(recipe: Recipe, img_size: int):
+    from torchvision.transforms import v2
+
+    from optbench.train.augment import build_policy
+
+    steps = [v2.RandomResizedCrop(img_size, antialias=True)]
+    if recipe.hflip:
+        steps.append(v2.RandomHorizontalFlip())
+    policy = build_policy(recipe)
+    if policy is not None:
+        steps.append(policy)
+    steps.append(v2.PILToTensor())
+    return v2.Compose(steps)
+
+
+def _val_transform(img_size: int):
+    from torchvision.transforms import v2
+
+    resize = round(img_size / EVAL_CROP_PCT)
+    return v2.Compose(
+        [v2.Resize(resize, antialias=True), v2.CenterCrop(img_size), v2.PILToTensor()]
+    )
+
+
+class _SeededImages(TorchDataset):
+    """An ImageFolder read by keys (epoch, index): each image's random transform is seeded by
+    (seed, epoch, index), so it does not depend on which worker reads it or when."""
+
+    def __init__(self, folder: Path, transform, seed: int):
+        from torchvision.datasets import ImageFolder
+
+        self.images = ImageFolder(str(folder), transform=transform)
+        self.seed = seed
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, key: tuple[int, int]):
+        epoch, index = key
+        s = derive_seed(self.seed, "image", epoch, index)
+        random.seed(s)
+        torch.manual_seed(s)
+        return self.images[index]
+
+
+class _KeyBatches:
+    """A batch sampler yielding lists of (epoch, index) keys for one epoch from `start`."""
+
+    def __init__(self, order: torch.Tensor, epoch: int, batch_size: int, start: int, shard: Shard):
+        self.order, self.epoch, self.batch_size, self.start = (
+            order.tolist(),
+            epoch,
+            batch_size,
+            start,
+        )
+        self.shard, self.local = shard, batch_size // shard.world
+
+    def __len__(self) -> int:
+        return len(self.order) // self.batch_size - self.start
+
+    def __iter__(self):
+        for b in range(self.start, len(self.order) // self.batch_size):
+            lo = b * self.batch_size + self.shard.rank * self.local
+            yield [(self.epoch, i) for i in self.order[lo : lo + self.local]]
+
+
+class FolderBatches:
+    """Batches of a FolderData through a DataLoader: workers, pinned memory, prefetching."""
+
+    geometric_on_device = False
+
+    def __init__(
+        self,
+        data: FolderData,
+        batch_size: int,
+        recipe: Recipe,
+        *,
+        seed: int,
+        device: torch.device,
+        shard: Shard = Shard(),
+        workers: int | None = None,
+    ):
+        self.data, self.batch_size, self.seed, self.device = data, batch_size, seed, device
+        self.repeated_aug, self.shard = recipe.repeated_aug, shard
+        self.workers = workers if workers is not None else min(8, os.cpu_count() or 1)
+        self.num_classes, self.in_chans = data.num_classes, data.in_chans
+        self.img_size, self.mean, self.std = data.img_size, data.mean, data.std
+        self.train_set = _SeededImages(
+            data.root / "train", _train_transform(recipe, data.img_size), seed
+        )
+        self.val_set = _SeededImages(data.root / "val", _val_transform(data.img_size), seed)
+
+    def __len__(self) -> int:
+        return len(self.train_set) // self.batch_size
+
+    def _loader(self, dataset, batch_sampler) -> DataLoader:
+        return DataLoader(
+            dataset,
+            batch_sampler=batch_sampler,
+            num_workers=self.workers,
+            pin_memory=self.device.type == "cuda",
+            prefetch_factor=4 if self.workers else None,
+            persistent_workers=False,
+        )
+
+    def _to_device(self, batches) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for x, y in batches:
+            yield x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+
+    def train(self, epoch: int, start: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        order = epoch_order(len(self.train_set), self.seed, epoch, self.repeated_aug)
+        sampler = _KeyBatches(order, epoch, self.batch_size, start, self.shard)
+        return self._to_device(self._loader(self.train_set, sampler))
+
+    def val(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        n = len(self.val_set)
+        mine = torch.arange(self.shard.rank, n, self.shard.world).tolist()
+        chunk = max(1, self.batch_size // self.shard.world)
+        keys = [[(0, i) for i in mine[j : j + chunk]] for j in range(0, len(mine), chunk)]
+        return self._to_device(self._loader(self.val_set, keys))
