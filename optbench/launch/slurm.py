@@ -13,8 +13,8 @@ failed trial, and the next `optbench run` retries it.
 
 Preemption and time limits: the job's callable (`TrialBatch`) implements submitit's checkpoint
 protocol, so on SIGUSR2 submitit requeues the job; a requeued job (also `scontrol requeue`) runs
-the same trials again, each resuming from its last epoch checkpoint (`run_trial(resume=True)`),
-and skips trials whose result file it already wrote.
+the same trials again, each resuming from its checkpoint (`run_trial(resume=True)`), and skips
+trials whose result file it already wrote.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import hashlib
 import json
 import os
 import re
+import signal
 import subprocess
 import time
 from collections.abc import Iterable, Sequence
@@ -103,10 +104,15 @@ def sbatch_parameters(settings: SlurmSettings, job_name: str) -> dict:
 
 
 class TrialBatch:
-    """What a SLURM job runs: its trials one after another, in every task of the job (DDP ranks).
+    """What a SLURM job runs: its trials one after another, in every task of the job (the DDP
+    ranks of one trial; optbench.train.distributed reads SLURM's variables).
 
-    Picklable plain data. `checkpoint` is submitit's hook on preemption or time limit: it asks for
-    the same batch to be requeued; trials then resume from their epoch checkpoints."""
+    Picklable plain data. Stops: the trial catches SIGUSR2 and SIGTERM, checkpoints at the current
+    step and raises `TrialInterrupted`. SIGUSR2 is SLURM's warning before the time limit (or a
+    preemption): it is handed on to submitit, whose handler calls `checkpoint` and requeues this
+    job. SIGTERM means SLURM itself is requeuing, preempting or cancelling the job: just exit.
+    After a requeue the same batch runs again; trials resume from their checkpoints, and those
+    that already wrote their result return it untouched."""
 
     def __init__(self, jobs: Sequence[TrialJob]):
         self.jobs = list(jobs)
@@ -114,24 +120,24 @@ class TrialBatch:
     def __call__(self) -> list[str]:
         import torch
 
-        from optbench.train.loop import run_trial
+        from optbench.train.loop import TrialInterrupted, run_trial
 
-        if submitit.JobEnvironment().num_tasks > 1:
-            # MASTER_ADDR/PORT, RANK, WORLD_SIZE, LOCAL_RANK from the SLURM environment.
-            submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
         # task/none and some clusters do not bind CPUs: keep torch within the task's share.
         torch.set_num_threads(int(os.environ.get("SLURM_CPUS_PER_TASK", "1")))
         device = "cuda" if torch.cuda.is_available() else "cpu"
         statuses = []
         for job in self.jobs:
-            done = read_result(job.out_dir)
-            if done is not None and done.config == job.config:  # ended before a requeue
-                statuses.append(done.status)
-                continue
-            statuses.append(run_trial(job.config, job.out_dir, device=device, resume=True).status)
+            try:
+                result = run_trial(job.config, job.out_dir, device=device, resume=True)
+            except TrialInterrupted as stop:
+                if stop.signum == signal.SIGUSR2:
+                    signal.raise_signal(signal.SIGUSR2)  # submitit's handler: requeue, exit
+                raise SystemExit(128 + stop.signum) from None
+            statuses.append(result.status)
         return statuses
 
     def checkpoint(self, *args, **kwargs) -> submitit.helpers.DelayedSubmission:
+        """submitit's hook before it requeues the job: run the same trials again."""
         return submitit.helpers.DelayedSubmission(TrialBatch(self.jobs))
 
 
