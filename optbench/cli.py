@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
 
 from optbench.spec import OPTIMIZERS, Dataset, Recipe, UsageError
 
@@ -20,6 +21,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Benchmark how easy vision models are to optimize.",
 )
+
+
+console = Console()
 
 
 @app.callback()
@@ -120,6 +124,94 @@ def train(
     typer.echo(result.model_dump_json(indent=2, exclude={"config"}))
     if result.status == "failed":
         raise typer.Exit(1)
+
+
+@app.command()
+def run(
+    study: Annotated[Path, typer.Argument(help="study YAML file")],
+    dry_run: Annotated[
+        bool, typer.Option(help="print the trial plan and a compute estimate")
+    ] = False,
+    workers: Annotated[
+        int | None, typer.Option(help="worker processes (default: executor.workers)")
+    ] = None,
+    executor: Annotated[
+        str | None, typer.Option(help="local or debug (default: executor.kind)")
+    ] = None,
+) -> None:
+    """Run every unfinished trial of a study, recording results as they end."""
+    from optbench.spec import load_spec
+
+    spec = load_spec(study)
+    if dry_run:
+        from optbench.runner import plan_table
+
+        console.print(plan_table(spec))
+        return
+    from optbench.launch.local import InlineLauncher, LocalLauncher, split_cores, usable_cores
+    from optbench.runner import run_study
+
+    kind = executor or spec.executor.kind
+    if kind not in ("local", "debug"):
+        raise UsageError(f"--executor: must be local or debug, got {kind!r}")
+
+    def make_launcher(n_jobs: int):
+        if kind == "debug":
+            return InlineLauncher()
+        n, threads = split_cores(n_jobs, workers or spec.executor.workers, usable_cores())
+        console.print(f"{n_jobs} trial(s) to run on {n} worker(s) x {threads} thread(s)")
+        return LocalLauncher(n, threads)
+
+    try:
+        run_study(spec, make_launcher, console=console)
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+
+
+@app.command()
+def status(study: Annotated[Path, typer.Argument(help="study YAML file")]) -> None:
+    """Print a study's counts per cell without running or writing anything."""
+    from optbench.runner import status_table
+    from optbench.spec import load_spec
+
+    console.print(status_table(load_spec(study)))
+
+
+@app.command()
+def models(
+    names: Annotated[
+        list[str] | None,
+        typer.Argument(help="models to describe, any timm name (default: the whole zoo)"),
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="print a JSON list instead")] = False,
+    measure: Annotated[
+        bool, typer.Option(help="also measure training images/s on this machine's device")
+    ] = False,
+) -> None:
+    """Print the model zoo: input size, classes, flops, params and activations of each model."""
+    import json
+
+    import torch
+
+    from optbench.models import is_model
+    from optbench.models.zoo import describe, markdown_table, measure_throughput, zoo_models
+
+    names = names or zoo_models()
+    for name in names:
+        if not is_model(name):
+            raise UsageError(f"NAME: unknown model {name!r} (see `optbench models`)")
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    # On a CPU a few small steps keep this cheap; the numbers still rank models by runtime.
+    batch_size, steps = (64, 10) if device.type == "cuda" else (8, 2)
+    rows = []
+    for name in names:
+        row = describe(name)
+        if measure:
+            row["images_per_s"] = round(
+                measure_throughput(name, device=device, batch_size=batch_size, steps=steps), 1
+            )
+        rows.append(row)
+    typer.echo(json.dumps(rows, indent=1) if json_out else markdown_table(rows))
 
 
 def main() -> None:

@@ -70,6 +70,13 @@ class Search(_Strict):
     good_values: dict[str, dict[Optimizer, GoodValue]] = Field(default_factory=dict)
     good_range: tuple[float, float] = (0.125, 4.0)
 
+    @model_validator(mode="after")
+    def _qmc_power_of_two(self) -> Search:
+        n = self.n_samples
+        if self.sampler == "qmc" and n & (n - 1):
+            raise ValueError(f"n_samples {n}: Sobol (qmc) sampling needs a power of 2")
+        return self
+
     @field_validator("good_range")
     @classmethod
     def _good_range(cls, v: tuple[float, float]) -> tuple[float, float]:

@@ -1,10 +1,19 @@
-"""ViT_P and ViT_C (Xiao et al. 2021): one ViT, two stems.
+"""ViT_P and ViT_C (Xiao et al. 2021): one ViT, two stems, at every size the project studies.
 
-ViT_P patchifies with one stride-p p x p conv; ViT_C replaces it with a stack of 3x3 convs
-(each followed by BatchNorm and ReLU) and a final biased 1x1 conv, and drops one block to keep
-flops matched. The encoder is a standard pre-LN ViT with a class token and a learned absolute
-position embedding. Factory functions below only set a config; they are registered with timm so
-`timm.create_model("vit_c_w64_16px", num_classes=10, in_chans=1)` builds them.
+ViT_P patchifies with one stride-p p x p conv; ViT_C replaces it with a stack of 3x3 convs (each
+followed by BatchNorm and ReLU) and a final biased 1x1 conv, and drops one block to keep flops
+matched. The encoder is a standard pre-LN ViT with a class token and a learned absolute position
+embedding.
+
+Registered with timm (each with a pretrained cfg that holds its default input size and classes):
+- the paper's pairs at 224 px, 1000 classes: `vit_{p,c}_{1,4,18,36,72}gf`;
+- 32 px (CIFAR-sized, 100 classes) pairs at widths 192 and 384: `vit_{p,c}_w{192,384}_32px`.
+  ViT_P uses patch 4 (64 tokens); ViT_C a conv stem of two stride-2 3x3 convs (widths d/2, d:
+  each stride-2 conv doubles the channels, as the paper's design rule asks) and one block fewer.
+  Depth, heads and MLP ratio are those of the 1GF (d 192) and 4GF (d 384) models;
+- the quickstart pair for 16 px digits: `vit_{p,c}_w64_16px`.
+
+`timm.create_model("vit_c_4gf")` builds ViT_C-4GF; the stem ablations live in stem_ablation.py.
 """
 
 from __future__ import annotations
@@ -14,9 +23,11 @@ from collections.abc import Sequence
 
 import torch
 from timm.layers import LayerNorm
-from timm.models import register_model
+from timm.models import generate_default_cfgs, register_model
 from timm.models.vision_transformer import Block
 from torch import nn
+
+from optbench.models.registry import build, square_size, zoo_cfg
 
 
 class PatchifyStem(nn.Sequential):
@@ -28,20 +39,41 @@ class PatchifyStem(nn.Sequential):
 
 
 class ConvStem(nn.Sequential):
-    """3x3 convs (padding 1, no bias) each followed by BN + ReLU, then a biased 1x1 conv to dim.
+    """Convs (no bias) each followed by BN + ReLU, then a biased 1x1 conv to dim, nothing after.
 
-    Design rule of the paper: a 3x3 conv either has stride 2 and doubles the channels, or
-    stride 1 and keeps them. The product of the strides is the stem's patch size.
+    Each conv is a 3x3 (padding 1) unless `kernel_sizes` says otherwise; the only other kernel
+    allowed is a "patchify" layer whose kernel equals its stride (no padding), which the stem
+    ablations S1-S4 use. Design rule of the paper: a 3x3 conv either has stride 2 and doubles the
+    channels, or stride 1 and keeps them. The product of the strides is the stem's patch size.
     """
 
-    def __init__(self, in_chans: int, dim: int, widths: Sequence[int], strides: Sequence[int]):
-        if len(widths) != len(strides) or not widths:
-            raise ValueError(f"conv stem needs one stride per width, got {widths} / {strides}")
+    def __init__(
+        self,
+        in_chans: int,
+        dim: int,
+        widths: Sequence[int],
+        strides: Sequence[int],
+        kernel_sizes: Sequence[int] | None = None,
+    ):
+        kernel_sizes = kernel_sizes or [3] * len(widths)
+        if not widths or not len(widths) == len(strides) == len(kernel_sizes):
+            raise ValueError(
+                f"conv stem needs one stride and kernel per width, got {widths} / {strides} / "
+                f"{kernel_sizes}"
+            )
         layers: list[nn.Module] = []
         c_in = in_chans
-        for width, stride in zip(widths, strides, strict=True):
+        for width, stride, kernel in zip(widths, strides, kernel_sizes, strict=True):
+            if kernel == 3:
+                padding = 1
+            elif kernel == stride > 1:
+                padding = 0  # patchify layer: non-overlapping p x p windows
+            else:
+                raise ValueError(
+                    f"stem kernel {kernel} with stride {stride}: use 3 or kernel == stride"
+                )
             layers += [
-                nn.Conv2d(c_in, width, 3, stride=stride, padding=1, bias=False),
+                nn.Conv2d(c_in, width, kernel, stride=stride, padding=padding, bias=False),
                 nn.BatchNorm2d(width),
                 nn.ReLU(inplace=True),
             ]
@@ -57,7 +89,7 @@ class VisionTransformer(nn.Module):
     def __init__(
         self,
         *,
-        img_size: int = 224,
+        img_size: int | Sequence[int] = 224,
         patch_size: int = 16,
         in_chans: int = 3,
         num_classes: int = 1000,
@@ -68,13 +100,15 @@ class VisionTransformer(nn.Module):
         stem: str = "patchify",
         stem_widths: Sequence[int] = (),
         stem_strides: Sequence[int] = (),
+        stem_kernel_sizes: Sequence[int] | None = None,
         drop_path_rate: float = 0.0,
     ):
         super().__init__()
+        img_size = square_size(img_size)
         if stem == "patchify":
             self.stem: nn.Module = PatchifyStem(in_chans, dim, patch_size)
         elif stem == "conv":
-            self.stem = ConvStem(in_chans, dim, stem_widths, stem_strides)
+            self.stem = ConvStem(in_chans, dim, stem_widths, stem_strides, stem_kernel_sizes)
         else:
             raise ValueError(f"stem must be 'patchify' or 'conv', got {stem!r}")
         if self.stem.stride != patch_size:
@@ -83,11 +117,12 @@ class VisionTransformer(nn.Module):
             )
         if img_size % patch_size:
             raise ValueError(f"img_size {img_size} is not a multiple of patch_size {patch_size}")
-        self.img_size, self.patch_size, self.num_classes = img_size, patch_size, num_classes
+        self.img_size, self.patch_size = img_size, patch_size
+        self.in_chans, self.num_classes = in_chans, num_classes
         self.num_patches = (img_size // patch_size) ** 2
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
         self.pos_embed = nn.Parameter(torch.zeros(1, self.num_patches + 1, dim))
-        dpr = torch.linspace(0, drop_path_rate, depth).tolist()
+        dpr = [drop_path_rate * i / max(depth - 1, 1) for i in range(depth)]  # linear rise
         self.blocks = nn.Sequential(
             *(
                 Block(
@@ -128,27 +163,155 @@ class VisionTransformer(nn.Module):
         return self.head(self.forward_features(x)[:, 0])
 
 
-def _vit(cfg: dict, **kwargs) -> VisionTransformer:
-    for key in ("pretrained", "pretrained_cfg", "pretrained_cfg_overlay", "cache_dir"):
-        if kwargs.pop(key, None):
-            raise ValueError("optbench models have no pretrained weights")
-    return VisionTransformer(**{**cfg, **kwargs})
+def build_vit(variant: str, cfg: dict, pretrained: bool = False, **kwargs) -> VisionTransformer:
+    """Build the ViT `variant` from its architecture `cfg` (kwargs override it)."""
+    return build(VisionTransformer, variant, cfg, pretrained, **kwargs)
+
+
+default_cfgs = generate_default_cfgs(
+    {
+        "vit_p_w64_16px": zoo_cfg(16, 10, in_chans=1),
+        "vit_c_w64_16px": zoo_cfg(16, 10, in_chans=1),
+        **{
+            f"vit_{stem}_{gf}gf": zoo_cfg(224, 1000)
+            for gf in (1, 4, 18, 36, 72)
+            for stem in ("p", "c")
+        },
+        **{
+            f"vit_{stem}_w{width}_32px": zoo_cfg(32, 100)
+            for width in (192, 384)
+            for stem in ("p", "c")
+        },
+    }
+)
 
 
 # --- quickstart pair: width 64, 16x16 input, patch 4 (16 tokens) ---------------------------------
 
-_W64_16PX = dict(img_size=16, patch_size=4, dim=64, num_heads=4, mlp_ratio=3.0)
+_W64_16PX = dict(patch_size=4, dim=64, num_heads=4, mlp_ratio=3.0)
 
 
 @register_model
-def vit_p_w64_16px(**kwargs) -> VisionTransformer:
+def vit_p_w64_16px(pretrained: bool = False, **kwargs) -> VisionTransformer:
     """Quickstart ViT_P: patchify stem (4x4), 4 blocks."""
-    return _vit(dict(_W64_16PX, depth=4, stem="patchify"), **kwargs)
+    return build_vit("vit_p_w64_16px", dict(_W64_16PX, depth=4), pretrained, **kwargs)
 
 
 @register_model
-def vit_c_w64_16px(**kwargs) -> VisionTransformer:
+def vit_c_w64_16px(pretrained: bool = False, **kwargs) -> VisionTransformer:
     """Quickstart ViT_C: conv stem (32, 64 channels, strides 2, 2), 3 blocks."""
-    return _vit(
-        dict(_W64_16PX, depth=3, stem="conv", stem_widths=(32, 64), stem_strides=(2, 2)), **kwargs
-    )
+    cfg = dict(_W64_16PX, depth=3, stem="conv", stem_widths=(32, 64), stem_strides=(2, 2))
+    return build_vit("vit_c_w64_16px", cfg, pretrained, **kwargs)
+
+
+# --- the paper's models at 224 px (reference table; ViT_C = conv stem, one block fewer) ----------
+
+VIT_1GF = dict(dim=192, mlp_ratio=3.0, num_heads=3, depth=12)
+VIT_4GF = dict(dim=384, mlp_ratio=3.0, num_heads=6, depth=12)
+VIT_18GF = dict(dim=768, mlp_ratio=4.0, num_heads=12, depth=12)
+VIT_36GF = dict(dim=1024, mlp_ratio=4.0, num_heads=16, depth=14)
+VIT_72GF = dict(dim=1152, mlp_ratio=4.0, num_heads=18, depth=22)
+
+_STEM_1GF = dict(stem_widths=(24, 48, 96, 192), stem_strides=(2, 2, 2, 2))
+_STEM_4GF = dict(stem_widths=(48, 96, 192, 384), stem_strides=(2, 2, 2, 2))
+_STEM_18GF = dict(stem_widths=(64, 128, 128, 256, 256, 512), stem_strides=(2, 2, 1, 2, 1, 2))
+_STEM_72GF = dict(
+    stem_widths=(64, 128, 128, 256, 256, 256, 512, 512), stem_strides=(2, 2, 1, 2, 1, 1, 2, 1)
+)
+
+
+def conv_twin(cfg: dict, stem_cfg: dict) -> dict:
+    """ViT_C of a ViT_P config: the conv stem and one block fewer, to keep flops matched."""
+    return dict(cfg, stem="conv", depth=cfg["depth"] - 1, **stem_cfg)
+
+
+@register_model
+def vit_p_1gf(pretrained: bool = False, **kwargs) -> VisionTransformer:
+    """ViT_P-1GF: d 192, 3 heads, MLP 576, 12 blocks, 16x16 patchify."""
+    return build_vit("vit_p_1gf", VIT_1GF, pretrained, **kwargs)
+
+
+@register_model
+def vit_c_1gf(pretrained: bool = False, **kwargs) -> VisionTransformer:
+    """ViT_C-1GF: conv stem 24-48-96-192, 11 blocks."""
+    return build_vit("vit_c_1gf", conv_twin(VIT_1GF, _STEM_1GF), pretrained, **kwargs)
+
+
+@register_model
+def vit_p_4gf(pretrained: bool = False, **kwargs) -> VisionTransformer:
+    """ViT_P-4GF: d 384, 6 heads, MLP 1152, 12 blocks, 16x16 patchify."""
+    return build_vit("vit_p_4gf", VIT_4GF, pretrained, **kwargs)
+
+
+@register_model
+def vit_c_4gf(pretrained: bool = False, **kwargs) -> VisionTransformer:
+    """ViT_C-4GF: conv stem 48-96-192-384, 11 blocks."""
+    return build_vit("vit_c_4gf", conv_twin(VIT_4GF, _STEM_4GF), pretrained, **kwargs)
+
+
+@register_model
+def vit_p_18gf(pretrained: bool = False, **kwargs) -> VisionTransformer:
+    """ViT_P-18GF: d 768, 12 heads, MLP 3072, 12 blocks, 16x16 patchify."""
+    return build_vit("vit_p_18gf", VIT_18GF, pretrained, **kwargs)
+
+
+@register_model
+def vit_c_18gf(pretrained: bool = False, **kwargs) -> VisionTransformer:
+    """ViT_C-18GF: conv stem 64-128-128-256-256-512 (strides 2,2,1,2,1,2), 11 blocks."""
+    return build_vit("vit_c_18gf", conv_twin(VIT_18GF, _STEM_18GF), pretrained, **kwargs)
+
+
+@register_model
+def vit_p_36gf(pretrained: bool = False, **kwargs) -> VisionTransformer:
+    """ViT_P-36GF: d 1024, 16 heads, MLP 4096, 14 blocks, 16x16 patchify."""
+    return build_vit("vit_p_36gf", VIT_36GF, pretrained, **kwargs)
+
+
+@register_model
+def vit_c_36gf(pretrained: bool = False, **kwargs) -> VisionTransformer:
+    """ViT_C-36GF: the 18GF conv stem, 13 blocks."""
+    return build_vit("vit_c_36gf", conv_twin(VIT_36GF, _STEM_18GF), pretrained, **kwargs)
+
+
+@register_model
+def vit_p_72gf(pretrained: bool = False, **kwargs) -> VisionTransformer:
+    """ViT_P-72GF (ImageNet-21k scale): d 1152, 18 heads, MLP 4608, 22 blocks."""
+    return build_vit("vit_p_72gf", VIT_72GF, pretrained, **kwargs)
+
+
+@register_model
+def vit_c_72gf(pretrained: bool = False, **kwargs) -> VisionTransformer:
+    """ViT_C-72GF: 8-conv stem 64-128-128-256-256-256-512-512, 21 blocks."""
+    return build_vit("vit_c_72gf", conv_twin(VIT_72GF, _STEM_72GF), pretrained, **kwargs)
+
+
+# --- 32 px (CIFAR-sized): patch 4, 64 tokens -----------------------------------------------------
+
+_W192_32PX = dict(VIT_1GF, patch_size=4)
+_W384_32PX = dict(VIT_4GF, patch_size=4)
+
+
+@register_model
+def vit_p_w192_32px(pretrained: bool = False, **kwargs) -> VisionTransformer:
+    """32 px ViT_P: d 192, 3 heads, 12 blocks, 4x4 patchify."""
+    return build_vit("vit_p_w192_32px", _W192_32PX, pretrained, **kwargs)
+
+
+@register_model
+def vit_c_w192_32px(pretrained: bool = False, **kwargs) -> VisionTransformer:
+    """32 px ViT_C: conv stem 96-192 (strides 2, 2), 11 blocks."""
+    stem = dict(stem_widths=(96, 192), stem_strides=(2, 2))
+    return build_vit("vit_c_w192_32px", conv_twin(_W192_32PX, stem), pretrained, **kwargs)
+
+
+@register_model
+def vit_p_w384_32px(pretrained: bool = False, **kwargs) -> VisionTransformer:
+    """32 px ViT_P: d 384, 6 heads, 12 blocks, 4x4 patchify."""
+    return build_vit("vit_p_w384_32px", _W384_32PX, pretrained, **kwargs)
+
+
+@register_model
+def vit_c_w384_32px(pretrained: bool = False, **kwargs) -> VisionTransformer:
+    """32 px ViT_C: conv stem 192-384 (strides 2, 2), 11 blocks."""
+    stem = dict(stem_widths=(192, 384), stem_strides=(2, 2))
+    return build_vit("vit_c_w384_32px", conv_twin(_W384_32PX, stem), pretrained, **kwargs)

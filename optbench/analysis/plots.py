@@ -1,0 +1,251 @@
+"""The report's figures, drawn from precomputed data with matplotlib's object API (Agg, no
+pyplot state). Every function returns a new Figure; the caller saves it.
+
+Each data curve carries a legend label; helper lines (best values, zero lines) have labels that
+start with "_" so that legends, and tests, count only the data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import LogLocator, NullFormatter  # noqa: E402
+
+from optbench.analysis.stats import Interval  # noqa: E402
+
+PANEL_SIZE = (4.2, 3.2)
+OPTIMIZER_NAMES = {"adamw": "AdamW", "sgd": "SGD"}
+RANK_STYLES = {"best": "-", "median": "--", "worst": ":"}
+HYPERPARAMETERS: tuple[str, ...] = ("lr", "wd", "lr*wd")
+
+
+def model_colors(models: Sequence[str]) -> dict[str, str]:
+    """A fixed color per model, in the given order, shared by every figure of a report."""
+    palette = [f"C{i}" for i in range(10)]
+    return {m: palette[i % len(palette)] for i, m in enumerate(models)}
+
+
+def cell_title(optimizer: str, epochs: int) -> str:
+    return f"{OPTIMIZER_NAMES.get(optimizer, optimizer)}, {epochs} epochs"
+
+
+def _grid(n_panels: int, ncols: int, *, sharey: bool = False) -> tuple[Figure, list[Axes]]:
+    ncols = max(1, min(ncols, n_panels))
+    nrows = -(-n_panels // ncols)
+    fig = Figure(figsize=(PANEL_SIZE[0] * ncols, PANEL_SIZE[1] * nrows), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False, sharey=sharey).ravel().tolist()
+    for ax in axes[n_panels:]:
+        ax.set_visible(False)
+    return fig, axes[:n_panels]
+
+
+@dataclass(frozen=True)
+class EdfCurve:
+    """One model's EDF in one panel, with its optional bootstrap band."""
+
+    model: str
+    xs: np.ndarray
+    fraction: np.ndarray
+    n: int
+    n_diverged: int
+    band: tuple[np.ndarray, np.ndarray] | None = None
+
+
+@dataclass(frozen=True)
+class EdfPanel:
+    optimizer: str
+    epochs: int
+    curves: list[EdfCurve] = field(default_factory=list)
+
+
+def plot_edf(
+    panels: Sequence[EdfPanel], colors: dict[str, str], *, xlabel: str, ncols: int = 3
+) -> Figure:
+    """One panel per (optimizer, epochs), one step curve (and shaded band) per model."""
+    fig, axes = _grid(len(panels), ncols, sharey=True)
+    for ax, panel in zip(axes, panels, strict=True):
+        for curve in panel.curves:
+            color = colors[curve.model]
+            label = f"{curve.model} (n={curve.n}, {curve.n_diverged} diverged)"
+            ax.step(curve.xs, curve.fraction, where="post", color=color, label=label)
+            if curve.band is not None:
+                low, high = curve.band
+                ax.fill_between(curve.xs, low, high, step="post", color=color, alpha=0.2, lw=0)
+        ax.set_title(cell_title(panel.optimizer, panel.epochs))
+        ax.set_xlabel(xlabel)
+        ax.set_ylim(0, 1)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small", loc="lower right")
+    axes[0].set_ylabel("cumulative prob.")
+    return fig
+
+
+@dataclass(frozen=True)
+class ScatterSeries:
+    """One model's finished trials in one cell: hyperparameter values, errors and, per
+    hyperparameter, the best run's value with its bootstrap good range."""
+
+    model: str
+    values: dict[str, np.ndarray]
+    errors: np.ndarray
+    best: dict[str, Interval | None]
+
+
+@dataclass(frozen=True)
+class ScatterPanel:
+    optimizer: str
+    epochs: int
+    series: list[ScatterSeries] = field(default_factory=list)
+
+
+def plot_scatter(panels: Sequence[ScatterPanel], colors: dict[str, str]) -> Figure:
+    """Rows: cells; columns: lr, wd, lr*wd (log x). A dot per finished trial, a vertical line
+    at each model's best value and a shaded bootstrap good range around it."""
+    fig, axes = _grid(len(panels) * len(HYPERPARAMETERS), len(HYPERPARAMETERS), sharey=False)
+    for row, panel in enumerate(panels):
+        for col, name in enumerate(HYPERPARAMETERS):
+            ax = axes[row * len(HYPERPARAMETERS) + col]
+            for s in panel.series:
+                color = colors[s.model]
+                # markers on a Line2D draw far faster than a PathCollection; rasterized keeps
+                # the SVG small when a cell has hundreds of trials
+                ax.plot(
+                    s.values[name],
+                    s.errors,
+                    "o",
+                    ms=2.5,
+                    ls="",
+                    color=color,
+                    alpha=0.6,
+                    label=s.model,
+                    rasterized=True,
+                )
+                best = s.best.get(name)
+                if best is not None:
+                    ax.axvline(best.estimate, color=color, lw=1, label="_best")
+                    ax.axvspan(best.low, best.high, color=color, alpha=0.12, lw=0)
+            ax.set_xscale("log")
+            # label 1-2-5 steps only: searched ranges often span less than two decades
+            ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+            ax.xaxis.set_minor_formatter(NullFormatter())
+            ax.set_xlabel(name)
+            ax.set_title(cell_title(panel.optimizer, panel.epochs), fontsize="small")
+            ax.grid(alpha=0.3)
+            if col == 0:
+                ax.set_ylabel("error (%)")
+                ax.legend(fontsize="small")
+    return fig
+
+
+def plot_length(length: pd.DataFrame, colors: dict[str, str]) -> Figure:
+    """Fig 2: one panel per optimizer, one line per model of dtop-1 against the longest schedule."""
+    optimizers = list(dict.fromkeys(length["optimizer"]))
+    fig, axes = _grid(len(optimizers), 2)
+    for ax, optimizer in zip(axes, optimizers, strict=True):
+        part = length[length["optimizer"] == optimizer]
+        for model, rows in part.groupby("model", sort=False):
+            ref = int(rows["ref_epochs"].iloc[0])
+            ax.plot(
+                rows["epochs"],
+                rows["dtop1"],
+                "o-",
+                color=colors[model],
+                label=f"{model} (vs {ref})",
+            )
+        ax.axhline(0, color="0.5", lw=0.8, label="_zero")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(
+            sorted(part["epochs"].unique()), [str(e) for e in sorted(part["epochs"].unique())]
+        )
+        ax.set_title(OPTIMIZER_NAMES.get(optimizer, optimizer))
+        ax.set_xlabel("epochs")
+        ax.set_ylabel("dtop-1 vs longest schedule (points)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+    return fig
+
+
+def plot_optimizer(stability: pd.DataFrame, gaps: pd.DataFrame) -> Figure:
+    """Fig 3: one panel per model, error against schedule length with AdamW and with SGD.
+    Substituted (diverged) cells are joined by a dashed line; each SGD-AdamW gap is annotated."""
+    models = list(dict.fromkeys(stability["model"]))
+    fig, axes = _grid(len(models), 3)
+    opt_colors = {"adamw": "C0", "sgd": "C3"}
+    for ax, model in zip(axes, models, strict=True):
+        part = stability[stability["model"] == model]
+        for optimizer, rows in part.groupby("optimizer", sort=False):
+            rows = rows.sort_values("epochs")
+            color = opt_colors.get(optimizer, "C7")
+            name = OPTIMIZER_NAMES.get(optimizer, optimizer)
+            substituted = rows["substituted"].to_numpy()
+            # NaN breaks a line: solid through real results, dashed into and out of substitutes
+            near = substituted | np.roll(substituted, 1) & (np.arange(len(rows)) > 0)
+            near |= np.roll(substituted, -1) & (np.arange(len(rows)) < len(rows) - 1)
+            errors = rows["error"].to_numpy()
+            solid = np.where(substituted, np.nan, errors)
+            ax.plot(rows["epochs"], solid, "o-", color=color, label=name)
+            if substituted.any():
+                dashed = np.where(near, errors, np.nan)
+                ax.plot(
+                    rows["epochs"],
+                    dashed,
+                    "o--",
+                    color=color,
+                    mfc="none",
+                    label=f"{name}, dashed: diverged, best shorter schedule",
+                )
+        for _, gap in gaps[gaps["model"] == model].iterrows():
+            ax.annotate(
+                f"{gap['gap']:+.1f}",
+                (gap["epochs"], max(gap["adamw"], gap["sgd"])),
+                textcoords="offset points",
+                xytext=(0, 6),
+                ha="center",
+                fontsize="small",
+            )
+        epochs = sorted(part["epochs"].unique())
+        ax.margins(y=0.15)  # room for the gap labels above the points
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(epochs, [str(e) for e in epochs])
+        ax.set_title(model)
+        ax.set_xlabel("epochs")
+        ax.set_ylabel("error (%)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+    return fig
+
+
+@dataclass(frozen=True)
+class CurvePanel:
+    optimizer: str
+    epochs: int
+    # (model, rank, epoch numbers, val errors)
+    curves: list[tuple[str, str, np.ndarray, np.ndarray]] = field(default_factory=list)
+
+
+def plot_curves(panels: Sequence[CurvePanel], colors: dict[str, str], ncols: int = 3) -> Figure:
+    """Validation error against epoch: per cell, the best, median and worst trial of each model."""
+    fig, axes = _grid(len(panels), ncols)
+    for ax, panel in zip(axes, panels, strict=True):
+        for model, rank, epochs, errors in panel.curves:
+            ax.plot(epochs, errors, RANK_STYLES[rank], color=colors[model], label=f"{model} {rank}")
+        ax.set_title(cell_title(panel.optimizer, panel.epochs))
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("val error (%)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="x-small")
+    return fig
+
+
+def data_lines(ax: Axes) -> list:
+    """The lines of `ax` that are data curves (their label does not start with "_")."""
+    return [line for line in ax.get_lines() if not line.get_label().startswith("_")]

@@ -1,0 +1,648 @@
+"""The report of one study: summary.json, trials.csv, figures (PNG + SVG) and one self-contained
+index.html, written into a folder. `write_report` is the entry point; `format_table` is the short
+table the CLI prints.
+
+Input is the store's trials table (one row per trial of the study as currently specified).
+Only "finished" and "diverged" rows are results; "failed" and "pending" rows make the report
+"partial: n of N". summary.json keeps the keys of issue 2 unchanged and adds new ones beside them.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import importlib
+import importlib.util
+import io
+import json
+import zlib
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, is_dataclass
+from itertools import combinations
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from optbench.analysis import plots, stability
+from optbench.analysis.edf import (
+    AUC_MAX_POINTS,
+    FRAC_WITHIN_POINTS,
+    dtop1,
+    edf,
+    edf_auc,
+    frac_within,
+)
+from optbench.analysis.stats import N_BOOT, edf_band, frac_within_diff, good_range, ks_test
+from optbench.spec import StudySpec, UsageError, dump_spec
+
+FIGURES: tuple[str, ...] = ("edf", "length", "optimizer", "peak", "complexity", "curves")
+METRICS: tuple[str, ...] = ("final_error", "best_error")
+EDF_X_MAX = 20.0  # dtop-1 axis of the EDF figure, in points
+EDF_GRID = 401
+CSV_FIRST_COLUMNS = [
+    "model",
+    "optimizer",
+    "epochs",
+    "lr",
+    "wd",
+    "seed",
+    "status",
+    "final_error",
+    "best_error",
+]
+
+
+@dataclass(frozen=True)
+class Options:
+    """How the statistics are computed: bootstrap resamples and the seed they derive from."""
+
+    metric: str = "final_error"
+    n_boot: int = N_BOOT
+    seed: int = 0
+
+    def rng_seed(self, *key: object) -> list[int]:
+        """A seed per cell or pair: stable across runs and independent of table order."""
+        return [self.seed, zlib.crc32(repr(key).encode())]
+
+
+# --- ordering and per-cell arrays ----------------------------------------------------------
+
+
+def _ordered(trials: pd.DataFrame, spec: StudySpec) -> pd.DataFrame:
+    """Rows in the spec's order of models and optimizers, then by epochs, sample and seed."""
+
+    def rank(order: list[str]) -> Callable[[pd.Series], pd.Series]:
+        position = {name: i for i, name in enumerate(order)}
+        return lambda col: col.map(lambda v: position.get(v, len(position)))
+
+    keys = {"model": rank(list(spec.models)), "optimizer": rank(list(spec.optimizers))}
+    by = [c for c in ["model", "optimizer", "epochs", "sample", "seed"] if c in trials.columns]
+    return trials.sort_values(
+        by, key=lambda col: keys.get(col.name, lambda c: c)(col), kind="stable"
+    )
+
+
+def _cells(results: pd.DataFrame) -> list[tuple[tuple[str, str, int], pd.DataFrame]]:
+    return [
+        ((m, o, int(e)), group)
+        for (m, o, e), group in results.groupby(stability.CELL_KEYS, sort=False)
+    ]
+
+
+def _panels(results: pd.DataFrame) -> list[tuple[tuple[str, int], pd.DataFrame]]:
+    return [
+        ((o, int(e)), group)
+        for (o, e), group in results.groupby(["optimizer", "epochs"], sort=False)
+    ]
+
+
+def _json_float(value: float) -> float | None:
+    return None if value is None or not np.isfinite(value) else float(value)
+
+
+# --- summary --------------------------------------------------------------------------------
+
+
+def summarize(study: str, trials: pd.DataFrame, options: Options = Options()) -> dict[str, Any]:
+    """The summary.json content: per cell counts, best/median error, frac_within, EDF area;
+    between the models of each (optimizer, epochs), a KS test and a bootstrap CI of the
+    difference in frac_within 4."""
+    results = stability.with_errors(trials, options.metric)
+    planned = trials.groupby(stability.CELL_KEYS, sort=False).size()
+    cells = []
+    for (model, optimizer, epochs), n_planned in planned.items():
+        cell = results[
+            (results["model"] == model)
+            & (results["optimizer"] == optimizer)
+            & (results["epochs"] == epochs)
+        ]
+        errors = cell["error"].to_numpy()
+        finite = errors[np.isfinite(errors)]
+        dtop = dtop1(errors)
+        cells.append(
+            {
+                "model": model,
+                "optimizer": optimizer,
+                "epochs": int(epochs),
+                "n": int(len(cell)),
+                "n_diverged": int((cell["status"] == "diverged").sum()),
+                "best_error": _json_float(finite.min()) if finite.size else None,
+                "median_error": _json_float(np.median(finite)) if finite.size else None,
+                "frac_within": frac_within(dtop),
+                "n_finished": int((cell["status"] == "finished").sum()),
+                "n_planned": int(n_planned),
+                f"auc_{int(AUC_MAX_POINTS)}": edf_auc(dtop),
+            }
+        )
+    n_results = int(len(results))
+    return {
+        "study": study,
+        "cells": cells,
+        "metric": options.metric,
+        "n_results": n_results,
+        "n_planned": int(len(trials)),
+        "partial": n_results < len(trials),
+        "status_counts": {k: int(v) for k, v in trials["status"].value_counts().items()},
+        "comparisons": _comparisons(results, options),
+    }
+
+
+def _comparisons(results: pd.DataFrame, options: Options) -> list[dict[str, Any]]:
+    rows = []
+    for (optimizer, epochs), panel in _panels(results):
+        by_model = {m: g["error"].to_numpy() for m, g in panel.groupby("model", sort=False)}
+        for model_a, model_b in combinations(by_model, 2):
+            errors_a, errors_b = by_model[model_a], by_model[model_b]
+            ks_stat, ks_p = ks_test(dtop1(errors_a), dtop1(errors_b))
+            diff = frac_within_diff(
+                errors_a,
+                errors_b,
+                points=4.0,
+                n_boot=options.n_boot,
+                seed=options.rng_seed(optimizer, epochs, model_a, model_b),
+            )
+            rows.append(
+                {
+                    "optimizer": optimizer,
+                    "epochs": epochs,
+                    "model_a": model_a,
+                    "model_b": model_b,
+                    "ks_statistic": ks_stat,
+                    "ks_pvalue": ks_p,
+                    "frac_within_4_diff": diff.estimate,
+                    "frac_within_4_diff_ci": [diff.low, diff.high],
+                }
+            )
+    return rows
+
+
+def format_table(summary: dict[str, Any]) -> str:
+    """A short fixed-width table of the summary's cells, for the terminal."""
+    header = ["model", "opt", "epochs", "n", "div", "best", "median", "<=1", "<=2", "<=4", "<=8"]
+    lines = []
+    for c in summary["cells"]:
+        fw = c["frac_within"]
+        lines.append(
+            [
+                c["model"],
+                c["optimizer"],
+                str(c["epochs"]),
+                str(c["n"]),
+                str(c["n_diverged"]),
+                _fmt(c["best_error"], ".2f"),
+                _fmt(c["median_error"], ".2f"),
+                *(_fmt(fw[str(k)], ".2f") for k in FRAC_WITHIN_POINTS),
+            ]
+        )
+    widths = [max(len(row[i]) for row in [header, *lines]) for i in range(len(header))]
+    text = [f"study {summary['study']} ({summary.get('metric', 'final_error')})"]
+    if summary.get("partial"):
+        text[0] += f"  partial: {summary['n_results']} of {summary['n_planned']} trials"
+    for row in [header, *lines]:
+        text.append(
+            "  ".join(
+                v.ljust(w) if i < 2 else v.rjust(w)
+                for i, (v, w) in enumerate(zip(row, widths, strict=True))
+            )
+        )
+    return "\n".join(text)
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+# --- sections: each returns figures, tables and notes for the page -------------------------
+
+
+@dataclass
+class Section:
+    """One part of the page. Figures are saved as <name>.png and <name>.svg."""
+
+    key: str
+    title: str
+    caption: str = ""
+    figures: list[tuple[str, Figure]] = field(default_factory=list)
+    tables: list[tuple[str, pd.DataFrame]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _edf_section(results: pd.DataFrame, colors: dict[str, str], options: Options) -> Section:
+    section = Section(
+        "edf",
+        "lr/wd stability: error distribution functions (Figs 4-5)",
+        "F(x) = fraction of a cell's trials with dtop-1 = error - best error <= x; diverged "
+        "trials count in n and are never within any x. Shaded: pointwise 95% bootstrap bands "
+        f"({options.n_boot} resamples, best recomputed in each). Scatter: vertical lines at "
+        "each model's best value, shaded its bootstrap good range (2.5-97.5 percentiles of "
+        "the best run's value over resamples).",
+    )
+    xs = np.linspace(0.0, EDF_X_MAX, EDF_GRID)
+    dtop_panels, raw_panels, scatter_panels = [], [], []
+    for (optimizer, epochs), panel in _panels(results):
+        dtop_curves, raw_curves, series = [], [], []
+        finite_all = panel["error"][np.isfinite(panel["error"])]
+        raw_xs = (
+            np.linspace(finite_all.min(), finite_all.max(), EDF_GRID) if len(finite_all) else None
+        )
+        for model, cell in panel.groupby("model", sort=False):
+            errors = cell["error"].to_numpy()
+            seed = options.rng_seed(model, optimizer, epochs)
+            counts = {"n": len(errors), "n_diverged": int((cell["status"] == "diverged").sum())}
+            band = edf_band(errors, xs, n_boot=options.n_boot, seed=seed)
+            dtop_curves.append(
+                plots.EdfCurve(model, xs, edf(dtop1(errors), xs), band=band, **counts)
+            )
+            if raw_xs is not None:
+                band = edf_band(errors, raw_xs, relative=False, n_boot=options.n_boot, seed=seed)
+                raw_curves.append(
+                    plots.EdfCurve(model, raw_xs, edf(errors, raw_xs), band=band, **counts)
+                )
+            series.append(_scatter_series(model, cell, options, seed))
+        dtop_panels.append(plots.EdfPanel(optimizer, epochs, dtop_curves))
+        if raw_curves:
+            raw_panels.append(plots.EdfPanel(optimizer, epochs, raw_curves))
+            scatter_panels.append(plots.ScatterPanel(optimizer, epochs, series))
+    section.figures.append(("edf", plots.plot_edf(dtop_panels, colors, xlabel="dtop-1 (points)")))
+    if raw_panels:
+        section.figures.append(("edf_raw", plots.plot_edf(raw_panels, colors, xlabel="error (%)")))
+        section.figures.append(("scatter", plots.plot_scatter(scatter_panels, colors)))
+    else:
+        section.notes.append("No finished trial: raw-error EDF and lr/wd scatter skipped.")
+    return section
+
+
+def _scatter_series(
+    model: str, cell: pd.DataFrame, options: Options, seed: list[int]
+) -> plots.ScatterSeries:
+    errors = cell["error"].to_numpy()
+    values = {
+        "lr": cell["lr"].to_numpy(float),
+        "wd": cell["wd"].to_numpy(float),
+        "lr*wd": (cell["lr"] * cell["wd"]).to_numpy(float),
+    }
+    best = {
+        name: good_range(errors, v, n_boot=options.n_boot, seed=seed) for name, v in values.items()
+    }
+    finished = np.isfinite(errors)
+    return plots.ScatterSeries(
+        model, {k: v[finished] for k, v in values.items()}, errors[finished], best
+    )
+
+
+def _length_section(best: pd.DataFrame, colors: dict[str, str]) -> Section:
+    section = Section(
+        "length",
+        "Training-length stability (Fig 2)",
+        "dtop-1 of each schedule length against the longest schedule with a finished result, "
+        "per model and optimizer; a cell's error is its best error over the sampled (lr, wd).",
+    )
+    length = stability.length_stability(best)
+    if length.empty:
+        section.notes.append(
+            "Skipped: needs at least two schedule lengths with finished trials for some model."
+        )
+        return section
+    section.figures.append(("length", plots.plot_length(length, colors)))
+    section.tables.append(("dtop-1 against the longest schedule", length))
+    return section
+
+
+def _optimizer_section(best: pd.DataFrame) -> Section:
+    section = Section(
+        "optimizer",
+        "Optimizer stability (Fig 3)",
+        "Best error per schedule length with AdamW and with SGD; numbers are the SGD - AdamW gap. "
+        "A cell whose trials all diverged is replaced by the best shorter-schedule result of the "
+        "same model and optimizer and drawn dashed, as the paper does.",
+    )
+    if not {"adamw", "sgd"} <= set(best["optimizer"]):
+        section.notes.append("Skipped: needs both AdamW and SGD trials.")
+        return section
+    table = stability.optimizer_stability(best)
+    if table.empty:
+        section.notes.append("Skipped: no finished trials.")
+        return section
+    gaps = stability.optimizer_gaps(table)
+    section.figures.append(("optimizer", plots.plot_optimizer(table, gaps)))
+    section.tables.append(("SGD - AdamW gap (points)", gaps))
+    substituted = table[table["substituted"]]
+    if not substituted.empty:
+        section.tables.append(("Diverged cells replaced by a shorter schedule", substituted))
+    return section
+
+
+def _peak_section(best: pd.DataFrame) -> Section:
+    section = Section(
+        "peak", "Peak error (Table 2)", "Best error (%) per model, optimizer and schedule length."
+    )
+    table = stability.peak_table(best)
+    if table.isna().all().all():
+        section.notes.append("Skipped: no finished trials.")
+    else:
+        section.tables.append(("Best error (%)", table))
+    return section
+
+
+def _complexity_section(
+    spec: StudySpec, results: pd.DataFrame, data_shape: tuple[int, int, int] | None
+) -> Section:
+    section = Section(
+        "complexity",
+        "Complexity (Table 1)",
+        "flops (multiply-adds), params and activations for one forward pass at the study's input "
+        "size; s/epoch and images/s are medians over this study's finished trials (this machine).",
+    )
+    try:
+        complexity = importlib.import_module("optbench.models.complexity")
+    except ImportError:
+        section.notes.append(
+            "Omitted: optbench.models.complexity is not available in this install."
+        )
+        return section
+    num_classes, in_chans, img_size = data_shape or _dataset_shape(spec)
+    rows = []
+    finished = results[results["status"] == "finished"]
+    for model in spec.models:
+        try:
+            measured = _as_dict(
+                complexity.model_complexity(
+                    model, num_classes=num_classes, in_chans=in_chans, img_size=img_size
+                )
+            )
+        except Exception as err:  # one unmeasurable model must not sink the page
+            section.notes.append(f"{model}: complexity not measured ({type(err).__name__}: {err})")
+            continue
+        mine = finished[finished["model"] == model]
+        rows.append(
+            {
+                "model": model,
+                **measured,
+                "s/epoch": float((mine["wall_s"] / mine["epochs"]).median())
+                if len(mine)
+                else np.nan,
+                "images/s": float(mine["images_per_s"].median()) if len(mine) else np.nan,
+            }
+        )
+    if rows:
+        section.tables.append(
+            (
+                f"Complexity at {img_size}x{img_size}, {in_chans} channels, {num_classes} classes",
+                pd.DataFrame(rows),
+            )
+        )
+    return section
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    if isinstance(value, dict):
+        return dict(value)
+    if is_dataclass(value):
+        return asdict(value)
+    if hasattr(value, "model_dump"):
+        return value.model_dump()
+    return dict(vars(value))
+
+
+def _dataset_shape(spec: StudySpec) -> tuple[int, int, int]:
+    """(num_classes, in_chans, img_size) of the study's dataset. Uses data.dataset_shape when the
+    data module offers it (no loading); otherwise loads the dataset (cheap for bundled digits)."""
+    from optbench.train import data
+
+    if hasattr(data, "dataset_shape"):
+        return tuple(data.dataset_shape(spec.dataset))
+    loaded = data.load_dataset(spec.dataset)
+    return loaded.num_classes, loaded.in_chans, loaded.img_size
+
+
+def _curves_section(results: pd.DataFrame, colors: dict[str, str]) -> Section:
+    section = Section(
+        "curves",
+        "Training curves",
+        "Validation error per epoch of the best (solid), median (dashed) and worst (dotted) "
+        "finished trial of each cell.",
+    )
+    picks = stability.curve_picks(results)
+    if picks.empty:
+        section.notes.append("Skipped: no finished trial recorded per-epoch metrics.")
+        return section
+    panels = []
+    for (optimizer, epochs), panel in _panels(picks):
+        curves = []
+        for _, row in panel.iterrows():
+            metrics = pd.DataFrame(row["metrics"])
+            if not {"epoch", "val_error"} <= set(metrics.columns):
+                continue
+            curves.append(
+                (
+                    row["model"],
+                    row["rank"],
+                    metrics["epoch"].to_numpy(),
+                    metrics["val_error"].to_numpy(),
+                )
+            )
+        panels.append(plots.CurvePanel(optimizer, epochs, curves))
+    section.figures.append(("curves", plots.plot_curves(panels, colors)))
+    return section
+
+
+# --- files ----------------------------------------------------------------------------------
+
+
+def write_trials(trials: pd.DataFrame, out_dir: Path) -> list[str]:
+    """trials.csv (no per-epoch metrics), and trials.parquet when pyarrow is installed."""
+    first = [c for c in CSV_FIRST_COLUMNS if c in trials.columns]
+    rest = [c for c in trials.columns if c not in first and c != "metrics"]
+    trials[first + rest].to_csv(out_dir / "trials.csv", index=False)
+    written = ["trials.csv"]
+    if importlib.util.find_spec("pyarrow") is not None:
+        trials.to_parquet(out_dir / "trials.parquet", index=False)
+        written.append("trials.parquet")
+    return written
+
+
+def _save(fig: Figure, out_dir: Path, name: str) -> str:
+    """Save PNG and SVG; return the PNG as base64 for the page."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    (out_dir / f"{name}.png").write_bytes(buffer.getvalue())
+    fig.set_layout_engine("none")  # the layout is settled: do not solve it again for the SVG
+    fig.savefig(out_dir / f"{name}.svg")
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def build_sections(
+    spec: StudySpec,
+    trials: pd.DataFrame,
+    figures: set[str] | None = None,
+    options: Options = Options(),
+    data_shape: tuple[int, int, int] | None = None,
+) -> list[Section]:
+    """The page's sections (figures still in memory), in FIGURES order. `trials` must already be
+    in spec order (see write_report)."""
+    wanted = set(FIGURES) if figures is None else set(figures)
+    results = stability.with_errors(trials, options.metric)
+    if results.empty:
+        empty = Section("results", "Results")
+        empty.notes.append("No finished or diverged trial yet: no figure or table.")
+        return [empty]
+    colors = plots.model_colors(list(dict.fromkeys([*spec.models, *trials["model"]])))
+    best = stability.best_by_cell(results)
+    builders: dict[str, Callable[[], Section]] = {
+        "edf": lambda: _edf_section(results, colors, options),
+        "length": lambda: _length_section(best, colors),
+        "optimizer": lambda: _optimizer_section(best),
+        "peak": lambda: _peak_section(best),
+        "complexity": lambda: _complexity_section(spec, results, data_shape),
+        "curves": lambda: _curves_section(results, colors),
+    }
+    return [builders[key]() for key in FIGURES if key in wanted]
+
+
+def write_report(
+    spec: StudySpec,
+    trials: pd.DataFrame,
+    out_dir: Path,
+    figures: set[str] | None = None,
+    metric: str = "final_error",
+    *,
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+    data_shape: tuple[int, int, int] | None = None,
+) -> dict[str, Any]:
+    """Write the study's report into `out_dir` and return the summary.
+
+    `figures` picks sections from FIGURES (None: every section the data supports; a requested
+    section without data gets a note instead of an empty figure). `data_shape` is
+    (num_classes, in_chans, img_size) for the complexity table, looked up when None.
+    """
+    unknown = set(figures or ()) - set(FIGURES)
+    if unknown:
+        raise UsageError(f"figures: unknown {sorted(unknown)}; choose from {list(FIGURES)}")
+    if metric not in METRICS:
+        raise UsageError(f"metric: {metric!r} is not one of {list(METRICS)}")
+    options = Options(metric=metric, n_boot=n_boot, seed=seed)
+
+    trials = _ordered(trials, spec)
+    summary = summarize(spec.name, trials, options)
+    sections = build_sections(spec, trials, figures, options, data_shape)
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    images = {
+        name: _save(fig, out_dir, name) for section in sections for name, fig in section.figures
+    }
+    write_trials(trials, out_dir)
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n")
+    (out_dir / "index.html").write_text(render_html(spec, summary, sections, images))
+    return summary
+
+
+# --- the page -------------------------------------------------------------------------------
+
+_CSS = """
+body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:.9em}
+td,th{border:1px solid #ccc;padding:.2em .6em;text-align:right}
+th{background:#f3f3f3} img{max-width:100%} .note{color:#8a5300}
+.partial{background:#fff3cd;border:1px solid #e0c36c;padding:.5em 1em;font-weight:bold}
+pre{background:#f6f6f6;padding:1em;overflow-x:auto;font-size:.85em}
+"""
+
+
+def _number(value: float) -> str:
+    """Errors and fractions with two decimals; tiny p-values and big counts (flops) in 3 digits."""
+    if value != 0 and (abs(value) < 0.01 or abs(value) >= 1e5):
+        return f"{value:.3g}"
+    return f"{value:.2f}"
+
+
+def _table_html(frame: pd.DataFrame) -> str:
+    show_index = not isinstance(frame.index, pd.RangeIndex)  # keep meaningful row labels only
+    return frame.to_html(float_format=_number, na_rep="-", border=0, index=show_index)
+
+
+def _summary_frames(summary: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    auc_key = f"auc_{int(AUC_MAX_POINTS)}"
+    cells = pd.DataFrame(
+        [
+            {
+                "model": c["model"],
+                "optimizer": c["optimizer"],
+                "epochs": c["epochs"],
+                "n": c["n"],
+                "of planned": c["n_planned"],
+                "diverged": c["n_diverged"],
+                "best": c["best_error"],
+                "median": c["median_error"],
+                **{f"within {k}": c["frac_within"][str(k)] for k in FRAC_WITHIN_POINTS},
+                f"EDF area to {int(AUC_MAX_POINTS)}": c[auc_key],
+            }
+            for c in summary["cells"]
+        ]
+    )
+    comparisons = pd.DataFrame(
+        [
+            {
+                "optimizer": c["optimizer"],
+                "epochs": c["epochs"],
+                "model a": c["model_a"],
+                "model b": c["model_b"],
+                "KS D": c["ks_statistic"],
+                "KS p": c["ks_pvalue"],
+                "within 4: a - b": c["frac_within_4_diff"],
+                "95% CI": "[{:.2f}, {:.2f}]".format(*c["frac_within_4_diff_ci"]),
+            }
+            for c in summary["comparisons"]
+        ]
+    )
+    return cells, comparisons
+
+
+def render_html(
+    spec: StudySpec, summary: dict[str, Any], sections: list[Section], images: dict[str, str]
+) -> str:
+    """One self-contained page: figures as base64 PNG, every table, the spec, the trial counts."""
+    esc = html.escape
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<title>optbench report: {esc(spec.name)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>Study {esc(spec.name)}</h1>",
+        f"<p>{summary['n_results']} of {summary['n_planned']} trials have a result "
+        f"(finished or diverged); errors are top-1 {esc(summary['metric'])} in percent. By status: "
+        + ", ".join(f"{esc(k)} {v}" for k, v in summary["status_counts"].items())
+        + ".</p>",
+    ]
+    if summary["partial"]:
+        parts.append(
+            f"<p class='partial'>partial: {summary['n_results']} of {summary['n_planned']} trials</p>"
+        )
+    cells, comparisons = _summary_frames(summary)
+    parts += [
+        "<h2>Summary per cell</h2>",
+        _table_html(cells) if not cells.empty else "<p>No cells.</p>",
+    ]
+    parts.append(
+        "<h2>Between models (KS test on dtop-1; bootstrap CI of the difference in fraction within 4 points)</h2>"
+    )
+    parts.append(
+        _table_html(comparisons)
+        if not comparisons.empty
+        else "<p class='note'>Fewer than two models with results per cell: no comparison.</p>"
+    )
+    for section in sections:
+        parts.append(f"<h2 id='{section.key}'>{esc(section.title)}</h2>")
+        if section.caption and (section.figures or section.tables):
+            parts.append(f"<p>{esc(section.caption)}</p>")
+        for name, _ in section.figures:
+            parts.append(
+                f"<figure><img alt='{name}' src='data:image/png;base64,{images[name]}'><figcaption>{name}.png</figcaption></figure>"
+            )
+        for title, table in section.tables:
+            parts += [f"<h3>{esc(title)}</h3>", _table_html(table)]
+        parts += [f"<p class='note'>{esc(note)}</p>" for note in section.notes]
+    parts += ["<h2>Study spec</h2>", f"<pre>{esc(dump_spec(spec))}</pre>", "</body></html>"]
+    return "\n".join(parts)

@@ -1,0 +1,129 @@
+"""Cell-level tables from a trials table: the best error of each (model, optimizer, epochs) cell,
+training-length stability (Fig 2), optimizer stability (Fig 3), the peak table (Table 2) and the
+trials whose curves are drawn.
+
+A cell's error is its best error over finished trials (min over the sampled (lr, wd) pairs), the
+study analogue of the paper's single well-tuned run. Functions keep the row order they are given.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from optbench.analysis.edf import trial_errors
+
+RESULT_STATUSES: tuple[str, ...] = ("finished", "diverged")
+CELL_KEYS: list[str] = ["model", "optimizer", "epochs"]
+
+
+def with_errors(trials: pd.DataFrame, metric: str = "final_error") -> pd.DataFrame:
+    """The result rows (finished or diverged) with `error` = `metric`, +inf when there is none."""
+    results = trials[trials["status"].isin(RESULT_STATUSES)].copy()
+    results["error"] = trial_errors(results["status"].to_numpy(), results[metric].to_numpy())
+    return results
+
+
+def best_by_cell(results: pd.DataFrame) -> pd.DataFrame:
+    """One row per cell: model, optimizer, epochs, best_error (NaN when nothing finished)."""
+    finite = results["error"].where(np.isfinite(results["error"]))
+    best = finite.groupby([results[k] for k in CELL_KEYS], sort=False).min()
+    return best.rename("best_error").reset_index()
+
+
+def length_stability(best: pd.DataFrame) -> pd.DataFrame:
+    """dtop-1 of each schedule length against the longest finished one, per model and optimizer.
+
+    Columns: model, optimizer, epochs, error, ref_epochs, dtop1. Empty when no (model, optimizer)
+    has two schedule lengths with a finished result.
+    """
+    rows = []
+    for (model, optimizer), group in best.groupby(["model", "optimizer"], sort=False):
+        done = group.dropna(subset=["best_error"]).sort_values("epochs")
+        if len(done) < 2:
+            continue
+        ref = done.iloc[-1]
+        for _, row in done.iterrows():
+            rows.append(
+                {
+                    "model": model,
+                    "optimizer": optimizer,
+                    "epochs": int(row["epochs"]),
+                    "error": float(row["best_error"]),
+                    "ref_epochs": int(ref["epochs"]),
+                    "dtop1": float(row["best_error"] - ref["best_error"]),
+                }
+            )
+    columns = ["model", "optimizer", "epochs", "error", "ref_epochs", "dtop1"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def optimizer_stability(best: pd.DataFrame) -> pd.DataFrame:
+    """Error per model, optimizer and schedule length, with the paper's rule for diverged cells:
+    a cell without a finished trial takes the best result of a shorter schedule (same model and
+    optimizer) and is marked `substituted`. Columns: model, optimizer, epochs, error,
+    source_epochs, substituted. Cells with nothing to show (no shorter result either) are dropped.
+    """
+    rows = []
+    for (model, optimizer), group in best.groupby(["model", "optimizer"], sort=False):
+        group = group.sort_values("epochs")
+        for _, row in group.iterrows():
+            error, source = row["best_error"], row["epochs"]
+            if np.isnan(error):
+                shorter = group[(group["epochs"] < row["epochs"])].dropna(subset=["best_error"])
+                if shorter.empty:
+                    continue
+                pick = shorter.loc[shorter["best_error"].idxmin()]
+                error, source = pick["best_error"], pick["epochs"]
+            rows.append(
+                {
+                    "model": model,
+                    "optimizer": optimizer,
+                    "epochs": int(row["epochs"]),
+                    "error": float(error),
+                    "source_epochs": int(source),
+                    "substituted": bool(source != row["epochs"]),
+                }
+            )
+    columns = ["model", "optimizer", "epochs", "error", "source_epochs", "substituted"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def optimizer_gaps(stability: pd.DataFrame) -> pd.DataFrame:
+    """SGD error minus AdamW error per model and schedule length (both must be present)."""
+    wide = stability.pivot_table(
+        index=["model", "epochs"], columns="optimizer", values="error", sort=False
+    )
+    if not {"adamw", "sgd"} <= set(wide.columns):
+        return pd.DataFrame(columns=["model", "epochs", "adamw", "sgd", "gap"])
+    wide = wide.dropna(subset=["adamw", "sgd"]).reset_index()
+    wide["gap"] = wide["sgd"] - wide["adamw"]
+    return wide[["model", "epochs", "adamw", "sgd", "gap"]]
+
+
+def peak_table(best: pd.DataFrame) -> pd.DataFrame:
+    """Table 2: best error, rows (model, optimizer), one column per schedule length."""
+    table = best.pivot_table(
+        index=["model", "optimizer"], columns="epochs", values="best_error", sort=False
+    )
+    return table.reindex(columns=sorted(table.columns))
+
+
+def curve_picks(results: pd.DataFrame) -> pd.DataFrame:
+    """The best, median and worst finished trial of each cell that recorded per-epoch metrics,
+    with a `rank` column ("best" | "median" | "worst"). The median is the lower median."""
+    if "metrics" not in results.columns:
+        return results.iloc[0:0].assign(rank=pd.Series(dtype=str))
+    has_curve = results["metrics"].map(lambda m: isinstance(m, list) and len(m) > 0)
+    finished = results[
+        (results["status"] == "finished") & has_curve & np.isfinite(results["error"])
+    ]
+    picks = []
+    for _, cell in finished.groupby(CELL_KEYS, sort=False):
+        ordered = cell.sort_values("error", kind="stable")
+        positions = {"best": 0, "median": (len(ordered) - 1) // 2, "worst": len(ordered) - 1}
+        for rank, pos in positions.items():
+            picks.append(ordered.iloc[[pos]].assign(rank=rank))
+    if not picks:
+        return finished.assign(rank=pd.Series(dtype=str))
+    return pd.concat(picks, ignore_index=True)

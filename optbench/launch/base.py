@@ -1,0 +1,41 @@
+"""What every executor takes and gives back.
+
+A `TrialJob` is everything a worker needs to run one trial, as plain picklable data. An
+executor runs jobs somewhere and reports `JobEvent`s; it never touches the study database.
+The worker's only output is the trial's result file (see optbench.train.results); the driver
+reads it when a job ends. A job that ends without writing one is "lost" (its process died).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Protocol
+
+from optbench.train.config import TrainConfig
+
+
+@dataclass(frozen=True)
+class TrialJob:
+    key: str  # the trial's stable id: "<cell id>/s<sample>-seed<seed>"
+    config: TrainConfig
+    out_dir: Path
+
+
+@dataclass(frozen=True)
+class JobEvent:
+    key: str
+    kind: Literal["running", "ended", "lost"]
+    message: str | None = None
+
+
+class Launcher(Protocol):
+    def submit(self, jobs: Sequence[TrialJob]) -> None:
+        """Start running `jobs` (returns without waiting for them)."""
+
+    def poll(self, timeout: float) -> list[JobEvent]:
+        """Events since the last poll, waiting up to `timeout` seconds for at least one."""
+
+    def close(self, cancel: bool) -> None:
+        """Release resources; with cancel, stop every job that has not ended."""

@@ -1,0 +1,44 @@
+"""What every optbench model shares with timm: a pretrained cfg that records its default input
+and classes (no weights), and one builder that applies that cfg."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from timm.models import build_model_with_cfg
+from torch import nn
+
+
+def zoo_cfg(img_size: int, num_classes: int, in_chans: int = 3) -> dict:
+    """A timm pretrained cfg that only records a model's default input and classes.
+
+    `fixed_input_size` tells `optbench.models.create_model` (and timm) that the model takes img_size.
+    """
+    return dict(
+        input_size=(in_chans, img_size, img_size),
+        num_classes=num_classes,
+        fixed_input_size=True,
+        mean=(0.5,) * in_chans,
+        std=(0.5,) * in_chans,
+        license="mit",
+    )
+
+
+def build(
+    model_cls: type[nn.Module], variant: str, cfg: dict, pretrained: bool, **kwargs
+) -> nn.Module:
+    """Build `variant` from its architecture `cfg`; kwargs (num_classes, img_size...) override it,
+    and the defaults come from the variant's pretrained cfg."""
+    if pretrained:
+        raise ValueError("optbench models have no pretrained weights")
+    return build_model_with_cfg(model_cls, variant, pretrained=False, **{**cfg, **kwargs})
+
+
+def square_size(img_size: int | Sequence[int]) -> int:
+    """The side of a square input: timm passes img_size as (H, W) from a pretrained cfg."""
+    if isinstance(img_size, int):
+        return img_size
+    h, w = img_size
+    if h != w:
+        raise ValueError(f"optbench models take square inputs, got img_size {tuple(img_size)}")
+    return int(h)

@@ -1,0 +1,75 @@
+"""Stem ablations S1-S4 at 4 GF (Xiao et al., Table 3): stems between ViT_P and ViT_C.
+
+Each stem holds one "patchify" layer (kernel = stride = p) of growing pixel size p = 2, 4, 8, 16
+inside an otherwise convolutional stem. The paper gives no layer list, so this is the
+construction used here, all on ViT_C-4GF (d 384, 6 heads, MLP 1152, 11 blocks, 224 px):
+
+1. Start from ViT_C-4GF's stem (3x3 stride-2 convs 48-96-192-384, then a biased 1x1 conv).
+2. Replace its first log2(p) stride-2 3x3 convs by ONE p x p stride-p conv to the width the last
+   replaced conv had (48, 96, 192, 384 for p = 2, 4, 8, 16). Like every conv of the stem it has no
+   bias and is followed by BatchNorm and ReLU; the remaining stride-2 3x3 convs stay as in ViT_C.
+3. Append stride-1 3x3 convs at width 384 (design rule: stride 1 keeps the channels), as many as
+   bring the stem's flops nearest to ViT_C-4GF's stem (0.43 GF). Each costs 0.26 GF at 14x14,
+   so totals stay within 3.5% of ViT_C-4GF's (measured with complexity.py):
+
+   | model | stem | stem GF | total GF |
+   |---|---|---|---|
+   | ViT_C-4GF | 3x3 s2 48, 96, 192, 384; 1x1 | 0.435 | 3.96 |
+   | S1 | 2x2 p 48; 3x3 s2 96, 192, 384; 1x1 | 0.426 | 3.95 |
+   | S2 | 4x4 p 96; 3x3 s2 192, 384; 3x3 s1 384; 1x1 | 0.564 | 4.09 |
+   | S3 | 8x8 p 192; 3x3 s2 384; 3x3 s1 384; 1x1 | 0.448 | 3.97 |
+   | S4 | 16x16 p 384; 3x3 s1 384; 1x1 | 0.347 | 3.87 |
+
+   (S2 without its stride-1 conv would have a 0.30 GF stem, 0.13 below; with it 0.13 above:
+   nearest by a hair.) S1 is thus "C with a small 2x2 patchify layer", as the paper describes it.
+"""
+
+from __future__ import annotations
+
+from timm.models import generate_default_cfgs, register_model
+
+from optbench.models.registry import zoo_cfg
+from optbench.models.vit import VIT_4GF, VisionTransformer, build_vit
+
+default_cfgs = generate_default_cfgs({f"vit_s{i}_4gf": zoo_cfg(224, 1000) for i in (1, 2, 3, 4)})
+
+
+def ablation_cfg(pixel: int, widths: tuple[int, ...], strides: tuple[int, ...]) -> dict:
+    """ViT_C-4GF with a conv stem whose first layer patchifies `pixel` x `pixel` windows."""
+    kernels = (pixel,) + (3,) * (len(widths) - 1)
+    return dict(
+        VIT_4GF,
+        depth=VIT_4GF["depth"] - 1,
+        stem="conv",
+        stem_widths=widths,
+        stem_strides=strides,
+        stem_kernel_sizes=kernels,
+    )
+
+
+@register_model
+def vit_s1_4gf(pretrained: bool = False, **kwargs) -> VisionTransformer:
+    """S1: 2x2 patchify to 48, 3x3 stride-2 convs to 96, 192, 384; 11 blocks."""
+    cfg = ablation_cfg(2, (48, 96, 192, 384), (2, 2, 2, 2))
+    return build_vit("vit_s1_4gf", cfg, pretrained, **kwargs)
+
+
+@register_model
+def vit_s2_4gf(pretrained: bool = False, **kwargs) -> VisionTransformer:
+    """S2: 4x4 patchify to 96, 3x3 stride-2 convs to 192, 384, one 3x3 stride-1 conv; 11 blocks."""
+    cfg = ablation_cfg(4, (96, 192, 384, 384), (4, 2, 2, 1))
+    return build_vit("vit_s2_4gf", cfg, pretrained, **kwargs)
+
+
+@register_model
+def vit_s3_4gf(pretrained: bool = False, **kwargs) -> VisionTransformer:
+    """S3: 8x8 patchify to 192, a 3x3 stride-2 conv to 384, one 3x3 stride-1 conv; 11 blocks."""
+    cfg = ablation_cfg(8, (192, 384, 384), (8, 2, 1))
+    return build_vit("vit_s3_4gf", cfg, pretrained, **kwargs)
+
+
+@register_model
+def vit_s4_4gf(pretrained: bool = False, **kwargs) -> VisionTransformer:
+    """S4: 16x16 patchify to 384, one 3x3 stride-1 conv; 11 blocks."""
+    cfg = ablation_cfg(16, (384, 384), (16, 1))
+    return build_vit("vit_s4_4gf", cfg, pretrained, **kwargs)

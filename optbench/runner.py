@@ -1,0 +1,227 @@
+"""The driver of `optbench run`: plan the study's trials, hand the unfinished ones to an
+executor, and record each result file into the store as its job ends.
+
+spec -> trials (store.prepare) -> jobs (TrialJob) -> result files (workers) -> store (record).
+The driver is the only writer of the database. A finished result is recorded once; results
+already on disk but not yet recorded (a driver killed at the wrong moment) are recorded
+before anything runs; Ctrl-C stops the workers and the same command resumes.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from optbench.launch.base import Launcher, TrialJob
+from optbench.spec import StudySpec, UsageError, dump_spec
+from optbench.store import PlannedTrial, Store
+from optbench.train.config import TrainConfig, TrialResult
+from optbench.train.results import RESULT_FILE, atomic_write_text, read_metrics, read_result
+
+STATES = ("finished", "diverged", "failed", "running", "pending")
+
+
+def trial_dir(spec: StudySpec, item: PlannedTrial):
+    return spec.study_dir / "trials" / item.cell_id / f"s{item.sample:03d}-seed{item.seed}"
+
+
+def trial_config(spec: StudySpec, item: PlannedTrial) -> TrainConfig:
+    return TrainConfig(
+        model=item.cell.model,
+        dataset=spec.dataset,
+        optimizer=item.cell.optimizer,
+        lr=item.lr,
+        wd=item.wd,
+        epochs=item.cell.epochs,
+        batch_size=spec.batch_size,
+        ref_batch=spec.ref_batch,
+        seed=item.seed,
+        recipe=spec.recipe,
+    )
+
+
+@contextmanager
+def study_lock(spec: StudySpec) -> Iterator[None]:
+    """One driver per study at a time: a second `optbench run` fails instead of racing."""
+    spec.study_dir.mkdir(parents=True, exist_ok=True)
+    with open(spec.study_dir / ".lock", "w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UsageError(
+                f"{spec.study_dir}: another optbench run is driving this study"
+            ) from None
+        f.write(str(os.getpid()))
+        f.flush()
+        yield
+
+
+@dataclass
+class Progress:
+    """Counts per cell for the live display and the final summary."""
+
+    plan: list[PlannedTrial]
+    running: set[str] = field(default_factory=set)
+    started: float = field(default_factory=time.monotonic)
+    ran: int = 0  # trials that ended in this invocation
+    workers: int = 1
+
+    def state(self, item: PlannedTrial) -> str:
+        if item.status == "pending" and item.key in self.running:
+            return "running"
+        return item.status
+
+    def counts(self) -> dict[tuple, Counter]:
+        out: dict[tuple, Counter] = {}
+        for item in self.plan:
+            c = item.cell
+            out.setdefault((c.model, c.optimizer, c.epochs), Counter())[self.state(item)] += 1
+        return out
+
+    def eta_s(self) -> float | None:
+        left = sum(1 for t in self.plan if t.status == "pending")
+        if not self.ran or not left:
+            return None
+        per_trial = (time.monotonic() - self.started) / self.ran  # wall time per ended trial
+        return per_trial * left
+
+    def table(self, title: str) -> Table:
+        table = Table(title=title)
+        for col in ("model", "optimizer", "epochs", *STATES):
+            table.add_column(col, justify="left" if col in ("model", "optimizer") else "right")
+        for (model, opt, epochs), c in self.counts().items():
+            table.add_row(model, opt, str(epochs), *(str(c[s]) for s in STATES))
+        eta = self.eta_s()
+        if eta is not None:
+            table.caption = f"ETA {eta / 60:.1f} min"
+        return table
+
+
+def _record_from_disk(store: Store, spec: StudySpec, item: PlannedTrial) -> bool:
+    """Record a result file a worker already wrote for this attempt, if there is one."""
+    out_dir = trial_dir(spec, item)
+    result = read_result(out_dir)
+    if result is None or result.config != trial_config(spec, item):
+        return False
+    if result.status == "failed":
+        return False  # a crash of an earlier attempt: this attempt runs again
+    return store.record(item, result, read_metrics(out_dir))
+
+
+def run_study(
+    spec: StudySpec,
+    make_launcher: Callable[[int], Launcher],
+    *,
+    console: Console | None = None,
+    live: bool = True,
+) -> Progress:
+    """Run every unfinished trial of `spec`. `make_launcher(n_jobs)` builds the executor."""
+    console = console or Console()
+    with study_lock(spec):
+        store = Store(spec, create=True)
+        atomic_write_text(spec.study_dir / "spec.yaml", dump_spec(spec))
+        plan = store.prepare(retries=spec.executor.retries)
+        recovered = sum(_record_from_disk(store, spec, t) for t in plan if t.status == "pending")
+        if recovered:
+            console.print(f"recorded {recovered} result(s) found on disk")
+        unused = store.unused_trials()
+        if unused:
+            console.print(
+                f"note: {unused} trial(s) from earlier configurations of {spec.name!r} "
+                "stay in the database and are not used"
+            )
+        todo = {t.key: t for t in plan if t.status == "pending"}
+        progress = Progress(plan)
+        if not todo:
+            console.print(progress.table(f"{spec.name}: nothing to run"))
+            return progress
+        jobs = []
+        for item in todo.values():
+            out_dir = trial_dir(spec, item)
+            (out_dir / RESULT_FILE).unlink(missing_ok=True)  # a failed attempt's leftovers
+            jobs.append(TrialJob(item.key, trial_config(spec, item), out_dir))
+        launcher = make_launcher(len(jobs))
+        progress.workers = getattr(launcher, "workers", 1)
+        launcher.submit(jobs)
+        try:
+            with Live(
+                progress.table(spec.name),
+                console=console,
+                refresh_per_second=2,
+                transient=False,
+                auto_refresh=live,
+            ) as display:
+                while todo:
+                    for event in launcher.poll(timeout=0.5):
+                        item = todo.get(event.key)
+                        if item is None:
+                            continue
+                        if event.kind == "running":
+                            progress.running.add(event.key)
+                            continue
+                        _finish(store, spec, item, event.message)
+                        progress.running.discard(event.key)
+                        progress.ran += 1
+                        del todo[event.key]
+                    display.update(progress.table(spec.name))
+        except KeyboardInterrupt:
+            launcher.close(cancel=True)
+            console.print(
+                f"stopped: {progress.ran} trial(s) recorded, {len(todo)} left; "
+                "run the same command to resume"
+            )
+            raise
+        launcher.close(cancel=False)
+        return progress
+
+
+def _finish(store: Store, spec: StudySpec, item: PlannedTrial, lost_message: str | None) -> None:
+    out_dir = trial_dir(spec, item)
+    result = read_result(out_dir)
+    if result is None:
+        result = TrialResult(
+            status="failed",
+            epochs=item.cell.epochs,
+            config=trial_config(spec, item),
+            message=lost_message or f"no {RESULT_FILE} written in {out_dir}",
+        )
+    store.record(item, result, read_metrics(out_dir))
+
+
+def status_table(spec: StudySpec) -> Table:
+    """Counts per cell, read from the store without running or writing anything."""
+    plan = Store(spec, create=False).plan()
+    return Progress(plan).table(
+        f"{spec.name}: {sum(t.is_result for t in plan)} of {len(plan)} trials done"
+    )
+
+
+def plan_table(spec: StudySpec) -> Table:
+    """The trial plan of `optbench run --dry-run`: what would run, per cell. Writes nothing."""
+    plan = Store(spec, create=False).plan()
+    table = Table(title=f"{spec.name}: plan")
+    for col in ("model", "optimizer", "epochs", "trials", "done", "lr range", "wd range"):
+        table.add_column(col)
+    for cell in spec.cells():
+        items = [t for t in plan if t.cell == cell]
+        b = spec.search.bounds(cell.model, cell.optimizer)
+        table.add_row(
+            cell.model,
+            cell.optimizer,
+            str(cell.epochs),
+            str(len(items)),
+            str(sum(t.is_result for t in items)),
+            f"{b.lr[0]:.3g} .. {b.lr[1]:.3g}",
+            f"{b.wd[0]:.3g} .. {b.wd[1]:.3g}",
+        )
+    table.caption = f"{len(plan)} trials, {sum(not t.is_result for t in plan)} to run"
+    return table

@@ -1,0 +1,33 @@
+"""Shared fixtures: a tiny digits study that trains in seconds on one CPU core."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import torch
+
+TINY = {
+    "name": "tiny",
+    "dataset": {"name": "digits", "img_size": 16},
+    "models": ["vit_p_w64_16px", "vit_c_w64_16px"],
+    "optimizers": ["adamw"],
+    "epochs": 1,
+    "batch_size": 128,
+    "ref_batch": 128,
+    "search": {"n_samples": 2, "ranges": {"adamw": {"lr": [1e-3, 1e-2], "wd": [0.01, 0.1]}}},
+    "recipe": {"warmup_epochs": 0, "hflip": False, "translate": 2},
+}
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    torch.set_num_threads(1)  # deterministic and polite to the other core
+
+
+@pytest.fixture
+def tiny_dict(tmp_path: Path) -> dict:
+    data = copy.deepcopy(TINY)
+    data["output"] = str(tmp_path / "results")
+    return data

@@ -1,0 +1,104 @@
+"""Cell tables: best per cell, training-length and optimizer stability, peak table, curve picks."""
+
+import numpy as np
+import pandas as pd
+
+from optbench.analysis.stability import (
+    best_by_cell,
+    curve_picks,
+    length_stability,
+    optimizer_gaps,
+    optimizer_stability,
+    peak_table,
+    with_errors,
+)
+
+
+def _trials(rows: list[tuple]) -> pd.DataFrame:
+    """rows of (model, optimizer, epochs, status, final_error)."""
+    frame = pd.DataFrame(rows, columns=["model", "optimizer", "epochs", "status", "final_error"])
+    frame["metrics"] = [[{"epoch": 1, "val_error": e}] for e in frame["final_error"]]
+    return frame
+
+
+def test_with_errors_keeps_only_results():
+    trials = _trials(
+        [
+            ("m", "adamw", 10, "finished", 20.0),
+            ("m", "adamw", 10, "diverged", np.nan),
+            ("m", "adamw", 10, "failed", np.nan),
+            ("m", "adamw", 10, "pending", np.nan),
+        ]
+    )
+    results = with_errors(trials)
+    assert results["status"].tolist() == ["finished", "diverged"]
+    assert results["error"].tolist() == [20.0, np.inf]
+
+
+def test_length_stability_against_the_longest_finished_schedule():
+    trials = _trials(
+        [
+            ("m", "adamw", 10, "finished", 20.0),
+            ("m", "adamw", 10, "finished", 25.0),
+            ("m", "adamw", 20, "finished", 15.0),
+            ("m", "adamw", 40, "finished", 12.0),
+            ("n", "adamw", 10, "finished", 30.0),
+            ("n", "adamw", 20, "finished", 28.0),
+            ("n", "adamw", 40, "diverged", np.nan),  # longest has no result: 20 is the reference
+        ]
+    )
+    got = length_stability(best_by_cell(with_errors(trials)))
+    m = got[got["model"] == "m"]
+    assert m["dtop1"].tolist() == [8.0, 3.0, 0.0]
+    assert set(m["ref_epochs"]) == {40}
+    n = got[got["model"] == "n"]
+    assert n["dtop1"].tolist() == [2.0, 0.0] and set(n["ref_epochs"]) == {20}
+
+
+def test_length_stability_is_empty_with_one_schedule():
+    trials = _trials([("m", "adamw", 10, "finished", 20.0)])
+    assert length_stability(best_by_cell(with_errors(trials))).empty
+
+
+def test_optimizer_stability_replaces_a_diverged_cell_by_the_best_shorter_schedule():
+    trials = _trials(
+        [
+            ("m", "adamw", 10, "finished", 20.0),
+            ("m", "adamw", 20, "finished", 15.0),
+            ("m", "adamw", 40, "finished", 12.0),
+            ("m", "sgd", 10, "finished", 24.0),
+            ("m", "sgd", 20, "finished", 21.0),
+            ("m", "sgd", 40, "diverged", np.nan),
+            ("m", "sgd", 40, "diverged", np.nan),
+        ]
+    )
+    table = optimizer_stability(best_by_cell(with_errors(trials)))
+    sgd40 = table[(table["optimizer"] == "sgd") & (table["epochs"] == 40)].iloc[0]
+    assert (sgd40["error"], sgd40["source_epochs"], sgd40["substituted"]) == (21.0, 20, True)
+    assert table["substituted"].sum() == 1
+    gaps = optimizer_gaps(table)
+    assert gaps["gap"].tolist() == [4.0, 6.0, 9.0]
+
+
+def test_peak_table_pivots_best_errors_by_schedule():
+    trials = _trials(
+        [
+            ("m", "adamw", 20, "finished", 15.0),
+            ("m", "adamw", 10, "finished", 20.0),
+            ("m", "adamw", 10, "finished", 18.0),
+        ]
+    )
+    table = peak_table(best_by_cell(with_errors(trials)))
+    assert list(table.columns) == [10, 20]
+    assert table.loc[("m", "adamw")].tolist() == [18.0, 15.0]
+
+
+def test_curve_picks_best_lower_median_and_worst():
+    trials = _trials([("m", "adamw", 10, "finished", e) for e in [5.0, 1.0, 3.0, 4.0, 2.0]])
+    trials.loc[len(trials)] = ["m", "adamw", 10, "diverged", np.nan, []]
+    picks = curve_picks(with_errors(trials))
+    assert dict(zip(picks["rank"], picks["error"], strict=True)) == {
+        "best": 1.0,
+        "median": 3.0,
+        "worst": 5.0,
+    }

@@ -1,0 +1,268 @@
+"""write_report: summary.json contract, files, figures (curve counts), skipped sections, page."""
+
+import json
+import re
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from optbench.analysis.plots import data_lines
+from optbench.analysis.report import (
+    Options,
+    build_sections,
+    format_table,
+    summarize,
+    write_report,
+)
+from optbench.analysis.synthetic import synthetic_trials
+from optbench.spec import UsageError, parse_spec
+
+MODELS = ["vit_p_w64_16px", "vit_c_w64_16px"]
+RANGES = {
+    "adamw": {"lr": [2.5e-4, 8e-3], "wd": [0.02, 0.8]},
+    "sgd": {"lr": [0.1, 3.2], "wd": [4e-6, 1.2e-4]},
+}
+FAST = Options(n_boot=100)
+
+
+def _spec(optimizers=("adamw",), epochs=(5,), n_samples=4):
+    return parse_spec(
+        {
+            "name": "tiny",
+            "dataset": {"name": "digits", "img_size": 16},
+            "models": MODELS,
+            "optimizers": list(optimizers),
+            "epochs": list(epochs),
+            "batch_size": 64,
+            "search": {"n_samples": n_samples, "ranges": {o: RANGES[o] for o in optimizers}},
+        }
+    )
+
+
+def _hand_trials() -> pd.DataFrame:
+    """P: errors 10, 11, 13 and one diverged; C: 20, 20.5, 30, 50; one failed, one pending."""
+    rows = [
+        (MODELS[0], "finished", 10.0),
+        (MODELS[0], "finished", 11.0),
+        (MODELS[0], "finished", 13.0),
+        (MODELS[0], "diverged", np.nan),
+        (MODELS[0], "failed", np.nan),
+        (MODELS[1], "finished", 20.0),
+        (MODELS[1], "finished", 20.5),
+        (MODELS[1], "finished", 30.0),
+        (MODELS[1], "finished", 50.0),
+        (MODELS[1], "pending", np.nan),
+    ]
+    frame = synthetic_trials(MODELS, ["adamw"], [5], 5, with_metrics=True)
+    frame = frame.iloc[: len(rows)].copy()
+    frame["model"] = [r[0] for r in rows]
+    frame["status"] = [r[1] for r in rows]
+    frame["final_error"] = [r[2] for r in rows]
+    return frame
+
+
+def test_summary_keeps_the_issue_2_contract_with_hand_values():
+    summary = summarize("tiny", _hand_trials(), FAST)
+    assert summary["study"] == "tiny"
+    p, c = summary["cells"]
+    issue2 = {
+        "model",
+        "optimizer",
+        "epochs",
+        "n",
+        "n_diverged",
+        "best_error",
+        "median_error",
+        "frac_within",
+    }
+    assert issue2 <= set(p) and issue2 <= set(c)
+    assert (p["model"], p["optimizer"], p["epochs"]) == (MODELS[0], "adamw", 5)
+    assert (p["n"], p["n_diverged"], p["best_error"], p["median_error"]) == (4, 1, 10.0, 11.0)
+    assert p["frac_within"] == {"1": 0.5, "2": 0.5, "4": 0.75, "8": 0.75}
+    assert (c["n"], c["n_diverged"], c["best_error"], c["median_error"]) == (4, 0, 20.0, 25.25)
+    assert c["frac_within"] == {"1": 0.5, "2": 0.5, "4": 0.5, "8": 0.5}
+    # dtop-1 P: 0, 1, 3, inf -> (1 + 0.9 + 0.7 + 0) / 4; C: 0, 0.5, 10, 30 -> (1 + 0.95) / 4
+    assert p["auc_10"] == pytest.approx(0.65) and c["auc_10"] == pytest.approx(0.4875)
+    assert (summary["n_results"], summary["n_planned"], summary["partial"]) == (8, 10, True)
+    assert summary["status_counts"] == {"finished": 7, "diverged": 1, "failed": 1, "pending": 1}
+    (pair,) = summary["comparisons"]
+    assert (pair["model_a"], pair["model_b"]) == tuple(MODELS)
+    assert pair["ks_statistic"] == pytest.approx(0.25)  # at x = 3: 3/4 vs 2/4
+    assert pair["frac_within_4_diff"] == pytest.approx(0.25)
+    low, high = pair["frac_within_4_diff_ci"]
+    assert low <= 0.25 <= high
+
+
+def test_a_cell_where_everything_diverged():
+    trials = _hand_trials()
+    trials.loc[trials["model"] == MODELS[1], "status"] = "diverged"
+    cell = summarize("tiny", trials, FAST)["cells"][1]
+    assert (cell["n"], cell["n_diverged"], cell["best_error"], cell["median_error"]) == (
+        5,
+        5,
+        None,
+        None,
+    )
+    assert set(cell["frac_within"].values()) == {0.0}
+
+
+def test_write_report_files_and_page(tmp_path: Path):
+    spec = _spec(optimizers=("adamw", "sgd"), epochs=(5, 10))
+    trials = synthetic_trials(MODELS, ["adamw", "sgd"], [5, 10], 6, pending_fraction=0.1, seed=2)
+    summary = write_report(spec, trials, tmp_path, n_boot=100)
+    on_disk = json.loads((tmp_path / "summary.json").read_text())
+    assert on_disk == summary and len(summary["cells"]) == 8
+    figures = ["edf", "edf_raw", "scatter", "length", "optimizer", "curves"]
+    for name in figures:
+        assert (tmp_path / f"{name}.png").stat().st_size > 0
+        assert (tmp_path / f"{name}.svg").stat().st_size > 0
+    page = (tmp_path / "index.html").read_text()
+    embedded = re.findall(r"<img alt='(\w+)' src='data:image/png;base64,", page)
+    assert sorted(embedded) == sorted(figures)
+    for text in ["partial:", "Peak error", "Between models", "Study spec", "name: tiny"]:
+        assert text in page
+    assert "src='http" not in page and "href=" not in page  # self-contained
+    csv = pd.read_csv(tmp_path / "trials.csv")
+    assert len(csv) == len(trials) and "metrics" not in csv.columns
+    assert list(csv.columns[:9]) == [
+        "model",
+        "optimizer",
+        "epochs",
+        "lr",
+        "wd",
+        "seed",
+        "status",
+        "final_error",
+        "best_error",
+    ]
+    assert (tmp_path / "trials.parquet").exists() == _has_pyarrow()
+    table = format_table(summary)
+    assert all(m in table for m in MODELS) and "partial:" in table
+
+
+def _has_pyarrow() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("pyarrow") is not None
+
+
+def test_report_is_reproducible(tmp_path: Path):
+    spec = _spec()
+    trials = synthetic_trials(MODELS, ["adamw"], [5], 8, seed=4)
+    a = write_report(spec, trials, tmp_path / "a", figures={"peak"}, n_boot=100)
+    b = write_report(
+        spec, trials.sample(frac=1.0, random_state=0), tmp_path / "b", figures={"peak"}, n_boot=100
+    )
+    assert a == b
+
+
+def _figure(sections, name):
+    return dict(fig for s in sections for fig in s.figures)[name]
+
+
+def _visible_axes(fig):
+    return [ax for ax in fig.axes if ax.get_visible()]
+
+
+def test_figures_draw_one_curve_per_model_and_cell():
+    optimizers, epochs = ["adamw", "sgd"], [5, 10, 20]
+    spec = _spec(optimizers=optimizers, epochs=epochs)
+    trials = synthetic_trials(MODELS, optimizers, epochs, 6, seed=1)
+    sections = build_sections(spec, trials, None, FAST)
+    n_cells = len(optimizers) * len(epochs)
+    for name in ["edf", "edf_raw"]:
+        axes = _visible_axes(_figure(sections, name))
+        assert len(axes) == n_cells
+        assert all(len(data_lines(ax)) == len(MODELS) for ax in axes)
+        assert all(len(ax.collections) == len(MODELS) for ax in axes)  # one band per model
+    scatter = _visible_axes(_figure(sections, "scatter"))
+    assert len(scatter) == 3 * n_cells
+    assert all(len(data_lines(ax)) == len(MODELS) for ax in scatter)  # one point cloud per model
+    assert all(len(ax.get_lines()) == 2 * len(MODELS) for ax in scatter)  # + a best-value line
+    length = _visible_axes(_figure(sections, "length"))
+    assert len(length) == len(optimizers)
+    assert all(len(data_lines(ax)) == len(MODELS) for ax in length)
+    optimizer = _visible_axes(_figure(sections, "optimizer"))
+    assert len(optimizer) == len(MODELS)
+    assert all(len(data_lines(ax)) == len(optimizers) for ax in optimizer)
+    curves = _visible_axes(_figure(sections, "curves"))
+    assert len(curves) == n_cells
+    assert all(len(data_lines(ax)) == 3 * len(MODELS) for ax in curves)
+
+
+def test_optimizer_figure_draws_a_substituted_cell_dashed():
+    spec = _spec(optimizers=("adamw", "sgd"), epochs=(5, 10))
+    trials = synthetic_trials(MODELS, ["adamw", "sgd"], [5, 10], 4, seed=1)
+    dead = (
+        (trials["model"] == MODELS[0]) & (trials["optimizer"] == "sgd") & (trials["epochs"] == 10)
+    )
+    trials.loc[dead, ["status", "final_error"]] = ["diverged", np.nan]
+    sections = build_sections(spec, trials, {"optimizer"}, FAST)
+    (section,) = sections
+    p_axes, c_axes = _visible_axes(_figure(sections, "optimizer"))
+    dashed = [line for line in data_lines(p_axes) if line.get_linestyle() == "--"]
+    assert len(dashed) == 1 and "diverged" in dashed[0].get_label()
+    assert not [line for line in data_lines(c_axes) if line.get_linestyle() == "--"]
+    assert "dashed" in section.caption
+    assert any("replaced" in title for title, _ in section.tables)
+
+
+def test_sections_without_data_are_skipped_with_a_note(tmp_path: Path):
+    spec = _spec()  # one optimizer, one schedule length
+    trials = synthetic_trials(MODELS, ["adamw"], [5], 4).drop(columns="metrics")
+    write_report(spec, trials, tmp_path, n_boot=50)
+    for name in ["length", "optimizer", "curves"]:
+        assert not (tmp_path / f"{name}.png").exists()
+    page = (tmp_path / "index.html").read_text()
+    assert "needs at least two schedule lengths" in page
+    assert "needs both AdamW and SGD" in page
+    assert "per-epoch metrics" in page
+
+
+def test_only_the_requested_figures_are_written(tmp_path: Path):
+    spec = _spec(optimizers=("adamw", "sgd"), epochs=(5, 10))
+    trials = synthetic_trials(MODELS, ["adamw", "sgd"], [5, 10], 4)
+    write_report(spec, trials, tmp_path, figures={"length"}, n_boot=50)
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == ["length.png"]
+    with pytest.raises(UsageError, match="figures"):
+        write_report(spec, trials, tmp_path, figures={"violin"})
+    with pytest.raises(UsageError, match="metric"):
+        write_report(spec, trials, tmp_path, metric="top5")
+
+
+def test_no_results_yet(tmp_path: Path):
+    trials = synthetic_trials(MODELS, ["adamw"], [5], 3, pending_fraction=1.0)
+    summary = write_report(_spec(), trials, tmp_path, n_boot=50)
+    assert summary["n_results"] == 0 and summary["partial"]
+    assert all(c["n"] == 0 and c["best_error"] is None for c in summary["cells"])
+    assert not list(tmp_path.glob("*.png"))
+    assert "No finished or diverged trial" in (tmp_path / "index.html").read_text()
+
+
+def test_complexity_table_uses_the_zoo_helper_when_present(monkeypatch):
+    calls = []
+
+    def model_complexity(name, *, num_classes, in_chans, img_size):
+        calls.append((name, num_classes, in_chans, img_size))
+        return {"flops": 1.0e6, "params": 2.0e4, "acts": 3.0e4}
+
+    fake = types.ModuleType("optbench.models.complexity")
+    fake.model_complexity = model_complexity
+    monkeypatch.setitem(sys.modules, "optbench.models.complexity", fake)
+    trials = synthetic_trials(MODELS, ["adamw"], [5], 3)
+    (section,) = build_sections(_spec(), trials, {"complexity"}, FAST, data_shape=(10, 1, 16))
+    assert calls == [(m, 10, 1, 16) for m in MODELS]
+    ((_, table),) = section.tables
+    assert table["model"].tolist() == MODELS
+    assert {"flops", "params", "acts", "s/epoch", "images/s"} <= set(table.columns)
+
+
+def test_complexity_table_is_omitted_without_the_zoo_helper(monkeypatch):
+    monkeypatch.setitem(sys.modules, "optbench.models.complexity", None)  # import fails
+    trials = synthetic_trials(MODELS, ["adamw"], [5], 3)
+    (section,) = build_sections(_spec(), trials, {"complexity"}, FAST)
+    assert not section.tables and "Omitted" in section.notes[0]

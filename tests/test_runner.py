@@ -1,0 +1,167 @@
+"""The driver: plan, run, record; resume without duplicates; never mix configurations."""
+
+from __future__ import annotations
+
+import copy
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import optuna
+import pytest
+import yaml
+from rich.console import Console
+
+from optbench.launch.local import InlineLauncher, LocalLauncher, split_cores
+from optbench.runner import run_study, trial_config, trial_dir
+from optbench.spec import parse_spec
+from optbench.store import Store
+from optbench.train.loop import run_trial
+
+
+def _quiet() -> Console:
+    return Console(file=open(os.devnull, "w"))  # noqa: SIM115
+
+
+def _inline(spec, launched: list | None = None):
+    def make(n_jobs):
+        launcher = InlineLauncher()
+        if launched is not None:
+            launched.append(n_jobs)
+        return launcher
+
+    return run_study(spec, make, console=_quiet(), live=False)
+
+
+def _finished_per_key(spec) -> Counter:
+    storage = optuna.storages.RDBStorage(spec.storage_url)
+    counts = Counter()
+    for s in optuna.get_all_study_summaries(storage):
+        for t in optuna.load_study(study_name=s.study_name, storage=storage).trials:
+            if t.state.is_finished() and t.user_attrs.get("status") in ("finished", "diverged"):
+                counts[t.user_attrs["key"]] += 1
+    return counts
+
+
+def _recorded(spec) -> int:
+    if not (spec.study_dir / "study.db").exists():
+        return 0
+    return sum(t.is_result for t in Store(spec, create=False).plan())
+
+
+def test_second_run_of_a_finished_study_runs_nothing(tiny_dict):
+    spec = parse_spec(tiny_dict)
+    launched: list[int] = []
+    _inline(spec, launched)
+    _inline(spec, launched)
+    assert launched == [4]  # the second run built no executor at all
+    frame = Store(spec, create=False).frame()
+    assert len(frame) == 4 and (frame.status == "finished").all()
+    assert frame.final_error.between(0, 100).all()
+    assert set(_finished_per_key(spec).values()) == {1}
+
+
+def test_results_already_on_disk_are_recorded_not_rerun(tiny_dict):
+    spec = parse_spec(tiny_dict)
+    plan = Store(spec, create=True).prepare(retries=0)
+    item = plan[0]
+    run_trial(trial_config(spec, item), trial_dir(spec, item))  # a worker finished, driver died
+    launched: list[int] = []
+    _inline(spec, launched)
+    assert launched == [3]
+    assert set(_finished_per_key(spec).values()) == {1}
+
+
+def test_diverged_trials_are_results_and_the_study_carries_on(tiny_dict):
+    data = copy.deepcopy(tiny_dict)
+    data["optimizers"] = ["sgd"]
+    data["search"]["ranges"] = {"sgd": {"lr": [1e5, 1e6], "wd": [1e-5, 1e-4]}}
+    spec = parse_spec(data)
+    _inline(spec)
+    frame = Store(spec, create=False).frame()
+    assert (frame.status == "diverged").all()
+    assert frame.final_error.isna().all()
+    launched: list[int] = []
+    _inline(spec, launched)
+    assert launched == []  # diverged is final
+
+
+def test_failed_trials_are_retried_up_to_the_limit(tiny_dict):
+    data = copy.deepcopy(tiny_dict)
+    data["batch_size"] = 100_000  # every trial crashes
+    data["executor"] = {"retries": 1}
+    spec = parse_spec(data)
+    launched: list[int] = []
+    for _ in range(3):
+        _inline(spec, launched)
+    assert launched == [4, 4]  # first attempt, one retry, then no more
+    frame = Store(spec, create=False).frame()
+    assert (frame.status == "failed").all()
+
+
+def test_changed_configuration_makes_new_trials_never_mixes(tiny_dict):
+    spec = parse_spec(tiny_dict)
+    _inline(spec)
+    changed = copy.deepcopy(tiny_dict)
+    changed["recipe"]["label_smoothing"] = 0.0
+    spec2 = parse_spec(changed)
+    store2 = Store(spec2, create=False)
+    assert {t.status for t in store2.plan()} == {"pending"}
+    assert store2.unused_trials() == 4
+    grown = copy.deepcopy(tiny_dict)
+    grown["search"]["n_samples"] = 3  # more samples: same cells, old trials still count
+    plan3 = Store(parse_spec(grown), create=False).plan()
+    assert Counter(t.status for t in plan3) == {"finished": 4, "pending": 2}
+
+
+def test_split_cores_never_oversubscribes():
+    assert split_cores(32, "auto", 2) == (2, 1)
+    assert split_cores(1, "auto", 8) == (1, 8)
+    assert split_cores(10, 3, 8) == (3, 2)
+
+
+def test_real_process_pool_runs_a_tiny_study(tiny_dict):
+    spec = parse_spec(tiny_dict)
+    progress = run_study(
+        spec, lambda n: LocalLauncher(*split_cores(n, "auto", 2)), console=_quiet(), live=False
+    )
+    assert progress.ran == 4
+    assert set(_finished_per_key(spec).values()) == {1} and len(_finished_per_key(spec)) == 4
+
+
+@pytest.mark.slow
+def test_ctrl_c_then_resume_gives_each_trial_exactly_once(tmp_path, tiny_dict):
+    data = copy.deepcopy(tiny_dict)
+    data["epochs"] = 3
+    data["search"]["n_samples"] = 3
+    data["executor"] = {"workers": 1}
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump(data))
+    spec = parse_spec(data)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "optbench", "run", str(study)],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not _recorded(spec):
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert 1 <= _recorded(spec) < 6
+    resumed = subprocess.run(
+        [sys.executable, "-m", "optbench", "run", str(study)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    counts = _finished_per_key(spec)
+    assert len(counts) == 6 and set(counts.values()) == {1}

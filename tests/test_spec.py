@@ -1,0 +1,127 @@
+"""The study schema: every bad input names its field, exits 2 and writes nothing."""
+
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from optbench.cli import main
+from optbench.spec import SpecError, load_spec, parse_spec
+
+
+def _mutate(data: dict, path: str, value) -> dict:
+    data = copy.deepcopy(data)
+    *parents, last = path.split(".")
+    node = data
+    for p in parents:
+        node = node[p]
+    node[last] = value
+    return data
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "needle"),
+    [
+        ("epochz", 3, "epochz: unknown key"),
+        ("search.n_sample", 3, "search.n_sample: unknown key"),
+        ("batch_size", "big", "batch_size"),
+        ("search.ranges.adamw.lr", [1e-2, 1e-3], "search.ranges.adamw.lr"),
+        ("search.ranges.adamw.wd", [0.0, 0.1], "must be > 0"),
+        ("models", ["vit_p_w64_16px", "no_such_model"], "no_such_model"),
+        ("dataset.name", "mnist_typo", "mnist_typo"),
+        ("optimizers", ["adamw", "lion"], "optimizers.1"),
+        ("search.sampler", "qmc", "power of 2"),
+    ],
+)
+def test_bad_spec_names_the_field(tiny_dict, path, value, needle):
+    bad = _mutate(tiny_dict, path, value)
+    if path == "search.sampler":
+        bad["search"]["n_samples"] = 3
+    with pytest.raises(SpecError) as err:
+        parse_spec(bad, "study.yaml")
+    assert needle in str(err.value)
+    assert "study.yaml" in str(err.value)
+
+
+def test_search_must_cover_every_model_and_optimizer(tiny_dict):
+    bad = _mutate(tiny_dict, "optimizers", ["adamw", "sgd"])
+    with pytest.raises(SpecError, match=r"no range for .*vit_p_w64_16px/sgd"):
+        parse_spec(bad)
+
+
+def test_good_values_give_the_paper_box(tiny_dict):
+    data = _mutate(
+        tiny_dict, "search.good_values", {"vit_c_w64_16px": {"adamw": {"lr": 1e-3, "wd": 0.24}}}
+    )
+    spec = parse_spec(data)
+    box = spec.search.bounds("vit_c_w64_16px", "adamw")
+    assert box.lr == pytest.approx((1e-3 / 8, 4e-3))
+    assert box.wd == pytest.approx((0.03, 0.96))
+    assert spec.search.bounds("vit_p_w64_16px", "adamw").lr == (1e-3, 1e-2)  # falls back to ranges
+
+
+def test_epochs_scalar_or_grid(tiny_dict):
+    assert parse_spec(tiny_dict).epochs == [1]
+    assert parse_spec(_mutate(tiny_dict, "epochs", [1, 2])).cells()[1].epochs == 2
+
+
+def test_cell_id_changes_with_meaning_not_with_bookkeeping(tiny_dict):
+    spec = parse_spec(tiny_dict)
+    cell = spec.cells()[0]
+    same = parse_spec(_mutate(_mutate(tiny_dict, "output", "/elsewhere"), "search.n_samples", 9))
+    other = parse_spec(_mutate(tiny_dict, "recipe.label_smoothing", 0.0))
+    assert spec.cell_id(cell) == same.cell_id(cell)
+    assert spec.cell_id(cell) != other.cell_id(cell)
+
+
+@pytest.fixture
+def run_cli(monkeypatch, capsys):
+    """Run `optbench ARGS` in this process from folder `cwd`; returns (exit code, stderr)."""
+
+    def run(args: list[str], cwd: Path) -> tuple[int, str]:
+        monkeypatch.chdir(cwd)
+        monkeypatch.setattr(sys, "argv", ["optbench", *args])
+        with pytest.raises(SystemExit) as exit_:
+            main()
+        return exit_.value.code, capsys.readouterr().err
+
+    return run
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "needle"),
+    [
+        ("epochz", 3, "epochz: unknown key"),
+        ("batch_size", "big", "batch_size"),
+        ("search.ranges.adamw.lr", [1e-2, 1e-3], "low 0.01 must be < high 0.001"),
+        ("models", ["no_such_model"], "no_such_model"),
+        ("dataset.name", "nope", "unknown dataset 'nope'"),
+    ],
+)
+def test_cli_rejects_bad_study_with_exit_2_and_writes_nothing(
+    run_cli, tmp_path, tiny_dict, path, value, needle
+):
+    data = _mutate(tiny_dict, path, value)
+    data["output"] = "results"
+    study = tmp_path / "bad.yaml"
+    study.write_text(yaml.safe_dump(data))
+    for command in (["run", "bad.yaml"], ["run", "bad.yaml", "--dry-run"], ["status", "bad.yaml"]):
+        code, err = run_cli(command, tmp_path)
+        assert code == 2, err
+        assert needle in err and "bad.yaml" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]
+
+
+def test_cli_missing_study_file(run_cli, tmp_path):
+    code, err = run_cli(["run", "nowhere.yaml"], tmp_path)
+    assert code == 2
+    assert "nowhere.yaml: no such study file" in err
+
+
+def test_quickstart_study_validates():
+    spec = load_spec(Path(__file__).parent.parent / "studies" / "quickstart.yaml")
+    assert {"vit_p_w64_16px", "vit_c_w64_16px"} <= set(spec.models)
