@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import submitit
 
 from optbench.launch.base import TrialJob
 from optbench.launch.slurm import (
@@ -17,6 +18,7 @@ from optbench.launch.slurm import (
     chunks,
     config_hash,
     read_records,
+    sacct_states,
     sbatch_parameters,
 )
 from optbench.spec import SlurmSettings, SpecError, parse_spec
@@ -120,3 +122,23 @@ def test_a_job_whose_end_was_reported_is_resubmitted_as_a_new_attempt(tmp_path, 
     launcher = SlurmLauncher(SlurmSettings(), tmp_path, "tiny")
     launcher.submit([job])
     assert submitted == [job] and launcher.poll(0) == []
+
+
+def test_one_sacct_call_gives_every_jobs_state(monkeypatch):
+    calls = []
+
+    def fake_sacct(command, shell=False):
+        calls.append(command)
+        return (
+            b"JobID|State|NodeList\n"
+            b"7_0|COMPLETED|n1\n7_0.batch|COMPLETED|n1\n7_[1-2]|PENDING|None\n"
+            b"8|CANCELLED by 0|None\n"  # an array cancelled before its elements started
+            b"9|OUT_OF_MEMORY|n2\n"
+        )
+
+    monkeypatch.setattr(submitit.SlurmJob, "watcher", submitit.slurm.slurm.SlurmInfoWatcher())
+    monkeypatch.setattr(submitit.core.core.subprocess, "check_output", fake_sacct)
+    states = sacct_states(["7_0", "7_2", "8_1", "9", "10"])
+    assert states == {"7_0": "COMPLETED", "7_2": "PENDING", "8_1": "CANCELLED",
+                      "9": "OUT_OF_MEMORY", "10": "UNKNOWN"}  # fmt: skip
+    assert len(calls) == 1 and calls[0][0] == "sacct"

@@ -26,6 +26,7 @@ import re
 import signal
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -187,7 +188,14 @@ def sacct_states(job_ids: Iterable[str]) -> dict[str, str]:
     for job_id in ids:
         watcher.register_job(job_id)
     watcher.update()
-    return {job_id: base_state(watcher.get_state(job_id, mode="cache")) for job_id in ids}
+    states = {}
+    for job_id in ids:
+        state = watcher.get_state(job_id, mode="cache")
+        if state == "UNKNOWN" and "_" in job_id:
+            # An array cancelled before its elements were split out shows only as "<array id>".
+            state = watcher.get_state(job_id.split("_")[0], mode="cache")
+        states[job_id] = base_state(state)
+    return states
 
 
 def cancel_jobs(job_ids: Iterable[str]) -> None:
@@ -209,6 +217,8 @@ class _Tracked:
 
 class SlurmLauncher:
     """The SLURM executor behind `optbench run` (see optbench.launch.base.Launcher)."""
+
+    jobs_outlive_driver = True  # the driver may detach (Ctrl-C, --detach); a later run reattaches
 
     def __init__(self, settings: SlurmSettings, folder: Path, job_name: str):
         self.settings = settings
@@ -343,9 +353,10 @@ def launcher_for(spec: StudySpec) -> SlurmLauncher:
     return SlurmLauncher(spec.executor.slurm, job_folder(spec), spec.name)
 
 
-def recorded_states(folder: Path) -> dict[str, tuple[JobRecord, str]]:
-    """Trial key -> (its latest job record, that job's sacct state)."""
-    records = read_records(folder)
+def followed_jobs(folder: Path) -> dict[str, tuple[JobRecord, str]]:
+    """Trial key -> (its job record, that job's sacct state), for the trials whose job end no
+    driver has recorded yet (queued, running, or ended while nobody watched)."""
+    records = {k: r for k, r in read_records(folder).items() if r.ended is None}
     if not records:
         return {}
     states = sacct_states(r.job_id for r in records.values())
@@ -354,8 +365,16 @@ def recorded_states(folder: Path) -> dict[str, tuple[JobRecord, str]]:
 
 def cancel_study_jobs(folder: Path) -> list[str]:
     """scancel every recorded job of a study that may still run; returns their ids."""
-    active = sorted(
-        {rec.job_id for rec, state in recorded_states(folder).values() if state in ACTIVE_STATES}
-    )
+    active = {rec.job_id for rec, state in followed_jobs(folder).values() if state in ACTIVE_STATES}
     cancel_jobs(active)
-    return active
+    return sorted(active)
+
+
+def slurm_summary(spec: StudySpec) -> str:
+    """One line for `optbench status`: the SLURM states of trials not recorded yet."""
+    folder = job_folder(spec)
+    counts = Counter(state for _, state in followed_jobs(folder).values())
+    if not counts:
+        return f"SLURM: no job of this study is queued or running (job files in {folder})"
+    parts = ", ".join(f"{n} {state}" for state, n in counts.most_common())
+    return f"SLURM: trials not recorded yet: {parts} (job files in {folder}); `optbench run` follows them"

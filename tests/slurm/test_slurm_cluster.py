@@ -14,19 +14,22 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from rich.console import Console
+from typer.testing import CliRunner
 
+from optbench.cli import app
 from optbench.launch.base import TrialJob
 from optbench.launch.slurm import (
-    SlurmLauncher,
-    cancel_study_jobs,
+    ACTIVE_STATES,
+    followed_jobs,
     job_folder,
     launcher_for,
     read_records,
     sacct_states,
 )
 from optbench.runner import run_study, trial_config, trial_dir
-from optbench.spec import StudySpec, parse_spec
+from optbench.spec import StudySpec, load_spec, parse_spec
 from optbench.store import Store
 from optbench.train.loop import run_trial
 from optbench.train.results import METRICS_FILE, read_result
@@ -34,13 +37,17 @@ from optbench.train.results import METRICS_FILE, read_result
 pytestmark = pytest.mark.slurm
 
 
-def _spec(tiny: dict, *, models: int = 2, samples: int = 1, epochs: int = 1, **slurm) -> StudySpec:
+def _study(tiny: dict, *, models: int = 2, samples: int = 1, epochs: int = 1, **slurm) -> dict:
     data = copy.deepcopy(tiny)
     data["models"] = data["models"][:models]
     data["search"]["n_samples"] = samples
     data["epochs"] = epochs
     data["executor"] = {"kind": "slurm", "slurm": {"poll_s": 2, "time_min": 10, **slurm}}
-    return parse_spec(data)
+    return data
+
+
+def _spec(tiny: dict, **kw) -> StudySpec:
+    return parse_spec(_study(tiny, **kw))
 
 
 def _run(spec: StudySpec):
@@ -56,7 +63,7 @@ def _wait_for(what: str, check, timeout: float = 180.0):
         if value:
             return value
         time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
+    raise AssertionError(f"timed out waiting for {what}: last {value!r}")
 
 
 def _epochs_logged(out_dir: Path) -> int:
@@ -169,29 +176,34 @@ def test_a_gpu_request_is_scheduled_on_the_clusters_gpus(tiny_dict, slurm_cluste
     assert Store(spec, create=False).plan()[0].status == "finished"
 
 
-def test_detached_jobs_are_reattached_not_resubmitted_and_cancel_stops_them(tiny_dict):
-    spec = _spec(tiny_dict, models=2, epochs=3)
+def test_detach_status_reattach_and_cancel(tiny_dict, tmp_path):
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump(_study(tiny_dict, models=2, epochs=3)))
+    spec = load_spec(study)
+    cli = CliRunner()
+
+    submitted = cli.invoke(app, ["run", str(study), "--detach"])
+    assert submitted.exit_code == 0, submitted.output
+    assert "2 trial(s) submitted" in submitted.output
+    assert len(read_records(job_folder(spec))) == 2
+    assert "SLURM: trials not recorded yet: 2 " in cli.invoke(app, ["status", str(study)]).output
+
     plan = Store(spec, create=False).plan()
     jobs = [TrialJob(t.key, trial_config(spec, t), trial_dir(spec, t)) for t in plan]
-    first = launcher_for(spec)
-    first.submit(jobs)
-    first.close(cancel=False)  # the driver goes away; the jobs stay
-
-    second = SlurmLauncher(spec.executor.slurm, job_folder(spec), spec.name)
-    second.submit(jobs)
-    assert (second.submitted, second.reattached) == (0, 2)
+    follower = launcher_for(spec)  # what the next `optbench run` does first
+    follower.submit(jobs)
+    assert (follower.submitted, follower.reattached) == (0, 2)
     assert len(read_records(job_folder(spec))) == 2
 
-    assert sorted(cancel_study_jobs(job_folder(spec))) == sorted(second.job_ids())
-    events = []
-
-    def ended():
-        events.extend(e for e in second.poll(1.0) if e.kind != "running")
-        return len(events) == 2
-
+    cancelled = cli.invoke(app, ["cancel", str(study)])
+    assert cancelled.exit_code == 0 and "cancelled 2 SLURM job(s)" in cancelled.output
+    ended = lambda: all(s not in ACTIVE_STATES for _, s in followed_jobs(job_folder(spec)).values())  # noqa: E731
     _wait_for("both jobs to end", ended)
-    assert {e.kind for e in events} == {"lost"}
-    assert all("CANCELLED" in e.message for e in events)
+    follow = cli.invoke(app, ["run", str(study)])  # records the cancelled jobs as failed
+    assert follow.exit_code == 0, follow.output
+    failed = Store(spec, create=False).plan()
+    assert {t.status for t in failed} == {"failed"}
+    assert all("CANCELLED" in t.record.user_attrs["message"] for t in failed)
 
 
 def test_a_2_task_job_trains_one_trial_with_ddp_on_cpu(tiny_dict):
