@@ -23,7 +23,8 @@ app = typer.Typer(
 )
 
 
-console = Console()
+# Piped output (CI logs, files) gets wide tables instead of rich's 80-column default.
+console = Console(width=None if sys.stdout.isatty() else 160)
 
 
 @app.callback()
@@ -145,17 +146,22 @@ def run(
     """Run every unfinished trial of a study, recording results as they end."""
     from optbench.spec import load_spec
 
-    spec = load_spec(study)
+    spec = load_spec(study, check_data=not dry_run)
     kind = executor or spec.executor.kind
     if kind not in ("slurm", "local", "debug"):
         raise UsageError(f"--executor: must be slurm, local or debug, got {kind!r}")
     if detach and kind != "slurm":
         raise UsageError(f"--detach: only the slurm executor can detach (executor is {kind!r})")
     spec = spec.model_copy(update={"executor": spec.executor.model_copy(update={"kind": kind})})
-    if dry_run:
+    if dry_run:  # a plan needs no data on this machine: say so if a real run would stop
         from optbench.runner import plan_table
+        from optbench.train.data import check_dataset
 
         console.print(plan_table(spec))
+        try:
+            check_dataset(spec.dataset)
+        except UsageError as err:
+            console.print(f"note: a real run would stop here: {err}")
         return
     from optbench.launch.local import InlineLauncher, LocalLauncher, split_cores, usable_cores
     from optbench.runner import run_study
@@ -247,6 +253,61 @@ def models(
             )
         rows.append(row)
     typer.echo(json.dumps(rows, indent=1) if json_out else markdown_table(rows))
+
+
+@app.command()
+def report(
+    studies: Annotated[
+        list[Path] | None,
+        typer.Argument(help="study YAML files (default: every study under --results)"),
+    ] = None,
+    edf: Annotated[
+        bool, typer.Option("--edf", help="EDFs of dtop-1 and raw error, lr/wd scatter")
+    ] = False,
+    length: Annotated[bool, typer.Option("--length", help="training-length stability")] = False,
+    optimizer: Annotated[bool, typer.Option("--optimizer", help="optimizer stability")] = False,
+    peak: Annotated[bool, typer.Option("--peak", help="peak error table")] = False,
+    complexity: Annotated[bool, typer.Option("--complexity", help="complexity table")] = False,
+    curves: Annotated[bool, typer.Option("--curves", help="error against epoch")] = False,
+    all_: Annotated[bool, typer.Option("--all", help="every figure (the default)")] = False,
+    out: Annotated[Path, typer.Option(help="reports root: writes OUT/<study name>/")] = Path(
+        "reports"
+    ),
+    results: Annotated[
+        Path, typer.Option(help="results root searched when no study is given")
+    ] = Path("results"),
+    metric: Annotated[str, typer.Option(help="final_error or best_error")] = "final_error",
+) -> None:
+    """Write figures, trials.csv, summary.json and index.html for each study."""
+    import yaml
+
+    from optbench.analysis.report import format_table, write_report
+    from optbench.spec import load_spec, parse_spec
+    from optbench.store import Store
+
+    flags = {
+        "edf": edf,
+        "length": length,
+        "optimizer": optimizer,
+        "peak": peak,
+        "complexity": complexity,
+        "curves": curves,
+    }
+    figures = None if all_ or not any(flags.values()) else {k for k, v in flags.items() if v}
+    if studies:
+        specs = [load_spec(path) for path in studies]
+    else:
+        saved = sorted(results.glob("*/spec.yaml"))
+        if not saved:
+            raise UsageError(
+                f"--results: no studies under {results} (no */spec.yaml); run one first"
+            )
+        specs = [parse_spec(yaml.safe_load(p.read_text()), p) for p in saved]
+    for spec in specs:
+        trials = Store(spec, create=False).frame()
+        summary = write_report(spec, trials, out / spec.name, figures, metric)
+        typer.echo(format_table(summary))
+        typer.echo(f"wrote {out / spec.name}/index.html")
 
 
 def main() -> None:

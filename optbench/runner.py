@@ -218,22 +218,50 @@ def status_table(spec: StudySpec) -> Table:
 
 
 def plan_table(spec: StudySpec) -> Table:
-    """The trial plan of `optbench run --dry-run`: what would run, per cell. Writes nothing."""
+    """The trial plan of `optbench run --dry-run`: what would run, per cell, and its compute:
+    training images x forward multiply-adds per image (backward adds about 2x). Writes nothing."""
+    from optbench.models.complexity import model_complexity
+    from optbench.train.data import dataset_info
+
+    info = dataset_info(spec.dataset)
     plan = Store(spec, create=False).plan()
-    table = Table(title=f"{spec.name}: plan")
-    for col in ("model", "optimizer", "epochs", "trials", "done", "lr range", "wd range"):
-        table.add_column(col)
+    table = Table(title=f"{spec.name}: plan ({spec.dataset.name}, {info.n_train} training images)")
+    for col in (
+        "model",
+        "optimizer",
+        "epochs",
+        "trials",
+        "to run",
+        "lr range",
+        "wd range",
+        "GF/img",
+        "PF to run",
+    ):
+        table.add_column(col, no_wrap=col == "model")
+    total = 0.0
     for cell in spec.cells():
         items = [t for t in plan if t.cell == cell]
+        todo = sum(not t.is_result for t in items)
         b = spec.search.bounds(cell.model, cell.optimizer)
+        flops = model_complexity(
+            cell.model, num_classes=info.num_classes, in_chans=info.in_chans, img_size=info.img_size
+        )["flops"]
+        cell_flops = todo * cell.epochs * info.n_train * flops
+        total += cell_flops
         table.add_row(
             cell.model,
             cell.optimizer,
             str(cell.epochs),
             str(len(items)),
-            str(sum(t.is_result for t in items)),
+            str(todo),
             f"{b.lr[0]:.3g} .. {b.lr[1]:.3g}",
             f"{b.wd[0]:.3g} .. {b.wd[1]:.3g}",
+            f"{flops / 1e9:.3g}",
+            f"{cell_flops / 1e15:.3g}",
         )
-    table.caption = f"{len(plan)} trials, {sum(not t.is_result for t in plan)} to run"
+    to_run = sum(not t.is_result for t in plan)
+    table.caption = (
+        f"{len(plan)} trials, {to_run} to run: {total / 1e15:.3g} PF of forward "
+        f"multiply-adds ({total * 3 / 1e15:.3g} PF with backward)"
+    )
     return table

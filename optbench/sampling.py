@@ -7,6 +7,8 @@ see identical pairs (a paired comparison); with per-model good values, the same 
 position. Growing n_samples keeps the first n pairs.
 
 - random: optuna's RandomSampler, seeded (seed, optimizer), asked n times in order.
+- good: no sampling; the one pair is the (model, optimizer)'s good value (for schedule-length
+  and optimizer grids run at known-good settings, as the paper's Figs 2-3).
 - qmc: scrambled Sobol points from scipy. optuna's QMCSampler is not used because it samples
   trials independently (i.e. randomly) until one has completed, and optbench asks every trial of
   a cell before any has run.
@@ -57,3 +59,11 @@ def sample_pairs(
         pairs.append((trial.params["lr"], trial.params["wd"]))
         study.tell(trial, state=optuna.trial.TrialState.PRUNED)  # only the draw matters
     return pairs
+
+
+def study_pairs(search: Search, model: str, optimizer: str) -> list[tuple[float, float]]:
+    """The pairs a study trains for one (model, optimizer)."""
+    if search.sampler == "good":
+        good = search.good_values[model][optimizer]
+        return [(good.lr, good.wd)]
+    return sample_pairs(search, search.bounds(model, optimizer), optimizer, search.n_samples)

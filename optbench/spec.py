@@ -64,7 +64,7 @@ class Search(_Strict):
     """How (lr, wd) pairs are drawn: n_samples log-uniform draws per (model, optimizer)."""
 
     n_samples: int = Field(ge=1)
-    sampler: Literal["random", "qmc"] = "random"
+    sampler: Literal["random", "qmc", "good"] = "random"
     seed: int = 0
     ranges: dict[Optimizer, Range] = Field(default_factory=dict)
     good_values: dict[str, dict[Optimizer, GoodValue]] = Field(default_factory=dict)
@@ -341,6 +341,18 @@ class StudySpec(_Strict):
                 f"search: no range for {missing}; give search.ranges.<optimizer> or "
                 "search.good_values.<model>.<optimizer>"
             )
+        if self.search.sampler == "good":
+            no_good = [
+                f"{m}/{o}"
+                for m in self.models
+                for o in self.optimizers
+                if o not in self.search.good_values.get(m, {})
+            ]
+            if no_good or self.search.n_samples != 1:
+                raise ValueError(
+                    "search.sampler 'good' trains each model at its good value: it needs "
+                    f"n_samples 1 and search.good_values for every model/optimizer (missing: {no_good})"
+                )
         return self
 
     # --- derived, never stored ------------------------------------------------------------
@@ -409,21 +421,23 @@ def _format_errors(path: Path | str, err: ValidationError) -> str:
     return "\n".join(lines)
 
 
-def parse_spec(data: dict, source: Path | str = "<spec>") -> StudySpec:
-    """Validate a mapping (as read from YAML) into a StudySpec, or raise SpecError."""
+def parse_spec(data: dict, source: Path | str = "<spec>", *, check_data: bool = True) -> StudySpec:
+    """Validate a mapping (as read from YAML) into a StudySpec, or raise SpecError. With
+    check_data, the dataset's files must be where dataset.root says."""
     if not isinstance(data, dict):
         raise SpecError(f"{source}: a study must be a YAML mapping, got {type(data).__name__}")
     try:
         spec = StudySpec.model_validate(data)
     except ValidationError as err:
         raise SpecError(_format_errors(source, err)) from None
-    from optbench.train.data import check_dataset
+    if check_data:
+        from optbench.train.data import check_dataset
 
-    check_dataset(spec.dataset)
+        check_dataset(spec.dataset)
     return spec
 
 
-def load_spec(path: Path | str) -> StudySpec:
+def load_spec(path: Path | str, *, check_data: bool = True) -> StudySpec:
     """Read and validate a study YAML. Reads only; writes nothing."""
     path = Path(path)
     if not path.is_file():
@@ -432,7 +446,7 @@ def load_spec(path: Path | str) -> StudySpec:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as err:
         raise SpecError(f"{path}: not valid YAML: {err}") from None
-    return parse_spec(data, path)
+    return parse_spec(data, path, check_data=check_data)
 
 
 def dump_spec(spec: StudySpec) -> str:

@@ -21,7 +21,7 @@ import optuna
 import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
 
-from optbench.sampling import distributions, sample_pairs
+from optbench.sampling import distributions, study_pairs
 from optbench.spec import Cell, StudySpec
 from optbench.train.config import TrialResult
 
@@ -114,8 +114,7 @@ class Store:
     def _cell_plan(self, cell: Cell, study: optuna.Study | None) -> list[PlannedTrial]:
         spec = self.spec
         cell_id = spec.cell_id(cell)
-        bounds = spec.search.bounds(cell.model, cell.optimizer)
-        pairs = sample_pairs(spec.search, bounds, cell.optimizer, spec.search.n_samples)
+        pairs = study_pairs(spec.search, cell.model, cell.optimizer)
         plan = {
             (i, seed): PlannedTrial(cell, cell_id, i, seed, lr, wd)
             for i, (lr, wd) in enumerate(pairs)

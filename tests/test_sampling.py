@@ -45,3 +45,13 @@ def test_models_with_other_boxes_get_the_same_relative_position():
     for (lr_a, wd_a), (lr_b, wd_b) in zip(a, b, strict=True):
         assert lr_b == pytest.approx(10 * lr_a)
         assert wd_b == pytest.approx(wd_a)
+
+
+def test_good_sampler_trains_exactly_the_good_value():
+    from optbench.sampling import study_pairs
+    from optbench.spec import GoodValue
+
+    s = Search(
+        n_samples=1, sampler="good", good_values={"m": {"sgd": GoodValue(lr=1.9, wd=1.3e-5)}}
+    )
+    assert study_pairs(s, "m", "sgd") == [(1.9, 1.3e-5)]

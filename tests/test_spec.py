@@ -125,3 +125,14 @@ def test_cli_missing_study_file(run_cli, tmp_path):
 def test_quickstart_study_validates():
     spec = load_spec(Path(__file__).parent.parent / "studies" / "quickstart.yaml")
     assert {"vit_p_w64_16px", "vit_c_w64_16px"} <= set(spec.models)
+
+
+def test_good_sampler_needs_good_values_and_one_sample(tiny_dict):
+    data = _mutate(tiny_dict, "search.sampler", "good")
+    with pytest.raises(SpecError, match="sampler 'good'"):
+        parse_spec(data)
+    data["search"]["n_samples"] = 1
+    data["search"]["good_values"] = {
+        m: {"adamw": {"lr": 1e-3, "wd": 0.05}} for m in ("vit_p_w64_16px", "vit_c_w64_16px")
+    }
+    assert parse_spec(data).search.sampler == "good"

@@ -408,14 +408,11 @@ def _as_dict(value: Any) -> dict[str, Any]:
 
 
 def _dataset_shape(spec: StudySpec) -> tuple[int, int, int]:
-    """(num_classes, in_chans, img_size) of the study's dataset. Uses data.dataset_shape when the
-    data module offers it (no loading); otherwise loads the dataset (cheap for bundled digits)."""
-    from optbench.train import data
+    """(num_classes, in_chans, img_size) of the study's dataset."""
+    from optbench.train.data import dataset_info
 
-    if hasattr(data, "dataset_shape"):
-        return tuple(data.dataset_shape(spec.dataset))
-    loaded = data.load_dataset(spec.dataset)
-    return loaded.num_classes, loaded.in_chans, loaded.img_size
+    info = dataset_info(spec.dataset)
+    return info.num_classes, info.in_chans, info.img_size
 
 
 def _curves_section(results: pd.DataFrame, colors: dict[str, str]) -> Section:

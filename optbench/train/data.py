@@ -308,6 +308,22 @@ def check_dataset(spec: Dataset) -> None:
     DATASETS[spec.name][0](spec)
 
 
+@dataclass(frozen=True)
+class DatasetInfo:
+    """What a dataset looks like to a model, and how many training images an epoch has."""
+
+    num_classes: int
+    in_chans: int
+    img_size: int
+    n_train: int
+
+
+def dataset_info(spec: Dataset) -> DatasetInfo:
+    """Shape and size of a dataset (for compute estimates and complexity tables)."""
+    data = load_dataset(spec)  # cheap for the bundled digits
+    return DatasetInfo(data.num_classes, data.in_chans, data.img_size, len(data.train_y))
+
+
 def load_dataset(spec: Dataset) -> DeviceData | FolderData:
     check_dataset(spec)
     return DATASETS[spec.name][1](spec)

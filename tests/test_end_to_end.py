@@ -1,0 +1,52 @@
+"""The newcomer's path on a tiny study: `optbench run` (real process pool) then `optbench report`."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+
+import pytest
+import yaml
+
+from optbench.cli import main
+
+
+def _cli(monkeypatch, *args: str) -> int:
+    monkeypatch.setattr(sys, "argv", ["optbench", *args])
+    try:
+        main()
+    except SystemExit as exit_:
+        return exit_.code or 0
+    return 0
+
+
+@pytest.mark.slow
+def test_run_then_report(tmp_path, monkeypatch, tiny_dict):
+    tiny_dict["output"] = "results"
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(tiny_dict))
+    monkeypatch.chdir(tmp_path)
+
+    assert _cli(monkeypatch, "run", "tiny.yaml") == 0
+    assert _cli(monkeypatch, "report", "tiny.yaml", "--edf") == 0
+
+    out = tmp_path / "reports" / "tiny"
+    assert (out / "edf.png").stat().st_size > 1000
+    rows = list(csv.DictReader((out / "trials.csv").open()))
+    assert len(rows) == 4 and {r["status"] for r in rows} == {"finished"}
+    assert {r["model"] for r in rows} == {"vit_p_w64_16px", "vit_c_w64_16px"}
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["study"] == "tiny"
+    cells = {c["model"]: c for c in summary["cells"]}
+    for model, cell in cells.items():
+        errors = [float(r["final_error"]) for r in rows if r["model"] == model]
+        assert cell["n"] == 2 and cell["n_diverged"] == 0
+        assert cell["best_error"] == pytest.approx(min(errors))
+        assert cell["frac_within"]["8"] == pytest.approx(
+            sum(e - min(errors) <= 8 for e in errors) / 2
+        )
+
+    # Without a study, every study under the results root is reported.
+    (out / "summary.json").unlink()
+    assert _cli(monkeypatch, "report", "--edf") == 0
+    assert (out / "summary.json").is_file()
