@@ -6,6 +6,7 @@ Bad input (a spec that does not validate, an unknown model, a missing dataset fo
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -82,7 +83,7 @@ def train(
     from optbench.models import is_model
     from optbench.train.config import TrainConfig
     from optbench.train.data import check_dataset, download_dataset
-    from optbench.train.loop import TrialInterrupted, run_trial
+    from optbench.train.loop import STOP_SIGNALS, TrialInterrupted, run_trial
 
     if optimizer not in OPTIMIZERS:
         raise UsageError(f"--optimizer: must be one of {list(OPTIMIZERS)}, got {optimizer!r}")
@@ -117,11 +118,17 @@ def train(
     check_dataset(ds)
     if threads:
         torch.set_num_threads(threads)
+
+    def exit_on_stop(signum: int, frame) -> None:  # run_trial passes the signal on to this
+        typer.echo(f"stopped by signal {signum}; resume with --resume", err=True)
+        sys.exit(128 + signum)
+
+    for s in STOP_SIGNALS:
+        signal.signal(s, exit_on_stop)
     try:
         result = run_trial(cfg, out, device, resume=resume)
     except TrialInterrupted as stopped:
-        typer.echo(f"{stopped}; resume with --resume", err=True)
-        sys.exit(128 + stopped.signum)
+        exit_on_stop(stopped.signum, None)
     typer.echo(result.model_dump_json(indent=2, exclude={"config"}))
     if result.status == "failed":
         raise typer.Exit(1)

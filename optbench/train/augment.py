@@ -29,26 +29,27 @@ from torchvision.transforms import v2
 from optbench.spec import Recipe
 
 
-def random_translate(x: torch.Tensor, pad: int) -> torch.Tensor:
-    """Zero-pad by `pad` pixels and crop back at a random offset per image (RandomCrop(padding))."""
-    if pad == 0:
+def random_crop_flip(x: torch.Tensor, pad: int, hflip: bool) -> torch.Tensor:
+    """RandomCrop(size, padding=pad) with zero padding, then a horizontal flip with probability
+    1/2 if `hflip`, for a whole uint8 batch (N, C, H, W) in one gather: each output pixel reads
+    padded[image, channel, offset(image) + pattern(pixel)], where the pattern is mirrored for
+    flipped images."""
+    if pad == 0 and not hflip:
         return x
     b, c, h, w = x.shape
     dev = x.device
-    padded = F.pad(x, (pad, pad, pad, pad))
+    hp, wp = h + 2 * pad, w + 2 * pad
+    padded = F.pad(x, (pad, pad, pad, pad)).reshape(b, c, hp * wp)
     dy = torch.randint(0, 2 * pad + 1, (b,), device=dev)
     dx = torch.randint(0, 2 * pad + 1, (b,), device=dev)
-    rows = (dy[:, None] + torch.arange(h, device=dev))[:, None, :, None]
-    cols = (dx[:, None] + torch.arange(w, device=dev))[:, None, None, :]
-    bidx = torch.arange(b, device=dev)[:, None, None, None]
-    cidx = torch.arange(c, device=dev)[None, :, None, None]
-    return padded[bidx, cidx, rows, cols]
-
-
-def random_hflip(x: torch.Tensor) -> torch.Tensor:
-    """Mirror each image with probability 1/2."""
-    flip = torch.rand(x.shape[0], device=x.device) < 0.5
-    return torch.where(flip[:, None, None, None], x.flip(-1), x)
+    rows = torch.arange(h, device=dev)[:, None] * wp
+    cols = torch.arange(w, device=dev)[None, :]
+    pattern = (rows + cols).reshape(1, -1)
+    if hflip:
+        flip = torch.rand(b, device=dev) < 0.5
+        pattern = torch.where(flip[:, None], (rows + (w - 1 - cols)).reshape(1, -1), pattern)
+    index = (dy * wp + dx)[:, None] + pattern  # (N, H*W)
+    return padded.gather(2, index[:, None, :].expand(b, c, h * w)).reshape(b, c, h, w)
 
 
 def random_erasing(
@@ -60,7 +61,8 @@ def random_erasing(
 ) -> torch.Tensor:
     """Random erasing in timm's "pixel" mode, batched: with probability `prob` an image gets one
     rectangle (area fraction and aspect ratio drawn as timm draws them, retried up to `attempts`
-    times until it fits) filled with standard-normal noise. `x` is normalized float (N, C, H, W)."""
+    times until it fits) filled with standard-normal noise. `x` is normalized float (N, C, H, W).
+    (timm's RandomErasing draws the same way but loops over a batch's images in Python.)"""
     if prob == 0:
         return x
     b, c, h, w = x.shape
@@ -136,7 +138,7 @@ class BatchAugment:
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
         """uint8 -> float, minus mean, over std (mean and std given in [0, 1] units)."""
-        return (x.float() - self.mean) / self.std
+        return x.float().sub_(self.mean).div_(self.std)
 
     def apply_policy(self, x: torch.Tensor) -> torch.Tensor:
         group = self.recipe.augment_group
@@ -144,9 +146,7 @@ class BatchAugment:
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.geometric:
-            x = random_translate(x, self.recipe.translate)
-            if self.recipe.hflip:
-                x = random_hflip(x)
+            x = random_crop_flip(x, self.recipe.translate, self.recipe.hflip)
             if self.policy is not None:
                 x = self.apply_policy(x)
         x = random_erasing(self.normalize(x), self.recipe.random_erasing)

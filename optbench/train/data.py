@@ -187,12 +187,12 @@ def _check_cifar(spec: Dataset) -> None:
     layout = _cifar_layout(spec.name)
     root = _require_root(spec, layout.describe())
     folder = root / layout.folder
+    hint = f"expected {layout.describe()}; `optbench train --download` fetches {spec.name} there (needs internet)"
+    if not folder.is_dir():
+        raise UsageError(f"dataset.root: {folder} is not a folder; {hint}")
     missing = [f for f in layout.train_files + layout.val_files if not (folder / f).is_file()]
     if missing:
-        raise UsageError(
-            f"dataset.root: {folder} lacks {missing}; expected {layout.describe()}. "
-            f"`optbench train --download` fetches {spec.name} there (needs internet)"
-        )
+        raise UsageError(f"dataset.root: {folder} lacks {missing}; {hint}")
 
 
 def _read_cifar_batches(folder: Path, files: tuple[str, ...], label_key: str):

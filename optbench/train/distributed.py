@@ -1,9 +1,11 @@
 """One trial on several processes (DDP): the process group, read from the environment.
 
 A trial runs distributed when its environment says so, set by torchrun (RANK, WORLD_SIZE,
-LOCAL_RANK, MASTER_ADDR, MASTER_PORT) or by SLURM's srun (SLURM_PROCID, SLURM_NTASKS,
-SLURM_LOCALID; the master address defaults to the job's first node and the port to one derived
-from the job id). With a world of one nothing is initialized. The backend is NCCL on CUDA and
+LOCAL_RANK, MASTER_ADDR, MASTER_PORT) or by an srun step of several tasks (SLURM_PROCID,
+SLURM_STEP_NUM_TASKS, SLURM_LOCALID; the master address defaults to the job's first node and the
+port to one derived from the job id). With a world of one nothing is initialized. A launcher
+that runs *independent* trials as the tasks of one multi-task srun step must pass
+`run_trial(..., distributed=False)`, or every task would join one process group. The backend is NCCL on CUDA and
 gloo on the CPU. The configured batch is the global batch: each process takes batch / world.
 """
 
@@ -52,9 +54,11 @@ def context_from_env(env: Mapping[str, str] = os.environ) -> DistContext:
     """Rank, world size and local rank from torchrun's or SLURM's variables (torchrun wins)."""
     if "WORLD_SIZE" in env and "RANK" in env:
         return DistContext(int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0)))
-    if "SLURM_NTASKS" in env and "SLURM_PROCID" in env:
+    if int(env.get("SLURM_STEP_NUM_TASKS", "1")) > 1 and "SLURM_PROCID" in env:
         return DistContext(
-            int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), int(env.get("SLURM_LOCALID", 0))
+            int(env["SLURM_PROCID"]),
+            int(env["SLURM_STEP_NUM_TASKS"]),
+            int(env.get("SLURM_LOCALID", 0)),
         )
     return DistContext()
 

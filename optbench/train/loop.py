@@ -10,12 +10,19 @@ same `digest`), and resuming from any step replays the rest exactly.
 
 Checkpoint, stop signals and resume (for the SLURM helper and any other caller):
 - At each epoch end OUT/checkpoint.pt is replaced atomically (see checkpoint.py).
-- SIGTERM or SIGUSR2 (e.g. `sbatch --signal=B:USR2@120`, or `kill -USR2 <pid>`) asks the trial to
-  stop: it finishes the running optimizer step, writes OUT/checkpoint.pt at that position and
-  raises `TrialInterrupted` (a BaseException, so it is not recorded as a failure); no
-  result.json is written. `optbench train` then exits with code 128 + the signal number
-  (143 for SIGTERM, 140 for SIGUSR2). The handlers are installed only when `run_trial` runs in
-  the main thread, and the previous handlers are restored afterwards.
+- SIGTERM or SIGUSR2 delivered to the trial's process (`kill -USR2 <pid>`; SLURM's
+  `--signal=USR2@120` reaches processes started by srun, and SLURM sends SIGTERM at the time
+  limit or on preemption) asks the trial to stop: it finishes the running optimizer step,
+  writes OUT/checkpoint.pt at that position, restores the previous handlers and delivers the
+  signal again to what was there before. By default that ends the process (exit status 128 +
+  the signal number: 143 for SIGTERM, 140 for SIGUSR2), as the signal would have without
+  optbench, only after the checkpoint; a caller's own handler runs instead if it installed one
+  (submitit's requeue on SIGUSR2, say; `optbench train` installs one that exits with that same
+  status). If that handler returns, `run_trial` raises `TrialInterrupted` (a BaseException, so
+  it is not recorded as a failure). Either way no result.json is written. The handlers are
+  installed only when `run_trial` runs in the main thread and `handle_signals` is true. A
+  signal is acted on after the next optimizer step, so one that arrives during evaluation
+  waits for it.
 - Resume is detected from the files: OUT/result.json present = the trial is done; otherwise
   OUT/checkpoint.pt present = it can be resumed. `run_trial(..., resume=True)` (CLI: `optbench
   train ... --resume`) continues from the checkpoint if there is one (and starts fresh if not);
@@ -32,8 +39,9 @@ scaled-dot-product attention, and `torch.compile` when `recipe.compile`; on the 
 are off (compile included), so CPU results stay exact and comparable.
 
 DDP: when torchrun's or SLURM's environment names a world of several processes (see
-distributed.py), one trial spans them: BatchNorm becomes SyncBatchNorm, each process takes
-batch / world images of every global batch, and only rank 0 writes files.
+distributed.py), one trial spans them: BatchNorm becomes SyncBatchNorm on CUDA (torch has no
+CPU SyncBatchNorm; with gloo on the CPU each process normalizes its own share), each process
+takes batch / world images of every global batch, and only rank 0 writes files.
 """
 
 from __future__ import annotations
@@ -102,17 +110,27 @@ class StopRequest:
 
 
 @contextlib.contextmanager
-def stop_signals_caught(stop: StopRequest, enabled: bool) -> Iterator[None]:
-    """Route SIGTERM / SIGUSR2 to `stop` while the trial runs (main thread only)."""
+def stop_signals_caught(stop: StopRequest, enabled: bool) -> Iterator[dict]:
+    """Route SIGTERM / SIGUSR2 to `stop` while the trial runs (main thread only). Yields the
+    handlers it replaced (empty when it replaced none); they are restored on exit."""
     if not enabled or threading.current_thread() is not threading.main_thread():
-        yield
+        yield {}
         return
     previous = {s: signal.signal(s, stop) for s in STOP_SIGNALS}
     try:
-        yield
+        yield previous
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+
+
+def pass_on(signum: int, previous: dict) -> None:
+    """Deliver `signum` again, now to the handler the trial had replaced: the default action
+    ends the process (as the signal would have without optbench, only after the checkpoint), a
+    caller's handler (e.g. submitit's requeue on SIGUSR2, or the CLI's exit) runs. Returns only
+    if that handler returns, or if the trial had not taken the signal over."""
+    if signum in previous and previous[signum] is not signal.SIG_IGN:
+        signal.raise_signal(signum)
 
 
 def weights_digest(model: nn.Module) -> str:
@@ -125,9 +143,13 @@ def weights_digest(model: nn.Module) -> str:
     return h.hexdigest()
 
 
-def seed_step(seed: int) -> None:
-    """Reseed the global generators that augmentation, mixup and drop path draw from."""
-    torch.manual_seed(seed)
+def seed_step(seed: int, device: torch.device) -> None:
+    """Reseed the global generators that augmentation, mixup and drop path draw from: the CPU's
+    and `device`'s torch generators, numpy's and Python's. (Only these: torch.manual_seed would
+    also visit every other backend, ~100 us a step.)"""
+    torch.default_generator.manual_seed(seed)
+    if device.type == "cuda":
+        torch.cuda.manual_seed(seed)  # the current device's generator
     np.random.seed(seed % 2**32)
     random.seed(seed)
 
@@ -161,6 +183,7 @@ class _Runtime:
     dist: DistContext
     amp: bool
     channels_last: bool
+    workers: int | None = None  # DataLoader workers (class-folder datasets); None: up to 8
 
     def autocast(self):
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp)
@@ -187,6 +210,11 @@ def _build_batches(cfg: TrainConfig, run: _Runtime) -> TrainBatches:
         raise ValueError(
             f"batch_size {cfg.batch_size} is not divisible by {run.dist.world} processes"
         )
+    mixing = cfg.recipe.mixup_alpha > 0 or cfg.recipe.cutmix_alpha > 0
+    if mixing and (cfg.batch_size // run.dist.world) % 2:
+        raise ValueError(
+            "mixup/CutMix pair each image with the batch reversed: the batch per process must be even"
+        )
     data = load_dataset(cfg.dataset)
     shard = Shard(run.dist.rank, run.dist.world)
     if isinstance(data, DeviceData):
@@ -200,7 +228,13 @@ def _build_batches(cfg: TrainConfig, run: _Runtime) -> TrainBatches:
         n_train = data.num_train
     else:
         batches = FolderBatches(
-            data, cfg.batch_size, cfg.recipe, seed=cfg.seed, device=run.device, shard=shard
+            data,
+            cfg.batch_size,
+            cfg.recipe,
+            seed=cfg.seed,
+            device=run.device,
+            shard=shard,
+            workers=run.workers,
         )
         n_train = len(batches.train_set)
     if len(batches) == 0:
@@ -218,7 +252,7 @@ def _build_model(cfg: TrainConfig, batches: TrainBatches, run: _Runtime) -> nn.M
         img_size=batches.img_size,
         **extra,
     )
-    if run.dist.enabled:
+    if run.dist.enabled and run.device.type == "cuda":  # torch's SyncBatchNorm is CUDA-only
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     model = model.to(run.device)
     if run.channels_last:
@@ -306,7 +340,7 @@ def _train(
         t0 = time.perf_counter() - progress.epoch_s
         for b, (x, y) in enumerate(batches.train(epoch, progress.batch), start=progress.batch):
             step = epoch * steps_per_epoch + b
-            seed_step(derive_seed(cfg.seed, "step", step, run.dist.rank))
+            seed_step(derive_seed(cfg.seed, "step", step, run.dist.rank), run.device)
             x, y = augment(x, y)
             schedule.step_update(schedule_position(cfg, step, steps_per_epoch))
             with run.autocast():
@@ -408,29 +442,42 @@ def run_trial(
     resume: bool = False,
     handle_signals: bool = True,
     keep_checkpoint: bool = False,
+    workers: int | None = None,
+    distributed: bool = True,
 ) -> TrialResult:
     """Train `cfg` into `out_dir` and write result.json there. Never raises for a failed trial:
-    the failure (with its traceback in error.log) is the result. Raises `TrialInterrupted`
-    after checkpointing when SIGTERM / SIGUSR2 arrives (see the module docstring)."""
+    the failure (with its traceback in error.log) is the result. On SIGTERM / SIGUSR2 it
+    checkpoints, then passes the signal on (see the module docstring). `workers`
+    sets the DataLoader workers of class-folder datasets (results do not depend on it).
+    `distributed=False` ignores torchrun's / SLURM's environment and trains in this process
+    alone (see distributed.py)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if resume and (out_dir / RESULT_FILE).is_file():
         return read_result(out_dir)
     start = time.perf_counter()
-    ctx = context_from_env()
+    ctx = context_from_env() if distributed else DistContext()
     dev = torch.device(device)
     if ctx.enabled and dev.type == "cuda":
         dev = torch.device("cuda", ctx.local_rank)
         torch.cuda.set_device(dev)
     on_gpu = dev.type == "cuda"
     run = _Runtime(
-        dev, ctx, amp=cfg.recipe.amp and on_gpu, channels_last=cfg.recipe.channels_last and on_gpu
+        dev,
+        ctx,
+        amp=cfg.recipe.amp and on_gpu,
+        channels_last=cfg.recipe.channels_last and on_gpu,
+        workers=workers,
     )
     stop = StopRequest()
+    replaced: dict = {}
     try:
         init_process_group(ctx, dev.type)
-        with stop_signals_caught(stop, handle_signals):
+        with stop_signals_caught(stop, handle_signals) as replaced:
             result = _train(cfg, out_dir, run, stop, resume)
+    except TrialInterrupted as stopped:
+        pass_on(stopped.signum, replaced)
+        raise
     except Exception as err:  # noqa: BLE001 - any crash becomes a recorded "failed" result
         if ctx.is_main:
             (out_dir / "error.log").write_text(traceback.format_exc())

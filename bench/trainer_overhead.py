@@ -1,0 +1,139 @@
+"""optbench's training loop against a minimal plain PyTorch loop doing the same work.
+
+Both train the same model on the same device-resident data with the same batch, threads,
+optimizer (AdamW, foreach), label-smoothed cross-entropy and a per-step lr: optbench through
+`run_trial` (its own images/s counts training steps only, not evaluation), the plain loop with
+nothing else. Augmentation and EMA are off on both sides (they are recipe work, not loop
+overhead); a second optbench figure with the default recipe's EMA on is printed for reference.
+Runs alternate and the best of `--repeats` is kept for each side. `--clock cpu` (the default)
+times both sides with this process's CPU time instead of wall time (optbench's loop is made to
+read that clock too), which a machine shared with other jobs does not inflate; with one thread
+the two agree on an idle machine. The last line is JSON; `ratio` = optbench images/s / plain
+images/s (target >= 0.97).
+
+    PYTHONPATH=. python bench/trainer_overhead.py [--threads 1] [--epochs 8] [--repeats 3] [--clock wall]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import timm
+import torch
+from torch import nn
+
+from optbench import models  # noqa: F401  (registers the quickstart models)
+from optbench.spec import Dataset, Recipe
+from optbench.train import loop
+from optbench.train.config import TrainConfig
+from optbench.train.data import load_dataset
+from optbench.train.loop import run_trial
+
+MODEL, BATCH = "vit_c_w64_16px", 128
+
+
+def config(epochs: int, ema: bool) -> TrainConfig:
+    recipe = Recipe(
+        ema=ema,
+        report="ema_final" if ema else "raw_final",
+        translate=0,
+        hflip=False,
+        warmup_epochs=1,
+    )
+    return TrainConfig(
+        model=MODEL,
+        dataset=Dataset(name="digits", img_size=16),
+        optimizer="adamw",
+        lr=1e-2,
+        wd=0.05,
+        epochs=epochs,
+        batch_size=BATCH,
+        recipe=recipe,
+    )
+
+
+def optbench_images_per_s(cfg: TrainConfig) -> float:
+    with tempfile.TemporaryDirectory() as out:
+        result = run_trial(cfg, Path(out), handle_signals=False)
+    assert result.status == "finished", result.message
+    return result.images_per_s
+
+
+class CpuClock:
+    """Stands in for the `time` module in optbench's loop: perf_counter reads CPU time."""
+
+    perf_counter = staticmethod(time.process_time)
+
+
+def plain_images_per_s(cfg: TrainConfig, clock) -> float:
+    """The smallest loop that trains the same thing: no schedule object, no EMA, no checks."""
+    data = load_dataset(cfg.dataset)
+    torch.manual_seed(0)
+    model = timm.create_model(MODEL, num_classes=10, in_chans=1, img_size=16)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr_used, weight_decay=cfg.wd, foreach=True)
+    criterion = nn.CrossEntropyLoss(label_smoothing=0.1)
+    mean, std = data.mean[0] * 255, data.std[0] * 255
+    steps_per_epoch = data.num_train // BATCH
+    total = cfg.epochs * steps_per_epoch
+    train_s = 0.0
+    for epoch in range(cfg.epochs):
+        model.train()
+        t0 = clock()
+        order = torch.randperm(data.num_train)
+        for b in range(steps_per_epoch):
+            step = epoch * steps_per_epoch + b
+            for group in opt.param_groups:
+                group["lr"] = cfg.lr_used * (1 - step / total)
+            idx = order[b * BATCH : (b + 1) * BATCH]
+            x = (data.train_x[idx].float() - mean) / std
+            loss = criterion(model(x), data.train_y[idx])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        train_s += clock() - t0
+    return total * BATCH / train_s
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--epochs", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--clock", choices=["cpu", "wall"], default="cpu")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
+    if args.clock == "cpu":
+        loop.time = CpuClock
+    cfg, cfg_ema = config(args.epochs, ema=False), config(args.epochs, ema=True)
+    plain, ours, ours_ema = [], [], []
+    for _ in range(args.repeats):
+        plain.append(plain_images_per_s(cfg, clock))
+        ours.append(optbench_images_per_s(cfg))
+        ours_ema.append(optbench_images_per_s(cfg_ema))
+    line = {
+        "bench": "trainer_overhead",
+        "machine": f"{platform.node()} {platform.processor() or platform.machine()}",
+        "device": "cpu",
+        "threads": args.threads,
+        "clock": args.clock,
+        "model": MODEL,
+        "batch": BATCH,
+        "epochs": args.epochs,
+        "plain_images_per_s": round(max(plain), 1),
+        "optbench_images_per_s": round(max(ours), 1),
+        "optbench_with_ema_images_per_s": round(max(ours_ema), 1),
+        "ratio": round(max(ours) / max(plain), 4),
+        "ratio_with_ema": round(max(ours_ema) / max(plain), 4),
+        "target": 0.97,
+    }
+    print(json.dumps(line))
+
+
+if __name__ == "__main__":
+    main()

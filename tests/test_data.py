@@ -1,0 +1,172 @@
+"""Datasets in their real on-disk formats (tiny fixtures), read through optbench's own loaders."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from optbench.spec import Dataset, Recipe, UsageError
+from optbench.train.config import TrainConfig
+from optbench.train.data import (
+    DeviceBatches,
+    FolderBatches,
+    Shard,
+    check_dataset,
+    epoch_order,
+    load_dataset,
+)
+from optbench.train.loop import run_trial
+
+CIFAR = {
+    "cifar10": (
+        "cifar-10-batches-py",
+        [f"data_batch_{i}" for i in range(1, 6)],
+        ["test_batch"],
+        "labels",
+        10,
+    ),
+    "cifar100": ("cifar-100-python", ["train"], ["test"], "fine_labels", 100),
+}
+
+
+def make_cifar(root: Path, name: str, per_file: int = 8, seed: int = 0) -> dict:
+    """Write torchvision-format CIFAR pickles (rows of 3072 uint8: R plane, G plane, B plane)."""
+    folder, train_files, val_files, label_key, classes = CIFAR[name]
+    rng = np.random.default_rng(seed)
+    (root / folder).mkdir(parents=True)
+    written = {}
+    for fname in train_files + val_files:
+        data = rng.integers(0, 256, (per_file, 3072), dtype=np.uint8)
+        labels = rng.integers(0, classes, per_file).tolist()
+        with open(root / folder / fname, "wb") as f:
+            pickle.dump({"data": data, label_key: labels, "filenames": []}, f)
+        written[fname] = (data, labels)
+    return written
+
+
+def make_folders(root: Path, classes=("cat", "dog", "fox"), per_class: int = 4, size: int = 20):
+    rng = np.random.default_rng(0)
+    for split in ("train", "val"):
+        for c in classes:
+            (root / split / c).mkdir(parents=True)
+            for i in range(per_class):
+                pixels = rng.integers(0, 256, (size, size + 4, 3), dtype=np.uint8)
+                Image.fromarray(pixels).save(root / split / c / f"{i}.png")
+
+
+@pytest.mark.parametrize("name", ["cifar10", "cifar100"])
+def test_cifar_pickles_load_in_chw_order(tmp_path, name):
+    written = make_cifar(tmp_path, name)
+    spec = Dataset(name=name, root=tmp_path)
+    check_dataset(spec)
+    data = load_dataset(spec)
+    folder, train_files, val_files, _, classes = CIFAR[name]
+    assert data.num_classes == classes
+    assert data.train_x.shape == (8 * len(train_files), 3, 32, 32)
+    assert data.train_x.dtype == torch.uint8 and data.val_x.shape == (8, 3, 32, 32)
+    first, labels = written[train_files[0]]
+    # row layout: 1024 red values (row-major), then green, then blue
+    assert data.train_x[0, 1, 0, 5].item() == first[0, 1024 + 5]
+    assert data.train_x[0, 2, 31, 31].item() == first[0, 3071]
+    assert data.train_y[: len(labels)].tolist() == labels
+    assert data.val_y.tolist() == written[val_files[0]][1]
+
+
+def test_cifar_missing_root_names_path_and_layout(tmp_path):
+    with pytest.raises(UsageError, match="cifar-10-batches-py") as err:
+        check_dataset(Dataset(name="cifar10", root=tmp_path / "nowhere"))
+    assert "nowhere" in str(err.value) and "data_batch_1" in str(err.value)
+    with pytest.raises(UsageError, match="needs a root"):
+        check_dataset(Dataset(name="cifar100"))
+
+
+def test_cifar_missing_file_and_malformed_pickle(tmp_path):
+    make_cifar(tmp_path, "cifar10")
+    (tmp_path / "cifar-10-batches-py" / "data_batch_3").unlink()
+    with pytest.raises(UsageError, match="data_batch_3"):
+        check_dataset(Dataset(name="cifar10", root=tmp_path))
+    (tmp_path / "cifar-10-batches-py" / "data_batch_3").write_bytes(b"not a pickle")
+    with pytest.raises(UsageError, match="data_batch_3.*not a CIFAR pickle"):
+        load_dataset(Dataset(name="cifar10", root=tmp_path))
+
+
+def test_folder_layout_checks(tmp_path):
+    with pytest.raises(UsageError, match="train/<class>"):
+        check_dataset(Dataset(name="imagefolder", root=tmp_path))
+    make_folders(tmp_path)
+    check_dataset(Dataset(name="imagenet", root=tmp_path))
+    (tmp_path / "val" / "owl").mkdir()
+    with pytest.raises(UsageError, match="different class folders.*owl"):
+        check_dataset(Dataset(name="imagefolder", root=tmp_path))
+
+
+def test_epoch_order_is_fixed_by_seed_and_epoch():
+    a = epoch_order(100, seed=1, epoch=3, repeated_aug=1)
+    assert sorted(a.tolist()) == list(range(100))
+    assert torch.equal(a, epoch_order(100, seed=1, epoch=3, repeated_aug=1))
+    assert not torch.equal(a, epoch_order(100, seed=1, epoch=4, repeated_aug=1))
+    assert not torch.equal(a, epoch_order(100, seed=2, epoch=3, repeated_aug=1))
+
+
+def test_repeated_augmentation_shows_each_image_three_times_in_a_row():
+    order = epoch_order(99, seed=0, epoch=0, repeated_aug=3).tolist()
+    assert len(order) == 99 and len(set(order)) == 33
+    triples = [order[i : i + 3] for i in range(0, 99, 3)]
+    assert all(len(set(t)) == 1 for t in triples)
+
+
+def test_device_batches_shards_partition_the_global_batch(tmp_path):
+    make_cifar(tmp_path, "cifar10")
+    data = load_dataset(Dataset(name="cifar10", root=tmp_path))
+    whole = list(DeviceBatches(data, 8, seed=0).train(epoch=2))
+    halves = [
+        list(DeviceBatches(data, 8, seed=0, shard=Shard(r, 2)).train(epoch=2)) for r in (0, 1)
+    ]
+    assert len(whole) == 40 // 8
+    for b, (x, y) in enumerate(whole):
+        assert torch.equal(torch.cat([halves[0][b][0], halves[1][b][0]]), x)
+        assert torch.equal(torch.cat([halves[0][b][1], halves[1][b][1]]), y)
+    resumed = list(DeviceBatches(data, 8, seed=0).train(epoch=2, start=3))
+    assert torch.equal(resumed[0][0], whole[3][0])
+
+
+def test_folder_batches_stream_uint8_and_replay_per_image_augmentation(tmp_path):
+    make_folders(tmp_path)
+    data = load_dataset(Dataset(name="imagefolder", root=tmp_path, img_size=16))
+    recipe = Recipe(preset="paper")
+    dev = torch.device("cpu")
+    inline = FolderBatches(data, 4, recipe, seed=0, device=dev, workers=0)
+    pooled = FolderBatches(data, 4, recipe, seed=0, device=dev, workers=2)
+    a, b = list(inline.train(epoch=1)), list(pooled.train(epoch=1))
+    assert len(a) == 3 and a[0][0].shape == (4, 3, 16, 16) and a[0][0].dtype == torch.uint8
+    for (xa, ya), (xb, yb) in zip(a, b, strict=True):
+        assert torch.equal(xa, xb) and torch.equal(ya, yb)
+    val = list(inline.val())
+    assert sum(len(y) for _, y in val) == 12
+
+
+@pytest.mark.parametrize("name", ["cifar100", "imagefolder"])
+def test_a_trial_trains_on_fixture_data(tmp_path, name):
+    if name == "cifar100":
+        make_cifar(tmp_path / "data", name)
+    else:
+        make_folders(tmp_path / "data")
+    cfg = TrainConfig(
+        model="vit_c_w64_16px",
+        dataset=Dataset(name=name, root=tmp_path / "data", img_size=16),
+        optimizer="sgd",
+        lr=0.5,
+        wd=1e-4,
+        epochs=2,
+        batch_size=4,
+        recipe=Recipe(preset="paper", warmup_epochs=0.5),
+    )
+    result = run_trial(cfg, tmp_path / "out", workers=0)
+    assert result.status == "finished", result.message
+    assert result.final_error == result.ema_final_error is not None
+    assert result.raw_final_top5_error is not None

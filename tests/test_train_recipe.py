@@ -1,0 +1,174 @@
+"""Recipe presets, weight-decay groups, optimizers and the lr schedule."""
+
+from __future__ import annotations
+
+import pytest
+import timm
+import torch
+from pydantic import ValidationError
+
+from optbench import models  # noqa: F401  (registers the quickstart models)
+from optbench.spec import Dataset, Recipe
+from optbench.train.config import TrainConfig
+from optbench.train.optim import (
+    build_optimizer,
+    build_schedule,
+    schedule_position,
+    weight_decay_groups,
+)
+
+
+def config(epochs: int = 10, optimizer: str = "adamw", **recipe) -> TrainConfig:
+    return TrainConfig(
+        model="vit_c_w64_16px",
+        dataset=Dataset(name="digits", img_size=16),
+        optimizer=optimizer,
+        lr=1e-3,
+        wd=0.1,
+        epochs=epochs,
+        batch_size=256,
+        ref_batch=2048,
+        recipe=Recipe(**recipe),
+    )
+
+
+def quickstart_model() -> torch.nn.Module:
+    return timm.create_model("vit_c_w64_16px", num_classes=10, in_chans=1, img_size=16)
+
+
+def test_paper_preset_is_the_papers_recipe():
+    r = Recipe(preset="paper")
+    assert (r.warmup_epochs, r.min_lr, r.label_smoothing) == (5.0, 0.0, 0.1)
+    assert r.ema and r.report == "ema_final" and r.auto_augment == "autoaugment"
+    assert (r.mixup_alpha, r.cutmix_alpha) == (0.8, 1.0)
+    assert (r.random_erasing, r.repeated_aug, r.drop_path) == (0.0, 1, 0.0)
+    assert r.betas == (0.9, 0.999) and r.momentum == 0.9 and r.schedule_step == "iteration"
+
+
+def test_deit_preset_and_key_by_key_overrides():
+    r = Recipe(preset="deit")
+    assert (r.auto_augment, r.randaugment_m, r.random_erasing) == ("randaugment", 9, 0.25)
+    assert (r.repeated_aug, r.drop_path, r.min_lr) == (3, 0.1, 1e-5)
+    o = Recipe.model_validate({"preset": "deit", "drop_path": 0.0, "schedule_step": "epoch"})
+    assert (o.drop_path, o.schedule_step, o.random_erasing) == (0.0, "epoch", 0.25)
+    # the resolved recipe round-trips: what a study stores is what it gets back
+    assert Recipe.model_validate(o.model_dump(mode="json")) == o
+
+
+def test_recipe_rejects_unknown_keys_presets_and_ema_less_ema_report():
+    with pytest.raises(ValidationError, match="extra"):
+        Recipe.model_validate({"preset": "paper", "mixup": 0.8})
+    with pytest.raises(ValidationError, match="preset"):
+        Recipe.model_validate({"preset": "fast"})
+    with pytest.raises(ValidationError, match="needs ema"):
+        Recipe(ema=False)
+    assert Recipe(ema=False, report="raw_final").report == "raw_final"
+
+
+def test_warmup_shortens_in_proportion_below_the_reference_length():
+    r = Recipe(preset="paper")  # 5 epochs of warmup for schedules of 50 epochs and more
+    assert r.warmup_for(400) == r.warmup_for(50) == 5.0
+    assert r.warmup_for(20) == pytest.approx(2.0)
+    assert Recipe().warmup_for(20) == 5.0  # basic: no reference, no shortening
+    config(epochs=4, preset="paper")  # 0.4 warmup epochs fit
+    with pytest.raises(ValidationError, match="warmup_epochs"):
+        config(epochs=5)
+
+
+def test_weight_decay_never_touches_norms_and_biases():
+    model = quickstart_model()
+    decayed, not_decayed = weight_decay_groups(model, 0.1, exclude=())
+    assert decayed["weight_decay"] == 0.1 and not_decayed["weight_decay"] == 0.0
+    for name, p in model.named_parameters():
+        if p.ndim <= 1:  # LayerNorm and BatchNorm gains, all biases
+            assert name in not_decayed["names"], name
+    assert "stem.1.weight" in not_decayed["names"]  # BatchNorm gain of the conv stem
+    assert "blocks.0.norm1.weight" in not_decayed["names"]
+    assert "blocks.0.attn.qkv.bias" in not_decayed["names"]
+    for name in (
+        "stem.0.weight",
+        "blocks.0.attn.qkv.weight",
+        "head.weight",
+        "pos_embed",
+        "cls_token",
+    ):
+        assert name in decayed["names"], name
+
+
+def test_weight_decay_exclusions_are_configurable():
+    model = quickstart_model()
+    decayed, not_decayed = weight_decay_groups(model, 0.1, exclude=("*pos_embed", "*cls_token"))
+    assert {"pos_embed", "cls_token"} <= set(not_decayed["names"])
+    assert "pos_embed" not in decayed["names"] and "head.weight" in decayed["names"]
+    opt = build_optimizer(model, config(preset="deit"))
+    by_wd = {g["weight_decay"]: sum(p.numel() for p in g["params"]) for g in opt.param_groups}
+    assert by_wd[0.0] >= model.pos_embed.numel() + model.cls_token.numel()
+
+
+@pytest.mark.parametrize("nesterov", [False, True])
+def test_sgd_uses_momentum_and_the_nesterov_option(nesterov):
+    opt = build_optimizer(quickstart_model(), config(optimizer="sgd", nesterov=nesterov))
+    assert isinstance(opt, torch.optim.SGD)
+    assert all(g["momentum"] == 0.9 and g["nesterov"] is nesterov for g in opt.param_groups)
+    assert opt.param_groups[0]["lr"] == pytest.approx(1e-3 * 256 / 2048)
+
+
+def test_adamw_takes_betas_and_eps_from_the_recipe():
+    opt = build_optimizer(quickstart_model(), config(betas=(0.8, 0.99), eps=1e-6))
+    assert isinstance(opt, torch.optim.AdamW)
+    assert opt.param_groups[0]["betas"] == (0.8, 0.99) and opt.param_groups[0]["eps"] == 1e-6
+
+
+def lrs(cfg: TrainConfig, steps_per_epoch: int) -> list[float]:
+    opt = build_optimizer(quickstart_model(), cfg)
+    schedule = build_schedule(opt, cfg, steps_per_epoch)
+    out = []
+    for step in range(cfg.epochs * steps_per_epoch):
+        schedule.step_update(schedule_position(cfg, step, steps_per_epoch))
+        out.append(opt.param_groups[0]["lr"])
+    return out
+
+
+def test_per_iteration_schedule_warms_up_linearly_then_decays_by_half_cosine():
+    cfg = config(epochs=10, warmup_epochs=2.0)
+    peak = cfg.lr_used
+    values = lrs(cfg, steps_per_epoch=5)  # warmup: 10 steps
+    assert values[0] == pytest.approx(peak / 10)
+    assert values[9] == pytest.approx(peak)
+    assert values[:10] == sorted(values[:10]) and values[10:] == sorted(values[10:], reverse=True)
+    assert values[29] == pytest.approx(peak / 2, rel=0.05)  # halfway through the cosine
+    assert values[-1] < peak * 0.01
+
+
+def test_per_epoch_schedule_holds_lr_constant_within_an_epoch():
+    cfg = config(epochs=10, warmup_epochs=2.0, schedule_step="epoch", min_lr=1e-4)
+    values = lrs(cfg, steps_per_epoch=5)
+    epochs = [values[e * 5 : (e + 1) * 5] for e in range(10)]
+    assert all(len(set(e)) == 1 for e in epochs)
+    assert epochs[0][0] == pytest.approx(cfg.lr_used / 4)  # middle of the first warmup epoch
+    assert epochs[-1][0] > 1e-4 * 256 / 2048  # the last epoch still learns
+
+
+def test_a_study_picks_a_preset_and_overrides_keys(tmp_path):
+    from optbench.spec import SpecError, UsageError, parse_spec
+
+    study = {
+        "name": "s",
+        "dataset": {"name": "digits", "img_size": 16},
+        "models": ["vit_c_w64_16px"],
+        "optimizers": ["adamw"],
+        "epochs": [10],
+        "batch_size": 128,
+        "search": {"n_samples": 2, "ranges": {"adamw": {"lr": [1e-4, 1e-2], "wd": [0.01, 0.5]}}},
+        "recipe": {"preset": "deit", "drop_path": 0.0},
+    }
+    spec = parse_spec(study)
+    assert spec.recipe.random_erasing == 0.25 and spec.recipe.drop_path == 0.0
+    cell = spec.cells()[0]
+    assert spec.cell_config(cell)["recipe"]["preset"] == "deit"
+    other = parse_spec({**study, "recipe": {"preset": "deit"}})
+    assert other.cell_id(cell) != spec.cell_id(cell)  # an override makes a different cell
+    with pytest.raises(SpecError, match="recipe.*unknown key"):
+        parse_spec({**study, "recipe": {"preset": "deit", "erasing": 0.1}})
+    with pytest.raises(UsageError, match="cifar-10-batches-py is not a folder"):
+        parse_spec({**study, "dataset": {"name": "cifar10", "root": str(tmp_path)}})
