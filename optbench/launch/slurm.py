@@ -23,7 +23,6 @@ import hashlib
 import json
 import os
 import re
-import signal
 import subprocess
 import time
 from collections import Counter
@@ -109,11 +108,12 @@ class TrialBatch:
     ranks of one trial; optbench.train.distributed reads SLURM's variables).
 
     Picklable plain data. Stops: the trial catches SIGUSR2 and SIGTERM, checkpoints at the current
-    step and raises `TrialInterrupted`. SIGUSR2 is SLURM's warning before the time limit (or a
-    preemption): it is handed on to submitit, whose handler calls `checkpoint` and requeues this
-    job. SIGTERM means SLURM itself is requeuing, preempting or cancelling the job: just exit.
-    After a requeue the same batch runs again; trials resume from their checkpoints, and those
-    that already wrote their result return it untouched."""
+    step and delivers the signal again to submitit's handler. On SIGUSR2 (SLURM's warning before
+    the time limit) that handler calls `checkpoint` and requeues this job. On SIGTERM (SLURM
+    itself requeues, preempts or cancels the job) it only logs, and the trial raises
+    `TrialInterrupted`: exit, SLURM does the rest. After a requeue the same batch runs again;
+    trials resume from their checkpoints, and those that already wrote their result return it
+    untouched."""
 
     def __init__(self, jobs: Sequence[TrialJob]):
         self.jobs = list(jobs)
@@ -130,9 +130,7 @@ class TrialBatch:
         for job in self.jobs:
             try:
                 result = run_trial(job.config, job.out_dir, device=device, resume=True)
-            except TrialInterrupted as stop:
-                if stop.signum == signal.SIGUSR2:
-                    signal.raise_signal(signal.SIGUSR2)  # submitit's handler: requeue, exit
+            except TrialInterrupted as stop:  # checkpoint written; SLURM ends or requeues us
                 raise SystemExit(128 + stop.signum) from None
             statuses.append(result.status)
         return statuses

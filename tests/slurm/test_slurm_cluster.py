@@ -132,7 +132,17 @@ def test_a_job_killed_mid_trial_fails_honestly_and_the_next_run_resubmits_it(tin
     assert rec.job_id != killed[0]
 
 
-def test_a_requeued_job_resumes_and_ends_like_an_uninterrupted_trial(tiny_dict, tmp_path):
+@pytest.mark.parametrize(
+    "interrupt",
+    [
+        ["scontrol", "requeue"],  # preemption-like: SIGTERM, SLURM requeues the job
+        ["scancel", "--signal=USR2"],  # what SLURM sends signal_delay_s before the time limit
+    ],
+    ids=["scontrol-requeue", "time-limit-signal"],
+)
+def test_an_interrupted_job_requeues_resumes_and_ends_like_an_uninterrupted_trial(
+    tiny_dict, tmp_path, interrupt
+):
     spec = _spec(tiny_dict, models=1, epochs=3)
     [item] = Store(spec, create=False).plan()
     out_dir = trial_dir(spec, item)
@@ -143,7 +153,7 @@ def test_a_requeued_job_resumes_and_ends_like_an_uninterrupted_trial(tiny_dict, 
 
     _wait_for("the first epoch", lambda: _epochs_logged(out_dir) >= 1)
     first_epoch = (out_dir / METRICS_FILE).read_text().splitlines()[0]
-    subprocess.run(["scontrol", "requeue", job_id], check=True)
+    subprocess.run([*interrupt, job_id], check=True)
     reference = run_trial(config, tmp_path / "uninterrupted")  # meanwhile, on this process
     ended = _wait_for(
         "the requeued job to end",
