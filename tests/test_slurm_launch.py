@@ -7,7 +7,10 @@ from pathlib import Path
 
 import pytest
 import submitit
+import yaml
+from typer.testing import CliRunner
 
+from optbench.cli import app
 from optbench.launch.base import TrialJob
 from optbench.launch.slurm import (
     ACTIVE_STATES,
@@ -17,11 +20,12 @@ from optbench.launch.slurm import (
     base_state,
     chunks,
     config_hash,
+    max_array_size,
     read_records,
     sacct_states,
     sbatch_parameters,
 )
-from optbench.spec import SlurmSettings, SpecError, parse_spec
+from optbench.spec import SlurmSettings, SpecError, UsageError, parse_spec
 from optbench.train.config import TrainConfig
 
 
@@ -142,3 +146,19 @@ def test_one_sacct_call_gives_every_jobs_state(monkeypatch):
     assert states == {"7_0": "COMPLETED", "7_2": "PENDING", "8_1": "CANCELLED",
                       "9": "OUT_OF_MEMORY", "10": "UNKNOWN"}  # fmt: skip
     assert len(calls) == 1 and calls[0][0] == "sacct"
+
+
+def test_without_slurm_a_slurm_run_is_a_usage_error_before_anything_is_written(
+    tiny_dict, tmp_path, monkeypatch
+):
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump(tiny_dict))
+    monkeypatch.setenv("PATH", str(tmp_path / "no-slurm-here"))
+    with pytest.raises(UsageError, match="executor slurm: cannot reach SLURM"):
+        max_array_size()
+    result = CliRunner().invoke(app, ["run", str(study), "--executor", "slurm"])
+    assert isinstance(result.exception, UsageError)  # main() turns it into exit code 2
+    assert "cannot reach SLURM" in str(result.exception)
+    detached = CliRunner().invoke(app, ["run", str(study), "--detach"])
+    assert isinstance(detached.exception, UsageError) and "--detach" in str(detached.exception)
+    assert not Path(tiny_dict["output"]).exists()
