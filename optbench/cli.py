@@ -148,13 +148,22 @@ def run(
         int | None, typer.Option(help="worker processes (default: executor.workers)")
     ] = None,
     executor: Annotated[
-        str | None, typer.Option(help="local or debug (default: executor.kind)")
+        str | None, typer.Option(help="slurm, local or debug (default: executor.kind)")
     ] = None,
+    detach: Annotated[
+        bool, typer.Option(help="slurm: submit and return; a later `optbench run` follows")
+    ] = False,
 ) -> None:
     """Run every unfinished trial of a study, recording results as they end."""
     from optbench.spec import load_spec
 
     spec = load_spec(study, check_data=not dry_run)
+    kind = executor or spec.executor.kind
+    if kind not in ("slurm", "local", "debug"):
+        raise UsageError(f"--executor: must be slurm, local or debug, got {kind!r}")
+    if detach and kind != "slurm":
+        raise UsageError(f"--detach: only the slurm executor can detach (executor is {kind!r})")
+    spec = spec.model_copy(update={"executor": spec.executor.model_copy(update={"kind": kind})})
     if dry_run:  # a plan needs no data on this machine: say so if a real run would stop
         from optbench.runner import plan_table
         from optbench.train.data import check_dataset
@@ -168,13 +177,20 @@ def run(
     from optbench.launch.local import InlineLauncher, LocalLauncher, split_cores, usable_cores
     from optbench.runner import run_study
 
-    kind = executor or spec.executor.kind
-    if kind not in ("local", "debug"):
-        raise UsageError(f"--executor: must be local or debug, got {kind!r}")
+    if kind == "slurm":
+        from optbench.launch.slurm import max_array_size
+
+        max_array_size()  # fails with a usage error, before anything is written, without SLURM
 
     def make_launcher(n_jobs: int):
         if kind == "debug":
             return InlineLauncher()
+        if kind == "slurm":
+            from optbench.launch.slurm import launcher_for
+
+            launcher = launcher_for(spec)
+            console.print(f"{n_jobs} trial(s) to run on SLURM; jobs and logs in {launcher.folder}")
+            return launcher
         import torch
 
         gpus = torch.cuda.device_count()
@@ -184,7 +200,7 @@ def run(
         return LocalLauncher(n, threads, gpus)
 
     try:
-        run_study(spec, make_launcher, console=console)
+        run_study(spec, make_launcher, console=console, detach=detach)
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
 
@@ -195,7 +211,26 @@ def status(study: Annotated[Path, typer.Argument(help="study YAML file")]) -> No
     from optbench.runner import status_table
     from optbench.spec import load_spec
 
-    console.print(status_table(load_spec(study)))
+    spec = load_spec(study)
+    console.print(status_table(spec))
+    from optbench.launch.slurm import job_folder, read_records, slurm_summary
+
+    if read_records(job_folder(spec)):  # the study has been on SLURM: its jobs' states
+        console.print(slurm_summary(spec))
+
+
+@app.command()
+def cancel(study: Annotated[Path, typer.Argument(help="study YAML file")]) -> None:
+    """Cancel a study's SLURM jobs (scancel); a later `optbench run` records them as failed and
+    the next one resubmits them."""
+    from optbench.launch.slurm import cancel_study_jobs, job_folder
+    from optbench.spec import load_spec
+
+    cancelled = cancel_study_jobs(job_folder(load_spec(study)))
+    console.print(
+        f"cancelled {len(cancelled)} SLURM job(s)"
+        + (f": {' '.join(cancelled)}" if cancelled else "")
+    )
 
 
 @app.command()

@@ -123,8 +123,11 @@ def run_study(
     *,
     console: Console | None = None,
     live: bool = True,
+    detach: bool = False,
 ) -> Progress:
-    """Run every unfinished trial of `spec`. `make_launcher(n_jobs)` builds the executor."""
+    """Run every unfinished trial of `spec`. `make_launcher(n_jobs)` builds the executor.
+    With `detach` (executors whose jobs outlive the driver, i.e. SLURM), return right after
+    submitting: a later run follows the same jobs again."""
     console = console or Console()
     with study_lock(spec):
         store = Store(spec, create=True)
@@ -152,6 +155,14 @@ def run_study(
         launcher = make_launcher(len(jobs))
         progress.workers = getattr(launcher, "workers", 1)
         launcher.submit(jobs)
+        outlive = getattr(launcher, "jobs_outlive_driver", False)
+        if detach and outlive:
+            launcher.close(cancel=False)
+            console.print(
+                f"{len(jobs)} trial(s) submitted or still queued; `optbench run` follows them "
+                "and records their results, `optbench status` shows them"
+            )
+            return progress
         try:
             with Live(
                 progress.table(spec.name),
@@ -174,9 +185,10 @@ def run_study(
                         del todo[event.key]
                     display.update(progress.table(spec.name))
         except KeyboardInterrupt:
-            launcher.close(cancel=True)
+            launcher.close(cancel=not outlive)  # cluster jobs keep running: Ctrl-C detaches
+            left = "still queued or running" if outlive else "left"
             console.print(
-                f"stopped: {progress.ran} trial(s) recorded, {len(todo)} left; "
+                f"stopped: {progress.ran} trial(s) recorded, {len(todo)} {left}; "
                 "run the same command to resume"
             )
             raise

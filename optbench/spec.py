@@ -208,12 +208,48 @@ class Recipe(_Strict):
         return self.warmup_epochs * epochs / self.warmup_ref_epochs
 
 
-class Executor(_Strict):
-    """Where trials run. `local` runs a pool of worker processes on this machine."""
+class SlurmSettings(_Strict):
+    """How trials are submitted to SLURM (executor.kind "slurm"). One trial's resources are one
+    job's (or one job-array element's): `nodes` x `tasks_per_node` processes train it with DDP."""
 
-    kind: Literal["local", "debug"] = "local"
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time_min: int = Field(default=60, ge=1, description="job time limit in minutes")
+    nodes: int = Field(default=1, ge=1)
+    gpus_per_node: int = Field(default=0, ge=0)
+    tasks_per_node: int | None = Field(
+        default=None, ge=1, description="DDP processes per node; default one per GPU (at least 1)"
+    )
+    cpus_per_task: int = Field(default=1, ge=1)
+    mem_gb: float | None = Field(default=None, gt=0, description="memory per node")
+    constraint: str | None = None
+    array_parallelism: int = Field(default=64, ge=1)
+    setup: list[str] = Field(default_factory=list, description="shell lines run before the trial")
+    sbatch: dict[str, str | int | bool] = Field(
+        default_factory=dict, description="extra sbatch flags, e.g. {mail-type: END}"
+    )
+    trials_per_job: int = Field(default=1, ge=1)
+    signal_delay_s: int = Field(default=120, ge=10)
+    max_requeues: int = Field(default=3, ge=0)
+    poll_s: float = Field(default=10.0, ge=2.0)
+    folder: Path | None = Field(
+        default=None, description="job files and logs; default <study folder>/slurm (shared FS)"
+    )
+
+    @property
+    def tasks(self) -> int:
+        return self.tasks_per_node or max(1, self.gpus_per_node)
+
+
+class Executor(_Strict):
+    """Where trials run. `local` runs a pool of worker processes on this machine, `debug` runs
+    them one by one in the driver, `slurm` submits them as SLURM job arrays (see `slurm`)."""
+
+    kind: Literal["local", "debug", "slurm"] = "local"
     workers: int | Literal["auto"] = "auto"
     retries: int = Field(default=2, ge=0)
+    slurm: SlurmSettings = SlurmSettings()
 
     @field_validator("workers")
     @classmethod

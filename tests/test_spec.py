@@ -136,3 +136,30 @@ def test_good_sampler_needs_good_values_and_one_sample(tiny_dict):
         m: {"adamw": {"lr": 1e-3, "wd": 0.05}} for m in ("vit_p_w64_16px", "vit_c_w64_16px")
     }
     assert parse_spec(data).search.sampler == "good"
+
+
+@pytest.mark.parametrize(
+    "path", sorted((Path(__file__).parent.parent / "studies").glob("*.yaml")), ids=lambda p: p.name
+)
+def test_every_bundled_study_validates_and_plans(path, run_cli, tmp_path):
+    spec = load_spec(path, check_data=False)
+    assert spec.name == path.stem
+    code, err = run_cli(["run", str(path), "--dry-run"], tmp_path)
+    assert code in (0, None), err
+    assert list(tmp_path.iterdir()) == []  # a plan writes nothing
+
+
+def test_paper_edf_study_is_faithful_to_table_4():
+    spec = load_spec(
+        Path(__file__).parent.parent / "studies" / "edf_adamw_4gf.yaml", check_data=False
+    )
+    assert spec.models == ["vit_p_4gf", "vit_c_4gf", "regnety_040"]
+    assert (spec.search.n_samples, spec.epochs, spec.batch_size, spec.ref_batch) == (
+        64,
+        [50],
+        2048,
+        2048,
+    )
+    box = spec.search.bounds("vit_c_4gf", "adamw")
+    assert box.lr == pytest.approx((1e-3 / 8, 4e-3)) and box.wd == pytest.approx((0.03, 0.96))
+    assert spec.recipe.preset == "paper" and spec.recipe.mixup_alpha == 0.8
