@@ -10,11 +10,11 @@ are derived from (seed, epoch, step) (see data.py and loop.py).
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import torch
+
+from optbench.train.results import atomic_open
 
 CHECKPOINT_FILE = "checkpoint.pt"
 FORMAT = 1
@@ -22,17 +22,8 @@ FORMAT = 1
 
 def save_checkpoint(path: Path, state: dict) -> None:
     """torch.save `state` to `path` atomically: a reader sees the old file or the new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save({"format": FORMAT, **state}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_open(path, "wb") as f:
+        torch.save({"format": FORMAT, **state}, f)
 
 
 def load_checkpoint(path: Path) -> dict | None:

@@ -6,7 +6,10 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
 from optbench.train.config import TrialResult
 
@@ -14,19 +17,26 @@ RESULT_FILE = "result.json"
 METRICS_FILE = "metrics.jsonl"
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write via a temporary file in the same folder, fsync, then rename over `path`."""
+@contextmanager
+def atomic_open(path: Path, mode: str = "w") -> Iterator[IO]:
+    """Open a temporary file beside `path` for writing; on success fsync it and rename it over
+    `path`, so a reader sees the old file or the new one, never a torn write."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, mode) as f:
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    with atomic_open(path) as f:
+        f.write(text)
 
 
 def write_result(out_dir: Path, result: TrialResult) -> Path:
