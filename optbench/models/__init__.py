@@ -26,7 +26,10 @@ def takes_img_size(name: str) -> bool:
     return bool(cfg is not None and cfg.fixed_input_size)
 
 
-def create_model(name: str, *, num_classes: int, in_chans: int, img_size: int) -> nn.Module:
-    """Build `name` for a dataset: optbench models and timm models take the same arguments."""
+def create_model(
+    name: str, *, num_classes: int, in_chans: int, img_size: int, **kwargs
+) -> nn.Module:
+    """Build `name` for a dataset: optbench models and timm models take the same arguments.
+    `kwargs` go to the model (e.g. drop_path_rate)."""
     size = dict(img_size=img_size) if takes_img_size(name) else {}
-    return timm.create_model(name, num_classes=num_classes, in_chans=in_chans, **size)
+    return timm.create_model(name, num_classes=num_classes, in_chans=in_chans, **size, **kwargs)

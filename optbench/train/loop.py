@@ -60,13 +60,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import timm
 import torch
 from timm.loss import SoftTargetCrossEntropy
 from timm.utils.model_ema import ModelEmaV3
 from torch import nn
 
-from optbench.models import takes_img_size  # (importing optbench.models registers them)
+from optbench.models import create_model
 from optbench.train.augment import BatchAugment
 from optbench.train.checkpoint import CHECKPOINT_FILE, load_checkpoint, save_checkpoint
 from optbench.train.config import TrainConfig, TrialResult
@@ -244,12 +243,13 @@ def _build_batches(cfg: TrainConfig, run: _Runtime) -> TrainBatches:
 
 def _build_model(cfg: TrainConfig, batches: TrainBatches, run: _Runtime) -> nn.Module:
     torch.manual_seed(cfg.seed)
-    # as optbench.models.create_model builds it, plus the recipe's stochastic depth
     extra = {"drop_path_rate": cfg.recipe.drop_path} if cfg.recipe.drop_path else {}
-    if takes_img_size(cfg.model):
-        extra["img_size"] = batches.img_size
-    model = timm.create_model(
-        cfg.model, num_classes=batches.num_classes, in_chans=batches.in_chans, **extra
+    model = create_model(
+        cfg.model,
+        num_classes=batches.num_classes,
+        in_chans=batches.in_chans,
+        img_size=batches.img_size,
+        **extra,
     )
     if run.dist.enabled and run.device.type == "cuda":  # torch's SyncBatchNorm is CUDA-only
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
