@@ -193,6 +193,7 @@ def run_study(
             )
             raise
         launcher.close(cancel=False)
+        console.print(f"\nrecorded {progress.ran} trial(s); study folder {spec.study_dir}")
         return progress
 
 
