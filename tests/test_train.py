@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
+import torch
+
 from optbench.spec import Dataset, Recipe
 from optbench.train.config import TrainConfig
 from optbench.train.loop import run_trial
@@ -76,3 +79,23 @@ def test_a_crash_is_a_failed_result(tmp_path):
     assert "batch_size" in result.message
     assert (tmp_path / "error.log").is_file()
     assert read_result(tmp_path).status == "failed"
+
+
+def test_recipe_drop_path_overrides_the_model_default():
+    from types import SimpleNamespace
+
+    from timm.layers import DropPath
+
+    from optbench.train.loop import _build_model
+
+    batches = SimpleNamespace(num_classes=10, in_chans=1, img_size=16)
+    run = SimpleNamespace(
+        dist=SimpleNamespace(enabled=False), device=torch.device("cpu"), channels_last=False
+    )
+    rates = {}
+    for drop in (0.0, 0.2):
+        cfg = _cfg(model="dhvt_w64_16px", recipe=Recipe(warmup_epochs=0.5, drop_path=drop))
+        model = _build_model(cfg, batches, run)
+        rates[drop] = [m.drop_prob for m in model.modules() if isinstance(m, DropPath)]
+    assert rates[0.0] == []  # DHVT's own default (0.1) does not apply
+    assert max(rates[0.2]) == pytest.approx(0.2)

@@ -243,13 +243,14 @@ def _build_batches(cfg: TrainConfig, run: _Runtime) -> TrainBatches:
 
 def _build_model(cfg: TrainConfig, batches: TrainBatches, run: _Runtime) -> nn.Module:
     torch.manual_seed(cfg.seed)
-    extra = {"drop_path_rate": cfg.recipe.drop_path} if cfg.recipe.drop_path else {}
+    # The recipe decides stochastic depth: drop_path 0 means none, whatever the model's own
+    # default (DHVT's is 0.1).
     model = create_model(
         cfg.model,
         num_classes=batches.num_classes,
         in_chans=batches.in_chans,
         img_size=batches.img_size,
-        **extra,
+        drop_path_rate=cfg.recipe.drop_path,
     )
     if run.dist.enabled and run.device.type == "cuda":  # torch's SyncBatchNorm is CUDA-only
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
