@@ -73,7 +73,6 @@ class Progress:
     running: set[str] = field(default_factory=set)
     started: float = field(default_factory=time.monotonic)
     ran: int = 0  # trials that ended in this invocation
-    workers: int = 1
 
     def state(self, item: PlannedTrial) -> str:
         if item.status == "pending" and item.key in self.running:
@@ -153,7 +152,6 @@ def run_study(
             (out_dir / RESULT_FILE).unlink(missing_ok=True)  # a failed attempt's leftovers
             jobs.append(TrialJob(item.key, trial_config(spec, item), out_dir))
         launcher = make_launcher(len(jobs))
-        progress.workers = getattr(launcher, "workers", 1)
         launcher.submit(jobs)
         outlive = getattr(launcher, "jobs_outlive_driver", False)
         if detach and outlive:
@@ -240,13 +238,19 @@ def plan_table(spec: StudySpec) -> Table:
     ):
         table.add_column(col, no_wrap=col == "model")
     total = 0.0
+    flops_of: dict[str, int] = {}
     for cell in spec.cells():
         items = [t for t in plan if t.cell == cell]
         todo = sum(not t.is_result for t in items)
         b = spec.search.bounds(cell.model, cell.optimizer)
-        flops = model_complexity(
-            cell.model, num_classes=info.num_classes, in_chans=info.in_chans, img_size=info.img_size
-        )["flops"]
+        if cell.model not in flops_of:  # one count per model, not per cell
+            flops_of[cell.model] = model_complexity(
+                cell.model,
+                num_classes=info.num_classes,
+                in_chans=info.in_chans,
+                img_size=info.img_size,
+            )["flops"]
+        flops = flops_of[cell.model]
         cell_flops = todo * cell.epochs * info.n_train * flops
         total += cell_flops
         table.add_row(

@@ -85,13 +85,6 @@ def _ordered(trials: pd.DataFrame, spec: StudySpec) -> pd.DataFrame:
     )
 
 
-def _cells(results: pd.DataFrame) -> list[tuple[tuple[str, str, int], pd.DataFrame]]:
-    return [
-        ((m, o, int(e)), group)
-        for (m, o, e), group in results.groupby(stability.CELL_KEYS, sort=False)
-    ]
-
-
 def _panels(results: pd.DataFrame) -> list[tuple[tuple[str, int], pd.DataFrame]]:
     return [
         ((o, int(e)), group)
