@@ -44,7 +44,12 @@ def train(
     out: Annotated[Path, typer.Option(help="folder for result.json and metrics.jsonl")],
     seed: int = 0,
     batch_size: int = 128,
-    ref_batch: Annotated[int, typer.Option(help="batch size that --lr is normalized to")] = 2048,
+    ref_batch: Annotated[
+        int | None,
+        typer.Option(
+            help="batch size that --lr is normalized to (default: the preset's, 2048 or 512)"
+        ),
+    ] = None,
     data_root: Annotated[
         Path | None, typer.Option(help="dataset folder (on-disk datasets)")
     ] = None,

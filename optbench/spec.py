@@ -120,8 +120,8 @@ RECIPE_PRESETS: dict[str, dict] = {
         "drop_path": 0.0,
         "wd_exclude": [],
     },
-    # DeiT / DHVT official code (Lu et al. 2022); lr is normalized to batch 512 there: set the
-    # study's ref_batch to 512 to match.
+    # DeiT / DHVT official code (Lu et al. 2022); its lr is normalized to batch 512 (see
+    # PRESET_REF_BATCH).
     "deit": {
         "warmup_epochs": 5.0,
         "warmup_ref_epochs": 50,
@@ -140,6 +140,23 @@ RECIPE_PRESETS: dict[str, dict] = {
         "wd_exclude": ["*cls_token", "*pos_embed"],
     },
 }
+
+
+# The batch size each preset's lr is normalized to: a study's (or `optbench train`'s) `ref_batch`
+# when it gives none. Xiao et al. normalize to 2048; DeiT's code scales lr by batch / 512.
+PRESET_REF_BATCH: dict[str, int] = {"basic": 2048, "paper": 2048, "deit": 512}
+
+
+def fill_ref_batch(data):
+    """Before-validator for models with `ref_batch` and `recipe`: a missing ref_batch comes from
+    the recipe's preset (PRESET_REF_BATCH)."""
+    if isinstance(data, dict) and data.get("ref_batch") is None:
+        recipe = data.get("recipe")
+        preset = (
+            recipe.get("preset") if isinstance(recipe, dict) else getattr(recipe, "preset", None)
+        )
+        data = {**data, "ref_batch": PRESET_REF_BATCH.get(preset or "basic", 2048)}
+    return data
 
 
 class Recipe(_Strict):
@@ -268,13 +285,18 @@ class StudySpec(_Strict):
     optimizers: list[Optimizer] = Field(min_length=1)
     epochs: list[int] = Field(min_length=1)
     batch_size: int = Field(ge=1)
-    ref_batch: int = Field(default=2048, ge=1)
+    ref_batch: int = Field(ge=1)  # default: the recipe preset's (PRESET_REF_BATCH)
     search: Search
     seeds: list[int] = Field(default=[0], min_length=1)
     recipe: Recipe = Recipe()
     output: Path = Path("results")
     storage: str | None = None
     executor: Executor = Executor()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _ref_batch_from_preset(cls, data):
+        return fill_ref_batch(data)
 
     @field_validator("name")
     @classmethod

@@ -160,19 +160,21 @@ def test_per_epoch_schedule_holds_lr_constant_within_an_epoch():
     assert epochs[-1][0] > 1e-4 * 256 / 2048  # the last epoch still learns
 
 
+STUDY = {  # a one-cell study on digits
+    "name": "s",
+    "dataset": {"name": "digits", "img_size": 16},
+    "models": ["vit_c_w64_16px"],
+    "optimizers": ["adamw"],
+    "epochs": [10],
+    "batch_size": 128,
+    "search": {"n_samples": 2, "ranges": {"adamw": {"lr": [1e-4, 1e-2], "wd": [0.01, 0.5]}}},
+}
+
+
 def test_a_study_picks_a_preset_and_overrides_keys(tmp_path):
     from optbench.spec import SpecError, UsageError, parse_spec
 
-    study = {
-        "name": "s",
-        "dataset": {"name": "digits", "img_size": 16},
-        "models": ["vit_c_w64_16px"],
-        "optimizers": ["adamw"],
-        "epochs": [10],
-        "batch_size": 128,
-        "search": {"n_samples": 2, "ranges": {"adamw": {"lr": [1e-4, 1e-2], "wd": [0.01, 0.5]}}},
-        "recipe": {"preset": "deit", "drop_path": 0.0},
-    }
+    study = {**STUDY, "recipe": {"preset": "deit", "drop_path": 0.0}}
     spec = parse_spec(study)
     assert spec.recipe.random_erasing == 0.25 and spec.recipe.drop_path == 0.0
     cell = spec.cells()[0]
@@ -183,3 +185,18 @@ def test_a_study_picks_a_preset_and_overrides_keys(tmp_path):
         parse_spec({**study, "recipe": {"preset": "deit", "erasing": 0.1}})
     with pytest.raises(UsageError, match="cifar-10-batches-py is not a folder"):
         parse_spec({**study, "dataset": {"name": "cifar10", "root": str(tmp_path)}})
+
+
+def test_ref_batch_defaults_to_the_presets_and_an_explicit_one_wins():
+    from optbench.spec import parse_spec
+
+    study = {**STUDY, "epochs": [60]}
+    # DeiT's code scales lr by batch / 512; Xiao et al. normalize to 2048.
+    assert parse_spec({**study, "recipe": {"preset": "deit"}}).ref_batch == 512
+    assert parse_spec({**study, "recipe": {"preset": "paper"}}).ref_batch == 2048
+    assert parse_spec(study).ref_batch == 2048
+    assert parse_spec({**study, "recipe": {"preset": "deit"}, "ref_batch": 1024}).ref_batch == 1024
+    one_trial = config(epochs=60).model_dump(exclude={"ref_batch", "recipe"})  # `optbench train`'s
+    deit = TrainConfig(**one_trial, recipe=Recipe(preset="deit"))
+    assert deit.ref_batch == 512 and deit.lr_used == pytest.approx(1e-3 * 256 / 512)
+    assert TrainConfig(**one_trial).ref_batch == 2048

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from optbench.spec import Dataset, Optimizer, Recipe
+from optbench.spec import Dataset, Optimizer, Recipe, fill_ref_batch
 
 Status = Literal["finished", "diverged", "failed"]
 
@@ -24,9 +24,14 @@ class TrainConfig(BaseModel):
     wd: float = Field(ge=0)
     epochs: int = Field(ge=1)
     batch_size: int = Field(ge=1)
-    ref_batch: int = Field(default=2048, ge=1)
+    ref_batch: int = Field(ge=1)  # default: the recipe preset's (spec.PRESET_REF_BATCH)
     seed: int = 0
     recipe: Recipe = Recipe()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _ref_batch_from_preset(cls, data):
+        return fill_ref_batch(data)
 
     @model_validator(mode="after")
     def _warmup_fits(self) -> TrainConfig:
