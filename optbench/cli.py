@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import signal
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
@@ -204,8 +205,13 @@ def run(
         console.print(f"{n_jobs} trial(s) to run on {where}")
         return LocalLauncher(n, threads, gpus)
 
+    settle = None
+    if kind == "slurm":
+        from optbench.launch.slurm import job_folder, settle_ended
+
+        settle = partial(settle_ended, job_folder(spec))
     try:
-        run_study(spec, make_launcher, console=console, detach=detach)
+        run_study(spec, make_launcher, console=console, detach=detach, settle=settle)
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
 

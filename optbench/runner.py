@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from optbench.launch.base import Launcher, TrialJob
+from optbench.launch.base import JobEvent, Launcher, TrialJob
 from optbench.spec import StudySpec, UsageError, dump_spec
 from optbench.store import PlannedTrial, Store
 from optbench.train.config import TrainConfig, TrialResult
@@ -47,6 +47,10 @@ def trial_config(spec: StudySpec, item: PlannedTrial) -> TrainConfig:
         seed=item.seed,
         recipe=spec.recipe,
     )
+
+
+def trial_job(spec: StudySpec, item: PlannedTrial) -> TrialJob:
+    return TrialJob(item.key, trial_config(spec, item), trial_dir(spec, item))
 
 
 @contextmanager
@@ -123,15 +127,28 @@ def run_study(
     console: Console | None = None,
     live: bool = True,
     detach: bool = False,
+    settle: Callable[[list[TrialJob]], list[JobEvent]] | None = None,
 ) -> Progress:
     """Run every unfinished trial of `spec`. `make_launcher(n_jobs)` builds the executor.
     With `detach` (executors whose jobs outlive the driver, i.e. SLURM), return right after
-    submitting: a later run follows the same jobs again."""
+    submitting: a later run follows the same jobs again. `settle(jobs)` (SLURM's
+    `settle_ended`) reports the pending trials whose job ended while no driver followed it:
+    they are recorded first, so that a failure among them is retried in this run."""
     console = console or Console()
     with study_lock(spec):
         store = Store(spec, create=True)
         atomic_write_text(spec.study_dir / "spec.yaml", dump_spec(spec))
         plan = store.prepare(retries=spec.executor.retries)
+        if settle is not None:
+            pending = {t.key: t for t in plan if t.status == "pending"}
+            ended = settle([trial_job(spec, t) for t in pending.values()])
+            for event in ended:
+                _finish(store, spec, pending[event.key], event.message)
+            if ended:
+                console.print(
+                    f"recorded {len(ended)} trial(s) whose job ended while no run followed"
+                )
+                plan = store.prepare(retries=spec.executor.retries)  # new attempts for failures
         recovered = sum(_record_from_disk(store, spec, t) for t in plan if t.status == "pending")
         if recovered:
             console.print(f"recorded {recovered} result(s) found on disk")
@@ -146,11 +163,9 @@ def run_study(
         if not todo:
             console.print(progress.table(f"{spec.name}: nothing to run"))
             return progress
-        jobs = []
-        for item in todo.values():
-            out_dir = trial_dir(spec, item)
-            (out_dir / RESULT_FILE).unlink(missing_ok=True)  # a failed attempt's leftovers
-            jobs.append(TrialJob(item.key, trial_config(spec, item), out_dir))
+        jobs = [trial_job(spec, item) for item in todo.values()]
+        for job in jobs:
+            (job.out_dir / RESULT_FILE).unlink(missing_ok=True)  # a failed attempt's leftovers
         launcher = make_launcher(len(jobs))
         launcher.submit(jobs)
         outlive = getattr(launcher, "jobs_outlive_driver", False)

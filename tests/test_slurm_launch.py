@@ -3,15 +3,20 @@ state mapping, and the job callable's skip-on-requeue."""
 
 from __future__ import annotations
 
+import io
+from functools import partial
 from pathlib import Path
 
+import optuna
 import pytest
 import submitit
 import yaml
+from rich.console import Console
 from typer.testing import CliRunner
 
 from optbench.cli import app
 from optbench.launch.base import TrialJob
+from optbench.launch.local import InlineLauncher
 from optbench.launch.slurm import (
     ACTIVE_STATES,
     JobRecord,
@@ -24,9 +29,13 @@ from optbench.launch.slurm import (
     read_records,
     sacct_states,
     sbatch_parameters,
+    settle_ended,
 )
+from optbench.runner import run_study, trial_job
 from optbench.spec import SlurmSettings, SpecError, UsageError, parse_spec
-from optbench.train.config import TrainConfig
+from optbench.store import Store
+from optbench.train.config import TrainConfig, TrialResult
+from optbench.train.results import write_result
 
 
 def _config(**kw) -> TrainConfig:
@@ -126,6 +135,45 @@ def test_a_job_whose_end_was_reported_is_resubmitted_as_a_new_attempt(tmp_path, 
     launcher = SlurmLauncher(SlurmSettings(), tmp_path, "tiny")
     launcher.submit([job])
     assert submitted == [job] and launcher.poll(0) == []
+
+
+def test_a_job_that_crashed_unwatched_keeps_its_message_and_is_retried_by_the_next_run(
+    tiny_dict, monkeypatch
+):
+    # A run submitted a trial and was detached; its job crashed (writing a failed result with
+    # the crash's message) while no driver followed it. The next run records that failure as it
+    # was and runs the retry at once, not one run later.
+    tiny_dict["models"] = tiny_dict["models"][:1]
+    tiny_dict["search"]["n_samples"] = 1
+    spec = parse_spec(tiny_dict)
+    [item] = Store(spec, create=True).prepare(retries=spec.executor.retries)
+    job = trial_job(spec, item)
+    folder = spec.study_dir / "slurm"
+    folder.mkdir(parents=True)
+    append_records(
+        folder, [JobRecord(job.key, "42_0", config_hash(job.config), "/l/42_0.err", 0.0)]
+    )
+    crash = TrialResult(status="failed", epochs=1, config=job.config, message="RuntimeError: boom")
+    write_result(job.out_dir, crash)
+    monkeypatch.setattr(
+        "optbench.launch.slurm.sacct_states", lambda ids: dict.fromkeys(ids, "FAILED")
+    )
+    run_study(
+        spec,
+        lambda n: InlineLauncher(),
+        console=Console(file=io.StringIO()),
+        live=False,
+        settle=partial(settle_ended, folder),
+    )
+
+    [done] = Store(spec, create=False).plan()
+    assert done.status == "finished" and done.attempts == 2
+    study = optuna.load_study(study_name=f"{spec.name}/{done.cell_id}", storage=spec.storage_url)
+    first, second = study.trials
+    assert first.user_attrs["status"] == "failed"
+    assert first.user_attrs["message"] == "RuntimeError: boom"  # its own words, not "no result"
+    assert second.user_attrs["status"] == "finished"
+    assert read_records(folder)[job.key].ended == "FAILED"  # reported once
 
 
 def test_one_sacct_call_gives_every_jobs_state(monkeypatch):

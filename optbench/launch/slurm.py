@@ -9,7 +9,9 @@ that are still queued or running instead of submitting them twice.
 Following: one `sacct` call for all jobs (submitit's watcher), at most every `poll_s` seconds.
 A job that ends without the trial's result file is reported "lost" with its SLURM state (FAILED,
 TIMEOUT, CANCELLED, OUT_OF_MEMORY, NODE_FAIL, ...) and its log path; the driver records it as a
-failed trial, and the next `optbench run` retries it.
+failed trial, and the next `optbench run` retries it. Jobs that ended while no driver followed
+them are settled by the next run before it plans (`settle_ended`): it records how they ended
+(a crash keeps its own message), then retries the failures in that same run.
 
 Preemption and time limits: the job's callable (`TrialBatch`) implements submitit's checkpoint
 protocol, so on SIGUSR2 submitit requeues the job; a requeued job (also `scontrol requeue`) runs
@@ -202,6 +204,48 @@ def cancel_jobs(job_ids: Iterable[str]) -> None:
         subprocess.run(["scancel", *ids], check=False, capture_output=True, timeout=60)
 
 
+def unreported_jobs(folder: Path, jobs: Sequence[TrialJob]) -> dict[str, tuple[JobRecord, str]]:
+    """Trial key -> (its job record, the job's sacct state) for those of `jobs` whose recorded job
+    (for the same config) no driver has seen end: still queued or running, or ended unwatched."""
+    records = read_records(folder)
+    known = {
+        j.key: rec
+        for j in jobs
+        if (rec := records.get(j.key)) and rec.ended is None and rec.config == config_hash(j.config)
+    }
+    if not known:
+        return {}
+    states = sacct_states(r.job_id for r in known.values())
+    return {key: (rec, states[rec.job_id]) for key, rec in known.items()}
+
+
+def end_event(folder: Path, job: TrialJob, rec: JobRecord, state: str) -> JobEvent:
+    """The event for a trial whose job ended, noted in jobs.jsonl as reported."""
+    append_records(folder, [replace(rec, ended=state)])
+    result = read_result(job.out_dir)
+    if result is not None and result.config == job.config:
+        return JobEvent(job.key, "ended")  # finished, diverged, or crashed with its own message
+    if state == "UNKNOWN":
+        why = f"SLURM job {rec.job_id} vanished (sacct does not know it)"
+    elif state == "COMPLETED":
+        why = f"SLURM job {rec.job_id} completed without writing the result file"
+    else:
+        why = f"SLURM job {rec.job_id} {state}"
+    return JobEvent(job.key, "lost", f"{why}; log: {rec.log}")
+
+
+def settle_ended(folder: Path, jobs: Sequence[TrialJob]) -> list[JobEvent]:
+    """End events of those of `jobs` whose recorded job ended while no driver followed it (the
+    driver was detached, interrupted or killed). `optbench run` records them before it plans, so
+    that such a trial's result is recorded and a failure retried in that same run."""
+    by_key = {j.key: j for j in jobs}
+    return [
+        end_event(folder, by_key[key], rec, state)
+        for key, (rec, state) in unreported_jobs(folder, jobs).items()
+        if state not in ACTIVE_STATES
+    ]
+
+
 # --- the launcher --------------------------------------------------------------------------
 
 
@@ -238,28 +282,21 @@ class SlurmLauncher:
 
     def submit(self, jobs: Sequence[TrialJob]) -> None:
         """Reattach trials whose recorded job is still queued or running; report those whose
-        recorded job ended without a result; submit the rest as job arrays."""
+        recorded job has ended since `settle_ended` looked; submit the rest as job arrays."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        records = read_records(self.folder)
-        known = {  # trials whose job no driver has seen end: reattach, or report their end
-            j.key: rec
-            for j in jobs
-            if (rec := records.get(j.key))
-            and rec.ended is None
-            and rec.config == config_hash(j.config)
-        }
-        states = sacct_states(r.job_id for r in known.values()) if known else {}
+        known = unreported_jobs(self.folder, jobs)
         now = time.monotonic()
         fresh = []
         for job in jobs:
-            rec = known.get(job.key)
-            if rec is None:
+            if job.key not in known:
                 fresh.append(job)
-            elif states[rec.job_id] in ACTIVE_STATES:
+                continue
+            rec, state = known[job.key]
+            if state in ACTIVE_STATES:
                 self._tracked[job.key] = _Tracked(rec, job, now)
                 self.reattached += 1
-            else:  # ended while nobody watched: report it honestly; the next run retries it
-                self._events.append(self._end_event(job, rec, states[rec.job_id]))
+            else:  # ended a moment ago: report it honestly; the next run retries a failure
+                self._events.append(end_event(self.folder, job, rec, state))
         self._submit_new(fresh)
 
     def _submit_new(self, jobs: Sequence[TrialJob]) -> None:
@@ -282,20 +319,6 @@ class SlurmLauncher:
                     self._tracked[job.key] = _Tracked(rec, job, now)
             append_records(self.folder, new)  # recorded before anything else can go wrong
             self.submitted += len(new)
-
-    def _end_event(self, job: TrialJob, rec: JobRecord, state: str) -> JobEvent:
-        """The event for a trial whose job ended, noted in jobs.jsonl as reported."""
-        append_records(self.folder, [replace(rec, ended=state)])
-        result = read_result(job.out_dir)
-        if result is not None and result.config == job.config:
-            return JobEvent(job.key, "ended")
-        if state == "UNKNOWN":
-            why = f"SLURM job {rec.job_id} vanished (sacct does not know it)"
-        elif state == "COMPLETED":
-            why = f"SLURM job {rec.job_id} completed without writing the result file"
-        else:
-            why = f"SLURM job {rec.job_id} {state}"
-        return JobEvent(job.key, "lost", f"{why}; log: {rec.log}")
 
     def poll(self, timeout: float) -> list[JobEvent]:
         """Events since the last poll. Asks sacct at most every `poll_s` seconds; sleeps up to
@@ -322,7 +345,7 @@ class SlurmLauncher:
                 if result is not None and result.config == tracked.job.config:
                     ended = True  # one of several trials of a job that is still running
             if ended:
-                events.append(self._end_event(tracked.job, tracked.record, state))
+                events.append(end_event(self.folder, tracked.job, tracked.record, state))
                 del self._tracked[key]
             elif state == "RUNNING" and not tracked.running:
                 tracked.running = True

@@ -13,6 +13,7 @@ import threading
 import time
 from pathlib import Path
 
+import optuna
 import pytest
 import yaml
 from rich.console import Console
@@ -27,6 +28,7 @@ from optbench.launch.slurm import (
     launcher_for,
     read_records,
     sacct_states,
+    settle_ended,
 )
 from optbench.runner import run_study, trial_config, trial_dir
 from optbench.spec import StudySpec, load_spec, parse_spec
@@ -50,10 +52,14 @@ def _spec(tiny: dict, **kw) -> StudySpec:
     return parse_spec(_study(tiny, **kw))
 
 
-def _run(spec: StudySpec):
+def _run(spec: StudySpec):  # what `optbench run` does with executor slurm
     return run_study(
-        spec, lambda n: launcher_for(spec), console=Console(file=open(os.devnull, "w")), live=False
-    )  # noqa: SIM115
+        spec,
+        lambda n: launcher_for(spec),
+        console=Console(file=open(os.devnull, "w")),  # noqa: SIM115
+        live=False,
+        settle=lambda jobs: settle_ended(job_folder(spec), jobs),
+    )
 
 
 def _wait_for(what: str, check, timeout: float = 180.0):
@@ -209,11 +215,15 @@ def test_detach_status_reattach_and_cancel(tiny_dict, tmp_path):
     assert cancelled.exit_code == 0 and "cancelled 2 SLURM job(s)" in cancelled.output
     ended = lambda: all(s not in ACTIVE_STATES for _, s in followed_jobs(job_folder(spec)).values())  # noqa: E731
     _wait_for("both jobs to end", ended)
-    follow = cli.invoke(app, ["run", str(study)])  # records the cancelled jobs as failed
+    # The next run records the cancelled jobs as failed attempts and runs the retries.
+    follow = cli.invoke(app, ["run", str(study)])
     assert follow.exit_code == 0, follow.output
-    failed = Store(spec, create=False).plan()
-    assert {t.status for t in failed} == {"failed"}
-    assert all("CANCELLED" in t.record.user_attrs["message"] for t in failed)
+    assert "recorded 2 trial(s) whose job ended while no run followed" in follow.output
+    for item in Store(spec, create=False).plan():
+        assert item.status == "finished" and item.attempts == 2
+        cell = optuna.load_study(study_name=f"{spec.name}/{item.cell_id}", storage=spec.storage_url)
+        [first] = [t for t in cell.trials if t.user_attrs["key"] == item.key][:1]
+        assert first.user_attrs["status"] == "failed" and "CANCELLED" in first.user_attrs["message"]
 
 
 def test_a_2_task_job_trains_one_trial_with_ddp_on_cpu(tiny_dict):
