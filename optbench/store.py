@@ -14,11 +14,13 @@ Only the single driver process writes here; workers write result files.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
 import pandas as pd
+import sqlalchemy
 from optuna.trial import FrozenTrial, TrialState
 
 from optbench.sampling import distributions, study_pairs
@@ -80,6 +82,14 @@ def make_storage(url: str) -> optuna.storages.BaseStorage:
         path = url.removeprefix("journal://")
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         return JournalStorage(JournalFileBackend(path))
+    # optuna sets up a new database's schema in several statements: a second process opening it
+    # meanwhile (`optbench status` just after `optbench run` started) can trip over the first's
+    # half-made tables. That is transient: wait a moment and open it again.
+    for wait_s in (0.1, 0.3, 1.0, 3.0):
+        try:
+            return optuna.storages.RDBStorage(url)
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.OperationalError):
+            time.sleep(wait_s)
     return optuna.storages.RDBStorage(url)
 
 

@@ -12,13 +12,14 @@ from collections import Counter
 
 import optuna
 import pytest
+import sqlalchemy
 import yaml
 from rich.console import Console
 
 from optbench.launch.local import InlineLauncher, LocalLauncher, split_cores
 from optbench.runner import run_study, trial_config, trial_dir
 from optbench.spec import parse_spec
-from optbench.store import Store
+from optbench.store import Store, make_storage
 from optbench.train.loop import run_trial
 
 
@@ -117,6 +118,24 @@ def test_changed_configuration_makes_new_trials_never_mixes(tiny_dict):
     assert Counter(t.status for t in plan3) == {"finished": 4, "pending": 2}
 
 
+def test_a_reader_racing_the_databases_creation_waits_and_opens_it(tmp_path, monkeypatch):
+    # optuna's schema setup is not atomic: a reader opening study.db while `optbench run` creates
+    # it can hit the creator's half-made tables (seen: alembic_version UNIQUE failed).
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    calls = []
+
+    class Racing(optuna.storages.RDBStorage):
+        def __init__(self, u, **kw):
+            calls.append(u)
+            if len(calls) == 1:
+                raise sqlalchemy.exc.IntegrityError("INSERT INTO alembic_version", (), Exception())
+            super().__init__(u, **kw)
+
+    monkeypatch.setattr(optuna.storages, "RDBStorage", Racing)
+    storage = make_storage(url)
+    assert calls == [url, url] and optuna.get_all_study_summaries(storage) == []
+
+
 def test_split_cores_never_oversubscribes():
     assert split_cores(32, "auto", 2) == (2, 1)
     assert split_cores(1, "auto", 8) == (1, 8)
@@ -151,8 +170,9 @@ def test_ctrl_c_then_resume_gives_each_trial_exactly_once(tmp_path, tiny_dict):
         text=True,
     )
     deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and not _recorded(spec):
+    while time.monotonic() < deadline and not _recorded(spec) and proc.poll() is None:
         time.sleep(0.5)
+    assert proc.poll() is None, proc.communicate()[1]  # still running: not crashed, not done
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
