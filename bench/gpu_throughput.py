@@ -3,8 +3,10 @@
 1. The GPU's bf16 matmul rate, measured (8192^3 matmuls), is the MFU denominator.
 2. For vit_p_4gf and vit_c_4gf at 224 px (bf16 autocast, channels_last, fused AdamW, optional
    torch.compile): training images/s over timed steps after warm-up, and
-   MFU = 3 x forward FLOPs per image (torch's FlopCounterMode: 2 per multiply-add, attention
-   matmuls included) x images/s / matmul rate. Target MFU >= 45% on an H100/H200-class GPU.
+   MFU = 2 x 3 x flops per image x images/s / matmul rate, where flops are the model's counted
+   forward multiply-adds (optbench.models.complexity, the same count as `optbench models` and
+   the papers' GF; attention matmuls included), x 2 for FLOPs and x 3 for forward + backward.
+   Target MFU >= 45% on an H100/H200-class GPU.
 3. dhvt_tiny_cifar_p4: one epoch of `run_trial` (deit preset) on a synthetic CIFAR-100-sized
    dataset written in torchvision's pickle format (50,000 train / 10,000 val images): the whole
    loop, data pipeline and evaluation included.
@@ -28,9 +30,9 @@ from pathlib import Path
 import numpy as np
 import timm
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 from optbench import models  # noqa: F401  (registers optbench's models)
+from optbench.models.complexity import count_complexity
 from optbench.spec import Dataset, Recipe
 from optbench.train.config import TrainConfig
 from optbench.train.loop import run_trial
@@ -56,19 +58,12 @@ def matmul_tflops(device: torch.device, n: int, reps: int) -> float:
     return 2 * n**3 * reps / (time.perf_counter() - t0) / 1e12
 
 
-def forward_flops(model: torch.nn.Module, img_size: int, device: torch.device) -> float:
-    x = torch.randn(1, 3, img_size, img_size, device=device)
-    with FlopCounterMode(display=False) as counter, torch.no_grad():
-        model.eval()(x)
-    return float(counter.get_total_flops())
-
-
 def train_images_per_s(
     name: str, img_size: int, batch: int, steps: int, device: torch.device, compile_: bool
 ) -> dict:
     cuda = device.type == "cuda"
     model = timm.create_model(name, num_classes=1000, in_chans=3, img_size=img_size).to(device)
-    flops = forward_flops(model, img_size, device)
+    flops = count_complexity(model, (1, 3, img_size, img_size))["flops"]  # multiply-adds
     if cuda:
         model = model.to(memory_format=torch.channels_last)
     cfg = TrainConfig(
@@ -106,7 +101,7 @@ def train_images_per_s(
     images_per_s = steps * batch / (time.perf_counter() - t0)
     return {
         "images_per_s": round(images_per_s, 1),
-        "fwd_gflops": round(flops / 1e9, 3),
+        "fwd_gflops": round(flops / 1e9, 3),  # multiply-adds, as the papers count
         "_flops": flops,
     }
 
@@ -190,7 +185,7 @@ def main() -> None:
             continue
         m = train_images_per_s(name, img, batch, args.steps, device, args.compile)
         flops = m.pop("_flops")
-        m["mfu"] = round(3 * flops * m["images_per_s"] / (peak * 1e12), 4)
+        m["mfu"] = round(2 * 3 * flops * m["images_per_s"] / (peak * 1e12), 4)
         line[name] = m
     key = f"epoch_{dhvt}"
     if timm.is_model(dhvt):

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Issue 4's GPU checks in one prepared run (planned for well under 10 minutes on an H200):
+#   1. bench/gpu_throughput.py, eager and with torch.compile: bf16 images/s and MFU of vit_p_4gf
+#      and vit_c_4gf at 224 px, and dhvt_tiny_cifar_p4's epoch time on CIFAR-100-sized data;
+#   2. `optbench train` on CUDA with the paper recipe (bf16 autocast, channels_last, fused AdamW,
+#      EMA, AutoAugment, mixup/CutMix) on digits, eager and compiled: each must finish;
+#   3. a stopped-and-resumed CUDA trial (SIGUSR2 during epoch 2, then --resume) must finish.
+# Every JSON line and log goes to $OUT (default bench/out). Exit status 0 only if every check
+# passed. `DEVICE=cpu bash bench/gpu_checks.sh` runs the same plumbing on tiny models on the CPU.
+#
+# On the lent H200 machine (device tool), python3 has torch, timm, typer, rich, pandas, scipy and
+# scikit-learn, but not pydantic: carry its wheels (see /work/.library/device/README.md) in .whl/
+# for Python 3.12: pydantic, pydantic-core, annotated-types, typing-inspection. This script
+# installs whatever .whl/ holds into /tmp/site first.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-bench/out}
+DEVICE=${DEVICE:-cuda}
+mkdir -p "$OUT"
+if compgen -G ".whl/*.whl" >/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl || exit 1
+    export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+failed=0
+check() {  # check NAME COMMAND...: run it, keep its output in $OUT/NAME.log, count a failure
+    local name=$1
+    shift
+    echo "== $name: $*"
+    if "$@" >"$OUT/$name.log" 2>&1; then
+        tail -n 1 "$OUT/$name.log"
+    else
+        echo "FAILED ($name, exit $?): last lines of $OUT/$name.log"
+        tail -n 15 "$OUT/$name.log"
+        failed=$((failed + 1))
+    fi
+}
+finished() {  # finished DIR: its result.json says "finished"
+    python3 -c "import json,sys; r=json.load(open(sys.argv[1]+'/result.json')); \
+print(json.dumps({k: r.get(k) for k in ('status','final_error','images_per_s','wall_s','digest','message')})); \
+sys.exit(r['status'] != 'finished')" "$1"
+}
+
+python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), \
+torch.cuda.get_device_name() if torch.cuda.is_available() else '')" | tee "$OUT/env.txt"
+
+if [ "$DEVICE" = cuda ]; then
+    check throughput python3 bench/gpu_throughput.py
+    check throughput_compile python3 bench/gpu_throughput.py --compile
+    model=vit_c_w64_16px epochs=4
+else
+    check throughput python3 bench/gpu_throughput.py --device cpu --smoke
+    model=vit_c_w64_16px epochs=2
+fi
+
+train() {  # train OUT_DIR [extra args]: the paper recipe on digits at 16 px
+    local dir=$1
+    shift
+    python3 -m optbench train "$model" --dataset digits --img-size 16 --optimizer adamw \
+        --lr 2e-3 --wd 0.05 --epochs "$epochs" --batch-size 128 --ref-batch 128 \
+        --recipe paper --set warmup_epochs=1 --device "$DEVICE" --out "$dir" "$@"
+}
+run_dir=$(mktemp -d)
+check train_eager train "$run_dir/eager"
+check train_eager_result finished "$run_dir/eager"
+check train_compile train "$run_dir/compile" --set compile=true
+check train_compile_result finished "$run_dir/compile"
+
+# Stop during epoch 2 (SIGUSR2 as SLURM sends it), then resume from the checkpoint.
+train "$run_dir/stopped" >"$OUT/train_stop.log" 2>&1 &
+pid=$!
+for _ in $(seq 1200); do
+    [ -s "$run_dir/stopped/metrics.jsonl" ] && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+done
+kill -USR2 "$pid" 2>/dev/null
+wait "$pid"
+echo "== stop: exit $? (140 = stopped by SIGUSR2 after its checkpoint)"
+check train_resume train "$run_dir/stopped" --resume
+check train_resume_result finished "$run_dir/stopped"
+
+rm -rf "$run_dir"
+echo "== $failed check(s) failed"
+exit $((failed > 0))
