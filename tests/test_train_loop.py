@@ -302,3 +302,14 @@ def test_process_group_comes_from_torchrun_or_a_multi_task_srun_step():
     assert context_from_env(srun) == DistContext(1, 2, 1)
     # a batch script of a multi-task job is not a process group by itself
     assert context_from_env({"SLURM_NTASKS": "4", "SLURM_PROCID": "0"}) == DistContext()
+
+
+def test_each_ddp_process_takes_its_local_ranks_gpu_among_those_it_sees():
+    from optbench.train.distributed import DistContext, process_device
+
+    rank3 = DistContext(rank=3, world=4, local_rank=3)
+    assert process_device(rank3, "cuda", visible_gpus=4) == torch.device("cuda", 3)
+    # one GPU bound per task (--gpus-per-task=1): each task's only GPU is cuda:0
+    assert process_device(rank3, "cuda", visible_gpus=1) == torch.device("cuda", 0)
+    assert process_device(DistContext(), "cuda", visible_gpus=4) == torch.device("cuda")
+    assert process_device(rank3, "cpu", visible_gpus=0) == torch.device("cpu")

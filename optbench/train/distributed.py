@@ -63,6 +63,16 @@ def context_from_env(env: Mapping[str, str] = os.environ) -> DistContext:
     return DistContext()
 
 
+def process_device(ctx: DistContext, device: str, visible_gpus: int) -> torch.device:
+    """This process's device: on CUDA under DDP, the GPU of its local rank among those it sees.
+    A cluster may show each task every GPU of the node (pick GPU local_rank) or bind one GPU per
+    task (`--gpus-per-task`, `--gpu-bind`: it sees one, GPU 0); modulo covers both."""
+    dev = torch.device(device)
+    if ctx.enabled and dev.type == "cuda" and visible_gpus > 0:
+        return torch.device("cuda", ctx.local_rank % visible_gpus)
+    return dev
+
+
 def init_process_group(ctx: DistContext, device_type: str) -> None:
     """Join the group `ctx` describes (once per process); nothing for a world of one."""
     if not ctx.enabled or dist.is_initialized():

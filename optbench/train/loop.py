@@ -83,6 +83,7 @@ from optbench.train.distributed import (
     context_from_env,
     destroy_process_group,
     init_process_group,
+    process_device,
 )
 from optbench.train.optim import build_optimizer, build_schedule, schedule_position
 from optbench.train.results import METRICS_FILE, RESULT_FILE, read_result, write_result
@@ -459,7 +460,7 @@ def run_trial(
     ctx = context_from_env() if distributed else DistContext()
     dev = torch.device(device)
     if ctx.enabled and dev.type == "cuda":
-        dev = torch.device("cuda", ctx.local_rank)
+        dev = process_device(ctx, device, torch.cuda.device_count())
         torch.cuda.set_device(dev)
     on_gpu = dev.type == "cuda"
     run = _Runtime(
