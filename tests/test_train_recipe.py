@@ -130,6 +130,29 @@ def test_adamw_takes_betas_and_eps_from_the_recipe():
     assert opt.param_groups[0]["betas"] == (0.8, 0.99) and opt.param_groups[0]["eps"] == 1e-6
 
 
+@pytest.mark.parametrize("optimizer", ["adamw", "sgd"])
+def test_the_fused_kernels_used_on_cuda_take_the_same_steps_as_foreach(optimizer):
+    # torch's fused AdamW and SGD also run on the CPU: the GPU path's optimizer, checked here.
+    cfg = config(optimizer=optimizer, nesterov=True)
+    torch.manual_seed(0)
+    start = torch.cat([p.flatten() for p in quickstart_model().parameters()]).detach()
+    moved = {}
+    for fused in (False, True):
+        torch.manual_seed(0)
+        model = quickstart_model()
+        opt = build_optimizer(model, cfg, fused=fused)
+        assert opt.defaults["fused" if fused else "foreach"] is True
+        for step in range(3):
+            x = torch.randn(8, 1, 16, 16, generator=torch.Generator().manual_seed(step))
+            model(x).sum().backward()
+            opt.step()
+            opt.zero_grad()
+        moved[fused] = torch.cat([p.detach().flatten() for p in model.parameters()]) - start
+    # Same updates up to float rounding (Adam's division amplifies it where gradients are ~0).
+    assert moved[False].norm() > 0
+    assert (moved[True] - moved[False]).norm() / moved[False].norm() < 1e-3
+
+
 def lrs(cfg: TrainConfig, steps_per_epoch: int) -> list[float]:
     opt = build_optimizer(quickstart_model(), cfg)
     schedule = build_schedule(opt, cfg, steps_per_epoch)
