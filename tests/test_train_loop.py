@@ -189,12 +189,26 @@ def test_raw_report_without_ema(tmp_path):
 
 
 def test_deit_recipe_trains_with_every_augmentation(tmp_path):
-    cfg = config(epochs=2, preset="deit", schedule_step="epoch").model_copy(
-        update={"ref_batch": 512}
-    )
+    cfg = config(epochs=2, preset="deit", schedule_step="epoch")
     result = run_trial(cfg, tmp_path)
     assert result.status == "finished", result.message
     assert result.config.recipe.repeated_aug == 3 and result.ema_final_top5_error is not None
+
+
+def test_the_gpu_settings_bf16_and_channels_last_train_through_the_loop_on_the_cpu(tmp_path):
+    # run_trial turns amp and channels_last on for CUDA only; the loop's code under them (bf16
+    # autocast in training and evaluation, channels_last inputs, soft targets, EMA) is the same
+    # on any device, so it is run here on the CPU, where torch has bf16 autocast too.
+    from optbench.train.distributed import DistContext
+
+    run = loop._Runtime(torch.device("cpu"), DistContext(), amp=True, channels_last=True)
+    cfg = config(epochs=2)
+    result = loop._train(cfg, tmp_path, run, loop.StopRequest(), resume=False)
+    assert result.status == "finished"
+    assert 0 <= result.ema_final_error <= 100 and 0 <= result.raw_final_error <= 100
+    assert all(m["train_loss"] > 0 for m in read_metrics(tmp_path))
+    fp32 = run_trial(cfg, tmp_path / "fp32")
+    assert result.digest != fp32.digest  # bf16 did compute: not silently the fp32 path
 
 
 def test_a_crash_is_a_failed_result(tmp_path):
