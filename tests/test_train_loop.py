@@ -195,16 +195,24 @@ def test_deit_recipe_trains_with_every_augmentation(tmp_path):
     assert result.config.recipe.repeated_aug == 3 and result.ema_final_top5_error is not None
 
 
-def test_the_gpu_settings_bf16_and_channels_last_train_through_the_loop_on_the_cpu(tmp_path):
-    # run_trial turns amp and channels_last on for CUDA only; the loop's code under them (bf16
-    # autocast in training and evaluation, channels_last inputs, soft targets, EMA) is the same
-    # on any device, so it is run here on the CPU, where torch has bf16 autocast too.
+@pytest.mark.slow  # torch.compile takes ~30 s on one core
+def test_the_gpu_settings_bf16_channels_last_and_compile_train_through_the_loop_on_the_cpu(
+    tmp_path, monkeypatch
+):
+    # run_trial turns amp, channels_last and compile on for CUDA only; the loop's code under
+    # them (bf16 autocast in training and evaluation, channels_last inputs, a compiled model
+    # beside its EMA, soft targets, checkpoints) is the same on any device, so it is run here on
+    # the CPU, where torch has bf16 autocast and inductor too.
     from optbench.train.distributed import DistContext
 
-    run = loop._Runtime(torch.device("cpu"), DistContext(), amp=True, channels_last=True)
+    run = loop._Runtime(
+        torch.device("cpu"), DistContext(), amp=True, channels_last=True, compile=True
+    )
+    compiled, compile_ = [], torch.compile
+    monkeypatch.setattr(torch, "compile", lambda m: compiled.append(m) or compile_(m))
     cfg = config(epochs=2)
     result = loop._train(cfg, tmp_path, run, loop.StopRequest(), resume=False)
-    assert result.status == "finished"
+    assert result.status == "finished" and len(compiled) == 1
     assert 0 <= result.ema_final_error <= 100 and 0 <= result.raw_final_error <= 100
     assert all(m["train_loss"] > 0 for m in read_metrics(tmp_path))
     fp32 = run_trial(cfg, tmp_path / "fp32")

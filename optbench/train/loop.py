@@ -183,6 +183,7 @@ class _Runtime:
     dist: DistContext
     amp: bool
     channels_last: bool
+    compile: bool = False
     workers: int | None = None  # DataLoader workers (class-folder datasets); None: up to 8
 
     def autocast(self):
@@ -309,7 +310,7 @@ def _train(
     if run.dist.enabled:
         ids = [run.dist.local_rank] if run.device.type == "cuda" else None
         trained = nn.parallel.DistributedDataParallel(model, device_ids=ids)
-    if recipe.compile and run.device.type == "cuda":
+    if run.compile:
         trained = torch.compile(trained)
 
     def checkpoint() -> None:
@@ -468,6 +469,7 @@ def run_trial(
         ctx,
         amp=cfg.recipe.amp and on_gpu,
         channels_last=cfg.recipe.channels_last and on_gpu,
+        compile=cfg.recipe.compile and on_gpu,
         workers=workers,
     )
     stop = StopRequest()
