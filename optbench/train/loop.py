@@ -308,7 +308,7 @@ def _train(
 
     trained = model
     if run.dist.enabled:
-        ids = [run.dist.local_rank] if run.device.type == "cuda" else None
+        ids = [run.device.index] if run.device.type == "cuda" else None
         trained = nn.parallel.DistributedDataParallel(model, device_ids=ids)
     if run.compile:
         trained = torch.compile(trained)
