@@ -8,10 +8,13 @@
 # Every JSON line and log goes to $OUT (default bench/out). Exit status 0 only if every check
 # passed. `DEVICE=cpu bash bench/gpu_checks.sh` runs the same plumbing on tiny models on the CPU.
 #
-# On the lent H200 machine (device tool), python3 has torch, timm, typer, rich, pandas, scipy and
-# scikit-learn, but not pydantic: carry its wheels (see /work/.library/device/README.md) in .whl/
-# for Python 3.12: pydantic, pydantic-core, annotated-types, typing-inspection. This script
-# installs whatever .whl/ holds into /tmp/site first.
+# On the lent H200 machine (device tool), python3 (3.12) has torch, timm, typer, rich, pyyaml and
+# scikit-learn, but not pydantic, the one other import these steps need. Carry its wheels in .whl/
+# (ignored by git; name it in the run's `carry`); this script installs what .whl/ holds first:
+#   echo /.whl/ >> .git/info/exclude
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#     --implementation cp --platform manylinux_2_17_x86_64 -d .whl \
+#     pydantic pydantic-core annotated-types typing-inspection typing-extensions
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench/out}
