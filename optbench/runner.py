@@ -211,16 +211,21 @@ def run_study(
 
 
 def _finish(store: Store, spec: StudySpec, item: PlannedTrial, lost_message: str | None) -> None:
+    """Record the trial's result file; a missing one (or another configuration's) is a failure."""
     out_dir = trial_dir(spec, item)
-    result = read_result(out_dir)
-    if result is None:
-        result = TrialResult(
-            status="failed",
-            epochs=item.cell.epochs,
-            config=trial_config(spec, item),
-            message=lost_message or f"no {RESULT_FILE} written in {out_dir}",
+    config = trial_config(spec, item)
+    result, metrics = read_result(out_dir), read_metrics(out_dir)
+    if result is None or result.config != config:
+        why = lost_message or (
+            f"no {RESULT_FILE} written in {out_dir}"
+            if result is None
+            else f"{out_dir / RESULT_FILE} is the result of another configuration"
         )
-    store.record(item, result, read_metrics(out_dir))
+        result, metrics = (
+            TrialResult(status="failed", epochs=config.epochs, config=config, message=why),
+            [],
+        )
+    store.record(item, result, metrics)
 
 
 def status_table(spec: StudySpec) -> Table:

@@ -17,10 +17,12 @@ import yaml
 from rich.console import Console
 
 from optbench.launch.local import InlineLauncher, LocalLauncher, split_cores
-from optbench.runner import run_study, trial_config, trial_dir
+from optbench.runner import _finish, run_study, trial_config, trial_dir
 from optbench.spec import parse_spec
 from optbench.store import Store, make_storage
+from optbench.train.config import TrialResult
 from optbench.train.loop import run_trial
+from optbench.train.results import write_result
 
 
 def _quiet() -> Console:
@@ -134,6 +136,23 @@ def test_a_reader_racing_the_databases_creation_waits_and_opens_it(tmp_path, mon
     monkeypatch.setattr(optuna.storages, "RDBStorage", Racing)
     storage = make_storage(url)
     assert calls == [url, url] and optuna.get_all_study_summaries(storage) == []
+
+
+def test_a_result_file_of_another_configuration_is_never_recorded(tiny_dict):
+    # The cell id does not hash where the data lives; a result file written for another root
+    # (the data moved while a job ran) must not be taken as this trial's.
+    spec = parse_spec(tiny_dict)
+    store = Store(spec, create=True)
+    item = store.prepare(retries=0)[0]
+    other = trial_config(spec, item).model_copy(update={"seed": 99})
+    write_result(
+        trial_dir(spec, item),
+        TrialResult(status="finished", final_error=1.0, epochs=1, config=other),
+    )
+    _finish(store, spec, item, None)
+    [recorded] = [t for t in Store(spec, create=False).plan() if t.key == item.key]
+    assert recorded.status == "failed"
+    assert "result of another configuration" in recorded.record.user_attrs["message"]
 
 
 def test_split_cores_never_oversubscribes():
