@@ -22,6 +22,7 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
+import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
@@ -460,7 +461,10 @@ def _save(fig: Figure, out_dir: Path, name: str) -> str:
     fig.savefig(buffer, format="png", dpi=110)
     (out_dir / f"{name}.png").write_bytes(buffer.getvalue())
     fig.set_layout_engine("none")  # the layout is settled: do not solve it again for the SVG
-    fig.savefig(out_dir / f"{name}.svg")
+    # No date and fixed element ids: the same numbers give the same SVG bytes, so a regenerated
+    # report differs (in git, say) only where a measurement did.
+    with matplotlib.rc_context({"svg.hashsalt": f"optbench-{name}"}):
+        fig.savefig(out_dir / f"{name}.svg", metadata={"Date": None})
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
