@@ -82,9 +82,11 @@ def make_storage(url: str) -> optuna.storages.BaseStorage:
         path = url.removeprefix("journal://")
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         return JournalStorage(JournalFileBackend(path))
-    # optuna sets up a new database's schema in several statements: a second process opening it
-    # meanwhile (`optbench status` just after `optbench run` started) can trip over the first's
-    # half-made tables. That is transient: wait a moment and open it again.
+    if not url.startswith("sqlite"):
+        return optuna.storages.RDBStorage(url)
+    # optuna sets up a new database's schema in several statements: a second process opening the
+    # SQLite file meanwhile (`optbench status` just after `optbench run` started) can trip over
+    # the first's half-made tables, or find it locked. That is transient: wait, open it again.
     for wait_s in (0.1, 0.3, 1.0, 3.0):
         try:
             return optuna.storages.RDBStorage(url)
