@@ -6,8 +6,8 @@ optimizer (AdamW, foreach), label-smoothed cross-entropy and a per-step lr: optb
 nothing else. Augmentation and EMA are off on both sides (they are recipe work, not loop
 overhead); a second optbench figure with the default recipe's EMA on is printed for reference.
 Runs alternate, and each side's figure is its fastest epoch over all `--repeats` runs (timeit's
-rule: noise only ever slows an epoch down, and on a shared VM whole runs vary by +-5% while the
-fastest epochs agree). The median epoch is printed too. `--clock cpu` (the default)
+rule: noise only ever slows an epoch down; on a shared VM whole runs vary by +-5%, more than the
+overhead). The median epoch is printed too. `--clock cpu` (the default)
 times both sides with this process's CPU time instead of wall time (optbench's loop is made to
 read that clock too), which a machine shared with other jobs does not inflate; with one thread
 the two agree on an idle machine. The last line is JSON; `ratio` = optbench images/s / plain

@@ -204,19 +204,20 @@ def cancel_jobs(job_ids: Iterable[str]) -> None:
         subprocess.run(["scancel", *ids], check=False, capture_output=True, timeout=60)
 
 
-def unreported_jobs(folder: Path, jobs: Sequence[TrialJob]) -> dict[str, tuple[JobRecord, str]]:
-    """Trial key -> (its job record, the job's sacct state) for those of `jobs` whose recorded job
-    (for the same config) no driver has seen end: still queued or running, or ended unwatched."""
-    records = read_records(folder)
-    known = {
-        j.key: rec
-        for j in jobs
-        if (rec := records.get(j.key)) and rec.ended is None and rec.config == config_hash(j.config)
-    }
-    if not known:
+def followed_jobs(
+    folder: Path, jobs: Sequence[TrialJob] | None = None
+) -> dict[str, tuple[JobRecord, str]]:
+    """Trial key -> (its job record, that job's sacct state), for the trials whose job end no
+    driver has recorded yet (queued, running, or ended while nobody watched); with `jobs`, only
+    theirs, and only where the record is for the same config."""
+    records = {k: r for k, r in read_records(folder).items() if r.ended is None}
+    if jobs is not None:
+        wanted = {j.key: config_hash(j.config) for j in jobs}
+        records = {k: r for k, r in records.items() if wanted.get(k) == r.config}
+    if not records:
         return {}
-    states = sacct_states(r.job_id for r in known.values())
-    return {key: (rec, states[rec.job_id]) for key, rec in known.items()}
+    states = sacct_states(r.job_id for r in records.values())
+    return {key: (rec, states[rec.job_id]) for key, rec in records.items()}
 
 
 def end_event(folder: Path, job: TrialJob, rec: JobRecord, state: str) -> JobEvent:
@@ -241,7 +242,7 @@ def settle_ended(folder: Path, jobs: Sequence[TrialJob]) -> list[JobEvent]:
     by_key = {j.key: j for j in jobs}
     return [
         end_event(folder, by_key[key], rec, state)
-        for key, (rec, state) in unreported_jobs(folder, jobs).items()
+        for key, (rec, state) in followed_jobs(folder, jobs).items()
         if state not in ACTIVE_STATES
     ]
 
@@ -284,7 +285,7 @@ class SlurmLauncher:
         """Reattach trials whose recorded job is still queued or running; report those whose
         recorded job has ended since `settle_ended` looked; submit the rest as job arrays."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        known = unreported_jobs(self.folder, jobs)
+        known = followed_jobs(self.folder, jobs)
         now = time.monotonic()
         fresh = []
         for job in jobs:
@@ -372,16 +373,6 @@ def job_folder(spec: StudySpec) -> Path:
 
 def launcher_for(spec: StudySpec) -> SlurmLauncher:
     return SlurmLauncher(spec.executor.slurm, job_folder(spec), spec.name)
-
-
-def followed_jobs(folder: Path) -> dict[str, tuple[JobRecord, str]]:
-    """Trial key -> (its job record, that job's sacct state), for the trials whose job end no
-    driver has recorded yet (queued, running, or ended while nobody watched)."""
-    records = {k: r for k, r in read_records(folder).items() if r.ended is None}
-    if not records:
-        return {}
-    states = sacct_states(r.job_id for r in records.values())
-    return {key: (rec, states[rec.job_id]) for key, rec in records.items()}
 
 
 def cancel_study_jobs(folder: Path) -> list[str]:
