@@ -1,7 +1,7 @@
 """The model zoo. Importing this package registers optbench's models with timm.
 
 `create_model` is timm's: any registered optbench model or any timm model name works.
-registry.py holds the timm cfg and builder the zoo shares; zoo.py lists the zoo and its defaults;
+builder.py holds the timm cfg and builder the zoo shares; zoo.py lists the zoo and its defaults;
 complexity.py counts flops, params and activations of any model.
 """
 

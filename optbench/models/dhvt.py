@@ -21,7 +21,7 @@ from timm.layers import DropPath, trunc_normal_
 from timm.models import generate_default_cfgs, register_model
 from torch import nn
 
-from optbench.models.registry import build, square_size, zoo_cfg
+from optbench.models.builder import build, square_size, zoo_cfg
 
 
 class Affine(nn.Module):

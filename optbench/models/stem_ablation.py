@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from timm.models import generate_default_cfgs, register_model
 
-from optbench.models.registry import zoo_cfg
+from optbench.models.builder import zoo_cfg
 from optbench.models.vit import VIT_4GF, VisionTransformer, build_vit
 
 default_cfgs = generate_default_cfgs({f"vit_s{i}_4gf": zoo_cfg(224, 1000) for i in (1, 2, 3, 4)})

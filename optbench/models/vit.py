@@ -27,7 +27,7 @@ from timm.models import generate_default_cfgs, register_model
 from timm.models.vision_transformer import Block
 from torch import nn
 
-from optbench.models.registry import build, square_size, zoo_cfg
+from optbench.models.builder import build, square_size, zoo_cfg
 
 
 class PatchifyStem(nn.Sequential):
