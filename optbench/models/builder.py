@@ -1,12 +1,22 @@
-"""What every optbench model shares with timm: a pretrained cfg that records its default input
-and classes (no weights), and one builder that applies that cfg."""
+"""What every optbench model shares: its timm pretrained cfg (default input and classes; no
+weights), the one builder that applies that cfg, and the names of the weight inits."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal, get_args
 
 from timm.models import build_model_with_cfg
 from torch import nn
+
+WeightInit = Literal["reference", "timm"]
+WEIGHT_INITS: tuple[str, ...] = get_args(WeightInit)
+
+
+def check_weight_init(weight_init: str) -> None:
+    """Raise ValueError unless `weight_init` names an init ("reference" or "timm")."""
+    if weight_init not in WEIGHT_INITS:
+        raise ValueError(f"weight_init must be one of {WEIGHT_INITS}, got {weight_init!r}")
 
 
 def zoo_cfg(img_size: int, num_classes: int, in_chans: int = 3) -> dict:

@@ -21,7 +21,7 @@ from timm.layers import DropPath, trunc_normal_
 from timm.models import generate_default_cfgs, register_model
 from torch import nn
 
-from optbench.models.builder import build, square_size, zoo_cfg
+from optbench.models.builder import WeightInit, build, check_weight_init, square_size, zoo_cfg
 
 
 class Affine(nn.Module):
@@ -173,8 +173,10 @@ class DHVT(nn.Module):
         num_heads: int = 4,
         mlp_ratio: float = 4.0,
         drop_path_rate: float = 0.1,
+        weight_init: WeightInit = "reference",
     ):
         super().__init__()
+        check_weight_init(weight_init)  # DHVT has one init, under both names
         img_size = square_size(img_size)
         if img_size % patch_size:
             raise ValueError(f"img_size {img_size} is not a multiple of patch_size {patch_size}")
