@@ -1,7 +1,7 @@
 """Initialization: every tensor kind of the ViTs starts as pycls's `init_weights_vit` starts it
-(weight_init "reference"), or as optbench's earlier timm-style init ("timm"). The expected values
-are the reference code's formulas, written out here; stds are checked within sampling tolerance
-at two widths."""
+(weight_init "reference"), or as optbench's earlier timm-style init ("timm"); DHVT as its official
+code. The expected values are the reference codes' formulas, written out here; stds are checked
+within sampling tolerance at two widths."""
 
 from __future__ import annotations
 
@@ -222,3 +222,28 @@ def test_recipe_weight_init_reaches_the_model_and_the_cell_id():
         for init in ("reference", "timm")
     }
     assert ids["reference"] != ids["timm"]
+
+
+# --- DHVT (official code) -----------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["dhvt_tiny_cifar_p4", "dhvt_small_cifar_p4"])
+def test_dhvt_starts_as_its_official_code(name):
+    model = build(name)
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    assert model.head in linears
+    for m in linears:  # truncated normal 0.02, the classifier included; zero bias
+        assert_normal(m.weight, 0.02)
+        assert not m.bias.any()
+    embeds = torch.cat([b.attn.head_embed.flatten() for b in model.blocks])
+    assert_normal(embeds, 0.02)
+    assert model.cls_token.std().item() == pytest.approx(0.02, rel=0.3)  # 192 or 384 draws
+    for m in model.modules():
+        if isinstance(m, nn.Conv2d):  # PyTorch's default, weights and biases
+            assert_uniform(m.weight, torch_default_bound(m.weight))
+            if m.bias is not None:
+                assert m.bias.abs().max() <= torch_default_bound(m.weight)
+    assert_norms_start_at_one_and_zero(model)
+    for affine in (model.patch_embed.pre_affine, model.patch_embed.post_affine):
+        assert torch.equal(affine.alpha, torch.ones_like(affine.alpha))
+        assert not affine.beta.any()
