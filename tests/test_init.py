@@ -1,7 +1,7 @@
 """Initialization: every tensor kind of the ViTs starts as pycls's `init_weights_vit` starts it
 (weight_init "reference"), or as optbench's earlier timm-style init ("timm"); DHVT as its official
-code. The expected values are the reference codes' formulas, written out here; stds are checked
-within sampling tolerance at two widths."""
+code; RegNetY as pycls's `init_weights`. The expected values are the reference codes' formulas,
+written out here; stds are checked within sampling tolerance at two widths."""
 
 from __future__ import annotations
 
@@ -172,7 +172,7 @@ def test_create_model_rejects_an_unknown_init_and_ignores_it_for_timm_models():
     assert same_tensors(a, b)
 
 
-@pytest.mark.parametrize("name", ["dhvt_w64_16px"])
+@pytest.mark.parametrize("name", ["dhvt_w64_16px", "regnety_1gf"])
 def test_timm_is_the_reference_init_for_models_with_one_init(name):
     a, b = build(name, weight_init="timm"), build(name)
     assert same_tensors(a, b)
@@ -224,7 +224,7 @@ def test_recipe_weight_init_reaches_the_model_and_the_cell_id():
     assert ids["reference"] != ids["timm"]
 
 
-# --- DHVT (official code) -----------------------------------------------------
+# --- DHVT (official code) and RegNetY (pycls) -----------------------------------------------------
 
 
 @pytest.mark.parametrize("name", ["dhvt_tiny_cifar_p4", "dhvt_small_cifar_p4"])
@@ -247,3 +247,31 @@ def test_dhvt_starts_as_its_official_code(name):
     for affine in (model.patch_embed.pre_affine, model.patch_embed.post_affine):
         assert torch.equal(affine.alpha, torch.ones_like(affine.alpha))
         assert not affine.beta.any()
+
+
+@pytest.mark.parametrize("name", ["regnety_1gf", "regnety_4gf"])
+def test_regnety_starts_as_pycls_init_weights(name):
+    model = build(name)
+    se_biases = []
+    for m in model.modules():
+        if isinstance(m, nn.Conv2d):
+            # normal, std sqrt(2 / (k * k * out_channels)): groups are not divided out
+            fan_out = m.kernel_size[0] * m.kernel_size[1] * m.out_channels
+            if m.weight.numel() >= 1000:
+                assert_normal(m.weight, math.sqrt(2 / fan_out))
+            if m.bias is not None:  # SE's convs: PyTorch's default bias, never overwritten
+                bound = torch_default_bound(m.weight)
+                assert m.bias.abs().max() <= bound
+                se_biases.append(m.bias / bound)
+        elif isinstance(m, nn.BatchNorm2d):
+            assert torch.equal(m.weight, torch.ones_like(m.weight)) and not m.bias.any()
+    se_biases = torch.cat(se_biases)  # uniform in [-1, 1] once scaled by the bound
+    assert se_biases.std().item() == pytest.approx(
+        1 / math.sqrt(3), rel=std_tolerance(se_biases, UNIFORM)
+    )
+    assert_normal(model.head.fc.weight, 0.01)
+    assert not model.head.fc.bias.any()
+    # the grouped 3x3s are where pycls's rule and timm's (fan-out / groups) part
+    conv2 = model.s3.b1.conv2.conv
+    assert conv2.groups > 1
+    assert conv2.weight.std() < 0.5 * math.sqrt(2 / (9 * conv2.out_channels / conv2.groups))

@@ -1,5 +1,5 @@
-"""What every optbench model shares: its timm pretrained cfg (default input and classes; no
-weights), the one builder that applies that cfg, and the names of the weight inits."""
+"""What every optbench model shares: its timm pretrained cfg (default input, classes and evaluation
+crop; no weights), the one builder that applies that cfg, and the names of the weight inits."""
 
 from __future__ import annotations
 
@@ -19,15 +19,28 @@ def check_weight_init(weight_init: str) -> None:
         raise ValueError(f"weight_init must be one of {WEIGHT_INITS}, got {weight_init!r}")
 
 
-def zoo_cfg(img_size: int, num_classes: int, in_chans: int = 3) -> dict:
-    """A timm pretrained cfg that only records a model's default input and classes.
+def zoo_cfg(
+    img_size: int,
+    num_classes: int,
+    in_chans: int = 3,
+    *,
+    test_size: int | None = None,
+    fixed_input_size: bool = True,
+    interpolation: str = "bicubic",
+) -> dict:
+    """A timm pretrained cfg that records a model's default input, classes and evaluation crop.
 
-    `fixed_input_size` tells `optbench.models.create_model` (and timm) that the model takes img_size.
+    `img_size` is the training size. Evaluation resizes the shorter side to `test_size` and
+    centre-crops `img_size` (timm's convention: crop_pct = train / test); without a test_size the
+    whole image is used (crop_pct 1). `fixed_input_size` tells `optbench.models.create_model`
+    (and timm) that the model is built for one size and takes img_size.
     """
     return dict(
         input_size=(in_chans, img_size, img_size),
         num_classes=num_classes,
-        fixed_input_size=True,
+        crop_pct=img_size / (test_size or img_size),
+        interpolation=interpolation,
+        fixed_input_size=fixed_input_size,
         mean=(0.5,) * in_chans,
         std=(0.5,) * in_chans,
         license="mit",

@@ -222,8 +222,9 @@ default_cfgs = generate_default_cfgs(
     {
         "dhvt_w64_16px": zoo_cfg(16, 10, in_chans=1),
         **{f"dhvt_{s}_cifar_p{p}": zoo_cfg(32, 100) for p in (4, 2) for s in ("tiny", "small")},
-        **{f"dhvt_{s}_imagenet_p16": zoo_cfg(224, 1000) for s in ("tiny", "small")},
-        **{f"dhvt_{s}_domainnet_p16": zoo_cfg(224, 345) for s in ("tiny", "small")},
+        # the official code evaluates 224 px models on the centre 224 of the image resized to 256
+        **{f"dhvt_{s}_imagenet_p16": zoo_cfg(224, 1000, test_size=256) for s in ("tiny", "small")},
+        **{f"dhvt_{s}_domainnet_p16": zoo_cfg(224, 345, test_size=256) for s in ("tiny", "small")},
     }
 )
 

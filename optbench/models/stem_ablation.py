@@ -34,10 +34,11 @@ from __future__ import annotations
 
 from timm.models import generate_default_cfgs, register_model
 
-from optbench.models.builder import zoo_cfg
-from optbench.models.vit import VIT_4GF, VisionTransformer, build_vit
+from optbench.models.vit import VIT_4GF, VisionTransformer, build_vit, pycls_cfg
 
-default_cfgs = generate_default_cfgs({f"vit_s{i}_4gf": zoo_cfg(224, 1000) for i in (1, 2, 3, 4)})
+default_cfgs = generate_default_cfgs(
+    {f"vit_s{i}_4gf": pycls_cfg(224, 1000, test_size=256) for i in (1, 2, 3, 4)}
+)
 
 
 def ablation_cfg(pixel: int, widths: tuple[int, ...], strides: tuple[int, ...]) -> dict:

@@ -8,7 +8,8 @@ embedding.
 Both stems start from the paper code's init (pycls `init_weights_vit`; `init_weights_pycls`), or
 with `weight_init="timm"` from optbench's earlier timm-style init (`init_weights_timm`).
 
-Registered with timm (each with a pretrained cfg that holds its default input size and classes):
+Registered with timm (each with a pretrained cfg that holds its default input size, classes and
+evaluation crop):
 - the paper's pairs at 224 px, 1000 classes: `vit_{p,c}_{1,4,18,36,72}gf`;
 - 32 px (CIFAR-sized, 100 classes) pairs at widths 192 and 384: `vit_{p,c}_w{192,384}_32px`.
   ViT_P uses patch 4 (64 tokens); ViT_C a conv stem of two stride-2 3x3 convs (widths d/2, d:
@@ -209,17 +210,23 @@ def build_vit(variant: str, cfg: dict, pretrained: bool = False, **kwargs) -> Vi
     return build(VisionTransformer, variant, cfg, pretrained, **kwargs)
 
 
+def pycls_cfg(img_size: int, num_classes: int, in_chans: int = 3, **kwargs) -> dict:
+    """A zoo cfg with pycls's evaluation resize (bilinear)."""
+    return zoo_cfg(img_size, num_classes, in_chans, interpolation="bilinear", **kwargs)
+
+
 default_cfgs = generate_default_cfgs(
     {
-        "vit_p_w64_16px": zoo_cfg(16, 10, in_chans=1),
-        "vit_c_w64_16px": zoo_cfg(16, 10, in_chans=1),
+        "vit_p_w64_16px": pycls_cfg(16, 10, in_chans=1),
+        "vit_c_w64_16px": pycls_cfg(16, 10, in_chans=1),
+        # pycls evaluates ImageNet models on the centre 224 of the image resized to 256
         **{
-            f"vit_{stem}_{gf}gf": zoo_cfg(224, 1000)
+            f"vit_{stem}_{gf}gf": pycls_cfg(224, 1000, test_size=256)
             for gf in (1, 4, 18, 36, 72)
             for stem in ("p", "c")
         },
         **{
-            f"vit_{stem}_w{width}_32px": zoo_cfg(32, 100)
+            f"vit_{stem}_w{width}_32px": pycls_cfg(32, 100)
             for width in (192, 384)
             for stem in ("p", "c")
         },
