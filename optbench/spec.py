@@ -196,7 +196,9 @@ class Recipe(_Strict):
     cutmix_alpha: float = Field(default=0.0, ge=0)
     random_erasing: float = Field(default=0.0, ge=0, le=1)
     repeated_aug: int = Field(default=1, ge=1)
+    # model
     drop_path: float = Field(default=0.0, ge=0, lt=1)
+    weight_init: Literal["reference", "timm"] = "reference"
     # speed (each is off or harmless on CPU)
     amp: bool = True
     channels_last: bool = True

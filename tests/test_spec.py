@@ -153,7 +153,7 @@ def test_paper_edf_study_is_faithful_to_table_4():
     spec = load_spec(
         Path(__file__).parent.parent / "studies" / "edf_adamw_4gf.yaml", check_data=False
     )
-    assert spec.models == ["vit_p_4gf", "vit_c_4gf", "regnety_040"]
+    assert spec.models == ["vit_p_4gf", "vit_c_4gf", "regnety_4gf"]
     assert (spec.search.n_samples, spec.epochs, spec.batch_size, spec.ref_batch) == (
         64,
         [50],

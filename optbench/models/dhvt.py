@@ -1,10 +1,11 @@
 """DHVT (Lu et al. 2022): a ViT for small datasets with a convolutional patch embedding (SOPE),
 head tokens in attention (HI-MHSA) and a convolutional MLP (DAFF).
 
-Built from the project's reference (shared/reference/dhvt.md) on current timm, with plain
-BatchNorm so that one process trains it (DDP may convert it to SyncBatchNorm). No absolute
-position embedding: position comes from the zero padding of the convs, so any square input
-whose side is a multiple of the patch size works.
+Written to match the official code (github ArieSeirack/DHVT, vision_transformer.py) parameter for
+parameter and, with one seed, draw for draw at init, on current timm; with plain BatchNorm where
+the official SOPE has SyncBatchNorm, so that one process trains it (DDP may convert it). No
+absolute position embedding: position comes from the zero padding of the convs, so any square
+input whose side is a multiple of the patch size works.
 
 Registered with timm: `dhvt_{tiny,small}_cifar_p{4,2}` (32 px, 100 classes),
 `dhvt_{tiny,small}_imagenet_p16` (224 px, 1000 classes), `dhvt_{tiny,small}_domainnet_p16`
@@ -21,7 +22,7 @@ from timm.layers import DropPath, trunc_normal_
 from timm.models import generate_default_cfgs, register_model
 from torch import nn
 
-from optbench.models.registry import build, square_size, zoo_cfg
+from optbench.models.builder import WeightInit, build, check_weight_init, square_size, zoo_cfg
 
 
 class Affine(nn.Module):
@@ -41,7 +42,7 @@ class SOPE(nn.Module):
     each followed by BatchNorm, GELU between consecutive convs -> Affine -> tokens (B, N, C).
 
     Widths double up to C (patch 16: C/8, C/4, C/2, C). With a single conv (patch 2) a GELU
-    follows it, as the reference specifies.
+    follows it, as in the official code.
     """
 
     def __init__(self, in_chans: int, dim: int, patch_size: int):
@@ -82,12 +83,13 @@ class HeadTokenAttention(nn.Module):
         if dim % num_heads:
             raise ValueError(f"dim {dim} is not divisible by num_heads {num_heads}")
         self.num_heads, self.head_dim = num_heads, dim // num_heads
-        self.head_proj = nn.Linear(self.head_dim, dim)
-        self.head_norm = nn.LayerNorm(self.head_dim, eps=1e-6)
-        self.head_act = nn.GELU()
-        self.head_embed = nn.Parameter(torch.zeros(1, num_heads, dim))
+        # Built in the official code's order, which is the order its init draws in.
         self.qkv = nn.Linear(dim, 3 * dim, bias=True)
         self.proj = nn.Linear(dim, dim)
+        self.head_proj = nn.Linear(self.head_dim, dim)
+        self.head_norm = nn.LayerNorm(self.head_dim)  # PyTorch's eps 1e-5, as the official code
+        self.head_act = nn.GELU()
+        self.head_embed = nn.Parameter(trunc_normal_(torch.zeros(1, num_heads, dim), std=0.02))
 
     def head_tokens(self, x: torch.Tensor) -> torch.Tensor:
         """(B, N, C) -> (B, h, C)."""
@@ -118,15 +120,14 @@ class DAFF(nn.Module):
 
     def __init__(self, dim: int, hidden: int):
         super().__init__()
-        self.expand = nn.Sequential(
-            nn.Conv2d(dim, hidden, 1, bias=False), nn.BatchNorm2d(hidden), nn.GELU()
-        )
+        # The convs have biases (before BatchNorm, so redundant) as in the official code.
+        self.expand = nn.Sequential(nn.Conv2d(dim, hidden, 1), nn.BatchNorm2d(hidden), nn.GELU())
         self.depthwise = nn.Sequential(
-            nn.Conv2d(hidden, hidden, 3, padding=1, groups=hidden, bias=False),
+            nn.Conv2d(hidden, hidden, 3, padding=1, groups=hidden),
             nn.BatchNorm2d(hidden),
             nn.GELU(),
         )
-        self.reduce = nn.Sequential(nn.Conv2d(hidden, dim, 1, bias=False), nn.BatchNorm2d(dim))
+        self.reduce = nn.Sequential(nn.Conv2d(hidden, dim, 1), nn.BatchNorm2d(dim))
         self.aggregate = nn.Sequential(
             nn.Linear(dim, dim // 4), nn.GELU(), nn.Linear(dim // 4, dim)
         )
@@ -173,8 +174,10 @@ class DHVT(nn.Module):
         num_heads: int = 4,
         mlp_ratio: float = 4.0,
         drop_path_rate: float = 0.1,
+        weight_init: WeightInit = "reference",
     ):
         super().__init__()
+        check_weight_init(weight_init)  # DHVT has one init, the official code's, under both names
         img_size = square_size(img_size)
         if img_size % patch_size:
             raise ValueError(f"img_size {img_size} is not a multiple of patch_size {patch_size}")
@@ -188,14 +191,17 @@ class DHVT(nn.Module):
         self.head = nn.Linear(dim, num_classes)
         self._init_weights()
 
+    @torch.no_grad()
     def _init_weights(self) -> None:
+        """The official code's init (timm 0.4's DeiT `_init_vit_weights`, applied without module
+        names): every Linear, the classifier included, truncated normal 0.02 with zero bias; the
+        class token truncated normal 0.02. The head embeddings were drawn at construction; convs
+        keep PyTorch's default init (weights and biases); norms and Affine start at 1 and 0."""
         trunc_normal_(self.cls_token, std=0.02)
         for m in self.modules():
             if isinstance(m, nn.Linear):
                 trunc_normal_(m.weight, std=0.02)
                 nn.init.zeros_(m.bias)
-            elif isinstance(m, HeadTokenAttention):
-                trunc_normal_(m.head_embed, std=0.02)
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         x, grid = self.patch_embed(x)
@@ -216,8 +222,9 @@ default_cfgs = generate_default_cfgs(
     {
         "dhvt_w64_16px": zoo_cfg(16, 10, in_chans=1),
         **{f"dhvt_{s}_cifar_p{p}": zoo_cfg(32, 100) for p in (4, 2) for s in ("tiny", "small")},
-        **{f"dhvt_{s}_imagenet_p16": zoo_cfg(224, 1000) for s in ("tiny", "small")},
-        **{f"dhvt_{s}_domainnet_p16": zoo_cfg(224, 345) for s in ("tiny", "small")},
+        # the official code evaluates 224 px models on the centre 224 of the image resized to 256
+        **{f"dhvt_{s}_imagenet_p16": zoo_cfg(224, 1000, test_size=256) for s in ("tiny", "small")},
+        **{f"dhvt_{s}_domainnet_p16": zoo_cfg(224, 345, test_size=256) for s in ("tiny", "small")},
     }
 )
 

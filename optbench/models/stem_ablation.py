@@ -22,16 +22,23 @@ construction used here, all on ViT_C-4GF (d 384, 6 heads, MLP 1152, 11 blocks, 2
 
    (S2 without its stride-1 conv would have a 0.30 GF stem, 0.13 below; with it 0.13 above:
    nearest by a hair.) S1 is thus "C with a small 2x2 patchify layer", as the paper describes it.
+
+Init: pycls has no code for these stems. Its rule is by role in the stem, which these stems
+share with ViT_C's: every conv that feeds a BatchNorm keeps PyTorch's default init (so the
+p x p patchify layer does too: BatchNorm, not its init, sets the scale of what it outputs, unlike
+ViT_P's patchify stem, which feeds the transformer directly and gets sqrt(1/fan_in)), and the final
+1x1 conv gets normal with std sqrt(2 / out_channels). See `vit.init_weights_pycls`.
 """
 
 from __future__ import annotations
 
 from timm.models import generate_default_cfgs, register_model
 
-from optbench.models.registry import zoo_cfg
-from optbench.models.vit import VIT_4GF, VisionTransformer, build_vit
+from optbench.models.vit import VIT_4GF, VisionTransformer, build_vit, pycls_cfg
 
-default_cfgs = generate_default_cfgs({f"vit_s{i}_4gf": zoo_cfg(224, 1000) for i in (1, 2, 3, 4)})
+default_cfgs = generate_default_cfgs(
+    {f"vit_s{i}_4gf": pycls_cfg(224, 1000, test_size=256) for i in (1, 2, 3, 4)}
+)
 
 
 def ablation_cfg(pixel: int, widths: tuple[int, ...], strides: tuple[int, ...]) -> dict:

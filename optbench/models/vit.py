@@ -5,7 +5,11 @@ followed by BatchNorm and ReLU) and a final biased 1x1 conv, and drops one block
 matched. The encoder is a standard pre-LN ViT with a class token and a learned absolute position
 embedding.
 
-Registered with timm (each with a pretrained cfg that holds its default input size and classes):
+Both stems start from the paper code's init (pycls `init_weights_vit`; `init_weights_pycls`), or
+with `weight_init="timm"` from optbench's earlier timm-style init (`init_weights_timm`).
+
+Registered with timm (each with a pretrained cfg that holds its default input size, classes and
+evaluation crop):
 - the paper's pairs at 224 px, 1000 classes: `vit_{p,c}_{1,4,18,36,72}gf`;
 - 32 px (CIFAR-sized, 100 classes) pairs at widths 192 and 384: `vit_{p,c}_w{192,384}_32px`.
   ViT_P uses patch 4 (64 tokens); ViT_C a conv stem of two stride-2 3x3 convs (widths d/2, d:
@@ -27,7 +31,7 @@ from timm.models import generate_default_cfgs, register_model
 from timm.models.vision_transformer import Block
 from torch import nn
 
-from optbench.models.registry import build, square_size, zoo_cfg
+from optbench.models.builder import WeightInit, build, check_weight_init, square_size, zoo_cfg
 
 
 class PatchifyStem(nn.Sequential):
@@ -102,8 +106,10 @@ class VisionTransformer(nn.Module):
         stem_strides: Sequence[int] = (),
         stem_kernel_sizes: Sequence[int] | None = None,
         drop_path_rate: float = 0.0,
+        weight_init: WeightInit = "reference",
     ):
         super().__init__()
+        check_weight_init(weight_init)
         img_size = square_size(img_size)
         if stem == "patchify":
             self.stem: nn.Module = PatchifyStem(in_chans, dim, patch_size)
@@ -138,20 +144,10 @@ class VisionTransformer(nn.Module):
         )
         self.norm = LayerNorm(dim)
         self.head = nn.Linear(dim, num_classes)
-        self._init_weights()
-
-    def _init_weights(self) -> None:
-        nn.init.trunc_normal_(self.pos_embed, std=0.02)
-        nn.init.trunc_normal_(self.cls_token, std=0.02)
-        for m in self.modules():
-            if isinstance(m, nn.Linear):
-                nn.init.trunc_normal_(m.weight, std=0.02)
-                nn.init.zeros_(m.bias)
-            elif isinstance(m, nn.Conv2d):
-                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
-        nn.init.zeros_(self.head.weight)
+        if weight_init == "reference":
+            init_weights_pycls(self)
+        else:
+            init_weights_timm(self)
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         x = self.stem(x).flatten(2).transpose(1, 2)  # (B, N, dim)
@@ -163,22 +159,74 @@ class VisionTransformer(nn.Module):
         return self.head(self.forward_features(x)[:, 0])
 
 
+@torch.no_grad()
+def init_weights_pycls(model: VisionTransformer) -> None:
+    """The init of the paper's code (pycls `init_weights_vit`), tensor kind by tensor kind.
+
+    Tensors not named here keep what their constructor gave them, as in pycls: PyTorch's default
+    for the attention output projection's weight and for every conv of a conv stem but the last
+    (the stem ablations' patchify layer included: like those convs it feeds a BatchNorm), ones
+    and zeros for the norms, zeros for the class token. The draws come in pycls's order (stem,
+    blocks, head, then the position embedding), so one seed gives pycls's tensors.
+    """
+    last = [m for m in model.stem if isinstance(m, nn.Conv2d)][-1]
+    if isinstance(model.stem, PatchifyStem):  # tokens straight from pixels: unit-variance fan-in
+        fan_in = last.in_channels * last.kernel_size[0] * last.kernel_size[1]
+        nn.init.trunc_normal_(last.weight, std=math.sqrt(1.0 / fan_in))
+    else:  # the conv stem's final 1x1: He-normal over its outputs
+        nn.init.normal_(last.weight, std=math.sqrt(2.0 / last.out_channels))
+    nn.init.zeros_(last.bias)
+    for block in model.blocks:
+        nn.init.xavier_uniform_(block.attn.qkv.weight)  # over the fused q/k/v matrix, as pycls
+        nn.init.zeros_(block.attn.qkv.bias)
+        nn.init.zeros_(block.attn.proj.bias)
+        for fc in (block.mlp.fc1, block.mlp.fc2):
+            nn.init.xavier_uniform_(fc.weight)
+            nn.init.normal_(fc.bias, std=1e-6)
+    nn.init.zeros_(model.head.weight)
+    nn.init.zeros_(model.head.bias)
+    nn.init.normal_(model.pos_embed, std=0.02)
+
+
+@torch.no_grad()
+def init_weights_timm(model: VisionTransformer) -> None:
+    """optbench's earlier timm-style init: truncated normal 0.02 for linears, the class token and
+    the position embedding, He-normal (fan-out) convs, zero biases and a zero classifier."""
+    nn.init.trunc_normal_(model.pos_embed, std=0.02)
+    nn.init.trunc_normal_(model.cls_token, std=0.02)
+    for m in model.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.trunc_normal_(m.weight, std=0.02)
+            nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Conv2d):
+            nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+    nn.init.zeros_(model.head.weight)
+
+
 def build_vit(variant: str, cfg: dict, pretrained: bool = False, **kwargs) -> VisionTransformer:
     """Build the ViT `variant` from its architecture `cfg` (kwargs override it)."""
     return build(VisionTransformer, variant, cfg, pretrained, **kwargs)
 
 
+def pycls_cfg(img_size: int, num_classes: int, in_chans: int = 3, **kwargs) -> dict:
+    """A zoo cfg with pycls's evaluation resize (bilinear)."""
+    return zoo_cfg(img_size, num_classes, in_chans, interpolation="bilinear", **kwargs)
+
+
 default_cfgs = generate_default_cfgs(
     {
-        "vit_p_w64_16px": zoo_cfg(16, 10, in_chans=1),
-        "vit_c_w64_16px": zoo_cfg(16, 10, in_chans=1),
+        "vit_p_w64_16px": pycls_cfg(16, 10, in_chans=1),
+        "vit_c_w64_16px": pycls_cfg(16, 10, in_chans=1),
+        # pycls evaluates ImageNet models on the centre 224 of the image resized to 256
         **{
-            f"vit_{stem}_{gf}gf": zoo_cfg(224, 1000)
+            f"vit_{stem}_{gf}gf": pycls_cfg(224, 1000, test_size=256)
             for gf in (1, 4, 18, 36, 72)
             for stem in ("p", "c")
         },
         **{
-            f"vit_{stem}_w{width}_32px": zoo_cfg(32, 100)
+            f"vit_{stem}_w{width}_32px": pycls_cfg(32, 100)
             for width in (192, 384)
             for stem in ("p", "c")
         },

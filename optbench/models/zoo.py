@@ -1,17 +1,9 @@
 """The zoo's table of contents: which models optbench offers, their default input and classes,
-their complexity, and their measured training throughput. `optbench models` prints this.
+their complexity, and their measured training throughput. `optbench models` prints this, and
+docs/models.md holds its output.
 
-The CNN reference of Xiao et al. is RegNetY at about 1, 4 and 16 GF; timm's RegNetY models serve
-(flops measured with complexity.py at 224 px; pycls reports the same flops, params and acts):
-
-| size | timm model | GF | params | acts |
-|---|---|---|---|---|
-| ~1 GF | regnety_008 | 0.80 | 6.3 M | 5.3 M |
-| ~4 GF | regnety_040 | 3.97 | 20.6 M | 12.3 M |
-| ~16 GF | regnety_160 | 15.91 | 83.6 M | 23.0 M |
-
-No timm RegNetY has 1.0 GF; regnety_008 (0.80) is nearer to ViT_{P,C}-1GF (1.08) than
-regnety_016 (1.61) on a log scale. Any timm model name can be used in a study as well.
+Any timm model name can be used in a study as well (timm's own regnety_* included: they are other
+models than the paper's RegNetYs, which are regnety_{1,4,16}gf here).
 """
 
 from __future__ import annotations
@@ -23,21 +15,14 @@ import timm
 import torch
 from torch import nn
 
-from optbench.models import create_model, dhvt, stem_ablation, vit
+from optbench.models import create_model, dhvt, regnet, stem_ablation, vit
 from optbench.models.complexity import model_complexity
 from optbench.spec import UsageError
 
-REGNETY_REFERENCE: dict[str, str] = {
-    "1GF": "regnety_008",
-    "4GF": "regnety_040",
-    "16GF": "regnety_160",
-}
-
 
 def zoo_models() -> list[str]:
-    """Every optbench model in display order, then the RegNetY references."""
-    names = [name for module in (vit, stem_ablation, dhvt) for name in module.default_cfgs]
-    return names + list(REGNETY_REFERENCE.values())
+    """Every optbench model in display order: ViTs, stem ablations, DHVTs, RegNetYs."""
+    return [name for module in (vit, stem_ablation, dhvt, regnet) for name in module.default_cfgs]
 
 
 @dataclass(frozen=True)

@@ -253,6 +253,7 @@ def _build_model(cfg: TrainConfig, batches: TrainBatches, run: _Runtime) -> nn.M
         in_chans=batches.in_chans,
         img_size=batches.img_size,
         drop_path_rate=cfg.recipe.drop_path,
+        weight_init=cfg.recipe.weight_init,
     )
     if run.dist.enabled and run.device.type == "cuda":  # torch's SyncBatchNorm is CUDA-only
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
