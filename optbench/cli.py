@@ -15,7 +15,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from optbench.spec import OPTIMIZERS, Dataset, Recipe, UsageError, _format_errors
+from optbench.errors import UsageError, format_errors
+from optbench.spec import OPTIMIZERS, Dataset, Recipe, StudySpec
 
 app = typer.Typer(
     add_completion=False,
@@ -32,6 +33,16 @@ console = Console(width=None if sys.stdout.isatty() else 160)
 @app.callback()
 def _root() -> None:
     """Benchmark how easy vision models are to optimize (Xiao et al. 2021; DHVT)."""
+
+
+def _load(path: Path, *, data: bool) -> StudySpec:
+    """A study file, validated, with its models and dataset checked (and its files, with data)."""
+    from optbench.checks import check_spec
+    from optbench.spec import load_spec
+
+    spec = load_spec(path)
+    check_spec(spec, data=data, source=path)
+    return spec
 
 
 @app.command()
@@ -106,7 +117,7 @@ def train(
     try:
         resolved_recipe = Recipe.model_validate(overrides)
     except ValidationError as err:
-        raise UsageError(_format_errors("--recipe/--set", err)) from None
+        raise UsageError(format_errors("--recipe/--set", err)) from None
     try:
         ds = Dataset(name=dataset, root=data_root, img_size=img_size)
         cfg = TrainConfig(
@@ -122,7 +133,7 @@ def train(
             recipe=resolved_recipe,
         )
     except ValidationError as err:
-        raise UsageError(_format_errors("train", err)) from None
+        raise UsageError(format_errors("train", err)) from None
     if download:
         download_dataset(ds)
     check_dataset(ds)
@@ -161,9 +172,7 @@ def run(
     ] = False,
 ) -> None:
     """Run every unfinished trial of a study, recording results as they end."""
-    from optbench.spec import load_spec
-
-    spec = load_spec(study, check_data=not dry_run)
+    spec = _load(study, data=not dry_run)
     kind = executor or spec.executor.kind
     if kind not in ("slurm", "local", "debug"):
         raise UsageError(f"--executor: must be slurm, local or debug, got {kind!r}")
@@ -171,12 +180,12 @@ def run(
         raise UsageError(f"--detach: only the slurm executor can detach (executor is {kind!r})")
     spec = spec.model_copy(update={"executor": spec.executor.model_copy(update={"kind": kind})})
     if dry_run:  # a plan needs no data on this machine: say so if a real run would stop
+        from optbench.checks import check_spec
         from optbench.runner import plan_table
-        from optbench.train.data import check_dataset
 
         console.print(plan_table(spec))
         try:
-            check_dataset(spec.dataset)
+            check_spec(spec, data=True, source=study)
         except UsageError as err:
             console.print(f"note: a real run would stop here: {err}")
         return
@@ -220,9 +229,8 @@ def run(
 def status(study: Annotated[Path, typer.Argument(help="study YAML file")]) -> None:
     """Print a study's counts per cell without running or writing anything."""
     from optbench.runner import status_table
-    from optbench.spec import load_spec
 
-    spec = load_spec(study)
+    spec = _load(study, data=False)
     console.print(status_table(spec))
     from optbench.launch.slurm import job_folder, read_records, slurm_summary
 
@@ -308,7 +316,8 @@ def report(
     import yaml
 
     from optbench.analysis.report import format_table, write_report
-    from optbench.spec import load_spec, parse_spec
+    from optbench.checks import check_spec
+    from optbench.spec import parse_spec
     from optbench.store import Store
 
     flags = {
@@ -321,7 +330,7 @@ def report(
     }
     figures = None if all_ or not any(flags.values()) else {k for k, v in flags.items() if v}
     if studies:
-        specs = [load_spec(path) for path in studies]
+        specs = [_load(path, data=False) for path in studies]
     else:
         saved = sorted(results.glob("*/spec.yaml"))
         if not saved:
@@ -329,6 +338,8 @@ def report(
                 f"--results: no studies under {results} (no */spec.yaml); run one first"
             )
         specs = [parse_spec(yaml.safe_load(p.read_text()), p) for p in saved]
+        for spec, path in zip(specs, saved, strict=True):
+            check_spec(spec, data=False, source=path)
     for spec in specs:
         trials = Store(spec, create=False).frame()
         summary = write_report(spec, trials, out / spec.name, figures, metric)

@@ -21,8 +21,9 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from optbench.errors import UsageError
 from optbench.launch.base import JobEvent, Launcher, TrialJob
-from optbench.spec import StudySpec, UsageError, dump_spec
+from optbench.spec import StudySpec, dump_spec
 from optbench.store import PlannedTrial, Store
 from optbench.train.config import TrainConfig, TrialResult
 from optbench.train.results import RESULT_FILE, atomic_write_text, read_metrics, read_result

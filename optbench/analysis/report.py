@@ -37,7 +37,8 @@ from optbench.analysis.edf import (
     frac_within,
 )
 from optbench.analysis.stats import N_BOOT, edf_band, frac_within_diff, good_range, ks_test
-from optbench.spec import StudySpec, UsageError, dump_spec
+from optbench.errors import UsageError
+from optbench.spec import StudySpec, dump_spec
 
 FIGURES: tuple[str, ...] = ("edf", "length", "optimizer", "peak", "complexity", "curves")
 METRICS: tuple[str, ...] = ("final_error", "best_error")

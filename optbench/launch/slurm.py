@@ -34,8 +34,9 @@ from pathlib import Path
 
 import submitit
 
+from optbench.errors import UsageError
 from optbench.launch.base import JobEvent, TrialJob
-from optbench.spec import SlurmSettings, StudySpec, UsageError
+from optbench.spec import SlurmSettings, StudySpec
 from optbench.train.config import TrainConfig
 from optbench.train.results import read_result
 
