@@ -317,6 +317,7 @@ def report(
 
     from optbench.analysis.report import format_table, write_report
     from optbench.checks import check_spec
+    from optbench.plan import plan
     from optbench.spec import parse_spec
     from optbench.store import Store
 
@@ -341,7 +342,7 @@ def report(
         for spec, path in zip(specs, saved, strict=True):
             check_spec(spec, data=False, source=path)
     for spec in specs:
-        trials = Store(spec, create=False).frame()
+        trials = Store(spec, create=False).frame(plan(spec))
         summary = write_report(spec, trials, out / spec.name, figures, metric)
         typer.echo(format_table(summary))
         typer.echo(f"wrote {out / spec.name}/index.html")

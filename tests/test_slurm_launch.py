@@ -31,7 +31,8 @@ from optbench.launch.slurm import (
     sbatch_parameters,
     settle_ended,
 )
-from optbench.runner import run_study, trial_job
+from optbench.plan import plan
+from optbench.runner import run_study
 from optbench.spec import SlurmSettings, SpecError, UsageError, parse_spec
 from optbench.store import Store
 from optbench.train.config import TrainConfig, TrialResult
@@ -146,8 +147,8 @@ def test_a_job_that_crashed_unwatched_keeps_its_message_and_is_retried_by_the_ne
     tiny_dict["models"] = tiny_dict["models"][:1]
     tiny_dict["search"]["n_samples"] = 1
     spec = parse_spec(tiny_dict)
-    [item] = Store(spec, create=True).prepare(retries=spec.executor.retries)
-    job = trial_job(spec, item)
+    [item] = Store(spec, create=True).prepare(plan(spec), retries=spec.executor.retries)
+    job = item.trial.job
     folder = spec.study_dir / "slurm"
     folder.mkdir(parents=True)
     append_records(
@@ -166,9 +167,11 @@ def test_a_job_that_crashed_unwatched_keeps_its_message_and_is_retried_by_the_ne
         settle=partial(settle_ended, folder),
     )
 
-    [done] = Store(spec, create=False).plan()
+    [done] = Store(spec, create=False).read(plan(spec))
     assert done.status == "finished" and done.attempts == 2
-    study = optuna.load_study(study_name=f"{spec.name}/{done.cell_id}", storage=spec.storage_url)
+    study = optuna.load_study(
+        study_name=f"{spec.name}/{done.trial.cell_id}", storage=spec.storage_url
+    )
     first, second = study.trials
     assert first.user_attrs["status"] == "failed"
     assert first.user_attrs["message"] == "RuntimeError: boom"  # its own words, not "no result"

@@ -18,7 +18,7 @@ from optbench.train.config import TrainConfig
 
 @dataclass(frozen=True)
 class TrialJob:
-    key: str  # the trial's stable id: "<cell id>/s<sample>-seed<seed>"
+    key: str  # the trial's stable id (plan.Trial.key)
     config: TrainConfig
     out_dir: Path
 
