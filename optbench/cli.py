@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import signal
 import sys
-from functools import partial
 from pathlib import Path
 from typing import Annotated
 
@@ -164,8 +163,9 @@ def run(
     workers: Annotated[
         int | None, typer.Option(help="worker processes (default: executor.workers)")
     ] = None,
-    executor: Annotated[
-        str | None, typer.Option(help="slurm, local or debug (default: executor.kind)")
+    executor_kind: Annotated[
+        str | None,
+        typer.Option("--executor", help="slurm, local or debug (default: executor.kind)"),
     ] = None,
     detach: Annotated[
         bool, typer.Option(help="slurm: submit and return; a later `optbench run` follows")
@@ -173,11 +173,9 @@ def run(
 ) -> None:
     """Run every unfinished trial of a study, recording results as they end."""
     spec = _load(study, data=not dry_run)
-    kind = executor or spec.executor.kind
+    kind = executor_kind or spec.executor.kind
     if kind not in ("slurm", "local", "debug"):
         raise UsageError(f"--executor: must be slurm, local or debug, got {kind!r}")
-    if detach and kind != "slurm":
-        raise UsageError(f"--detach: only the slurm executor can detach (executor is {kind!r})")
     spec = spec.model_copy(update={"executor": spec.executor.model_copy(update={"kind": kind})})
     if dry_run:  # a plan needs no data on this machine: say so if a real run would stop
         from optbench.checks import check_spec
@@ -189,38 +187,14 @@ def run(
         except UsageError as err:
             console.print(f"note: a real run would stop here: {err}")
         return
-    from optbench.launch.local import InlineLauncher, LocalLauncher, split_cores, usable_cores
+    from optbench.executors import make_executor
     from optbench.runner import run_study
 
-    if kind == "slurm":
-        from optbench.launch.slurm import max_array_size
-
-        max_array_size()  # fails with a usage error, before anything is written, without SLURM
-
-    def make_launcher(n_jobs: int):
-        if kind == "debug":
-            return InlineLauncher()
-        if kind == "slurm":
-            from optbench.launch.slurm import launcher_for
-
-            launcher = launcher_for(spec)
-            console.print(f"{n_jobs} trial(s) to run on SLURM; jobs and logs in {launcher.folder}")
-            return launcher
-        import torch
-
-        gpus = torch.cuda.device_count()
-        n, threads = split_cores(n_jobs, workers or spec.executor.workers, usable_cores(), gpus)
-        where = f"{n} GPU worker(s)" if gpus else f"{n} worker(s) x {threads} thread(s)"
-        console.print(f"{n_jobs} trial(s) to run on {where}")
-        return LocalLauncher(n, threads, gpus)
-
-    settle = None
-    if kind == "slurm":
-        from optbench.launch.slurm import job_folder, settle_ended
-
-        settle = partial(settle_ended, job_folder(spec))
+    executor = make_executor(spec, workers=workers)
+    if detach and not executor.jobs_outlive_driver:
+        raise UsageError(f"--detach: only the slurm executor can detach (executor is {kind!r})")
     try:
-        run_study(spec, make_launcher, console=console, detach=detach, settle=settle)
+        run_study(spec, executor, console=console, detach=detach)
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
 

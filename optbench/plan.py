@@ -14,7 +14,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from optbench.errors import SpecError
-from optbench.launch.base import TrialJob
+from optbench.executors.base import TrialJob
 from optbench.sampling import study_pairs
 from optbench.spec import Cell, StudySpec
 from optbench.train.config import TrainConfig

@@ -14,7 +14,7 @@ import fcntl
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -23,7 +23,7 @@ from rich.live import Live
 from rich.table import Table
 
 from optbench.errors import UsageError
-from optbench.launch.base import JobEvent, Launcher, TrialJob
+from optbench.executors.base import Executor
 from optbench.plan import plan
 from optbench.spec import StudySpec, dump_spec
 from optbench.store import Store, StoredTrial
@@ -102,34 +102,29 @@ def _record_from_disk(store: Store, item: StoredTrial) -> bool:
 
 def run_study(
     spec: StudySpec,
-    make_launcher: Callable[[int], Launcher],
+    executor: Executor,
     *,
     console: Console | None = None,
     live: bool = True,
     detach: bool = False,
-    settle: Callable[[list[TrialJob]], list[JobEvent]] | None = None,
 ) -> Progress:
-    """Run every unfinished trial of `spec`. `make_launcher(n_jobs)` builds the executor.
-    With `detach` (executors whose jobs outlive the driver, i.e. SLURM), return right after
-    submitting: a later run follows the same jobs again. `settle(jobs)` (SLURM's
-    `settle_ended`) reports the pending trials whose job ended while no driver followed it:
-    they are recorded first, so that a failure among them is retried in this run."""
+    """Run every unfinished trial of `spec` on `executor` (executors.make_executor). Trials
+    whose job ended while no driver followed it (`executor.settle`) are recorded first, so that
+    a failure among them is retried in this run. With `detach`, an executor whose jobs outlive
+    the driver (SLURM) returns right after submitting: a later run follows the same jobs."""
     console = console or Console()
     trials = plan(spec)  # pure: a spec that cannot be planned stops here, before any write
     with study_lock(spec):
         store = Store(spec, create=True)
         atomic_write_text(spec.study_dir / "spec.yaml", dump_spec(spec))
         stored = store.prepare(trials, retries=spec.executor.retries)
-        if settle is not None:
-            pending = {s.trial.key: s for s in stored if s.status == "pending"}
-            ended = settle([s.trial.job for s in pending.values()])
-            for event in ended:
-                _finish(store, pending[event.key], event.message)
-            if ended:
-                console.print(
-                    f"recorded {len(ended)} trial(s) whose job ended while no run followed"
-                )
-                stored = store.prepare(trials, retries=spec.executor.retries)  # retry failures
+        pending = {s.trial.key: s for s in stored if s.status == "pending"}
+        ended = executor.settle([s.trial.job for s in pending.values()])
+        for event in ended:
+            _finish(store, pending[event.key], event.message)
+        if ended:
+            console.print(f"recorded {len(ended)} trial(s) whose job ended while no run followed")
+            stored = store.prepare(trials, retries=spec.executor.retries)  # retry failures
         recovered = sum(_record_from_disk(store, s) for s in stored if s.status == "pending")
         if recovered:
             console.print(f"recorded {recovered} result(s) found on disk")
@@ -147,11 +142,11 @@ def run_study(
         jobs = [item.trial.job for item in todo.values()]
         for job in jobs:
             (job.out_dir / RESULT_FILE).unlink(missing_ok=True)  # a failed attempt's leftovers
-        launcher = make_launcher(len(jobs))
-        launcher.submit(jobs)
-        outlive = getattr(launcher, "jobs_outlive_driver", False)
+        where = executor.submit(jobs)
+        console.print(f"{len(jobs)} trial(s) to run on {where}")
+        outlive = executor.jobs_outlive_driver
         if detach and outlive:
-            launcher.close(cancel=False)
+            executor.close(cancel=False)
             console.print(
                 f"{len(jobs)} trial(s) submitted or still queued; `optbench run` follows them "
                 "and records their results, `optbench status` shows them"
@@ -166,7 +161,7 @@ def run_study(
                 auto_refresh=live,
             ) as display:
                 while todo:
-                    for event in launcher.poll(timeout=0.5):
+                    for event in executor.poll(timeout=0.5):
                         item = todo.get(event.key)
                         if item is None:
                             continue
@@ -179,14 +174,14 @@ def run_study(
                         del todo[event.key]
                     display.update(progress.table(spec.name))
         except KeyboardInterrupt:
-            launcher.close(cancel=not outlive)  # cluster jobs keep running: Ctrl-C detaches
+            executor.close(cancel=not outlive)  # cluster jobs keep running: Ctrl-C detaches
             left = "still queued or running" if outlive else "left"
             console.print(
                 f"stopped: {progress.ran} trial(s) recorded, {len(todo)} {left}; "
                 "run the same command to resume"
             )
             raise
-        launcher.close(cancel=False)
+        executor.close(cancel=False)
         console.print(f"\nrecorded {progress.ran} trial(s); study folder {spec.study_dir}")
         return progress
 

@@ -257,7 +257,7 @@ class SlurmSettings(_Strict):
         return self.tasks_per_node or max(1, self.gpus_per_node)
 
 
-class Executor(_Strict):
+class ExecutorSettings(_Strict):
     """Where trials run. `local` runs a pool of worker processes on this machine, `debug` runs
     them one by one in the driver, `slurm` submits them as SLURM job arrays (see `slurm`)."""
 
@@ -289,7 +289,7 @@ class StudySpec(_Strict):
     recipe: Recipe = Recipe()
     output: Path = Path("results")
     storage: str | None = None
-    executor: Executor = Executor()
+    executor: ExecutorSettings = ExecutorSettings()
 
     @model_validator(mode="before")
     @classmethod

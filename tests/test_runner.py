@@ -16,7 +16,10 @@ import sqlalchemy
 import yaml
 from rich.console import Console
 
-from optbench.launch.local import InlineLauncher, LocalLauncher, split_cores
+from optbench.executors import make_executor
+from optbench.executors.base import Executor
+from optbench.executors.local import InlineExecutor, LocalExecutor, split_cores
+from optbench.launch.slurm import SlurmExecutor
 from optbench.plan import plan
 from optbench.runner import _finish, run_study
 from optbench.spec import parse_spec
@@ -31,13 +34,11 @@ def _quiet() -> Console:
 
 
 def _inline(spec, launched: list | None = None):
-    def make(n_jobs):
-        launcher = InlineLauncher()
-        if launched is not None:
-            launched.append(n_jobs)
-        return launcher
-
-    return run_study(spec, make, console=_quiet(), live=False)
+    executor = InlineExecutor()
+    if launched is not None:  # note the size of each submission
+        submit = executor.submit
+        executor.submit = lambda jobs: launched.append(len(jobs)) or submit(jobs)
+    return run_study(spec, executor, console=_quiet(), live=False)
 
 
 def _finished_per_key(spec) -> Counter:
@@ -61,7 +62,7 @@ def test_second_run_of_a_finished_study_runs_nothing(tiny_dict):
     launched: list[int] = []
     _inline(spec, launched)
     _inline(spec, launched)
-    assert launched == [4]  # the second run built no executor at all
+    assert launched == [4]  # the second run submitted nothing
     frame = Store(spec, create=False).frame(plan(spec))
     assert len(frame) == 4 and (frame.status == "finished").all()
     assert frame.final_error.between(0, 100).all()
@@ -164,11 +165,28 @@ def test_split_cores_never_oversubscribes():
     assert split_cores(10, 8, 16, gpus=2) == (2, 8)
 
 
+def test_every_executor_has_what_the_driver_asks_of_one(tiny_dict, tmp_path):
+    asked = set(Executor.__annotations__) | {
+        name for name, value in vars(Executor).items() if callable(value) and name[0] != "_"
+    }
+    assert {"jobs_outlive_driver", "settle", "submit", "poll", "close"} <= asked
+    slurm = SlurmExecutor(parse_spec(tiny_dict).executor.slurm, tmp_path, "tiny")
+    for executor in (InlineExecutor(), LocalExecutor(), slurm):
+        assert all(hasattr(executor, name) for name in asked), type(executor).__name__
+    assert slurm.jobs_outlive_driver and not LocalExecutor().jobs_outlive_driver
+
+
+def test_make_executor_builds_the_studys_kind_and_starts_nothing(tiny_dict):
+    local = make_executor(parse_spec(tiny_dict), workers=1)
+    assert isinstance(local, LocalExecutor) and local._pool is None  # no process until submit
+    local.close(cancel=True)
+    tiny_dict["executor"] = {"kind": "debug"}
+    assert isinstance(make_executor(parse_spec(tiny_dict)), InlineExecutor)
+
+
 def test_real_process_pool_runs_a_tiny_study(tiny_dict):
     spec = parse_spec(tiny_dict)
-    progress = run_study(
-        spec, lambda n: LocalLauncher(*split_cores(n, "auto", 2)), console=_quiet(), live=False
-    )
+    progress = run_study(spec, make_executor(spec), console=_quiet(), live=False)
     assert progress.ran == 4
     assert set(_finished_per_key(spec).values()) == {1} and len(_finished_per_key(spec)) == 4
 

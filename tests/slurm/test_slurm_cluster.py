@@ -20,14 +20,13 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from optbench.cli import app
+from optbench.executors import make_executor
 from optbench.launch.slurm import (
     ACTIVE_STATES,
     followed_jobs,
     job_folder,
-    launcher_for,
     read_records,
     sacct_states,
-    settle_ended,
 )
 from optbench.plan import plan
 from optbench.runner import run_study
@@ -55,10 +54,9 @@ def _spec(tiny: dict, **kw) -> StudySpec:
 def _run(spec: StudySpec):  # what `optbench run` does with executor slurm
     return run_study(
         spec,
-        lambda n: launcher_for(spec),
+        make_executor(spec),
         console=Console(file=open(os.devnull, "w")),  # noqa: SIM115
         live=False,
-        settle=lambda jobs: settle_ended(job_folder(spec), jobs),
     )
 
 
@@ -152,9 +150,9 @@ def test_an_interrupted_job_requeues_resumes_and_ends_like_an_uninterrupted_tria
     spec = _spec(tiny_dict, models=1, epochs=3)
     [trial] = plan(spec)
     out_dir, config = trial.out_dir, trial.config
-    launcher = launcher_for(spec)
-    launcher.submit([trial.job])
-    [job_id] = launcher.job_ids()
+    executor = make_executor(spec)
+    executor.submit([trial.job])
+    [job_id] = executor.job_ids()
 
     _wait_for("the first epoch", lambda: _epochs_logged(out_dir) >= 1)
     first_epoch = (out_dir / METRICS_FILE).read_text().splitlines()[0]
@@ -162,7 +160,7 @@ def test_an_interrupted_job_requeues_resumes_and_ends_like_an_uninterrupted_tria
     reference = run_trial(config, tmp_path / "uninterrupted")  # meanwhile, on this process
     ended = _wait_for(
         "the requeued job to end",
-        lambda: [e for e in launcher.poll(1.0) if e.kind != "running"],
+        lambda: [e for e in executor.poll(1.0) if e.kind != "running"],
         timeout=240,
     )
 
@@ -203,7 +201,7 @@ def test_detach_status_reattach_and_cancel(tiny_dict, tmp_path):
     assert len(read_records(job_folder(spec))) == 2
     assert "SLURM: trials not recorded yet: 2 " in cli.invoke(app, ["status", str(study)]).output
 
-    follower = launcher_for(spec)  # what the next `optbench run` does first
+    follower = make_executor(spec)  # what the next `optbench run` does first
     follower.submit([t.job for t in plan(spec)])
     assert (follower.submitted, follower.reattached) == (0, 2)
     assert len(read_records(job_folder(spec))) == 2
