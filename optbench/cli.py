@@ -289,7 +289,8 @@ def report(
     """Write figures, trials.csv, summary.json and index.html for each study."""
     import yaml
 
-    from optbench.analysis.report import format_table, write_report
+    from optbench.analysis.report import write_report
+    from optbench.analysis.summary import format_table
     from optbench.checks import check_spec
     from optbench.plan import plan
     from optbench.spec import parse_spec
