@@ -50,8 +50,9 @@ def study_lock(spec: StudySpec) -> Iterator[None]:
 
 
 @dataclass
-class Progress:
-    """Counts per cell for the live display and the final summary."""
+class StudyProgress:
+    """How far a study is: trial states counted per cell (a trial is "running" once its executor
+    says so), for the live display, `optbench status` and the final summary."""
 
     trials: list[StoredTrial]
     running: set[str] = field(default_factory=set)
@@ -107,7 +108,7 @@ def run_study(
     console: Console | None = None,
     live: bool = True,
     detach: bool = False,
-) -> Progress:
+) -> StudyProgress:
     """Run every unfinished trial of `spec` on `executor` (executors.make_executor). Trials
     whose job ended while no driver followed it (`executor.settle`) are recorded first, so that
     a failure among them is retried in this run. With `detach`, an executor whose jobs outlive
@@ -121,7 +122,7 @@ def run_study(
         pending = {s.trial.key: s for s in stored if s.status == "pending"}
         ended = executor.settle([s.trial.job for s in pending.values()])
         for event in ended:
-            _finish(store, pending[event.key], event.message)
+            _record_end(store, pending[event.key], event.message)
         if ended:
             console.print(f"recorded {len(ended)} trial(s) whose job ended while no run followed")
             stored = store.prepare(trials, retries=spec.executor.retries)  # retry failures
@@ -135,7 +136,7 @@ def run_study(
                 "stay in the database and are not used"
             )
         todo = {s.trial.key: s for s in stored if s.status == "pending"}
-        progress = Progress(stored)
+        progress = StudyProgress(stored)
         if not todo:
             console.print(progress.table(f"{spec.name}: nothing to run"))
             return progress
@@ -168,7 +169,7 @@ def run_study(
                         if event.kind == "running":
                             progress.running.add(event.key)
                             continue
-                        _finish(store, item, event.message)
+                        _record_end(store, item, event.message)
                         progress.running.discard(event.key)
                         progress.ran += 1
                         del todo[event.key]
@@ -186,7 +187,7 @@ def run_study(
         return progress
 
 
-def _finish(store: Store, item: StoredTrial, lost_message: str | None) -> None:
+def _record_end(store: Store, item: StoredTrial, lost_message: str | None) -> None:
     """Record the trial's result file; a missing one (or another configuration's) is a failure."""
     out_dir, config = item.trial.out_dir, item.trial.config
     result, metrics = read_result(out_dir), read_metrics(out_dir)
@@ -206,7 +207,7 @@ def _finish(store: Store, item: StoredTrial, lost_message: str | None) -> None:
 def status_table(spec: StudySpec) -> Table:
     """Counts per cell, read from the store without running or writing anything."""
     stored = Store(spec, create=False).read(plan(spec))
-    return Progress(stored).table(
+    return StudyProgress(stored).table(
         f"{spec.name}: {sum(s.is_result for s in stored)} of {len(stored)} trials done"
     )
 

@@ -192,18 +192,18 @@ class Store:
         if current.state.is_finished():
             return False
         # optuna's public ask/tell surface has no "open trial by number"; Trial(study, id) is it.
-        trial = optuna.trial.Trial(study, current._trial_id)
+        attempt = optuna.trial.Trial(study, current._trial_id)
         for name in RESULT_ATTRS:
-            trial.set_user_attr(name, getattr(result, name))
-        trial.set_user_attr("metrics", metrics)
+            attempt.set_user_attr(name, getattr(result, name))
+        attempt.set_user_attr("metrics", metrics)
         if result.status != "failed":
             for m in metrics:
                 if m.get("val_error") is not None:
-                    trial.report(m["val_error"], m["epoch"])
+                    attempt.report(m["val_error"], m["epoch"])
         if result.status == "finished":
-            frozen = study.tell(trial, result.final_error)
+            frozen = study.tell(attempt, result.final_error)
         else:
-            frozen = study.tell(trial, state=TrialState.FAIL)
+            frozen = study.tell(attempt, state=TrialState.FAIL)
         item.record, item.status = frozen, result.status
         return True
 

@@ -21,7 +21,7 @@ from optbench.executors.base import Executor
 from optbench.executors.local import InlineExecutor, LocalExecutor, split_cores
 from optbench.launch.slurm import SlurmExecutor
 from optbench.plan import plan
-from optbench.runner import _finish, run_study
+from optbench.runner import _record_end, run_study
 from optbench.spec import parse_spec
 from optbench.store import Store, make_storage
 from optbench.train.config import TrialResult
@@ -151,7 +151,7 @@ def test_a_result_file_of_another_configuration_is_never_recorded(tiny_dict):
         item.trial.out_dir,
         TrialResult(status="finished", final_error=1.0, epochs=1, config=other),
     )
-    _finish(store, item, None)
+    _record_end(store, item, None)
     [recorded] = [s for s in Store(spec, create=False).read(plan(spec)) if s.trial == item.trial]
     assert recorded.status == "failed"
     assert "result of another configuration" in recorded.record.user_attrs["message"]
