@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import signal
 import sys
-from functools import partial
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
-from optbench.spec import OPTIMIZERS, Dataset, Recipe, UsageError, _format_errors
+from optbench.errors import UsageError, format_errors
+from optbench.spec import OPTIMIZERS, Dataset, Recipe, StudySpec
 
 app = typer.Typer(
     add_completion=False,
@@ -32,6 +32,16 @@ console = Console(width=None if sys.stdout.isatty() else 160)
 @app.callback()
 def _root() -> None:
     """Benchmark how easy vision models are to optimize (Xiao et al. 2021; DHVT)."""
+
+
+def _load(path: Path, *, data: bool) -> StudySpec:
+    """A study file, validated, with its models and dataset checked (and its files, with data)."""
+    from optbench.checks import check_spec
+    from optbench.spec import load_spec
+
+    spec = load_spec(path)
+    check_spec(spec, data=data, source=path)
+    return spec
 
 
 @app.command()
@@ -106,7 +116,7 @@ def train(
     try:
         resolved_recipe = Recipe.model_validate(overrides)
     except ValidationError as err:
-        raise UsageError(_format_errors("--recipe/--set", err)) from None
+        raise UsageError(format_errors("--recipe/--set", err)) from None
     try:
         ds = Dataset(name=dataset, root=data_root, img_size=img_size)
         cfg = TrainConfig(
@@ -122,7 +132,7 @@ def train(
             recipe=resolved_recipe,
         )
     except ValidationError as err:
-        raise UsageError(_format_errors("train", err)) from None
+        raise UsageError(format_errors("train", err)) from None
     if download:
         download_dataset(ds)
     check_dataset(ds)
@@ -153,65 +163,38 @@ def run(
     workers: Annotated[
         int | None, typer.Option(help="worker processes (default: executor.workers)")
     ] = None,
-    executor: Annotated[
-        str | None, typer.Option(help="slurm, local or debug (default: executor.kind)")
+    executor_kind: Annotated[
+        str | None,
+        typer.Option("--executor", help="slurm, local or debug (default: executor.kind)"),
     ] = None,
     detach: Annotated[
         bool, typer.Option(help="slurm: submit and return; a later `optbench run` follows")
     ] = False,
 ) -> None:
     """Run every unfinished trial of a study, recording results as they end."""
-    from optbench.spec import load_spec
-
-    spec = load_spec(study, check_data=not dry_run)
-    kind = executor or spec.executor.kind
+    spec = _load(study, data=not dry_run)
+    kind = executor_kind or spec.executor.kind
     if kind not in ("slurm", "local", "debug"):
         raise UsageError(f"--executor: must be slurm, local or debug, got {kind!r}")
-    if detach and kind != "slurm":
-        raise UsageError(f"--detach: only the slurm executor can detach (executor is {kind!r})")
     spec = spec.model_copy(update={"executor": spec.executor.model_copy(update={"kind": kind})})
     if dry_run:  # a plan needs no data on this machine: say so if a real run would stop
+        from optbench.checks import check_spec
         from optbench.runner import plan_table
-        from optbench.train.data import check_dataset
 
         console.print(plan_table(spec))
         try:
-            check_dataset(spec.dataset)
+            check_spec(spec, data=True, source=study)
         except UsageError as err:
             console.print(f"note: a real run would stop here: {err}")
         return
-    from optbench.launch.local import InlineLauncher, LocalLauncher, split_cores, usable_cores
+    from optbench.executors import make_executor
     from optbench.runner import run_study
 
-    if kind == "slurm":
-        from optbench.launch.slurm import max_array_size
-
-        max_array_size()  # fails with a usage error, before anything is written, without SLURM
-
-    def make_launcher(n_jobs: int):
-        if kind == "debug":
-            return InlineLauncher()
-        if kind == "slurm":
-            from optbench.launch.slurm import launcher_for
-
-            launcher = launcher_for(spec)
-            console.print(f"{n_jobs} trial(s) to run on SLURM; jobs and logs in {launcher.folder}")
-            return launcher
-        import torch
-
-        gpus = torch.cuda.device_count()
-        n, threads = split_cores(n_jobs, workers or spec.executor.workers, usable_cores(), gpus)
-        where = f"{n} GPU worker(s)" if gpus else f"{n} worker(s) x {threads} thread(s)"
-        console.print(f"{n_jobs} trial(s) to run on {where}")
-        return LocalLauncher(n, threads, gpus)
-
-    settle = None
-    if kind == "slurm":
-        from optbench.launch.slurm import job_folder, settle_ended
-
-        settle = partial(settle_ended, job_folder(spec))
+    executor = make_executor(spec, workers=workers)
+    if detach and not executor.jobs_outlive_driver:
+        raise UsageError(f"--detach: only the slurm executor can detach (executor is {kind!r})")
     try:
-        run_study(spec, make_launcher, console=console, detach=detach, settle=settle)
+        run_study(spec, executor, console=console, detach=detach)
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
 
@@ -220,9 +203,8 @@ def run(
 def status(study: Annotated[Path, typer.Argument(help="study YAML file")]) -> None:
     """Print a study's counts per cell without running or writing anything."""
     from optbench.runner import status_table
-    from optbench.spec import load_spec
 
-    spec = load_spec(study)
+    spec = _load(study, data=False)
     console.print(status_table(spec))
     from optbench.launch.slurm import job_folder, read_records, slurm_summary
 
@@ -307,8 +289,11 @@ def report(
     """Write figures, trials.csv, summary.json and index.html for each study."""
     import yaml
 
-    from optbench.analysis.report import format_table, write_report
-    from optbench.spec import load_spec, parse_spec
+    from optbench.analysis.report import write_report
+    from optbench.analysis.summary import format_table
+    from optbench.checks import check_spec
+    from optbench.plan import plan
+    from optbench.spec import parse_spec
     from optbench.store import Store
 
     flags = {
@@ -321,7 +306,7 @@ def report(
     }
     figures = None if all_ or not any(flags.values()) else {k for k, v in flags.items() if v}
     if studies:
-        specs = [load_spec(path) for path in studies]
+        specs = [_load(path, data=False) for path in studies]
     else:
         saved = sorted(results.glob("*/spec.yaml"))
         if not saved:
@@ -329,8 +314,10 @@ def report(
                 f"--results: no studies under {results} (no */spec.yaml); run one first"
             )
         specs = [parse_spec(yaml.safe_load(p.read_text()), p) for p in saved]
+        for spec, path in zip(specs, saved, strict=True):
+            check_spec(spec, data=False, source=path)
     for spec in specs:
-        trials = Store(spec, create=False).frame()
+        trials = Store(spec, create=False).frame(plan(spec))
         summary = write_report(spec, trials, out / spec.name, figures, metric)
         typer.echo(format_table(summary))
         typer.echo(f"wrote {out / spec.name}/index.html")

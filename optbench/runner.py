@@ -1,7 +1,8 @@
 """The driver of `optbench run`: plan the study's trials, hand the unfinished ones to an
 executor, and record each result file into the store as its job ends.
 
-spec -> trials (store.prepare) -> jobs (TrialJob) -> result files (workers) -> store (record).
+spec -> trials (plan.plan; store.prepare attaches their state) -> jobs (Trial.job) -> result
+files (workers) -> store (record).
 The driver is the only writer of the database. A finished result is recorded once; results
 already on disk but not yet recorded (a driver killed at the wrong moment) are recorded
 before anything runs; Ctrl-C stops the workers and the same command resumes.
@@ -13,7 +14,7 @@ import fcntl
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -21,36 +22,15 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from optbench.launch.base import JobEvent, Launcher, TrialJob
-from optbench.spec import StudySpec, UsageError, dump_spec
-from optbench.store import PlannedTrial, Store
-from optbench.train.config import TrainConfig, TrialResult
+from optbench.errors import UsageError
+from optbench.executors.base import Executor
+from optbench.plan import plan
+from optbench.spec import StudySpec, dump_spec
+from optbench.store import Store, StoredTrial
+from optbench.train.config import TrialResult
 from optbench.train.results import RESULT_FILE, atomic_write_text, read_metrics, read_result
 
 STATES = ("finished", "diverged", "failed", "running", "pending")
-
-
-def trial_dir(spec: StudySpec, item: PlannedTrial):
-    return spec.study_dir / "trials" / item.cell_id / f"s{item.sample:03d}-seed{item.seed}"
-
-
-def trial_config(spec: StudySpec, item: PlannedTrial) -> TrainConfig:
-    return TrainConfig(
-        model=item.cell.model,
-        dataset=spec.dataset,
-        optimizer=item.cell.optimizer,
-        lr=item.lr,
-        wd=item.wd,
-        epochs=item.cell.epochs,
-        batch_size=spec.batch_size,
-        ref_batch=spec.ref_batch,
-        seed=item.seed,
-        recipe=spec.recipe,
-    )
-
-
-def trial_job(spec: StudySpec, item: PlannedTrial) -> TrialJob:
-    return TrialJob(item.key, trial_config(spec, item), trial_dir(spec, item))
 
 
 @contextmanager
@@ -70,28 +50,29 @@ def study_lock(spec: StudySpec) -> Iterator[None]:
 
 
 @dataclass
-class Progress:
-    """Counts per cell for the live display and the final summary."""
+class StudyProgress:
+    """How far a study is: trial states counted per cell (a trial is "running" once its executor
+    says so), for the live display, `optbench status` and the final summary."""
 
-    plan: list[PlannedTrial]
+    trials: list[StoredTrial]
     running: set[str] = field(default_factory=set)
     started: float = field(default_factory=time.monotonic)
     ran: int = 0  # trials that ended in this invocation
 
-    def state(self, item: PlannedTrial) -> str:
-        if item.status == "pending" and item.key in self.running:
+    def state(self, item: StoredTrial) -> str:
+        if item.status == "pending" and item.trial.key in self.running:
             return "running"
         return item.status
 
     def counts(self) -> dict[tuple, Counter]:
         out: dict[tuple, Counter] = {}
-        for item in self.plan:
-            c = item.cell
+        for item in self.trials:
+            c = item.trial.cell
             out.setdefault((c.model, c.optimizer, c.epochs), Counter())[self.state(item)] += 1
         return out
 
     def eta_s(self) -> float | None:
-        left = sum(1 for t in self.plan if t.status == "pending")
+        left = sum(1 for t in self.trials if t.status == "pending")
         if not self.ran or not left:
             return None
         per_trial = (time.monotonic() - self.started) / self.ran  # wall time per ended trial
@@ -109,11 +90,11 @@ class Progress:
         return table
 
 
-def _record_from_disk(store: Store, spec: StudySpec, item: PlannedTrial) -> bool:
+def _record_from_disk(store: Store, item: StoredTrial) -> bool:
     """Record a result file a worker already wrote for this attempt, if there is one."""
-    out_dir = trial_dir(spec, item)
+    out_dir = item.trial.out_dir
     result = read_result(out_dir)
-    if result is None or result.config != trial_config(spec, item):
+    if result is None or result.config != item.trial.config:
         return False
     if result.status == "failed":
         return False  # a crash of an earlier attempt: this attempt runs again
@@ -122,55 +103,51 @@ def _record_from_disk(store: Store, spec: StudySpec, item: PlannedTrial) -> bool
 
 def run_study(
     spec: StudySpec,
-    make_launcher: Callable[[int], Launcher],
+    executor: Executor,
     *,
     console: Console | None = None,
     live: bool = True,
     detach: bool = False,
-    settle: Callable[[list[TrialJob]], list[JobEvent]] | None = None,
-) -> Progress:
-    """Run every unfinished trial of `spec`. `make_launcher(n_jobs)` builds the executor.
-    With `detach` (executors whose jobs outlive the driver, i.e. SLURM), return right after
-    submitting: a later run follows the same jobs again. `settle(jobs)` (SLURM's
-    `settle_ended`) reports the pending trials whose job ended while no driver followed it:
-    they are recorded first, so that a failure among them is retried in this run."""
+) -> StudyProgress:
+    """Run every unfinished trial of `spec` on `executor` (executors.make_executor). Trials
+    whose job ended while no driver followed it (`executor.settle`) are recorded first, so that
+    a failure among them is retried in this run. With `detach`, an executor whose jobs outlive
+    the driver (SLURM) returns right after submitting: a later run follows the same jobs."""
     console = console or Console()
+    trials = plan(spec)  # pure: a spec that cannot be planned stops here, before any write
     with study_lock(spec):
         store = Store(spec, create=True)
         atomic_write_text(spec.study_dir / "spec.yaml", dump_spec(spec))
-        plan = store.prepare(retries=spec.executor.retries)
-        if settle is not None:
-            pending = {t.key: t for t in plan if t.status == "pending"}
-            ended = settle([trial_job(spec, t) for t in pending.values()])
-            for event in ended:
-                _finish(store, spec, pending[event.key], event.message)
-            if ended:
-                console.print(
-                    f"recorded {len(ended)} trial(s) whose job ended while no run followed"
-                )
-                plan = store.prepare(retries=spec.executor.retries)  # new attempts for failures
-        recovered = sum(_record_from_disk(store, spec, t) for t in plan if t.status == "pending")
+        stored = store.prepare(trials, retries=spec.executor.retries)
+        pending = {s.trial.key: s for s in stored if s.status == "pending"}
+        ended = executor.settle([s.trial.job for s in pending.values()])
+        for event in ended:
+            _record_end(store, pending[event.key], event.message)
+        if ended:
+            console.print(f"recorded {len(ended)} trial(s) whose job ended while no run followed")
+            stored = store.prepare(trials, retries=spec.executor.retries)  # retry failures
+        recovered = sum(_record_from_disk(store, s) for s in stored if s.status == "pending")
         if recovered:
             console.print(f"recorded {recovered} result(s) found on disk")
-        unused = store.unused_trials()
+        unused = store.unused_trials(trials)
         if unused:
             console.print(
                 f"note: {unused} trial(s) from earlier configurations of {spec.name!r} "
                 "stay in the database and are not used"
             )
-        todo = {t.key: t for t in plan if t.status == "pending"}
-        progress = Progress(plan)
+        todo = {s.trial.key: s for s in stored if s.status == "pending"}
+        progress = StudyProgress(stored)
         if not todo:
             console.print(progress.table(f"{spec.name}: nothing to run"))
             return progress
-        jobs = [trial_job(spec, item) for item in todo.values()]
+        jobs = [item.trial.job for item in todo.values()]
         for job in jobs:
             (job.out_dir / RESULT_FILE).unlink(missing_ok=True)  # a failed attempt's leftovers
-        launcher = make_launcher(len(jobs))
-        launcher.submit(jobs)
-        outlive = getattr(launcher, "jobs_outlive_driver", False)
+        where = executor.submit(jobs)
+        console.print(f"{len(jobs)} trial(s) to run on {where}")
+        outlive = executor.jobs_outlive_driver
         if detach and outlive:
-            launcher.close(cancel=False)
+            executor.close(cancel=False)
             console.print(
                 f"{len(jobs)} trial(s) submitted or still queued; `optbench run` follows them "
                 "and records their results, `optbench status` shows them"
@@ -185,35 +162,34 @@ def run_study(
                 auto_refresh=live,
             ) as display:
                 while todo:
-                    for event in launcher.poll(timeout=0.5):
+                    for event in executor.poll(timeout=0.5):
                         item = todo.get(event.key)
                         if item is None:
                             continue
                         if event.kind == "running":
                             progress.running.add(event.key)
                             continue
-                        _finish(store, spec, item, event.message)
+                        _record_end(store, item, event.message)
                         progress.running.discard(event.key)
                         progress.ran += 1
                         del todo[event.key]
                     display.update(progress.table(spec.name))
         except KeyboardInterrupt:
-            launcher.close(cancel=not outlive)  # cluster jobs keep running: Ctrl-C detaches
+            executor.close(cancel=not outlive)  # cluster jobs keep running: Ctrl-C detaches
             left = "still queued or running" if outlive else "left"
             console.print(
                 f"stopped: {progress.ran} trial(s) recorded, {len(todo)} {left}; "
                 "run the same command to resume"
             )
             raise
-        launcher.close(cancel=False)
+        executor.close(cancel=False)
         console.print(f"\nrecorded {progress.ran} trial(s); study folder {spec.study_dir}")
         return progress
 
 
-def _finish(store: Store, spec: StudySpec, item: PlannedTrial, lost_message: str | None) -> None:
+def _record_end(store: Store, item: StoredTrial, lost_message: str | None) -> None:
     """Record the trial's result file; a missing one (or another configuration's) is a failure."""
-    out_dir = trial_dir(spec, item)
-    config = trial_config(spec, item)
+    out_dir, config = item.trial.out_dir, item.trial.config
     result, metrics = read_result(out_dir), read_metrics(out_dir)
     if result is None or result.config != config:
         why = lost_message or (
@@ -230,9 +206,9 @@ def _finish(store: Store, spec: StudySpec, item: PlannedTrial, lost_message: str
 
 def status_table(spec: StudySpec) -> Table:
     """Counts per cell, read from the store without running or writing anything."""
-    plan = Store(spec, create=False).plan()
-    return Progress(plan).table(
-        f"{spec.name}: {sum(t.is_result for t in plan)} of {len(plan)} trials done"
+    stored = Store(spec, create=False).read(plan(spec))
+    return StudyProgress(stored).table(
+        f"{spec.name}: {sum(s.is_result for s in stored)} of {len(stored)} trials done"
     )
 
 
@@ -243,7 +219,7 @@ def plan_table(spec: StudySpec) -> Table:
     from optbench.train.data import dataset_info
 
     info = dataset_info(spec.dataset)
-    plan = Store(spec, create=False).plan()
+    stored = Store(spec, create=False).read(plan(spec))
     table = Table(title=f"{spec.name}: plan ({spec.dataset.name}, {info.n_train} training images)")
     for col in (
         "model",
@@ -260,8 +236,8 @@ def plan_table(spec: StudySpec) -> Table:
     total = 0.0
     flops_of: dict[str, int] = {}
     for cell in spec.cells():
-        items = [t for t in plan if t.cell == cell]
-        todo = sum(not t.is_result for t in items)
+        items = [s for s in stored if s.trial.cell == cell]
+        todo = sum(not s.is_result for s in items)
         b = spec.search.bounds(cell.model, cell.optimizer)
         if cell.model not in flops_of:  # one count per model, not per cell
             flops_of[cell.model] = model_complexity(
@@ -284,9 +260,9 @@ def plan_table(spec: StudySpec) -> Table:
             f"{flops / 1e9:.3g}",
             f"{cell_flops / 1e15:.3g}",
         )
-    to_run = sum(not t.is_result for t in plan)
+    to_run = sum(not s.is_result for s in stored)
     table.caption = (
-        f"{len(plan)} trials, {to_run} to run: {total / 1e15:.3g} PF of forward "
+        f"{len(stored)} trials, {to_run} to run: {total / 1e15:.3g} PF of forward "
         f"multiply-adds ({total * 3 / 1e15:.3g} PF with backward)"
     )
     return table

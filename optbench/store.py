@@ -8,7 +8,8 @@ images_per_s, digest and the per-epoch metrics (also as intermediate values).
 
 States: COMPLETE = finished (value = final top-1 error); FAIL with status "diverged" = diverged
 (a result); FAIL otherwise = failed (a crash, retried by the next run); RUNNING = pending.
-Only the single driver process writes here; workers write result files.
+Only the single driver process writes here; workers write result files. The trials themselves
+come from the plan (plan.py); the store only attaches their state (`StoredTrial`).
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ import pandas as pd
 import sqlalchemy
 from optuna.trial import FrozenTrial, TrialState
 
-from optbench.sampling import distributions, study_pairs
-from optbench.spec import Cell, StudySpec
+from optbench.plan import Trial
+from optbench.sampling import distributions
+from optbench.spec import StudySpec
 from optbench.train.config import TrialResult
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -43,22 +45,13 @@ RESULT_ATTRS = (
 
 
 @dataclass
-class PlannedTrial:
-    """One trial the current spec asks for, and where it stands in the database."""
+class StoredTrial:
+    """A planned trial and where it stands in the database."""
 
-    cell: Cell
-    cell_id: str
-    sample: int
-    seed: int
-    lr: float
-    wd: float
+    trial: Trial
     status: str = "pending"  # finished | diverged | failed | pending
     attempts: int = 0
     record: FrozenTrial | None = None  # the latest attempt
-
-    @property
-    def key(self) -> str:
-        return f"{self.cell_id}/s{self.sample:03d}-seed{self.seed}"
 
     @property
     def is_result(self) -> bool:
@@ -123,37 +116,32 @@ class Store:
         except KeyError:
             return None
 
-    def _cell_plan(self, cell: Cell, study: optuna.Study | None) -> list[PlannedTrial]:
-        spec = self.spec
-        cell_id = spec.cell_id(cell)
-        pairs = study_pairs(spec.search, cell.model, cell.optimizer)
-        plan = {
-            (i, seed): PlannedTrial(cell, cell_id, i, seed, lr, wd)
-            for i, (lr, wd) in enumerate(pairs)
-            for seed in spec.seeds
-        }
-        trials = study.get_trials(deepcopy=False) if study is not None else []
-        for t in sorted(trials, key=lambda t: t.number):
-            item = plan.get((t.user_attrs.get("sample"), t.user_attrs.get("seed")))
+    def _attach(self, trials: list[Trial], study: optuna.Study | None) -> list[StoredTrial]:
+        """One cell's planned trials with the state of each one's latest attempt."""
+        stored = {(t.sample, t.seed): StoredTrial(t) for t in trials}
+        records = study.get_trials(deepcopy=False) if study is not None else []
+        for record in sorted(records, key=lambda r: r.number):
+            item = stored.get((record.user_attrs.get("sample"), record.user_attrs.get("seed")))
             if item is None:
                 continue  # a sample or seed the spec no longer asks for: kept, not used
             item.attempts += 1
-            item.record, item.status = t, _status(t)
-        return list(plan.values())
+            item.record, item.status = record, _status(record)
+        return list(stored.values())
 
-    def plan(self) -> list[PlannedTrial]:
-        """Every trial of the current spec with its state. Reads only."""
-        cells = self.spec.cells()
+    def read(self, trials: list[Trial]) -> list[StoredTrial]:
+        """The planned trials (plan.plan(spec)) with their state. Reads only."""
         return [
-            t for c in cells for t in self._cell_plan(c, self._study(self.spec.cell_id(c), False))
+            item
+            for cell_id, cell_trials in _by_cell(trials).items()
+            for item in self._attach(cell_trials, self._study(cell_id, False))
         ]
 
-    def unused_trials(self) -> int:
+    def unused_trials(self, trials: list[Trial]) -> int:
         """Trials of this study's earlier configurations: kept in the storage, never mixed in."""
         if self.storage is None:
             return 0
         prefix = f"{self.spec.name}/"
-        current = {f"{prefix}{self.spec.cell_id(c)}" for c in self.spec.cells()}
+        current = {f"{prefix}{cell_id}" for cell_id in _by_cell(trials)}
         total = 0
         for summary in optuna.get_all_study_summaries(self.storage, include_best_trial=False):
             if summary.study_name.startswith(prefix) and summary.study_name not in current:
@@ -162,79 +150,82 @@ class Store:
 
     # --- writing (driver only) ----------------------------------------------------------------
 
-    def prepare(self, retries: int) -> list[PlannedTrial]:
-        """Create the optuna trials the spec asks for that do not exist yet, and a new attempt
-        for failed ones with attempts left. Returns the plan."""
+    def prepare(self, trials: list[Trial], retries: int) -> list[StoredTrial]:
+        """Create the optuna trials for planned trials that have none yet, and a new attempt for
+        failed ones with attempts left. Returns every planned trial with its state."""
         self.spec.study_dir.mkdir(parents=True, exist_ok=True)
-        plan = []
-        for cell in self.spec.cells():
-            study = self._study(self.spec.cell_id(cell), True)
+        prepared = []
+        for cell_id, cell_trials in _by_cell(trials).items():
+            cell = cell_trials[0].cell
+            study = self._study(cell_id, True)
             if "config" not in study.user_attrs:
                 study.set_user_attr("config", self.spec.cell_config(cell))
             dists = distributions(self.spec.search.bounds(cell.model, cell.optimizer))
             # A driver killed between enqueue and ask leaves WAITING trials: take them now.
             for _ in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
                 study.ask(dists)
-            items = self._cell_plan(cell, study)
+            items = self._attach(cell_trials, study)
             for item in items:
                 if item.attempts == 0 or (item.status == "failed" and item.attempts <= retries):
+                    t = item.trial
                     attrs = {
-                        "key": item.key,
+                        "key": t.key,
                         "model": cell.model,
                         "optimizer": cell.optimizer,
                         "epochs": cell.epochs,
-                        "sample": item.sample,
-                        "seed": item.seed,
+                        "sample": t.sample,
+                        "seed": t.seed,
                         "attempt": item.attempts + 1,
                     }
-                    study.enqueue_trial({"lr": item.lr, "wd": item.wd}, user_attrs=attrs)
-                    trial = study.ask(dists)
+                    study.enqueue_trial({"lr": t.lr, "wd": t.wd}, user_attrs=attrs)
+                    record = study.ask(dists)
                     item.attempts += 1
-                    item.status, item.record = "pending", study.trials[trial.number]
-            plan += items
-        return plan
+                    item.status, item.record = "pending", study.trials[record.number]
+            prepared += items
+        return prepared
 
-    def record(self, item: PlannedTrial, result: TrialResult, metrics: list[dict]) -> bool:
+    def record(self, item: StoredTrial, result: TrialResult, metrics: list[dict]) -> bool:
         """Record a worker's result on the item's latest attempt. Returns False (and changes
         nothing) if that attempt is already finished: a result is never counted twice."""
-        study = self._study(item.cell_id, False)
+        study = self._study(item.trial.cell_id, False)
         current = study.trials[item.record.number]
         if current.state.is_finished():
             return False
         # optuna's public ask/tell surface has no "open trial by number"; Trial(study, id) is it.
-        trial = optuna.trial.Trial(study, current._trial_id)
+        attempt = optuna.trial.Trial(study, current._trial_id)
         for name in RESULT_ATTRS:
-            trial.set_user_attr(name, getattr(result, name))
-        trial.set_user_attr("metrics", metrics)
+            attempt.set_user_attr(name, getattr(result, name))
+        attempt.set_user_attr("metrics", metrics)
         if result.status != "failed":
             for m in metrics:
                 if m.get("val_error") is not None:
-                    trial.report(m["val_error"], m["epoch"])
+                    attempt.report(m["val_error"], m["epoch"])
         if result.status == "finished":
-            frozen = study.tell(trial, result.final_error)
+            frozen = study.tell(attempt, result.final_error)
         else:
-            frozen = study.tell(trial, state=TrialState.FAIL)
+            frozen = study.tell(attempt, state=TrialState.FAIL)
         item.record, item.status = frozen, result.status
         return True
 
     # --- for the report -----------------------------------------------------------------------
 
-    def frame(self) -> pd.DataFrame:
-        """One row per trial of the current spec (pending ones included)."""
+    def frame(self, trials: list[Trial]) -> pd.DataFrame:
+        """One row per planned trial (pending ones included)."""
         rows = []
-        for item in self.plan():
+        for item in self.read(trials):
+            t = item.trial
             attrs = item.record.user_attrs if item.record and item.is_result else {}
             rows.append(
                 {
                     "study": self.spec.name,
-                    "cell_id": item.cell_id,
-                    "model": item.cell.model,
-                    "optimizer": item.cell.optimizer,
-                    "epochs": item.cell.epochs,
-                    "sample": item.sample,
-                    "seed": item.seed,
-                    "lr": item.lr,
-                    "wd": item.wd,
+                    "cell_id": t.cell_id,
+                    "model": t.cell.model,
+                    "optimizer": t.cell.optimizer,
+                    "epochs": t.cell.epochs,
+                    "sample": t.sample,
+                    "seed": t.seed,
+                    "lr": t.lr,
+                    "wd": t.wd,
                     "status": item.status,
                     "final_error": _num(attrs.get("final_error")),
                     "best_error": _num(attrs.get("best_error")),
@@ -246,6 +237,13 @@ class Store:
                 }
             )
         return pd.DataFrame(rows)
+
+
+def _by_cell(trials: list[Trial]) -> dict[str, list[Trial]]:
+    cells: dict[str, list[Trial]] = {}
+    for t in trials:
+        cells.setdefault(t.cell_id, []).append(t)
+    return cells
 
 
 def _num(value) -> float:

@@ -14,11 +14,11 @@ from torch import nn
 from typer.testing import CliRunner
 
 from optbench.cli import app
+from optbench.errors import UsageError
 from optbench.models import create_model
 from optbench.models.dhvt import DHVT, SOPE
 from optbench.models.vit import ConvStem, PatchifyStem, VisionTransformer
 from optbench.models.zoo import model_defaults, zoo_models
-from optbench.spec import UsageError
 
 ZOO = zoo_models()
 GFS = (1, 4, 18, 36, 72)

@@ -2,8 +2,8 @@
 
 import json
 import re
+import subprocess
 import sys
-import types
 from pathlib import Path
 
 import numpy as np
@@ -11,15 +11,12 @@ import pandas as pd
 import pytest
 
 from optbench.analysis.plots import data_lines
-from optbench.analysis.report import (
-    Options,
-    build_sections,
-    format_table,
-    summarize,
-    write_report,
-)
+from optbench.analysis.report import build_sections, write_report
+from optbench.analysis.summary import Options, format_table, summarize
 from optbench.analysis.synthetic import synthetic_trials
-from optbench.spec import UsageError, parse_spec
+from optbench.errors import UsageError
+from optbench.models import create_model
+from optbench.spec import parse_spec
 
 MODELS = ["vit_p_w64_16px", "vit_c_w64_16px"]
 RANGES = {
@@ -252,26 +249,30 @@ def test_no_results_yet(tmp_path: Path):
     assert "No finished or diverged trial" in (tmp_path / "index.html").read_text()
 
 
-def test_complexity_table_uses_the_zoo_helper_when_present(monkeypatch):
-    calls = []
-
-    def model_complexity(name, *, num_classes, in_chans, img_size):
-        calls.append((name, num_classes, in_chans, img_size))
-        return {"flops": 1.0e6, "params": 2.0e4, "acts": 3.0e4}
-
-    fake = types.ModuleType("optbench.models.complexity")
-    fake.model_complexity = model_complexity
-    monkeypatch.setitem(sys.modules, "optbench.models.complexity", fake)
+def test_complexity_table_counts_each_models_parameters():
     trials = synthetic_trials(MODELS, ["adamw"], [5], 3)
     (section,) = build_sections(_spec(), trials, {"complexity"}, FAST, data_shape=(10, 1, 16))
-    assert calls == [(m, 10, 1, 16) for m in MODELS]
-    ((_, table),) = section.tables
+    ((title, table),) = section.tables
+    assert "16x16, 1 channels, 10 classes" in title
     assert table["model"].tolist() == MODELS
-    assert {"flops", "params", "acts", "s/epoch", "images/s"} <= set(table.columns)
+    for model, params in zip(table["model"], table["params"], strict=True):
+        built = create_model(model, num_classes=10, in_chans=1, img_size=16)
+        assert params == sum(p.numel() for p in built.parameters())
+    assert {"flops", "acts", "s/epoch", "images/s"} <= set(table.columns)
 
 
-def test_complexity_table_is_omitted_without_the_zoo_helper(monkeypatch):
-    monkeypatch.setitem(sys.modules, "optbench.models.complexity", None)  # import fails
-    trials = synthetic_trials(MODELS, ["adamw"], [5], 3)
-    (section,) = build_sections(_spec(), trials, {"complexity"}, FAST)
-    assert not section.tables and "Omitted" in section.notes[0]
+def test_the_report_leaves_the_users_matplotlib_backend_alone(tmp_path):
+    script = (
+        "import matplotlib; matplotlib.use('svg')\n"
+        "from optbench.analysis.report import write_report\n"
+        "from optbench.analysis.synthetic import synthetic_trials\n"
+        "from optbench.spec import parse_spec\n"
+        f"spec = parse_spec({_spec().model_dump(mode='json')!r})\n"
+        f"trials = synthetic_trials({MODELS!r}, ['adamw'], [5], 3)\n"
+        f"write_report(spec, trials, {str(tmp_path)!r}, {{'edf'}}, n_boot=20)\n"
+        "print(matplotlib.get_backend())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "svg"
+    assert (tmp_path / "edf.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -16,8 +16,12 @@ import sqlalchemy
 import yaml
 from rich.console import Console
 
-from optbench.launch.local import InlineLauncher, LocalLauncher, split_cores
-from optbench.runner import _finish, run_study, trial_config, trial_dir
+from optbench.executors import make_executor
+from optbench.executors.base import Executor
+from optbench.executors.local import InlineExecutor, LocalExecutor, split_cores
+from optbench.launch.slurm import SlurmExecutor
+from optbench.plan import plan
+from optbench.runner import _record_end, run_study
 from optbench.spec import parse_spec
 from optbench.store import Store, make_storage
 from optbench.train.config import TrialResult
@@ -30,13 +34,11 @@ def _quiet() -> Console:
 
 
 def _inline(spec, launched: list | None = None):
-    def make(n_jobs):
-        launcher = InlineLauncher()
-        if launched is not None:
-            launched.append(n_jobs)
-        return launcher
-
-    return run_study(spec, make, console=_quiet(), live=False)
+    executor = InlineExecutor()
+    if launched is not None:  # note the size of each submission
+        submit = executor.submit
+        executor.submit = lambda jobs: launched.append(len(jobs)) or submit(jobs)
+    return run_study(spec, executor, console=_quiet(), live=False)
 
 
 def _finished_per_key(spec) -> Counter:
@@ -52,7 +54,7 @@ def _finished_per_key(spec) -> Counter:
 def _recorded(spec) -> int:
     if not (spec.study_dir / "study.db").exists():
         return 0
-    return sum(t.is_result for t in Store(spec, create=False).plan())
+    return sum(s.is_result for s in Store(spec, create=False).read(plan(spec)))
 
 
 def test_second_run_of_a_finished_study_runs_nothing(tiny_dict):
@@ -60,8 +62,8 @@ def test_second_run_of_a_finished_study_runs_nothing(tiny_dict):
     launched: list[int] = []
     _inline(spec, launched)
     _inline(spec, launched)
-    assert launched == [4]  # the second run built no executor at all
-    frame = Store(spec, create=False).frame()
+    assert launched == [4]  # the second run submitted nothing
+    frame = Store(spec, create=False).frame(plan(spec))
     assert len(frame) == 4 and (frame.status == "finished").all()
     assert frame.final_error.between(0, 100).all()
     assert set(_finished_per_key(spec).values()) == {1}
@@ -69,9 +71,8 @@ def test_second_run_of_a_finished_study_runs_nothing(tiny_dict):
 
 def test_results_already_on_disk_are_recorded_not_rerun(tiny_dict):
     spec = parse_spec(tiny_dict)
-    plan = Store(spec, create=True).prepare(retries=0)
-    item = plan[0]
-    run_trial(trial_config(spec, item), trial_dir(spec, item))  # a worker finished, driver died
+    trial = Store(spec, create=True).prepare(plan(spec), retries=0)[0].trial
+    run_trial(trial.config, trial.out_dir)  # a worker finished, driver died
     launched: list[int] = []
     _inline(spec, launched)
     assert launched == [3]
@@ -84,7 +85,7 @@ def test_diverged_trials_are_results_and_the_study_carries_on(tiny_dict):
     data["search"]["ranges"] = {"sgd": {"lr": [1e5, 1e6], "wd": [1e-5, 1e-4]}}
     spec = parse_spec(data)
     _inline(spec)
-    frame = Store(spec, create=False).frame()
+    frame = Store(spec, create=False).frame(plan(spec))
     assert (frame.status == "diverged").all()
     assert frame.final_error.isna().all()
     launched: list[int] = []
@@ -101,7 +102,7 @@ def test_failed_trials_are_retried_up_to_the_limit(tiny_dict):
     for _ in range(3):
         _inline(spec, launched)
     assert launched == [4, 4]  # first attempt, one retry, then no more
-    frame = Store(spec, create=False).frame()
+    frame = Store(spec, create=False).frame(plan(spec))
     assert (frame.status == "failed").all()
 
 
@@ -112,12 +113,13 @@ def test_changed_configuration_makes_new_trials_never_mixes(tiny_dict):
     changed["recipe"]["label_smoothing"] = 0.0
     spec2 = parse_spec(changed)
     store2 = Store(spec2, create=False)
-    assert {t.status for t in store2.plan()} == {"pending"}
-    assert store2.unused_trials() == 4
+    assert {s.status for s in store2.read(plan(spec2))} == {"pending"}
+    assert store2.unused_trials(plan(spec2)) == 4
     grown = copy.deepcopy(tiny_dict)
     grown["search"]["n_samples"] = 3  # more samples: same cells, old trials still count
-    plan3 = Store(parse_spec(grown), create=False).plan()
-    assert Counter(t.status for t in plan3) == {"finished": 4, "pending": 2}
+    spec3 = parse_spec(grown)
+    stored3 = Store(spec3, create=False).read(plan(spec3))
+    assert Counter(s.status for s in stored3) == {"finished": 4, "pending": 2}
 
 
 def test_a_reader_racing_the_databases_creation_waits_and_opens_it(tmp_path, monkeypatch):
@@ -143,14 +145,14 @@ def test_a_result_file_of_another_configuration_is_never_recorded(tiny_dict):
     # (the data moved while a job ran) must not be taken as this trial's.
     spec = parse_spec(tiny_dict)
     store = Store(spec, create=True)
-    item = store.prepare(retries=0)[0]
-    other = trial_config(spec, item).model_copy(update={"seed": 99})
+    item = store.prepare(plan(spec), retries=0)[0]
+    other = item.trial.config.model_copy(update={"seed": 99})
     write_result(
-        trial_dir(spec, item),
+        item.trial.out_dir,
         TrialResult(status="finished", final_error=1.0, epochs=1, config=other),
     )
-    _finish(store, spec, item, None)
-    [recorded] = [t for t in Store(spec, create=False).plan() if t.key == item.key]
+    _record_end(store, item, None)
+    [recorded] = [s for s in Store(spec, create=False).read(plan(spec)) if s.trial == item.trial]
     assert recorded.status == "failed"
     assert "result of another configuration" in recorded.record.user_attrs["message"]
 
@@ -163,11 +165,28 @@ def test_split_cores_never_oversubscribes():
     assert split_cores(10, 8, 16, gpus=2) == (2, 8)
 
 
+def test_every_executor_has_what_the_driver_asks_of_one(tiny_dict, tmp_path):
+    asked = set(Executor.__annotations__) | {
+        name for name, value in vars(Executor).items() if callable(value) and name[0] != "_"
+    }
+    assert {"jobs_outlive_driver", "settle", "submit", "poll", "close"} <= asked
+    slurm = SlurmExecutor(parse_spec(tiny_dict).executor.slurm, tmp_path, "tiny")
+    for executor in (InlineExecutor(), LocalExecutor(), slurm):
+        assert all(hasattr(executor, name) for name in asked), type(executor).__name__
+    assert slurm.jobs_outlive_driver and not LocalExecutor().jobs_outlive_driver
+
+
+def test_make_executor_builds_the_studys_kind_and_starts_nothing(tiny_dict):
+    local = make_executor(parse_spec(tiny_dict), workers=1)
+    assert isinstance(local, LocalExecutor) and local._pool is None  # no process until submit
+    local.close(cancel=True)
+    tiny_dict["executor"] = {"kind": "debug"}
+    assert isinstance(make_executor(parse_spec(tiny_dict)), InlineExecutor)
+
+
 def test_real_process_pool_runs_a_tiny_study(tiny_dict):
     spec = parse_spec(tiny_dict)
-    progress = run_study(
-        spec, lambda n: LocalLauncher(*split_cores(n, "auto", 2)), console=_quiet(), live=False
-    )
+    progress = run_study(spec, make_executor(spec), console=_quiet(), live=False)
     assert progress.ran == 4
     assert set(_finished_per_key(spec).values()) == {1} and len(_finished_per_key(spec)) == 4
 

@@ -15,12 +15,12 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from optbench.cli import app
-from optbench.launch.base import TrialJob
-from optbench.launch.local import InlineLauncher
+from optbench.executors.base import TrialJob
+from optbench.executors.local import InlineExecutor
 from optbench.launch.slurm import (
     ACTIVE_STATES,
     JobRecord,
-    SlurmLauncher,
+    SlurmExecutor,
     append_records,
     base_state,
     chunks,
@@ -31,7 +31,8 @@ from optbench.launch.slurm import (
     sbatch_parameters,
     settle_ended,
 )
-from optbench.runner import run_study, trial_job
+from optbench.plan import plan
+from optbench.runner import run_study
 from optbench.spec import SlurmSettings, SpecError, UsageError, parse_spec
 from optbench.store import Store
 from optbench.train.config import TrainConfig, TrialResult
@@ -114,12 +115,12 @@ def test_a_recorded_job_that_ended_without_a_result_is_reported_lost(tmp_path, m
     monkeypatch.setattr(
         "optbench.launch.slurm.sacct_states", lambda ids: dict.fromkeys(ids, "OUT_OF_MEMORY")
     )
-    launcher = SlurmLauncher(SlurmSettings(), tmp_path, "tiny")
-    launcher.submit([job])  # nothing new is submitted: the record matches
-    [event] = launcher.poll(0)
+    executor = SlurmExecutor(SlurmSettings(), tmp_path, "tiny")
+    executor.submit([job])  # nothing new is submitted: the record matches
+    [event] = executor.poll(0)
     assert event.kind == "lost" and "42_3 OUT_OF_MEMORY" in event.message
     assert "/logs/42_3.err" in event.message
-    assert launcher.submitted == 0 and launcher.reattached == 0
+    assert executor.submitted == 0 and executor.reattached == 0
     assert read_records(tmp_path)[job.key].ended == "OUT_OF_MEMORY"  # reported once
 
 
@@ -131,10 +132,10 @@ def test_a_job_whose_end_was_reported_is_resubmitted_as_a_new_attempt(tmp_path, 
         "optbench.launch.slurm.sacct_states", lambda ids: pytest.fail("no sacct needed")
     )
     submitted = []
-    monkeypatch.setattr(SlurmLauncher, "_submit_new", lambda self, jobs: submitted.extend(jobs))
-    launcher = SlurmLauncher(SlurmSettings(), tmp_path, "tiny")
-    launcher.submit([job])
-    assert submitted == [job] and launcher.poll(0) == []
+    monkeypatch.setattr(SlurmExecutor, "_submit_new", lambda self, jobs: submitted.extend(jobs))
+    executor = SlurmExecutor(SlurmSettings(), tmp_path, "tiny")
+    executor.submit([job])
+    assert submitted == [job] and executor.poll(0) == []
 
 
 def test_a_job_that_crashed_unwatched_keeps_its_message_and_is_retried_by_the_next_run(
@@ -146,8 +147,8 @@ def test_a_job_that_crashed_unwatched_keeps_its_message_and_is_retried_by_the_ne
     tiny_dict["models"] = tiny_dict["models"][:1]
     tiny_dict["search"]["n_samples"] = 1
     spec = parse_spec(tiny_dict)
-    [item] = Store(spec, create=True).prepare(retries=spec.executor.retries)
-    job = trial_job(spec, item)
+    [item] = Store(spec, create=True).prepare(plan(spec), retries=spec.executor.retries)
+    job = item.trial.job
     folder = spec.study_dir / "slurm"
     folder.mkdir(parents=True)
     append_records(
@@ -158,17 +159,15 @@ def test_a_job_that_crashed_unwatched_keeps_its_message_and_is_retried_by_the_ne
     monkeypatch.setattr(
         "optbench.launch.slurm.sacct_states", lambda ids: dict.fromkeys(ids, "FAILED")
     )
-    run_study(
-        spec,
-        lambda n: InlineLauncher(),
-        console=Console(file=io.StringIO()),
-        live=False,
-        settle=partial(settle_ended, folder),
-    )
+    executor = InlineExecutor()
+    executor.settle = partial(settle_ended, folder)  # SLURM's settle; the retry runs inline
+    run_study(spec, executor, console=Console(file=io.StringIO()), live=False)
 
-    [done] = Store(spec, create=False).plan()
+    [done] = Store(spec, create=False).read(plan(spec))
     assert done.status == "finished" and done.attempts == 2
-    study = optuna.load_study(study_name=f"{spec.name}/{done.cell_id}", storage=spec.storage_url)
+    study = optuna.load_study(
+        study_name=f"{spec.name}/{done.trial.cell_id}", storage=spec.storage_url
+    )
     first, second = study.trials
     assert first.user_attrs["status"] == "failed"
     assert first.user_attrs["message"] == "RuntimeError: boom"  # its own words, not "no result"

@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from optbench.checks import check_spec
 from optbench.cli import main
-from optbench.spec import SpecError, load_spec, parse_spec
+from optbench.errors import SpecError
+from optbench.spec import load_spec, parse_spec
 
 
 def _mutate(data: dict, path: str, value) -> dict:
@@ -41,8 +43,8 @@ def test_bad_spec_names_the_field(tiny_dict, path, value, needle):
     bad = _mutate(tiny_dict, path, value)
     if path == "search.sampler":
         bad["search"]["n_samples"] = 3
-    with pytest.raises(SpecError) as err:
-        parse_spec(bad, "study.yaml")
+    with pytest.raises(SpecError) as err:  # the schema, then what it names (models, dataset)
+        check_spec(parse_spec(bad, "study.yaml"), data=False, source="study.yaml")
     assert needle in str(err.value)
     assert "study.yaml" in str(err.value)
 
@@ -124,6 +126,7 @@ def test_cli_missing_study_file(run_cli, tmp_path):
 
 def test_quickstart_study_validates():
     spec = load_spec(Path(__file__).parent.parent / "studies" / "quickstart.yaml")
+    check_spec(spec, data=True)  # its models exist and its data (bundled digits) is here
     assert {"vit_p_w64_16px", "vit_c_w64_16px"} <= set(spec.models)
 
 
@@ -142,7 +145,7 @@ def test_good_sampler_needs_good_values_and_one_sample(tiny_dict):
     "path", sorted((Path(__file__).parent.parent / "studies").glob("*.yaml")), ids=lambda p: p.name
 )
 def test_every_bundled_study_validates_and_plans(path, run_cli, tmp_path):
-    spec = load_spec(path, check_data=False)
+    spec = load_spec(path)
     assert spec.name == path.stem
     code, err = run_cli(["run", str(path), "--dry-run"], tmp_path)
     assert code in (0, None), err
@@ -150,9 +153,7 @@ def test_every_bundled_study_validates_and_plans(path, run_cli, tmp_path):
 
 
 def test_paper_edf_study_is_faithful_to_table_4():
-    spec = load_spec(
-        Path(__file__).parent.parent / "studies" / "edf_adamw_4gf.yaml", check_data=False
-    )
+    spec = load_spec(Path(__file__).parent.parent / "studies" / "edf_adamw_4gf.yaml")
     assert spec.models == ["vit_p_4gf", "vit_c_4gf", "regnety_4gf"]
     assert (spec.search.n_samples, spec.epochs, spec.batch_size, spec.ref_batch) == (
         64,
@@ -163,3 +164,18 @@ def test_paper_edf_study_is_faithful_to_table_4():
     box = spec.search.bounds("vit_c_4gf", "adamw")
     assert box.lr == pytest.approx((1e-3 / 8, 4e-3)) and box.wd == pytest.approx((0.03, 0.96))
     assert spec.recipe.preset == "paper" and spec.recipe.mixup_alpha == 0.8
+
+
+def test_only_a_real_run_needs_the_data_folder(run_cli, tmp_path, tiny_dict):
+    data = _mutate(tiny_dict, "dataset", {"name": "cifar10", "root": str(tmp_path / "nowhere")})
+    data["output"] = "results"
+    (tmp_path / "away.yaml").write_text(yaml.safe_dump(data))
+    for command in (["status", "away.yaml"], ["run", "away.yaml", "--dry-run"]):
+        code, err = run_cli(command, tmp_path)
+        assert code in (0, None), err
+    code, err = run_cli(["report", "away.yaml", "--out", "reports"], tmp_path)
+    assert code in (0, None), err
+    assert (tmp_path / "reports" / "tiny" / "summary.json").is_file()
+    code, err = run_cli(["run", "away.yaml"], tmp_path)
+    assert code == 2 and "nowhere" in err
+    assert not (tmp_path / "results").exists()

@@ -195,6 +195,7 @@ STUDY = {  # a one-cell study on digits
 
 
 def test_a_study_picks_a_preset_and_overrides_keys(tmp_path):
+    from optbench.checks import check_spec
     from optbench.spec import SpecError, UsageError, parse_spec
 
     study = {**STUDY, "recipe": {"preset": "deit", "drop_path": 0.0}}
@@ -207,7 +208,9 @@ def test_a_study_picks_a_preset_and_overrides_keys(tmp_path):
     with pytest.raises(SpecError, match="recipe.*unknown key"):
         parse_spec({**study, "recipe": {"preset": "deit", "erasing": 0.1}})
     with pytest.raises(UsageError, match="cifar-10-batches-py is not a folder"):
-        parse_spec({**study, "dataset": {"name": "cifar10", "root": str(tmp_path)}})
+        check_spec(
+            parse_spec({**study, "dataset": {"name": "cifar10", "root": str(tmp_path)}}), data=True
+        )
 
 
 def test_ref_batch_defaults_to_the_presets_and_an_explicit_one_wins():

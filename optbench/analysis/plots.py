@@ -1,5 +1,6 @@
-"""The report's figures, drawn from precomputed data with matplotlib's object API (Agg, no
-pyplot state). Every function returns a new Figure; the caller saves it.
+"""The report's figures, drawn from precomputed data with matplotlib's object API (a `Figure`
+saves itself without pyplot, so the user's backend is left alone). Every function returns a new
+Figure; the caller saves it.
 
 Each data curve carries a legend label; helper lines (best values, zero lines) have labels that
 start with "_" so that legends, and tests, count only the data.
@@ -10,17 +11,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.ticker import LogLocator, NullFormatter
 
-matplotlib.use("Agg")
-
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.axes import Axes  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.ticker import LogLocator, NullFormatter  # noqa: E402
-
-from optbench.analysis.stats import Interval  # noqa: E402
+from optbench.analysis.stats import Interval
 
 PANEL_SIZE = (4.2, 3.2)
 OPTIMIZER_NAMES = {"adamw": "AdamW", "sgd": "SGD"}

@@ -1,6 +1,7 @@
-"""The report of one study: summary.json, trials.csv, figures (PNG + SVG) and one self-contained
-index.html, written into a folder. `write_report` is the entry point; `format_table` is the short
-table the CLI prints.
+"""The report of one study, assembled and written into a folder: summary.json, trials.csv, the
+figures (PNG + SVG) and index.html. `write_report` is the entry point. This module picks the
+sections, builds each one's figures and tables from the trials (tables.py, plots.py, stats.py)
+and writes the files; the numbers of summary.json come from summary.py, the page from page.py.
 
 Input is the store's trials table (one row per trial of the study as currently specified).
 Only "finished" and "diverged" rows are results; "failed" and "pending" rows make the report
@@ -10,15 +11,10 @@ Only "finished" and "diverged" rows are results; "failed" and "pending" rows mak
 from __future__ import annotations
 
 import base64
-import html
-import importlib
 import importlib.util
 import io
 import json
-import zlib
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, is_dataclass
-from itertools import combinations
 from pathlib import Path
 from typing import Any
 
@@ -27,17 +23,13 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from optbench.analysis import plots, stability
-from optbench.analysis.edf import (
-    AUC_MAX_POINTS,
-    FRAC_WITHIN_POINTS,
-    dtop1,
-    edf,
-    edf_auc,
-    frac_within,
-)
-from optbench.analysis.stats import N_BOOT, edf_band, frac_within_diff, good_range, ks_test
-from optbench.spec import StudySpec, UsageError, dump_spec
+from optbench.analysis import plots, tables
+from optbench.analysis.edf import dtop1, edf
+from optbench.analysis.page import Section, render_html
+from optbench.analysis.stats import N_BOOT, edf_band, good_range
+from optbench.analysis.summary import Options, summarize
+from optbench.errors import UsageError
+from optbench.spec import StudySpec
 
 FIGURES: tuple[str, ...] = ("edf", "length", "optimizer", "peak", "complexity", "curves")
 METRICS: tuple[str, ...] = ("final_error", "best_error")
@@ -56,20 +48,7 @@ CSV_FIRST_COLUMNS = [
 ]
 
 
-@dataclass(frozen=True)
-class Options:
-    """How the statistics are computed: bootstrap resamples and the seed they derive from."""
-
-    metric: str = "final_error"
-    n_boot: int = N_BOOT
-    seed: int = 0
-
-    def rng_seed(self, *key: object) -> list[int]:
-        """A seed per cell or pair: stable across runs and independent of table order."""
-        return [self.seed, zlib.crc32(repr(key).encode())]
-
-
-# --- ordering and per-cell arrays ----------------------------------------------------------
+# --- ordering ------------------------------------------------------------------------------
 
 
 def _ordered(trials: pd.DataFrame, spec: StudySpec) -> pd.DataFrame:
@@ -86,142 +65,7 @@ def _ordered(trials: pd.DataFrame, spec: StudySpec) -> pd.DataFrame:
     )
 
 
-def _panels(results: pd.DataFrame) -> list[tuple[tuple[str, int], pd.DataFrame]]:
-    return [
-        ((o, int(e)), group)
-        for (o, e), group in results.groupby(["optimizer", "epochs"], sort=False)
-    ]
-
-
-def _json_float(value: float) -> float | None:
-    return None if value is None or not np.isfinite(value) else float(value)
-
-
-# --- summary --------------------------------------------------------------------------------
-
-
-def summarize(study: str, trials: pd.DataFrame, options: Options = Options()) -> dict[str, Any]:
-    """The summary.json content: per cell counts, best/median error, frac_within, EDF area;
-    between the models of each (optimizer, epochs), a KS test and a bootstrap CI of the
-    difference in frac_within 4."""
-    results = stability.with_errors(trials, options.metric)
-    planned = trials.groupby(stability.CELL_KEYS, sort=False).size()
-    cells = []
-    for (model, optimizer, epochs), n_planned in planned.items():
-        cell = results[
-            (results["model"] == model)
-            & (results["optimizer"] == optimizer)
-            & (results["epochs"] == epochs)
-        ]
-        errors = cell["error"].to_numpy()
-        finite = errors[np.isfinite(errors)]
-        dtop = dtop1(errors)
-        cells.append(
-            {
-                "model": model,
-                "optimizer": optimizer,
-                "epochs": int(epochs),
-                "n": int(len(cell)),
-                "n_diverged": int((cell["status"] == "diverged").sum()),
-                "best_error": _json_float(finite.min()) if finite.size else None,
-                "median_error": _json_float(np.median(finite)) if finite.size else None,
-                "frac_within": frac_within(dtop),
-                "n_finished": int((cell["status"] == "finished").sum()),
-                "n_planned": int(n_planned),
-                f"auc_{int(AUC_MAX_POINTS)}": edf_auc(dtop),
-            }
-        )
-    n_results = int(len(results))
-    return {
-        "study": study,
-        "cells": cells,
-        "metric": options.metric,
-        "n_results": n_results,
-        "n_planned": int(len(trials)),
-        "partial": n_results < len(trials),
-        "status_counts": {k: int(v) for k, v in trials["status"].value_counts().items()},
-        "comparisons": _comparisons(results, options),
-    }
-
-
-def _comparisons(results: pd.DataFrame, options: Options) -> list[dict[str, Any]]:
-    rows = []
-    for (optimizer, epochs), panel in _panels(results):
-        by_model = {m: g["error"].to_numpy() for m, g in panel.groupby("model", sort=False)}
-        for model_a, model_b in combinations(by_model, 2):
-            errors_a, errors_b = by_model[model_a], by_model[model_b]
-            ks_stat, ks_p = ks_test(dtop1(errors_a), dtop1(errors_b))
-            diff = frac_within_diff(
-                errors_a,
-                errors_b,
-                points=4.0,
-                n_boot=options.n_boot,
-                seed=options.rng_seed(optimizer, epochs, model_a, model_b),
-            )
-            rows.append(
-                {
-                    "optimizer": optimizer,
-                    "epochs": epochs,
-                    "model_a": model_a,
-                    "model_b": model_b,
-                    "ks_statistic": ks_stat,
-                    "ks_pvalue": ks_p,
-                    "frac_within_4_diff": diff.estimate,
-                    "frac_within_4_diff_ci": [diff.low, diff.high],
-                }
-            )
-    return rows
-
-
-def format_table(summary: dict[str, Any]) -> str:
-    """A short fixed-width table of the summary's cells, for the terminal."""
-    header = ["model", "opt", "epochs", "n", "div", "best", "median", "<=1", "<=2", "<=4", "<=8"]
-    lines = []
-    for c in summary["cells"]:
-        fw = c["frac_within"]
-        lines.append(
-            [
-                c["model"],
-                c["optimizer"],
-                str(c["epochs"]),
-                str(c["n"]),
-                str(c["n_diverged"]),
-                _fmt(c["best_error"], ".2f"),
-                _fmt(c["median_error"], ".2f"),
-                *(_fmt(fw[str(k)], ".2f") for k in FRAC_WITHIN_POINTS),
-            ]
-        )
-    widths = [max(len(row[i]) for row in [header, *lines]) for i in range(len(header))]
-    text = [f"study {summary['study']} ({summary.get('metric', 'final_error')})"]
-    if summary.get("partial"):
-        text[0] += f"  partial: {summary['n_results']} of {summary['n_planned']} trials"
-    for row in [header, *lines]:
-        text.append(
-            "  ".join(
-                v.ljust(w) if i < 2 else v.rjust(w)
-                for i, (v, w) in enumerate(zip(row, widths, strict=True))
-            )
-        )
-    return "\n".join(text)
-
-
-def _fmt(value: float | None, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
-
-
 # --- sections: each returns figures, tables and notes for the page -------------------------
-
-
-@dataclass
-class Section:
-    """One part of the page. Figures are saved as <name>.png and <name>.svg."""
-
-    key: str
-    title: str
-    caption: str = ""
-    figures: list[tuple[str, Figure]] = field(default_factory=list)
-    tables: list[tuple[str, pd.DataFrame]] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
 
 
 def _edf_section(results: pd.DataFrame, colors: dict[str, str], options: Options) -> Section:
@@ -236,7 +80,7 @@ def _edf_section(results: pd.DataFrame, colors: dict[str, str], options: Options
     )
     xs = np.linspace(0.0, EDF_X_MAX, EDF_GRID)
     dtop_panels, raw_panels, scatter_panels = [], [], []
-    for (optimizer, epochs), panel in _panels(results):
+    for (optimizer, epochs), panel in tables.panels(results):
         dtop_curves, raw_curves, series = [], [], []
         finite_all = panel["error"][np.isfinite(panel["error"])]
         raw_xs = (
@@ -294,7 +138,7 @@ def _length_section(best: pd.DataFrame, colors: dict[str, str]) -> Section:
         "dtop-1 of each schedule length against the longest schedule with a finished result, "
         "per model and optimizer; a cell's error is its best error over the sampled (lr, wd).",
     )
-    length = stability.length_stability(best)
+    length = tables.length_stability(best)
     if length.empty:
         section.notes.append(
             "Skipped: needs at least two schedule lengths with finished trials for some model."
@@ -316,11 +160,11 @@ def _optimizer_section(best: pd.DataFrame) -> Section:
     if not {"adamw", "sgd"} <= set(best["optimizer"]):
         section.notes.append("Skipped: needs both AdamW and SGD trials.")
         return section
-    table = stability.optimizer_stability(best)
+    table = tables.optimizer_stability(best)
     if table.empty:
         section.notes.append("Skipped: no finished trials.")
         return section
-    gaps = stability.optimizer_gaps(table)
+    gaps = tables.optimizer_gaps(table)
     section.figures.append(("optimizer", plots.plot_optimizer(table, gaps)))
     section.tables.append(("SGD - AdamW gap (points)", gaps))
     substituted = table[table["substituted"]]
@@ -333,7 +177,7 @@ def _peak_section(best: pd.DataFrame) -> Section:
     section = Section(
         "peak", "Peak error (Table 2)", "Best error (%) per model, optimizer and schedule length."
     )
-    table = stability.peak_table(best)
+    table = tables.peak_table(best)
     if table.isna().all().all():
         section.notes.append("Skipped: no finished trials.")
     else:
@@ -350,22 +194,15 @@ def _complexity_section(
         "flops (multiply-adds), params and activations for one forward pass at the study's input "
         "size; s/epoch and images/s are medians over this study's finished trials (this machine).",
     )
-    try:
-        complexity = importlib.import_module("optbench.models.complexity")
-    except ImportError:
-        section.notes.append(
-            "Omitted: optbench.models.complexity is not available in this install."
-        )
-        return section
+    from optbench.models.complexity import model_complexity  # torch and timm: only when asked
+
     num_classes, in_chans, img_size = data_shape or _dataset_shape(spec)
     rows = []
     finished = results[results["status"] == "finished"]
     for model in spec.models:
         try:
-            measured = _as_dict(
-                complexity.model_complexity(
-                    model, num_classes=num_classes, in_chans=in_chans, img_size=img_size
-                )
+            measured = model_complexity(
+                model, num_classes=num_classes, in_chans=in_chans, img_size=img_size
             )
         except Exception as err:  # one unmeasurable model must not sink the page
             section.notes.append(f"{model}: complexity not measured ({type(err).__name__}: {err})")
@@ -391,16 +228,6 @@ def _complexity_section(
     return section
 
 
-def _as_dict(value: Any) -> dict[str, Any]:
-    if isinstance(value, dict):
-        return dict(value)
-    if is_dataclass(value):
-        return asdict(value)
-    if hasattr(value, "model_dump"):
-        return value.model_dump()
-    return dict(vars(value))
-
-
 def _dataset_shape(spec: StudySpec) -> tuple[int, int, int]:
     """(num_classes, in_chans, img_size) of the study's dataset."""
     from optbench.train.data import dataset_info
@@ -416,12 +243,12 @@ def _curves_section(results: pd.DataFrame, colors: dict[str, str]) -> Section:
         "Validation error per epoch of the best (solid), median (dashed) and worst (dotted) "
         "finished trial of each cell.",
     )
-    picks = stability.curve_picks(results)
+    picks = tables.curve_picks(results)
     if picks.empty:
         section.notes.append("Skipped: no finished trial recorded per-epoch metrics.")
         return section
     panels = []
-    for (optimizer, epochs), panel in _panels(picks):
+    for (optimizer, epochs), panel in tables.panels(picks):
         curves = []
         for _, row in panel.iterrows():
             metrics = pd.DataFrame(row["metrics"])
@@ -472,19 +299,20 @@ def build_sections(
     spec: StudySpec,
     trials: pd.DataFrame,
     figures: set[str] | None = None,
-    options: Options = Options(),
+    options: Options | None = None,
     data_shape: tuple[int, int, int] | None = None,
 ) -> list[Section]:
     """The page's sections (figures still in memory), in FIGURES order. `trials` must already be
     in spec order (see write_report)."""
+    options = options or Options()
     wanted = set(FIGURES) if figures is None else set(figures)
-    results = stability.with_errors(trials, options.metric)
+    results = tables.with_errors(trials, options.metric)
     if results.empty:
         empty = Section("results", "Results")
         empty.notes.append("No finished or diverged trial yet: no figure or table.")
         return [empty]
     colors = plots.model_colors(list(dict.fromkeys([*spec.models, *trials["model"]])))
-    best = stability.best_by_cell(results)
+    best = tables.best_by_cell(results)
     builders: dict[str, Callable[[], Section]] = {
         "edf": lambda: _edf_section(results, colors, options),
         "length": lambda: _length_section(best, colors),
@@ -533,110 +361,3 @@ def write_report(
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n")
     (out_dir / "index.html").write_text(render_html(spec, summary, sections, images))
     return summary
-
-
-# --- the page -------------------------------------------------------------------------------
-
-_CSS = """
-body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
-table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:.9em}
-td,th{border:1px solid #ccc;padding:.2em .6em;text-align:right}
-th{background:#f3f3f3} img{max-width:100%} .note{color:#8a5300}
-.partial{background:#fff3cd;border:1px solid #e0c36c;padding:.5em 1em;font-weight:bold}
-pre{background:#f6f6f6;padding:1em;overflow-x:auto;font-size:.85em}
-"""
-
-
-def _number(value: float) -> str:
-    """Errors and fractions with two decimals; tiny p-values and big counts (flops) in 3 digits."""
-    if value != 0 and (abs(value) < 0.01 or abs(value) >= 1e5):
-        return f"{value:.3g}"
-    return f"{value:.2f}"
-
-
-def _table_html(frame: pd.DataFrame) -> str:
-    show_index = not isinstance(frame.index, pd.RangeIndex)  # keep meaningful row labels only
-    return frame.to_html(float_format=_number, na_rep="-", border=0, index=show_index)
-
-
-def _summary_frames(summary: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    auc_key = f"auc_{int(AUC_MAX_POINTS)}"
-    cells = pd.DataFrame(
-        [
-            {
-                "model": c["model"],
-                "optimizer": c["optimizer"],
-                "epochs": c["epochs"],
-                "n": c["n"],
-                "of planned": c["n_planned"],
-                "diverged": c["n_diverged"],
-                "best": c["best_error"],
-                "median": c["median_error"],
-                **{f"within {k}": c["frac_within"][str(k)] for k in FRAC_WITHIN_POINTS},
-                f"EDF area to {int(AUC_MAX_POINTS)}": c[auc_key],
-            }
-            for c in summary["cells"]
-        ]
-    )
-    comparisons = pd.DataFrame(
-        [
-            {
-                "optimizer": c["optimizer"],
-                "epochs": c["epochs"],
-                "model a": c["model_a"],
-                "model b": c["model_b"],
-                "KS D": c["ks_statistic"],
-                "KS p": c["ks_pvalue"],
-                "within 4: a - b": c["frac_within_4_diff"],
-                "95% CI": "[{:.2f}, {:.2f}]".format(*c["frac_within_4_diff_ci"]),
-            }
-            for c in summary["comparisons"]
-        ]
-    )
-    return cells, comparisons
-
-
-def render_html(
-    spec: StudySpec, summary: dict[str, Any], sections: list[Section], images: dict[str, str]
-) -> str:
-    """One self-contained page: figures as base64 PNG, every table, the spec, the trial counts."""
-    esc = html.escape
-    parts = [
-        "<!doctype html><html><head><meta charset='utf-8'>",
-        f"<title>optbench report: {esc(spec.name)}</title><style>{_CSS}</style></head><body>",
-        f"<h1>Study {esc(spec.name)}</h1>",
-        f"<p>{summary['n_results']} of {summary['n_planned']} trials have a result "
-        f"(finished or diverged); errors are top-1 {esc(summary['metric'])} in percent. By status: "
-        + ", ".join(f"{esc(k)} {v}" for k, v in summary["status_counts"].items())
-        + ".</p>",
-    ]
-    if summary["partial"]:
-        parts.append(
-            f"<p class='partial'>partial: {summary['n_results']} of {summary['n_planned']} trials</p>"
-        )
-    cells, comparisons = _summary_frames(summary)
-    parts += [
-        "<h2>Summary per cell</h2>",
-        _table_html(cells) if not cells.empty else "<p>No cells.</p>",
-    ]
-    parts.append(
-        "<h2>Between models (KS test on dtop-1; bootstrap CI of the difference in fraction within 4 points)</h2>"
-    )
-    parts.append(
-        _table_html(comparisons)
-        if not comparisons.empty
-        else "<p class='note'>Fewer than two models with results per cell: no comparison.</p>"
-    )
-    for section in sections:
-        parts.append(f"<h2 id='{section.key}'>{esc(section.title)}</h2>")
-        if section.caption and (section.figures or section.tables):
-            parts.append(f"<p>{esc(section.caption)}</p>")
-        for name, _ in section.figures:
-            parts.append(
-                f"<figure><img alt='{name}' src='data:image/png;base64,{images[name]}'><figcaption>{name}.png</figcaption></figure>"
-            )
-        for title, table in section.tables:
-            parts += [f"<h3>{esc(title)}</h3>", _table_html(table)]
-        parts += [f"<p class='note'>{esc(note)}</p>" for note in section.notes]
-    parts += ["<h2>Study spec</h2>", f"<pre>{esc(dump_spec(spec))}</pre>", "</body></html>"]
-    return "\n".join(parts)

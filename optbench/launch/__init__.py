@@ -1,1 +1,1 @@
-"""Executors that run a study's pending trials: a local process pool (local.py); SLURM later."""
+"""The SLURM executor (slurm.py); the other executors and their protocol are in optbench.executors."""

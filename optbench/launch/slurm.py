@@ -34,8 +34,9 @@ from pathlib import Path
 
 import submitit
 
-from optbench.launch.base import JobEvent, TrialJob
-from optbench.spec import SlurmSettings, StudySpec, UsageError
+from optbench.errors import UsageError
+from optbench.executors.base import JobEvent, TrialJob
+from optbench.spec import SlurmSettings, StudySpec
 from optbench.train.config import TrainConfig
 from optbench.train.results import read_result
 
@@ -247,7 +248,7 @@ def settle_ended(folder: Path, jobs: Sequence[TrialJob]) -> list[JobEvent]:
     ]
 
 
-# --- the launcher --------------------------------------------------------------------------
+# --- the executor --------------------------------------------------------------------------
 
 
 @dataclass
@@ -258,15 +259,14 @@ class _Tracked:
     running: bool = False
 
 
-class SlurmLauncher:
-    """The SLURM executor behind `optbench run` (see optbench.launch.base.Launcher)."""
+class SlurmExecutor:
+    """The SLURM executor behind `optbench run` (see optbench.executors.base.Executor)."""
 
     jobs_outlive_driver = True  # the driver may detach (Ctrl-C, --detach); a later run reattaches
 
     def __init__(self, settings: SlurmSettings, folder: Path, job_name: str):
         self.settings = settings
         self.folder = Path(folder).resolve()
-        self.workers = settings.array_parallelism  # trials that may run at once (ETA display)
         self.job_name = job_name
         self._tracked: dict[str, _Tracked] = {}  # trial key -> its job
         self._events: list[JobEvent] = []
@@ -281,7 +281,10 @@ class SlurmLauncher:
         executor.update_parameters(**sbatch_parameters(self.settings, self.job_name))
         return executor
 
-    def submit(self, jobs: Sequence[TrialJob]) -> None:
+    def settle(self, jobs: Sequence[TrialJob]) -> list[JobEvent]:
+        return settle_ended(self.folder, jobs)
+
+    def submit(self, jobs: Sequence[TrialJob]) -> str:
         """Reattach trials whose recorded job is still queued or running; report those whose
         recorded job has ended since `settle_ended` looked; submit the rest as job arrays."""
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -299,6 +302,7 @@ class SlurmLauncher:
             else:  # ended a moment ago: report it honestly; the next run retries a failure
                 self._events.append(end_event(self.folder, job, rec, state))
         self._submit_new(fresh)
+        return f"SLURM; jobs and logs in {self.folder}"
 
     def _submit_new(self, jobs: Sequence[TrialJob]) -> None:
         if not jobs:
@@ -369,10 +373,6 @@ class SlurmLauncher:
 def job_folder(spec: StudySpec) -> Path:
     """Where a study's job scripts, logs and jobs.jsonl live (a shared file system)."""
     return spec.executor.slurm.folder or spec.study_dir / "slurm"
-
-
-def launcher_for(spec: StudySpec) -> SlurmLauncher:
-    return SlurmLauncher(spec.executor.slurm, job_folder(spec), spec.name)
 
 
 def cancel_study_jobs(folder: Path) -> list[str]:

@@ -15,9 +15,9 @@ import timm
 import torch
 from torch import nn
 
+from optbench.errors import UsageError
 from optbench.models import create_model, dhvt, regnet, stem_ablation, vit
 from optbench.models.complexity import model_complexity
-from optbench.spec import UsageError
 
 
 def zoo_models() -> list[str]:

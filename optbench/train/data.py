@@ -44,7 +44,8 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader
 from torch.utils.data import Dataset as TorchDataset
 
-from optbench.spec import Dataset, Recipe, UsageError
+from optbench.errors import UsageError
+from optbench.spec import Dataset, Recipe
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)

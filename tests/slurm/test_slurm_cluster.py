@@ -20,17 +20,16 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from optbench.cli import app
-from optbench.launch.base import TrialJob
+from optbench.executors import make_executor
 from optbench.launch.slurm import (
     ACTIVE_STATES,
     followed_jobs,
     job_folder,
-    launcher_for,
     read_records,
     sacct_states,
-    settle_ended,
 )
-from optbench.runner import run_study, trial_config, trial_dir
+from optbench.plan import plan
+from optbench.runner import run_study
 from optbench.spec import StudySpec, load_spec, parse_spec
 from optbench.store import Store
 from optbench.train.loop import run_trial
@@ -55,10 +54,9 @@ def _spec(tiny: dict, **kw) -> StudySpec:
 def _run(spec: StudySpec):  # what `optbench run` does with executor slurm
     return run_study(
         spec,
-        lambda n: launcher_for(spec),
+        make_executor(spec),
         console=Console(file=open(os.devnull, "w")),  # noqa: SIM115
         live=False,
-        settle=lambda jobs: settle_ended(job_folder(spec), jobs),
     )
 
 
@@ -87,7 +85,7 @@ def test_array_of_2_models_x_3_samples_completes_split_by_max_array_size(tiny_di
     spec = _spec(tiny_dict, models=2, samples=3, trials_per_job=2)  # 6 trials in 3 jobs
     _run(spec)
 
-    frame = Store(spec, create=False).frame()
+    frame = Store(spec, create=False).frame(plan(spec))
     assert len(frame) == 6 and (frame.status == "finished").all()
     assert frame.final_error.between(0, 100).all()
     records = read_records(job_folder(spec))
@@ -103,8 +101,8 @@ def test_array_of_2_models_x_3_samples_completes_split_by_max_array_size(tiny_di
 
 def test_a_job_killed_mid_trial_fails_honestly_and_the_next_run_resubmits_it(tiny_dict):
     spec = _spec(tiny_dict, models=1, epochs=3)
-    [item] = Store(spec, create=False).plan()
-    out_dir = trial_dir(spec, item)
+    [trial] = plan(spec)
+    out_dir = trial.out_dir
     killed = []
 
     def kill_the_trial_process():
@@ -125,14 +123,14 @@ def test_a_job_killed_mid_trial_fails_honestly_and_the_next_run_resubmits_it(tin
     _run(spec)
     killer.join()
 
-    [failed] = Store(spec, create=False).plan()
+    [failed] = Store(spec, create=False).read(plan(spec))
     assert killed and failed.status == "failed"
     message = failed.record.user_attrs["message"]
     assert f"SLURM job {killed[0]} FAILED" in message and "log: " in message
     assert Path(message.split("log: ")[1]).is_file()
 
     _run(spec)  # the next run resubmits the unfinished trial
-    [done] = Store(spec, create=False).plan()
+    [done] = Store(spec, create=False).read(plan(spec))
     assert done.status == "finished" and done.attempts == 2
     [rec] = read_records(job_folder(spec)).values()
     assert rec.job_id != killed[0]
@@ -150,12 +148,11 @@ def test_an_interrupted_job_requeues_resumes_and_ends_like_an_uninterrupted_tria
     tiny_dict, tmp_path, interrupt
 ):
     spec = _spec(tiny_dict, models=1, epochs=3)
-    [item] = Store(spec, create=False).plan()
-    out_dir = trial_dir(spec, item)
-    config = trial_config(spec, item)
-    launcher = launcher_for(spec)
-    launcher.submit([TrialJob(item.key, config, out_dir)])
-    [job_id] = launcher.job_ids()
+    [trial] = plan(spec)
+    out_dir, config = trial.out_dir, trial.config
+    executor = make_executor(spec)
+    executor.submit([trial.job])
+    [job_id] = executor.job_ids()
 
     _wait_for("the first epoch", lambda: _epochs_logged(out_dir) >= 1)
     first_epoch = (out_dir / METRICS_FILE).read_text().splitlines()[0]
@@ -163,7 +160,7 @@ def test_an_interrupted_job_requeues_resumes_and_ends_like_an_uninterrupted_tria
     reference = run_trial(config, tmp_path / "uninterrupted")  # meanwhile, on this process
     ended = _wait_for(
         "the requeued job to end",
-        lambda: [e for e in launcher.poll(1.0) if e.kind != "running"],
+        lambda: [e for e in executor.poll(1.0) if e.kind != "running"],
         timeout=240,
     )
 
@@ -189,7 +186,7 @@ def test_a_gpu_request_is_scheduled_on_the_clusters_gpus(tiny_dict, slurm_cluste
         text=True,
     ).stdout
     assert "gres/gpu=1" in tres
-    assert Store(spec, create=False).plan()[0].status == "finished"
+    assert Store(spec, create=False).read(plan(spec))[0].status == "finished"
 
 
 def test_detach_status_reattach_and_cancel(tiny_dict, tmp_path):
@@ -204,10 +201,8 @@ def test_detach_status_reattach_and_cancel(tiny_dict, tmp_path):
     assert len(read_records(job_folder(spec))) == 2
     assert "SLURM: trials not recorded yet: 2 " in cli.invoke(app, ["status", str(study)]).output
 
-    plan = Store(spec, create=False).plan()
-    jobs = [TrialJob(t.key, trial_config(spec, t), trial_dir(spec, t)) for t in plan]
-    follower = launcher_for(spec)  # what the next `optbench run` does first
-    follower.submit(jobs)
+    follower = make_executor(spec)  # what the next `optbench run` does first
+    follower.submit([t.job for t in plan(spec)])
     assert (follower.submitted, follower.reattached) == (0, 2)
     assert len(read_records(job_folder(spec))) == 2
 
@@ -219,10 +214,11 @@ def test_detach_status_reattach_and_cancel(tiny_dict, tmp_path):
     follow = cli.invoke(app, ["run", str(study)])
     assert follow.exit_code == 0, follow.output
     assert "recorded 2 trial(s) whose job ended while no run followed" in follow.output
-    for item in Store(spec, create=False).plan():
+    for item in Store(spec, create=False).read(plan(spec)):
         assert item.status == "finished" and item.attempts == 2
-        cell = optuna.load_study(study_name=f"{spec.name}/{item.cell_id}", storage=spec.storage_url)
-        [first] = [t for t in cell.trials if t.user_attrs["key"] == item.key][:1]
+        name = f"{spec.name}/{item.trial.cell_id}"
+        cell = optuna.load_study(study_name=name, storage=spec.storage_url)
+        [first] = [t for t in cell.trials if t.user_attrs["key"] == item.trial.key][:1]
         assert first.user_attrs["status"] == "failed" and "CANCELLED" in first.user_attrs["message"]
 
 
@@ -230,6 +226,6 @@ def test_a_2_task_job_trains_one_trial_with_ddp_on_cpu(tiny_dict):
     spec = _spec(tiny_dict, models=1, tasks_per_node=2)
     _run(spec)
 
-    [item] = Store(spec, create=False).plan()
+    [item] = Store(spec, create=False).read(plan(spec))
     assert item.status == "finished"
-    assert read_result(trial_dir(spec, item)).world_size == 2
+    assert read_result(item.trial.out_dir).world_size == 2

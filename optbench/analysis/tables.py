@@ -1,6 +1,7 @@
-"""Cell-level tables from a trials table: the best error of each (model, optimizer, epochs) cell,
-training-length stability (Fig 2), optimizer stability (Fig 3), the peak table (Table 2) and the
-trials whose curves are drawn.
+"""Tables from a trials table: its result rows, its panels (one per optimizer and schedule
+length), the best error of each (model, optimizer, epochs) cell, training-length stability
+(Fig 2), optimizer stability (Fig 3), the peak table (Table 2) and the trials whose curves are
+drawn.
 
 A cell's error is its best error over finished trials (min over the sampled (lr, wd) pairs), the
 study analogue of the paper's single well-tuned run. Functions keep the row order they are given.
@@ -22,6 +23,14 @@ def with_errors(trials: pd.DataFrame, metric: str = "final_error") -> pd.DataFra
     results = trials[trials["status"].isin(RESULT_STATUSES)].copy()
     results["error"] = trial_errors(results["status"].to_numpy(), results[metric].to_numpy())
     return results
+
+
+def panels(results: pd.DataFrame) -> list[tuple[tuple[str, int], pd.DataFrame]]:
+    """((optimizer, epochs), rows) for each panel of the figures, in the rows' order."""
+    return [
+        ((o, int(e)), group)
+        for (o, e), group in results.groupby(["optimizer", "epochs"], sort=False)
+    ]
 
 
 def best_by_cell(results: pd.DataFrame) -> pd.DataFrame:

@@ -18,7 +18,7 @@ from optbench.train.config import TrainConfig
 
 @dataclass(frozen=True)
 class TrialJob:
-    key: str  # the trial's stable id: "<cell id>/s<sample>-seed<seed>"
+    key: str  # the trial's stable id (plan.Trial.key)
     config: TrainConfig
     out_dir: Path
 
@@ -30,9 +30,19 @@ class JobEvent:
     message: str | None = None
 
 
-class Launcher(Protocol):
-    def submit(self, jobs: Sequence[TrialJob]) -> None:
-        """Start running `jobs` (returns without waiting for them)."""
+class Executor(Protocol):
+    """Everything the driver (runner.run_study) asks of an executor."""
+
+    # True where jobs keep running when the driver stops (SLURM): Ctrl-C and --detach then leave
+    # them running, and the next run follows them again. False: stopping the driver stops them.
+    jobs_outlive_driver: bool
+
+    def settle(self, jobs: Sequence[TrialJob]) -> list[JobEvent]:
+        """End events of those of `jobs` whose job ended while no driver followed it; the driver
+        records them before it runs anything. None where jobs die with the driver."""
+
+    def submit(self, jobs: Sequence[TrialJob]) -> str:
+        """Start running `jobs` (returns without waiting for them); says where, for the user."""
 
     def poll(self, timeout: float) -> list[JobEvent]:
         """Events since the last poll, waiting up to `timeout` seconds for at least one."""

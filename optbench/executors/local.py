@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
-from optbench.launch.base import JobEvent, TrialJob
+from optbench.executors.base import JobEvent, TrialJob
 
 
 def usable_cores() -> int:
@@ -58,26 +58,44 @@ def run_job(job: TrialJob) -> str:
     return run_trial(job.config, job.out_dir, device, resume=True, distributed=False).status
 
 
-class LocalLauncher:
-    """A process pool on this machine (`gpus` > 0: one GPU per worker)."""
+def _start_pool(workers: int, threads: int, gpus: int) -> ProcessPoolExecutor:
+    ctx = multiprocessing.get_context("spawn")
+    gpu_ids = None
+    if gpus:
+        gpu_ids = ctx.Queue()
+        for i in range(workers):
+            gpu_ids.put(i)
+    return ProcessPoolExecutor(
+        workers, mp_context=ctx, initializer=_init_worker, initargs=(threads, gpu_ids)
+    )
 
-    def __init__(self, workers: int, threads: int, gpus: int = 0):
-        self.workers, self.threads = workers, threads
-        ctx = multiprocessing.get_context("spawn")
-        gpu_ids = None
-        if gpus:
-            gpu_ids = ctx.Queue()
-            for i in range(workers):
-                gpu_ids.put(i)
-        self._pool = ProcessPoolExecutor(
-            workers, mp_context=ctx, initializer=_init_worker, initargs=(threads, gpu_ids)
-        )
+
+class LocalExecutor:
+    """A process pool on this machine, sized when jobs are submitted: one worker per core, or
+    one per GPU where there are GPUs, unless `workers` says how many."""
+
+    jobs_outlive_driver = False
+
+    def __init__(self, workers: int | str = "auto"):
+        self._workers = workers
+        self._pool: ProcessPoolExecutor | None = None
         self._futures: dict[Future, TrialJob] = {}
         self._seen_running: set[str] = set()
 
-    def submit(self, jobs: Sequence[TrialJob]) -> None:
+    def settle(self, jobs: Sequence[TrialJob]) -> list[JobEvent]:
+        return []  # workers die with the driver
+
+    def submit(self, jobs: Sequence[TrialJob]) -> str:
+        if self._pool is None:  # sized for the first batch of jobs
+            import torch
+
+            gpus = torch.cuda.device_count()
+            n, threads = split_cores(len(jobs), self._workers, usable_cores(), gpus)
+            self._pool = _start_pool(n, threads, gpus)
+            self._where = f"{n} GPU worker(s)" if gpus else f"{n} worker(s) x {threads} thread(s)"
         for job in jobs:
             self._futures[self._pool.submit(run_job, job)] = job
+        return self._where
 
     def poll(self, timeout: float) -> list[JobEvent]:
         done, _ = wait(self._futures, timeout=timeout, return_when=FIRST_COMPLETED)
@@ -98,6 +116,8 @@ class LocalLauncher:
         return events
 
     def close(self, cancel: bool) -> None:
+        if self._pool is None:
+            return
         if cancel:
             # ProcessPoolExecutor cannot stop a running task; terminating its workers is the
             # only way (Python 3.14 adds terminate_workers() for exactly this).
@@ -106,14 +126,20 @@ class LocalLauncher:
         self._pool.shutdown(wait=True, cancel_futures=cancel)
 
 
-class InlineLauncher:
+class InlineExecutor:
     """Runs each job in this process when polled (the `debug` executor: breakpoints work)."""
+
+    jobs_outlive_driver = False
 
     def __init__(self) -> None:
         self._queue: list[TrialJob] = []
 
-    def submit(self, jobs: Sequence[TrialJob]) -> None:
+    def settle(self, jobs: Sequence[TrialJob]) -> list[JobEvent]:
+        return []  # jobs run inside the driver
+
+    def submit(self, jobs: Sequence[TrialJob]) -> str:
         self._queue.extend(jobs)
+        return "this process, one by one (debug)"
 
     def poll(self, timeout: float) -> list[JobEvent]:
         if not self._queue:

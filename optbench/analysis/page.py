@@ -1,0 +1,132 @@
+"""The report's HTML page: one self-contained index.html (figures as base64 PNG, every table,
+the study spec, the trial counts). `Section` is one part of the page, as report.py assembles it.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from optbench.analysis.edf import AUC_MAX_POINTS, FRAC_WITHIN_POINTS
+from optbench.spec import StudySpec, dump_spec
+
+
+@dataclass
+class Section:
+    """One part of the page. Figures are saved as <name>.png and <name>.svg."""
+
+    key: str
+    title: str
+    caption: str = ""
+    figures: list[tuple[str, Figure]] = field(default_factory=list)
+    tables: list[tuple[str, pd.DataFrame]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+_CSS = """
+body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:.9em}
+td,th{border:1px solid #ccc;padding:.2em .6em;text-align:right}
+th{background:#f3f3f3} img{max-width:100%} .note{color:#8a5300}
+.partial{background:#fff3cd;border:1px solid #e0c36c;padding:.5em 1em;font-weight:bold}
+pre{background:#f6f6f6;padding:1em;overflow-x:auto;font-size:.85em}
+"""
+
+
+def _number(value: float) -> str:
+    """Errors and fractions with two decimals; tiny p-values and big counts (flops) in 3 digits."""
+    if value != 0 and (abs(value) < 0.01 or abs(value) >= 1e5):
+        return f"{value:.3g}"
+    return f"{value:.2f}"
+
+
+def _table_html(frame: pd.DataFrame) -> str:
+    show_index = not isinstance(frame.index, pd.RangeIndex)  # keep meaningful row labels only
+    return frame.to_html(float_format=_number, na_rep="-", border=0, index=show_index)
+
+
+def _summary_frames(summary: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    auc_key = f"auc_{int(AUC_MAX_POINTS)}"
+    cells = pd.DataFrame(
+        [
+            {
+                "model": c["model"],
+                "optimizer": c["optimizer"],
+                "epochs": c["epochs"],
+                "n": c["n"],
+                "of planned": c["n_planned"],
+                "diverged": c["n_diverged"],
+                "best": c["best_error"],
+                "median": c["median_error"],
+                **{f"within {k}": c["frac_within"][str(k)] for k in FRAC_WITHIN_POINTS},
+                f"EDF area to {int(AUC_MAX_POINTS)}": c[auc_key],
+            }
+            for c in summary["cells"]
+        ]
+    )
+    comparisons = pd.DataFrame(
+        [
+            {
+                "optimizer": c["optimizer"],
+                "epochs": c["epochs"],
+                "model a": c["model_a"],
+                "model b": c["model_b"],
+                "KS D": c["ks_statistic"],
+                "KS p": c["ks_pvalue"],
+                "within 4: a - b": c["frac_within_4_diff"],
+                "95% CI": "[{:.2f}, {:.2f}]".format(*c["frac_within_4_diff_ci"]),
+            }
+            for c in summary["comparisons"]
+        ]
+    )
+    return cells, comparisons
+
+
+def render_html(
+    spec: StudySpec, summary: dict[str, Any], sections: list[Section], images: dict[str, str]
+) -> str:
+    """One self-contained page: figures as base64 PNG, every table, the spec, the trial counts."""
+    esc = html.escape
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<title>optbench report: {esc(spec.name)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>Study {esc(spec.name)}</h1>",
+        f"<p>{summary['n_results']} of {summary['n_planned']} trials have a result "
+        f"(finished or diverged); errors are top-1 {esc(summary['metric'])} in percent. By status: "
+        + ", ".join(f"{esc(k)} {v}" for k, v in summary["status_counts"].items())
+        + ".</p>",
+    ]
+    if summary["partial"]:
+        parts.append(
+            f"<p class='partial'>partial: {summary['n_results']} of {summary['n_planned']} trials</p>"
+        )
+    cells, comparisons = _summary_frames(summary)
+    parts += [
+        "<h2>Summary per cell</h2>",
+        _table_html(cells) if not cells.empty else "<p>No cells.</p>",
+    ]
+    parts.append(
+        "<h2>Between models (KS test on dtop-1; bootstrap CI of the difference in fraction within 4 points)</h2>"
+    )
+    parts.append(
+        _table_html(comparisons)
+        if not comparisons.empty
+        else "<p class='note'>Fewer than two models with results per cell: no comparison.</p>"
+    )
+    for section in sections:
+        parts.append(f"<h2 id='{section.key}'>{esc(section.title)}</h2>")
+        if section.caption and (section.figures or section.tables):
+            parts.append(f"<p>{esc(section.caption)}</p>")
+        for name, _ in section.figures:
+            parts.append(
+                f"<figure><img alt='{name}' src='data:image/png;base64,{images[name]}'><figcaption>{name}.png</figcaption></figure>"
+            )
+        for title, table in section.tables:
+            parts += [f"<h3>{esc(title)}</h3>", _table_html(table)]
+        parts += [f"<p class='note'>{esc(note)}</p>" for note in section.notes]
+    parts += ["<h2>Study spec</h2>", f"<pre>{esc(dump_spec(spec))}</pre>", "</body></html>"]
+    return "\n".join(parts)

@@ -1,0 +1,145 @@
+"""The summary statistics of one study (summary.json): per cell counts, best and median error,
+fraction within x points and EDF area; between the models of each panel, a KS test and a
+bootstrap CI of the difference in fraction within 4 points. `format_table` prints the cells
+for the terminal.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from itertools import combinations
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from optbench.analysis import tables
+from optbench.analysis.edf import AUC_MAX_POINTS, FRAC_WITHIN_POINTS, dtop1, edf_auc, frac_within
+from optbench.analysis.stats import N_BOOT, frac_within_diff, ks_test
+
+
+@dataclass(frozen=True)
+class Options:
+    """How the statistics are computed: bootstrap resamples and the seed they derive from."""
+
+    metric: str = "final_error"
+    n_boot: int = N_BOOT
+    seed: int = 0
+
+    def rng_seed(self, *key: object) -> list[int]:
+        """A seed per cell or pair: stable across runs and independent of table order."""
+        return [self.seed, zlib.crc32(repr(key).encode())]
+
+
+def _json_float(value: float) -> float | None:
+    return None if value is None or not np.isfinite(value) else float(value)
+
+
+def summarize(study: str, trials: pd.DataFrame, options: Options = Options()) -> dict[str, Any]:
+    """The summary.json content: per cell counts, best/median error, frac_within, EDF area;
+    between the models of each (optimizer, epochs), a KS test and a bootstrap CI of the
+    difference in frac_within 4."""
+    results = tables.with_errors(trials, options.metric)
+    planned = trials.groupby(tables.CELL_KEYS, sort=False).size()
+    cells = []
+    for (model, optimizer, epochs), n_planned in planned.items():
+        cell = results[
+            (results["model"] == model)
+            & (results["optimizer"] == optimizer)
+            & (results["epochs"] == epochs)
+        ]
+        errors = cell["error"].to_numpy()
+        finite = errors[np.isfinite(errors)]
+        dtop = dtop1(errors)
+        cells.append(
+            {
+                "model": model,
+                "optimizer": optimizer,
+                "epochs": int(epochs),
+                "n": int(len(cell)),
+                "n_diverged": int((cell["status"] == "diverged").sum()),
+                "best_error": _json_float(finite.min()) if finite.size else None,
+                "median_error": _json_float(np.median(finite)) if finite.size else None,
+                "frac_within": frac_within(dtop),
+                "n_finished": int((cell["status"] == "finished").sum()),
+                "n_planned": int(n_planned),
+                f"auc_{int(AUC_MAX_POINTS)}": edf_auc(dtop),
+            }
+        )
+    n_results = int(len(results))
+    return {
+        "study": study,
+        "cells": cells,
+        "metric": options.metric,
+        "n_results": n_results,
+        "n_planned": int(len(trials)),
+        "partial": n_results < len(trials),
+        "status_counts": {k: int(v) for k, v in trials["status"].value_counts().items()},
+        "comparisons": _comparisons(results, options),
+    }
+
+
+def _comparisons(results: pd.DataFrame, options: Options) -> list[dict[str, Any]]:
+    rows = []
+    for (optimizer, epochs), panel in tables.panels(results):
+        by_model = {m: g["error"].to_numpy() for m, g in panel.groupby("model", sort=False)}
+        for model_a, model_b in combinations(by_model, 2):
+            errors_a, errors_b = by_model[model_a], by_model[model_b]
+            ks_stat, ks_p = ks_test(dtop1(errors_a), dtop1(errors_b))
+            diff = frac_within_diff(
+                errors_a,
+                errors_b,
+                points=4.0,
+                n_boot=options.n_boot,
+                seed=options.rng_seed(optimizer, epochs, model_a, model_b),
+            )
+            rows.append(
+                {
+                    "optimizer": optimizer,
+                    "epochs": epochs,
+                    "model_a": model_a,
+                    "model_b": model_b,
+                    "ks_statistic": ks_stat,
+                    "ks_pvalue": ks_p,
+                    "frac_within_4_diff": diff.estimate,
+                    "frac_within_4_diff_ci": [diff.low, diff.high],
+                }
+            )
+    return rows
+
+
+def format_table(summary: dict[str, Any]) -> str:
+    """A short fixed-width table of the summary's cells, for the terminal."""
+    header = ["model", "opt", "epochs", "n", "div", "best", "median", "<=1", "<=2", "<=4", "<=8"]
+    lines = []
+    for c in summary["cells"]:
+        fw = c["frac_within"]
+        lines.append(
+            [
+                c["model"],
+                c["optimizer"],
+                str(c["epochs"]),
+                str(c["n"]),
+                str(c["n_diverged"]),
+                _fmt(c["best_error"], ".2f"),
+                _fmt(c["median_error"], ".2f"),
+                *(_fmt(fw[str(k)], ".2f") for k in FRAC_WITHIN_POINTS),
+            ]
+        )
+    widths = [max(len(row[i]) for row in [header, *lines]) for i in range(len(header))]
+    text = [f"study {summary['study']} ({summary.get('metric', 'final_error')})"]
+    if summary.get("partial"):
+        text[0] += f"  partial: {summary['n_results']} of {summary['n_planned']} trials"
+    for row in [header, *lines]:
+        text.append(
+            "  ".join(
+                v.ljust(w) if i < 2 else v.rjust(w)
+                for i, (v, w) in enumerate(zip(row, widths, strict=True))
+            )
+        )
+    return "\n".join(text)
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)

@@ -1,0 +1,33 @@
+"""The errors a user can cause, and how a validation error becomes one line per field.
+
+`UsageError` is bad input (a study file, a flag, a dataset path): `optbench` prints it as one
+message and exits with code 2, before anything is written. Every module raises these; this one
+imports nothing from optbench.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import ValidationError
+
+
+class UsageError(Exception):
+    """Bad input from the user (spec, flags, dataset paths): reported as one line, exit code 2."""
+
+
+class SpecError(UsageError):
+    """A study YAML that does not validate."""
+
+
+def format_errors(source: Path | str, err: ValidationError) -> str:
+    """One line per error, "<source>: <field.path>: <message>"."""
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        if e["type"] == "extra_forbidden":
+            lines.append(f"{source}: {loc}: unknown key")
+        else:
+            msg = e["msg"].removeprefix("Value error, ")
+            lines.append(f"{source}: {loc}: {msg}")
+    return "\n".join(lines)

@@ -1,0 +1,26 @@
+"""Executors: where a study's trials run. `make_executor(spec)` builds the one the study's
+`executor.kind` names: "local" (a process pool on this machine, local.py), "debug" (inline, in
+the driver, local.py) or "slurm" (job arrays through submitit, optbench/launch/slurm.py). Each
+follows the `Executor` protocol (base.py), the only thing the driver knows of it.
+"""
+
+from __future__ import annotations
+
+from optbench.executors.base import Executor
+from optbench.executors.local import InlineExecutor, LocalExecutor
+from optbench.spec import StudySpec
+
+
+def make_executor(spec: StudySpec, *, workers: int | str | None = None) -> Executor:
+    """The executor of `spec.executor.kind`; `workers` overrides executor.workers (local). Builds
+    no worker or job yet. Raises UsageError, before anything is written, where the kind is
+    slurm and SLURM cannot be reached."""
+    kind = spec.executor.kind
+    if kind == "debug":
+        return InlineExecutor()
+    if kind == "local":
+        return LocalExecutor(workers or spec.executor.workers)
+    from optbench.launch.slurm import SlurmExecutor, job_folder, max_array_size
+
+    max_array_size()  # fails with a usage error, without SLURM
+    return SlurmExecutor(spec.executor.slurm, job_folder(spec), spec.name)

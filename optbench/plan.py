@@ -1,0 +1,77 @@
+"""The trial plan: every trial a study asks for, each with its training config, its folder and its
+key. A pure function of the spec: the same YAML gives the same plan on any machine, and planning
+reads and writes nothing (the store attaches what the database knows, see store.StoredTrial).
+
+A study's grid is its cells (model x optimizer x epochs); each cell trains the (lr, wd) pairs
+drawn for it (sampling.py) once per seed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from optbench.errors import SpecError
+from optbench.executors.base import TrialJob
+from optbench.sampling import study_pairs
+from optbench.spec import Cell, StudySpec
+from optbench.train.config import TrainConfig
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One (sample, seed) of one cell.
+
+    `key`, "<cell id>/s<sample>-seed<seed>", names the trial everywhere: in the database, in
+    SLURM's job records, and as its folder `out_dir` = <study folder>/trials/<key>.
+    """
+
+    cell: Cell
+    cell_id: str
+    sample: int
+    seed: int
+    lr: float
+    wd: float
+    key: str
+    config: TrainConfig
+    out_dir: Path
+
+    @property
+    def job(self) -> TrialJob:
+        """What an executor runs for this trial."""
+        return TrialJob(self.key, self.config, self.out_dir)
+
+
+def plan(spec: StudySpec) -> list[Trial]:
+    """Every trial of `spec`, cell by cell in the spec's order, then by sample and seed."""
+    trials = []
+    for cell in spec.cells():
+        cell_id = spec.cell_id(cell)
+        for sample, (lr, wd) in enumerate(study_pairs(spec.search, cell.model, cell.optimizer)):
+            for seed in spec.seeds:
+                key = f"{cell_id}/s{sample:03d}-seed{seed}"
+                config = _train_config(spec, cell, lr, wd, seed)
+                out_dir = spec.study_dir / "trials" / key
+                trials.append(Trial(cell, cell_id, sample, seed, lr, wd, key, config, out_dir))
+    return trials
+
+
+def _train_config(spec: StudySpec, cell: Cell, lr: float, wd: float, seed: int) -> TrainConfig:
+    try:
+        return TrainConfig(
+            model=cell.model,
+            dataset=spec.dataset,
+            optimizer=cell.optimizer,
+            lr=lr,
+            wd=wd,
+            epochs=cell.epochs,
+            batch_size=spec.batch_size,
+            ref_batch=spec.ref_batch,
+            seed=seed,
+            recipe=spec.recipe,
+        )
+    except ValidationError as err:  # e.g. a warmup as long as one of the schedules
+        why = "; ".join(e["msg"].removeprefix("Value error, ") for e in err.errors())
+        raise SpecError(f"study {spec.name}, epochs {cell.epochs}: {why}") from None

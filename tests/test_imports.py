@@ -1,0 +1,95 @@
+"""optbench's modules import one another without a cycle (data flows one way: spec -> plan ->
+jobs -> result files -> store -> report).
+
+The graph is read from the source with ast, so it sees every import statement, also those
+inside functions (a deferred import hides a cycle from Python, not from a reader). An edge
+`a -> b` is a statement in `a` importing `b`; `from pkg import name` is an edge to the submodule
+`pkg.name` when there is one, else to `pkg` (its __init__).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "optbench"
+
+
+def _module_name(path: Path, package: Path) -> str:
+    parts = path.relative_to(package.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """module -> the optbench modules it imports anywhere in its source."""
+    files = {_module_name(p, package): p for p in package.rglob("*.py")}
+    graph: dict[str, set[str]] = {name: set() for name in files}
+    for name, path in files.items():
+        is_package = path.name == "__init__.py"
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: from . import x, from ..y import z
+                    anchor = name.split(".")[: len(name.split(".")) - node.level + is_package]
+                    base = ".".join([*anchor, *([base] if base else [])])
+                targets = [
+                    f"{base}.{a.name}" if f"{base}.{a.name}" in files else base for a in node.names
+                ]
+            else:
+                continue
+            graph[name] |= {t for t in targets if t in files and t != name}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle as [a, b, ..., a], or None (depth-first search, three colours)."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt) :] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_the_cycle_finder_finds_a_deferred_import_cycle(tmp_path):
+    pkg = tmp_path / "optbench"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from optbench.sub import b\n")
+    (pkg / "sub" / "b.py").write_text("def f():\n    from ..a import g\n")
+    graph = import_graph(pkg)
+    assert graph["optbench.a"] == {"optbench.sub.b"} and graph["optbench.sub.b"] == {"optbench.a"}
+    assert find_cycle(graph) == ["optbench.a", "optbench.sub.b", "optbench.a"]
+    (pkg / "sub" / "b.py").write_text("import os\n")
+    assert find_cycle(import_graph(pkg)) is None
+
+
+def test_optbench_has_no_import_cycle():
+    graph = import_graph()
+    assert "optbench.spec" in graph and graph["optbench.cli"]  # the graph was read
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
+
+
+def test_the_spec_is_data():
+    # The study schema must not need the models or the trainer (that made a cycle before).
+    assert not {
+        m
+        for m in import_graph()["optbench.spec"]
+        if m.startswith(("optbench.models", "optbench.train"))
+    }

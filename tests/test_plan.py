@@ -1,0 +1,65 @@
+"""The planner: every trial of a study from the spec alone, each named once; writes nothing."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import yaml
+
+from optbench.cli import main
+from optbench.errors import SpecError
+from optbench.plan import plan
+from optbench.spec import parse_spec
+
+
+def test_the_plan_is_a_pure_function_of_the_spec(tiny_dict, tmp_path):
+    tiny_dict["seeds"] = [0, 1]
+    tiny_dict["epochs"] = [1, 2]
+    spec = parse_spec(tiny_dict)
+    trials = plan(spec)
+    assert trials == plan(spec)  # same spec, same plan (pairs included)
+    assert list(tmp_path.iterdir()) == []  # planning wrote nothing
+    assert len(trials) == 2 * 1 * 2 * 2 * 2  # models x optimizers x epochs x samples x seeds
+    assert len({t.key for t in trials}) == len(trials)
+    assert len({t.out_dir for t in trials}) == len(trials)
+    for t in trials:
+        assert t.out_dir.is_relative_to(spec.study_dir)
+        assert (t.config.model, t.config.optimizer, t.config.epochs, t.config.seed) == (
+            t.cell.model,
+            t.cell.optimizer,
+            t.cell.epochs,
+            t.seed,
+        )
+        assert (t.config.lr, t.config.wd) == (t.lr, t.wd)
+        assert (t.job.key, t.job.config, t.job.out_dir) == (t.key, t.config, t.out_dir)
+    # Pairs are drawn per optimizer: sample i is the same point in every model's shared box.
+    by_sample = {}
+    for t in trials:
+        by_sample.setdefault(t.sample, set()).add((t.lr, t.wd))
+    assert all(len(pairs) == 1 for pairs in by_sample.values()) and len(by_sample) == 2
+
+
+def test_growing_n_samples_keeps_the_first_trials(tiny_dict):
+    first = plan(parse_spec(tiny_dict))
+    tiny_dict["search"]["n_samples"] = 3
+    grown = plan(parse_spec(tiny_dict))
+    assert set(first) < set(grown) and len(grown) == 6
+
+
+def test_a_spec_that_cannot_be_planned_stops_with_exit_2_and_writes_nothing(
+    tiny_dict, tmp_path, monkeypatch, capsys
+):
+    tiny_dict["recipe"]["warmup_epochs"] = 1  # as long as the 1-epoch schedule
+    with pytest.raises(SpecError, match="warmup_epochs"):
+        plan(parse_spec(tiny_dict))
+    tiny_dict["output"] = "results"
+    (tmp_path / "warm.yaml").write_text(yaml.safe_dump(tiny_dict))
+    monkeypatch.chdir(tmp_path)
+    for command in (["run", "warm.yaml"], ["status", "warm.yaml"]):
+        monkeypatch.setattr(sys, "argv", ["optbench", *command])
+        with pytest.raises(SystemExit) as exit_:
+            main()
+        assert exit_.value.code == 2
+        assert "warmup_epochs" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["warm.yaml"]
