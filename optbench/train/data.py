@@ -7,9 +7,12 @@ device, in an order fixed by (seed, epoch)):
   device (`DeviceData`, `DeviceBatches`); augmentation then runs there in whole batches
   (augment.py). No per-image Python on the hot path.
 - Class-folder datasets (imagenet, imagefolder) stream through a torch DataLoader
-  (`FolderBatches`): worker processes decode and crop each image (RandomResizedCrop, flip,
-  AutoAugment/RandAugment from torchvision), batches arrive as pinned uint8 tensors, prefetched,
-  and the rest (normalization, erasing, mixup/CutMix) runs batched on the device.
+  (`FolderBatches`): worker processes decode and crop each image (RandomResizedCrop, flip, the
+  recipe's auto-augment policy), batches arrive as pinned uint8 tensors, prefetched, and the
+  rest (PCA lighting, normalization, erasing, mixup/CutMix) runs batched on the device. Their
+  input size and evaluation crop come from the model's timm pretrained cfg (`model_input`)
+  unless the study sets `dataset.img_size`: train at input_size, evaluate by resizing the
+  shorter side to round(size / crop_pct) and center-cropping size (pycls: 256 and 224).
 
 On-disk layouts (`check_dataset` verifies them without reading images; it runs when a study is
 validated, so it must stay cheap):
@@ -23,8 +26,9 @@ CIFAR's validation split is its test set. Nothing is downloaded unless `download
 called (`optbench train --download`).
 
 Every random order is derived from (seed, epoch), and every per-image random transform of the
-DataLoader path from (seed, epoch, image index), so a position in training fixes its data: a
-trial resumed mid-epoch sees exactly the batches an uninterrupted one sees.
+DataLoader path from (seed, epoch, image index) (and the pass: training, or a precise-BN pass
+that draws fresh augmentations), so a position in training fixes its data: a trial resumed
+mid-epoch sees exactly the batches an uninterrupted one sees.
 """
 
 from __future__ import annotations
@@ -46,11 +50,11 @@ from torch.utils.data import Dataset as TorchDataset
 
 from optbench.errors import UsageError
 from optbench.spec import Dataset, Recipe
+from optbench.train.augment import IMAGENET_MEAN, IMAGENET_STD, build_policy
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
-FOLDER_IMG_SIZE = 224  # default input size of class-folder datasets
-EVAL_CROP_PCT = 0.875  # val images: resize to img_size / 0.875, center crop img_size
+# Class-folder datasets, for a model whose pretrained cfg gives no input size or crop_pct:
+FOLDER_IMG_SIZE = 224  # train (and evaluate) at this size
+EVAL_CROP_PCT = 0.875  # val images: resize the shorter side to img_size / 0.875, center crop
 
 
 def derive_seed(*parts: object) -> int:
@@ -275,6 +279,7 @@ class FolderData:
     root: Path
     classes: tuple[str, ...]
     img_size: int
+    crop_pct: float = EVAL_CROP_PCT
     mean: tuple[float, ...] = IMAGENET_MEAN
     std: tuple[float, ...] = IMAGENET_STD
     in_chans: int = 3
@@ -284,16 +289,32 @@ class FolderData:
         return len(self.classes)
 
 
-def load_folders(spec: Dataset) -> FolderData:
+def model_input(model: str | None) -> tuple[int, float]:
+    """A model's default input size and evaluation crop_pct, from its timm pretrained cfg
+    (`input_size`, `crop_pct`); FOLDER_IMG_SIZE and EVAL_CROP_PCT where it gives none."""
+    import timm
+
+    from optbench import models  # noqa: F401  (registers optbench's models and their cfgs)
+
+    cfg = timm.get_pretrained_cfg(model) if model else None
+    size = cfg.input_size[-1] if cfg is not None and cfg.input_size else FOLDER_IMG_SIZE
+    crop_pct = cfg.crop_pct if cfg is not None and cfg.crop_pct else EVAL_CROP_PCT
+    return int(size), float(crop_pct)
+
+
+def load_folders(spec: Dataset, model: str | None = None) -> FolderData:
+    """A class-folder dataset, at `spec.img_size` if set, else at `model`'s input size and with
+    its crop_pct (a set img_size evaluates with crop_pct EVAL_CROP_PCT)."""
     root = Path(spec.root)
     classes = tuple(_class_dirs(root / "train"))
-    return FolderData(root, classes, spec.img_size or FOLDER_IMG_SIZE)
+    if spec.img_size is not None:
+        return FolderData(root, classes, spec.img_size)
+    size, crop_pct = model_input(model)
+    return FolderData(root, classes, size, crop_pct)
 
 
-# name -> (check the location without loading, load)
-DATASETS: dict[
-    str, tuple[Callable[[Dataset], None], Callable[[Dataset], DeviceData | FolderData]]
-] = {
+# name -> (check the location without loading, load); a loader may take the model name
+DATASETS: dict[str, tuple[Callable[[Dataset], None], Callable[..., DeviceData | FolderData]]] = {
     "digits": (_check_nothing, load_digits),
     "cifar10": (_check_cifar, load_cifar),
     "cifar100": (_check_cifar, load_cifar),
@@ -327,21 +348,26 @@ _KNOWN_SIZES = {  # name: (num_classes, native img_size, training images)
 }
 
 
-def dataset_info(spec: Dataset) -> DatasetInfo:
-    """Shape and size of a dataset (for compute estimates and complexity tables)."""
+def dataset_info(spec: Dataset, model: str | None = None) -> DatasetInfo:
+    """Shape and size of a dataset (for compute estimates and complexity tables); class-folder
+    datasets at `model`'s input size when the spec sets none."""
     if spec.name in _KNOWN_SIZES:
         classes, size, n_train = _KNOWN_SIZES[spec.name]
+        if spec.name == "imagenet" and spec.img_size is None:
+            size = model_input(model)[0]
         return DatasetInfo(classes, 3, spec.img_size or size, n_train)
-    data = load_dataset(spec)  # digits: bundled and small; imagefolder: a listing of its folders
+    data = load_dataset(spec, model)  # digits: bundled and small; imagefolder: its folders
     if isinstance(data, FolderData):
         n_train = sum(len(files) for _, _, files in os.walk(data.root / "train"))
         return DatasetInfo(data.num_classes, data.in_chans, data.img_size, n_train)
     return DatasetInfo(data.num_classes, data.in_chans, data.img_size, len(data.train_y))
 
 
-def load_dataset(spec: Dataset) -> DeviceData | FolderData:
+def load_dataset(spec: Dataset, model: str | None = None) -> DeviceData | FolderData:
+    """Load a dataset; class-folder datasets take their input size from `model` (load_folders)."""
     check_dataset(spec)
-    return DATASETS[spec.name][1](spec)
+    load = DATASETS[spec.name][1]
+    return load(spec, model) if load is load_folders else load(spec)
 
 
 # --- batches ----------------------------------------------------------------------------------
@@ -376,10 +402,13 @@ class TrainBatches(Protocol):
     mean: tuple[float, ...]
     std: tuple[float, ...]
     geometric_on_device: bool  # False: crop/flip/policy were applied per image by workers
+    pca_lighting: bool  # whether recipe.lighting_std applies (RGB class-folder datasets)
 
     def __len__(self) -> int: ...  # batches per epoch
 
-    def train(self, epoch: int, start: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]: ...
+    def train(
+        self, epoch: int, start: int, stream: str = "image"
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]: ...
 
     def val(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]: ...
 
@@ -390,6 +419,7 @@ class DeviceBatches:
     `batch_size` is the global batch; under DDP this process takes its contiguous share."""
 
     geometric_on_device = True
+    pca_lighting = False  # pycls adds none on CIFAR; the eigenvectors are ImageNet's
 
     def __init__(
         self,
@@ -410,7 +440,11 @@ class DeviceBatches:
     def __len__(self) -> int:
         return self.data.num_train // self.batch_size  # drop the ragged last batch
 
-    def train(self, epoch: int, start: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def train(
+        self, epoch: int, start: int = 0, stream: str = "image"
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """The epoch's batches of raw images from batch `start` (augmented on the device, so
+        `stream` changes nothing here)."""
         order = epoch_order(self.data.num_train, self.seed, epoch, self.repeated_aug)
         order = order.to(self.data.train_y.device)
         for b in range(start, len(self)):
@@ -428,30 +462,29 @@ class DeviceBatches:
 def _train_transform(recipe: Recipe, img_size: int):
     from torchvision.transforms import v2
 
-    from optbench.train.augment import build_policy
-
     steps = [v2.RandomResizedCrop(img_size, antialias=True)]
     if recipe.hflip:
         steps.append(v2.RandomHorizontalFlip())
-    policy = build_policy(recipe)
+    policy = build_policy(recipe, 3, img_size)
     if policy is not None:
         steps.append(policy)
     steps.append(v2.PILToTensor())
     return v2.Compose(steps)
 
 
-def _val_transform(img_size: int):
+def _val_transform(img_size: int, crop_pct: float):
     from torchvision.transforms import v2
 
-    resize = round(img_size / EVAL_CROP_PCT)
+    resize = round(img_size / crop_pct)  # shorter side; round: 232 / (232 / 262) is 262
     return v2.Compose(
         [v2.Resize(resize, antialias=True), v2.CenterCrop(img_size), v2.PILToTensor()]
     )
 
 
 class _SeededImages(TorchDataset):
-    """An ImageFolder read by keys (epoch, index): each image's random transform is seeded by
-    (seed, epoch, index), so it does not depend on which worker reads it or when."""
+    """An ImageFolder read by keys (epoch, index, stream): each image's random transform is
+    seeded by (seed, stream, epoch, index), so it does not depend on which worker reads it or
+    when; stream "image" is training, another name draws other augmentations of the image."""
 
     def __init__(self, folder: Path, transform, seed: int):
         from torchvision.datasets import ImageFolder
@@ -462,25 +495,34 @@ class _SeededImages(TorchDataset):
     def __len__(self) -> int:
         return len(self.images)
 
-    def __getitem__(self, key: tuple[int, int]):
-        epoch, index = key
-        s = derive_seed(self.seed, "image", epoch, index)
+    def __getitem__(self, key: tuple[int, int, str]):
+        epoch, index, stream = key
+        s = derive_seed(self.seed, stream, epoch, index)
         random.seed(s)
+        np.random.seed(s % 2**32)  # timm's RandAugment picks its ops with numpy
         torch.manual_seed(s)
         return self.images[index]
 
 
 class _KeyBatches:
-    """A batch sampler yielding lists of (epoch, index) keys for one epoch from `start`."""
+    """A batch sampler yielding lists of (epoch, index, stream) keys for one epoch from `start`."""
 
-    def __init__(self, order: torch.Tensor, epoch: int, batch_size: int, start: int, shard: Shard):
+    def __init__(
+        self,
+        order: torch.Tensor,
+        epoch: int,
+        batch_size: int,
+        start: int,
+        shard: Shard,
+        stream: str = "image",
+    ):
         self.order, self.epoch, self.batch_size, self.start = (
             order.tolist(),
             epoch,
             batch_size,
             start,
         )
-        self.shard, self.local = shard, batch_size // shard.world
+        self.shard, self.local, self.stream = shard, batch_size // shard.world, stream
 
     def __len__(self) -> int:
         return len(self.order) // self.batch_size - self.start
@@ -488,7 +530,7 @@ class _KeyBatches:
     def __iter__(self):
         for b in range(self.start, len(self.order) // self.batch_size):
             lo = b * self.batch_size + self.shard.rank * self.local
-            yield [(self.epoch, i) for i in self.order[lo : lo + self.local]]
+            yield [(self.epoch, i, self.stream) for i in self.order[lo : lo + self.local]]
 
 
 class FolderBatches:
@@ -512,10 +554,13 @@ class FolderBatches:
         self.workers = workers if workers is not None else min(8, os.cpu_count() or 1)
         self.num_classes, self.in_chans = data.num_classes, data.in_chans
         self.img_size, self.mean, self.std = data.img_size, data.mean, data.std
+        self.pca_lighting = data.in_chans == 3
         self.train_set = _SeededImages(
             data.root / "train", _train_transform(recipe, data.img_size), seed
         )
-        self.val_set = _SeededImages(data.root / "val", _val_transform(data.img_size), seed)
+        self.val_set = _SeededImages(
+            data.root / "val", _val_transform(data.img_size, data.crop_pct), seed
+        )
 
     def __len__(self) -> int:
         return len(self.train_set) // self.batch_size
@@ -534,14 +579,18 @@ class FolderBatches:
         for x, y in batches:
             yield x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
 
-    def train(self, epoch: int, start: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def train(
+        self, epoch: int, start: int = 0, stream: str = "image"
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """The epoch's batches from batch `start`, each image cropped, flipped and augmented
+        as seeded by (seed, stream, epoch, index)."""
         order = epoch_order(len(self.train_set), self.seed, epoch, self.repeated_aug)
-        sampler = _KeyBatches(order, epoch, self.batch_size, start, self.shard)
+        sampler = _KeyBatches(order, epoch, self.batch_size, start, self.shard, stream)
         return self._to_device(self._loader(self.train_set, sampler))
 
     def val(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         n = len(self.val_set)
         mine = torch.arange(self.shard.rank, n, self.shard.world).tolist()
         chunk = max(1, self.batch_size // self.shard.world)
-        keys = [[(0, i) for i in mine[j : j + chunk]] for j in range(0, len(mine), chunk)]
+        keys = [[(0, i, "image") for i in mine[j : j + chunk]] for j in range(0, len(mine), chunk)]
         return self._to_device(self._loader(self.val_set, keys))

@@ -1,6 +1,7 @@
-"""One trial, start to finish: data, model, optimizer, EMA; train; evaluate each epoch; write
-metrics.jsonl, checkpoint.pt and result.json. `optbench train` and the runner's workers both call
-`run_trial`.
+"""One trial, start to finish: data, model, optimizer, lr schedule (optim.py), EMA (ema.py);
+train; after each epoch recompute BatchNorm statistics if the recipe asks (precise_bn.py) and
+evaluate the raw model and the EMA; write metrics.jsonl, checkpoint.pt and result.json.
+`optbench train` and the runner's workers both call `run_trial`.
 
 Reproducibility. All randomness is derived from the trial's seed and a position: the data order
 from (seed, epoch), and before every optimizer step torch's, numpy's and Python's global
@@ -48,6 +49,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import math
 import random
@@ -62,11 +64,10 @@ from pathlib import Path
 import numpy as np
 import torch
 from timm.loss import SoftTargetCrossEntropy
-from timm.utils.model_ema import ModelEmaV3
 from torch import nn
 
 from optbench.models import create_model
-from optbench.train.augment import BatchAugment
+from optbench.train.augment import BatchAugment, input_stats
 from optbench.train.checkpoint import CHECKPOINT_FILE, load_checkpoint, save_checkpoint
 from optbench.train.config import TrainConfig, TrialResult
 from optbench.train.data import (
@@ -85,7 +86,9 @@ from optbench.train.distributed import (
     init_process_group,
     process_device,
 )
-from optbench.train.optim import build_optimizer, build_schedule, schedule_position
+from optbench.train.ema import WeightAverage
+from optbench.train.optim import LrSchedule, build_optimizer
+from optbench.train.precise_bn import has_batchnorm, precise_bn_batches, recompute_bn_stats
 from optbench.train.results import METRICS_FILE, RESULT_FILE, read_result, write_result
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR2)
@@ -216,7 +219,7 @@ def _build_batches(cfg: TrainConfig, run: _Runtime) -> TrainBatches:
         raise ValueError(
             "mixup/CutMix pair each image with the batch reversed: the batch per process must be even"
         )
-    data = load_dataset(cfg.dataset)
+    data = load_dataset(cfg.dataset, cfg.model)
     shard = Shard(run.dist.rank, run.dist.world)
     if isinstance(data, DeviceData):
         batches: TrainBatches = DeviceBatches(
@@ -241,6 +244,33 @@ def _build_batches(cfg: TrainConfig, run: _Runtime) -> TrainBatches:
     if len(batches) == 0:
         raise ValueError(f"batch_size {cfg.batch_size} exceeds the {n_train} training images")
     return batches
+
+
+def _precise_bn_inputs(
+    batches: TrainBatches, augment: BatchAugment, cfg: TrainConfig, run: _Runtime, epoch: int
+) -> Iterator[torch.Tensor]:
+    """The inputs precise BN averages over after `epoch`: the epoch's first batches, freshly
+    augmented per image (seeded by their position), without mixup (precise_bn.py)."""
+    n = precise_bn_batches(cfg.recipe.precise_bn_images, cfg.batch_size, len(batches))
+    stream = batches.train(epoch, 0, stream="precise-bn")
+    for b, (x, _) in enumerate(itertools.islice(stream, n)):
+        seed_step(derive_seed(cfg.seed, "precise-bn", epoch, b, run.dist.rank), run.device)
+        yield run.layout(augment.inputs(x))
+
+
+def _recompute_bn_stats(
+    models: list[nn.Module],
+    batches: TrainBatches,
+    augment: BatchAugment,
+    cfg: TrainConfig,
+    run: _Runtime,
+    epoch: int,
+) -> None:
+    """Precise BN for each model that has BatchNorm, each over the same images."""
+    for model in models:
+        if has_batchnorm(model):
+            inputs = _precise_bn_inputs(batches, augment, cfg, run, epoch)
+            recompute_bn_stats(model, inputs, run.dist)
 
 
 def _build_model(cfg: TrainConfig, batches: TrainBatches, run: _Runtime) -> nn.Module:
@@ -271,20 +301,19 @@ def _train(
     model = _build_model(cfg, batches, run)
     optimizer = build_optimizer(model, cfg, fused=run.device.type == "cuda")
     steps_per_epoch = len(batches)
-    total_steps = cfg.epochs * steps_per_epoch
-    schedule = build_schedule(optimizer, cfg, steps_per_epoch)
-    warmup_steps = round(recipe.warmup_for(cfg.epochs) * steps_per_epoch)
-    ema = None
-    if recipe.ema:  # pycls-style: a copy during warmup, then a time constant of ema_horizon
-        decay = max(0.0, 1.0 - 1.0 / (recipe.ema_horizon * total_steps))
-        ema = ModelEmaV3(model, decay=decay, update_after_step=warmup_steps)
+    schedule = LrSchedule(optimizer, cfg, steps_per_epoch)
+    ema = WeightAverage(model, cfg, steps_per_epoch) if recipe.ema else None
+    mean, std = input_stats(recipe, batches.mean, batches.std)
     augment = BatchAugment(
         recipe,
         num_classes=batches.num_classes,
-        mean=batches.mean,
-        std=batches.std,
+        mean=mean,
+        std=std,
         device=run.device,
+        in_chans=batches.in_chans,
+        img_size=batches.img_size,
         geometric=batches.geometric_on_device,
+        pca_lighting=batches.pca_lighting,
     )
     criterion = (
         SoftTargetCrossEntropy()
@@ -302,7 +331,6 @@ def _train(
             )
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
-        schedule.load_state_dict(state["schedule"])
         if ema is not None:
             ema.load_state_dict(state["ema"])
         progress = _Progress(**state["progress"])
@@ -323,7 +351,6 @@ def _train(
                     "model": model.state_dict(),
                     "ema": ema.state_dict() if ema is not None else None,
                     "optimizer": optimizer.state_dict(),
-                    "schedule": schedule.state_dict(),
                     "progress": progress.__dict__,
                     "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state()},
                 },
@@ -345,14 +372,14 @@ def _train(
             step = epoch * steps_per_epoch + b
             seed_step(derive_seed(cfg.seed, "step", step, run.dist.rank), run.device)
             x, y = augment(x, y)
-            schedule.step_update(schedule_position(cfg, step, steps_per_epoch))
+            schedule.set_lr(step)
             with run.autocast():
                 loss = criterion(trained(run.layout(x)), y)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
             if ema is not None:
-                ema.update(model, step=step + 1)
+                ema.after_step(model, epoch, b, step)
             loss_sum += loss.detach()
             if run.dist.enabled:  # every rank must stop at the same step
                 stop_flag.fill_(float(stop.signum != 0))
@@ -380,6 +407,9 @@ def _train(
             "epoch_s": round(epoch_s, 4),
         }
         if diverged_epoch is None:
+            if recipe.precise_bn_images:
+                averaged = [ema.module] if ema is not None else []
+                _recompute_bn_stats([model, *averaged], batches, augment, cfg, run, epoch)
             line["raw_top1"], line["raw_top5"] = evaluate(model, batches, augment, run)
             if ema is not None:
                 line["ema_top1"], line["ema_top5"] = evaluate(ema.module, batches, augment, run)
