@@ -194,9 +194,8 @@ def run(
         if kind == "slurm":
             from optbench.launch.slurm import launcher_for
 
-            launcher = launcher_for(spec)
-            console.print(f"{n_jobs} trial(s) to run on SLURM; jobs and logs in {launcher.folder}")
-            return launcher
+            # It says what it submitted and what it follows (a reattaching run submits nothing).
+            return launcher_for(spec, partial(console.print, markup=False, highlight=False))
         import torch
 
         gpus = torch.cuda.device_count()
@@ -223,25 +222,27 @@ def status(study: Annotated[Path, typer.Argument(help="study YAML file")]) -> No
     from optbench.spec import load_spec
 
     spec = load_spec(study)
-    console.print(status_table(spec))
-    from optbench.launch.slurm import job_folder, read_records, slurm_summary
+    from optbench.launch.slurm import has_jobs, slurm_status
 
-    if read_records(job_folder(spec)):  # the study has been on SLURM: its jobs' states
-        console.print(slurm_summary(spec))
+    running, summary = slurm_status(spec) if has_jobs(spec) else (set(), None)
+    console.print(status_table(spec, running=running))
+    if summary:  # the study has been on SLURM: its jobs' states
+        console.print(summary, markup=False, highlight=False)
 
 
 @app.command()
 def cancel(study: Annotated[Path, typer.Argument(help="study YAML file")]) -> None:
-    """Cancel a study's SLURM jobs (scancel); a later `optbench run` records them as failed and
-    the next one resubmits them."""
+    """Cancel a study's queued and running SLURM jobs (scancel) and print what SLURM did; exit
+    status 1 if scancel failed for any. The next `optbench run` records the cancelled trials as
+    failed attempts and resubmits them (within executor.retries)."""
     from optbench.launch.slurm import cancel_study_jobs, job_folder
     from optbench.spec import load_spec
 
-    cancelled = cancel_study_jobs(job_folder(load_spec(study)))
-    console.print(
-        f"cancelled {len(cancelled)} SLURM job(s)"
-        + (f": {' '.join(cancelled)}" if cancelled else "")
-    )
+    lines, ok = cancel_study_jobs(job_folder(load_spec(study)))
+    for line in lines:
+        console.print(line, markup=False, highlight=False)
+    if not ok:
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -337,11 +338,16 @@ def report(
 
 
 def main() -> None:
+    from optbench.store import StorageUnavailable
+
     try:
         app()  # standalone: click's own usage errors already exit with code 2
     except UsageError as err:
         typer.echo(f"error: {err}", err=True)
         sys.exit(2)
+    except StorageUnavailable as err:  # not bad input: the database server is down
+        typer.echo(f"error: {err}", err=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from rich.table import Table
 
 from optbench.launch.base import JobEvent, Launcher, TrialJob
 from optbench.spec import StudySpec, UsageError, dump_spec
-from optbench.store import PlannedTrial, Store
+from optbench.store import PlannedTrial, StorageUnavailable, Store
 from optbench.train.config import TrainConfig, TrialResult
 from optbench.train.results import RESULT_FILE, atomic_write_text, read_metrics, read_result
 
@@ -197,7 +197,7 @@ def run_study(
                         progress.ran += 1
                         del todo[event.key]
                     display.update(progress.table(spec.name))
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, StorageUnavailable):  # the storage's error says which
             launcher.close(cancel=not outlive)  # cluster jobs keep running: Ctrl-C detaches
             left = "still queued or running" if outlive else "left"
             console.print(
@@ -228,10 +228,11 @@ def _finish(store: Store, spec: StudySpec, item: PlannedTrial, lost_message: str
     store.record(item, result, metrics)
 
 
-def status_table(spec: StudySpec) -> Table:
-    """Counts per cell, read from the store without running or writing anything."""
+def status_table(spec: StudySpec, running: set[str] = frozenset()) -> Table:
+    """Counts per cell, read from the store without running or writing anything; `running`:
+    the keys of trials whose job is running (SLURM)."""
     plan = Store(spec, create=False).plan()
-    return Progress(plan).table(
+    return Progress(plan, running=set(running)).table(
         f"{spec.name}: {sum(t.is_result for t in plan)} of {len(plan)} trials done"
     )
 

@@ -13,8 +13,11 @@ Only the single driver process writes here; workers write result files.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +27,7 @@ import sqlalchemy
 from optuna.trial import FrozenTrial, TrialState
 
 from optbench.sampling import distributions, study_pairs
-from optbench.spec import Cell, StudySpec
+from optbench.spec import Cell, StudySpec, UsageError
 from optbench.train.config import TrialResult
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -73,9 +76,61 @@ def _status(trial: FrozenTrial) -> str:
     return "pending"
 
 
+# --- storages -------------------------------------------------------------------------------------
+
+
+class StorageUnavailable(Exception):
+    """The study's storage does not answer (a database server down, a file system gone): one
+    line naming it, password masked. Nothing is lost: results stay in their trial folders and
+    the next run records them."""
+
+
+def masked(url: str) -> str:
+    """The storage URL as it may be printed: its password replaced by ***."""
+    try:
+        return sqlalchemy.engine.make_url(url).render_as_string(hide_password=True)
+    except sqlalchemy.exc.ArgumentError:  # journal:///path and other non-SQLAlchemy URLs
+        return url
+
+
+_CONNECTION_ERRORS = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)
+
+
+@contextmanager
+def storage_errors(url: str) -> Iterator[None]:
+    """Turn a storage that does not answer into StorageUnavailable (one line, not a traceback)."""
+    try:
+        yield
+    except (*_CONNECTION_ERRORS, optuna.exceptions.StorageInternalError, OSError) as err:
+        # optuna wraps a failed commit's error in StorageInternalError; OSError is only the
+        # journal file's (sqlite's arrive as OperationalError).
+        journal = url.startswith("journal://")
+        internal = isinstance(err, optuna.exceptions.StorageInternalError)
+        cause = err.__cause__ if internal else err
+        if (isinstance(err, OSError) and not journal) or not isinstance(
+            cause, (*_CONNECTION_ERRORS, OSError)
+        ):
+            raise
+        why = str(getattr(cause, "orig", None) or cause).strip().splitlines()[0]
+        password = None if journal else sqlalchemy.engine.make_url(url).password
+        if password:
+            why = why.replace(str(password), "***")
+        raise StorageUnavailable(f"storage {masked(url)} is not answering: {why}") from None
+
+
+def _storage_errors(method):
+    @functools.wraps(method)
+    def wrapped(self, *args, **kwargs):
+        with storage_errors(self.spec.storage_url):
+            return method(self, *args, **kwargs)
+
+    return wrapped
+
+
 def make_storage(url: str) -> optuna.storages.BaseStorage:
     """An optuna storage from a URL: any SQLAlchemy URL (sqlite:///..., postgresql://...), or
-    journal:///path/to/file for optuna's journal file storage (for shared file systems)."""
+    journal:///path/to/file for optuna's journal file storage (for shared file systems).
+    postgresql:// means psycopg 3 (`pip install 'optbench[postgres]'`), on any SQLAlchemy 2."""
     if url.startswith("journal://"):
         from optuna.storages.journal import JournalFileBackend, JournalStorage
 
@@ -83,7 +138,7 @@ def make_storage(url: str) -> optuna.storages.BaseStorage:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         return JournalStorage(JournalFileBackend(path))
     if not url.startswith("sqlite"):
-        return optuna.storages.RDBStorage(url)
+        return _server_storage(url)
     # optuna sets up a new database's schema in several statements: a second process opening the
     # SQLite file meanwhile (`optbench status` just after `optbench run` started) can trip over
     # the first's half-made tables, or find it locked. That is transient: wait, open it again.
@@ -93,6 +148,29 @@ def make_storage(url: str) -> optuna.storages.BaseStorage:
         except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.OperationalError):
             time.sleep(wait_s)
     return optuna.storages.RDBStorage(url)
+
+
+def _server_storage(url: str) -> optuna.storages.RDBStorage:
+    """RDBStorage on a database server, with a bounded connect time (a clear error, no hang)."""
+    try:
+        parsed = sqlalchemy.engine.make_url(url)
+    except sqlalchemy.exc.ArgumentError as err:
+        raise UsageError(f"storage: not a database URL: {masked(url)} ({err})") from None
+    engine_kwargs = {}
+    if parsed.get_backend_name() == "postgresql":
+        if parsed.drivername == "postgresql":  # SQLAlchemy 2.0 would pick psycopg2
+            parsed = parsed.set(drivername="postgresql+psycopg")
+        engine_kwargs["connect_args"] = {"connect_timeout": 10}
+    try:
+        parsed.get_dialect().import_dbapi()
+    except ImportError as err:
+        raise UsageError(
+            f"storage {masked(url)}: its database driver is not installed ({err}); for "
+            "PostgreSQL: pip install 'optbench[postgres]'"
+        ) from None
+    return optuna.storages.RDBStorage(
+        parsed.render_as_string(hide_password=False), engine_kwargs=engine_kwargs
+    )
 
 
 class Store:
@@ -106,7 +184,8 @@ class Store:
         if create:
             spec.study_dir.mkdir(parents=True, exist_ok=True)
         if create or not default_sqlite or (spec.study_dir / "study.db").exists():
-            self.storage = make_storage(spec.storage_url)
+            with storage_errors(spec.storage_url):
+                self.storage = make_storage(spec.storage_url)
 
     # --- reading ------------------------------------------------------------------------------
 
@@ -141,6 +220,7 @@ class Store:
             item.record, item.status = t, _status(t)
         return list(plan.values())
 
+    @_storage_errors
     def plan(self) -> list[PlannedTrial]:
         """Every trial of the current spec with its state. Reads only."""
         cells = self.spec.cells()
@@ -148,6 +228,7 @@ class Store:
             t for c in cells for t in self._cell_plan(c, self._study(self.spec.cell_id(c), False))
         ]
 
+    @_storage_errors
     def unused_trials(self) -> int:
         """Trials of this study's earlier configurations: kept in the storage, never mixed in."""
         if self.storage is None:
@@ -162,6 +243,7 @@ class Store:
 
     # --- writing (driver only) ----------------------------------------------------------------
 
+    @_storage_errors
     def prepare(self, retries: int) -> list[PlannedTrial]:
         """Create the optuna trials the spec asks for that do not exist yet, and a new attempt
         for failed ones with attempts left. Returns the plan."""
@@ -194,6 +276,7 @@ class Store:
             plan += items
         return plan
 
+    @_storage_errors
     def record(self, item: PlannedTrial, result: TrialResult, metrics: list[dict]) -> bool:
         """Record a worker's result on the item's latest attempt. Returns False (and changes
         nothing) if that attempt is already finished: a result is never counted twice."""
