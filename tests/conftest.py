@@ -7,13 +7,13 @@ import glob
 import os
 import shutil
 import socket
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
+from services import PrivatePostgres, skip_or_fail
 
 TINY = {
     "name": "tiny",
@@ -42,16 +42,6 @@ def tiny_dict(tmp_path: Path) -> dict:
 
 # --- services (PostgreSQL) ------------------------------------------------------------------------
 
-SCRIPTS = Path(__file__).parents[1] / "scripts"
-
-
-def skip_or_fail(service: str, why: str) -> None:
-    """Skip a test whose service is missing, or fail it where OPTBENCH_TEST_REQUIRE names the
-    service (CI starts them all: a skip there would hide a broken setup)."""
-    if service in os.environ.get("OPTBENCH_TEST_REQUIRE", "").split(","):
-        pytest.fail(f"{why} (OPTBENCH_TEST_REQUIRE={os.environ['OPTBENCH_TEST_REQUIRE']})")
-    pytest.skip(why)
-
 
 @pytest.fixture(scope="session")
 def postgres_url() -> str:
@@ -66,33 +56,9 @@ def postgres_url() -> str:
     return url
 
 
-class PrivatePostgres:
-    """A PostgreSQL server of one test's own (scripts/postgres-local.sh with its own folder and
-    port), which the test may stop and start."""
-
-    def __init__(self, state: Path, port: int):
-        self.env = {**os.environ, "PG_LOCAL_STATE": str(state), "PG_LOCAL_PORT": str(port)}
-
-    def _script(self, command: str) -> str:
-        proc = subprocess.run(
-            ["bash", str(SCRIPTS / "postgres-local.sh"), command],
-            env=self.env, capture_output=True, text=True, check=True,
-        )  # fmt: skip
-        return proc.stdout.strip()
-
-    def start(self) -> None:
-        self._script("start")
-
-    def stop(self) -> None:
-        self._script("stop")
-
-    @property
-    def url(self) -> str:
-        return self._script("url")
-
-
 @pytest.fixture
 def private_postgres() -> Iterator[PrivatePostgres]:
+    """A PostgreSQL server of this test's own, which it may stop and start."""
     if os.geteuid() != 0 or not glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"):
         skip_or_fail("postgres", "a private PostgreSQL server needs root and Debian's postgresql")
     state = Path(tempfile.mkdtemp(prefix="optbench-pg-"))  # the postgres user must reach it

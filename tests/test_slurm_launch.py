@@ -372,9 +372,8 @@ def test_jobs_start_in_an_entry_that_holds_usr2_back_until_submitit_handles_it(t
 
     launcher = SlurmLauncher(SlurmSettings(), tmp_path, "tiny")
     command = launcher._executor()._submitit_command_str  # what srun runs in the job
-    assert command.startswith(f"{sys.executable} -u -m optbench.launch.slurm_job ")
-    # Run that entry as a SLURM job step would and send SIGUSR2 while it unpickles the job,
-    # before submitit's handler exists: the signal must wait, not kill the step (its default).
+    # Run it as a SLURM job step would and send SIGUSR2 while it unpickles the job, before
+    # submitit's handler exists: the signal must wait, not kill the step (its default action).
     (tmp_path / "1").mkdir()
     delayed = submitit.helpers.DelayedSubmission(WaitsWhileUnpickled(tmp_path))
     delayed.dump(tmp_path / "1" / "1_submitted.pkl")

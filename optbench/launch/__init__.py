@@ -1,2 +1,2 @@
 """Executors that run a study's pending trials: a local process pool (local.py), SLURM job
-arrays (slurm.py; slurm_job.py is what a job step starts)."""
+arrays (slurm.py)."""

@@ -24,9 +24,13 @@ by the next run before it plans (`settle_ended`), so their failures are retried 
 
 Preemption and time limits: the job's callable (`TrialBatch`) implements submitit's checkpoint
 protocol, so on SIGUSR2 submitit requeues the job (at most `max_requeues` times for time
-limits); a requeued job runs the same trials again, each resuming from its checkpoint. The job
-step starts in `optbench.launch.slurm_job`, which holds SIGUSR2 back until submitit's handler is
-in place: a job signalled the moment it starts is requeued, never killed with nothing saved.
+limits); a requeued job runs the same trials again, each resuming from its checkpoint. SLURM
+may send SIGUSR2 at any moment, also while the job's Python still starts, imports and unpickles
+the job, before submitit's handler exists, when the signal's default action would kill the job
+with nothing saved or requeued. So the job step's Python (JOB_STEP_CODE) blocks SIGUSR2 first
+thing, before site-packages are even set up, and `TrialBatch` unblocks it once submitit's
+handler is in place: a signal that came meanwhile is delivered then, and requeues the job. What
+remains unguarded is the interpreter's own start (tens of milliseconds).
 """
 
 from __future__ import annotations
@@ -66,6 +70,14 @@ ACTIVE_STATES = frozenset(
 ENDED = "ENDED"  # sacct failed and squeue no longer lists the job: it ended, how is not known
 VANISH_S = 300.0  # a job neither sacct nor squeue has known for this long is gone (purged)
 NOTE_EVERY_S = 300.0  # while SLURM does not answer, the follower says so at most this often
+# What a job step's Python runs (`python -u -S -c JOB_STEP_CODE -u -m submitit.core._submit
+# <folder>`: submitit appends its own arguments, the last is the job folder). -S: nothing runs
+# before the block, not even site-packages' .pth files, which take a good part of a second.
+JOB_STEP_CODE = (
+    "import signal; signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2}); "
+    "import site, sys; site.main(); "
+    "from submitit.core.submission import process_job; process_job(sys.argv[-1])"
+)
 
 
 # --- talking to SLURM ---------------------------------------------------------------------------
@@ -244,8 +256,8 @@ class TrialBatch:
         self.jobs = list(jobs)
 
     def __call__(self) -> list[str]:
-        # slurm_job held SIGUSR2 back until submitit's handler was in place: a signal that came
-        # meanwhile is delivered now, and that handler requeues the job.
+        # JOB_STEP_CODE held SIGUSR2 back until submitit's handler was in place: a signal that
+        # came meanwhile is delivered now, and that handler requeues the job.
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR2})
         import torch
 
@@ -528,8 +540,8 @@ class SlurmLauncher:
         self.reattached = 0
 
     def _executor(self) -> submitit.SlurmExecutor:
-        # The job step starts in slurm_job, which holds SIGUSR2 until submitit can handle it.
-        python = f"{shlex.quote(sys.executable)} -u -m optbench.launch.slurm_job"
+        # The job step holds SIGUSR2 back until submitit can handle it (JOB_STEP_CODE).
+        python = f"{shlex.quote(sys.executable)} -u -S -c {shlex.quote(JOB_STEP_CODE)}"
         executor = submitit.SlurmExecutor(
             folder=self.folder / "%j", max_num_timeout=self.settings.max_requeues, python=python
         )
