@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import signal
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
-from optbench.errors import UsageError, format_errors
+from optbench.errors import StorageUnavailable, UsageError, format_errors
 from optbench.spec import OPTIMIZERS, Dataset, Recipe, StudySpec
 
 app = typer.Typer(
@@ -190,7 +191,9 @@ def run(
     from optbench.executors import make_executor
     from optbench.runner import run_study
 
-    executor = make_executor(spec, workers=workers)
+    # The executor says what it submits; SLURM also says when it stops answering and answers again.
+    notify = partial(console.print, markup=False, highlight=False)
+    executor = make_executor(spec, workers=workers, notify=notify)
     if detach and not executor.jobs_outlive_driver:
         raise UsageError(f"--detach: only the slurm executor can detach (executor is {kind!r})")
     try:
@@ -205,25 +208,27 @@ def status(study: Annotated[Path, typer.Argument(help="study YAML file")]) -> No
     from optbench.runner import status_table
 
     spec = _load(study, data=False)
-    console.print(status_table(spec))
-    from optbench.launch.slurm import job_folder, read_records, slurm_summary
+    from optbench.launch.slurm import has_jobs, slurm_status
 
-    if read_records(job_folder(spec)):  # the study has been on SLURM: its jobs' states
-        console.print(slurm_summary(spec))
+    running, summary = slurm_status(spec) if has_jobs(spec) else (set(), None)
+    console.print(status_table(spec, running=running))
+    if summary:  # the study has been on SLURM: its jobs' states
+        console.print(summary, markup=False, highlight=False)
 
 
 @app.command()
 def cancel(study: Annotated[Path, typer.Argument(help="study YAML file")]) -> None:
-    """Cancel a study's SLURM jobs (scancel); a later `optbench run` records them as failed and
-    the next one resubmits them."""
+    """Cancel a study's queued and running SLURM jobs (scancel) and print what SLURM did; exit
+    status 1 if scancel failed for any. The next `optbench run` records the cancelled trials as
+    failed attempts and resubmits them (within executor.retries)."""
     from optbench.launch.slurm import cancel_study_jobs, job_folder
     from optbench.spec import load_spec
 
-    cancelled = cancel_study_jobs(job_folder(load_spec(study)))
-    console.print(
-        f"cancelled {len(cancelled)} SLURM job(s)"
-        + (f": {' '.join(cancelled)}" if cancelled else "")
-    )
+    lines, ok = cancel_study_jobs(job_folder(load_spec(study)))
+    for line in lines:
+        console.print(line, markup=False, highlight=False)
+    if not ok:
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -329,6 +334,9 @@ def main() -> None:
     except UsageError as err:
         typer.echo(f"error: {err}", err=True)
         sys.exit(2)
+    except StorageUnavailable as err:  # not bad input: the database server is down
+        typer.echo(f"error: {err}", err=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from optbench.errors import UsageError
+from optbench.errors import StorageUnavailable, UsageError
 from optbench.executors.base import Executor
 from optbench.plan import plan
 from optbench.spec import StudySpec, dump_spec
@@ -143,8 +143,7 @@ def run_study(
         jobs = [item.trial.job for item in todo.values()]
         for job in jobs:
             (job.out_dir / RESULT_FILE).unlink(missing_ok=True)  # a failed attempt's leftovers
-        where = executor.submit(jobs)
-        console.print(f"{len(jobs)} trial(s) to run on {where}")
+        console.print(executor.submit(jobs), markup=False, highlight=False)
         outlive = executor.jobs_outlive_driver
         if detach and outlive:
             executor.close(cancel=False)
@@ -174,7 +173,7 @@ def run_study(
                         progress.ran += 1
                         del todo[event.key]
                     display.update(progress.table(spec.name))
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, StorageUnavailable):  # the storage's error says which
             executor.close(cancel=not outlive)  # cluster jobs keep running: Ctrl-C detaches
             left = "still queued or running" if outlive else "left"
             console.print(
@@ -204,10 +203,11 @@ def _record_end(store: Store, item: StoredTrial, lost_message: str | None) -> No
     store.record(item, result, metrics)
 
 
-def status_table(spec: StudySpec) -> Table:
-    """Counts per cell, read from the store without running or writing anything."""
+def status_table(spec: StudySpec, running: set[str] = frozenset()) -> Table:
+    """Counts per cell, read from the store without running or writing anything; `running`:
+    the keys of trials whose job is running (SLURM)."""
     stored = Store(spec, create=False).read(plan(spec))
-    return StudyProgress(stored).table(
+    return StudyProgress(stored, running=set(running)).table(
         f"{spec.name}: {sum(s.is_result for s in stored)} of {len(stored)} trials done"
     )
 

@@ -326,6 +326,22 @@ class SlurmSettings(_Strict):
         default=None, description="job files and logs; default <study folder>/slurm (shared FS)"
     )
 
+    @field_validator("signal_delay_s")
+    @classmethod
+    def _time_to_train(cls, delay: int, info) -> int:
+        # SLURM sends the signal up to 60 s earlier than asked (sbatch(1), --signal); a job also
+        # needs a minute to start and make progress, or it is requeued over and over for nothing.
+        limit_s = info.data.get("time_min", 60) * 60
+        if limit_s - delay - 60 < 60:
+            fix = f"raise time_min to at least {-(-(delay + 120) // 60)}"
+            if limit_s - 120 >= 10:
+                fix = f"lower signal_delay_s to at most {limit_s - 120} or {fix}"
+            raise ValueError(
+                f"{delay} s before the end of time_min ({limit_s // 60} min) leaves no time to "
+                f"train (SLURM may signal 60 s early, and a job needs a minute to start): {fix}"
+            )
+        return delay
+
     @property
     def tasks(self) -> int:
         return self.tasks_per_node or max(1, self.gpus_per_node)
