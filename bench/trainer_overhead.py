@@ -34,7 +34,7 @@ from optbench import models  # noqa: F401  (registers the quickstart models)
 from optbench.spec import Dataset, Recipe
 from optbench.train import loop
 from optbench.train.config import TrainConfig
-from optbench.train.data import load_dataset
+from optbench.train.datasets import load_dataset
 from optbench.train.loop import run_trial
 from optbench.train.results import read_metrics
 

@@ -98,7 +98,7 @@ def train(
 
     from optbench.models import is_model
     from optbench.train.config import TrainConfig
-    from optbench.train.data import check_dataset, download_dataset
+    from optbench.train.datasets import check_dataset, download_dataset
     from optbench.train.loop import STOP_SIGNALS, TrialInterrupted, run_trial
 
     if optimizer not in OPTIMIZERS:

@@ -216,7 +216,7 @@ def plan_table(spec: StudySpec) -> Table:
     """The trial plan of `optbench run --dry-run`: what would run, per cell, and its compute:
     training images x forward multiply-adds per image (backward adds about 2x). Writes nothing."""
     from optbench.models.complexity import model_complexity
-    from optbench.train.data import dataset_info
+    from optbench.train.datasets import dataset_info
 
     info = dataset_info(spec.dataset)
     stored = Store(spec, create=False).read(plan(spec))

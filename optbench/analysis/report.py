@@ -230,7 +230,7 @@ def _complexity_section(
 
 def _dataset_shape(spec: StudySpec) -> tuple[int, int, int]:
     """(num_classes, in_chans, img_size) of the study's dataset."""
-    from optbench.train.data import dataset_info
+    from optbench.train.datasets import dataset_info
 
     info = dataset_info(spec.dataset)
     return info.num_classes, info.in_chans, info.img_size

@@ -31,7 +31,7 @@ Checkpoint, stop signals and resume (for the SLURM helper and any other caller):
   from scratch. The checkpoint is deleted once result.json is written (`keep_checkpoint=True`
   keeps it).
 
-Speed. Data lives on the device for small datasets (data.py); augmentation is batched
+Speed. Data lives on the device for small datasets (batches.py); augmentation is batched
 (augment.py). The loss is summed on the device and read once per epoch, so divergence (a
 non-finite mean loss, or one above `recipe.diverge_loss`) costs no sync per step; a diverged
 trial is a result ("diverged", with its epoch), not a crash. On CUDA: bf16 autocast
@@ -68,17 +68,10 @@ from torch import nn
 
 from optbench.models import create_model
 from optbench.train.augment import BatchAugment, input_stats
+from optbench.train.batches import DeviceBatches, FolderBatches, Shard, TrainBatches
 from optbench.train.checkpoint import CHECKPOINT_FILE, load_checkpoint, save_checkpoint
 from optbench.train.config import TrainConfig, TrialResult
-from optbench.train.data import (
-    DeviceBatches,
-    DeviceData,
-    FolderBatches,
-    Shard,
-    TrainBatches,
-    derive_seed,
-    load_dataset,
-)
+from optbench.train.datasets import DeviceData, load_dataset
 from optbench.train.distributed import (
     DistContext,
     context_from_env,
@@ -90,6 +83,7 @@ from optbench.train.ema import WeightAverage
 from optbench.train.optim import LrSchedule, build_optimizer
 from optbench.train.precise_bn import has_batchnorm, precise_bn_batches, recompute_bn_stats
 from optbench.train.results import METRICS_FILE, RESULT_FILE, read_result, write_result
+from optbench.train.seeding import derive_seed
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR2)
 
