@@ -99,7 +99,8 @@ def train(
     from optbench.models import is_model
     from optbench.train.config import TrainConfig
     from optbench.train.datasets import check_dataset, download_dataset
-    from optbench.train.loop import STOP_SIGNALS, TrialInterrupted, run_trial
+    from optbench.train.loop import run_trial
+    from optbench.train.signals import STOP_SIGNALS, TrialInterrupted
 
     if optimizer not in OPTIMIZERS:
         raise UsageError(f"--optimizer: must be one of {list(OPTIMIZERS)}, got {optimizer!r}")

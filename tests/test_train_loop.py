@@ -13,12 +13,14 @@ from pathlib import Path
 import pytest
 import torch
 
+import optbench.train.epoch as epoch
 import optbench.train.loop as loop
 from optbench.spec import Dataset, Recipe
 from optbench.train.checkpoint import CHECKPOINT_FILE
 from optbench.train.config import TrainConfig
-from optbench.train.loop import TrialInterrupted, run_trial
+from optbench.train.loop import run_trial
 from optbench.train.results import read_metrics, read_result
+from optbench.train.signals import STOP_SIGNALS, StopRequest, TrialInterrupted
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -87,7 +89,7 @@ def test_same_config_same_result_and_metrics(tmp_path, reference):
 def interrupt_at(monkeypatch, step: int, signum: int) -> None:
     """Deliver `signum` to this process while optimizer step `step` is being prepared."""
     calls = {"n": 0}
-    seed_step = loop.seed_step
+    seed_step = epoch.seed_step
 
     def seed_and_maybe_signal(seed: int, device) -> None:
         if calls["n"] == step:
@@ -95,7 +97,7 @@ def interrupt_at(monkeypatch, step: int, signum: int) -> None:
         calls["n"] += 1
         seed_step(seed, device)
 
-    monkeypatch.setattr(loop, "seed_step", seed_and_maybe_signal)
+    monkeypatch.setattr(epoch, "seed_step", seed_and_maybe_signal)
 
 
 @pytest.fixture
@@ -106,7 +108,7 @@ def recorded_signals():
     def record(signum, frame) -> None:
         got.append(signum)
 
-    previous = {s: signal.signal(s, record) for s in loop.STOP_SIGNALS}
+    previous = {s: signal.signal(s, record) for s in STOP_SIGNALS}
     yield got, record
     for s, handler in previous.items():
         signal.signal(s, handler)
@@ -135,16 +137,17 @@ def test_interrupted_trial_resumes_to_the_same_result(
 STOPPED_BY_DEFAULT = """
 import os, signal, sys
 from pathlib import Path
+import optbench.train.epoch as epoch
 import optbench.train.loop as loop
 from optbench.spec import Dataset, Recipe
 from optbench.train.config import TrainConfig
-seed_step = loop.seed_step
+seed_step = epoch.seed_step
 def seed_and_signal(seed, device, calls=[]):
     if len(calls) == 2:
         os.kill(os.getpid(), signal.SIGTERM)
     calls.append(seed)
     seed_step(seed, device)
-loop.seed_step = seed_and_signal
+epoch.seed_step = seed_and_signal
 cfg = TrainConfig(model="vit_p_w64_16px", dataset=Dataset(name="digits", img_size=16),
     optimizer="sgd", lr=0.8, wd=1e-4, epochs=2, batch_size=256, recipe=Recipe(warmup_epochs=1))
 loop.run_trial(cfg, Path(sys.argv[1]))
@@ -208,15 +211,14 @@ def test_the_gpu_settings_bf16_channels_last_and_compile_train_through_the_loop_
     # them (bf16 autocast in training and evaluation, channels_last inputs, a compiled model
     # beside its EMA, soft targets, checkpoints) is the same on any device, so it is run here on
     # the CPU, where torch has bf16 autocast and inductor too.
+    from optbench.train.compute import _Runtime
     from optbench.train.distributed import DistContext
 
-    run = loop._Runtime(
-        torch.device("cpu"), DistContext(), amp=True, channels_last=True, compile=True
-    )
+    run = _Runtime(torch.device("cpu"), DistContext(), amp=True, channels_last=True, compile=True)
     compiled, compile_ = [], torch.compile
     monkeypatch.setattr(torch, "compile", lambda m: compiled.append(m) or compile_(m))
     cfg = config(epochs=2)
-    result = loop._train(cfg, tmp_path, run, loop.StopRequest(), resume=False)
+    result = loop._train(cfg, tmp_path, run, StopRequest(), resume=False)
     assert result.status == "finished" and len(compiled) == 1
     assert 0 <= result.ema_final_error <= 100 and 0 <= result.raw_final_error <= 100
     assert all(m["train_loss"] > 0 for m in read_metrics(tmp_path))
@@ -233,14 +235,14 @@ def test_a_crash_is_a_failed_result(tmp_path):
 
 CLI_INTERRUPTED = """
 import os, signal, sys
-import optbench.train.loop as loop
-seed_step, calls = loop.seed_step, []
+import optbench.train.epoch as epoch
+seed_step, calls = epoch.seed_step, []
 def seed_and_signal(seed, device):  # SIGTERM arrives while step 7 (mid-epoch 2) is prepared
     if len(calls) == 7:
         os.kill(os.getpid(), signal.SIGTERM)
     calls.append(seed)
     seed_step(seed, device)
-loop.seed_step = seed_and_signal
+epoch.seed_step = seed_and_signal
 from optbench.cli import main
 sys.argv = ["optbench", *sys.argv[1:]]
 main()

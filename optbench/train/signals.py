@@ -1,0 +1,81 @@
+"""Stop signals: how a running trial is asked to stop, and what it does then.
+
+SIGTERM or SIGUSR2 delivered to the trial's process (`kill -USR2 <pid>`; SLURM's
+`--signal=USR2@120` reaches processes started by srun, and SLURM sends SIGTERM at the time limit
+or on preemption) asks the trial to stop: it finishes the running optimizer step, writes
+OUT/checkpoint.pt at that position, restores the previous handlers and delivers the signal again
+to what was there before. By default that ends the process (exit status 128 + the signal
+number: 143 for SIGTERM, 140 for SIGUSR2), as the signal would have without optbench, only
+after the checkpoint; a caller's own handler runs instead if it installed one (submitit's
+requeue on SIGUSR2, say; `optbench train` installs one that exits with that same status). If
+that handler returns, `run_trial` raises `TrialInterrupted` (a BaseException, so it is not
+recorded as a failure). Either way no result.json is written. The handlers are installed only
+when `run_trial` runs in the main thread and `handle_signals` is true. A signal is acted on
+after the next optimizer step, so one that arrives during evaluation waits for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+from optbench.train.distributed import DistContext
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR2)
+
+
+class TrialInterrupted(BaseException):
+    """A stop signal arrived; the checkpoint is written and the trial can be resumed."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"stopped by signal {signal.Signals(signum).name}; checkpoint saved")
+        self.signum = signum
+
+
+@dataclass
+class StopRequest:
+    """Set by a signal handler, read by the loop after each optimizer step."""
+
+    signum: int = 0
+
+    def __call__(self, signum: int, frame) -> None:
+        self.signum = signum
+
+
+def agreed_stop(stop: StopRequest, dist: DistContext, flag: torch.Tensor) -> bool:
+    """Whether every rank stops after this step: alone, whether a signal arrived; under DDP,
+    whether one arrived on any rank (an all-reduce of `flag`, a one-element device tensor)."""
+    if not dist.enabled:
+        return stop.signum != 0
+    flag.fill_(float(stop.signum != 0))
+    dist.sum_(flag)
+    return bool(flag.item())
+
+
+@contextlib.contextmanager
+def stop_signals_caught(stop: StopRequest, enabled: bool) -> Iterator[dict]:
+    """Route SIGTERM / SIGUSR2 to `stop` while the trial runs (main thread only). Yields the
+    handlers it replaced (empty when it replaced none); they are restored on exit."""
+    if not enabled or threading.current_thread() is not threading.main_thread():
+        yield {}
+        return
+    previous = {s: signal.signal(s, stop) for s in STOP_SIGNALS}
+    try:
+        yield previous
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def pass_on(signum: int, previous: dict) -> None:
+    """Deliver `signum` again, now to the handler the trial had replaced: the default action
+    ends the process (as the signal would have without optbench, only after the checkpoint), a
+    caller's handler (e.g. submitit's requeue on SIGUSR2, or the CLI's exit) runs. Returns only
+    if that handler returns, or if the trial had not taken the signal over."""
+    if signum in previous and previous[signum] is not signal.SIG_IGN:
+        signal.raise_signal(signum)
