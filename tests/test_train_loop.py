@@ -211,14 +211,16 @@ def test_the_gpu_settings_bf16_channels_last_and_compile_train_through_the_loop_
     # them (bf16 autocast in training and evaluation, channels_last inputs, a compiled model
     # beside its EMA, soft targets, checkpoints) is the same on any device, so it is run here on
     # the CPU, where torch has bf16 autocast and inductor too.
-    from optbench.train.compute import _Runtime
+    from optbench.train.compute import Compute
     from optbench.train.distributed import DistContext
 
-    run = _Runtime(torch.device("cpu"), DistContext(), amp=True, channels_last=True, compile=True)
+    compute = Compute(
+        torch.device("cpu"), DistContext(), amp=True, channels_last=True, compile=True
+    )
     compiled, compile_ = [], torch.compile
     monkeypatch.setattr(torch, "compile", lambda m: compiled.append(m) or compile_(m))
     cfg = config(epochs=2)
-    result = loop._train(cfg, tmp_path, run, StopRequest(), resume=False)
+    result = loop._train(cfg, tmp_path, compute, StopRequest(), resume=False)
     assert result.status == "finished" and len(compiled) == 1
     assert 0 <= result.ema_final_error <= 100 and 0 <= result.raw_final_error <= 100
     assert all(m["train_loss"] > 0 for m in read_metrics(tmp_path))

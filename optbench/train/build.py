@@ -15,7 +15,7 @@ from torch import nn
 from optbench.models import create_model
 from optbench.train.augment import BatchAugment, input_stats
 from optbench.train.batches import DeviceBatches, FolderBatches, Shard, TrainBatches
-from optbench.train.compute import _Runtime
+from optbench.train.compute import Compute
 from optbench.train.config import TrainConfig
 from optbench.train.datasets import DeviceData, load_dataset
 from optbench.train.ema import WeightAverage
@@ -36,21 +36,21 @@ class TrialParts:
     criterion: nn.Module
 
 
-def build_batches(cfg: TrainConfig, run: _Runtime) -> TrainBatches:
-    if cfg.batch_size % run.dist.world:
+def build_batches(cfg: TrainConfig, compute: Compute) -> TrainBatches:
+    if cfg.batch_size % compute.dist.world:
         raise ValueError(
-            f"batch_size {cfg.batch_size} is not divisible by {run.dist.world} processes"
+            f"batch_size {cfg.batch_size} is not divisible by {compute.dist.world} processes"
         )
     mixing = cfg.recipe.mixup_alpha > 0 or cfg.recipe.cutmix_alpha > 0
-    if mixing and (cfg.batch_size // run.dist.world) % 2:
+    if mixing and (cfg.batch_size // compute.dist.world) % 2:
         raise ValueError(
             "mixup/CutMix pair each image with the batch reversed: the batch per process must be even"
         )
     data = load_dataset(cfg.dataset, cfg.model)
-    shard = Shard(run.dist.rank, run.dist.world)
+    shard = Shard(compute.dist.rank, compute.dist.world)
     if isinstance(data, DeviceData):
         batches: TrainBatches = DeviceBatches(
-            data.to(run.device),
+            data.to(compute.device),
             cfg.batch_size,
             seed=cfg.seed,
             repeated_aug=cfg.recipe.repeated_aug,
@@ -63,9 +63,9 @@ def build_batches(cfg: TrainConfig, run: _Runtime) -> TrainBatches:
             cfg.batch_size,
             cfg.recipe,
             seed=cfg.seed,
-            device=run.device,
+            device=compute.device,
             shard=shard,
-            workers=run.workers,
+            workers=compute.workers,
         )
         n_train = len(batches.train_set)
     if len(batches) == 0:
@@ -73,7 +73,7 @@ def build_batches(cfg: TrainConfig, run: _Runtime) -> TrainBatches:
     return batches
 
 
-def build_model(cfg: TrainConfig, batches: TrainBatches, run: _Runtime) -> nn.Module:
+def build_model(cfg: TrainConfig, batches: TrainBatches, compute: Compute) -> nn.Module:
     torch.manual_seed(cfg.seed)
     # The recipe decides stochastic depth: drop_path 0 means none, whatever the model's own
     # default (DHVT's is 0.1).
@@ -85,19 +85,19 @@ def build_model(cfg: TrainConfig, batches: TrainBatches, run: _Runtime) -> nn.Mo
         drop_path_rate=cfg.recipe.drop_path,
         weight_init=cfg.recipe.weight_init,
     )
-    if run.dist.enabled and run.device.type == "cuda":  # torch's SyncBatchNorm is CUDA-only
+    if compute.dist.enabled and compute.device.type == "cuda":  # torch's SyncBatchNorm is CUDA-only
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
-    model = model.to(run.device)
-    if run.channels_last:
+    model = model.to(compute.device)
+    if compute.channels_last:
         model = model.to(memory_format=torch.channels_last)
     return model
 
 
-def build_parts(cfg: TrainConfig, run: _Runtime) -> TrialParts:
+def build_parts(cfg: TrainConfig, compute: Compute) -> TrialParts:
     recipe = cfg.recipe
-    batches = build_batches(cfg, run)
-    model = build_model(cfg, batches, run)
-    optimizer = build_optimizer(model, cfg, fused=run.device.type == "cuda")
+    batches = build_batches(cfg, compute)
+    model = build_model(cfg, batches, compute)
+    optimizer = build_optimizer(model, cfg, fused=compute.device.type == "cuda")
     steps_per_epoch = len(batches)
     schedule = LrSchedule(optimizer, cfg, steps_per_epoch)
     ema = WeightAverage(model, cfg, steps_per_epoch) if recipe.ema else None
@@ -107,7 +107,7 @@ def build_parts(cfg: TrainConfig, run: _Runtime) -> TrialParts:
         num_classes=batches.num_classes,
         mean=mean,
         std=std,
-        device=run.device,
+        device=compute.device,
         in_chans=batches.in_chans,
         img_size=batches.img_size,
         geometric=batches.geometric_on_device,
@@ -129,13 +129,13 @@ def build_parts(cfg: TrainConfig, run: _Runtime) -> TrialParts:
     )
 
 
-def for_training(model: nn.Module, run: _Runtime) -> nn.Module:
+def for_training(model: nn.Module, compute: Compute) -> nn.Module:
     """The model as the optimizer steps call it: wrapped in DDP across processes, compiled if
     asked. Wrap after restoring a checkpoint into `model` (DDP broadcasts rank 0's weights)."""
     trained = model
-    if run.dist.enabled:
-        ids = [run.device.index] if run.device.type == "cuda" else None
+    if compute.dist.enabled:
+        ids = [compute.device.index] if compute.device.type == "cuda" else None
         trained = nn.parallel.DistributedDataParallel(model, device_ids=ids)
-    if run.compile:
+    if compute.compile:
         trained = torch.compile(trained)
     return trained

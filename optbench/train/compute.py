@@ -16,8 +16,9 @@ from optbench.train.distributed import DistContext, process_device
 
 
 @dataclass(frozen=True)
-class _Runtime:
-    """Where and how the trial computes: device, process group, precision and memory layout."""
+class Compute:
+    """Where and how this process computes its share of a trial: device, process group,
+    precision, memory layout and DataLoader workers."""
 
     device: torch.device
     dist: DistContext
@@ -29,7 +30,7 @@ class _Runtime:
     @classmethod
     def for_trial(
         cls, recipe: Recipe, device: str, dist: DistContext, workers: int | None
-    ) -> _Runtime:
+    ) -> Compute:
         """This process's share of a trial asked to run on `device` ("cpu", "cuda")."""
         dev = torch.device(device)
         if dist.enabled and dev.type == "cuda":

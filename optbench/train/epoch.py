@@ -15,18 +15,18 @@ import torch
 from torch import nn
 
 from optbench.train.build import TrialParts
-from optbench.train.compute import _Runtime
+from optbench.train.compute import Compute
 from optbench.train.config import TrainConfig
 from optbench.train.seeding import derive_seed, seed_step
 from optbench.train.signals import StopRequest, agreed_stop
-from optbench.train.state import _Progress
+from optbench.train.state import TrialState
 
 
 @dataclass(frozen=True)
 class EpochRun:
     """How a call of `train_one_epoch` ended."""
 
-    complete: bool  # the epoch ran to its end (False: stopped mid-epoch, position in progress)
+    complete: bool  # the epoch ran to its end (False: stopped mid-epoch, position in state)
     stopping: bool  # the ranks agreed to stop after the last step run
     train_loss: float = float("nan")  # mean over the epoch's steps and ranks (complete only)
     seconds: float = 0.0  # the epoch's training time, resumed parts included (complete only)
@@ -36,37 +36,37 @@ def train_one_epoch(
     trained: nn.Module,
     parts: TrialParts,
     cfg: TrainConfig,
-    run: _Runtime,
-    progress: _Progress,
+    compute: Compute,
+    state: TrialState,
     stop: StopRequest,
 ) -> EpochRun:
-    """Run the optimizer steps of epoch `progress.epoch` from batch `progress.batch`. If the
-    ranks agree to stop before the epoch's last step, record the position in `progress`
-    (batch, loss_sum, epoch_s) and return an incomplete run."""
-    epoch, steps_per_epoch = progress.epoch, len(parts.batches)
+    """Run the optimizer steps of epoch `state.epoch` from batch `state.batch`. If the
+    ranks agree to stop before the epoch's last step, record the position in `state`
+    (batch, loss_sum, epoch_s) and return an incomplete compute."""
+    epoch, steps_per_epoch = state.epoch, len(parts.batches)
     trained.train()
-    loss_sum = torch.full((), progress.loss_sum, device=run.device, dtype=torch.float64)
-    stop_flag = torch.zeros(1, device=run.device)
+    loss_sum = torch.full((), state.loss_sum, device=compute.device, dtype=torch.float64)
+    stop_flag = torch.zeros(1, device=compute.device)
     stopping = False
-    t0 = time.perf_counter() - progress.epoch_s
-    for b, (x, y) in enumerate(parts.batches.train(epoch, progress.batch), start=progress.batch):
+    t0 = time.perf_counter() - state.epoch_s
+    for b, (x, y) in enumerate(parts.batches.train(epoch, state.batch), start=state.batch):
         step = epoch * steps_per_epoch + b
-        seed_step(derive_seed(cfg.seed, "step", step, run.dist.rank), run.device)
+        seed_step(derive_seed(cfg.seed, "step", step, compute.dist.rank), compute.device)
         x, y = parts.augment(x, y)
         parts.schedule.set_lr(step)
-        with run.autocast():
-            loss = parts.criterion(trained(run.layout(x)), y)
+        with compute.autocast():
+            loss = parts.criterion(trained(compute.layout(x)), y)
         parts.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         parts.optimizer.step()
         if parts.ema is not None:
             parts.ema.after_step(parts.model, epoch, b, step)
         loss_sum += loss.detach()
-        stopping = agreed_stop(stop, run.dist, stop_flag)  # every rank stops at the same step
+        stopping = agreed_stop(stop, compute.dist, stop_flag)  # every rank stops at the same step
         if stopping and b + 1 < steps_per_epoch:
-            progress.batch = b + 1
-            progress.loss_sum = run.dist.sum_(loss_sum).item() / run.dist.world
-            progress.epoch_s = time.perf_counter() - t0
+            state.batch = b + 1
+            state.loss_sum = compute.dist.sum_(loss_sum).item() / compute.dist.world
+            state.epoch_s = time.perf_counter() - t0
             return EpochRun(complete=False, stopping=True)
-    train_loss = run.dist.sum_(loss_sum).item() / run.dist.world / steps_per_epoch
+    train_loss = compute.dist.sum_(loss_sum).item() / compute.dist.world / steps_per_epoch
     return EpochRun(True, stopping, train_loss, time.perf_counter() - t0)

@@ -14,7 +14,7 @@ from torch import nn
 from optbench.train.augment import BatchAugment
 from optbench.train.batches import TrainBatches
 from optbench.train.build import TrialParts
-from optbench.train.compute import _Runtime
+from optbench.train.compute import Compute
 from optbench.train.config import TrainConfig
 from optbench.train.precise_bn import has_batchnorm, precise_bn_batches, recompute_bn_stats
 from optbench.train.seeding import derive_seed, seed_step
@@ -22,38 +22,38 @@ from optbench.train.seeding import derive_seed, seed_step
 
 @torch.no_grad()
 def evaluate(
-    model: nn.Module, batches: TrainBatches, augment: BatchAugment, run: _Runtime
+    model: nn.Module, batches: TrainBatches, augment: BatchAugment, compute: Compute
 ) -> tuple[float, float]:
     """Top-1 and top-5 error in percent over the whole validation split (all ranks)."""
     model.eval()
-    counts = torch.zeros(3, device=run.device, dtype=torch.float64)  # wrong@1, wrong@5, n
+    counts = torch.zeros(3, device=compute.device, dtype=torch.float64)  # wrong@1, wrong@5, n
     k = min(5, batches.num_classes)
     for x, y in batches.val():
-        with run.autocast():
-            logits = model(run.layout(augment.normalize(x)))
+        with compute.autocast():
+            logits = model(compute.layout(augment.normalize(x)))
         top = logits.topk(k, dim=1).indices
         hit = top == y[:, None]
         counts[0] += (~hit[:, 0]).sum()
         counts[1] += (~hit.any(1)).sum()
         counts[2] += len(y)
-    run.dist.sum_(counts)
+    compute.dist.sum_(counts)
     wrong1, wrong5, n = counts.tolist()
     return 100.0 * wrong1 / n, 100.0 * wrong5 / n
 
 
 def _precise_bn_inputs(
-    batches: TrainBatches, augment: BatchAugment, cfg: TrainConfig, run: _Runtime, epoch: int
+    batches: TrainBatches, augment: BatchAugment, cfg: TrainConfig, compute: Compute, epoch: int
 ) -> Iterator[torch.Tensor]:
     """The inputs precise BN averages over after `epoch`: the epoch's first batches, freshly
     augmented per image (seeded by their position), without mixup (precise_bn.py)."""
     n = precise_bn_batches(cfg.recipe.precise_bn_images, cfg.batch_size, len(batches))
     stream = batches.train(epoch, 0, stream="precise-bn")
     for b, (x, _) in enumerate(itertools.islice(stream, n)):
-        seed_step(derive_seed(cfg.seed, "precise-bn", epoch, b, run.dist.rank), run.device)
-        yield run.layout(augment.inputs(x))
+        seed_step(derive_seed(cfg.seed, "precise-bn", epoch, b, compute.dist.rank), compute.device)
+        yield compute.layout(augment.inputs(x))
 
 
-def evaluate_epoch(parts: TrialParts, cfg: TrainConfig, run: _Runtime, epoch: int) -> dict:
+def evaluate_epoch(parts: TrialParts, cfg: TrainConfig, compute: Compute, epoch: int) -> dict:
     """The metrics line's errors after `epoch`: raw_top1/5, ema_top1/5 (with an EMA) and
     val_error, the one the recipe reports."""
     models = {"raw": parts.model}
@@ -62,12 +62,12 @@ def evaluate_epoch(parts: TrialParts, cfg: TrainConfig, run: _Runtime, epoch: in
     if cfg.recipe.precise_bn_images:  # each model that has BatchNorm, each over the same images
         for model in models.values():
             if has_batchnorm(model):
-                inputs = _precise_bn_inputs(parts.batches, parts.augment, cfg, run, epoch)
-                recompute_bn_stats(model, inputs, run.dist)
+                inputs = _precise_bn_inputs(parts.batches, parts.augment, cfg, compute, epoch)
+                recompute_bn_stats(model, inputs, compute.dist)
     line = {}
     for kind, model in models.items():
         line[f"{kind}_top1"], line[f"{kind}_top5"] = evaluate(
-            model, parts.batches, parts.augment, run
+            model, parts.batches, parts.augment, compute
         )
     line["val_error"] = line[cfg.recipe.report.split("_")[0] + "_top1"]
     return line

@@ -44,7 +44,7 @@ from torch import nn
 
 from optbench.train.build import build_parts, for_training
 from optbench.train.checkpoint import CHECKPOINT_FILE
-from optbench.train.compute import _Runtime
+from optbench.train.compute import Compute
 from optbench.train.config import TrainConfig, TrialResult
 from optbench.train.distributed import (
     DistContext,
@@ -56,7 +56,7 @@ from optbench.train.epoch import train_one_epoch
 from optbench.train.evaluation import evaluate_epoch
 from optbench.train.results import METRICS_FILE, RESULT_FILE, read_result, write_result
 from optbench.train.signals import StopRequest, TrialInterrupted, pass_on, stop_signals_caught
-from optbench.train.state import _Progress, restore_state, save_state
+from optbench.train.state import TrialState, restore_state, save_state
 
 
 def weights_digest(model: nn.Module) -> str:
@@ -70,21 +70,21 @@ def weights_digest(model: nn.Module) -> str:
 
 
 def _train(
-    cfg: TrainConfig, out_dir: Path, run: _Runtime, stop: StopRequest, resume: bool
+    cfg: TrainConfig, out_dir: Path, compute: Compute, stop: StopRequest, resume: bool
 ) -> TrialResult:
-    parts = build_parts(cfg, run)
+    parts = build_parts(cfg, compute)
     ckpt_path = out_dir / CHECKPOINT_FILE
-    progress = restore_state(ckpt_path, cfg, parts) if resume else _Progress()
-    trained = for_training(parts.model, run)
+    state = restore_state(ckpt_path, cfg, parts) if resume else TrialState()
+    trained = for_training(parts.model, compute)
     metrics_path = out_dir / METRICS_FILE
-    if run.dist.is_main:  # the file holds exactly the completed epochs' lines
-        metrics_path.write_text("".join(json.dumps(line) + "\n" for line in progress.history))
+    if compute.dist.is_main:  # the file holds exactly the completed epochs' lines
+        metrics_path.write_text("".join(json.dumps(line) + "\n" for line in state.history))
     images_per_epoch = len(parts.batches) * cfg.batch_size
-    while progress.epoch < cfg.epochs:
-        epoch = progress.epoch
-        ran = train_one_epoch(trained, parts, cfg, run, progress, stop)
+    while state.epoch < cfg.epochs:
+        epoch = state.epoch
+        ran = train_one_epoch(trained, parts, cfg, compute, state, stop)
         if not ran.complete:
-            save_state(ckpt_path, cfg, parts, progress, run.dist)
+            save_state(ckpt_path, cfg, parts, state, compute.dist)
             raise TrialInterrupted(stop.signum or signal.SIGTERM)
         loss = ran.train_loss
         diverged = not math.isfinite(loss) or loss > cfg.recipe.diverge_loss
@@ -96,22 +96,22 @@ def _train(
             "epoch_s": round(ran.seconds, 4),
         }
         if not diverged:
-            line.update(evaluate_epoch(parts, cfg, run, epoch))
-        progress = progress.after_epoch(line, ran.seconds, images_per_epoch)
-        if run.dist.is_main:
+            line.update(evaluate_epoch(parts, cfg, compute, epoch))
+        state = state.after_epoch(line, ran.seconds, images_per_epoch)
+        if compute.dist.is_main:
             with open(metrics_path, "a") as metrics:
                 metrics.write(json.dumps(line) + "\n")
         if diverged:
-            return trial_result(cfg, progress, epoch + 1, parts.model, run.dist)
-        save_state(ckpt_path, cfg, parts, progress, run.dist)
-        if ran.stopping and progress.epoch < cfg.epochs:
+            return trial_result(cfg, state, epoch + 1, parts.model, compute.dist)
+        save_state(ckpt_path, cfg, parts, state, compute.dist)
+        if ran.stopping and state.epoch < cfg.epochs:
             raise TrialInterrupted(stop.signum or signal.SIGTERM)
-    return trial_result(cfg, progress, None, parts.model, run.dist)
+    return trial_result(cfg, state, None, parts.model, compute.dist)
 
 
 def trial_result(
     cfg: TrainConfig,
-    progress: _Progress,
+    state: TrialState,
     diverged_epoch: int | None,
     model: nn.Module,
     dist: DistContext,
@@ -120,8 +120,8 @@ def trial_result(
     from the metrics history, its speed, and the digest of its final weights."""
     common = dict(
         epochs=cfg.epochs,
-        epochs_run=progress.epoch,
-        images_per_s=progress.images / progress.train_s if progress.train_s else None,
+        epochs_run=state.epoch,
+        images_per_s=state.images / state.train_s if state.train_s else None,
         digest=weights_digest(model),
         config=cfg,
         reported=cfg.recipe.report,
@@ -129,7 +129,7 @@ def trial_result(
     )
     if diverged_epoch is not None:
         return TrialResult(status="diverged", diverged_epoch=diverged_epoch, **common)
-    hist = progress.history
+    hist = state.history
     errors = {}
     for kind in ("raw", "ema"):
         top1 = [h[f"{kind}_top1"] for h in hist if f"{kind}_top1" in h]
@@ -171,13 +171,13 @@ def run_trial(
         return read_result(out_dir)
     start = time.perf_counter()
     ctx = context_from_env() if distributed else DistContext()
-    run = _Runtime.for_trial(cfg.recipe, device, ctx, workers)
+    compute = Compute.for_trial(cfg.recipe, device, ctx, workers)
     stop = StopRequest()
     replaced: dict = {}
     try:
-        init_process_group(ctx, run.device.type)
+        init_process_group(ctx, compute.device.type)
         with stop_signals_caught(stop, handle_signals) as replaced:
-            result = _train(cfg, out_dir, run, stop, resume)
+            result = _train(cfg, out_dir, compute, stop, resume)
     except TrialInterrupted as stopped:
         pass_on(stopped.signum, replaced)
         raise

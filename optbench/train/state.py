@@ -1,4 +1,4 @@
-"""A trial's position and what it has measured so far (`_Progress`), and how that, with the
+"""A trial's position and what it has measured so far (`TrialState`), and how that, with the
 model, the EMA and the optimizer, is saved to OUT/checkpoint.pt (`save_state`, rank 0 only) and
 restored from it (`restore_state`). The file itself is written atomically by checkpoint.py, at
 each epoch end and when a stop signal arrives (signals.py).
@@ -19,8 +19,8 @@ from optbench.train.distributed import DistContext
 
 
 @dataclass
-class _Progress:
-    """Where a trial is and what it has measured so far (saved in checkpoints)."""
+class TrialState:
+    """Where a trial is and what it has measured so far (saved in checkpoints as "progress")."""
 
     epoch: int = 0  # completed epochs
     batch: int = 0  # completed batches of the running epoch (non-zero only mid-epoch)
@@ -30,9 +30,9 @@ class _Progress:
     images: int = 0  # images stepped through in completed epochs (global)
     history: list[dict] = field(default_factory=list)  # one metrics line per completed epoch
 
-    def after_epoch(self, line: dict, seconds: float, images: int) -> _Progress:
+    def after_epoch(self, line: dict, seconds: float, images: int) -> TrialState:
         """The position at the start of the next epoch, once this one measured `line`."""
-        return _Progress(
+        return TrialState(
             epoch=self.epoch + 1,
             train_s=self.train_s + seconds,
             images=self.images + images,
@@ -40,25 +40,25 @@ class _Progress:
         )
 
 
-def restore_state(path: Path, cfg: TrainConfig, parts: TrialParts) -> _Progress:
+def restore_state(path: Path, cfg: TrainConfig, parts: TrialParts) -> TrialState:
     """Load the checkpoint at `path` into `parts` and return its position; a fresh start when
     there is none. A checkpoint of another config is refused."""
-    state = load_checkpoint(path)
-    if state is None:
-        return _Progress()
-    if state["config"] != cfg.model_dump(mode="json"):
+    saved = load_checkpoint(path)
+    if saved is None:
+        return TrialState()
+    if saved["config"] != cfg.model_dump(mode="json"):
         raise ValueError(f"{path} belongs to a different trial config; remove it to restart")
-    parts.model.load_state_dict(state["model"])
-    parts.optimizer.load_state_dict(state["optimizer"])
+    parts.model.load_state_dict(saved["model"])
+    parts.optimizer.load_state_dict(saved["optimizer"])
     if parts.ema is not None:
-        parts.ema.load_state_dict(state["ema"])
-    return _Progress(**state["progress"])
+        parts.ema.load_state_dict(saved["ema"])
+    return TrialState(**saved["progress"])
 
 
 def save_state(
-    path: Path, cfg: TrainConfig, parts: TrialParts, progress: _Progress, dist: DistContext
+    path: Path, cfg: TrainConfig, parts: TrialParts, state: TrialState, dist: DistContext
 ) -> None:
-    """Write the checkpoint at `progress` (rank 0 only: every rank holds the same state)."""
+    """Write the checkpoint at `state` (rank 0 only: every rank holds the same state)."""
     if dist.is_main:
         save_checkpoint(
             path,
@@ -67,7 +67,7 @@ def save_state(
                 "model": parts.model.state_dict(),
                 "ema": parts.ema.state_dict() if parts.ema is not None else None,
                 "optimizer": parts.optimizer.state_dict(),
-                "progress": progress.__dict__,
+                "progress": state.__dict__,
                 "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state()},
             },
         )
