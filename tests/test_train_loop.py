@@ -292,34 +292,144 @@ print(result.status, result.world_size, result.digest, result.message)
 """
 
 
-def test_ddp_two_cpu_processes_train_one_trial(tmp_path):
+def run_ddp(script: str, *args: object, world: int = 2) -> list[tuple[int, str, str]]:
+    """Run `script` as the `world` ranks of one gloo process group on the CPU; (return code,
+    stdout, stderr) of each rank."""
     port = free_port()
     procs = []
-    for rank in range(2):
+    for rank in range(world):
         env = {
             **os.environ,
             "PYTHONPATH": str(REPO),
             "RANK": str(rank),
             "LOCAL_RANK": str(rank),
-            "WORLD_SIZE": "2",
+            "WORLD_SIZE": str(world),
             "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": str(port),
             "OMP_NUM_THREADS": "1",
         }
-        cmd = [sys.executable, "-c", DDP_SCRIPT, str(tmp_path)]
+        cmd = [sys.executable, "-c", script, *map(str, args)]
         procs.append(
             subprocess.Popen(
                 cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
             )
         )
     outputs = [p.communicate(timeout=300) for p in procs]
+    return [(p.returncode, out, err) for p, (out, err) in zip(procs, outputs, strict=True)]
+
+
+def test_ddp_two_cpu_processes_train_one_trial(tmp_path):
+    ranks = run_ddp(DDP_SCRIPT, tmp_path)
+    outputs = [(out, err) for _, out, err in ranks]
     lines = [out.split() for out, _ in outputs]
-    assert all(p.returncode == 0 for p in procs), outputs
+    assert all(rc == 0 for rc, _, _ in ranks), outputs
     assert lines[0][:2] == ["finished", "2"], outputs
     assert lines[0][2] == lines[1][2]  # every rank ends with the same weights
     result = read_result(tmp_path)
     assert result.world_size == 2 and result.digest == lines[0][2]
     assert len(read_metrics(tmp_path)) == 1
+
+
+DDP_STOP_SCRIPT = """
+import json, os, signal, sys
+from pathlib import Path
+import optbench.train.epoch as epoch
+from optbench.spec import Dataset, Recipe
+from optbench.train.config import TrainConfig
+from optbench.train.loop import run_trial
+from optbench.train.signals import TrialInterrupted
+out, epochs, signal_at, resume = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+passed_on, steps = [], []
+signal.signal(signal.SIGUSR2, lambda signum, frame: passed_on.append(signum))
+seed_step = epoch.seed_step
+def seed_and_count(seed, device):  # rank 1 alone gets SIGUSR2 while step `signal_at` is prepared
+    if len(steps) == signal_at and os.environ["RANK"] == "1":
+        os.kill(os.getpid(), signal.SIGUSR2)
+    steps.append(seed)
+    seed_step(seed, device)
+epoch.seed_step = seed_and_count
+cfg = TrainConfig(model="vit_p_w64_16px", dataset=Dataset(name="digits", img_size=16),
+    optimizer="sgd", lr=0.8, wd=1e-4, epochs=epochs, batch_size=BATCH,
+    recipe=Recipe(preset="paper", auto_augment="none"))
+try:
+    result = run_trial(cfg, out, resume=resume == "resume")
+    print("finished", result.status, result.digest)
+except TrialInterrupted as stopped:
+    print("stopped", stopped.signum, len(steps), json.dumps(passed_on))
+"""
+
+
+def test_ddp_a_signal_on_one_rank_stops_every_rank_at_the_same_step_and_resumes_identically(
+    tmp_path,
+):
+    from optbench.train.checkpoint import load_checkpoint
+    from optbench.train.datasets import load_dataset
+    from optbench.train.signals import STOP_CHECK_EVERY
+
+    batch = 32
+    script = DDP_STOP_SCRIPT.replace("BATCH", str(batch))
+    steps_per_epoch = load_dataset(Dataset(name="digits", img_size=16)).num_train // batch
+    # Signal right after an agreement (the longest wait), where the next one, STOP_CHECK_EVERY
+    # steps on, falls in the same epoch and before its end (which is an agreement too).
+    n, every = steps_per_epoch, STOP_CHECK_EVERY
+    signal_at = next(k * every for k in range(1, 100) if k * every // n == ((k + 1) * every) // n)
+    epochs = signal_at // n + 1  # the stop falls mid-epoch in the last epoch
+
+    def ranks_say(out: Path, signal_at: int, resume: str) -> list[list[str]]:
+        ranks = run_ddp(script, out, epochs, signal_at, resume)
+        assert all(rc == 0 for rc, _, _ in ranks), ranks
+        return [out.split() for _, out, _ in ranks]
+
+    reference = ranks_say(tmp_path / "reference", -1, "fresh")
+    assert reference[0][:2] == ["finished", "finished"] and reference[0] == reference[1]
+
+    stopped = ranks_say(tmp_path / "stopped", signal_at, "fresh")
+    for said in stopped:  # each rank stopped for SIGUSR2 and passed it on, once
+        assert said[0] == "stopped" and int(said[1]) == signal.SIGUSR2, stopped
+        assert json.loads(said[3]) == [signal.SIGUSR2]
+    ran = {int(said[2]) for said in stopped}  # optimizer steps each rank ran
+    assert len(ran) == 1, stopped  # every rank stopped after the same step
+    (ran,) = ran
+    assert signal_at < ran <= signal_at + STOP_CHECK_EVERY  # acted on within the promised steps
+    assert ran % steps_per_epoch  # mid-epoch
+    position = load_checkpoint(tmp_path / "stopped" / CHECKPOINT_FILE)["progress"]
+    assert position["epoch"] * steps_per_epoch + position["batch"] == ran
+    assert read_result(tmp_path / "stopped") is None
+
+    resumed = ranks_say(tmp_path / "stopped", -1, "resume")
+    assert resumed == reference  # both ranks end with the uninterrupted run's weights
+    assert comparable(tmp_path / "stopped") == comparable(tmp_path / "reference")
+
+
+def test_ddp_ranks_ask_each_other_only_every_few_steps_and_at_epoch_ends():
+    """Under DDP the stop agreement (an all-reduce the host waits for) runs only at its
+    cadence, and a signal another rank got is answered at the next agreement."""
+    from optbench.train.signals import STOP_CHECK_EVERY, StopAgreement, StopRequest
+
+    class OtherRankGetsSignal:  # stands in for a DistContext of two ranks
+        enabled, world = True, 2
+
+        def __init__(self):
+            self.reduced_at, self.other, self.step = [], 0, 0
+
+        def max_(self, t: torch.Tensor) -> torch.Tensor:
+            self.reduced_at.append(self.step)
+            return t.clamp_(min=self.other)
+
+    group, every, per_epoch = OtherRankGetsSignal(), STOP_CHECK_EVERY, STOP_CHECK_EVERY + 5
+    agreement = StopAgreement(StopRequest(), group, torch.device("cpu"))
+    answers = {}
+    for step in range(4 * every):
+        group.step = step
+        if step == 2 * every:  # the other rank's signal arrives while this step runs
+            group.other = signal.SIGUSR2
+        answers[step] = agreement.after_step(step, epoch_end=(step + 1) % per_epoch == 0)
+    ends = {k * per_epoch - 1 for k in range(1, 4)}  # the last steps of epochs 1-3
+    asked = sorted({k * every - 1 for k in range(1, 5)} | ends)
+    assert group.reduced_at == asked  # no all-reduce, so no host sync, on the other steps
+    first = min(s for s in asked if s >= 2 * every)
+    assert all(answers[s] == 0 for s in answers if s < first)
+    assert answers[first] == signal.SIGUSR2 and first - 2 * every < every
 
 
 def test_process_group_comes_from_torchrun_or_a_multi_task_srun_step():

@@ -43,6 +43,12 @@ class DistContext:
             dist.all_reduce(t, op=dist.ReduceOp.SUM)
         return t
 
+    def max_(self, t: torch.Tensor) -> torch.Tensor:
+        """All-reduce (max) `t` in place across the group; a no-op alone."""
+        if self.enabled:
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return t
+
 
 def _first_slurm_host(nodelist: str) -> str:
     out = subprocess.run(

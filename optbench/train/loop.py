@@ -34,7 +34,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import signal
 import time
 import traceback
 from pathlib import Path
@@ -85,7 +84,7 @@ def _train(
         ran = train_one_epoch(trained, parts, cfg, compute, state, stop)
         if not ran.complete:
             save_state(ckpt_path, cfg, parts, state, compute.dist)
-            raise TrialInterrupted(stop.signum or signal.SIGTERM)
+            raise TrialInterrupted(ran.stop)
         loss = ran.train_loss
         diverged = not math.isfinite(loss) or loss > cfg.recipe.diverge_loss
         line = {
@@ -104,8 +103,8 @@ def _train(
         if diverged:
             return trial_result(cfg, state, epoch + 1, parts.model, compute.dist)
         save_state(ckpt_path, cfg, parts, state, compute.dist)
-        if ran.stopping and state.epoch < cfg.epochs:
-            raise TrialInterrupted(stop.signum or signal.SIGTERM)
+        if ran.stop and state.epoch < cfg.epochs:
+            raise TrialInterrupted(ran.stop)
     return trial_result(cfg, state, None, parts.model, compute.dist)
 
 

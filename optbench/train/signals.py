@@ -2,16 +2,24 @@
 
 SIGTERM or SIGUSR2 delivered to the trial's process (`kill -USR2 <pid>`; SLURM's
 `--signal=USR2@120` reaches processes started by srun, and SLURM sends SIGTERM at the time limit
-or on preemption) asks the trial to stop: it finishes the running optimizer step, writes
-OUT/checkpoint.pt at that position, restores the previous handlers and delivers the signal again
-to what was there before. By default that ends the process (exit status 128 + the signal
-number: 143 for SIGTERM, 140 for SIGUSR2), as the signal would have without optbench, only
-after the checkpoint; a caller's own handler runs instead if it installed one (submitit's
-requeue on SIGUSR2, say; `optbench train` installs one that exits with that same status). If
-that handler returns, `run_trial` raises `TrialInterrupted` (a BaseException, so it is not
-recorded as a failure). Either way no result.json is written. The handlers are installed only
-when `run_trial` runs in the main thread and `handle_signals` is true. A signal is acted on
-after the next optimizer step, so one that arrives during evaluation waits for it.
+or on preemption) asks the trial to stop: it finishes the running optimizer step (under DDP, the
+steps up to the ranks' next agreement, below), writes OUT/checkpoint.pt at that position,
+restores the previous handlers and delivers the signal again to what was there before. By
+default that ends the process (exit status 128 + the signal number: 143 for SIGTERM, 140 for
+SIGUSR2), as the signal would have without optbench, only after the checkpoint; a caller's own
+handler runs instead if it installed one (submitit's requeue on SIGUSR2, say; `optbench train`
+installs one that exits with that same status). If that handler returns, `run_trial` raises
+`TrialInterrupted` (a BaseException, so it is not recorded as a failure). Either way no
+result.json is written. The handlers are installed only when `run_trial` runs in the main
+thread and `handle_signals` is true.
+
+When: a trial alone checks for a stop after every optimizer step (reading a flag costs
+nothing). Under DDP every rank must stop at the same step, so the ranks agree: an all-reduce of
+the highest signal any rank received, whose answer the host must wait for. They ask each other
+every STOP_CHECK_EVERY steps (counted over the whole run) and at each epoch's end, so a signal
+that reaches any rank is acted on by every rank within STOP_CHECK_EVERY steps, and a rank that
+received none passes on the same signal. A signal that arrives during evaluation waits for the
+next check.
 """
 
 from __future__ import annotations
@@ -28,6 +36,12 @@ from optbench.train.distributed import DistContext
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR2)
 
+# Under DDP, how many optimizer steps pass between two agreements on stopping. Reading the
+# agreement on the host waits for every step queued on the GPU, so asking after each step would
+# stall the queue once a step; every 16 steps the stall is amortized, and a stop still comes
+# within seconds of the signal (16 steps), far inside SLURM's warning (USR2@120).
+STOP_CHECK_EVERY = 16
+
 
 class TrialInterrupted(BaseException):
     """A stop signal arrived; the checkpoint is written and the trial can be resumed."""
@@ -39,7 +53,7 @@ class TrialInterrupted(BaseException):
 
 @dataclass
 class StopRequest:
-    """Set by a signal handler, read by the loop after each optimizer step."""
+    """Set by a signal handler; read after optimizer steps through a `StopAgreement`."""
 
     signum: int = 0
 
@@ -47,14 +61,21 @@ class StopRequest:
         self.signum = signum
 
 
-def agreed_stop(stop: StopRequest, dist: DistContext, flag: torch.Tensor) -> bool:
-    """Whether every rank stops after this step: alone, whether a signal arrived; under DDP,
-    whether one arrived on any rank (an all-reduce of `flag`, a one-element device tensor)."""
-    if not dist.enabled:
-        return stop.signum != 0
-    flag.fill_(float(stop.signum != 0))
-    dist.sum_(flag)
-    return bool(flag.item())
+class StopAgreement:
+    """The ranks' common answer to "stop after this step?" (see the module docstring)."""
+
+    def __init__(self, stop: StopRequest, dist: DistContext, device: torch.device):
+        self.stop, self.dist = stop, dist
+        self.flag = torch.zeros(1, dtype=torch.int64, device=device)
+
+    def after_step(self, step: int, epoch_end: bool) -> int:
+        """The signal every rank stops for after optimizer step `step` (0: go on)."""
+        if not self.dist.enabled:
+            return self.stop.signum
+        if not epoch_end and (step + 1) % STOP_CHECK_EVERY:
+            return 0
+        self.flag.fill_(self.stop.signum)
+        return int(self.dist.max_(self.flag).item())
 
 
 @contextlib.contextmanager
