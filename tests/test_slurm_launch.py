@@ -15,6 +15,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from optbench.cli import app
+from optbench.errors import SpecError, UsageError
 from optbench.executors.base import TrialJob
 from optbench.executors.local import InlineExecutor
 from optbench.launch.slurm import (
@@ -33,7 +34,7 @@ from optbench.launch.slurm import (
 )
 from optbench.plan import plan
 from optbench.runner import run_study
-from optbench.spec import SlurmSettings, SpecError, UsageError, parse_spec
+from optbench.spec import SlurmSettings, parse_spec
 from optbench.store import Store
 from optbench.train.config import TrainConfig, TrialResult
 from optbench.train.results import write_result
