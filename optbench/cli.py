@@ -180,7 +180,7 @@ def run(
     spec = spec.model_copy(update={"executor": spec.executor.model_copy(update={"kind": kind})})
     if dry_run:  # a plan needs no data on this machine: say so if a real run would stop
         from optbench.checks import check_spec
-        from optbench.runner import plan_table
+        from optbench.study_tables import plan_table
 
         console.print(plan_table(spec))
         try:
@@ -203,7 +203,7 @@ def run(
 @app.command()
 def status(study: Annotated[Path, typer.Argument(help="study YAML file")]) -> None:
     """Print a study's counts per cell without running or writing anything."""
-    from optbench.runner import status_table
+    from optbench.study_tables import status_table
 
     spec = _load(study, data=False)
     console.print(status_table(spec))

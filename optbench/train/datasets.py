@@ -23,6 +23,7 @@ published sizes where it can) for plans and complexity tables.
 
 from __future__ import annotations
 
+import functools
 import os
 import pickle
 from collections.abc import Callable
@@ -327,6 +328,11 @@ _KNOWN_SIZES = {  # name: (num_classes, native img_size, training images)
 }
 
 
+@functools.cache  # a plan asks once per model; walking an ImageNet-sized tree takes seconds
+def _count_files(folder: Path) -> int:
+    return sum(len(files) for _, _, files in os.walk(folder))
+
+
 def dataset_info(spec: Dataset, model: str | None = None) -> DatasetInfo:
     """Shape and size of a dataset (for compute estimates and complexity tables); class-folder
     datasets at `model`'s input size when the spec sets none."""
@@ -337,7 +343,7 @@ def dataset_info(spec: Dataset, model: str | None = None) -> DatasetInfo:
         return DatasetInfo(classes, 3, spec.img_size or size, n_train)
     data = load_dataset(spec, model)  # digits: bundled and small; imagefolder: its folders
     if isinstance(data, FolderData):
-        n_train = sum(len(files) for _, _, files in os.walk(data.root / "train"))
+        n_train = _count_files(data.root / "train")
         return DatasetInfo(data.num_classes, data.in_chans, data.img_size, n_train)
     return DatasetInfo(data.num_classes, data.in_chans, data.img_size, len(data.train_y))
 
