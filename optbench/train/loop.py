@@ -71,6 +71,8 @@ def weights_digest(model: nn.Module) -> str:
 def _train(
     cfg: TrainConfig, out_dir: Path, compute: Compute, stop: StopRequest, resume: bool
 ) -> TrialResult:
+    """Train from the start (or the checkpoint's position) to the last epoch or a divergence;
+    an agreed stop checkpoints and raises TrialInterrupted."""
     parts = build_parts(cfg, compute)
     ckpt_path = out_dir / CHECKPOINT_FILE
     state = restore_state(ckpt_path, cfg, parts) if resume else TrialState()
