@@ -28,7 +28,8 @@ from torchvision import transforms as T
 
 from optbench.spec import Recipe
 from optbench.train.augment import BatchAugment
-from optbench.train.data import DeviceBatches, DeviceData
+from optbench.train.batches import DeviceBatches
+from optbench.train.datasets import DeviceData
 
 MEAN, STD = (0.49, 0.48, 0.45), (0.25, 0.24, 0.26)
 

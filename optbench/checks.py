@@ -10,7 +10,7 @@ from pathlib import Path
 from optbench.errors import SpecError
 from optbench.models import is_model
 from optbench.spec import StudySpec
-from optbench.train.data import DATASETS, check_dataset
+from optbench.train.datasets import DATASETS, check_dataset
 
 
 def check_spec(spec: StudySpec, *, data: bool, source: Path | str = "<spec>") -> None:

@@ -99,8 +99,9 @@ def train(
 
     from optbench.models import is_model
     from optbench.train.config import TrainConfig
-    from optbench.train.data import check_dataset, download_dataset
-    from optbench.train.loop import STOP_SIGNALS, TrialInterrupted, run_trial
+    from optbench.train.datasets import check_dataset, download_dataset
+    from optbench.train.loop import run_trial
+    from optbench.train.signals import STOP_SIGNALS, TrialInterrupted
 
     if optimizer not in OPTIMIZERS:
         raise UsageError(f"--optimizer: must be one of {list(OPTIMIZERS)}, got {optimizer!r}")
@@ -180,7 +181,7 @@ def run(
     spec = spec.model_copy(update={"executor": spec.executor.model_copy(update={"kind": kind})})
     if dry_run:  # a plan needs no data on this machine: say so if a real run would stop
         from optbench.checks import check_spec
-        from optbench.runner import plan_table
+        from optbench.study_tables import plan_table
 
         console.print(plan_table(spec))
         try:
@@ -205,7 +206,7 @@ def run(
 @app.command()
 def status(study: Annotated[Path, typer.Argument(help="study YAML file")]) -> None:
     """Print a study's counts per cell without running or writing anything."""
-    from optbench.runner import status_table
+    from optbench.study_tables import status_table
 
     spec = _load(study, data=False)
     from optbench.launch.slurm import has_jobs, slurm_status

@@ -18,9 +18,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-# UsageError is re-exported for modules that still import it from here (moves in progress on
-# other branches); new code imports both from optbench.errors.
-from optbench.errors import SpecError, UsageError, format_errors  # noqa: F401
+from optbench.errors import SpecError, format_errors
 
 Optimizer = Literal["adamw", "sgd"]
 OPTIMIZERS: tuple[str, ...] = ("adamw", "sgd")

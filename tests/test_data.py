@@ -10,19 +10,11 @@ import pytest
 import torch
 from PIL import Image
 
-from optbench.spec import Dataset, Recipe, UsageError
+from optbench.errors import UsageError
+from optbench.spec import Dataset, Recipe
+from optbench.train.batches import DeviceBatches, FolderBatches, Shard, _val_transform, epoch_order
 from optbench.train.config import TrainConfig
-from optbench.train.data import (
-    DeviceBatches,
-    FolderBatches,
-    Shard,
-    _val_transform,
-    check_dataset,
-    dataset_info,
-    epoch_order,
-    load_dataset,
-    model_input,
-)
+from optbench.train.datasets import check_dataset, dataset_info, load_dataset, model_input
 from optbench.train.loop import run_trial
 
 CIFAR = {

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-import optbench.train.loop as loop
+import optbench.train.evaluation as evaluation
 from optbench.spec import Dataset, Recipe
 from optbench.train.config import TrainConfig
 from optbench.train.distributed import DistContext
@@ -71,7 +71,7 @@ def bn_buffers(model: nn.Module) -> torch.Tensor:
 def spied(monkeypatch):
     """Record the BN buffers each recomputation leaves, and those each evaluation sees."""
     events = []
-    recompute, evaluate = loop.recompute_bn_stats, loop.evaluate
+    recompute, evaluate = evaluation.recompute_bn_stats, evaluation.evaluate
 
     def recompute_spy(model, inputs, dist):
         before = bn_buffers(model)
@@ -82,8 +82,8 @@ def spied(monkeypatch):
         events.append(("evaluated", id(model), bn_buffers(model), None))
         return evaluate(model, *args)
 
-    monkeypatch.setattr(loop, "recompute_bn_stats", recompute_spy)
-    monkeypatch.setattr(loop, "evaluate", evaluate_spy)
+    monkeypatch.setattr(evaluation, "recompute_bn_stats", recompute_spy)
+    monkeypatch.setattr(evaluation, "evaluate", evaluate_spy)
     return events
 
 

@@ -299,7 +299,8 @@ STUDY = {  # a one-cell study on digits
 
 def test_a_study_picks_a_preset_and_overrides_keys(tmp_path):
     from optbench.checks import check_spec
-    from optbench.spec import SpecError, UsageError, parse_spec
+    from optbench.errors import SpecError, UsageError
+    from optbench.spec import parse_spec
 
     study = {**STUDY, "recipe": {"preset": "deit", "drop_path": 0.0}}
     spec = parse_spec(study)
