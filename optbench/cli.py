@@ -73,7 +73,7 @@ def train(
         int | None, typer.Option(help="torch CPU threads (default: all cores)")
     ] = None,
     recipe: Annotated[
-        str, typer.Option(help="recipe preset: basic, paper or deit (README: Training recipes)")
+        str, typer.Option(help="recipe preset: basic, paper or deit (docs/recipes.md)")
     ] = "basic",
     set_: Annotated[
         list[str] | None,

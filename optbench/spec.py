@@ -1,6 +1,6 @@
 """The study schema: what a study YAML may say, validated before anything is written.
 
-A study is explicit data. Every key is documented in README.md ("Study YAML reference") and
+A study is explicit data. Every key is documented in docs/study.md and
 every default lives here, in one place. `load_spec` turns a YAML file into a `StudySpec` or
 raises `SpecError` with a message that names the file and the offending field. The schema is
 pure data: whether the named models and dataset exist on this install and machine is checked by
