@@ -22,7 +22,7 @@ On class-folder datasets the DataLoader workers apply crop, flip and policy per 
 (`geometric=False` here).
 
 Randomness: everything here draws from torch's, numpy's and Python's global generators, which
-the loop reseeds before every step from (seed, step, rank) (see loop.py), so a batch's
+the loop reseeds before every step from (seed, step, rank) (seeding.py), so a batch's
 augmentation depends on its position only: resuming mid-epoch replays it exactly.
 """
 

@@ -5,7 +5,7 @@ end and when a stop signal arrives. It holds the model, the EMA model, the optim
 schedule, the position (completed epochs and, mid-epoch, completed batches of the running
 epoch, with the running loss sum and timing) and the per-epoch history of errors, plus the
 global RNG states for completeness. Data order and augmentation need no saved generator: they
-are derived from (seed, epoch, step) (see data.py and loop.py).
+are derived from (seed, epoch, step) (seeding.py).
 """
 
 from __future__ import annotations
