@@ -209,7 +209,7 @@ def status(study: Annotated[Path, typer.Argument(help="study YAML file")]) -> No
     from optbench.study_tables import status_table
 
     spec = _load(study, data=False)
-    from optbench.launch.slurm import has_jobs, slurm_status
+    from optbench.executors.slurm import has_jobs, slurm_status
 
     running, summary = slurm_status(spec) if has_jobs(spec) else (set(), None)
     console.print(status_table(spec, running=running))
@@ -222,7 +222,7 @@ def cancel(study: Annotated[Path, typer.Argument(help="study YAML file")]) -> No
     """Cancel a study's queued and running SLURM jobs (scancel) and print what SLURM did; exit
     status 1 if scancel failed for any. The next `optbench run` records the cancelled trials as
     failed attempts and resubmits them (within executor.retries)."""
-    from optbench.launch.slurm import cancel_study_jobs, job_folder
+    from optbench.executors.slurm import cancel_study_jobs, job_folder
     from optbench.spec import load_spec
 
     lines, ok = cancel_study_jobs(job_folder(load_spec(study)))

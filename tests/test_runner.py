@@ -19,7 +19,7 @@ from rich.console import Console
 from optbench.executors import make_executor
 from optbench.executors.base import Executor
 from optbench.executors.local import InlineExecutor, LocalExecutor, split_cores
-from optbench.launch.slurm import SlurmExecutor
+from optbench.executors.slurm import SlurmExecutor
 from optbench.plan import plan
 from optbench.runner import _record_end, run_study
 from optbench.spec import parse_spec

@@ -26,7 +26,7 @@ from optbench.cli import app
 from optbench.errors import SpecError, UsageError
 from optbench.executors.base import TrialJob
 from optbench.executors.local import InlineExecutor
-from optbench.launch.slurm import (
+from optbench.executors.slurm import (
     ACTIVE_STATES,
     COMMENT_TAG,
     JOBS_FILE,
@@ -55,7 +55,7 @@ from optbench.train.results import write_result
 
 
 class FakeSlurm:
-    """SLURM's client commands as optbench.launch.slurm runs them (subprocess.run), answering
+    """SLURM's client commands as optbench.executors.slurm runs them (subprocess.run), answering
     from these attributes; None = the command fails as it does when its daemon is down."""
 
     def __init__(self, monkeypatch):
@@ -64,7 +64,7 @@ class FakeSlurm:
         self.sacct_history = ""  # `sacct -D` lines: JobID|Timelimit, one per run of a job
         self.scancel: tuple[int, str] = (0, "")
         self.calls: list[list[str]] = []
-        monkeypatch.setattr("optbench.launch.slurm.subprocess.run", self.run)
+        monkeypatch.setattr("optbench.executors.slurm.subprocess.run", self.run)
 
     def run(self, args, **kwargs):
         self.calls.append(list(args))
@@ -160,7 +160,7 @@ def test_a_recorded_job_that_ended_without_a_result_is_reported_lost(tmp_path, m
         tmp_path, [JobRecord(job.key, "42_3", config_hash(job.config), "/logs/42_3.err", 0.0)]
     )
     monkeypatch.setattr(
-        "optbench.launch.slurm.sacct_states", lambda ids: dict.fromkeys(ids, "OUT_OF_MEMORY")
+        "optbench.executors.slurm.sacct_states", lambda ids: dict.fromkeys(ids, "OUT_OF_MEMORY")
     )
     executor = SlurmExecutor(SlurmSettings(), tmp_path, "tiny")
     executor.submit([job])  # nothing new is submitted: the record matches
@@ -176,7 +176,7 @@ def test_a_job_whose_end_was_reported_is_resubmitted_as_a_new_attempt(tmp_path, 
     rec = JobRecord(job.key, "42_3", config_hash(job.config), "/logs/42_3.err", 0.0, ended="FAILED")
     append_records(tmp_path, [rec])
     monkeypatch.setattr(
-        "optbench.launch.slurm.sacct_states", lambda ids: pytest.fail("no sacct needed")
+        "optbench.executors.slurm.sacct_states", lambda ids: pytest.fail("no sacct needed")
     )
     submitted = []
     monkeypatch.setattr(SlurmExecutor, "_submit_new", lambda self, jobs: submitted.extend(jobs))
@@ -209,7 +209,7 @@ def test_a_job_that_crashed_unwatched_keeps_its_message_and_is_retried_by_the_ne
     crash = TrialResult(status="failed", epochs=1, config=job.config, message="RuntimeError: boom")
     write_result(job.out_dir, crash)
     monkeypatch.setattr(
-        "optbench.launch.slurm.sacct_states", lambda ids: dict.fromkeys(ids, "FAILED")
+        "optbench.executors.slurm.sacct_states", lambda ids: dict.fromkeys(ids, "FAILED")
     )
     executor = InlineExecutor()
     executor.settle = partial(settle_ended, folder)  # SLURM's settle; the retry runs inline
@@ -414,7 +414,7 @@ def test_sacct_failing_is_not_sacct_not_knowing_the_job(monkeypatch):
 
 
 def test_an_accounting_outage_never_ends_a_running_job_and_is_said_once(tmp_path, monkeypatch):
-    monkeypatch.setattr("optbench.launch.slurm.VANISH_S", 0.0)
+    monkeypatch.setattr("optbench.executors.slurm.VANISH_S", 0.0)
     slurm = FakeSlurm(monkeypatch)
     slurm.sacct_out = None
     slurm.squeue_out = "42|RUNNING|\n"

@@ -1,6 +1,6 @@
 """Executors: where a study's trials run. `make_executor(spec)` builds the one the study's
 `executor.kind` names: "local" (a process pool on this machine, local.py), "debug" (inline, in
-the driver, local.py) or "slurm" (job arrays through submitit, optbench/launch/slurm.py). Each
+the driver, local.py) or "slurm" (job arrays through submitit, slurm.py). Each
 follows the `Executor` protocol (base.py), the only thing the driver knows of it.
 """
 
@@ -25,7 +25,7 @@ def make_executor(
         return InlineExecutor()
     if kind == "local":
         return LocalExecutor(workers or spec.executor.workers)
-    from optbench.launch.slurm import SlurmExecutor, job_folder, max_array_size
+    from optbench.executors.slurm import SlurmExecutor, job_folder, max_array_size
 
     max_array_size()  # fails with a usage error, without SLURM
     return SlurmExecutor(spec.executor.slurm, job_folder(spec), spec.name, notify)

@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 
 from optbench.cli import app
 from optbench.executors import make_executor
-from optbench.launch.slurm import (
+from optbench.executors.slurm import (
     ACTIVE_STATES,
     COMMENT_TAG,
     JOBS_FILE,

@@ -1,1 +1,0 @@
-"""The SLURM executor (slurm.py); the other executors and their protocol are in optbench.executors."""
