@@ -145,13 +145,28 @@ def train(
 
     for s in STOP_SIGNALS:
         signal.signal(s, exit_on_stop)
+
+    def print_epoch(line: dict) -> None:  # stdout stays result.json's JSON
+        typer.echo(epoch_line(line, epochs), err=True)
+
     try:
-        result = run_trial(cfg, out, device, resume=resume)
+        result = run_trial(cfg, out, device, resume=resume, on_epoch=print_epoch)
     except TrialInterrupted as stopped:
         exit_on_stop(stopped.signum, None)
     typer.echo(result.model_dump_json(indent=2, exclude={"config"}))
     if result.status == "failed":
         raise typer.Exit(1)
+
+
+def epoch_line(line: dict, epochs: int) -> str:
+    """One epoch of `optbench train`, from its metrics line."""
+    loss = line.get("train_loss")
+    parts = [f"epoch {line['epoch']}/{epochs}", f"loss {'nan' if loss is None else f'{loss:.4f}'}"]
+    if line.get("val_error") is not None:
+        kinds = [f"{k} {line[f'{k}_top1']:.2f}%" for k in ("raw", "ema") if f"{k}_top1" in line]
+        parts.append(f"val error {line['val_error']:.2f}% ({', '.join(kinds)})")
+    parts.append(f"{line['epoch_s']:.1f} s, {line['images_per_s']:.0f} img/s")
+    return "  ".join(parts)
 
 
 @app.command()
@@ -200,12 +215,20 @@ def run(
 
 
 @app.command()
-def status(study: Annotated[Path, typer.Argument(help="study YAML file")]) -> None:
+def status(
+    study: Annotated[Path, typer.Argument(help="study YAML file")],
+    trials: Annotated[
+        bool, typer.Option("--trials", help="also list trials in progress (epoch k/N)")
+    ] = False,
+) -> None:
     """Print a study's counts per cell without running or writing anything."""
-    from optbench.runner import status_table
+    from optbench.runner import status_table, trials_in_progress
 
     spec = _load(study, data=False)
     console.print(status_table(spec))
+    if trials:
+        table = trials_in_progress(spec)
+        console.print(table if table is not None else "no trial in progress")
     from optbench.launch.slurm import job_folder, read_records, slurm_summary
 
     if read_records(job_folder(spec)):  # the study has been on SLURM: its jobs' states

@@ -55,7 +55,7 @@ import signal
 import threading
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -264,7 +264,12 @@ def _build_model(cfg: TrainConfig, batches: TrainBatches, run: _Runtime) -> nn.M
 
 
 def _train(
-    cfg: TrainConfig, out_dir: Path, run: _Runtime, stop: StopRequest, resume: bool
+    cfg: TrainConfig,
+    out_dir: Path,
+    run: _Runtime,
+    stop: StopRequest,
+    resume: bool,
+    on_epoch: Callable[[dict], None] | None = None,
 ) -> TrialResult:
     recipe = cfg.recipe
     batches = _build_batches(cfg, run)
@@ -393,6 +398,8 @@ def _train(
         if run.dist.is_main:
             with open(metrics_path, "a") as metrics:
                 metrics.write(json.dumps(line) + "\n")
+            if on_epoch is not None:
+                on_epoch(line)
         if diverged_epoch is None:
             checkpoint()
         if stopping and progress.epoch < cfg.epochs and diverged_epoch is None:
@@ -447,13 +454,14 @@ def run_trial(
     keep_checkpoint: bool = False,
     workers: int | None = None,
     distributed: bool = True,
+    on_epoch: Callable[[dict], None] | None = None,
 ) -> TrialResult:
     """Train `cfg` into `out_dir` and write result.json there. Never raises for a failed trial:
     the failure (with its traceback in error.log) is the result. On SIGTERM / SIGUSR2 it
     checkpoints, then passes the signal on (see the module docstring). `workers`
     sets the DataLoader workers of class-folder datasets (results do not depend on it).
     `distributed=False` ignores torchrun's / SLURM's environment and trains in this process
-    alone (see distributed.py)."""
+    alone (see distributed.py). `on_epoch(line)` is called with each epoch's metrics line."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if resume and (out_dir / RESULT_FILE).is_file():
@@ -478,7 +486,7 @@ def run_trial(
     try:
         init_process_group(ctx, dev.type)
         with stop_signals_caught(stop, handle_signals) as replaced:
-            result = _train(cfg, out_dir, run, stop, resume)
+            result = _train(cfg, out_dir, run, stop, resume, on_epoch)
     except TrialInterrupted as stopped:
         pass_on(stopped.signum, replaced)
         raise
