@@ -18,7 +18,6 @@ from optbench.errors import UsageError, format_errors
 from optbench.spec import OPTIMIZERS, Dataset, Recipe, StudySpec
 
 app = typer.Typer(
-    add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     help="Benchmark how easy vision models are to optimize.",
@@ -29,24 +28,61 @@ app = typer.Typer(
 console = Console(width=None if sys.stdout.isatty() else 160)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from optbench import __version__
+
+        typer.echo(f"optbench {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="print the version"),
+    ] = False,
+) -> None:
     """Benchmark how easy vision models are to optimize (Xiao et al. 2021; DHVT)."""
 
 
-def _load(path: Path, *, data: bool) -> StudySpec:
-    """A study file, validated, with its models and dataset checked (and its files, with data)."""
-    from optbench.checks import check_spec
-    from optbench.spec import load_spec
+def _complete_model(incomplete: str) -> list[str]:
+    from optbench.models.zoo import zoo_models
 
-    spec = load_spec(path)
-    check_spec(spec, data=data, source=path)
+    return [name for name in zoo_models() if name.startswith(incomplete)]
+
+
+# `--set KEY=VALUE` on the commands that read a study: applied to its YAML before validation.
+Overrides = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        help="override a study key, KEY=VALUE with a dotted KEY and a YAML VALUE, e.g. "
+        "--set search.n_samples=8 --set models='[vit_c_4gf]'; repeatable",
+    ),
+]
+
+
+def _load(path: Path, *, data: bool, overrides: list[str] | None = None) -> StudySpec:
+    """A study file with its overrides, validated, with its models and dataset checked (and its
+    files, with data)."""
+    from optbench.checks import check_spec
+    from optbench.overrides import load_study, override_sources, parse_overrides
+
+    parsed = parse_overrides(overrides or [])
+    spec = load_study(path, parsed)
+    check_spec(spec, data=data, source=path, sources=override_sources(parsed))
     return spec
 
 
 @app.command()
 def train(
-    model: Annotated[str, typer.Argument(help="a registered model name (`optbench models`)")],
+    model: Annotated[
+        str,
+        typer.Argument(
+            help="a registered model name (`optbench models`)", autocompletion=_complete_model
+        ),
+    ],
     dataset: Annotated[str, typer.Option(help="dataset name, e.g. digits")],
     optimizer: Annotated[str, typer.Option(help="adamw or sgd")],
     lr: Annotated[float, typer.Option(help="learning rate, normalized to --ref-batch")],
@@ -116,7 +152,7 @@ def train(
     try:
         resolved_recipe = Recipe.model_validate(overrides)
     except ValidationError as err:
-        raise UsageError(format_errors("--recipe/--set", err)) from None
+        raise UsageError(format_errors("--recipe/--set", err, schema=Recipe)) from None
     try:
         ds = Dataset(name=dataset, root=data_root, img_size=img_size)
         cfg = TrainConfig(
@@ -185,9 +221,10 @@ def run(
     detach: Annotated[
         bool, typer.Option(help="slurm: submit and return; a later `optbench run` follows")
     ] = False,
+    set_: Overrides = None,
 ) -> None:
     """Run every unfinished trial of a study, recording results as they end."""
-    spec = _load(study, data=not dry_run)
+    spec = _load(study, data=not dry_run, overrides=set_)
     kind = executor_kind or spec.executor.kind
     if kind not in ("slurm", "local", "debug"):
         raise UsageError(f"--executor: must be slurm, local or debug, got {kind!r}")
@@ -220,11 +257,12 @@ def status(
     trials: Annotated[
         bool, typer.Option("--trials", help="also list trials in progress (epoch k/N)")
     ] = False,
+    set_: Overrides = None,
 ) -> None:
     """Print a study's counts per cell without running or writing anything."""
     from optbench.runner import status_table, trials_in_progress
 
-    spec = _load(study, data=False)
+    spec = _load(study, data=False, overrides=set_)
     console.print(status_table(spec))
     if trials:
         table = trials_in_progress(spec)
@@ -236,13 +274,15 @@ def status(
 
 
 @app.command()
-def cancel(study: Annotated[Path, typer.Argument(help="study YAML file")]) -> None:
+def cancel(
+    study: Annotated[Path, typer.Argument(help="study YAML file")], set_: Overrides = None
+) -> None:
     """Cancel a study's SLURM jobs (scancel); a later `optbench run` records them as failed and
     the next one resubmits them."""
     from optbench.launch.slurm import cancel_study_jobs, job_folder
-    from optbench.spec import load_spec
+    from optbench.overrides import load_study, parse_overrides
 
-    cancelled = cancel_study_jobs(job_folder(load_spec(study)))
+    cancelled = cancel_study_jobs(job_folder(load_study(study, parse_overrides(set_ or []))))
     console.print(
         f"cancelled {len(cancelled)} SLURM job(s)"
         + (f": {' '.join(cancelled)}" if cancelled else "")
@@ -253,7 +293,10 @@ def cancel(study: Annotated[Path, typer.Argument(help="study YAML file")]) -> No
 def models(
     names: Annotated[
         list[str] | None,
-        typer.Argument(help="models to describe, any timm name (default: the whole zoo)"),
+        typer.Argument(
+            help="models to describe, any timm name (default: the whole zoo)",
+            autocompletion=_complete_model,
+        ),
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print a JSON list instead")] = False,
     measure: Annotated[
@@ -308,6 +351,7 @@ def report(
         Path, typer.Option(help="results root searched when no study is given")
     ] = Path("results"),
     metric: Annotated[str, typer.Option(help="final_error or best_error")] = "final_error",
+    set_: Overrides = None,
 ) -> None:
     """Write figures, trials.csv, summary.json and index.html for each study."""
     import yaml
@@ -315,8 +359,8 @@ def report(
     from optbench.analysis.report import write_report
     from optbench.analysis.summary import format_table
     from optbench.checks import check_spec
+    from optbench.overrides import override_sources, parse_overrides, validate_study
     from optbench.plan import plan
-    from optbench.spec import parse_spec
     from optbench.store import Store
 
     flags = {
@@ -329,16 +373,17 @@ def report(
     }
     figures = None if all_ or not any(flags.values()) else {k for k, v in flags.items() if v}
     if studies:
-        specs = [_load(path, data=False) for path in studies]
+        specs = [_load(path, data=False, overrides=set_) for path in studies]
     else:
         saved = sorted(results.glob("*/spec.yaml"))
         if not saved:
             raise UsageError(
                 f"--results: no studies under {results} (no */spec.yaml); run one first"
             )
-        specs = [parse_spec(yaml.safe_load(p.read_text()), p) for p in saved]
+        parsed = parse_overrides(set_ or [])
+        specs = [validate_study(yaml.safe_load(p.read_text()), p, parsed) for p in saved]
         for spec, path in zip(specs, saved, strict=True):
-            check_spec(spec, data=False, source=path)
+            check_spec(spec, data=False, source=path, sources=override_sources(parsed))
     for spec in specs:
         trials = Store(spec, create=False).frame(plan(spec))
         summary = write_report(spec, trials, out / spec.name, figures, metric)
@@ -348,7 +393,9 @@ def report(
 
 def main() -> None:
     try:
-        app()  # standalone: click's own usage errors already exit with code 2
+        # standalone: click's own usage errors already exit with code 2; the name fixes the
+        # completion variable (_OPTBENCH_COMPLETE) and the usage line under `python -m` too
+        app(prog_name="optbench")
     except UsageError as err:
         typer.echo(f"error: {err}", err=True)
         sys.exit(2)

@@ -310,7 +310,13 @@ class StudySpec(_Strict):
     @field_validator("epochs", mode="before")
     @classmethod
     def _epochs_list(cls, v):
-        return [v] if isinstance(v, int) else v
+        if isinstance(v, int) and not isinstance(v, bool):
+            return [v]
+        if not isinstance(v, list):  # else pydantic says only "should be a valid list"
+            raise ValueError(
+                f"should be an int or a list of ints, e.g. 50 or [50, 100] (got {v!r})"
+            )
+        return v
 
     @field_validator("epochs")
     @classmethod
@@ -414,19 +420,23 @@ def parse_spec(data: dict, source: Path | str = "<spec>") -> StudySpec:
     try:
         return StudySpec.model_validate(data)
     except ValidationError as err:
-        raise SpecError(format_errors(source, err)) from None
+        raise SpecError(format_errors(source, err, schema=StudySpec)) from None
 
 
-def load_spec(path: Path | str) -> StudySpec:
-    """Read and validate a study YAML. Reads only; writes nothing."""
+def read_study_yaml(path: Path | str):
+    """The content of a study YAML file, not validated yet."""
     path = Path(path)
     if not path.is_file():
         raise SpecError(f"{path}: no such study file")
     try:
-        data = yaml.safe_load(path.read_text())
+        return yaml.safe_load(path.read_text())
     except yaml.YAMLError as err:
         raise SpecError(f"{path}: not valid YAML: {err}") from None
-    return parse_spec(data, path)
+
+
+def load_spec(path: Path | str) -> StudySpec:
+    """Read and validate a study YAML. Reads only; writes nothing."""
+    return parse_spec(read_study_yaml(path), path)
 
 
 def dump_spec(spec: StudySpec) -> str:

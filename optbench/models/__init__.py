@@ -21,6 +21,11 @@ def is_model(name: str) -> bool:
     return timm.is_model(name)
 
 
+def model_names() -> list[str]:
+    """Every name `create_model` builds: optbench's models and timm's."""
+    return timm.list_models()
+
+
 def is_optbench_model(name: str) -> bool:
     """True if `name` is one of optbench's own models (not a model of timm's)."""
     return timm.is_model(name) and timm.models.model_entrypoint(name).__module__.startswith(
