@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import sys
 from pathlib import Path
 
 import pytest
@@ -31,3 +32,23 @@ def tiny_dict(tmp_path: Path) -> dict:
     data = copy.deepcopy(TINY)
     data["output"] = str(tmp_path / "results")
     return data
+
+
+@pytest.fixture
+def cli(monkeypatch, capsys, tmp_path):
+    """Run `optbench ARGS` in this process from tmp_path; returns (exit code, stdout, stderr)."""
+    from optbench.cli import main
+
+    monkeypatch.chdir(tmp_path)
+
+    def run(*args: str) -> tuple[int, str, str]:
+        monkeypatch.setattr(sys, "argv", ["optbench", *args])
+        try:
+            main()
+            code = 0
+        except SystemExit as exit_:
+            code = exit_.code or 0
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return run

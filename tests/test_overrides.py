@@ -5,36 +5,16 @@ from __future__ import annotations
 
 import copy
 import re
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from optbench.cli import main
 from optbench.errors import SpecError
 from optbench.overrides import load_study, parse_overrides
 from optbench.spec import dump_spec, parse_spec
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture
-def cli(monkeypatch, capsys, tmp_path):
-    """Run `optbench ARGS` in this process from tmp_path; returns (exit code, stdout, stderr)."""
-    monkeypatch.chdir(tmp_path)
-
-    def run(*args: str) -> tuple[int, str, str]:
-        monkeypatch.setattr(sys, "argv", ["optbench", *args])
-        try:
-            main()
-            code = 0
-        except SystemExit as exit_:
-            code = exit_.code or 0
-        out = capsys.readouterr()
-        return code, out.out, out.err
-
-    return run
 
 
 @pytest.fixture

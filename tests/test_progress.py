@@ -6,14 +6,12 @@ from __future__ import annotations
 import io
 import json
 import re
-import sys
 from types import SimpleNamespace
 
 import pytest
 import yaml
 from rich.console import Console
 
-from optbench.cli import main
 from optbench.executors.local import InlineExecutor, LocalExecutor
 from optbench.plan import plan
 from optbench.progress import EventLog, StudyProgress, read_trial_epochs
@@ -149,40 +147,27 @@ def test_a_summary_line_when_due_and_retries_are_said(tiny_dict):
     assert "time left after the first epoch" in summary
 
 
-def _cli(monkeypatch, capsys, *args):
-    monkeypatch.setattr(sys, "argv", ["optbench", *args])
-    try:
-        main()
-        code = 0
-    except SystemExit as exit_:
-        code = exit_.code or 0
-    return code, capsys.readouterr()
-
-
-def test_train_prints_a_line_per_epoch(tmp_path, monkeypatch, capsys):
-    code, out = _cli(
-        monkeypatch, capsys, "train", "vit_p_w64_16px", "--dataset", "digits",
+def test_train_prints_a_line_per_epoch(cli, tmp_path):
+    code, out, err = cli(
+        "train", "vit_p_w64_16px", "--dataset", "digits",
         "--optimizer", "adamw", "--lr", "2e-3", "--wd", "0.05", "--epochs", "2",
         "--warmup-epochs", "0.5", "--img-size", "16", "--out", str(tmp_path / "t"),
     )  # fmt: skip
-    assert code == 0, out.err
-    epochs = [x for x in out.err.splitlines() if x.startswith("epoch ")]
+    assert code == 0, err
+    epochs = [x for x in err.splitlines() if x.startswith("epoch ")]
     assert [x.split()[1] for x in epochs] == ["1/2", "2/2"]
     metrics = [json.loads(x) for x in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines()]
     assert f"val error {metrics[1]['val_error']:.2f}%" in epochs[1]
-    assert json.loads(out.out)["status"] == "finished"  # stdout is still the result's JSON
+    assert json.loads(out)["status"] == "finished"  # stdout is still the result's JSON
 
 
-def test_status_lists_trials_in_progress_from_their_metrics(
-    tiny_dict, tmp_path, monkeypatch, capsys
-):
+def test_status_lists_trials_in_progress_from_their_metrics(cli, tiny_dict, tmp_path):
     tiny_dict["output"] = "results"
     tiny_dict["epochs"] = 3
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(tiny_dict))
-    monkeypatch.chdir(tmp_path)
-    first = plan(parse_spec(tiny_dict))[0]
+    first = plan(parse_spec(tiny_dict))[0]  # its folder is relative: cli runs in tmp_path
     _metrics(first.out_dir, [1.0, 1.0], [60.0, 45.5])
-    code, out = _cli(monkeypatch, capsys, "status", "s.yaml", "--trials")
-    assert code == 0, out.err
-    (row,) = [x for x in out.out.splitlines() if "sample 0" in x and "vit_p" in x]
+    code, out, err = cli("status", "s.yaml", "--trials")
+    assert code == 0, err
+    (row,) = [x for x in out.splitlines() if "sample 0" in x and "vit_p" in x]
     assert "2/3" in row and "45.50%" in row and "ago" in row
