@@ -306,18 +306,21 @@ def models(
     """Print the model zoo: input size, classes, flops, params and activations of each model."""
     import json
 
-    import torch
-
-    from optbench.models import is_model
+    from optbench.errors import did_you_mean
+    from optbench.models import is_model, model_names
     from optbench.models.zoo import describe, markdown_table, measure_throughput, zoo_models
 
     names = names or zoo_models()
     for name in names:
         if not is_model(name):
-            raise UsageError(f"NAME: unknown model {name!r} (see `optbench models`)")
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    # On a CPU a few small steps keep this cheap; the numbers still rank models by runtime.
-    batch_size, steps = (64, 10) if device.type == "cuda" else (8, 2)
+            hint = did_you_mean(name, model_names())
+            raise UsageError(f"NAME: unknown model {name!r}{hint} (see `optbench models`)")
+    if measure:
+        import torch
+
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        # On a CPU a few small steps keep this cheap; the numbers still rank models by runtime.
+        batch_size, steps = (64, 10) if device.type == "cuda" else (8, 2)
     rows = []
     for name in names:
         row = describe(name)

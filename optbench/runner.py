@@ -170,12 +170,12 @@ def flops_counter(spec: StudySpec) -> Callable[[str], float]:
 
     @functools.cache
     def flops_of(model: str) -> float:
-        from optbench.models.complexity import model_complexity
+        from optbench.models.cache import cached_counts
         from optbench.train.data import dataset_info
 
         info = dataset_info(spec.dataset)
         shape = dict(num_classes=info.num_classes, in_chans=info.in_chans, img_size=info.img_size)
-        return model_complexity(model, **shape)["flops"]
+        return cached_counts(model, **shape)["flops"]
 
     return flops_of
 
@@ -229,7 +229,6 @@ def trials_in_progress(spec: StudySpec) -> Table | None:
 def plan_table(spec: StudySpec) -> Table:
     """The trial plan of `optbench run --dry-run`: what would run, per cell, and its compute:
     training images x forward multiply-adds per image (backward adds about 2x). Writes nothing."""
-    from optbench.models.complexity import model_complexity
     from optbench.train.data import dataset_info
 
     info = dataset_info(spec.dataset)
@@ -248,19 +247,12 @@ def plan_table(spec: StudySpec) -> Table:
     ):
         table.add_column(col, no_wrap=col == "model")
     total = 0.0
-    flops_of: dict[str, int] = {}
+    flops_of = flops_counter(spec)
     for cell in spec.cells():
         items = [s for s in stored if s.trial.cell == cell]
         todo = sum(not s.is_result for s in items)
         b = spec.search.bounds(cell.model, cell.optimizer)
-        if cell.model not in flops_of:  # one count per model, not per cell
-            flops_of[cell.model] = model_complexity(
-                cell.model,
-                num_classes=info.num_classes,
-                in_chans=info.in_chans,
-                img_size=info.img_size,
-            )["flops"]
-        flops = flops_of[cell.model]
+        flops = flops_of(cell.model)
         cell_flops = todo * cell.epochs * info.n_train * flops
         total += cell_flops
         table.add_row(

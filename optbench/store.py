@@ -18,16 +18,18 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import optuna
-import pandas as pd
-import sqlalchemy
 from optuna.trial import FrozenTrial, TrialState
 
 from optbench.plan import Trial
 from optbench.sampling import distributions
 from optbench.spec import StudySpec
 from optbench.train.config import TrialResult
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -77,6 +79,8 @@ def make_storage(url: str) -> optuna.storages.BaseStorage:
         return JournalStorage(JournalFileBackend(path))
     if not url.startswith("sqlite"):
         return optuna.storages.RDBStorage(url)
+    import sqlalchemy  # only here: `optbench status` before a run needs no database library
+
     # optuna sets up a new database's schema in several statements: a second process opening the
     # SQLite file meanwhile (`optbench status` just after `optbench run` started) can trip over
     # the first's half-made tables, or find it locked. That is transient: wait, open it again.
@@ -211,6 +215,8 @@ class Store:
 
     def frame(self, trials: list[Trial]) -> pd.DataFrame:
         """One row per planned trial (pending ones included)."""
+        import pandas as pd
+
         rows = []
         for item in self.read(trials):
             t = item.trial

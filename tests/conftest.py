@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import os
 import sys
 from pathlib import Path
 
@@ -20,6 +21,12 @@ TINY = {
     "search": {"n_samples": 2, "ranges": {"adamw": {"lr": [1e-3, 1e-2], "wd": [0.01, 0.1]}}},
     "recipe": {"warmup_epochs": 0, "hflip": False, "translate": 2},
 }
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _own_model_cache(tmp_path_factory):
+    """The model-count cache (optbench/models/cache.py) starts empty and stays out of ~/.cache."""
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg-cache"))
 
 
 @pytest.fixture(autouse=True)

@@ -194,14 +194,21 @@ def _complexity_section(
         "flops (multiply-adds), params and activations for one forward pass at the study's input "
         "size; s/epoch and images/s are medians over this study's finished trials (this machine).",
     )
-    from optbench.models.complexity import model_complexity  # torch and timm: only when asked
+    from optbench.models.cache import cached_counts  # torch and timm: once per model
 
-    num_classes, in_chans, img_size = data_shape or _dataset_shape(spec)
+    shape = data_shape or _dataset_shape(spec)
+    if shape is None:
+        section.notes.append(
+            f"Complexity not measured: the input shape of dataset {spec.dataset.name!r} is read "
+            f"from its files, which are not on this machine ({spec.dataset.root})."
+        )
+        return section
+    num_classes, in_chans, img_size = shape
     rows = []
     finished = results[results["status"] == "finished"]
     for model in spec.models:
         try:
-            measured = model_complexity(
+            measured = cached_counts(
                 model, num_classes=num_classes, in_chans=in_chans, img_size=img_size
             )
         except Exception as err:  # one unmeasurable model must not sink the page
@@ -228,11 +235,15 @@ def _complexity_section(
     return section
 
 
-def _dataset_shape(spec: StudySpec) -> tuple[int, int, int]:
-    """(num_classes, in_chans, img_size) of the study's dataset."""
+def _dataset_shape(spec: StudySpec) -> tuple[int, int, int] | None:
+    """(num_classes, in_chans, img_size) of the study's dataset; None where that needs the
+    dataset's files and they are not here (a cluster study reported on a laptop)."""
     from optbench.train.data import dataset_info
 
-    info = dataset_info(spec.dataset)
+    try:
+        info = dataset_info(spec.dataset)
+    except UsageError:
+        return None
     return info.num_classes, info.in_chans, info.img_size
 
 
