@@ -140,6 +140,10 @@ RECIPE_PRESETS: dict[str, dict] = {
 }
 
 
+# With the basic preset and no warmup of the study's own, the default warmup_epochs is the full
+# warmup from this schedule length on (see Recipe._fill_from_preset).
+BASIC_WARMUP_REF_EPOCHS = 50
+
 # The batch size each preset's lr is normalized to: a study's (or `optbench train`'s) `ref_batch`
 # when it gives none. Xiao et al. normalize to 2048; DeiT's code scales lr by batch / 512.
 PRESET_REF_BATCH: dict[str, int] = {"basic": 2048, "paper": 2048, "deit": 512}
@@ -207,6 +211,10 @@ class Recipe(_Strict):
     def _fill_from_preset(cls, data):
         if isinstance(data, dict):
             preset = data.get("preset", "basic")
+            # basic's default warmup fits any schedule: 5 epochs from 50 epochs on, shortened in
+            # proportion below (0.1 at 1 epoch); a warmup_epochs the study gives is kept as given.
+            if preset == "basic" and not {"warmup_epochs", "warmup_ref_epochs"} & set(data):
+                data = {**data, "warmup_ref_epochs": BASIC_WARMUP_REF_EPOCHS}
             if preset in RECIPE_PRESETS:  # an unknown name is reported by the Literal check
                 data = {**RECIPE_PRESETS[preset], **data}
         return data

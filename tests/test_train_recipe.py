@@ -69,10 +69,10 @@ def test_warmup_shortens_in_proportion_below_the_reference_length():
     r = Recipe(preset="paper")  # 5 epochs of warmup for schedules of 50 epochs and more
     assert r.warmup_for(400) == r.warmup_for(50) == 5.0
     assert r.warmup_for(20) == pytest.approx(2.0)
-    assert Recipe().warmup_for(20) == 5.0  # basic: no reference, no shortening
+    assert Recipe(warmup_epochs=5.0).warmup_for(20) == 5.0  # basic, a warmup of its own: as is
     config(epochs=4, preset="paper")  # 0.4 warmup epochs fit
     with pytest.raises(ValidationError, match="warmup_epochs"):
-        config(epochs=5)
+        config(epochs=5, warmup_epochs=5.0)
 
 
 def test_weight_decay_never_touches_norms_and_biases():
