@@ -3,6 +3,8 @@
 Importing optbench loads neither torch nor timm (the command line's read-only commands need
 neither). optbench's models register with timm's registry as soon as timm is imported, before
 or after optbench: `import optbench; import timm; timm.create_model("vit_c_4gf")` works.
+The Python API (api.py, docs/api.md) is here too, loaded when first used:
+`optbench.load_trials(...)`, `optbench.load_summary(...)`, `optbench.edf_figure(...)`, ...
 """
 
 from __future__ import annotations
@@ -55,3 +57,19 @@ if "timm" in sys.modules:
     _register_zoo()
 elif not any(isinstance(f, _RegisterAfterTimm) for f in sys.meta_path):
     sys.meta_path.insert(0, _RegisterAfterTimm())
+
+
+_API = ("NothingToDraw", "curves_figure", "edf_figure", "length_figure", "load_study",
+        "load_summary", "load_trials", "optimizer_figure", "scatter_figure")  # fmt: skip
+
+
+def __getattr__(name: str):
+    if name in _API:  # the API needs pandas and matplotlib: loaded on first use
+        from optbench import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'optbench' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_API])
