@@ -253,12 +253,12 @@ def test_complexity_table_counts_each_models_parameters():
     trials = synthetic_trials(MODELS, ["adamw"], [5], 3)
     (section,) = build_sections(_spec(), trials, {"complexity"}, FAST, data_shape=(10, 1, 16))
     ((title, table),) = section.tables
-    assert "16x16, 1 channels, 10 classes" in title
+    assert "16x16, 1 channel, 10 classes" in title  # one channel, not "1 channels"
     assert table["model"].tolist() == MODELS
-    for model, params in zip(table["model"], table["params"], strict=True):
+    for model, params in zip(table["model"], table["params (M)"], strict=True):
         built = create_model(model, num_classes=10, in_chans=1, img_size=16)
-        assert params == sum(p.numel() for p in built.parameters())
-    assert {"flops", "acts", "s/epoch", "images/s"} <= set(table.columns)
+        assert params == pytest.approx(sum(p.numel() for p in built.parameters()) / 1e6)
+    assert {"GF", "acts (M)", "s/epoch", "img/s"} <= set(table.columns)
 
 
 def test_the_report_leaves_the_users_matplotlib_backend_alone(tmp_path):

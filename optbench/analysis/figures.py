@@ -17,10 +17,12 @@ from matplotlib.figure import Figure
 from optbench.analysis import plots, tables
 from optbench.analysis.edf import dtop1, edf
 from optbench.analysis.stats import N_BOOT, edf_band, good_range
-from optbench.analysis.summary import Options
+from optbench.analysis.summary import Options, chance_error, near_chance
 
-EDF_X_MAX = 20.0  # dtop-1 axis of the EDF figure, in points
-EDF_GRID = 401
+# The dtop-1 axis ends at the largest finite dtop-1 (rounded up to 5 points), at least at
+# EDF_X_MIN and at most at EDF_X_MAX; trials past it are counted in the panel's title.
+EDF_X_MIN, EDF_X_MAX = 20.0, 50.0
+EDF_STEPS_PER_POINT = 20  # the EDF is evaluated every 0.05 points (raw: 400 steps per panel)
 TRIAL_COLUMNS = ["cell_id", "sample", "seed"]  # what names a trial in a trials frame
 
 
@@ -51,20 +53,23 @@ def edf_figure(
     n_boot: int = N_BOOT,
     seed: int = 0,
     colors: dict[str, str] | None = None,
+    num_classes: int | None = None,
 ) -> Figure:
     """Figs 4-5: per (optimizer, epochs) panel, each model's EDF of dtop-1 (error minus the
-    cell's best; `raw`: of the error itself) with a pointwise 95% bootstrap band."""
+    cell's best; `raw`: of the error itself) with a pointwise 95% bootstrap band. With
+    `num_classes`, a cell whose best error is near chance level is drawn dotted."""
     options = _options(metric, n_boot, seed)
     results = _results(trials, metric)
+    x_max = None if raw else dtop1_axis_end(results)
     panels = []
     for (optimizer, epochs), panel in tables.panels(results):
         finite = panel["error"][np.isfinite(panel["error"])]
         if raw:
             if not len(finite):
                 continue
-            xs = np.linspace(finite.min(), finite.max(), EDF_GRID)
+            xs = np.linspace(finite.min(), finite.max(), 400 + 1)
         else:
-            xs = np.linspace(0.0, EDF_X_MAX, EDF_GRID)
+            xs = np.linspace(0.0, x_max, round(x_max * EDF_STEPS_PER_POINT) + 1)
         curves = []
         for model, cell in panel.groupby("model", sort=False):
             errors = cell["error"].to_numpy()
@@ -76,13 +81,35 @@ def edf_figure(
                 n_boot=options.n_boot,
                 seed=options.rng_seed(model, optimizer, epochs),
             )
-            counts = {"n": len(errors), "n_diverged": int((cell["status"] == "diverged").sum())}
+            best = errors[np.isfinite(errors)].min() if np.isfinite(errors).any() else None
+            counts = {
+                "n": len(errors),
+                "n_diverged": int((cell["status"] == "diverged").sum()),
+                "beyond": int((np.isfinite(values) & (values > xs[-1])).sum()),
+                "near_chance": bool(near_chance(best, num_classes)),
+            }
             curves.append(plots.EdfCurve(model, xs, edf(values, xs), band=band, **counts))
         panels.append(plots.EdfPanel(optimizer, epochs, curves))
     if not panels:
         raise NothingToDraw("no finished trial: no error to draw")
-    xlabel = "error (%)" if raw else "dtop-1 (points)"
-    return plots.plot_edf(panels, _colors(trials, colors), xlabel=xlabel)
+    return plots.plot_edf(
+        panels,
+        _colors(trials, colors),
+        xlabel="error (%)" if raw else "dtop-1 (points)",
+        x_max=x_max,
+        chance_error=chance_error(num_classes) if num_classes else None,
+    )
+
+
+def dtop1_axis_end(results: pd.DataFrame) -> float:
+    """Where the dtop-1 axis ends: the largest finite dtop-1 of any cell, rounded up to 5
+    points, within [EDF_X_MIN, EDF_X_MAX]."""
+    largest = 0.0
+    for _, cell in results.groupby(tables.CELL_KEYS, sort=False):
+        dtop = dtop1(cell["error"].to_numpy())
+        if np.isfinite(dtop).any():
+            largest = max(largest, float(dtop[np.isfinite(dtop)].max()))
+    return float(np.clip(5.0 * np.ceil(largest / 5.0), EDF_X_MIN, EDF_X_MAX))
 
 
 def scatter_figure(

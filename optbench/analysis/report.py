@@ -32,6 +32,7 @@ from optbench.spec import StudySpec
 
 FIGURES: tuple[str, ...] = ("edf", "length", "optimizer", "peak", "complexity", "curves")
 METRICS: tuple[str, ...] = ("final_error", "best_error")
+PNG_DPI = 150
 CSV_FIRST_COLUMNS = [
     "model",
     "optimizer",
@@ -75,7 +76,9 @@ def _figure(section: Section, name: str, draw: Callable[[], Figure]) -> bool:
     return True
 
 
-def _edf_section(trials: pd.DataFrame, colors: dict[str, str], options: Options) -> Section:
+def _edf_section(
+    trials: pd.DataFrame, colors: dict[str, str], options: Options, num_classes: int | None
+) -> Section:
     section = Section(
         "edf",
         "lr/wd stability: error distribution functions (Figs 4-5)",
@@ -83,11 +86,13 @@ def _edf_section(trials: pd.DataFrame, colors: dict[str, str], options: Options)
         "trials count in n and are never within any x. Shaded: pointwise 95% bootstrap bands "
         f"({options.n_boot} resamples, best recomputed in each). Scatter: vertical lines at "
         "each model's best value, shaded its bootstrap good range (2.5-97.5 percentiles of "
-        "the best run's value over resamples).",
+        "the best run's value over resamples). Dotted: a cell whose best error is near chance "
+        "level (its trials barely learned: a steep EDF there is not stability).",
     )
     common = dict(metric=options.metric, n_boot=options.n_boot, seed=options.seed, colors=colors)
-    _figure(section, "edf", lambda: figures.edf_figure(trials, **common))
-    _figure(section, "edf_raw", lambda: figures.edf_figure(trials, raw=True, **common))
+    edf = dict(common, num_classes=num_classes)
+    _figure(section, "edf", lambda: figures.edf_figure(trials, **edf))
+    _figure(section, "edf_raw", lambda: figures.edf_figure(trials, raw=True, **edf))
     _figure(section, "scatter", lambda: figures.scatter_figure(trials, **common))
     return section
 
@@ -139,17 +144,18 @@ def _peak_section(best: pd.DataFrame) -> Section:
 
 
 def _complexity_section(
-    spec: StudySpec, results: pd.DataFrame, data_shape: tuple[int, int, int] | None
+    spec: StudySpec, results: pd.DataFrame, shape: tuple[int, int, int] | None
 ) -> Section:
     section = Section(
         "complexity",
         "Complexity (Table 1)",
-        "flops (multiply-adds), params and activations for one forward pass at the study's input "
-        "size; s/epoch and images/s are medians over this study's finished trials (this machine).",
+        "GF: 1e9 multiply-adds of one forward pass of one image at the study's input size; "
+        "params and acts (activations) in millions, as Xiao et al. (Appendix D) count them; "
+        "s/epoch (wall time of a trial / its epochs) and img/s (training images per second) are "
+        "medians over this study's finished trials, on the machines that ran them.",
     )
     from optbench.models.cache import cached_counts  # torch and timm: once per model
 
-    shape = data_shape or _dataset_shape(spec)
     if shape is None:
         section.notes.append(
             f"Complexity not measured: the input shape of dataset {spec.dataset.name!r} is read "
@@ -171,20 +177,19 @@ def _complexity_section(
         rows.append(
             {
                 "model": model,
-                **measured,
+                "GF": measured["flops"] / 1e9,
+                "params (M)": measured["params"] / 1e6,
+                "acts (M)": measured["acts"] / 1e6,
                 "s/epoch": float((mine["wall_s"] / mine["epochs"]).median())
                 if len(mine)
                 else np.nan,
-                "images/s": float(mine["images_per_s"].median()) if len(mine) else np.nan,
+                "img/s": float(mine["images_per_s"].median()) if len(mine) else np.nan,
             }
         )
     if rows:
-        section.tables.append(
-            (
-                f"Complexity at {img_size}x{img_size}, {in_chans} channels, {num_classes} classes",
-                pd.DataFrame(rows),
-            )
-        )
+        channels = f"{in_chans} channel{'s' if in_chans != 1 else ''}"
+        title = f"Complexity at {img_size}x{img_size}, {channels}, {num_classes} classes"
+        section.tables.append((title, pd.DataFrame(rows)))
     return section
 
 
@@ -230,7 +235,7 @@ def write_trials(trials: pd.DataFrame, out_dir: Path) -> list[str]:
 def _save(fig: Figure, out_dir: Path, name: str) -> str:
     """Save PNG and SVG; return the PNG as base64 for the page."""
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
+    fig.savefig(buffer, format="png", dpi=PNG_DPI)
     (out_dir / f"{name}.png").write_bytes(buffer.getvalue())
     fig.set_layout_engine("none")  # the layout is settled: do not solve it again for the SVG
     # No date and fixed element ids: the same numbers give the same SVG bytes, so a regenerated
@@ -248,7 +253,8 @@ def build_sections(
     data_shape: tuple[int, int, int] | None = None,
 ) -> list[Section]:
     """The page's sections (figures still in memory), in FIGURES order. `trials` must already be
-    in spec order (see write_report)."""
+    in spec order (see write_report). `data_shape`: (num_classes, in_chans, img_size) of the
+    study's input, or None where unknown (no complexity table, no near-chance check)."""
     options = options or Options()
     wanted = set(FIGURES) if figures is None else set(figures)
     results = tables.with_errors(trials, options.metric)
@@ -260,7 +266,7 @@ def build_sections(
     best = tables.best_by_cell(results)
     metric = options.metric
     builders: dict[str, Callable[[], Section]] = {
-        "edf": lambda: _edf_section(trials, colors, options),
+        "edf": lambda: _edf_section(trials, colors, options, data_shape and data_shape[0]),
         "length": lambda: _length_section(trials, colors, metric),
         "optimizer": lambda: _optimizer_section(trials, metric),
         "peak": lambda: _peak_section(best),
@@ -285,7 +291,8 @@ def write_report(
 
     `figures` picks sections from FIGURES (None: every section the data supports; a requested
     section without data gets a note instead of an empty figure). `data_shape` is
-    (num_classes, in_chans, img_size) for the complexity table, looked up when None.
+    (num_classes, in_chans, img_size) for the complexity table and the near-chance check,
+    looked up when None (and left unknown where that needs the dataset's files).
     """
     unknown = set(figures or ()) - set(FIGURES)
     if unknown:
@@ -295,8 +302,9 @@ def write_report(
     options = Options(metric=metric, n_boot=n_boot, seed=seed)
 
     trials = _ordered(trials, spec)
-    summary = summarize(spec.name, trials, options)
-    sections = build_sections(spec, trials, figures, options, data_shape)
+    shape = data_shape or _dataset_shape(spec)
+    summary = summarize(spec.name, trials, options, num_classes=shape and shape[0])
+    sections = build_sections(spec, trials, figures, options, shape)
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -105,7 +105,7 @@ def optimizer_gaps(stability: pd.DataFrame) -> pd.DataFrame:
     )
     if not {"adamw", "sgd"} <= set(wide.columns):
         return pd.DataFrame(columns=["model", "epochs", "adamw", "sgd", "gap"])
-    wide = wide.dropna(subset=["adamw", "sgd"]).reset_index()
+    wide = wide.dropna(subset=["adamw", "sgd"]).reset_index().rename_axis(columns=None)
     wide["gap"] = wide["sgd"] - wide["adamw"]
     return wide[["model", "epochs", "adamw", "sgd", "gap"]]
 
