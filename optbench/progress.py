@@ -92,7 +92,7 @@ class StudyProgress:
     slots: int = 0  # the most trials seen running at once
     epochs: dict[str, TrialEpochs] = field(default_factory=dict)  # running trials' epochs
     flops_of: Callable[[str], float | None] | None = None
-    _read_at: float = float("-inf")
+    _read_at: float = field(default=float("-inf"), init=False, repr=False)
 
     # --- events -----------------------------------------------------------------------------------
 
