@@ -91,6 +91,7 @@ class StudyProgress:
     ran: int = 0  # trials that ended in this invocation
     slots: int = 0  # the most trials seen running at once
     epochs: dict[str, TrialEpochs] = field(default_factory=dict)  # running trials' epochs
+    started_at: dict[str, float] = field(default_factory=dict)  # running trials' start (time.time)
     flops_of: Callable[[str], float | None] | None = None
     _read_at: float = field(default=float("-inf"), init=False, repr=False)
 
@@ -98,11 +99,13 @@ class StudyProgress:
 
     def start(self, key: str) -> None:
         self.running.add(key)
+        self.started_at[key] = time.time()  # wall clock: compared with metrics files' mtimes
         self.slots = max(self.slots, len(self.running))
 
     def end(self, key: str) -> None:
         self.running.discard(key)
         self.epochs.pop(key, None)
+        self.started_at.pop(key, None)
         self.ran += 1
 
     def read_epochs(self, force: bool = False) -> None:
@@ -144,24 +147,26 @@ class StudyProgress:
         return best
 
     def epoch_seconds(self) -> dict[tuple, float]:
-        """Median seconds per epoch of each cell, over every epoch timed so far: running trials'
-        metrics files and the recorded metrics of ended trials."""
+        """Median wall seconds per epoch of each cell's trials: a trial's whole time (its start,
+        training and evaluation) over its epochs. A running trial's is the time from its start
+        to its metrics file's last line, an ended one's its recorded wall time."""
         timings: dict[tuple, list[float]] = {}
         for item in self.trials:
-            c = item.trial.cell
-            if item.trial.key in self.epochs:
-                seconds = list(self.epochs[item.trial.key].epoch_s)
-            elif item.is_result:
-                seconds = [m["epoch_s"] for m in _attr(item, "metrics") or [] if m.get("epoch_s")]
+            key, c = item.trial.key, item.trial.cell
+            epochs = self.epochs.get(key)
+            if epochs is not None and epochs.done and key in self.started_at:
+                seconds = (epochs.updated - self.started_at[key]) / epochs.done
+            elif item.is_result and _attr(item, "wall_s") and _attr(item, "epochs_run"):
+                seconds = _attr(item, "wall_s") / _attr(item, "epochs_run")
             else:
                 continue
-            timings.setdefault((c.model, c.optimizer, c.epochs), []).extend(seconds)
+            timings.setdefault((c.model, c.optimizer, c.epochs), []).append(max(seconds, 0.0))
         return {cell: statistics.median(s) for cell, s in timings.items() if s}
 
     def eta_s(self) -> float | None:
         """Seconds until every pending trial has ended, or None before the first timed epoch.
 
-        Each pending trial needs its remaining epochs at its cell's seconds per epoch; a cell
+        Each pending trial needs its remaining epochs at its cell's wall seconds per epoch; a cell
         not timed yet is estimated from the timed ones by forward multiply-adds per image (all
         cells of a study train on the same images). The work is spread over as many slots as
         trials were seen running at once, and no estimate is shorter than the longest trial.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 from types import SimpleNamespace
 
@@ -20,7 +21,8 @@ from optbench.spec import parse_spec
 from optbench.store import StoredTrial
 
 
-def _metrics(out_dir, seconds, errors=None):
+def _metrics(out_dir, seconds, errors=None, written_at=None):
+    """A metrics file of len(seconds) epochs, last written at `written_at` (time.time)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     errors = errors or [50.0] * len(seconds)
     lines = [
@@ -28,6 +30,8 @@ def _metrics(out_dir, seconds, errors=None):
         for i, (s, e) in enumerate(zip(seconds, errors, strict=True))
     ]
     (out_dir / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    if written_at is not None:
+        os.utime(out_dir / "metrics.jsonl", (written_at, written_at))
 
 
 def _four_trials(tiny_dict):
@@ -46,7 +50,9 @@ def test_time_left_comes_from_epoch_timings_and_compute_for_untimed_cells(tiny_d
     progress.start(p1.trial.key)
     progress.read_epochs(force=True)
     assert progress.eta_s() is None  # nothing timed yet
-    _metrics(p0.trial.out_dir, [2.0, 2.5, 1.5])  # median 2 s per epoch, 3 of 10 epochs done
+    # 3 of 10 epochs done 6 s after the trial started (start, training, evaluation): 2 s each
+    progress.started_at[p0.trial.key] = 1000.0
+    _metrics(p0.trial.out_dir, [1.0, 1.5, 1.2], written_at=1006.0)
     progress.read_epochs(force=True)
     # Written out: P trials 7 and 10 epochs at 2 s; C trials 10 epochs each at 2 s x (2 / 1)
     # multiply-adds = 4 s; 114 s of work over the 2 trials seen running at once.
@@ -66,22 +72,23 @@ def test_time_left_is_never_shorter_than_the_longest_trial(tiny_dict):
     progress.start(p0.trial.key)
     progress.start(rest[0].trial.key)  # seen: two at once
     progress.end(rest[0].trial.key)
-    _metrics(p0.trial.out_dir, [3.0])
+    progress.started_at[p0.trial.key] = 1000.0
+    _metrics(p0.trial.out_dir, [2.0], written_at=1003.0)  # its first epoch took 3 s
     progress.read_epochs(force=True)
     assert progress.eta_s() == pytest.approx(9 * 3.0)  # one trial left: slots do not split it
 
 
 def test_best_error_per_cell_and_recorded_timings(tiny_dict):
     p0, p1, c0, c1 = stored = _four_trials(tiny_dict)
-    for item, error in ((p0, 30.0), (p1, 20.0)):
+    for item, error, wall in ((p0, 30.0, 120.0), (p1, 20.0, 100.0)):
         item.status = "finished"
         item.record = SimpleNamespace(
-            user_attrs={"final_error": error, "metrics": [{"epoch_s": 5.0}, {"epoch_s": 7.0}]}
+            user_attrs={"final_error": error, "wall_s": wall, "epochs_run": 10}
         )
     progress = StudyProgress(stored)
     assert progress.best_errors() == {("vit_p_w64_16px", "adamw", 10): 20.0}
-    assert progress.epoch_seconds() == {("vit_p_w64_16px", "adamw", 10): 6.0}
-    assert progress.eta_s() == pytest.approx(2 * 10 * 6.0)  # one slot: C's two trials in turn
+    assert progress.epoch_seconds() == {("vit_p_w64_16px", "adamw", 10): 11.0}  # 12 and 10 s
+    assert progress.eta_s() == pytest.approx(2 * 10 * 11.0)  # one slot: C's two trials in turn
 
 
 def test_a_half_written_metrics_line_is_left_out(tmp_path):
