@@ -12,8 +12,8 @@ from pathlib import Path
 from optbench.errors import SpecError, did_you_mean, source_of
 from optbench.spec import StudySpec
 
-# The datasets train/data.py reads (its DATASETS), named here so that checking a study needs no
-# torch; tests/test_data.py checks that the two agree.
+# The datasets train/datasets.py reads (its DATASETS), named here so that checking a study needs
+# no torch; tests/test_fast_commands.py checks that the two agree.
 DATASET_NAMES: tuple[str, ...] = ("digits", "cifar10", "cifar100", "imagenet", "imagefolder")
 
 
@@ -48,6 +48,6 @@ def check_spec(
     if problems:
         raise SpecError("\n".join(problems))
     if data:
-        from optbench.train.data import check_dataset  # torch: only for a real run
+        from optbench.train.datasets import check_dataset  # torch: only for a real run
 
         check_dataset(spec.dataset)

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import signal
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
-from optbench.errors import UsageError, format_errors
+from optbench.errors import StorageUnavailable, UsageError, format_errors
 from optbench.spec import OPTIMIZERS, Dataset, Recipe, StudySpec
 
 app = typer.Typer(
@@ -108,7 +109,7 @@ def train(
         int | None, typer.Option(help="torch CPU threads (default: all cores)")
     ] = None,
     recipe: Annotated[
-        str, typer.Option(help="recipe preset: basic, paper or deit (README: Training recipes)")
+        str, typer.Option(help="recipe preset: basic, paper or deit (docs/recipes.md)")
     ] = "basic",
     set_: Annotated[
         list[str] | None,
@@ -132,15 +133,18 @@ def train(
     import yaml
     from pydantic import ValidationError
 
-    from optbench.models import is_model
+    from optbench.errors import did_you_mean
+    from optbench.models import is_model, model_names
     from optbench.train.config import TrainConfig
-    from optbench.train.data import check_dataset, download_dataset
-    from optbench.train.loop import STOP_SIGNALS, TrialInterrupted, run_trial
+    from optbench.train.datasets import check_dataset, download_dataset
+    from optbench.train.loop import run_trial
+    from optbench.train.signals import STOP_SIGNALS, TrialInterrupted
 
     if optimizer not in OPTIMIZERS:
         raise UsageError(f"--optimizer: must be one of {list(OPTIMIZERS)}, got {optimizer!r}")
     if not is_model(model):
-        raise UsageError(f"MODEL: unknown model {model!r} (see `optbench models`)")
+        hint = did_you_mean(model, model_names())
+        raise UsageError(f"MODEL: unknown model {model!r}{hint} (see `optbench models`)")
     overrides: dict = {"preset": recipe}
     if warmup_epochs is not None:
         overrides["warmup_epochs"] = warmup_epochs
@@ -231,7 +235,7 @@ def run(
     spec = spec.model_copy(update={"executor": spec.executor.model_copy(update={"kind": kind})})
     if dry_run:  # a plan needs no data on this machine: say so if a real run would stop
         from optbench.checks import check_spec
-        from optbench.runner import plan_table
+        from optbench.study_tables import plan_table
 
         console.print(plan_table(spec))
         try:
@@ -242,7 +246,9 @@ def run(
     from optbench.executors import make_executor
     from optbench.runner import run_study
 
-    executor = make_executor(spec, workers=workers)
+    # The executor says what it submits; SLURM also says when it stops answering and answers again.
+    notify = partial(console.print, markup=False, highlight=False)
+    executor = make_executor(spec, workers=workers, notify=notify)
     if detach and not executor.jobs_outlive_driver:
         raise UsageError(f"--detach: only the slurm executor can detach (executor is {kind!r})")
     try:
@@ -260,33 +266,34 @@ def status(
     set_: Overrides = None,
 ) -> None:
     """Print a study's counts per cell without running or writing anything."""
-    from optbench.runner import status_table, trials_in_progress
+    from optbench.launch.slurm import has_jobs, slurm_status
+    from optbench.study_tables import status_table, trials_table
 
     spec = _load(study, data=False, overrides=set_)
-    console.print(status_table(spec))
+    running, summary = slurm_status(spec) if has_jobs(spec) else (set(), None)
+    console.print(status_table(spec, running=running))
+    if summary:  # the study has been on SLURM: its jobs' states
+        console.print(summary, markup=False, highlight=False)
     if trials:
-        table = trials_in_progress(spec)
+        table = trials_table(spec)
         console.print(table if table is not None else "no trial in progress")
-    from optbench.launch.slurm import job_folder, read_records, slurm_summary
-
-    if read_records(job_folder(spec)):  # the study has been on SLURM: its jobs' states
-        console.print(slurm_summary(spec))
 
 
 @app.command()
 def cancel(
     study: Annotated[Path, typer.Argument(help="study YAML file")], set_: Overrides = None
 ) -> None:
-    """Cancel a study's SLURM jobs (scancel); a later `optbench run` records them as failed and
-    the next one resubmits them."""
+    """Cancel a study's queued and running SLURM jobs (scancel) and print what SLURM did; exit
+    status 1 if scancel failed for any. The next `optbench run` records the cancelled trials as
+    failed attempts and resubmits them (within executor.retries)."""
     from optbench.launch.slurm import cancel_study_jobs, job_folder
     from optbench.overrides import load_study, parse_overrides
 
-    cancelled = cancel_study_jobs(job_folder(load_study(study, parse_overrides(set_ or []))))
-    console.print(
-        f"cancelled {len(cancelled)} SLURM job(s)"
-        + (f": {' '.join(cancelled)}" if cancelled else "")
-    )
+    lines, ok = cancel_study_jobs(job_folder(load_study(study, parse_overrides(set_ or []))))
+    for line in lines:
+        console.print(line, markup=False, highlight=False)
+    if not ok:
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -402,6 +409,9 @@ def main() -> None:
     except UsageError as err:
         typer.echo(f"error: {err}", err=True)
         sys.exit(2)
+    except StorageUnavailable as err:  # not bad input: the database server is down
+        typer.echo(f"error: {err}", err=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

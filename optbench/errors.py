@@ -1,7 +1,8 @@
 """The errors a user can cause, and how a validation error becomes one line per field.
 
 `UsageError` is bad input (a study file, a flag, a dataset path): `optbench` prints it as one
-message and exits with code 2, before anything is written. Every module raises these; this one
+message and exits with code 2, before anything is written. `StorageUnavailable` is a study
+database that does not answer: one line, exit code 1. Every module raises these; this one
 imports nothing from optbench.
 """
 
@@ -23,6 +24,12 @@ class UsageError(Exception):
 
 class SpecError(UsageError):
     """A study YAML that does not validate."""
+
+
+class StorageUnavailable(Exception):
+    """The study's storage does not answer (a database server down, a file system gone): one
+    line naming it, password masked, exit code 1 (not bad input). Nothing is lost: results stay
+    in their trial folders and the next run records them."""
 
 
 def did_you_mean(word: str, choices: Sequence[str], prefix: str = "") -> str:

@@ -14,26 +14,16 @@ from __future__ import annotations
 import fcntl
 import functools
 import os
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 
 from rich.console import Console
 from rich.live import Live
-from rich.table import Table
 
-from optbench.errors import UsageError
+from optbench.errors import StorageUnavailable, UsageError
 from optbench.executors.base import Executor
 from optbench.plan import plan
-from optbench.progress import (
-    EventLog,
-    LiveView,
-    StudyProgress,
-    clock,
-    epoch_cells,
-    read_trial_epochs,
-    trial_label,
-)
+from optbench.progress import EventLog, LiveView, StudyProgress
 from optbench.spec import StudySpec, dump_spec
 from optbench.store import Store, StoredTrial
 from optbench.train.config import TrialResult
@@ -114,8 +104,7 @@ def run_study(
         jobs = [item.trial.job for item in todo.values()]
         for job in jobs:
             (job.out_dir / RESULT_FILE).unlink(missing_ok=True)  # a failed attempt's leftovers
-        where = executor.submit(jobs)
-        console.print(f"{len(jobs)} trial(s) to run on {where}")
+        console.print(executor.submit(jobs), markup=False, highlight=False)
         outlive = executor.jobs_outlive_driver
         if detach and outlive:
             executor.close(cancel=False)
@@ -149,7 +138,7 @@ def run_study(
                         display.update(view.render())
                     else:
                         log.tick()
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, StorageUnavailable):  # the storage's error says which
             executor.close(cancel=not outlive)  # cluster jobs keep running: Ctrl-C detaches
             left = "still queued or running" if outlive else "left"
             console.print(
@@ -171,9 +160,9 @@ def flops_counter(spec: StudySpec) -> Callable[[str], float]:
     @functools.cache
     def flops_of(model: str) -> float:
         from optbench.models.cache import cached_counts
-        from optbench.train.data import dataset_info
+        from optbench.train.datasets import dataset_info
 
-        info = dataset_info(spec.dataset)
+        info = dataset_info(spec.dataset, model)
         shape = dict(num_classes=info.num_classes, in_chans=info.in_chans, img_size=info.img_size)
         return cached_counts(model, **shape)["flops"]
 
@@ -195,80 +184,3 @@ def _record_end(store: Store, item: StoredTrial, lost_message: str | None) -> No
             [],
         )
     store.record(item, result, metrics)
-
-
-def status_table(spec: StudySpec) -> Table:
-    """Counts per cell, read from the store without running or writing anything."""
-    stored = Store(spec, create=False).read(plan(spec))
-    return StudyProgress(stored).table(
-        f"{spec.name}: {sum(s.is_result for s in stored)} of {len(stored)} trials done"
-    )
-
-
-def trials_in_progress(spec: StudySpec) -> Table | None:
-    """The trials without a result whose metrics file has epochs (`optbench status --trials`):
-    epoch k/N, last validation error, seconds per epoch and when the file last grew. Reads only;
-    a trial whose worker died shows its last epoch and an old update time."""
-    stored = Store(spec, create=False).read(plan(spec))
-    table = Table(title=f"{spec.name}: trials in progress (read from their metrics files)")
-    for col in ("trial", "epoch", "val error", "s/epoch", "updated"):
-        table.add_column(col, justify="left" if col == "trial" else "right")
-    now = time.time()
-    for item in stored:
-        if item.is_result:
-            continue
-        epochs = read_trial_epochs(item.trial.out_dir)
-        if epochs.updated is None:
-            continue
-        cells = epoch_cells(epochs, item.trial.cell.epochs)
-        ago = f"{clock(now - epochs.updated)} ago"
-        table.add_row(trial_label(item), *cells, ago)
-    return table if table.row_count else None
-
-
-def plan_table(spec: StudySpec) -> Table:
-    """The trial plan of `optbench run --dry-run`: what would run, per cell, and its compute:
-    training images x forward multiply-adds per image (backward adds about 2x). Writes nothing."""
-    from optbench.train.data import dataset_info
-
-    info = dataset_info(spec.dataset)
-    stored = Store(spec, create=False).read(plan(spec))
-    table = Table(title=f"{spec.name}: plan ({spec.dataset.name}, {info.n_train} training images)")
-    for col in (
-        "model",
-        "optimizer",
-        "epochs",
-        "trials",
-        "to run",
-        "lr range",
-        "wd range",
-        "GF/img",
-        "PF to run",
-    ):
-        table.add_column(col, no_wrap=col == "model")
-    total = 0.0
-    flops_of = flops_counter(spec)
-    for cell in spec.cells():
-        items = [s for s in stored if s.trial.cell == cell]
-        todo = sum(not s.is_result for s in items)
-        b = spec.search.bounds(cell.model, cell.optimizer)
-        flops = flops_of(cell.model)
-        cell_flops = todo * cell.epochs * info.n_train * flops
-        total += cell_flops
-        table.add_row(
-            cell.model,
-            cell.optimizer,
-            str(cell.epochs),
-            str(len(items)),
-            str(todo),
-            f"{b.lr[0]:.3g} .. {b.lr[1]:.3g}",
-            f"{b.wd[0]:.3g} .. {b.wd[1]:.3g}",
-            f"{flops / 1e9:.3g}",
-            f"{cell_flops / 1e15:.3g}",
-        )
-    to_run = sum(not s.is_result for s in stored)
-    table.caption = (
-        f"{len(stored)} trials, {to_run} to run: {total / 1e15:.3g} PF of forward "
-        f"multiply-adds ({total * 3 / 1e15:.3g} PF with backward)"
-    )
-    return table

@@ -15,7 +15,7 @@ import yaml
 
 from optbench.checks import DATASET_NAMES
 from optbench.models import cache
-from optbench.train.data import DATASETS
+from optbench.train.datasets import DATASETS
 
 REPO = Path(__file__).resolve().parent.parent
 

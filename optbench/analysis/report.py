@@ -144,31 +144,34 @@ def _peak_section(best: pd.DataFrame) -> Section:
 
 
 def _complexity_section(
-    spec: StudySpec, results: pd.DataFrame, shape: tuple[int, int, int] | None
+    spec: StudySpec, results: pd.DataFrame, data_shape: tuple[int, int, int] | None
 ) -> Section:
     section = Section(
         "complexity",
         "Complexity (Table 1)",
-        "GF: 1e9 multiply-adds of one forward pass of one image at the study's input size; "
-        "params and acts (activations) in millions, as Xiao et al. (Appendix D) count them; "
-        "s/epoch (wall time of a trial / its epochs) and img/s (training images per second) are "
-        "medians over this study's finished trials, on the machines that ran them.",
+        "GF: 1e9 multiply-adds of one forward pass of one image at the input size each model "
+        "trains at; params and acts (activations) in millions, as Xiao et al. (Appendix D) count "
+        "them; s/epoch (wall time of a trial / its epochs) and img/s (training images per second) "
+        "are medians over this study's finished trials, on the machines that ran them.",
     )
     from optbench.models.cache import cached_counts  # torch and timm: once per model
 
-    if shape is None:
+    shapes = {model: data_shape or _dataset_shape(spec, model) for model in spec.models}
+    if None in shapes.values():
         section.notes.append(
             f"Complexity not measured: the input shape of dataset {spec.dataset.name!r} is read "
             f"from its files, which are not on this machine ({spec.dataset.root})."
         )
         return section
-    num_classes, in_chans, img_size = shape
+    num_classes, in_chans, _ = shapes[spec.models[0]]
+    sizes = {model: shape[2] for model, shape in shapes.items()}
+    one_size = len(set(sizes.values())) == 1
     rows = []
     finished = results[results["status"] == "finished"]
     for model in spec.models:
         try:
             measured = cached_counts(
-                model, num_classes=num_classes, in_chans=in_chans, img_size=img_size
+                model, num_classes=num_classes, in_chans=in_chans, img_size=sizes[model]
             )
         except Exception as err:  # one unmeasurable model must not sink the page
             section.notes.append(f"{model}: complexity not measured ({type(err).__name__}: {err})")
@@ -177,6 +180,7 @@ def _complexity_section(
         rows.append(
             {
                 "model": model,
+                **({} if one_size else {"input px": sizes[model]}),
                 "GF": measured["flops"] / 1e9,
                 "params (M)": measured["params"] / 1e6,
                 "acts (M)": measured["acts"] / 1e6,
@@ -187,22 +191,31 @@ def _complexity_section(
             }
         )
     if rows:
+        size = next(iter(sizes.values()))
+        at = f"{size}x{size}" if one_size else "each model's input size"
         channels = f"{in_chans} channel{'s' if in_chans != 1 else ''}"
-        title = f"Complexity at {img_size}x{img_size}, {channels}, {num_classes} classes"
+        title = f"Complexity at {at}, {channels}, {num_classes} classes"
         section.tables.append((title, pd.DataFrame(rows)))
     return section
 
 
-def _dataset_shape(spec: StudySpec) -> tuple[int, int, int] | None:
-    """(num_classes, in_chans, img_size) of the study's dataset; None where that needs the
-    dataset's files and they are not here (a cluster study reported on a laptop)."""
-    from optbench.train.data import dataset_info
+def _dataset_shape(spec: StudySpec, model: str) -> tuple[int, int, int] | None:
+    """(num_classes, in_chans, img_size) of the study's dataset as `model` trains on it; None
+    where that needs the dataset's files and they are not here (a cluster study reported on a
+    laptop)."""
+    from optbench.train.datasets import dataset_info
 
     try:
-        info = dataset_info(spec.dataset)
+        info = dataset_info(spec.dataset, model)
     except UsageError:
         return None
     return info.num_classes, info.in_chans, info.img_size
+
+
+def _num_classes(spec: StudySpec, data_shape: tuple[int, int, int] | None) -> int | None:
+    """The study's number of classes (for the near-chance check), None where unknown."""
+    shape = data_shape or _dataset_shape(spec, spec.models[0])
+    return shape[0] if shape else None
 
 
 def _curves_section(trials: pd.DataFrame, colors: dict[str, str], metric: str) -> Section:
@@ -253,8 +266,9 @@ def build_sections(
     data_shape: tuple[int, int, int] | None = None,
 ) -> list[Section]:
     """The page's sections (figures still in memory), in FIGURES order. `trials` must already be
-    in spec order (see write_report). `data_shape`: (num_classes, in_chans, img_size) of the
-    study's input, or None where unknown (no complexity table, no near-chance check)."""
+    in spec order (see write_report). `data_shape`: (num_classes, in_chans, img_size) of every
+    model's input; None: each model's, looked up (unknown without the dataset's files: no
+    complexity table, no near-chance check)."""
     options = options or Options()
     wanted = set(FIGURES) if figures is None else set(figures)
     results = tables.with_errors(trials, options.metric)
@@ -266,7 +280,7 @@ def build_sections(
     best = tables.best_by_cell(results)
     metric = options.metric
     builders: dict[str, Callable[[], Section]] = {
-        "edf": lambda: _edf_section(trials, colors, options, data_shape and data_shape[0]),
+        "edf": lambda: _edf_section(trials, colors, options, _num_classes(spec, data_shape)),
         "length": lambda: _length_section(trials, colors, metric),
         "optimizer": lambda: _optimizer_section(trials, metric),
         "peak": lambda: _peak_section(best),
@@ -302,9 +316,9 @@ def write_report(
     options = Options(metric=metric, n_boot=n_boot, seed=seed)
 
     trials = _ordered(trials, spec)
-    shape = data_shape or _dataset_shape(spec)
-    summary = summarize(spec.name, trials, options, num_classes=shape and shape[0])
-    sections = build_sections(spec, trials, figures, options, shape)
+    num_classes = _num_classes(spec, data_shape)
+    summary = summarize(spec.name, trials, options, num_classes=num_classes)
+    sections = build_sections(spec, trials, figures, options, data_shape)
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -104,7 +104,7 @@ class LocalExecutor:
             self._where = f"{n} GPU worker(s)" if gpus else f"{n} worker(s) x {threads} thread(s)"
         for job in jobs:
             self._futures[self._pool.submit(run_job, job)] = job
-        return self._where
+        return f"{len(jobs)} trial(s) to run on {self._where}"
 
     def poll(self, timeout: float) -> list[JobEvent]:
         done, _ = wait(self._futures, timeout=timeout, return_when=FIRST_COMPLETED)
@@ -148,7 +148,7 @@ class InlineExecutor:
 
     def submit(self, jobs: Sequence[TrialJob]) -> str:
         self._queue.extend(jobs)
-        return "this process, one by one (debug)"
+        return f"{len(jobs)} trial(s) to run in this process, one by one (debug)"
 
     def poll(self, timeout: float) -> list[JobEvent]:
         if self._next is None:
