@@ -108,19 +108,27 @@ class LocalExecutor:
 
     def poll(self, timeout: float) -> list[JobEvent]:
         done, _ = wait(self._futures, timeout=timeout, return_when=FIRST_COMPLETED)
-        events = []
+        started = []
         while self._started is not None and not self._started.empty():
-            events.append(JobEvent(self._started.get(), "running"))
+            started.append(self._started.get())
+        ended = []
         for fut in done:
             job = self._futures.pop(fut)
             try:
                 fut.result()
-                events.append(JobEvent(job.key, "ended"))
+                ended.append(JobEvent(job.key, "ended"))
             except BrokenProcessPool:
-                events.append(JobEvent(job.key, "lost", "worker process died (out of memory?)"))
+                ended.append(JobEvent(job.key, "lost", "worker process died (out of memory?)"))
             except Exception as err:  # noqa: BLE001 - reported, the driver decides
-                events.append(JobEvent(job.key, "lost", f"{type(err).__name__}: {err}"))
-        return events
+                ended.append(JobEvent(job.key, "lost", f"{type(err).__name__}: {err}"))
+        # A worker that ended a job may have started the next one before this poll: say the
+        # ends of jobs started earlier first, then each new job's start (and end, if it ended
+        # too), so that the running count never exceeds the workers.
+        by_key = {event.key: event for event in ended}
+        return [
+            *(event for event in ended if event.key not in started),
+            *(e for key in started for e in (JobEvent(key, "running"), by_key.get(key)) if e),
+        ]
 
     def close(self, cancel: bool) -> None:
         if self._pool is None:
