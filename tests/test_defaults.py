@@ -60,3 +60,18 @@ def test_written_files_follow_the_umask(tmp_path, mask):
     assert _mode(tmp_path / "result.json") == 0o666 & ~mask
     assert _mode(tmp_path / "checkpoint.pt") == 0o666 & ~mask
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+@pytest.mark.parametrize("preset", ["basic", "paper", "deit"])
+def test_every_preset_takes_any_schedule_length(tiny_dict, preset):
+    tiny_dict["recipe"] = {"preset": preset}
+    tiny_dict["epochs"] = [1, 2, 3]
+    spec = parse_spec(tiny_dict)
+    assert len(plan(spec)) == 4 * 3
+    if preset != "basic":  # pycls's and DeiT's code warm up 5 epochs whatever the schedule
+        assert spec.recipe.warmup_for(1) == 5.0
+
+
+def test_basic_with_pycls_s_schedule_keeps_pycls_s_fixed_warmup():
+    # the shortening is for the cosine rule only; pycls's rule warms up through short schedules
+    assert Recipe(schedule="pycls", schedule_step="epoch").warmup_for(3) == 5.0
