@@ -19,7 +19,6 @@ from optbench.errors import StorageUnavailable, UsageError, format_errors
 from optbench.spec import OPTIMIZERS, Dataset, Recipe, StudySpec
 
 app = typer.Typer(
-    add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     help="Benchmark how easy vision models are to optimize.",
@@ -30,24 +29,61 @@ app = typer.Typer(
 console = Console(width=None if sys.stdout.isatty() else 160)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from optbench import __version__
+
+        typer.echo(f"optbench {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="print the version"),
+    ] = False,
+) -> None:
     """Benchmark how easy vision models are to optimize (Xiao et al. 2021; DHVT)."""
 
 
-def _load(path: Path, *, data: bool) -> StudySpec:
-    """A study file, validated, with its models and dataset checked (and its files, with data)."""
-    from optbench.checks import check_spec
-    from optbench.spec import load_spec
+def _complete_model(incomplete: str) -> list[str]:
+    from optbench.models.zoo import zoo_models
 
-    spec = load_spec(path)
-    check_spec(spec, data=data, source=path)
+    return [name for name in zoo_models() if name.startswith(incomplete)]
+
+
+# `--set KEY=VALUE` on the commands that read a study: applied to its YAML before validation.
+Overrides = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        help="override a study key, KEY=VALUE with a dotted KEY and a YAML VALUE, e.g. "
+        "--set search.n_samples=8 --set models='[vit_c_4gf]'; repeatable",
+    ),
+]
+
+
+def _load(path: Path, *, data: bool, overrides: list[str] | None = None) -> StudySpec:
+    """A study file with its overrides, validated, with its models and dataset checked (and its
+    files, with data)."""
+    from optbench.checks import check_spec
+    from optbench.overrides import load_study, override_sources, parse_overrides
+
+    parsed = parse_overrides(overrides or [])
+    spec = load_study(path, parsed)
+    check_spec(spec, data=data, source=path, sources=override_sources(parsed))
     return spec
 
 
 @app.command()
 def train(
-    model: Annotated[str, typer.Argument(help="a registered model name (`optbench models`)")],
+    model: Annotated[
+        str,
+        typer.Argument(
+            help="a registered model name (`optbench models`)", autocompletion=_complete_model
+        ),
+    ],
     dataset: Annotated[str, typer.Option(help="dataset name, e.g. digits")],
     optimizer: Annotated[str, typer.Option(help="adamw or sgd")],
     lr: Annotated[float, typer.Option(help="learning rate, normalized to --ref-batch")],
@@ -97,7 +133,8 @@ def train(
     import yaml
     from pydantic import ValidationError
 
-    from optbench.models import is_model
+    from optbench.errors import did_you_mean
+    from optbench.models import is_model, model_names
     from optbench.train.config import TrainConfig
     from optbench.train.datasets import check_dataset, download_dataset
     from optbench.train.loop import run_trial
@@ -106,7 +143,8 @@ def train(
     if optimizer not in OPTIMIZERS:
         raise UsageError(f"--optimizer: must be one of {list(OPTIMIZERS)}, got {optimizer!r}")
     if not is_model(model):
-        raise UsageError(f"MODEL: unknown model {model!r} (see `optbench models`)")
+        hint = did_you_mean(model, model_names())
+        raise UsageError(f"MODEL: unknown model {model!r}{hint} (see `optbench models`)")
     overrides: dict = {"preset": recipe}
     if warmup_epochs is not None:
         overrides["warmup_epochs"] = warmup_epochs
@@ -118,7 +156,7 @@ def train(
     try:
         resolved_recipe = Recipe.model_validate(overrides)
     except ValidationError as err:
-        raise UsageError(format_errors("--recipe/--set", err)) from None
+        raise UsageError(format_errors("--recipe/--set", err, schema=Recipe)) from None
     try:
         ds = Dataset(name=dataset, root=data_root, img_size=img_size)
         cfg = TrainConfig(
@@ -147,13 +185,28 @@ def train(
 
     for s in STOP_SIGNALS:
         signal.signal(s, exit_on_stop)
+
+    def print_epoch(line: dict) -> None:  # stdout stays result.json's JSON
+        typer.echo(epoch_line(line, epochs), err=True)
+
     try:
-        result = run_trial(cfg, out, device, resume=resume)
+        result = run_trial(cfg, out, device, resume=resume, on_epoch=print_epoch)
     except TrialInterrupted as stopped:
         exit_on_stop(stopped.signum, None)
     typer.echo(result.model_dump_json(indent=2, exclude={"config"}))
     if result.status == "failed":
         raise typer.Exit(1)
+
+
+def epoch_line(line: dict, epochs: int) -> str:
+    """One epoch of `optbench train`, from its metrics line."""
+    loss = line.get("train_loss")
+    parts = [f"epoch {line['epoch']}/{epochs}", f"loss {'nan' if loss is None else f'{loss:.4f}'}"]
+    if line.get("val_error") is not None:
+        kinds = [f"{k} {line[f'{k}_top1']:.2f}%" for k in ("raw", "ema") if f"{k}_top1" in line]
+        parts.append(f"val error {line['val_error']:.2f}% ({', '.join(kinds)})")
+    parts.append(f"{line['epoch_s']:.1f} s, {line['images_per_s']:.0f} img/s")
+    return "  ".join(parts)
 
 
 @app.command()
@@ -172,9 +225,10 @@ def run(
     detach: Annotated[
         bool, typer.Option(help="slurm: submit and return; a later `optbench run` follows")
     ] = False,
+    set_: Overrides = None,
 ) -> None:
     """Run every unfinished trial of a study, recording results as they end."""
-    spec = _load(study, data=not dry_run)
+    spec = _load(study, data=not dry_run, overrides=set_)
     kind = executor_kind or spec.executor.kind
     if kind not in ("slurm", "local", "debug"):
         raise UsageError(f"--executor: must be slurm, local or debug, got {kind!r}")
@@ -204,28 +258,38 @@ def run(
 
 
 @app.command()
-def status(study: Annotated[Path, typer.Argument(help="study YAML file")]) -> None:
+def status(
+    study: Annotated[Path, typer.Argument(help="study YAML file")],
+    trials: Annotated[
+        bool, typer.Option("--trials", help="also list trials in progress (epoch k/N)")
+    ] = False,
+    set_: Overrides = None,
+) -> None:
     """Print a study's counts per cell without running or writing anything."""
-    from optbench.study_tables import status_table
-
-    spec = _load(study, data=False)
     from optbench.executors.slurm import has_jobs, slurm_status
+    from optbench.study_tables import status_table, trials_table
 
+    spec = _load(study, data=False, overrides=set_)
     running, summary = slurm_status(spec) if has_jobs(spec) else (set(), None)
     console.print(status_table(spec, running=running))
     if summary:  # the study has been on SLURM: its jobs' states
         console.print(summary, markup=False, highlight=False)
+    if trials:
+        table = trials_table(spec)
+        console.print(table if table is not None else "no trial in progress")
 
 
 @app.command()
-def cancel(study: Annotated[Path, typer.Argument(help="study YAML file")]) -> None:
+def cancel(
+    study: Annotated[Path, typer.Argument(help="study YAML file")], set_: Overrides = None
+) -> None:
     """Cancel a study's queued and running SLURM jobs (scancel) and print what SLURM did; exit
     status 1 if scancel failed for any. The next `optbench run` records the cancelled trials as
     failed attempts and resubmits them (within executor.retries)."""
     from optbench.executors.slurm import cancel_study_jobs, job_folder
-    from optbench.spec import load_spec
+    from optbench.overrides import load_study, parse_overrides
 
-    lines, ok = cancel_study_jobs(job_folder(load_spec(study)))
+    lines, ok = cancel_study_jobs(job_folder(load_study(study, parse_overrides(set_ or []))))
     for line in lines:
         console.print(line, markup=False, highlight=False)
     if not ok:
@@ -236,7 +300,10 @@ def cancel(study: Annotated[Path, typer.Argument(help="study YAML file")]) -> No
 def models(
     names: Annotated[
         list[str] | None,
-        typer.Argument(help="models to describe, any timm name (default: the whole zoo)"),
+        typer.Argument(
+            help="models to describe, any timm name (default: the whole zoo)",
+            autocompletion=_complete_model,
+        ),
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print a JSON list instead")] = False,
     measure: Annotated[
@@ -246,18 +313,21 @@ def models(
     """Print the model zoo: input size, classes, flops, params and activations of each model."""
     import json
 
-    import torch
-
-    from optbench.models import is_model
+    from optbench.errors import did_you_mean
+    from optbench.models import is_model, model_names
     from optbench.models.zoo import describe, markdown_table, measure_throughput, zoo_models
 
     names = names or zoo_models()
     for name in names:
         if not is_model(name):
-            raise UsageError(f"NAME: unknown model {name!r} (see `optbench models`)")
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    # On a CPU a few small steps keep this cheap; the numbers still rank models by runtime.
-    batch_size, steps = (64, 10) if device.type == "cuda" else (8, 2)
+            hint = did_you_mean(name, model_names())
+            raise UsageError(f"NAME: unknown model {name!r}{hint} (see `optbench models`)")
+    if measure:
+        import torch
+
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        # On a CPU a few small steps keep this cheap; the numbers still rank models by runtime.
+        batch_size, steps = (64, 10) if device.type == "cuda" else (8, 2)
     rows = []
     for name in names:
         row = describe(name)
@@ -291,6 +361,7 @@ def report(
         Path, typer.Option(help="results root searched when no study is given")
     ] = Path("results"),
     metric: Annotated[str, typer.Option(help="final_error or best_error")] = "final_error",
+    set_: Overrides = None,
 ) -> None:
     """Write figures, trials.csv, summary.json and index.html for each study."""
     import yaml
@@ -298,8 +369,8 @@ def report(
     from optbench.analysis.report import write_report
     from optbench.analysis.summary import format_table
     from optbench.checks import check_spec
+    from optbench.overrides import override_sources, parse_overrides, validate_study
     from optbench.plan import plan
-    from optbench.spec import parse_spec
     from optbench.store import Store
 
     flags = {
@@ -312,16 +383,17 @@ def report(
     }
     figures = None if all_ or not any(flags.values()) else {k for k, v in flags.items() if v}
     if studies:
-        specs = [_load(path, data=False) for path in studies]
+        specs = [_load(path, data=False, overrides=set_) for path in studies]
     else:
         saved = sorted(results.glob("*/spec.yaml"))
         if not saved:
             raise UsageError(
                 f"--results: no studies under {results} (no */spec.yaml); run one first"
             )
-        specs = [parse_spec(yaml.safe_load(p.read_text()), p) for p in saved]
+        parsed = parse_overrides(set_ or [])
+        specs = [validate_study(yaml.safe_load(p.read_text()), p, parsed) for p in saved]
         for spec, path in zip(specs, saved, strict=True):
-            check_spec(spec, data=False, source=path)
+            check_spec(spec, data=False, source=path, sources=override_sources(parsed))
     for spec in specs:
         trials = Store(spec, create=False).frame(plan(spec))
         summary = write_report(spec, trials, out / spec.name, figures, metric)
@@ -331,7 +403,9 @@ def report(
 
 def main() -> None:
     try:
-        app()  # standalone: click's own usage errors already exit with code 2
+        # standalone: click's own usage errors already exit with code 2; the name fixes the
+        # completion variable (_OPTBENCH_COMPLETE) and the usage line under `python -m` too
+        app(prog_name="optbench")
     except UsageError as err:
         typer.echo(f"error: {err}", err=True)
         sys.exit(2)

@@ -8,9 +8,14 @@ imports nothing from optbench.
 
 from __future__ import annotations
 
+import difflib
+import types
+import typing
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 
 class UsageError(Exception):
@@ -27,14 +32,119 @@ class StorageUnavailable(Exception):
     in their trial folders and the next run records them."""
 
 
-def format_errors(source: Path | str, err: ValidationError) -> str:
-    """One line per error, "<source>: <field.path>: <message>"."""
-    lines = []
+def did_you_mean(word: str, choices: Sequence[str], prefix: str = "") -> str:
+    """ "; did you mean <prefix>X?" for the closest of `choices` (difflib), or ""."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f"; did you mean {prefix}{close[0]}?" if close else ""
+
+
+def format_errors(
+    source: Path | str,
+    err: ValidationError,
+    *,
+    schema: type[BaseModel] | None = None,
+    sources: Mapping[str, str] | None = None,
+) -> str:
+    """One line per field, "<source>: <field.path>: <message>".
+
+    With the `schema` that was validated, an unknown key gets a did-you-mean suggestion and the
+    errors of a union's alternatives become one line ("should be a valid integer or 'auto'").
+    `sources` maps dotted keys to what set them (e.g. "--set epochs=3"), named instead of
+    `source` for errors at or below such a key."""
+    groups: dict[tuple, list[dict]] = {}
     for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        if e["type"] == "extra_forbidden":
-            lines.append(f"{source}: {loc}: unknown key")
-        else:
-            msg = e["msg"].removeprefix("Value error, ")
-            lines.append(f"{source}: {loc}: {msg}")
+        field, in_union = _field_loc(schema, e["loc"]) if schema else (tuple(e["loc"]), False)
+        groups.setdefault((field, in_union), []).append(e)
+    lines = []
+    for (field, in_union), errors in groups.items():
+        where = ".".join(str(p) for p in field) or "(top level)"
+        # "--set epochs=x: ..." names the key already; a file or a key above it needs the field
+        label = (sources or {}).get(where) or f"{source_of(where, source, sources or {})}: {where}"
+        if in_union:
+            options = [_clause(e["msg"]).removeprefix("Input should be ") for e in errors]
+            lines.append(f"{label}: should be {' or '.join(options)}{_got(errors[0])}")
+            continue
+        for e in errors:
+            if e["type"] == "extra_forbidden":
+                allowed = _keys_at(schema, field[:-1]) if schema else []
+                parent = "".join(f"{p}." for p in field[:-1])
+                lines.append(f"{label}: unknown key{did_you_mean(str(field[-1]), allowed, parent)}")
+            else:
+                msg = e["msg"].removeprefix("Value error, ")
+                lines.append(f"{label}: {msg}{_got(e)}")
     return "\n".join(lines)
+
+
+def source_of(key: str, source: Path | str, sources: Mapping[str, str]) -> str:
+    """What set the dotted `key`: the entry of `sources` for it or a key above it, else `source`."""
+    for overridden, text in sources.items():
+        if key == overridden or key.startswith(overridden + "."):
+            return text
+    return str(source)
+
+
+def _clause(msg: str) -> str:
+    return msg.split(",")[0]
+
+
+def _got(error: dict) -> str:
+    """ " (got 'x')" for a scalar input that failed a type check; nothing for the rest."""
+    value = error.get("input")
+    scalar = isinstance(value, (str, int, float, bool)) or value is None
+    if not scalar or error["type"] in ("missing", "extra_forbidden", "value_error"):
+        return ""
+    return f" (got {value!r})"
+
+
+# --- walking the schema along an error's location --------------------------------------------------
+
+
+def _field_loc(schema: type[BaseModel], loc: Sequence) -> tuple[tuple, bool]:
+    """The error's location without pydantic's union tags, and whether it was inside a union."""
+    node: Any = schema
+    field: list = []
+    for part in loc:
+        node = _strip_optional(node)
+        if _is_union(node):  # pydantic names the alternative tried: not a key of the study
+            return tuple(field), True
+        field.append(part)
+        node = _child(node, part)
+    return tuple(field), False
+
+
+def _keys_at(schema: type[BaseModel], loc: Sequence) -> list[str]:
+    """The keys a mapping at `loc` may have (empty where `loc` is not a model)."""
+    node: Any = schema
+    for part in loc:
+        node = _child(_strip_optional(node), part)
+    node = _strip_optional(node)
+    return list(node.model_fields) if _is_model(node) else []
+
+
+def _child(node: Any, part: Any) -> Any:
+    if _is_model(node):
+        field = node.model_fields.get(part)
+        return field.annotation if field is not None else None
+    origin, args = typing.get_origin(node), typing.get_args(node)
+    if origin in (dict, Mapping) and len(args) == 2:
+        return args[1]
+    if origin in (list, tuple, Sequence) and args:
+        return args[0]
+    return None
+
+
+def _is_model(node: Any) -> bool:
+    return isinstance(node, type) and issubclass(node, BaseModel)
+
+
+def _is_union(node: Any) -> bool:
+    return typing.get_origin(node) in (typing.Union, types.UnionType)
+
+
+def _strip_optional(node: Any) -> Any:
+    """X for Optional[X] (pydantic reports those without a union tag)."""
+    if _is_union(node):
+        members = [a for a in typing.get_args(node) if a is not type(None)]
+        if len(members) == 1:
+            return members[0]
+    return node

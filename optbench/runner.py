@@ -5,32 +5,29 @@ spec -> trials (plan.plan; store.prepare attaches their state) -> jobs (Trial.jo
 files (workers) -> store (record).
 The driver is the only writer of the database. A finished result is recorded once; results
 already on disk but not yet recorded (a driver killed at the wrong moment) are recorded
-before anything runs; Ctrl-C stops the workers and the same command resumes.
+before anything runs; Ctrl-C stops the workers and the same command resumes. What the user
+sees meanwhile is progress.py's.
 """
 
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
-import time
-from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 
 from rich.console import Console
 from rich.live import Live
-from rich.table import Table
 
 from optbench.errors import StorageUnavailable, UsageError
 from optbench.executors.base import Executor
 from optbench.plan import plan
+from optbench.progress import EventLog, LiveView, StudyProgress
 from optbench.spec import StudySpec, dump_spec
 from optbench.store import Store, StoredTrial
 from optbench.train.config import TrialResult
 from optbench.train.results import RESULT_FILE, atomic_write_text, read_metrics, read_result
-
-STATES = ("finished", "diverged", "failed", "running", "pending")
 
 
 @contextmanager
@@ -47,47 +44,6 @@ def study_lock(spec: StudySpec) -> Iterator[None]:
         f.write(str(os.getpid()))
         f.flush()
         yield
-
-
-@dataclass
-class StudyProgress:
-    """How far a study is: trial states counted per cell (a trial is "running" once its executor
-    says so), for the live display, `optbench status` and the final summary."""
-
-    trials: list[StoredTrial]
-    running: set[str] = field(default_factory=set)
-    started: float = field(default_factory=time.monotonic)
-    ran: int = 0  # trials that ended in this invocation
-
-    def state(self, item: StoredTrial) -> str:
-        if item.status == "pending" and item.trial.key in self.running:
-            return "running"
-        return item.status
-
-    def counts(self) -> dict[tuple, Counter]:
-        out: dict[tuple, Counter] = {}
-        for item in self.trials:
-            c = item.trial.cell
-            out.setdefault((c.model, c.optimizer, c.epochs), Counter())[self.state(item)] += 1
-        return out
-
-    def eta_s(self) -> float | None:
-        left = sum(1 for t in self.trials if t.status == "pending")
-        if not self.ran or not left:
-            return None
-        per_trial = (time.monotonic() - self.started) / self.ran  # wall time per ended trial
-        return per_trial * left
-
-    def table(self, title: str) -> Table:
-        table = Table(title=title)
-        for col in ("model", "optimizer", "epochs", *STATES):
-            table.add_column(col, justify="left" if col in ("model", "optimizer") else "right")
-        for (model, opt, epochs), c in self.counts().items():
-            table.add_row(model, opt, str(epochs), *(str(c[s]) for s in STATES))
-        eta = self.eta_s()
-        if eta is not None:
-            table.caption = f"ETA {eta / 60:.1f} min"
-        return table
 
 
 def _record_from_disk(store: Store, item: StoredTrial) -> bool:
@@ -136,10 +92,15 @@ def run_study(
                 "stay in the database and are not used"
             )
         todo = {s.trial.key: s for s in stored if s.status == "pending"}
-        progress = StudyProgress(stored)
+        progress = StudyProgress(stored, flops_of=flops_counter(spec))
+        view = LiveView(progress, spec.name) if live and console.is_terminal else None
+        log = EventLog(progress, console)
         if not todo:
             console.print(progress.table(f"{spec.name}: nothing to run"))
             return progress
+        for item in todo.values():
+            if item.attempts > 1:
+                log.retried(item, spec.executor.retries)
         jobs = [item.trial.job for item in todo.values()]
         for job in jobs:
             (job.out_dir / RESULT_FILE).unlink(missing_ok=True)  # a failed attempt's leftovers
@@ -153,12 +114,10 @@ def run_study(
             )
             return progress
         try:
-            with Live(
-                progress.table(spec.name),
-                console=console,
-                refresh_per_second=2,
-                transient=False,
-                auto_refresh=live,
+            with (
+                Live(view.render(), console=console, refresh_per_second=2, transient=False)
+                if view
+                else nullcontext()
             ) as display:
                 while todo:
                     for event in executor.poll(timeout=0.5):
@@ -166,13 +125,19 @@ def run_study(
                         if item is None:
                             continue
                         if event.kind == "running":
-                            progress.running.add(event.key)
+                            progress.start(event.key)
+                            if not view:
+                                log.started(item)
                             continue
                         _record_end(store, item, event.message)
-                        progress.running.discard(event.key)
-                        progress.ran += 1
+                        progress.end(event.key)
                         del todo[event.key]
-                    display.update(progress.table(spec.name))
+                        if not view or item.status == "failed":  # a failure shows on a terminal too
+                            log.ended(item)
+                    if view:
+                        display.update(view.render())
+                    else:
+                        log.tick()
         except (KeyboardInterrupt, StorageUnavailable):  # the storage's error says which
             executor.close(cancel=not outlive)  # cluster jobs keep running: Ctrl-C detaches
             left = "still queued or running" if outlive else "left"
@@ -182,8 +147,26 @@ def run_study(
             )
             raise
         executor.close(cancel=False)
+        if not view:
+            console.print(progress.table(spec.name))
         console.print(f"\nrecorded {progress.ran} trial(s); study folder {spec.study_dir}")
         return progress
+
+
+def flops_counter(spec: StudySpec) -> Callable[[str], float]:
+    """Forward multiply-adds per image of a model on the study's input (each model counted once,
+    when first asked: it needs torch and timm)."""
+
+    @functools.cache
+    def flops_of(model: str) -> float:
+        from optbench.models.cache import cached_counts
+        from optbench.train.datasets import dataset_info
+
+        info = dataset_info(spec.dataset, model)
+        shape = dict(num_classes=info.num_classes, in_chans=info.in_chans, img_size=info.img_size)
+        return cached_counts(model, **shape)["flops"]
+
+    return flops_of
 
 
 def _record_end(store: Store, item: StoredTrial, lost_message: str | None) -> None:

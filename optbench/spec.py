@@ -152,6 +152,10 @@ RECIPE_PRESETS: dict[str, dict] = {
 }
 
 
+# With the basic preset and no warmup of the study's own, the default warmup_epochs is the full
+# warmup from this schedule length on (see Recipe._fill_from_preset).
+BASIC_WARMUP_REF_EPOCHS = 50
+
 # The batch size each preset's lr is normalized to: a study's (or `optbench train`'s) `ref_batch`
 # when it gives none. Xiao et al. normalize to 2048; DeiT's code scales lr by batch / 512.
 PRESET_REF_BATCH: dict[str, int] = {"basic": 2048, "paper": 2048, "deit": 512}
@@ -248,6 +252,14 @@ class Recipe(_Strict):
         preset = given.get("preset", "basic")
         # an unknown preset name is reported by the Literal check
         data = {**RECIPE_PRESETS.get(preset, {}), **given}
+        # basic's default warmup fits any cosine schedule: 5 epochs from 50 epochs on, shortened
+        # in proportion below (0.1 at 1 epoch); a warmup the study gives is kept as given.
+        if (
+            preset == "basic"
+            and data.get("schedule", "cosine") == "cosine"
+            and not {"warmup_epochs", "warmup_ref_epochs"} & set(given)
+        ):
+            data["warmup_ref_epochs"] = BASIC_WARMUP_REF_EPOCHS
         # The chosen EMA rule's parameters get their defaults; the preset's parameters of
         # another rule are dropped (the study's own are kept, and reported if misplaced).
         rule = data.get("ema_rule", "horizon")
@@ -396,7 +408,13 @@ class StudySpec(_Strict):
     @field_validator("epochs", mode="before")
     @classmethod
     def _epochs_list(cls, v):
-        return [v] if isinstance(v, int) else v
+        if isinstance(v, int) and not isinstance(v, bool):
+            return [v]
+        if not isinstance(v, list):  # else pydantic says only "should be a valid list"
+            raise ValueError(
+                f"should be an int or a list of ints, e.g. 50 or [50, 100] (got {v!r})"
+            )
+        return v
 
     @field_validator("epochs")
     @classmethod
@@ -500,19 +518,23 @@ def parse_spec(data: dict, source: Path | str = "<spec>") -> StudySpec:
     try:
         return StudySpec.model_validate(data)
     except ValidationError as err:
-        raise SpecError(format_errors(source, err)) from None
+        raise SpecError(format_errors(source, err, schema=StudySpec)) from None
 
 
-def load_spec(path: Path | str) -> StudySpec:
-    """Read and validate a study YAML. Reads only; writes nothing."""
+def read_study_yaml(path: Path | str):
+    """The content of a study YAML file, not validated yet."""
     path = Path(path)
     if not path.is_file():
         raise SpecError(f"{path}: no such study file")
     try:
-        data = yaml.safe_load(path.read_text())
+        return yaml.safe_load(path.read_text())
     except yaml.YAMLError as err:
         raise SpecError(f"{path}: not valid YAML: {err}") from None
-    return parse_spec(data, path)
+
+
+def load_spec(path: Path | str) -> StudySpec:
+    """Read and validate a study YAML. Reads only; writes nothing."""
+    return parse_spec(read_study_yaml(path), path)
 
 
 def dump_spec(spec: StudySpec) -> str:

@@ -21,9 +21,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import optuna
-import pandas as pd
 import sqlalchemy
 from optuna.trial import FrozenTrial, TrialState
 
@@ -32,6 +32,9 @@ from optbench.plan import Trial
 from optbench.sampling import distributions
 from optbench.spec import StudySpec
 from optbench.train.config import TrialResult
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -289,6 +292,8 @@ class Store:
 
     def frame(self, trials: list[Trial]) -> pd.DataFrame:
         """One row per planned trial (pending ones included)."""
+        import pandas as pd
+
         rows = []
         for item in self.read(trials):
             t = item.trial

@@ -1,14 +1,17 @@
 """What a study would run and how far it is, as terminal tables: its plan with the compute it
-needs (`optbench run --dry-run`, `plan_table`) and its trial counts per cell (`optbench
-status`, `status_table`). Both only read the spec and the store; nothing here runs or writes.
+needs (`optbench run --dry-run`, `plan_table`), its trial counts per cell (`optbench status`,
+`status_table`) and its trials in progress (`optbench status --trials`, `trials_table`). They
+only read the spec, the store and the trials' metrics files; nothing here runs or writes.
 """
 
 from __future__ import annotations
 
+import time
+
 from rich.table import Table
 
 from optbench.plan import plan
-from optbench.runner import StudyProgress
+from optbench.progress import StudyProgress, clock, epoch_cells, read_trial_epochs, trial_label
 from optbench.spec import StudySpec
 from optbench.store import Store
 
@@ -22,12 +25,32 @@ def status_table(spec: StudySpec, running: set[str] = frozenset()) -> Table:
     )
 
 
+def trials_table(spec: StudySpec) -> Table | None:
+    """The trials without a result whose metrics file has epochs (`optbench status --trials`):
+    epoch k/N, last validation error, seconds per epoch and when the file last grew. A trial
+    whose worker died shows its last epoch and an old update time."""
+    stored = Store(spec, create=False).read(plan(spec))
+    table = Table(title=f"{spec.name}: trials in progress (read from their metrics files)")
+    for col in ("trial", "epoch", "val error", "s/epoch", "updated"):
+        table.add_column(col, justify="left" if col == "trial" else "right")
+    now = time.time()
+    for item in stored:
+        if item.is_result:
+            continue
+        epochs = read_trial_epochs(item.trial.out_dir)
+        if epochs.updated is None:
+            continue
+        cells = epoch_cells(epochs, item.trial.cell.epochs)
+        table.add_row(trial_label(item), *cells, f"{clock(now - epochs.updated)} ago")
+    return table if table.row_count else None
+
+
 def plan_table(spec: StudySpec) -> Table:
     """The trial plan of `optbench run --dry-run`: what would run, per cell, and its compute:
     training images x forward multiply-adds per image (backward adds about 2x), each model at
     the input size it would train at (`px`: a class-folder dataset takes it from the model
     unless the study sets dataset.img_size). Writes nothing."""
-    from optbench.models.complexity import model_complexity
+    from optbench.models.cache import cached_counts
     from optbench.train.datasets import dataset_info
 
     info = {model: dataset_info(spec.dataset, model) for model in spec.models}
@@ -55,7 +78,7 @@ def plan_table(spec: StudySpec) -> Table:
         b = spec.search.bounds(cell.model, cell.optimizer)
         shape = info[cell.model]
         if cell.model not in flops_of:  # one count per model, not per cell
-            flops_of[cell.model] = model_complexity(
+            flops_of[cell.model] = cached_counts(
                 cell.model,
                 num_classes=shape.num_classes,
                 in_chans=shape.in_chans,

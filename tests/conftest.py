@@ -7,6 +7,7 @@ import glob
 import os
 import shutil
 import socket
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +29,12 @@ TINY = {
 }
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _own_model_cache(tmp_path_factory):
+    """The model-count cache (optbench/models/cache.py) starts empty and stays out of ~/.cache."""
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg-cache"))
+
+
 @pytest.fixture(autouse=True)
 def _one_thread():
     torch.set_num_threads(1)  # deterministic and polite to the other core
@@ -38,6 +45,26 @@ def tiny_dict(tmp_path: Path) -> dict:
     data = copy.deepcopy(TINY)
     data["output"] = str(tmp_path / "results")
     return data
+
+
+@pytest.fixture
+def cli(monkeypatch, capsys, tmp_path):
+    """Run `optbench ARGS` in this process from tmp_path; returns (exit code, stdout, stderr)."""
+    from optbench.cli import main
+
+    monkeypatch.chdir(tmp_path)
+
+    def run(*args: str) -> tuple[int, str, str]:
+        monkeypatch.setattr(sys, "argv", ["optbench", *args])
+        try:
+            main()
+            code = 0
+        except SystemExit as exit_:
+            code = exit_.code or 0
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return run
 
 
 # --- services (PostgreSQL) ------------------------------------------------------------------------

@@ -111,10 +111,10 @@ def test_warmup_shortens_in_proportion_below_the_reference_length():
     r = Recipe(warmup_ref_epochs=50)  # 5 epochs of warmup for schedules of 50 epochs and more
     assert r.warmup_for(400) == r.warmup_for(50) == 5.0
     assert r.warmup_for(20) == pytest.approx(2.0)
-    assert Recipe().warmup_for(20) == 5.0  # basic: no reference, no shortening
+    assert Recipe(warmup_epochs=5.0).warmup_for(20) == 5.0  # basic, a warmup of its own: as is
     config(epochs=4, warmup_ref_epochs=50)  # 0.4 warmup epochs fit
     with pytest.raises(ValidationError, match="warmup_epochs"):
-        config(epochs=5)
+        config(epochs=5, warmup_epochs=5.0)
     # pycls's and DeiT's rules warm up through a schedule shorter than the warmup, as their code
     assert config(epochs=3, preset="paper").recipe.warmup_for(3) == 5.0
     config(epochs=3, preset="deit")

@@ -8,10 +8,12 @@ import html
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
 from optbench.analysis.edf import AUC_MAX_POINTS, FRAC_WITHIN_POINTS
+from optbench.analysis.summary import near_chance_warning
 from optbench.spec import StudySpec, dump_spec
 
 
@@ -33,20 +35,42 @@ table{border-collapse:collapse;margin:.5em 0 1.5em;font-size:.9em}
 td,th{border:1px solid #ccc;padding:.2em .6em;text-align:right}
 th{background:#f3f3f3} img{max-width:100%} .note{color:#8a5300}
 .partial{background:#fff3cd;border:1px solid #e0c36c;padding:.5em 1em;font-weight:bold}
+.warning{background:#fde2e1;border:1px solid #d9534f;padding:.5em 1em}
 pre{background:#f6f6f6;padding:1em;overflow-x:auto;font-size:.85em}
 """
 
 
+MISSING = "–"  # a value that is not there (no finished trial, not measured)
+
+
 def _number(value: float) -> str:
-    """Errors and fractions with two decimals; tiny p-values and big counts (flops) in 3 digits."""
-    if value != 0 and (abs(value) < 0.01 or abs(value) >= 1e5):
+    """Errors and fractions with two decimals, tiny values (p-values, GF) in 3 digits, rates of
+    a thousand and more (img/s) without decimals."""
+    if value != 0 and abs(value) < 0.01:
         return f"{value:.3g}"
-    return f"{value:.2f}"
+    return f"{value:.0f}" if abs(value) >= 1000 else f"{value:.2f}"
 
 
 def _table_html(frame: pd.DataFrame) -> str:
     show_index = not isinstance(frame.index, pd.RangeIndex)  # keep meaningful row labels only
-    return frame.to_html(float_format=_number, na_rep="-", border=0, index=show_index)
+    frame = frame.astype(object).where(frame.notna(), np.nan).infer_objects()  # None is missing
+    return frame.to_html(float_format=_number, na_rep=MISSING, border=0, index=show_index)
+
+
+def _interval(bounds: list[float | None]) -> str:
+    low, high = (_number(b) if b is not None and np.isfinite(b) else MISSING for b in bounds)
+    return f"[{low}, {high}]"
+
+
+def _near_chance_html(summary: dict[str, Any]) -> str:
+    """A warning box naming each cell whose best error is near chance level ("" if none)."""
+    near = [c for c in summary["cells"] if c.get("near_chance")]
+    if not near:
+        return ""
+    items = "".join(
+        f"<li>{html.escape(near_chance_warning(c, summary['chance_error']))}</li>" for c in near
+    )
+    return f"<div class='warning'><b>Near chance level</b><ul>{items}</ul></div>"
 
 
 def _summary_frames(summary: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -78,7 +102,7 @@ def _summary_frames(summary: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame
                 "KS D": c["ks_statistic"],
                 "KS p": c["ks_pvalue"],
                 "within 4: a - b": c["frac_within_4_diff"],
-                "95% CI": "[{:.2f}, {:.2f}]".format(*c["frac_within_4_diff_ci"]),
+                "95% CI": _interval(c["frac_within_4_diff_ci"]),
             }
             for c in summary["comparisons"]
         ]
@@ -106,6 +130,7 @@ def render_html(
         )
     cells, comparisons = _summary_frames(summary)
     parts += [
+        _near_chance_html(summary),
         "<h2>Summary per cell</h2>",
         _table_html(cells) if not cells.empty else "<p>No cells.</p>",
     ]

@@ -1,13 +1,15 @@
 """The report's figures, drawn from precomputed data with matplotlib's object API (a `Figure`
 saves itself without pyplot, so the user's backend is left alone). Every function returns a new
-Figure; the caller saves it.
+Figure; the caller saves it. figures.py computes that data from a trials DataFrame.
 
-Each data curve carries a legend label; helper lines (best values, zero lines) have labels that
-start with "_" so that legends, and tests, count only the data.
+Each data curve carries a label; helper lines (best values, zero lines) have labels that start
+with "_" so that tests count only the data. Legends are the figure's, below the panels, so they
+never cover data; what differs per panel (trial counts) is in the panel's title.
 """
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -15,7 +17,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.ticker import LogLocator, NullFormatter
+from matplotlib.lines import Line2D
+from matplotlib.ticker import LogLocator, MaxNLocator, NullFormatter
 
 from optbench.analysis.stats import Interval
 
@@ -23,6 +26,8 @@ PANEL_SIZE = (4.2, 3.2)
 OPTIMIZER_NAMES = {"adamw": "AdamW", "sgd": "SGD"}
 RANK_STYLES = {"best": "-", "median": "--", "worst": ":"}
 HYPERPARAMETERS: tuple[str, ...] = ("lr", "wd", "lr*wd")
+NEAR_CHANCE_STYLE = ":"  # an EDF of a cell whose best error is near chance level
+TITLE_WIDTH = 52  # characters per line of a panel's title
 
 
 def model_colors(models: Sequence[str]) -> dict[str, str]:
@@ -38,16 +43,41 @@ def cell_title(optimizer: str, epochs: int) -> str:
 def _grid(n_panels: int, ncols: int, *, sharey: bool = False) -> tuple[Figure, list[Axes]]:
     ncols = max(1, min(ncols, n_panels))
     nrows = -(-n_panels // ncols)
-    fig = Figure(figsize=(PANEL_SIZE[0] * ncols, PANEL_SIZE[1] * nrows), layout="constrained")
+    fig = Figure(figsize=(PANEL_SIZE[0] * ncols, PANEL_SIZE[1] * nrows + 0.6), layout="constrained")
     axes = fig.subplots(nrows, ncols, squeeze=False, sharey=sharey).ravel().tolist()
     for ax in axes[n_panels:]:
         ax.set_visible(False)
     return fig, axes[:n_panels]
 
 
+def _legend_below(fig: Figure, handles: list, ncols: int = 3) -> None:
+    """One legend for the whole figure, under its panels (constrained layout makes room), with
+    as many columns as fit its width."""
+    if handles:
+        longest = max(len(h.get_label()) for h in handles)
+        fit = int(fig.get_figwidth() // (0.6 + 0.075 * longest))  # inches per entry, "small" text
+        fig.legend(
+            handles=handles,
+            loc="outside lower center",
+            ncols=max(1, min(ncols, len(handles), fit)),
+            fontsize="small",
+            frameon=False,
+        )
+
+
+def _model_handles(models: Sequence[str], colors: dict[str, str], **style) -> list[Line2D]:
+    return [Line2D([], [], color=colors[m], label=m, **style) for m in dict.fromkeys(models)]
+
+
+def _wrap(text: str) -> str:
+    return "\n".join(textwrap.wrap(text, TITLE_WIDTH))
+
+
 @dataclass(frozen=True)
 class EdfCurve:
-    """One model's EDF in one panel, with its optional bootstrap band."""
+    """One model's EDF in one panel, with its optional bootstrap band. `beyond`: finite values
+    past the end of the x-axis (not drawn); `near_chance`: the cell's best error is near chance
+    level (its trials barely learned), drawn dotted."""
 
     model: str
     xs: np.ndarray
@@ -55,6 +85,8 @@ class EdfCurve:
     n: int
     n_diverged: int
     band: tuple[np.ndarray, np.ndarray] | None = None
+    beyond: int = 0
+    near_chance: bool = False
 
 
 @dataclass(frozen=True)
@@ -64,25 +96,59 @@ class EdfPanel:
     curves: list[EdfCurve] = field(default_factory=list)
 
 
+def edf_counts(curves: Sequence[EdfCurve], x_max: float | None = None) -> str:
+    """A panel's counts: trials per model, diverged ones, and those past the x-axis."""
+    sizes = {c.n for c in curves}
+    parts = [
+        f"n = {sizes.pop()} per model"
+        if len(sizes) == 1
+        else "n = " + ", ".join(f"{c.model} {c.n}" for c in curves)
+    ]
+    diverged = [f"{c.model} {c.n_diverged}" for c in curves if c.n_diverged]
+    parts.append("diverged: " + ", ".join(diverged) if diverged else "none diverged")
+    beyond = [f"{c.model} {c.beyond}" for c in curves if c.beyond]
+    if beyond:
+        parts.append(f"beyond {x_max:g} points (not drawn): " + ", ".join(beyond))
+    return "; ".join(parts)
+
+
 def plot_edf(
-    panels: Sequence[EdfPanel], colors: dict[str, str], *, xlabel: str, ncols: int = 3
+    panels: Sequence[EdfPanel],
+    colors: dict[str, str],
+    *,
+    xlabel: str,
+    ncols: int = 3,
+    x_max: float | None = None,
+    chance_error: float | None = None,
 ) -> Figure:
-    """One panel per (optimizer, epochs), one step curve (and shaded band) per model."""
+    """One panel per (optimizer, epochs), one step curve (and shaded band) per model; the x-axis
+    ends at `x_max` (default: the curves' grid). A cell near chance level is dotted."""
     fig, axes = _grid(len(panels), ncols, sharey=True)
     for ax, panel in zip(axes, panels, strict=True):
         for curve in panel.curves:
             color = colors[curve.model]
-            label = f"{curve.model} (n={curve.n}, {curve.n_diverged} diverged)"
-            ax.step(curve.xs, curve.fraction, where="post", color=color, label=label)
+            style = NEAR_CHANCE_STYLE if curve.near_chance else "-"
+            ax.step(curve.xs, curve.fraction, style, where="post", color=color, label=curve.model)
             if curve.band is not None:
                 low, high = curve.band
                 ax.fill_between(curve.xs, low, high, step="post", color=color, alpha=0.2, lw=0)
-        ax.set_title(cell_title(panel.optimizer, panel.epochs))
+        counts = edf_counts(panel.curves, x_max)
+        ax.set_title(
+            f"{cell_title(panel.optimizer, panel.epochs)}\n{_wrap(counts)}", fontsize="medium"
+        )
         ax.set_xlabel(xlabel)
+        if x_max is not None:
+            ax.set_xlim(0, x_max)
         ax.set_ylim(0, 1)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize="small", loc="lower right")
     axes[0].set_ylabel("cumulative prob.")
+    handles = _model_handles([c.model for p in panels for c in p.curves], colors)
+    if any(c.near_chance for p in panels for c in p.curves):
+        handles.append(
+            Line2D([], [], color="0.3", ls=NEAR_CHANCE_STYLE,
+                   label=f"dotted: best error near chance ({chance_error:.0f}%): barely learned")
+        )  # fmt: skip
+    _legend_below(fig, handles, ncols=4)
     return fig
 
 
@@ -139,7 +205,12 @@ def plot_scatter(panels: Sequence[ScatterPanel], colors: dict[str, str]) -> Figu
             ax.grid(alpha=0.3)
             if col == 0:
                 ax.set_ylabel("error (%)")
-                ax.legend(fontsize="small")
+    models = [s.model for p in panels for s in p.series]
+    handles = _model_handles(models, colors, marker="o", ls="", ms=4)
+    handles.append(
+        Line2D([], [], color="0.3", lw=1, label="best trial's value, shaded: good range")
+    )
+    _legend_below(fig, handles, ncols=4)
     return fig
 
 
@@ -167,8 +238,17 @@ def plot_length(length: pd.DataFrame, colors: dict[str, str]) -> Figure:
         ax.set_xlabel("epochs")
         ax.set_ylabel("dtop-1 vs longest schedule (points)")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize="small")
+    _legend_below(fig, _unique_handles(axes))
     return fig
+
+
+def _unique_handles(axes: Sequence[Axes]) -> list:
+    """Each labelled data line of the axes once, in order of appearance."""
+    seen: dict[str, object] = {}
+    for ax in axes:
+        for line in data_lines(ax):
+            seen.setdefault(line.get_label(), line)
+    return list(seen.values())
 
 
 def plot_optimizer(stability: pd.DataFrame, gaps: pd.DataFrame) -> Figure:
@@ -217,7 +297,7 @@ def plot_optimizer(stability: pd.DataFrame, gaps: pd.DataFrame) -> Figure:
         ax.set_xlabel("epochs")
         ax.set_ylabel("error (%)")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize="small")
+    _legend_below(fig, _unique_handles(axes))
     return fig
 
 
@@ -237,9 +317,15 @@ def plot_curves(panels: Sequence[CurvePanel], colors: dict[str, str], ncols: int
             ax.plot(epochs, errors, RANK_STYLES[rank], color=colors[model], label=f"{model} {rank}")
         ax.set_title(cell_title(panel.optimizer, panel.epochs))
         ax.set_xlabel("epoch")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel("val error (%)")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize="x-small")
+    handles = _model_handles([m for p in panels for m, *_ in p.curves], colors)
+    handles += [
+        Line2D([], [], color="0.3", ls=ls, label=f"{rank} trial")
+        for rank, ls in RANK_STYLES.items()
+    ]
+    _legend_below(fig, handles, ncols=3)
     return fig
 
 

@@ -1,7 +1,7 @@
 """The report of one study, assembled and written into a folder: summary.json, trials.csv, the
 figures (PNG + SVG) and index.html. `write_report` is the entry point. This module picks the
-sections, builds each one's figures and tables from the trials (tables.py, plots.py, stats.py)
-and writes the files; the numbers of summary.json come from summary.py, the page from page.py.
+sections, gives each its figures (figures.py) and tables (tables.py) and writes the files; the
+numbers of summary.json come from summary.py, the page from page.py.
 
 Input is the store's trials table (one row per trial of the study as currently specified).
 Only "finished" and "diverged" rows are results; "failed" and "pending" rows make the report
@@ -23,18 +23,16 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from optbench.analysis import plots, tables
-from optbench.analysis.edf import dtop1, edf
+from optbench.analysis import figures, plots, tables
 from optbench.analysis.page import Section, render_html
-from optbench.analysis.stats import N_BOOT, edf_band, good_range
+from optbench.analysis.stats import N_BOOT
 from optbench.analysis.summary import Options, summarize
 from optbench.errors import UsageError
 from optbench.spec import StudySpec
 
 FIGURES: tuple[str, ...] = ("edf", "length", "optimizer", "peak", "complexity", "curves")
 METRICS: tuple[str, ...] = ("final_error", "best_error")
-EDF_X_MAX = 20.0  # dtop-1 axis of the EDF figure, in points
-EDF_GRID = 401
+PNG_DPI = 150
 CSV_FIRST_COLUMNS = [
     "model",
     "optimizer",
@@ -68,7 +66,19 @@ def _ordered(trials: pd.DataFrame, spec: StudySpec) -> pd.DataFrame:
 # --- sections: each returns figures, tables and notes for the page -------------------------
 
 
-def _edf_section(results: pd.DataFrame, colors: dict[str, str], options: Options) -> Section:
+def _figure(section: Section, name: str, draw: Callable[[], Figure]) -> bool:
+    """Add figure `name` to the section, or the reason it cannot be drawn as a note."""
+    try:
+        section.figures.append((name, draw()))
+    except figures.NothingToDraw as why:
+        section.notes.append(f"{name}: skipped: {why}.")
+        return False
+    return True
+
+
+def _edf_section(
+    trials: pd.DataFrame, colors: dict[str, str], options: Options, num_classes: int | None
+) -> Section:
     section = Section(
         "edf",
         "lr/wd stability: error distribution functions (Figs 4-5)",
@@ -76,80 +86,34 @@ def _edf_section(results: pd.DataFrame, colors: dict[str, str], options: Options
         "trials count in n and are never within any x. Shaded: pointwise 95% bootstrap bands "
         f"({options.n_boot} resamples, best recomputed in each). Scatter: vertical lines at "
         "each model's best value, shaded its bootstrap good range (2.5-97.5 percentiles of "
-        "the best run's value over resamples).",
+        "the best run's value over resamples). Dotted: a cell whose best error is near chance "
+        "level (its trials barely learned: a steep EDF there is not stability).",
     )
-    xs = np.linspace(0.0, EDF_X_MAX, EDF_GRID)
-    dtop_panels, raw_panels, scatter_panels = [], [], []
-    for (optimizer, epochs), panel in tables.panels(results):
-        dtop_curves, raw_curves, series = [], [], []
-        finite_all = panel["error"][np.isfinite(panel["error"])]
-        raw_xs = (
-            np.linspace(finite_all.min(), finite_all.max(), EDF_GRID) if len(finite_all) else None
-        )
-        for model, cell in panel.groupby("model", sort=False):
-            errors = cell["error"].to_numpy()
-            seed = options.rng_seed(model, optimizer, epochs)
-            counts = {"n": len(errors), "n_diverged": int((cell["status"] == "diverged").sum())}
-            band = edf_band(errors, xs, n_boot=options.n_boot, seed=seed)
-            dtop_curves.append(
-                plots.EdfCurve(model, xs, edf(dtop1(errors), xs), band=band, **counts)
-            )
-            if raw_xs is not None:
-                band = edf_band(errors, raw_xs, relative=False, n_boot=options.n_boot, seed=seed)
-                raw_curves.append(
-                    plots.EdfCurve(model, raw_xs, edf(errors, raw_xs), band=band, **counts)
-                )
-            series.append(_scatter_series(model, cell, options, seed))
-        dtop_panels.append(plots.EdfPanel(optimizer, epochs, dtop_curves))
-        if raw_curves:
-            raw_panels.append(plots.EdfPanel(optimizer, epochs, raw_curves))
-            scatter_panels.append(plots.ScatterPanel(optimizer, epochs, series))
-    section.figures.append(("edf", plots.plot_edf(dtop_panels, colors, xlabel="dtop-1 (points)")))
-    if raw_panels:
-        section.figures.append(("edf_raw", plots.plot_edf(raw_panels, colors, xlabel="error (%)")))
-        section.figures.append(("scatter", plots.plot_scatter(scatter_panels, colors)))
-    else:
-        section.notes.append("No finished trial: raw-error EDF and lr/wd scatter skipped.")
+    common = dict(metric=options.metric, n_boot=options.n_boot, seed=options.seed, colors=colors)
+    edf = dict(common, num_classes=num_classes)
+    _figure(section, "edf", lambda: figures.edf_figure(trials, **edf))
+    _figure(section, "edf_raw", lambda: figures.edf_figure(trials, raw=True, **edf))
+    _figure(section, "scatter", lambda: figures.scatter_figure(trials, **common))
     return section
 
 
-def _scatter_series(
-    model: str, cell: pd.DataFrame, options: Options, seed: list[int]
-) -> plots.ScatterSeries:
-    errors = cell["error"].to_numpy()
-    values = {
-        "lr": cell["lr"].to_numpy(float),
-        "wd": cell["wd"].to_numpy(float),
-        "lr*wd": (cell["lr"] * cell["wd"]).to_numpy(float),
-    }
-    best = {
-        name: good_range(errors, v, n_boot=options.n_boot, seed=seed) for name, v in values.items()
-    }
-    finished = np.isfinite(errors)
-    return plots.ScatterSeries(
-        model, {k: v[finished] for k, v in values.items()}, errors[finished], best
-    )
-
-
-def _length_section(best: pd.DataFrame, colors: dict[str, str]) -> Section:
+def _length_section(trials: pd.DataFrame, colors: dict[str, str], metric: str) -> Section:
     section = Section(
         "length",
         "Training-length stability (Fig 2)",
         "dtop-1 of each schedule length against the longest schedule with a finished result, "
         "per model and optimizer; a cell's error is its best error over the sampled (lr, wd).",
     )
-    length = tables.length_stability(best)
-    if length.empty:
-        section.notes.append(
-            "Skipped: needs at least two schedule lengths with finished trials for some model."
+    draw = lambda: figures.length_figure(trials, metric=metric, colors=colors)  # noqa: E731
+    if _figure(section, "length", draw):
+        best = tables.best_by_cell(tables.with_errors(trials, metric))
+        section.tables.append(
+            ("dtop-1 against the longest schedule", tables.length_stability(best))
         )
-        return section
-    section.figures.append(("length", plots.plot_length(length, colors)))
-    section.tables.append(("dtop-1 against the longest schedule", length))
     return section
 
 
-def _optimizer_section(best: pd.DataFrame) -> Section:
+def _optimizer_section(trials: pd.DataFrame, metric: str) -> Section:
     section = Section(
         "optimizer",
         "Optimizer stability (Fig 3)",
@@ -157,16 +121,10 @@ def _optimizer_section(best: pd.DataFrame) -> Section:
         "A cell whose trials all diverged is replaced by the best shorter-schedule result of the "
         "same model and optimizer and drawn dashed, as the paper does.",
     )
-    if not {"adamw", "sgd"} <= set(best["optimizer"]):
-        section.notes.append("Skipped: needs both AdamW and SGD trials.")
+    if not _figure(section, "optimizer", lambda: figures.optimizer_figure(trials, metric=metric)):
         return section
-    table = tables.optimizer_stability(best)
-    if table.empty:
-        section.notes.append("Skipped: no finished trials.")
-        return section
-    gaps = tables.optimizer_gaps(table)
-    section.figures.append(("optimizer", plots.plot_optimizer(table, gaps)))
-    section.tables.append(("SGD - AdamW gap (points)", gaps))
+    table = tables.optimizer_stability(tables.best_by_cell(tables.with_errors(trials, metric)))
+    section.tables.append(("SGD - AdamW gap (points)", tables.optimizer_gaps(table)))
     substituted = table[table["substituted"]]
     if not substituted.empty:
         section.tables.append(("Diverged cells replaced by a shorter schedule", substituted))
@@ -191,12 +149,20 @@ def _complexity_section(
     section = Section(
         "complexity",
         "Complexity (Table 1)",
-        "flops (multiply-adds), params and activations for one forward pass at the input size "
-        "each model trains at; s/epoch and images/s are medians over this study's finished trials (this machine).",
+        "GF: 1e9 multiply-adds of one forward pass of one image at the input size each model "
+        "trains at; params and acts (activations) in millions, as Xiao et al. (Appendix D) count "
+        "them; s/epoch (wall time of a trial / its epochs) and img/s (training images per second) "
+        "are medians over this study's finished trials, on the machines that ran them.",
     )
-    from optbench.models.complexity import model_complexity  # torch and timm: only when asked
+    from optbench.models.cache import cached_counts  # torch and timm: once per model
 
     shapes = {model: data_shape or _dataset_shape(spec, model) for model in spec.models}
+    if None in shapes.values():
+        section.notes.append(
+            f"Complexity not measured: the input shape of dataset {spec.dataset.name!r} is read "
+            f"from its files, which are not on this machine ({spec.dataset.root})."
+        )
+        return section
     num_classes, in_chans, _ = shapes[spec.models[0]]
     sizes = {model: shape[2] for model, shape in shapes.items()}
     one_size = len(set(sizes.values())) == 1
@@ -204,7 +170,7 @@ def _complexity_section(
     finished = results[results["status"] == "finished"]
     for model in spec.models:
         try:
-            measured = model_complexity(
+            measured = cached_counts(
                 model, num_classes=num_classes, in_chans=in_chans, img_size=sizes[model]
             )
         except Exception as err:  # one unmeasurable model must not sink the page
@@ -215,61 +181,52 @@ def _complexity_section(
             {
                 "model": model,
                 **({} if one_size else {"input px": sizes[model]}),
-                **measured,
+                "GF": measured["flops"] / 1e9,
+                "params (M)": measured["params"] / 1e6,
+                "acts (M)": measured["acts"] / 1e6,
                 "s/epoch": float((mine["wall_s"] / mine["epochs"]).median())
                 if len(mine)
                 else np.nan,
-                "images/s": float(mine["images_per_s"].median()) if len(mine) else np.nan,
+                "img/s": float(mine["images_per_s"].median()) if len(mine) else np.nan,
             }
         )
     if rows:
         size = next(iter(sizes.values()))
         at = f"{size}x{size}" if one_size else "each model's input size"
-        section.tables.append(
-            (
-                f"Complexity at {at}, {in_chans} channels, {num_classes} classes",
-                pd.DataFrame(rows),
-            )
-        )
+        channels = f"{in_chans} channel{'s' if in_chans != 1 else ''}"
+        title = f"Complexity at {at}, {channels}, {num_classes} classes"
+        section.tables.append((title, pd.DataFrame(rows)))
     return section
 
 
-def _dataset_shape(spec: StudySpec, model: str) -> tuple[int, int, int]:
-    """(num_classes, in_chans, img_size) of the study's dataset as `model` trains on it."""
+def _dataset_shape(spec: StudySpec, model: str) -> tuple[int, int, int] | None:
+    """(num_classes, in_chans, img_size) of the study's dataset as `model` trains on it; None
+    where that needs the dataset's files and they are not here (a cluster study reported on a
+    laptop)."""
     from optbench.train.datasets import dataset_info
 
-    info = dataset_info(spec.dataset, model)
+    try:
+        info = dataset_info(spec.dataset, model)
+    except UsageError:
+        return None
     return info.num_classes, info.in_chans, info.img_size
 
 
-def _curves_section(results: pd.DataFrame, colors: dict[str, str]) -> Section:
+def _num_classes(spec: StudySpec, data_shape: tuple[int, int, int] | None) -> int | None:
+    """The study's number of classes (for the near-chance check), None where unknown."""
+    shape = data_shape or _dataset_shape(spec, spec.models[0])
+    return shape[0] if shape else None
+
+
+def _curves_section(trials: pd.DataFrame, colors: dict[str, str], metric: str) -> Section:
     section = Section(
         "curves",
         "Training curves",
         "Validation error per epoch of the best (solid), median (dashed) and worst (dotted) "
         "finished trial of each cell.",
     )
-    picks = tables.curve_picks(results)
-    if picks.empty:
-        section.notes.append("Skipped: no finished trial recorded per-epoch metrics.")
-        return section
-    panels = []
-    for (optimizer, epochs), panel in tables.panels(picks):
-        curves = []
-        for _, row in panel.iterrows():
-            metrics = pd.DataFrame(row["metrics"])
-            if not {"epoch", "val_error"} <= set(metrics.columns):
-                continue
-            curves.append(
-                (
-                    row["model"],
-                    row["rank"],
-                    metrics["epoch"].to_numpy(),
-                    metrics["val_error"].to_numpy(),
-                )
-            )
-        panels.append(plots.CurvePanel(optimizer, epochs, curves))
-    section.figures.append(("curves", plots.plot_curves(panels, colors)))
+    epochs = figures.per_epoch(trials) if "metrics" in trials.columns else trials.iloc[0:0]
+    _figure(section, "curves", lambda: figures.curves_figure(epochs, metric=metric, colors=colors))
     return section
 
 
@@ -291,7 +248,7 @@ def write_trials(trials: pd.DataFrame, out_dir: Path) -> list[str]:
 def _save(fig: Figure, out_dir: Path, name: str) -> str:
     """Save PNG and SVG; return the PNG as base64 for the page."""
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
+    fig.savefig(buffer, format="png", dpi=PNG_DPI)
     (out_dir / f"{name}.png").write_bytes(buffer.getvalue())
     fig.set_layout_engine("none")  # the layout is settled: do not solve it again for the SVG
     # No date and fixed element ids: the same numbers give the same SVG bytes, so a regenerated
@@ -309,7 +266,9 @@ def build_sections(
     data_shape: tuple[int, int, int] | None = None,
 ) -> list[Section]:
     """The page's sections (figures still in memory), in FIGURES order. `trials` must already be
-    in spec order (see write_report)."""
+    in spec order (see write_report). `data_shape`: (num_classes, in_chans, img_size) of every
+    model's input; None: each model's, looked up (unknown without the dataset's files: no
+    complexity table, no near-chance check)."""
     options = options or Options()
     wanted = set(FIGURES) if figures is None else set(figures)
     results = tables.with_errors(trials, options.metric)
@@ -319,13 +278,14 @@ def build_sections(
         return [empty]
     colors = plots.model_colors(list(dict.fromkeys([*spec.models, *trials["model"]])))
     best = tables.best_by_cell(results)
+    metric = options.metric
     builders: dict[str, Callable[[], Section]] = {
-        "edf": lambda: _edf_section(results, colors, options),
-        "length": lambda: _length_section(best, colors),
-        "optimizer": lambda: _optimizer_section(best),
+        "edf": lambda: _edf_section(trials, colors, options, _num_classes(spec, data_shape)),
+        "length": lambda: _length_section(trials, colors, metric),
+        "optimizer": lambda: _optimizer_section(trials, metric),
         "peak": lambda: _peak_section(best),
         "complexity": lambda: _complexity_section(spec, results, data_shape),
-        "curves": lambda: _curves_section(results, colors),
+        "curves": lambda: _curves_section(trials, colors, metric),
     }
     return [builders[key]() for key in FIGURES if key in wanted]
 
@@ -345,7 +305,8 @@ def write_report(
 
     `figures` picks sections from FIGURES (None: every section the data supports; a requested
     section without data gets a note instead of an empty figure). `data_shape` is
-    (num_classes, in_chans, img_size) for the complexity table, looked up when None.
+    (num_classes, in_chans, img_size) for the complexity table and the near-chance check,
+    looked up when None (and left unknown where that needs the dataset's files).
     """
     unknown = set(figures or ()) - set(FIGURES)
     if unknown:
@@ -355,7 +316,8 @@ def write_report(
     options = Options(metric=metric, n_boot=n_boot, seed=seed)
 
     trials = _ordered(trials, spec)
-    summary = summarize(spec.name, trials, options)
+    num_classes = _num_classes(spec, data_shape)
+    summary = summarize(spec.name, trials, options, num_classes=num_classes)
     sections = build_sections(spec, trials, figures, options, data_shape)
 
     out_dir = Path(out_dir)

@@ -1,7 +1,11 @@
 """The summary statistics of one study (summary.json): per cell counts, best and median error,
-fraction within x points and EDF area; between the models of each panel, a KS test and a
-bootstrap CI of the difference in fraction within 4 points. `format_table` prints the cells
-for the terminal.
+fraction within x points and EDF area, and whether the best error is near chance level; between
+the models of each panel, a KS test and a bootstrap CI of the difference in fraction within 4
+points. `format_table` prints the cells for the terminal.
+
+Near chance: a cell whose best error is within NEAR_CHANCE_POINTS of the error of guessing,
+100 (1 - 1/classes). Its trials barely learned, so its EDF is steep for a reason that is not
+stability: the report says so wherever it shows the cell.
 """
 
 from __future__ import annotations
@@ -32,14 +36,34 @@ class Options:
         return [self.seed, zlib.crc32(repr(key).encode())]
 
 
+NEAR_CHANCE_POINTS = 5.0
+
+
+def chance_error(num_classes: int) -> float:
+    """Top-1 error (%) of guessing uniformly among `num_classes` classes."""
+    return 100.0 * (1.0 - 1.0 / num_classes)
+
+
+def near_chance(best_error: float | None, num_classes: int | None) -> bool | None:
+    """True if `best_error` is within NEAR_CHANCE_POINTS of chance; None when unknown."""
+    if num_classes is None or best_error is None or not np.isfinite(best_error):
+        return None
+    return bool(best_error >= chance_error(num_classes) - NEAR_CHANCE_POINTS)
+
+
 def _json_float(value: float) -> float | None:
     return None if value is None or not np.isfinite(value) else float(value)
 
 
-def summarize(study: str, trials: pd.DataFrame, options: Options = Options()) -> dict[str, Any]:
-    """The summary.json content: per cell counts, best/median error, frac_within, EDF area;
-    between the models of each (optimizer, epochs), a KS test and a bootstrap CI of the
-    difference in frac_within 4."""
+def summarize(
+    study: str,
+    trials: pd.DataFrame,
+    options: Options = Options(),
+    num_classes: int | None = None,
+) -> dict[str, Any]:
+    """The summary.json content: per cell counts, best/median error, frac_within, EDF area and
+    near_chance (null without `num_classes`); between the models of each (optimizer, epochs), a
+    KS test and a bootstrap CI of the difference in frac_within 4."""
     results = tables.with_errors(trials, options.metric)
     planned = trials.groupby(tables.CELL_KEYS, sort=False).size()
     cells = []
@@ -52,6 +76,7 @@ def summarize(study: str, trials: pd.DataFrame, options: Options = Options()) ->
         errors = cell["error"].to_numpy()
         finite = errors[np.isfinite(errors)]
         dtop = dtop1(errors)
+        best = _json_float(finite.min()) if finite.size else None
         cells.append(
             {
                 "model": model,
@@ -59,12 +84,13 @@ def summarize(study: str, trials: pd.DataFrame, options: Options = Options()) ->
                 "epochs": int(epochs),
                 "n": int(len(cell)),
                 "n_diverged": int((cell["status"] == "diverged").sum()),
-                "best_error": _json_float(finite.min()) if finite.size else None,
+                "best_error": best,
                 "median_error": _json_float(np.median(finite)) if finite.size else None,
                 "frac_within": frac_within(dtop),
                 "n_finished": int((cell["status"] == "finished").sum()),
                 "n_planned": int(n_planned),
                 f"auc_{int(AUC_MAX_POINTS)}": edf_auc(dtop),
+                "near_chance": near_chance(best, num_classes),
             }
         )
     n_results = int(len(results))
@@ -76,6 +102,7 @@ def summarize(study: str, trials: pd.DataFrame, options: Options = Options()) ->
         "n_planned": int(len(trials)),
         "partial": n_results < len(trials),
         "status_counts": {k: int(v) for k, v in trials["status"].value_counts().items()},
+        "chance_error": chance_error(num_classes) if num_classes else None,
         "comparisons": _comparisons(results, options),
     }
 
@@ -128,6 +155,7 @@ def format_table(summary: dict[str, Any]) -> str:
             ]
         )
     widths = [max(len(row[i]) for row in [header, *lines]) for i in range(len(header))]
+    near = [c for c in summary["cells"] if c.get("near_chance")]
     text = [f"study {summary['study']} ({summary.get('metric', 'final_error')})"]
     if summary.get("partial"):
         text[0] += f"  partial: {summary['n_results']} of {summary['n_planned']} trials"
@@ -138,8 +166,17 @@ def format_table(summary: dict[str, Any]) -> str:
                 for i, (v, w) in enumerate(zip(row, widths, strict=True))
             )
         )
+    text += [near_chance_warning(c, summary["chance_error"]) for c in near]
     return "\n".join(text)
 
 
+def near_chance_warning(cell: dict[str, Any], chance: float) -> str:
+    return (
+        f"warning: {cell['model']}/{cell['optimizer']}/{cell['epochs']} epochs: best error "
+        f"{cell['best_error']:.1f}% is near chance ({chance:.1f}%): its trials barely learned, "
+        "so a steep EDF there is not stability"
+    )
+
+
 def _fmt(value: float | None, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
+    return "–" if value is None else format(value, spec)

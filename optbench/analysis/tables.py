@@ -105,7 +105,7 @@ def optimizer_gaps(stability: pd.DataFrame) -> pd.DataFrame:
     )
     if not {"adamw", "sgd"} <= set(wide.columns):
         return pd.DataFrame(columns=["model", "epochs", "adamw", "sgd", "gap"])
-    wide = wide.dropna(subset=["adamw", "sgd"]).reset_index()
+    wide = wide.dropna(subset=["adamw", "sgd"]).reset_index().rename_axis(columns=None)
     wide["gap"] = wide["sgd"] - wide["adamw"]
     return wide[["model", "epochs", "adamw", "sgd", "gap"]]
 
@@ -119,11 +119,14 @@ def peak_table(best: pd.DataFrame) -> pd.DataFrame:
 
 
 def curve_picks(results: pd.DataFrame) -> pd.DataFrame:
-    """The best, median and worst finished trial of each cell that recorded per-epoch metrics,
-    with a `rank` column ("best" | "median" | "worst"). The median is the lower median."""
-    if "metrics" not in results.columns:
-        return results.iloc[0:0].assign(rank=pd.Series(dtype=str))
-    has_curve = results["metrics"].map(lambda m: isinstance(m, list) and len(m) > 0)
+    """The best, median and worst finished trial of each cell that recorded per-epoch metrics
+    (in its `metrics` column, where there is one), with a `rank` column ("best" | "median" |
+    "worst"). The median is the lower median."""
+    has_curve = (  # a frame without a metrics column is one of trials with curves
+        results["metrics"].map(lambda m: isinstance(m, list) and len(m) > 0)
+        if "metrics" in results.columns
+        else True
+    )
     finished = results[
         (results["status"] == "finished") & has_curve & np.isfinite(results["error"])
     ]

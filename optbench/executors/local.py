@@ -38,13 +38,18 @@ def split_cores(n_jobs: int, workers: int | str, cores: int, gpus: int = 0) -> t
     return n, max(1, cores // n)
 
 
-def _init_worker(threads: int, gpu_ids) -> None:
+_started = None  # in a worker: the queue on which it says which trial it starts
+
+
+def _init_worker(threads: int, gpu_ids, started) -> None:
+    global _started
     if gpu_ids is not None:  # before torch touches CUDA: this worker sees one GPU
         os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu_ids.get())
     import torch
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(threads)
+    _started = started
 
 
 def run_job(job: TrialJob) -> str:
@@ -54,11 +59,14 @@ def run_job(job: TrialJob) -> str:
 
     from optbench.train.loop import run_trial
 
+    if _started is not None:  # the pool marks queued jobs "running" too early; this is the start
+        _started.put(job.key)
+
     device = "cuda" if torch.cuda.is_available() else "cpu"
     return run_trial(job.config, job.out_dir, device, resume=True, distributed=False).status
 
 
-def _start_pool(workers: int, threads: int, gpus: int) -> ProcessPoolExecutor:
+def _start_pool(workers: int, threads: int, gpus: int, started) -> ProcessPoolExecutor:
     ctx = multiprocessing.get_context("spawn")
     gpu_ids = None
     if gpus:
@@ -66,7 +74,7 @@ def _start_pool(workers: int, threads: int, gpus: int) -> ProcessPoolExecutor:
         for i in range(workers):
             gpu_ids.put(i)
     return ProcessPoolExecutor(
-        workers, mp_context=ctx, initializer=_init_worker, initargs=(threads, gpu_ids)
+        workers, mp_context=ctx, initializer=_init_worker, initargs=(threads, gpu_ids, started)
     )
 
 
@@ -80,7 +88,7 @@ class LocalExecutor:
         self._workers = workers
         self._pool: ProcessPoolExecutor | None = None
         self._futures: dict[Future, TrialJob] = {}
-        self._seen_running: set[str] = set()
+        self._started = None  # keys of the jobs workers start, as they start them
 
     def settle(self, jobs: Sequence[TrialJob]) -> list[JobEvent]:
         return []  # workers die with the driver
@@ -91,7 +99,8 @@ class LocalExecutor:
 
             gpus = torch.cuda.device_count()
             n, threads = split_cores(len(jobs), self._workers, usable_cores(), gpus)
-            self._pool = _start_pool(n, threads, gpus)
+            self._started = multiprocessing.get_context("spawn").SimpleQueue()
+            self._pool = _start_pool(n, threads, gpus, self._started)
             self._where = f"{n} GPU worker(s)" if gpus else f"{n} worker(s) x {threads} thread(s)"
         for job in jobs:
             self._futures[self._pool.submit(run_job, job)] = job
@@ -99,21 +108,27 @@ class LocalExecutor:
 
     def poll(self, timeout: float) -> list[JobEvent]:
         done, _ = wait(self._futures, timeout=timeout, return_when=FIRST_COMPLETED)
-        events = []
+        started = []
+        while self._started is not None and not self._started.empty():
+            started.append(self._started.get())
+        ended = []
         for fut in done:
             job = self._futures.pop(fut)
             try:
                 fut.result()
-                events.append(JobEvent(job.key, "ended"))
+                ended.append(JobEvent(job.key, "ended"))
             except BrokenProcessPool:
-                events.append(JobEvent(job.key, "lost", "worker process died (out of memory?)"))
+                ended.append(JobEvent(job.key, "lost", "worker process died (out of memory?)"))
             except Exception as err:  # noqa: BLE001 - reported, the driver decides
-                events.append(JobEvent(job.key, "lost", f"{type(err).__name__}: {err}"))
-        for fut, job in self._futures.items():
-            if fut.running() and job.key not in self._seen_running:
-                self._seen_running.add(job.key)
-                events.append(JobEvent(job.key, "running"))
-        return events
+                ended.append(JobEvent(job.key, "lost", f"{type(err).__name__}: {err}"))
+        # A worker that ended a job may have started the next one before this poll: say the
+        # ends of jobs started earlier first, then each new job's start (and end, if it ended
+        # too), so that the running count never exceeds the workers.
+        by_key = {event.key: event for event in ended}
+        return [
+            *(event for event in ended if event.key not in started),
+            *(e for key in started for e in (JobEvent(key, "running"), by_key.get(key)) if e),
+        ]
 
     def close(self, cancel: bool) -> None:
         if self._pool is None:
@@ -127,12 +142,14 @@ class LocalExecutor:
 
 
 class InlineExecutor:
-    """Runs each job in this process when polled (the `debug` executor: breakpoints work)."""
+    """Runs each job in this process when polled (the `debug` executor: breakpoints work): one
+    poll says the next job starts, the next runs it to its end."""
 
     jobs_outlive_driver = False
 
     def __init__(self) -> None:
         self._queue: list[TrialJob] = []
+        self._next: TrialJob | None = None
 
     def settle(self, jobs: Sequence[TrialJob]) -> list[JobEvent]:
         return []  # jobs run inside the driver
@@ -142,11 +159,15 @@ class InlineExecutor:
         return f"{len(jobs)} trial(s) to run in this process, one by one (debug)"
 
     def poll(self, timeout: float) -> list[JobEvent]:
-        if not self._queue:
-            return []
-        job = self._queue.pop(0)
+        if self._next is None:
+            if not self._queue:
+                return []
+            self._next = self._queue.pop(0)
+            return [JobEvent(self._next.key, "running")]
+        job, self._next = self._next, None
         run_job(job)
         return [JobEvent(job.key, "ended")]
 
     def close(self, cancel: bool) -> None:
         self._queue.clear()
+        self._next = None

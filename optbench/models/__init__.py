@@ -1,36 +1,89 @@
-"""The model zoo. Importing this package registers optbench's models with timm.
+"""The model zoo: its names, and `create_model`, which builds any optbench or timm model by name
+for a dataset and with a weight init.
 
-`create_model` builds any registered optbench model or any timm model by name, for a dataset and
-with a weight init. builder.py holds what the zoo's models share (their timm cfg, builder and init
-names); vit.py, stem_ablation.py, dhvt.py and regnet.py are the model families; zoo.py lists the
-zoo and its defaults; complexity.py counts flops, params and activations of any model.
+Importing this package is cheap: torch and timm load when a model is built or a name outside
+the zoo is looked up. The models register with timm's registry as soon as timm is imported
+(see optbench/__init__.py), so `timm.create_model("vit_c_4gf")` works too.
+
+builder.py holds what the zoo's models share (their timm cfg, builder, init names and timm's
+classifier API); vit.py, stem_ablation.py, dhvt.py and regnet.py are the model families; zoo.py
+describes the zoo; complexity.py counts flops, params and activations of any model.
 """
 
 from __future__ import annotations
 
-import timm
-from torch import nn
+import importlib
+import sys
+from typing import TYPE_CHECKING
 
-# Importing these modules registers their models with timm.
-from optbench.models import dhvt, regnet, stem_ablation, vit  # noqa: F401
-from optbench.models.builder import WeightInit, check_weight_init
+if TYPE_CHECKING:
+    from torch import nn
+
+    from optbench.models.builder import WeightInit
+
+# Every optbench model, in display order: ViTs, stem ablations, DHVTs, RegNetYs. Kept here as
+# plain names so that checking a study needs neither torch nor timm; tests/test_models.py checks
+# that it is exactly what the families register.
+ZOO: tuple[str, ...] = (
+    *("vit_p_w64_16px", "vit_c_w64_16px"),
+    *(f"vit_{stem}_{gf}gf" for gf in (1, 4, 18, 36, 72) for stem in "pc"),
+    *(f"vit_{stem}_w{width}_32px" for width in (192, 384) for stem in "pc"),
+    *(f"vit_s{i}_4gf" for i in (1, 2, 3, 4)),
+    "dhvt_w64_16px",
+    *(f"dhvt_{size}_cifar_p{p}" for p in (4, 2) for size in ("tiny", "small")),
+    *(
+        f"dhvt_{size}_{data}_p16"
+        for data in ("imagenet", "domainnet")
+        for size in ("tiny", "small")
+    ),
+    *("regnety_1gf", "regnety_4gf", "regnety_16gf"),
+)
+
+
+FAMILIES = ("optbench.models.vit", "optbench.models.stem_ablation", "optbench.models.dhvt",
+            "optbench.models.regnet")  # fmt: skip
+
+
+def register_zoo() -> None:
+    """Register optbench's models with timm: importing their modules does it (once)."""
+    for name in FAMILIES:
+        module = sys.modules.get(name)
+        if module is not None and getattr(module.__spec__, "_initializing", False):
+            # timm was first imported by this very family module (`from optbench.models.vit
+            # import ...` before timm): it registers its own models as its import ends, and the
+            # next create_model (which calls this again) the others.
+            return
+        importlib.import_module(name)
 
 
 def is_model(name: str) -> bool:
     """True if timm (with optbench's models registered) can build `name`."""
+    if name in ZOO:
+        return True
+    import timm
+
+    register_zoo()
     return timm.is_model(name)
+
+
+def model_names() -> list[str]:
+    """Every name `create_model` builds: optbench's models and timm's."""
+    import timm
+
+    return sorted({*ZOO, *timm.list_models()})  # timm's, and the zoo even if not registered yet
 
 
 def is_optbench_model(name: str) -> bool:
     """True if `name` is one of optbench's own models (not a model of timm's)."""
-    return timm.is_model(name) and timm.models.model_entrypoint(name).__module__.startswith(
-        "optbench."
-    )
+    return name in ZOO
 
 
 def takes_img_size(name: str) -> bool:
     """True if `name` is built for one input size and takes `img_size` (ViTs, optbench's ViTs and
     DHVTs); False for models that accept any size and no such argument (ResNet, RegNetY)."""
+    import timm
+
+    register_zoo()
     cfg = timm.get_pretrained_cfg(name)
     return bool(cfg is not None and cfg.fixed_input_size)
 
@@ -51,6 +104,10 @@ def create_model(
     ViTs optbench's earlier timm-style init and is the same as "reference" for every other model.
     `kwargs` go to the model (e.g. drop_path_rate).
     """
+    import timm
+
+    from optbench.models.builder import check_weight_init
+
     check_weight_init(weight_init)
     size = dict(img_size=img_size) if takes_img_size(name) else {}
     init = dict(weight_init=weight_init) if is_optbench_model(name) else {}

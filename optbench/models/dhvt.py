@@ -22,7 +22,16 @@ from timm.layers import DropPath, trunc_normal_
 from timm.models import generate_default_cfgs, register_model
 from torch import nn
 
-from optbench.models.builder import WeightInit, build, check_weight_init, square_size, zoo_cfg
+from optbench.models.builder import (
+    TokenClassifier,
+    WeightInit,
+    build,
+    check_weight_init,
+    classifier,
+    square_size,
+    token_features,
+    zoo_cfg,
+)
 
 
 class Affine(nn.Module):
@@ -159,8 +168,9 @@ class DHVTBlock(nn.Module):
         return x + self.drop_path(self.mlp(self.norm2(x), grid))
 
 
-class DHVT(nn.Module):
-    """SOPE -> class token + tokens -> DHVT blocks -> LN -> linear head on the class token."""
+class DHVT(TokenClassifier, nn.Module):
+    """SOPE -> class token + tokens -> DHVT blocks -> LN -> linear head on the class token.
+    timm's classifier and feature API come from TokenClassifier (builder.py)."""
 
     def __init__(
         self,
@@ -188,7 +198,9 @@ class DHVT(nn.Module):
         dpr = [drop_path_rate * i / max(depth - 1, 1) for i in range(depth)]  # linear rise
         self.blocks = nn.ModuleList(DHVTBlock(dim, num_heads, mlp_ratio, p) for p in dpr)
         self.norm = nn.LayerNorm(dim, eps=1e-6)
-        self.head = nn.Linear(dim, num_classes)
+        self.num_features = self.head_hidden_size = dim
+        self.head = classifier(dim, num_classes)
+        self.feature_info = token_features(depth, dim, patch_size)
         self._init_weights()
 
     @torch.no_grad()
@@ -203,15 +215,12 @@ class DHVT(nn.Module):
                 trunc_normal_(m.weight, std=0.02)
                 nn.init.zeros_(m.bias)
 
-    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+    def _tokens(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
         x, grid = self.patch_embed(x)
-        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
-        for block in self.blocks:
-            x = block(x, grid)
-        return self.norm(x)
+        return torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1), grid
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.forward_features(x)[:, 0])
+    def _block(self, block: nn.Module, x: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
+        return block(x, grid)
 
 
 def _dhvt(variant: str, cfg: dict, pretrained: bool, **kwargs) -> DHVT:

@@ -31,7 +31,16 @@ from timm.models import generate_default_cfgs, register_model
 from timm.models.vision_transformer import Block
 from torch import nn
 
-from optbench.models.builder import WeightInit, build, check_weight_init, square_size, zoo_cfg
+from optbench.models.builder import (
+    TokenClassifier,
+    WeightInit,
+    build,
+    check_weight_init,
+    classifier,
+    square_size,
+    token_features,
+    zoo_cfg,
+)
 
 
 class PatchifyStem(nn.Sequential):
@@ -87,8 +96,9 @@ class ConvStem(nn.Sequential):
         self.stride = math.prod(strides)
 
 
-class VisionTransformer(nn.Module):
-    """Pre-LN ViT: stem -> tokens + class token + position embedding -> blocks -> LN -> head."""
+class VisionTransformer(TokenClassifier, nn.Module):
+    """Pre-LN ViT: stem -> tokens + class token + position embedding -> blocks -> LN -> head.
+    timm's classifier and feature API come from TokenClassifier (builder.py)."""
 
     def __init__(
         self,
@@ -143,20 +153,23 @@ class VisionTransformer(nn.Module):
             )
         )
         self.norm = LayerNorm(dim)
-        self.head = nn.Linear(dim, num_classes)
+        self.num_features = self.head_hidden_size = dim
+        self.head = classifier(dim, num_classes)
+        self.feature_info = token_features(depth, dim, patch_size)
         if weight_init == "reference":
             init_weights_pycls(self)
         else:
             init_weights_timm(self)
 
-    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.stem(x).flatten(2).transpose(1, 2)  # (B, N, dim)
+    def _tokens(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
+        x = self.stem(x)
+        grid = (x.shape[2], x.shape[3])
+        x = x.flatten(2).transpose(1, 2)  # (B, N, dim)
         cls = self.cls_token.expand(x.shape[0], -1, -1)
-        x = torch.cat([cls, x], dim=1) + self.pos_embed
-        return self.norm(self.blocks(x))
+        return torch.cat([cls, x], dim=1) + self.pos_embed, grid
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.forward_features(x)[:, 0])
+    def _block(self, block: nn.Module, x: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
+        return block(x)
 
 
 @torch.no_grad()
@@ -183,8 +196,9 @@ def init_weights_pycls(model: VisionTransformer) -> None:
         for fc in (block.mlp.fc1, block.mlp.fc2):
             nn.init.xavier_uniform_(fc.weight)
             nn.init.normal_(fc.bias, std=1e-6)
-    nn.init.zeros_(model.head.weight)
-    nn.init.zeros_(model.head.bias)
+    if isinstance(model.head, nn.Linear):  # no head: a feature extractor (num_classes 0)
+        nn.init.zeros_(model.head.weight)
+        nn.init.zeros_(model.head.bias)
     nn.init.normal_(model.pos_embed, std=0.02)
 
 
@@ -202,7 +216,8 @@ def init_weights_timm(model: VisionTransformer) -> None:
             nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
-    nn.init.zeros_(model.head.weight)
+    if isinstance(model.head, nn.Linear):
+        nn.init.zeros_(model.head.weight)
 
 
 def build_vit(variant: str, cfg: dict, pretrained: bool = False, **kwargs) -> VisionTransformer:

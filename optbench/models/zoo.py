@@ -1,6 +1,7 @@
 """The zoo's table of contents: which models optbench offers, their default input and classes,
 their complexity, and their measured training throughput. `optbench models` prints this, and
-docs/models.md holds its output.
+docs/models.md holds its output. Defaults and counts come from the disk cache (cache.py) once
+counted, so the table needs neither torch nor timm then.
 
 Any timm model name can be used in a study as well (timm's own regnety_* included: they are other
 models than the paper's RegNetYs, which are regnety_{1,4,16}gf here).
@@ -10,19 +11,19 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-
-import timm
-import torch
-from torch import nn
+from typing import TYPE_CHECKING
 
 from optbench.errors import UsageError
-from optbench.models import create_model, dhvt, regnet, stem_ablation, vit
-from optbench.models.complexity import model_complexity
+from optbench.models import ZOO, create_model, is_model
+from optbench.models.cache import cached_counts, cached_defaults
+
+if TYPE_CHECKING:
+    import torch
 
 
 def zoo_models() -> list[str]:
     """Every optbench model in display order: ViTs, stem ablations, DHVTs, RegNetYs."""
-    return [name for module in (vit, stem_ablation, dhvt, regnet) for name in module.default_cfgs]
+    return list(ZOO)
 
 
 @dataclass(frozen=True)
@@ -36,18 +37,24 @@ class ModelDefaults:
 
 def model_defaults(name: str) -> ModelDefaults:
     """Defaults from the model's timm pretrained cfg (every optbench model has one)."""
-    if not timm.is_model(name):
+    if not is_model(name):
         raise UsageError(f"model: unknown model {name!r} (see `optbench models`)")
+    return ModelDefaults(**cached_defaults(name, lambda: _defaults_from_timm(name)))
+
+
+def _defaults_from_timm(name: str) -> dict[str, int]:
+    import timm
+
     cfg = timm.get_pretrained_cfg(name)
     in_chans, height, _ = cfg.input_size if cfg is not None else (3, 224, 224)
     num_classes = cfg.num_classes if cfg is not None and cfg.num_classes else 1000
-    return ModelDefaults(img_size=height, in_chans=in_chans, num_classes=num_classes)
+    return dict(img_size=height, in_chans=in_chans, num_classes=num_classes)
 
 
 def describe(name: str) -> dict:
     """One row of the zoo table: name, defaults and complexity (plain counts, one image)."""
     d = model_defaults(name)
-    counts = model_complexity(
+    counts = cached_counts(
         name, num_classes=d.num_classes, in_chans=d.in_chans, img_size=d.img_size
     )
     return dict(name=name, img_size=d.img_size, num_classes=d.num_classes, **counts)
@@ -58,6 +65,9 @@ def measure_throughput(
 ) -> float:
     """Training images/s of `name` at its defaults: forward, cross-entropy backward and an SGD step
     on random data, timed over `steps` steps after `warmup` untimed ones."""
+    import torch
+    from torch import nn
+
     d = model_defaults(name)
     model = create_model(
         name, num_classes=d.num_classes, in_chans=d.in_chans, img_size=d.img_size

@@ -36,6 +36,7 @@ import json
 import math
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -69,7 +70,12 @@ def weights_digest(model: nn.Module) -> str:
 
 
 def _train(
-    cfg: TrainConfig, out_dir: Path, compute: Compute, stop: StopRequest, resume: bool
+    cfg: TrainConfig,
+    out_dir: Path,
+    compute: Compute,
+    stop: StopRequest,
+    resume: bool,
+    on_epoch: Callable[[dict], None] | None = None,
 ) -> TrialResult:
     """Train from the start (or the checkpoint's position) to the last epoch or a divergence;
     an agreed stop checkpoints and raises TrialInterrupted."""
@@ -102,6 +108,8 @@ def _train(
         if compute.dist.is_main:
             with open(metrics_path, "a") as metrics:
                 metrics.write(json.dumps(line) + "\n")
+            if on_epoch is not None:
+                on_epoch(line)
         if diverged:
             return trial_result(cfg, state, epoch + 1, parts.model, compute.dist)
         save_state(ckpt_path, cfg, parts, state, compute.dist)
@@ -159,13 +167,14 @@ def run_trial(
     keep_checkpoint: bool = False,
     workers: int | None = None,
     distributed: bool = True,
+    on_epoch: Callable[[dict], None] | None = None,
 ) -> TrialResult:
     """Train `cfg` into `out_dir` and write result.json there. Never raises for a failed trial:
     the failure (with its traceback in error.log) is the result. On SIGTERM / SIGUSR2 it
     checkpoints, then passes the signal on (see signals.py). `workers`
     sets the DataLoader workers of class-folder datasets (results do not depend on it).
     `distributed=False` ignores torchrun's / SLURM's environment and trains in this process
-    alone (see distributed.py)."""
+    alone (see distributed.py). `on_epoch(line)` is called with each epoch's metrics line."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if resume and (out_dir / RESULT_FILE).is_file():
@@ -178,7 +187,7 @@ def run_trial(
     try:
         init_process_group(ctx, compute.device.type)
         with stop_signals_caught(stop, handle_signals) as replaced:
-            result = _train(cfg, out_dir, compute, stop, resume)
+            result = _train(cfg, out_dir, compute, stop, resume, on_epoch)
     except TrialInterrupted as stopped:
         pass_on(stopped.signum, replaced)
         raise

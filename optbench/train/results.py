@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,7 +22,10 @@ def atomic_open(path: Path, mode: str = "w") -> Iterator[IO]:
     """Open a temporary file beside `path` for writing; on success fsync it and rename it over
     `path`, so a reader sees the old file or the new one, never a torn write."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    # Not mkstemp: its files are 0600 whatever the umask, and a lab group must read results.
+    # Created 0666 & ~umask, as any file the user writes; a random name, exclusively.
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(8)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, mode) as f:
             yield f

@@ -1,0 +1,220 @@
+"""Every figure of the report, drawn from a trials DataFrame: one function per figure, each
+returning a matplotlib Figure. report.py calls them for its page; a notebook calls them on
+`optbench.load_trials(...)` (or any frame with its columns).
+
+A trials frame has one row per trial: model, optimizer, epochs, sample, seed, lr, wd, status
+and the errors (final_error, best_error). The curves figure takes the per-epoch frame,
+`optbench.load_trials(..., epochs=True)`: one row per trial and epoch (`per_epoch`).
+A figure without the data it needs raises `NothingToDraw` saying what is missing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from optbench.analysis import plots, tables
+from optbench.analysis.edf import dtop1, edf
+from optbench.analysis.stats import N_BOOT, edf_band, good_range
+from optbench.analysis.summary import Options, chance_error, near_chance
+
+# The dtop-1 axis ends at the largest finite dtop-1 (rounded up to 5 points), at least at
+# EDF_X_MIN and at most at EDF_X_MAX; trials past it are counted in the panel's title.
+EDF_X_MIN, EDF_X_MAX = 20.0, 50.0
+EDF_STEPS_PER_POINT = 20  # the EDF is evaluated every 0.05 points (raw: 400 steps per panel)
+TRIAL_COLUMNS = ["cell_id", "sample", "seed"]  # what names a trial in a trials frame
+
+
+class NothingToDraw(ValueError):
+    """The trials have not what a figure needs (e.g. two schedule lengths for `length`)."""
+
+
+def _options(metric: str, n_boot: int, seed: int) -> Options:
+    return Options(metric=metric, n_boot=n_boot, seed=seed)
+
+
+def _colors(trials: pd.DataFrame, colors: dict[str, str] | None) -> dict[str, str]:
+    return colors or plots.model_colors(list(dict.fromkeys(trials["model"])))
+
+
+def _results(trials: pd.DataFrame, metric: str) -> pd.DataFrame:
+    results = tables.with_errors(trials, metric)
+    if results.empty:
+        raise NothingToDraw("no finished or diverged trial")
+    return results
+
+
+def edf_figure(
+    trials: pd.DataFrame,
+    *,
+    raw: bool = False,
+    metric: str = "final_error",
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+    colors: dict[str, str] | None = None,
+    num_classes: int | None = None,
+) -> Figure:
+    """Figs 4-5: per (optimizer, epochs) panel, each model's EDF of dtop-1 (error minus the
+    cell's best; `raw`: of the error itself) with a pointwise 95% bootstrap band. With
+    `num_classes`, a cell whose best error is near chance level is drawn dotted."""
+    options = _options(metric, n_boot, seed)
+    results = _results(trials, metric)
+    x_max = None if raw else dtop1_axis_end(results)
+    panels = []
+    for (optimizer, epochs), panel in tables.panels(results):
+        finite = panel["error"][np.isfinite(panel["error"])]
+        if raw:
+            if not len(finite):
+                continue
+            xs = np.linspace(finite.min(), finite.max(), 400 + 1)
+        else:
+            xs = np.linspace(0.0, x_max, round(x_max * EDF_STEPS_PER_POINT) + 1)
+        curves = []
+        for model, cell in panel.groupby("model", sort=False):
+            errors = cell["error"].to_numpy()
+            values = errors if raw else dtop1(errors)
+            band = edf_band(
+                errors,
+                xs,
+                relative=not raw,
+                n_boot=options.n_boot,
+                seed=options.rng_seed(model, optimizer, epochs),
+            )
+            best = errors[np.isfinite(errors)].min() if np.isfinite(errors).any() else None
+            counts = {
+                "n": len(errors),
+                "n_diverged": int((cell["status"] == "diverged").sum()),
+                "beyond": int((np.isfinite(values) & (values > xs[-1])).sum()),
+                "near_chance": bool(near_chance(best, num_classes)),
+            }
+            curves.append(plots.EdfCurve(model, xs, edf(values, xs), band=band, **counts))
+        panels.append(plots.EdfPanel(optimizer, epochs, curves))
+    if not panels:
+        raise NothingToDraw("no finished trial: no error to draw")
+    return plots.plot_edf(
+        panels,
+        _colors(trials, colors),
+        xlabel="error (%)" if raw else "dtop-1 (points)",
+        x_max=x_max,
+        chance_error=chance_error(num_classes) if num_classes else None,
+    )
+
+
+def dtop1_axis_end(results: pd.DataFrame) -> float:
+    """Where the dtop-1 axis ends: the largest finite dtop-1 of any cell, rounded up to 5
+    points, within [EDF_X_MIN, EDF_X_MAX]."""
+    largest = 0.0
+    for _, cell in results.groupby(tables.CELL_KEYS, sort=False):
+        dtop = dtop1(cell["error"].to_numpy())
+        if np.isfinite(dtop).any():
+            largest = max(largest, float(dtop[np.isfinite(dtop)].max()))
+    return float(np.clip(5.0 * np.ceil(largest / 5.0), EDF_X_MIN, EDF_X_MAX))
+
+
+def scatter_figure(
+    trials: pd.DataFrame,
+    *,
+    metric: str = "final_error",
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+    colors: dict[str, str] | None = None,
+) -> Figure:
+    """Error against lr, wd and lr*wd of each finished trial, per cell, with each model's best
+    value and its bootstrap good range."""
+    options = _options(metric, n_boot, seed)
+    panels = []
+    for (optimizer, epochs), panel in tables.panels(_results(trials, metric)):
+        if not np.isfinite(panel["error"]).any():
+            continue
+        series = [
+            _scatter_series(model, cell, options, options.rng_seed(model, optimizer, epochs))
+            for model, cell in panel.groupby("model", sort=False)
+        ]
+        panels.append(plots.ScatterPanel(optimizer, epochs, series))
+    if not panels:
+        raise NothingToDraw("no finished trial: no error to draw")
+    return plots.plot_scatter(panels, _colors(trials, colors))
+
+
+def _scatter_series(
+    model: str, cell: pd.DataFrame, options: Options, seed: list[int]
+) -> plots.ScatterSeries:
+    errors = cell["error"].to_numpy()
+    values = {
+        "lr": cell["lr"].to_numpy(float),
+        "wd": cell["wd"].to_numpy(float),
+        "lr*wd": (cell["lr"] * cell["wd"]).to_numpy(float),
+    }
+    best = {
+        name: good_range(errors, v, n_boot=options.n_boot, seed=seed) for name, v in values.items()
+    }
+    finished = np.isfinite(errors)
+    return plots.ScatterSeries(
+        model, {k: v[finished] for k, v in values.items()}, errors[finished], best
+    )
+
+
+def length_figure(
+    trials: pd.DataFrame, *, metric: str = "final_error", colors: dict[str, str] | None = None
+) -> Figure:
+    """Fig 2: dtop-1 of each schedule length against the longest with a finished result."""
+    length = tables.length_stability(tables.best_by_cell(_results(trials, metric)))
+    if length.empty:
+        raise NothingToDraw(
+            "needs at least two schedule lengths with finished trials for some model"
+        )
+    return plots.plot_length(length, _colors(trials, colors))
+
+
+def optimizer_figure(trials: pd.DataFrame, *, metric: str = "final_error") -> Figure:
+    """Fig 3: per model, best error against schedule length with AdamW and with SGD."""
+    best = tables.best_by_cell(_results(trials, metric))
+    if not {"adamw", "sgd"} <= set(best["optimizer"]):
+        raise NothingToDraw("needs both AdamW and SGD trials")
+    stability = tables.optimizer_stability(best)
+    if stability.empty:
+        raise NothingToDraw("no finished trials")
+    return plots.plot_optimizer(stability, tables.optimizer_gaps(stability))
+
+
+def per_epoch(trials: pd.DataFrame) -> pd.DataFrame:
+    """One row per trial and recorded epoch: the trial's columns and its metrics line (epoch,
+    lr, train_loss, val_error, ...), from a frame whose `metrics` column holds the lines."""
+    rows = [
+        {**{k: v for k, v in trial.items() if k != "metrics"}, **line}
+        for trial in trials.to_dict("records")
+        for line in (trial.get("metrics") or [])
+    ]
+    columns = [c for c in trials.columns if c != "metrics"] + ["epoch", "val_error"]
+    return pd.DataFrame(rows) if rows else pd.DataFrame(columns=columns)
+
+
+def curves_figure(
+    epochs: pd.DataFrame, *, metric: str = "final_error", colors: dict[str, str] | None = None
+) -> Figure:
+    """Validation error against epoch of the best, median and worst finished trial of each cell,
+    from a per-epoch frame (`per_epoch`, or `optbench.load_trials(..., epochs=True)`)."""
+    curves = epochs.dropna(subset=["val_error"]) if len(epochs) else epochs
+    if curves.empty:
+        raise NothingToDraw("no finished trial recorded per-epoch metrics")
+    by_trial = curves.drop_duplicates(TRIAL_COLUMNS)
+    picks = tables.curve_picks(tables.with_errors(by_trial, metric))
+    if picks.empty:
+        raise NothingToDraw("no finished trial recorded per-epoch metrics")
+    panels = []
+    for (optimizer, n_epochs), panel in tables.panels(picks):
+        lines = []
+        for _, pick in panel.iterrows():
+            mine = np.logical_and.reduce([curves[c] == pick[c] for c in TRIAL_COLUMNS])
+            rows = curves[mine].sort_values("epoch")
+            lines.append(
+                (
+                    pick["model"],
+                    pick["rank"],
+                    rows["epoch"].to_numpy(),
+                    rows["val_error"].to_numpy(),
+                )
+            )
+        panels.append(plots.CurvePanel(optimizer, n_epochs, lines))
+    return plots.plot_curves(panels, _colors(epochs, colors))

@@ -1,0 +1,85 @@
+"""The Python API (docs/api.md): a study's trials as a pandas DataFrame, its summary, and any
+report figure drawn from a DataFrame. `import optbench` exposes these names without loading
+them (or torch) until first used. Nothing here writes: a study that has not run yet has its
+planned trials, all pending.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from optbench.analysis.figures import (
+    NothingToDraw,
+    curves_figure,
+    edf_figure,
+    length_figure,
+    optimizer_figure,
+    per_epoch,
+    scatter_figure,
+)
+from optbench.analysis.stats import N_BOOT
+from optbench.analysis.summary import Options, summarize
+from optbench.checks import check_spec
+from optbench.overrides import load_study as _load_study
+from optbench.overrides import override_sources, parse_overrides
+from optbench.plan import plan
+from optbench.spec import StudySpec
+from optbench.store import Store
+
+__all__ = [
+    "NothingToDraw",
+    "curves_figure",
+    "edf_figure",
+    "length_figure",
+    "load_study",
+    "load_summary",
+    "load_trials",
+    "optimizer_figure",
+    "scatter_figure",
+]
+
+Study = str | Path | StudySpec
+
+
+def load_study(study: Study, overrides: Sequence[str] = ()) -> StudySpec:
+    """A study YAML (path) validated, with `overrides` ("key=value", as `--set`) applied and
+    its models and dataset checked; a StudySpec is returned as it is."""
+    if isinstance(study, StudySpec):
+        return study
+    parsed = parse_overrides(list(overrides))
+    spec = _load_study(study, parsed)
+    check_spec(spec, data=False, source=study, sources=override_sources(parsed))
+    return spec
+
+
+def load_trials(
+    study: Study, *, epochs: bool = False, overrides: Sequence[str] = ()
+) -> pd.DataFrame:
+    """The study's trials, one row per trial (pending ones included): study, cell_id, model,
+    optimizer, epochs, sample, seed, lr, wd, status, final_error, best_error, wall_s,
+    images_per_s, diverged_epoch, digest. With `epochs`, one row per trial and recorded epoch
+    instead, each with its trial's columns and the epoch's metrics (epoch, lr, train_loss,
+    val_error, raw_top1, ema_top1, epoch_s, ...)."""
+    spec = load_study(study, overrides)
+    trials = Store(spec, create=False).frame(plan(spec))
+    return per_epoch(trials) if epochs else trials.drop(columns="metrics")
+
+
+def load_summary(
+    study: Study,
+    *,
+    metric: str = "final_error",
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+    overrides: Sequence[str] = (),
+) -> dict[str, Any]:
+    """What `optbench report` writes to summary.json: per cell n, best and median error, the
+    fraction of trials within 1, 2, 4, 8 points of the best, the EDF area; KS tests and
+    bootstrap CIs between the models of each (optimizer, epochs)."""
+    spec = load_study(study, overrides)
+    trials = Store(spec, create=False).frame(plan(spec))
+    return summarize(spec.name, trials, Options(metric=metric, n_boot=n_boot, seed=seed))

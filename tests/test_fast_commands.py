@@ -1,0 +1,112 @@
+"""Read-only commands need neither the dataset's files nor torch: `import optbench` and the
+command line's start load no torch or timm, `status`, `cancel` and `report` work on a study whose
+dataset folder is absent, and `optbench models` reads its counts from a cache once counted."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from optbench.checks import DATASET_NAMES
+from optbench.models import cache
+from optbench.train.datasets import DATASETS
+
+REPO = Path(__file__).resolve().parent.parent
+
+RUN_AND_LIST_MODULES = """
+import json, sys
+from optbench.cli import main
+sys.argv = ["optbench", *sys.argv[1:]]
+try:
+    main()
+except SystemExit as exit_:
+    assert not exit_.code, exit_.code
+print(json.dumps(sorted(m for m in ("torch", "timm") if m in sys.modules)))
+"""
+
+
+def _loaded_after(*args: str, cwd: Path) -> list[str]:
+    """Run `optbench ARGS` in a fresh interpreter; which of torch and timm it imported."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-c", RUN_AND_LIST_MODULES, *args],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_importing_optbench_loads_neither_torch_nor_timm():
+    code = (
+        "import sys, optbench, optbench.cli, optbench.models, optbench.checks, optbench.overrides\n"
+        "print([m for m in ('torch', 'timm') if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_checking_a_study_knows_the_datasets_without_torch():
+    assert set(DATASET_NAMES) == set(DATASETS)
+
+
+@pytest.fixture
+def away(tiny_dict, tmp_path) -> Path:
+    """A study of a dataset whose folder is on another machine."""
+    tiny_dict["dataset"] = {"name": "imagefolder", "root": str(tmp_path / "on-the-cluster")}
+    tiny_dict["output"] = "results"
+    (tmp_path / "away.yaml").write_text(yaml.safe_dump(tiny_dict))
+    return tmp_path
+
+
+def test_status_and_cancel_need_no_data_and_no_torch(away):
+    assert _loaded_after("status", "away.yaml", "--trials", cwd=away) == []
+    assert _loaded_after("cancel", "away.yaml", cwd=away) == []
+    assert not (away / "results").exists()
+
+
+def test_report_needs_no_data(cli, away):
+    code, _, err = cli("report", "away.yaml", "--complexity")
+    assert code == 0, err
+    page = (away / "reports" / "tiny" / "index.html").read_text()
+    assert "No finished or diverged trial" in page
+
+
+@pytest.fixture
+def empty_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    cache.CACHE.clear()
+    yield
+    cache.CACHE.clear()  # the next test reads the session's cache again
+
+
+def test_models_reads_its_counts_from_the_cache_once_counted(tmp_path, empty_cache):
+    first = _loaded_after("models", "vit_c_w64_16px", "dhvt_w64_16px", "--json", cwd=tmp_path)
+    assert first == ["timm", "torch"]  # counted: needs both
+    assert _loaded_after("models", "vit_c_w64_16px", "dhvt_w64_16px", cwd=tmp_path) == []
+
+
+def test_the_cache_gives_the_counted_numbers_and_forgets_them_when_the_code_changes(
+    empty_cache, monkeypatch
+):
+    shape = dict(num_classes=10, in_chans=1, img_size=16)
+    counted = cache.cached_counts("vit_p_w64_16px", **shape)
+
+    def no_count(*args, **kwargs):
+        raise AssertionError("counted again")
+
+    import optbench.models.complexity as complexity
+
+    monkeypatch.setattr(complexity, "model_complexity", no_count)
+    cache.CACHE.clear()  # a new process: read from the file
+    assert cache.cached_counts("vit_p_w64_16px", **shape) == counted
+    monkeypatch.setattr(cache, "fingerprint", lambda: "other code")
+    cache.CACHE.clear()
+    with pytest.raises(AssertionError, match="counted again"):
+        cache.cached_counts("vit_p_w64_16px", **shape)

@@ -1,0 +1,149 @@
+"""Figures a reader can trust: legends off the data, an EDF axis that shows every finite dtop-1
+or says what it leaves out, 150 dpi PNGs beside SVGs, near-chance cells marked, "–" for what is
+missing, whole-number epochs."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from PIL import Image
+
+from optbench.analysis import figures, tables
+from optbench.analysis.plots import data_lines
+from optbench.analysis.report import build_sections, write_report
+from optbench.analysis.summary import Options, format_table
+from optbench.analysis.synthetic import synthetic_trials
+from optbench.spec import parse_spec
+
+MODELS = ["vit_p_w64_16px", "vit_c_w64_16px"]
+FAST = Options(n_boot=50)
+
+
+def _spec(optimizers=("adamw", "sgd"), epochs=(5, 10)):
+    ranges = {
+        "adamw": {"lr": [2.5e-4, 8e-3], "wd": [0.02, 0.8]},
+        "sgd": {"lr": [0.1, 3.2], "wd": [4e-6, 1.2e-4]},
+    }
+    return parse_spec({
+        "name": "tiny", "dataset": {"name": "digits", "img_size": 16}, "models": MODELS,
+        "optimizers": list(optimizers), "epochs": list(epochs), "batch_size": 64,
+        "search": {"n_samples": 6, "ranges": {o: ranges[o] for o in optimizers}},
+    })  # fmt: skip
+
+
+def _errors(trials, model, values):
+    """Give `model`'s trials these final errors (all finished)."""
+    rows = trials.index[trials["model"] == model]
+    trials.loc[rows, "status"] = "finished"
+    trials.loc[rows, "final_error"] = values[: len(rows)]
+    return trials
+
+
+def _every_figure():
+    trials = synthetic_trials(MODELS, ["adamw", "sgd"], [5, 10], 6, seed=1)
+    sections = build_sections(_spec(), trials, None, FAST, data_shape=(10, 1, 16))
+    return {name: fig for s in sections for name, fig in s.figures}
+
+
+def test_legends_sit_outside_every_panel():
+    drawn = _every_figure()
+    assert set(drawn) == {"edf", "edf_raw", "scatter", "length", "optimizer", "curves"}
+    for name, fig in drawn.items():
+        renderer = FigureCanvasAgg(fig).get_renderer()
+        fig.draw(renderer)
+        panels = [ax for ax in fig.axes if ax.get_visible()]
+        assert all(ax.get_legend() is None for ax in panels), name
+        assert len(fig.legends) == 1, name
+        legend = fig.legends[0].get_window_extent(renderer)
+        for ax in panels:
+            assert not legend.overlaps(ax.get_window_extent(renderer)), name
+        assert 0 <= legend.x0 and legend.x1 <= fig.bbox.x1  # inside the image
+
+
+def test_the_edf_axis_shows_every_finite_dtop1_up_to_50_points_and_counts_the_rest():
+    trials = synthetic_trials(MODELS, ["adamw"], [5], 6)
+    # best 10: dtop-1 0..32 -> the axis ends at 35 and every point is on it
+    _errors(trials, MODELS[0], np.array([10.0, 12.0, 20.0, 30.0, 42.0, 14.0]))
+    _errors(trials, MODELS[1], np.array([5.0, 6.0, 7.0, 8.0, 9.0, 10.0]))
+    ax = figures.edf_figure(trials, n_boot=20).axes[0]
+    assert ax.get_xlim() == (0.0, 35.0)
+    assert "beyond" not in ax.get_title()
+    # a trial 75 points from its best: the axis stops at 50 and the title counts it
+    _errors(trials, MODELS[1], np.array([5.0, 6.0, 7.0, 8.0, 9.0, 80.0]))
+    ax = figures.edf_figure(trials, n_boot=20).axes[0]
+    assert ax.get_xlim() == (0.0, 50.0)
+    assert "beyond 50 points (not drawn): vit_c_w64_16px 1" in ax.get_title().replace("\n", " ")
+    for line in data_lines(ax):  # each curve reaches the fraction of its trials on the axis
+        x, y = line.get_data()
+        assert x[-1] == 50.0
+    fractions = {line.get_label(): line.get_data()[1][-1] for line in data_lines(ax)}
+    assert fractions == {MODELS[0]: 1.0, MODELS[1]: pytest.approx(5 / 6)}
+
+
+def test_a_cell_near_chance_is_dotted_and_warned_about(tmp_path):
+    trials = synthetic_trials(MODELS, ["adamw"], [5], 6)
+    _errors(trials, MODELS[0], np.array([88.0, 89.0, 90.0, 89.5, 88.5, 90.0]))  # 10 classes: 90%
+    _errors(trials, MODELS[1], np.array([70.0, 72.0, 75.0, 71.0, 73.0, 74.0]))  # far from it
+    summary = write_report(_spec(("adamw",), (5,)), trials, tmp_path, {"edf"}, n_boot=20,
+                           data_shape=(10, 1, 16))  # fmt: skip
+    assert [c["near_chance"] for c in summary["cells"]] == [True, False]
+    ax = figures.edf_figure(trials, n_boot=20, num_classes=10).axes[0]
+    styles = {line.get_label(): line.get_linestyle() for line in data_lines(ax)}
+    assert styles[MODELS[0]] != styles[MODELS[1]] == "-"
+    page = (tmp_path / "index.html").read_text()
+    assert "class='warning'" in page and "vit_p_w64_16px/adamw/5 epochs: best error 88.0%" in page
+    assert "vit_c_w64_16px/adamw/5" not in page.split("class='warning'")[1].split("</div>")[0]
+    assert "near chance (90.0%)" in format_table(summary)
+
+
+def test_pngs_are_150_dpi_beside_svgs(tmp_path):
+    trials = synthetic_trials(MODELS, ["adamw", "sgd"], [5, 10], 4, seed=2)
+    write_report(_spec(), trials, tmp_path, n_boot=20, data_shape=(10, 1, 16))
+    pngs = sorted(tmp_path.glob("*.png"))
+    assert len(pngs) == 6
+    for png in pngs:
+        assert Image.open(png).info["dpi"][0] >= 150 - 0.5  # PNG stores pixels per metre
+        assert png.with_suffix(".svg").stat().st_size > 0
+
+
+def test_missing_values_read_as_a_dash_never_none_or_nan(tmp_path, cli):
+    trials = synthetic_trials(MODELS, ["adamw"], [5], 3, pending_fraction=1.0)
+    summary = write_report(_spec(("adamw",), (5,)), trials, tmp_path, n_boot=20)
+    page = (tmp_path / "index.html").read_text()
+    cells = re.findall(r"<td>(.*?)</td>", page)
+    assert cells and not {"None", "nan", "NaN", "-"} & set(cells)
+    assert "–" in cells
+    assert not re.search(r"\b(None|nan)\b", format_table(summary))
+
+
+def test_tables_have_no_stray_header():
+    trials = synthetic_trials(MODELS, ["adamw", "sgd"], [5, 10], 4, seed=2)
+    best = tables.best_by_cell(tables.with_errors(trials))
+    gaps = tables.optimizer_gaps(tables.optimizer_stability(best))
+    assert gaps.columns.name is None  # a pivot's name drew an empty "optimizer" column
+
+
+def test_epoch_axes_have_whole_numbers():
+    fig = _every_figure()["curves"]
+    fig.draw(FigureCanvasAgg(fig).get_renderer())
+    for ax in [ax for ax in fig.axes if ax.get_visible()]:
+        ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+        assert ticks and all(float(t).is_integer() for t in ticks)
+
+
+def test_every_figure_is_a_function_of_a_trials_frame():
+    trials = synthetic_trials(MODELS, ["adamw", "sgd"], [5, 10], 4, seed=3)
+    plain = trials.drop(columns="metrics")
+    for draw in (
+        figures.edf_figure,
+        figures.scatter_figure,
+        figures.length_figure,
+        figures.optimizer_figure,
+    ):
+        assert draw(plain).axes
+    assert figures.curves_figure(figures.per_epoch(trials)).axes
+    with pytest.raises(figures.NothingToDraw, match="two schedule lengths"):
+        figures.length_figure(plain[plain["epochs"] == 5])

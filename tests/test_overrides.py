@@ -1,0 +1,127 @@
+"""`--set KEY=VALUE` on run, status, report and --dry-run, --version, shell completion, and the
+messages of bad input: did-you-mean for keys, models and datasets, one line per union field."""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from optbench.errors import SpecError
+from optbench.overrides import load_study, parse_overrides
+from optbench.spec import dump_spec, parse_spec
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def study(tiny_dict, tmp_path) -> Path:
+    tiny_dict["output"] = "results"
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(tiny_dict))
+    return path
+
+
+def test_an_override_is_the_same_study_as_the_edited_yaml(study, tiny_dict):
+    edited = copy.deepcopy(tiny_dict)
+    edited["output"] = "results"
+    edited["search"]["n_samples"] = 5
+    edited["models"] = ["vit_c_w64_16px"]
+    edited["recipe"]["label_smoothing"] = 0.2
+    sets = ["search.n_samples=5", "models=[vit_c_w64_16px]", "recipe.label_smoothing=0.2"]
+    overridden = load_study(study, parse_overrides(sets))
+    expected = parse_spec(edited)
+    assert overridden == expected
+    assert [overridden.cell_id(c) for c in overridden.cells()] == [
+        expected.cell_id(c) for c in expected.cells()
+    ]
+    plain = load_study(study)
+    assert plain.cell_id(plain.cells()[1]) != overridden.cell_id(overridden.cells()[0])
+
+
+def test_run_saves_the_resolved_spec_with_its_overrides(cli, study, tiny_dict, tmp_path):
+    sets = ["--set", "models=[vit_p_w64_16px]", "--set", "search.n_samples=1"]
+    code, out, err = cli("run", "tiny.yaml", "--dry-run", *sets)
+    assert code == 0, err
+    assert "1 trials, 1 to run" in out.replace("\n", " ")
+    code, _, err = cli("run", "tiny.yaml", "--executor", "debug", *sets)
+    assert code == 0, err
+    edited = copy.deepcopy(tiny_dict)
+    edited.update(output="results", models=["vit_p_w64_16px"])
+    edited["search"]["n_samples"] = 1
+    edited["executor"] = {"kind": "debug"}
+    saved = (tmp_path / "results" / "tiny" / "spec.yaml").read_text()
+    assert saved == dump_spec(parse_spec(edited))
+    code, out, err = cli("status", "tiny.yaml", *sets)
+    assert code == 0 and "1 of 1 trials done" in out, err
+    code, out, err = cli("report", "tiny.yaml", "--peak", *sets)
+    assert code == 0, err
+    assert "vit_c" not in (tmp_path / "reports" / "tiny" / "trials.csv").read_text()
+
+
+@pytest.mark.parametrize(
+    ("override", "needle"),
+    [
+        ("search.n_sample=8", "--set search.n_sample=8: unknown key; did you mean search.n_samples?"),
+        ('epochs="3"', "--set epochs='3': should be an int or a list of ints"),
+        ("executor.workers=many", "--set executor.workers=many: should be a valid integer or 'auto' (got 'many')"),
+        ("models=[vit_c_w64_16p]", "--set models=[vit_c_w64_16p]: models: unknown model 'vit_c_w64_16p'; did you mean vit_c_w64_16px?"),
+        ("dataset.name=digit", "--set dataset.name=digit: dataset.name: unknown dataset 'digit'; did you mean digits?"),
+        ("name.first=x", "--set name.first=x: name is not a mapping"),
+        ("batch_size", "--set batch_size: expected KEY=VALUE"),
+        ("search.n_samples=[1", "--set search.n_samples=[1: the value is not valid YAML"),
+    ],
+)  # fmt: skip
+def test_a_bad_override_is_one_line_naming_it_exit_2_nothing_written(
+    cli, study, tmp_path, override, needle
+):
+    for command in (
+        ["run", "tiny.yaml"],
+        ["run", "tiny.yaml", "--dry-run"],
+        ["status", "tiny.yaml"],
+    ):
+        code, _, err = cli(*command, "--set", override)
+        assert code == 2
+        assert err.strip() == f"error: {needle}" or (
+            err.startswith(f"error: {needle}") and len(err.strip().splitlines()) == 1
+        ), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.yaml"]
+
+
+def test_file_errors_suggest_keys_and_say_what_a_union_field_takes(tiny_dict):
+    bad = copy.deepcopy(tiny_dict)
+    bad["recipe"]["warmup_epoch"] = 1
+    bad["executor"] = {"workers": "many"}
+    bad["epochs"] = "3"
+    with pytest.raises(SpecError) as err:
+        parse_spec(bad, "study.yaml")
+    lines = str(err.value).splitlines()
+    assert sorted(lines) == sorted(
+        [
+            "study.yaml: epochs: should be an int or a list of ints, e.g. 50 or [50, 100] (got '3')",
+            "study.yaml: recipe.warmup_epoch: unknown key; did you mean recipe.warmup_epochs?",
+            "study.yaml: executor.workers: should be a valid integer or 'auto' (got 'many')",
+        ]
+    )
+    assert "valid list" not in str(err.value)
+
+
+def test_version_is_the_packages(cli):
+    pyproject = (REPO / "pyproject.toml").read_text()
+    version = re.search(r'^version = "(.+)"$', pyproject, re.MULTILINE).group(1)
+    code, out, _ = cli("--version")
+    assert code == 0 and out.strip() == f"optbench {version}"
+
+
+def test_shell_completion_knows_commands_and_model_names(cli, monkeypatch):
+    monkeypatch.setenv("_OPTBENCH_COMPLETE", "complete_bash")
+    monkeypatch.setenv("COMP_WORDS", "optbench models vit_c_4")
+    monkeypatch.setenv("COMP_CWORD", "2")
+    code, out, _ = cli()
+    assert code == 0 and out.split() == ["vit_c_4gf"]
+    monkeypatch.setenv("COMP_WORDS", "optbench sta")
+    monkeypatch.setenv("COMP_CWORD", "1")
+    assert cli()[1].split() == ["status"]
