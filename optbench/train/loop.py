@@ -26,8 +26,9 @@ Checkpoint, stop signals and resume (for the SLURM helper and any other caller):
 - Resume is detected from the files: OUT/result.json present = the trial is done; otherwise
   OUT/checkpoint.pt present = it can be resumed. `run_trial(..., resume=True)` (CLI: `optbench
   train ... --resume`) continues from the checkpoint if there is one (and starts fresh if not);
-  with result.json present it returns that result untouched. Without `resume`, a trial starts
-  from scratch. The checkpoint is deleted once result.json is written (`keep_checkpoint=True`
+  with result.json present it returns that result untouched (if it is this config's: another
+  config's result or checkpoint is refused, naming the difference, and kept). Without
+  `resume`, a trial starts from scratch. The checkpoint is deleted once result.json is written (`keep_checkpoint=True`
   keeps it).
 
 Speed. Data lives on the device for small datasets (data.py); augmentation is batched
@@ -47,8 +48,8 @@ takes batch / world images of every global batch, and only rank 0 writes files.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
-import json
 import math
 import random
 import signal
@@ -67,7 +68,13 @@ from torch import nn
 
 from optbench.models import create_model
 from optbench.train.augment import BatchAugment
-from optbench.train.checkpoint import CHECKPOINT_FILE, load_checkpoint, save_checkpoint
+from optbench.train.checkpoint import (
+    CHECKPOINT_FILE,
+    CheckpointError,
+    load_checkpoint,
+    restoring,
+    save_checkpoint,
+)
 from optbench.train.config import TrainConfig, TrialResult
 from optbench.train.data import (
     DeviceBatches,
@@ -86,9 +93,17 @@ from optbench.train.distributed import (
     process_device,
 )
 from optbench.train.optim import build_optimizer, build_schedule, schedule_position
-from optbench.train.results import METRICS_FILE, RESULT_FILE, read_result, write_result
+from optbench.train.results import (
+    atomic_write_text,
+    finished_result,
+    runtime_info,
+    write_metrics,
+    write_result,
+)
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR2)
+# A write that fails for these is the machine's fault, not the trial's: run_trial raises it.
+DISK_FAULTS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS)
 
 
 class TrialInterrupted(BaseException):
@@ -294,18 +309,15 @@ def _train(
 
     ckpt_path = out_dir / CHECKPOINT_FILE
     progress = _Progress()
-    state = load_checkpoint(ckpt_path) if resume else None
+    state = load_checkpoint(ckpt_path, cfg.model_dump(mode="json")) if resume else None
     if state is not None:
-        if state["config"] != cfg.model_dump(mode="json"):
-            raise ValueError(
-                f"{ckpt_path} belongs to a different trial config; remove it to restart"
-            )
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        schedule.load_state_dict(state["schedule"])
-        if ema is not None:
-            ema.load_state_dict(state["ema"])
-        progress = _Progress(**state["progress"])
+        with restoring(ckpt_path):
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            schedule.load_state_dict(state["schedule"])
+            if ema is not None:
+                ema.load_state_dict(state["ema"])
+            progress = _Progress(**state["progress"])
 
     trained = model
     if run.dist.enabled:
@@ -325,14 +337,11 @@ def _train(
                     "optimizer": optimizer.state_dict(),
                     "schedule": schedule.state_dict(),
                     "progress": progress.__dict__,
-                    "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state()},
                 },
             )
 
-    metrics_path = out_dir / METRICS_FILE
     if run.dist.is_main:  # the file holds exactly the completed epochs' lines
-        lines = "".join(json.dumps(line) + "\n" for line in progress.history)
-        metrics_path.write_text(lines)
+        write_metrics(out_dir, progress.history)
     stop_flag = torch.zeros(1, device=run.device)
     diverged_epoch = None
     stopping = False  # agreed by every rank, decided after each step
@@ -391,8 +400,7 @@ def _train(
             history=[*progress.history, line],
         )
         if run.dist.is_main:
-            with open(metrics_path, "a") as metrics:
-                metrics.write(json.dumps(line) + "\n")
+            write_metrics(out_dir, progress.history)
         if diverged_epoch is None:
             checkpoint()
         if stopping and progress.epoch < cfg.epochs and diverged_epoch is None:
@@ -449,15 +457,18 @@ def run_trial(
     distributed: bool = True,
 ) -> TrialResult:
     """Train `cfg` into `out_dir` and write result.json there. Never raises for a failed trial:
-    the failure (with its traceback in error.log) is the result. On SIGTERM / SIGUSR2 it
-    checkpoints, then passes the signal on (see the module docstring). `workers`
+    the failure (with its traceback in error.log) is the result; a refused checkpoint is kept.
+    It raises only where no result can be written for it: an OSError of DISK_FAULTS (disk
+    full, I/O error), or, with `resume`, a result.json in `out_dir` that is invalid or another
+    config's (results.finished_result). On SIGTERM / SIGUSR2 it checkpoints, then passes the
+    signal on (see the module docstring). `workers`
     sets the DataLoader workers of class-folder datasets (results do not depend on it).
     `distributed=False` ignores torchrun's / SLURM's environment and trains in this process
     alone (see distributed.py)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    if resume and (out_dir / RESULT_FILE).is_file():
-        return read_result(out_dir)
+    if resume and (done := finished_result(cfg, out_dir)) is not None:
+        return done  # ResumeMismatch or InvalidResultFile if it is not this config's result
     start = time.perf_counter()
     ctx = context_from_env() if distributed else DistContext()
     dev = torch.device(device)
@@ -483,14 +494,20 @@ def run_trial(
         pass_on(stopped.signum, replaced)
         raise
     except Exception as err:  # noqa: BLE001 - any crash becomes a recorded "failed" result
+        if isinstance(err, OSError) and err.errno in DISK_FAULTS:
+            raise  # not this trial's failure: the caller stops (nothing more can be written)
+        # a refused checkpoint stays where it is for the user to look at
+        keep_checkpoint = keep_checkpoint or isinstance(err, CheckpointError)
         if ctx.is_main:
-            (out_dir / "error.log").write_text(traceback.format_exc())
+            atomic_write_text(out_dir / "error.log", traceback.format_exc())
         result = TrialResult(
             status="failed", epochs=cfg.epochs, config=cfg, message=f"{type(err).__name__}: {err}"
         )
     finally:
         destroy_process_group(ctx)
     result.wall_s = round(time.perf_counter() - start, 3)
+    for name, value in runtime_info(dev).items():  # what the digest depends on
+        setattr(result, name, value)
     if ctx.is_main:
         write_result(out_dir, result)
         if not keep_checkpoint:
