@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from optbench.errors import UsageError, format_errors
+from optbench.errors import UsageError, WriteError, format_errors
 from optbench.spec import OPTIMIZERS, Dataset, Recipe, StudySpec
 
 app = typer.Typer(
@@ -93,10 +93,11 @@ def train(
     SIGTERM or SIGUSR2 saves OUT/checkpoint.pt and exits with 128 + the signal number; run the
     same command with --resume to continue."""
     import torch
-    import yaml
     from pydantic import ValidationError
 
+    from optbench.checks import check_batch
     from optbench.models import is_model
+    from optbench.spec import read_yaml
     from optbench.train.config import TrainConfig
     from optbench.train.data import check_dataset, download_dataset
     from optbench.train.loop import STOP_SIGNALS, TrialInterrupted, run_trial
@@ -112,7 +113,7 @@ def train(
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise UsageError(f"--set: expected KEY=VALUE, got {item!r}")
-        overrides[key.strip()] = yaml.safe_load(value)
+        overrides[key.strip()] = read_yaml(value, f"--set {key.strip()}")
     try:
         resolved_recipe = Recipe.model_validate(overrides)
     except ValidationError as err:
@@ -133,9 +134,11 @@ def train(
         )
     except ValidationError as err:
         raise UsageError(format_errors("train", err)) from None
+    _check_train_flags(cfg, out, threads, device, resume)
     if download:
         download_dataset(ds)
     check_dataset(ds)
+    check_batch(ds, batch_size, "--batch-size")
     if threads:
         torch.set_num_threads(threads)
 
@@ -149,9 +152,24 @@ def train(
         result = run_trial(cfg, out, device, resume=resume)
     except TrialInterrupted as stopped:
         exit_on_stop(stopped.signum, None)
+    except OSError as err:  # disk full, I/O error: one line (the checkpoint so far is kept)
+        raise WriteError.from_os(err) from None
     typer.echo(result.model_dump_json(indent=2, exclude={"config"}))
     if result.status == "failed":
         raise typer.Exit(1)
+
+
+def _check_train_flags(cfg, out: Path, threads: int | None, device: str, resume: bool) -> None:
+    """`optbench train`'s flags against this machine, before anything is written: threads,
+    device, the output folder and what --resume would continue from."""
+    from optbench.checks import check_device, check_resume, check_threads, check_writable_folder
+
+    if threads is not None:
+        check_threads(threads)
+    check_device(device)
+    check_writable_folder(out, "--out")
+    if resume:
+        check_resume(cfg, out)
 
 
 @app.command()
@@ -172,6 +190,8 @@ def run(
     ] = False,
 ) -> None:
     """Run every unfinished trial of a study, recording results as they end."""
+    if workers is not None and workers < 1:
+        raise UsageError(f"--workers: must be at least 1, got {workers}")
     spec = _load(study, data=not dry_run)
     kind = executor_kind or spec.executor.kind
     if kind not in ("slurm", "local", "debug"):
@@ -329,6 +349,9 @@ def main() -> None:
     except UsageError as err:
         typer.echo(f"error: {err}", err=True)
         sys.exit(2)
+    except WriteError as err:  # not bad input: the disk is full, say
+        typer.echo(f"error: {err}", err=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":
