@@ -32,9 +32,9 @@ from torch import nn
 
 from optbench import models  # noqa: F401  (registers the quickstart models)
 from optbench.spec import Dataset, Recipe
-from optbench.train import loop
+from optbench.train import epoch as epoch_module
 from optbench.train.config import TrainConfig
-from optbench.train.data import load_dataset
+from optbench.train.datasets import load_dataset
 from optbench.train.loop import run_trial
 from optbench.train.results import read_metrics
 
@@ -70,7 +70,7 @@ def optbench_epochs(cfg: TrainConfig) -> list[float]:
 
 
 class CpuClock:
-    """Stands in for the `time` module in optbench's loop: perf_counter reads CPU time."""
+    """Stands in for the `time` module of optbench's train/epoch.py: perf_counter reads CPU time."""
 
     perf_counter = staticmethod(time.process_time)
 
@@ -114,7 +114,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
     if args.clock == "cpu":
-        loop.time = CpuClock
+        epoch_module.time = CpuClock  # the clock train_one_epoch times its epochs with
     cfg, cfg_ema = config(args.epochs, ema=False), config(args.epochs, ema=True)
     plain, ours, ours_ema = [], [], []  # images/s of every epoch of every run
     for _ in range(args.repeats):

@@ -13,7 +13,7 @@ from pathlib import Path
 from optbench.errors import SpecError, UsageError
 from optbench.models import is_model
 from optbench.spec import Dataset, StudySpec
-from optbench.train.data import DATASETS, check_dataset, dataset_info
+from optbench.train.datasets import DATASETS, check_dataset, dataset_info
 
 # Datasets whose size is known without their files (bundled, or published sizes).
 _SIZED_WITHOUT_DATA = ("digits", "cifar10", "cifar100", "imagenet")
@@ -81,9 +81,7 @@ def check_storage(url: str, what: str) -> None:
     """The storage can be opened for writing: a SQLite or journal file whose folder can be
     written and which is a study database if it exists, or a server whose driver is
     installed. Connects to nothing."""
-    import sqlalchemy
-
-    from optbench.store import check_storage_file, storage_file
+    from optbench.store import check_storage_file, server_url, storage_file
 
     path = storage_file(url)
     if path is not None:
@@ -95,14 +93,10 @@ def check_storage(url: str, what: str) -> None:
         except UsageError as err:
             raise UsageError(f"{what}: {err}") from None
         return
-    parsed = sqlalchemy.engine.make_url(url)
     try:
-        parsed.get_dialect().import_dbapi()
-    except ImportError as err:
-        raise UsageError(
-            f"{what}: {parsed.drivername} needs a database driver that is not installed "
-            f"({err.name or err})"
-        ) from None
+        server_url(url)
+    except UsageError as err:
+        raise UsageError(f"{what}: {err}") from None
 
 
 def check_threads(threads: int, what: str = "--threads") -> None:

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import signal
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
-from optbench.errors import UsageError, WriteError, format_errors
+from optbench.errors import StorageUnavailable, UsageError, WriteError, format_errors
 from optbench.spec import OPTIMIZERS, Dataset, Recipe, StudySpec
 
 app = typer.Typer(
@@ -99,8 +100,9 @@ def train(
     from optbench.models import is_model
     from optbench.spec import read_yaml
     from optbench.train.config import TrainConfig
-    from optbench.train.data import check_dataset, download_dataset
-    from optbench.train.loop import STOP_SIGNALS, TrialInterrupted, run_trial
+    from optbench.train.datasets import check_dataset, download_dataset
+    from optbench.train.loop import run_trial
+    from optbench.train.signals import STOP_SIGNALS, TrialInterrupted
 
     if optimizer not in OPTIMIZERS:
         raise UsageError(f"--optimizer: must be one of {list(OPTIMIZERS)}, got {optimizer!r}")
@@ -199,7 +201,7 @@ def run(
     spec = spec.model_copy(update={"executor": spec.executor.model_copy(update={"kind": kind})})
     if dry_run:  # a plan needs no data on this machine: say so if a real run would stop
         from optbench.checks import check_spec
-        from optbench.runner import plan_table
+        from optbench.study_tables import plan_table
 
         console.print(plan_table(spec))
         try:
@@ -210,7 +212,9 @@ def run(
     from optbench.executors import make_executor
     from optbench.runner import run_study
 
-    executor = make_executor(spec, workers=workers)
+    # The executor says what it submits; SLURM also says when it stops answering and answers again.
+    notify = partial(console.print, markup=False, highlight=False)
+    executor = make_executor(spec, workers=workers, notify=notify)
     if detach and not executor.jobs_outlive_driver:
         raise UsageError(f"--detach: only the slurm executor can detach (executor is {kind!r})")
     try:
@@ -222,28 +226,30 @@ def run(
 @app.command()
 def status(study: Annotated[Path, typer.Argument(help="study YAML file")]) -> None:
     """Print a study's counts per cell without running or writing anything."""
-    from optbench.runner import status_table
+    from optbench.study_tables import status_table
 
     spec = _load(study, data=False)
-    console.print(status_table(spec))
-    from optbench.launch.slurm import job_folder, read_records, slurm_summary
+    from optbench.launch.slurm import has_jobs, slurm_status
 
-    if read_records(job_folder(spec)):  # the study has been on SLURM: its jobs' states
-        console.print(slurm_summary(spec))
+    running, summary = slurm_status(spec) if has_jobs(spec) else (set(), None)
+    console.print(status_table(spec, running=running))
+    if summary:  # the study has been on SLURM: its jobs' states
+        console.print(summary, markup=False, highlight=False)
 
 
 @app.command()
 def cancel(study: Annotated[Path, typer.Argument(help="study YAML file")]) -> None:
-    """Cancel a study's SLURM jobs (scancel); a later `optbench run` records them as failed and
-    the next one resubmits them."""
+    """Cancel a study's queued and running SLURM jobs (scancel) and print what SLURM did; exit
+    status 1 if scancel failed for any. The next `optbench run` records the cancelled trials as
+    failed attempts and resubmits them (within executor.retries)."""
     from optbench.launch.slurm import cancel_study_jobs, job_folder
     from optbench.spec import load_spec
 
-    cancelled = cancel_study_jobs(job_folder(load_spec(study)))
-    console.print(
-        f"cancelled {len(cancelled)} SLURM job(s)"
-        + (f": {' '.join(cancelled)}" if cancelled else "")
-    )
+    lines, ok = cancel_study_jobs(job_folder(load_spec(study)))
+    for line in lines:
+        console.print(line, markup=False, highlight=False)
+    if not ok:
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -349,7 +355,7 @@ def main() -> None:
     except UsageError as err:
         typer.echo(f"error: {err}", err=True)
         sys.exit(2)
-    except WriteError as err:  # not bad input: the disk is full, say
+    except (WriteError, StorageUnavailable) as err:  # not bad input: a full disk, a server down
         typer.echo(f"error: {err}", err=True)
         sys.exit(1)
 

@@ -2,7 +2,8 @@
 
 `UsageError` is bad input (a study file, a flag, a dataset path): `optbench` prints it as one
 message and exits with code 2, before anything is written. `WriteError` is the machine's fault
-(disk full, I/O error): one message, exit code 1. Every module raises these; this one
+(disk full, I/O error): one message, exit code 1. `StorageUnavailable` is a study database that
+does not answer: one line, exit code 1. Every module raises these; this one
 imports nothing from optbench.
 """
 
@@ -30,6 +31,12 @@ class WriteError(Exception):
     def from_os(cls, err: OSError) -> WriteError:
         where = f"{err.filename}: " if err.filename else ""
         return cls(f"{where}cannot write: {err.strerror or err}")
+
+
+class StorageUnavailable(Exception):
+    """The study's storage does not answer (a database server down, a file system gone): one
+    line naming it, password masked, exit code 1 (not bad input). Nothing is lost: results stay
+    in their trial folders and the next run records them."""
 
 
 def format_errors(source: Path | str, err: ValidationError) -> str:

@@ -16,18 +16,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-import optuna
-import sqlalchemy
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from optbench.errors import WriteError
+from optbench.errors import StorageUnavailable, WriteError
 from optbench.executors.base import Executor
 from optbench.locks import driver_lock
 from optbench.plan import plan
 from optbench.spec import StudySpec, dump_spec
-from optbench.store import Store, StoredTrial, storage_file
+from optbench.store import Store, StoredTrial
 from optbench.train.config import TrialResult
 from optbench.train.results import (
     RESULT_FILE,
@@ -50,22 +48,15 @@ def study_lock(spec: StudySpec, console: Console) -> Iterator[None]:
 
 
 @contextmanager
-def write_faults_as_one_line(spec: StudySpec) -> Iterator[None]:
+def write_faults_as_one_line() -> Iterator[None]:
     """Disk full, I/O errors and a study file that cannot be written stop the run with one line
-    naming the path and the cause (WriteError). What was recorded stays recorded: every
-    database write is a transaction, and result files not yet recorded are recorded by the
-    next run."""
+    naming the path and the cause (WriteError; the database's own are StorageUnavailable, see
+    store.storage_errors). What was recorded stays recorded: every database write is a
+    transaction, and result files not yet recorded are recorded by the next run."""
     try:
         yield
     except OSError as err:
         raise WriteError.from_os(err) from None
-    except (optuna.exceptions.StorageInternalError, sqlalchemy.exc.OperationalError) as err:
-        path = storage_file(spec.storage_url)
-        if path is None:
-            raise  # a database server: not a file that can fill up
-        cause = err.__cause__ if err.__cause__ is not None else err
-        why = str(getattr(cause, "orig", None) or cause).splitlines()[0]
-        raise WriteError(f"{path}: cannot write the study database: {why}") from None
 
 
 @dataclass
@@ -158,7 +149,7 @@ def run_study(
     the driver (SLURM) returns right after submitting: a later run follows the same jobs."""
     console = console or Console()
     trials = plan(spec)  # pure: a spec that cannot be planned stops here, before any write
-    with write_faults_as_one_line(spec), study_lock(spec, console):
+    with write_faults_as_one_line(), study_lock(spec, console):
         store = Store(spec, create=True)
         atomic_write_text(spec.study_dir / "spec.yaml", dump_spec(spec))
         stored = store.prepare(trials, retries=spec.executor.retries)
@@ -190,8 +181,7 @@ def run_study(
         jobs = [item.trial.job for item in todo.values()]
         for job in jobs:
             (job.out_dir / RESULT_FILE).unlink(missing_ok=True)  # a failed attempt's leftovers
-        where = executor.submit(jobs)
-        console.print(f"{len(jobs)} trial(s) to run on {where}")
+        console.print(executor.submit(jobs), markup=False, highlight=False)
         outlive = executor.jobs_outlive_driver
         if detach and outlive:
             executor.close(cancel=False)
@@ -221,7 +211,7 @@ def run_study(
                         progress.ran += 1
                         del todo[event.key]
                     display.update(progress.table(spec.name))
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, StorageUnavailable):  # the storage's error says which
             executor.close(cancel=not outlive)  # cluster jobs keep running: Ctrl-C detaches
             left = "still queued or running" if outlive else "left"
             console.print(
@@ -253,67 +243,3 @@ def _record_end(store: Store, item: StoredTrial, lost_message: str | None) -> No
         )
         result, metrics = _failed(item, why), []
     store.record(item, result, metrics)
-
-
-def status_table(spec: StudySpec) -> Table:
-    """Counts per cell, read from the store without running or writing anything."""
-    stored = Store(spec, create=False).read(plan(spec))
-    return StudyProgress(stored).table(
-        f"{spec.name}: {sum(s.is_result for s in stored)} of {len(stored)} trials done"
-    )
-
-
-def plan_table(spec: StudySpec) -> Table:
-    """The trial plan of `optbench run --dry-run`: what would run, per cell, and its compute:
-    training images x forward multiply-adds per image (backward adds about 2x). Writes nothing."""
-    from optbench.models.complexity import model_complexity
-    from optbench.train.data import dataset_info
-
-    info = dataset_info(spec.dataset)
-    stored = Store(spec, create=False).read(plan(spec))
-    table = Table(title=f"{spec.name}: plan ({spec.dataset.name}, {info.n_train} training images)")
-    for col in (
-        "model",
-        "optimizer",
-        "epochs",
-        "trials",
-        "to run",
-        "lr range",
-        "wd range",
-        "GF/img",
-        "PF to run",
-    ):
-        table.add_column(col, no_wrap=col == "model")
-    total = 0.0
-    flops_of: dict[str, int] = {}
-    for cell in spec.cells():
-        items = [s for s in stored if s.trial.cell == cell]
-        todo = sum(not s.is_result for s in items)
-        b = spec.search.bounds(cell.model, cell.optimizer)
-        if cell.model not in flops_of:  # one count per model, not per cell
-            flops_of[cell.model] = model_complexity(
-                cell.model,
-                num_classes=info.num_classes,
-                in_chans=info.in_chans,
-                img_size=info.img_size,
-            )["flops"]
-        flops = flops_of[cell.model]
-        cell_flops = todo * cell.epochs * info.n_train * flops
-        total += cell_flops
-        table.add_row(
-            cell.model,
-            cell.optimizer,
-            str(cell.epochs),
-            str(len(items)),
-            str(todo),
-            f"{b.lr[0]:.3g} .. {b.lr[1]:.3g}",
-            f"{b.wd[0]:.3g} .. {b.wd[1]:.3g}",
-            f"{flops / 1e9:.3g}",
-            f"{cell_flops / 1e15:.3g}",
-        )
-    to_run = sum(not s.is_result for s in stored)
-    table.caption = (
-        f"{len(stored)} trials, {to_run} to run: {total / 1e15:.3g} PF of forward "
-        f"multiply-adds ({total * 3 / 1e15:.3g} PF with backward)"
-    )
-    return table

@@ -21,9 +21,7 @@ import sqlalchemy
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-# UsageError is re-exported for modules that still import it from here (moves in progress on
-# other branches); new code imports both from optbench.errors.
-from optbench.errors import SpecError, UsageError, format_errors  # noqa: F401
+from optbench.errors import SpecError, format_errors
 
 Optimizer = Literal["adamw", "sgd"]
 OPTIMIZERS: tuple[str, ...] = ("adamw", "sgd")
@@ -168,19 +166,28 @@ def _check_storage_url(url: str) -> str:
 
 
 # Named recipes. A study picks one with `recipe.preset` and may override any key; every key's
-# meaning is in README.md, "Training recipes". "basic" is the fast quickstart recipe (the field defaults below).
+# meaning, and the source of every preset value, is in docs/recipes.md. "basic" is the fast
+# quickstart recipe (the field defaults below).
 RecipePreset = Literal["basic", "paper", "deit"]
 RECIPE_PRESETS: dict[str, dict] = {
     "basic": {},
-    # Xiao et al. 2021, Sections 5.4 and 6 (README.md, "Training recipes", gives the source of each key)
+    # Xiao et al. 2021 as its code ran it: pycls, branch `vitconfigs`, configs/vitconv_baselines/vit
     "paper": {
+        "schedule": "pycls",
+        "schedule_step": "epoch",
         "warmup_epochs": 5.0,
-        "warmup_ref_epochs": 50,
-        "min_lr": 0.0,
+        "warmup_ref_epochs": None,
+        "warmup_factor": 0.1,
+        "min_lr": 0.005,
+        "nesterov": True,
         "label_smoothing": 0.1,
         "ema": True,
-        "ema_horizon": 0.078,
-        "auto_augment": "autoaugment",
+        "ema_rule": "pycls",
+        "ema_period": 32,
+        "ema_alpha": 1e-5,
+        "precise_bn_images": 8192,
+        "auto_augment": "pycls_v0",
+        "lighting_std": 0.1,
         "mixup_alpha": 0.8,
         "cutmix_alpha": 1.0,
         "random_erasing": 0.0,
@@ -188,18 +195,23 @@ RECIPE_PRESETS: dict[str, dict] = {
         "drop_path": 0.0,
         "wd_exclude": [],
     },
-    # DeiT / DHVT official code (Lu et al. 2022); its lr is normalized to batch 512 (see
-    # PRESET_REF_BATCH).
+    # DHVT's official code (Lu et al. 2022; DeiT's main.py), its CIFAR run; its lr is normalized
+    # to batch 512 (see PRESET_REF_BATCH).
     "deit": {
+        "schedule": "deit",
+        "schedule_step": "epoch",
         "warmup_epochs": 5.0,
-        "warmup_ref_epochs": 50,
-        "min_lr": 1e-5,
+        "warmup_ref_epochs": None,
+        "warmup_factor": 0.001,
+        "min_lr": 0.01,
+        "nesterov": True,  # DeiT's --opt sgd is timm's Nesterov SGD
         "label_smoothing": 0.1,
         "ema": True,
-        "ema_horizon": 0.078,
-        "auto_augment": "randaugment",
-        "randaugment_m": 9,
-        "randaugment_n": 2,
+        "ema_rule": "decay",
+        "ema_decay": 0.99996,
+        "report": "raw_final",
+        "normalize": "imagenet",
+        "auto_augment": "rand-m9-mstd0.5-inc1",
         "mixup_alpha": 0.8,
         "cutmix_alpha": 1.0,
         "random_erasing": 0.25,
@@ -213,6 +225,22 @@ RECIPE_PRESETS: dict[str, dict] = {
 # The batch size each preset's lr is normalized to: a study's (or `optbench train`'s) `ref_batch`
 # when it gives none. Xiao et al. normalize to 2048; DeiT's code scales lr by batch / 512.
 PRESET_REF_BATCH: dict[str, int] = {"basic": 2048, "paper": 2048, "deit": 512}
+
+# The parameters each EMA rule reads, with their defaults (filled in when the rule is chosen). A
+# rule's parameters are null under the other rules, so a resolved recipe shows only what is used.
+EMA_RULE_PARAMS: dict[str, dict[str, float]] = {
+    "horizon": {"ema_horizon": 0.078},
+    "pycls": {"ema_period": 32, "ema_alpha": 1e-5},
+    "decay": {"ema_decay": 0.99996},
+}
+
+# Auto-augment policies (train/augment.py): torchvision's by name, pycls's "pycls_v0", and timm's
+# AutoAugment and RandAugment config strings ("v0", "original-mstd0.5", "rand-m9-mstd0.5-inc1").
+TORCHVISION_POLICIES = ("autoaugment", "randaugment")
+TIMM_POLICY = re.compile(
+    r"(v0|v0r|original|originalr|3a)(-mstd\d+(\.\d+)?)?"
+    r"|rand(-(m|n|mmax|inc)\d+|-(p|mstd)\d+(\.\d+)?)*"
+)
 
 
 def fill_ref_batch(data):
@@ -235,31 +263,40 @@ class Recipe(_Strict):
     """
 
     preset: RecipePreset = "basic"
-    # schedule
+    # schedule (train/optim.py); min_lr and warmup_factor are fractions of the peak lr
+    schedule: Literal["cosine", "pycls", "deit"] = "cosine"
+    schedule_step: Literal["iteration", "epoch"] = "iteration"
     warmup_epochs: float = Field(default=5.0, ge=0)
     warmup_ref_epochs: int | None = Field(default=None, ge=1)
-    schedule_step: Literal["iteration", "epoch"] = "iteration"
-    min_lr: float = Field(default=0.0, ge=0)
+    warmup_factor: float = Field(default=0.0, ge=0, le=1)
+    min_lr: float = Field(default=0.0, ge=0, le=1)
     # optimizer
     momentum: float = Field(default=0.9, ge=0, lt=1)
     nesterov: bool = False
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = Field(default=1e-8, gt=0)
     wd_exclude: tuple[str, ...] = ()
-    # loss, weights average and what is reported
+    # loss, weights average (train/ema.py), BN statistics and what is reported
     label_smoothing: float = Field(default=0.1, ge=0, lt=1)
     ema: bool = True
-    ema_horizon: float = Field(default=0.078, gt=0, le=1)
+    ema_rule: Literal["horizon", "pycls", "decay"] = "horizon"
+    ema_horizon: float | None = Field(default=None, gt=0, le=1)
+    ema_period: int | None = Field(default=None, ge=1)
+    ema_alpha: float | None = Field(default=None, gt=0)
+    ema_decay: float | None = Field(default=None, ge=0, lt=1)
+    precise_bn_images: int = Field(default=0, ge=0)
     report: Literal["ema_final", "ema_best", "raw_final", "raw_best"] = "ema_final"
     diverge_loss: float = Field(default=1e4, gt=0)
-    # augmentation
+    # augmentation (train/augment.py)
+    normalize: Literal["dataset", "imagenet"] = "dataset"
     hflip: bool = True
     translate: int = Field(default=4, ge=0)
-    auto_augment: Literal["none", "autoaugment", "randaugment"] = "none"
-    autoaugment_policy: Literal["imagenet", "cifar10"] = "imagenet"
+    auto_augment: str = "none"
+    autoaugment_policy: Literal["imagenet", "cifar10", "svhn"] = "imagenet"
     randaugment_n: int = Field(default=2, ge=1)
     randaugment_m: int = Field(default=9, ge=0, le=30)
     augment_group: int = Field(default=8, ge=1)
+    lighting_std: float = Field(default=0.0, ge=0)
     mixup_alpha: float = Field(default=0.0, ge=0)
     cutmix_alpha: float = Field(default=0.0, ge=0)
     random_erasing: float = Field(default=0.0, ge=0, le=1)
@@ -275,16 +312,49 @@ class Recipe(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _fill_from_preset(cls, data):
-        if isinstance(data, dict):
-            preset = data.get("preset", "basic")
-            if preset in RECIPE_PRESETS:  # an unknown name is reported by the Literal check
-                data = {**RECIPE_PRESETS[preset], **data}
+        if not isinstance(data, dict):
+            return data
+        given = data
+        preset = given.get("preset", "basic")
+        # an unknown preset name is reported by the Literal check
+        data = {**RECIPE_PRESETS.get(preset, {}), **given}
+        # The chosen EMA rule's parameters get their defaults; the preset's parameters of
+        # another rule are dropped (the study's own are kept, and reported if misplaced).
+        rule = data.get("ema_rule", "horizon")
+        for other, params in EMA_RULE_PARAMS.items():
+            for key, default in params.items():
+                if other == rule and data.get(key) is None:
+                    data[key] = default
+                elif other != rule and key not in given:
+                    data.pop(key, None)
+        # pycls's and DeiT's schedules set the lr once per epoch
+        if data.get("schedule") in ("pycls", "deit") and "schedule_step" not in given:
+            data["schedule_step"] = "epoch"
         return data
 
     @model_validator(mode="after")
-    def _ema_if_reported(self) -> Recipe:
+    def _consistent(self) -> Recipe:
         if self.report.startswith("ema") and not self.ema:
             raise ValueError(f"report {self.report!r} needs ema: true (or report raw_final)")
+        for rule, params in EMA_RULE_PARAMS.items():
+            for key in params:
+                if rule != self.ema_rule and getattr(self, key) is not None:
+                    raise ValueError(f"{key} is read only by ema_rule {rule!r}; remove it")
+        if self.schedule != "cosine" and self.schedule_step != "epoch":
+            raise ValueError(
+                f"schedule {self.schedule!r} sets the lr once per epoch: schedule_step must be 'epoch'"
+            )
+        named = ("none", "pycls_v0", *TORCHVISION_POLICIES)
+        if self.auto_augment not in named and not TIMM_POLICY.fullmatch(self.auto_augment):
+            raise ValueError(
+                f"auto_augment {self.auto_augment!r} is not one of {list(named)} nor a timm "
+                "AutoAugment or RandAugment config string such as 'v0' or 'rand-m9-mstd0.5-inc1'"
+            )
+        if self.autoaugment_policy != "imagenet" and self.auto_augment != "autoaugment":
+            raise ValueError(
+                f"autoaugment_policy {self.autoaugment_policy!r} is read only by auto_augment "
+                f"'autoaugment' (torchvision's), not {self.auto_augment!r}"
+            )
         return self
 
     def warmup_for(self, epochs: int) -> float:
@@ -323,6 +393,22 @@ class SlurmSettings(_Strict):
     folder: Path | None = Field(
         default=None, description="job files and logs; default <study folder>/slurm (shared FS)"
     )
+
+    @field_validator("signal_delay_s")
+    @classmethod
+    def _time_to_train(cls, delay: int, info) -> int:
+        # SLURM sends the signal up to 60 s earlier than asked (sbatch(1), --signal); a job also
+        # needs a minute to start and make progress, or it is requeued over and over for nothing.
+        limit_s = info.data.get("time_min", 60) * 60
+        if limit_s - delay - 60 < 60:
+            fix = f"raise time_min to at least {-(-(delay + 120) // 60)}"
+            if limit_s - 120 >= 10:
+                fix = f"lower signal_delay_s to at most {limit_s - 120} or {fix}"
+            raise ValueError(
+                f"{delay} s before the end of time_min ({limit_s // 60} min) leaves no time to "
+                f"train (SLURM may signal 60 s early, and a job needs a minute to start): {fix}"
+            )
+        return delay
 
     @property
     def tasks(self) -> int:

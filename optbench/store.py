@@ -14,10 +14,13 @@ come from the plan (plan.py); the store only attaches their state (`StoredTrial`
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +29,7 @@ import pandas as pd
 import sqlalchemy
 from optuna.trial import FrozenTrial, TrialState
 
-from optbench.errors import UsageError
+from optbench.errors import StorageUnavailable, UsageError
 from optbench.plan import Trial
 from optbench.sampling import distributions
 from optbench.spec import StudySpec
@@ -121,10 +124,62 @@ def check_storage_file(url: str) -> None:
         raise UsageError(f"{path}: an SQLite database without optuna's tables; {left}")
 
 
+# --- storages -------------------------------------------------------------------------------------
+
+
+def masked(url: str) -> str:
+    """The storage URL as it may be printed: its password replaced by ***."""
+    try:
+        return sqlalchemy.engine.make_url(url).render_as_string(hide_password=True)
+    except sqlalchemy.exc.ArgumentError:  # journal:///path and other non-SQLAlchemy URLs
+        return url
+
+
+_CONNECTION_ERRORS = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)
+
+
+@contextmanager
+def storage_errors(url: str) -> Iterator[None]:
+    """Turn a storage that does not answer, or a database file that cannot be written (disk
+    full, I/O error), into StorageUnavailable: one line naming it, not a traceback."""
+    try:
+        yield
+    except (*_CONNECTION_ERRORS, optuna.exceptions.StorageInternalError, OSError) as err:
+        # optuna wraps a failed commit's error in StorageInternalError; OSError is only the
+        # journal file's (sqlite's arrive as OperationalError).
+        journal = url.startswith("journal://")
+        internal = isinstance(err, optuna.exceptions.StorageInternalError)
+        cause = err.__cause__ if internal else err
+        if (isinstance(err, OSError) and not journal) or not isinstance(
+            cause, (*_CONNECTION_ERRORS, OSError)
+        ):
+            raise
+        why = str(getattr(cause, "orig", None) or cause).strip().splitlines()[0]
+        password = None if journal else sqlalchemy.engine.make_url(url).password
+        if password:
+            why = why.replace(str(password), "***")
+        file = storage_file(url)
+        if file is not None:  # a file: full disk, I/O error, read-only, damaged meanwhile
+            raise StorageUnavailable(
+                f"{file}: cannot read or write the study database: {why}"
+            ) from None
+        raise StorageUnavailable(f"storage {masked(url)} is not answering: {why}") from None
+
+
+def _storage_errors(method):
+    @functools.wraps(method)
+    def wrapped(self, *args, **kwargs):
+        with storage_errors(self.spec.storage_url):
+            return method(self, *args, **kwargs)
+
+    return wrapped
+
+
 def make_storage(url: str) -> optuna.storages.BaseStorage:
     """An optuna storage from a URL: any SQLAlchemy URL (sqlite:///..., postgresql://...), or
-    journal:///path/to/file for optuna's journal file storage (for shared file systems). A file
-    that is not a study database is refused with one line naming it (UsageError), untouched."""
+    journal:///path/to/file for optuna's journal file storage (for shared file systems).
+    postgresql:// means psycopg 3 (`pip install 'optbench[postgres]'`), on any SQLAlchemy 2. A
+    file that is not a study database is refused with one line naming it (UsageError), untouched."""
     check_storage_file(url)
     try:
         return _open_storage(url)
@@ -144,7 +199,7 @@ def _open_storage(url: str) -> optuna.storages.BaseStorage:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         return JournalStorage(JournalFileBackend(path))
     if not url.startswith("sqlite"):
-        return optuna.storages.RDBStorage(url)
+        return _server_storage(url)
     # optuna sets up a new database's schema in several statements: a second process opening the
     # SQLite file meanwhile (`optbench status` just after `optbench run` started) can trip over
     # the first's half-made tables, or find it locked. That is transient: wait, open it again.
@@ -154,6 +209,36 @@ def _open_storage(url: str) -> optuna.storages.BaseStorage:
         except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.OperationalError):
             time.sleep(wait_s)
     return optuna.storages.RDBStorage(url)
+
+
+def server_url(url: str) -> sqlalchemy.engine.URL:
+    """The SQLAlchemy URL of a database server, with the driver optbench uses (postgresql://
+    means psycopg 3); UsageError if that driver is not installed. Connects to nothing."""
+    try:
+        parsed = sqlalchemy.engine.make_url(url)
+    except sqlalchemy.exc.ArgumentError as err:
+        raise UsageError(f"storage: not a database URL: {masked(url)} ({err})") from None
+    if parsed.drivername == "postgresql":  # SQLAlchemy 2.0 would pick psycopg2
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    try:
+        parsed.get_dialect().import_dbapi()
+    except ImportError as err:
+        raise UsageError(
+            f"storage {masked(url)}: its database driver is not installed ({err}); for "
+            "PostgreSQL: pip install 'optbench[postgres]'"
+        ) from None
+    return parsed
+
+
+def _server_storage(url: str) -> optuna.storages.RDBStorage:
+    """RDBStorage on a database server, with a bounded connect time (a clear error, no hang)."""
+    parsed = server_url(url)
+    engine_kwargs = {}
+    if parsed.get_backend_name() == "postgresql":
+        engine_kwargs["connect_args"] = {"connect_timeout": 10}
+    return optuna.storages.RDBStorage(
+        parsed.render_as_string(hide_password=False), engine_kwargs=engine_kwargs
+    )
 
 
 class Store:
@@ -167,7 +252,8 @@ class Store:
             spec.study_dir.mkdir(parents=True, exist_ok=True)
         file = storage_file(spec.storage_url)
         if create or file is None or file.exists():  # reading creates no file
-            self.storage = make_storage(spec.storage_url)
+            with storage_errors(spec.storage_url):
+                self.storage = make_storage(spec.storage_url)
 
     # --- reading ------------------------------------------------------------------------------
 
@@ -196,6 +282,7 @@ class Store:
             item.record, item.status = record, _status(record)
         return list(stored.values())
 
+    @_storage_errors
     def read(self, trials: list[Trial]) -> list[StoredTrial]:
         """The planned trials (plan.plan(spec)) with their state. Reads only."""
         return [
@@ -204,6 +291,7 @@ class Store:
             for item in self._attach(cell_trials, self._study(cell_id, False))
         ]
 
+    @_storage_errors
     def unused_trials(self, trials: list[Trial]) -> int:
         """Trials of this study's earlier configurations: kept in the storage, never mixed in."""
         if self.storage is None:
@@ -218,6 +306,7 @@ class Store:
 
     # --- writing (driver only) ----------------------------------------------------------------
 
+    @_storage_errors
     def prepare(self, trials: list[Trial], retries: int) -> list[StoredTrial]:
         """Create the optuna trials for planned trials that have none yet, and a new attempt for
         failed ones with attempts left. Returns every planned trial with its state."""
@@ -252,6 +341,7 @@ class Store:
             prepared += items
         return prepared
 
+    @_storage_errors
     def record(self, item: StoredTrial, result: TrialResult, metrics: list[dict]) -> bool:
         """Record a worker's result on the item's latest attempt. Returns False (and changes
         nothing) if that attempt is already finished: a result is never counted twice."""

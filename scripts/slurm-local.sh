@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # A real single-node SLURM cluster on this machine, for trying optbench's SLURM path and for CI.
 #
-#   bash scripts/slurm-local.sh start    install what is missing, write configs, start the daemons,
-#                                        wait until the node is idle (a no-op when already running)
+#   bash scripts/slurm-local.sh start    install what is missing, write configs, start the daemons
+#                                        that are not running, wait until the node takes jobs
+#                                        (a no-op when everything already runs)
 #   bash scripts/slurm-local.sh stop     stop exactly the daemons that `start` started
+#   bash scripts/slurm-local.sh stop slurmdbd    stop (or start) one daemon only, by its recorded
+#   bash scripts/slurm-local.sh start slurmdbd   pid: e.g. an accounting outage for a test
 #   bash scripts/slurm-local.sh status   print the daemons and sinfo; exit 0 when all are running
 #
 # Needs root and Debian 12 (apt-get); works without systemd. Daemons, in start order: munged,
@@ -13,9 +16,11 @@
 # Environment:
 #   SLURM_LOCAL_STATE           folder for pid files, logs and the database password
 #                               (default /var/lib/optbench-slurm-local)
-#   SLURM_LOCAL_MAX_ARRAY_SIZE  slurm.conf MaxArraySize (default 1001, SLURM's own default);
-#                               set it low (e.g. 4) to exercise job-array splitting
-#   SLURM_LOCAL_GPUS            number of fake GPU devices /dev/fakegpuN (default 2)
+#   SLURM_LOCAL_MAX_ARRAY_SIZE  slurm.conf MaxArraySize (default: the value in the slurm.conf
+#                               this script wrote, else 1001, SLURM's own default); set it low
+#                               (e.g. 4) to exercise job-array splitting
+#   SLURM_LOCAL_GPUS            number of fake GPU devices /dev/fakegpuN (default: as in the
+#                               slurm.conf this script wrote, else 2)
 #   SLURM_LOCAL_TIMEOUT         seconds to wait for each daemon and for the idle node (default 60)
 #
 # Configs go to /etc/slurm (where the SLURM commands look). A slurm.conf that this script did not
@@ -23,11 +28,21 @@
 set -euo pipefail
 
 STATE=${SLURM_LOCAL_STATE:-/var/lib/optbench-slurm-local}
-MAX_ARRAY_SIZE=${SLURM_LOCAL_MAX_ARRAY_SIZE:-1001}
-NGPUS=${SLURM_LOCAL_GPUS:-2}
 TIMEOUT=${SLURM_LOCAL_TIMEOUT:-60}
 CONF_DIR=/etc/slurm
 MARK="# written by optbench scripts/slurm-local.sh"
+# A restart keeps what the last start was told (a slurm.conf this script wrote), unless told again.
+our_conf_value() { # our_conf_value SED_EXPRESSION: a value from our own slurm.conf, or nothing
+    if grep -qsF "$MARK" "$CONF_DIR/slurm.conf"; then sed -n "$1" "$CONF_DIR/slurm.conf" | head -1; fi
+}
+MAX_ARRAY_SIZE=${SLURM_LOCAL_MAX_ARRAY_SIZE:-$(our_conf_value 's/^MaxArraySize=\([0-9]*\)$/\1/p')}
+MAX_ARRAY_SIZE=${MAX_ARRAY_SIZE:-1001}
+if [[ -z ${SLURM_LOCAL_GPUS:-} ]] && grep -qsF "$MARK" "$CONF_DIR/slurm.conf"; then
+    NGPUS=$(our_conf_value 's/^NodeName=.* Gres=gpu:\([0-9]*\).*$/\1/p')
+    NGPUS=${NGPUS:-0}
+else
+    NGPUS=${SLURM_LOCAL_GPUS:-2}
+fi
 PACKAGES=(slurm-wlm slurm-client munge slurmdbd mariadb-server)
 DAEMONS=(munged mariadbd slurmdbd slurmctld slurmd) # start order; stop goes in reverse
 
@@ -98,8 +113,10 @@ write_file() { # write_file PATH OWNER MODE < content
 }
 
 write_configs() {
-    local host cpus mem_mb
+    local host cpus mem_mb first_job
     host=$(hostname -s)
+    # Kept across restarts (start_slurmctld sets it when the controller starts without state).
+    first_job=$(grep -m1 '^FirstJobId=' "$CONF_DIR/slurm.conf" 2>/dev/null || echo FirstJobId=1)
     cpus=$(nproc)
     # 90% of physical memory: slurmd drains a node whose RealMemory exceeds what it finds.
     mem_mb=$(awk '/MemTotal/ {print int($2 / 1024 * 0.9)}' /proc/meminfo)
@@ -144,6 +161,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 ReturnToService=2
 MaxArraySize=$MAX_ARRAY_SIZE
+$first_job
 KillWait=5
 # Look at pending jobs often (a tiny cluster): a requeued job starts soon after cred_expire.
 SchedulerParameters=sched_interval=5,bf_interval=2
@@ -206,7 +224,19 @@ start_slurmdbd() {
     wait_for "slurmdbd" sacctmgr -n list cluster
 }
 
+next_job_id() { # one above every job id that accounting knows (slurmdbd must run)
+    local max
+    max=$(sacct -a -X -n -P -o JobIDRaw -S 2000-01-01 -E now 2>/dev/null | cut -d_ -f1 | sort -n | tail -1)
+    echo $((${max:-0} + 1))
+}
+
 start_slurmctld() {
+    if [[ ! -e /var/spool/slurmctld/job_state ]]; then
+        # A controller without saved state numbers jobs from FirstJobId (default 1), but
+        # accounting may hold jobs of an earlier cluster here: sacct would then answer for a
+        # new job with an old job's state (CANCELLED, say). Number new jobs after those.
+        sed -i "s/^FirstJobId=.*/FirstJobId=$(next_job_id)/" "$CONF_DIR/slurm.conf"
+    fi
     launch slurmctld slurmctld -D
     wait_for "slurmctld" scontrol ping
 }
@@ -215,12 +245,30 @@ start_slurmd() {
     launch slurmd slurmd -D
 }
 
-node_idle() { [[ "$(sinfo -h -o %t 2>/dev/null)" == idle ]]; }
+# The node takes jobs: idle, or already running some (a restart with jobs queued or running).
+node_ready() { [[ "$(sinfo -h -o %t 2>/dev/null)" =~ ^(idle|mix|alloc|comp)[*~#%]*$ ]]; }
 
 all_running() {
     for d in "${DAEMONS[@]}"; do
         is_running "$d" || return 1
     done
+}
+
+known_daemon() {
+    [[ " ${DAEMONS[*]} " == *" $1 "* ]] || die "unknown daemon $1 (one of: ${DAEMONS[*]})"
+}
+
+cmd_start_one() { # start one daemon that an earlier full `start` configured
+    known_daemon "$1"
+    [[ $(id -u) == 0 ]] || die "must run as root"
+    [[ -d $STATE/pids ]] || die "no cluster was started here; run '$0 start' first"
+    if is_running "$1"; then
+        log "$1 is already running (pid $(pid_of "$1"))"
+        return 0
+    fi
+    log "starting $1"
+    "start_$1"
+    log "$1 is running (pid $(pid_of "$1"))"
 }
 
 cmd_start() {
@@ -244,14 +292,16 @@ cmd_start() {
         log "starting $d"
         "start_$d"
     done
-    wait_for "the node to be idle (sinfo -h -o %t)" node_idle
+    wait_for "the node to take jobs (sinfo -h -o %t)" node_ready
     log "cluster $(hostname -s) is up: $(sinfo -h -o '%P %D %t %c CPUs %G')"
 }
 
-cmd_stop() {
+cmd_stop() { # cmd_stop [DAEMON]: all daemons in reverse start order, or just DAEMON
     local i d pid
+    [[ -z ${1:-} ]] || known_daemon "$1"
     for ((i = ${#DAEMONS[@]} - 1; i >= 0; i--)); do
         d=${DAEMONS[i]}
+        [[ -z ${1:-} || $1 == "$d" ]] || continue
         if ! is_running "$d"; then
             rm -f "$STATE/pids/$d.pid"
             continue
@@ -288,11 +338,11 @@ cmd_status() {
 }
 
 case ${1:-} in
-start) cmd_start ;;
-stop) cmd_stop ;;
+start) if [[ -n ${2:-} ]]; then cmd_start_one "$2"; else cmd_start; fi ;;
+stop) cmd_stop "${2:-}" ;;
 status) cmd_status ;;
 *)
-    echo "usage: $0 start|stop|status" >&2
+    echo "usage: $0 start [DAEMON]|stop [DAEMON]|status   (DAEMON: ${DAEMONS[*]})" >&2
     exit 2
     ;;
 esac

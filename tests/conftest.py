@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import copy
+import glob
+import os
+import shutil
+import socket
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
+from services import PrivatePostgres, skip_or_fail
 
 TINY = {
     "name": "tiny",
@@ -31,3 +38,37 @@ def tiny_dict(tmp_path: Path) -> dict:
     data = copy.deepcopy(TINY)
     data["output"] = str(tmp_path / "results")
     return data
+
+
+# --- services (PostgreSQL) ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    """The URL of a running PostgreSQL server for storage tests (`.ci/run` starts one)."""
+    url = os.environ.get("OPTBENCH_TEST_POSTGRES_URL")
+    if not url:
+        skip_or_fail(
+            "postgres",
+            "no PostgreSQL server: bash scripts/postgres-local.sh start, then "
+            "export OPTBENCH_TEST_POSTGRES_URL=$(bash scripts/postgres-local.sh url)",
+        )
+    return url
+
+
+@pytest.fixture
+def private_postgres() -> Iterator[PrivatePostgres]:
+    """A PostgreSQL server of this test's own, which it may stop and start."""
+    if os.geteuid() != 0 or not glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"):
+        skip_or_fail("postgres", "a private PostgreSQL server needs root and Debian's postgresql")
+    state = Path(tempfile.mkdtemp(prefix="optbench-pg-"))  # the postgres user must reach it
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = PrivatePostgres(state, port)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(state, ignore_errors=True)

@@ -10,16 +10,11 @@ import pytest
 import torch
 from PIL import Image
 
-from optbench.spec import Dataset, Recipe, UsageError
+from optbench.errors import UsageError
+from optbench.spec import Dataset, Recipe
+from optbench.train.batches import DeviceBatches, FolderBatches, Shard, _val_transform, epoch_order
 from optbench.train.config import TrainConfig
-from optbench.train.data import (
-    DeviceBatches,
-    FolderBatches,
-    Shard,
-    check_dataset,
-    epoch_order,
-    load_dataset,
-)
+from optbench.train.datasets import check_dataset, dataset_info, load_dataset, model_input
 from optbench.train.loop import run_trial
 
 CIFAR = {
@@ -148,6 +143,33 @@ def test_folder_batches_stream_uint8_and_replay_per_image_augmentation(tmp_path)
         assert torch.equal(xa, xb) and torch.equal(ya, yb)
     val = list(inline.val())
     assert sum(len(y) for _, y in val) == 12
+
+
+def test_evaluation_resizes_the_shorter_side_to_size_over_crop_pct_then_center_crops():
+    # pycls evaluates at TEST.IM_SIZE (shorter side) then crops TRAIN.IM_SIZE: 256/224 for the
+    # ViTs, 262/232 for RegNetY-1.0GF; optbench's crop_pct is train / test size
+    for train, test in ((224, 256), (232, 262), (240, 272), (256, 292)):
+        resize, crop = _val_transform(train, train / test).transforms[:2]
+        assert (resize.size, tuple(crop.size)) == ([test], (train, train))
+
+
+def test_folder_datasets_take_the_models_input_size_and_crop_pct(tmp_path):
+    make_folders(tmp_path)  # 20 x 24 images
+    assert model_input(None) == (224, 0.875)  # no model: pycls's 224 / 256
+    assert model_input("vit_c_w64_16px") == (16, 1.0)  # its cfg: no test size, whole image
+    assert model_input("resnet18") == (224, 0.95)  # timm's cfg for it
+    data = load_dataset(Dataset(name="imagefolder", root=tmp_path), "vit_c_w64_16px")
+    assert (data.img_size, data.crop_pct) == (16, 1.0)
+    data = load_dataset(Dataset(name="imagefolder", root=tmp_path), "resnet18")
+    assert (data.img_size, data.crop_pct) == (224, 0.95)
+    batches = FolderBatches(data, 4, Recipe(), seed=0, device=torch.device("cpu"), workers=0)
+    x, _ = next(iter(batches.val()))
+    assert x.shape == (4, 3, 224, 224)
+    assert batches.val_set.images.transform.transforms[0].size == [round(224 / 0.95)]
+    set_size = load_dataset(Dataset(name="imagefolder", root=tmp_path, img_size=32), "resnet18")
+    assert (set_size.img_size, set_size.crop_pct) == (32, 0.875)  # the study's size wins
+    assert dataset_info(Dataset(name="imagenet", root=tmp_path), "resnet18").img_size == 224
+    assert dataset_info(Dataset(name="imagenet", root=tmp_path), "vit_c_w64_16px").img_size == 16
 
 
 @pytest.mark.parametrize("name", ["cifar100", "imagefolder"])

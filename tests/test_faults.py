@@ -23,7 +23,9 @@ import yaml
 from cli_inprocess import run_cli, train_args
 from rich.console import Console
 
+import optbench.train.epoch as epoch
 import optbench.train.loop as loop
+import optbench.train.state as trial_state
 from optbench.executors.base import JobEvent
 from optbench.executors.local import LocalExecutor
 from optbench.plan import plan
@@ -350,7 +352,7 @@ def test_train_resume_into_another_configurations_result_is_refused(tmp_path, mo
 
 def test_a_real_checkpoint_loads_with_weights_only(tmp_path, monkeypatch):
     calls = {"n": 0}
-    seed_step = loop.seed_step
+    seed_step = epoch.seed_step
 
     def stop_at_step_3(seed, device):
         if calls["n"] == 3:
@@ -358,7 +360,7 @@ def test_a_real_checkpoint_loads_with_weights_only(tmp_path, monkeypatch):
         calls["n"] += 1
         seed_step(seed, device)
 
-    monkeypatch.setattr(loop, "seed_step", stop_at_step_3)
+    monkeypatch.setattr(epoch, "seed_step", stop_at_step_3)
     previous = signal.signal(signal.SIGUSR2, lambda *a: None)
     try:
         with pytest.raises(loop.TrialInterrupted):
@@ -559,7 +561,7 @@ def test_disk_full_in_a_trial_is_one_line_loses_nothing_and_the_same_command_com
     one_model["output"] = "results"
     (tmp_path / "study.yaml").write_text(yaml.safe_dump(one_model))
     spec = parse_spec({**one_model, "output": str(tmp_path / "results")})
-    save_checkpoint = loop.save_checkpoint
+    save_checkpoint = trial_state.save_checkpoint
     folders = []
 
     def full_on_the_second_trial(path, state):
@@ -568,13 +570,13 @@ def test_disk_full_in_a_trial_is_one_line_loses_nothing_and_the_same_command_com
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
         save_checkpoint(path, state)
 
-    monkeypatch.setattr(loop, "save_checkpoint", full_on_the_second_trial)
+    monkeypatch.setattr(trial_state, "save_checkpoint", full_on_the_second_trial)
     code, _, err = run_cli(["run", "study.yaml"], tmp_path, monkeypatch, capsys)
     assert code == 1 and len(err.strip().splitlines()) == 1, err
     assert "checkpoint.pt: cannot write: No space left on device" in err
     first = _attempts(spec)
     assert sorted(s for a in first.values() for s, _ in a) == ["finished", "pending"]
-    monkeypatch.setattr(loop, "save_checkpoint", save_checkpoint)  # space is back
+    monkeypatch.setattr(trial_state, "save_checkpoint", save_checkpoint)  # space is back
     code, _, err = run_cli(["run", "study.yaml"], tmp_path, monkeypatch, capsys)
     assert code == 0, err
     after = _attempts(spec)  # the pending attempt ran: no attempt charged for the full disk
@@ -592,15 +594,19 @@ def test_a_database_that_cannot_be_written_is_one_line_and_the_result_is_kept(
     spec = parse_spec({**one_model, "output": str(tmp_path / "results")})
     full = sqlite3.OperationalError("database or disk is full")
 
-    def record(self, item, result, metrics):
+    tell_ = optuna.Study.tell
+
+    def tell(self, trial, *args, **kwargs):  # the commit of a trial's end, as optuna reports it
+        if kwargs.get("state") == optuna.trial.TrialState.PRUNED:  # sampling's draws (in memory)
+            return tell_(self, trial, *args, **kwargs)
         raise optuna.exceptions.StorageInternalError("commit failed") from (
             sqlalchemy.exc.OperationalError("UPDATE", {}, full)
         )
 
-    monkeypatch.setattr(Store, "record", record)
+    monkeypatch.setattr(optuna.Study, "tell", tell)
     code, _, err = run_cli(["run", "study.yaml"], tmp_path, monkeypatch, capsys)
     assert code == 1 and len(err.strip().splitlines()) == 1, err
-    assert f"{spec.study_dir / 'study.db'}: cannot write the study database" in err
+    assert f"{spec.study_dir / 'study.db'}: cannot read or write the study database" in err
     assert "database or disk is full" in err
     trial = plan(spec)[0]
     assert read_result(trial.out_dir).status == "finished"  # the result stays on disk

@@ -182,11 +182,11 @@ def test_recipe_weight_init_reaches_the_model_and_the_cell_id():
     from types import SimpleNamespace
 
     from optbench.spec import parse_spec
+    from optbench.train.build import build_model
     from optbench.train.config import TrainConfig
-    from optbench.train.loop import _build_model
 
     batches = SimpleNamespace(num_classes=10, in_chans=1, img_size=16)
-    run = SimpleNamespace(
+    compute = SimpleNamespace(
         dist=SimpleNamespace(enabled=False), device=torch.device("cpu"), channels_last=False
     )
     cls_tokens = {}
@@ -202,7 +202,7 @@ def test_recipe_weight_init_reaches_the_model_and_the_cell_id():
             ref_batch=32,
             recipe=Recipe(weight_init=init),
         )
-        cls_tokens[init] = _build_model(cfg, batches, run).cls_token
+        cls_tokens[init] = build_model(cfg, batches, compute).cls_token
     assert not cls_tokens["reference"].any() and cls_tokens["timm"].any()
     assert Recipe().weight_init == "reference"
 

@@ -63,3 +63,27 @@ def test_a_spec_that_cannot_be_planned_stops_with_exit_2_and_writes_nothing(
         assert exit_.value.code == 2
         assert "warmup_epochs" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["warm.yaml"]
+
+
+def test_the_plan_counts_each_model_at_the_input_size_it_trains_at(tiny_dict, tmp_path):
+    from optbench.models.complexity import model_complexity
+    from optbench.spec import Dataset
+    from optbench.study_tables import plan_table
+    from optbench.train.datasets import load_dataset
+
+    root = tmp_path / "imagenet"  # the layout is all a plan or a trial's input size needs
+    for split in ("train", "val"):
+        (root / split / "n01440764").mkdir(parents=True)
+    tiny_dict["dataset"] = {"name": "imagenet", "root": str(root)}
+    tiny_dict["models"] = ["vit_c_1gf", "regnety_1gf"]
+    table = plan_table(parse_spec(tiny_dict))
+    column = {c.header: list(c._cells) for c in table.columns}
+    rows = {m: i for i, m in enumerate(column["model"])}
+    sizes = {}
+    for model, i in rows.items():
+        trains_at = load_dataset(Dataset(name="imagenet", root=root), model).img_size
+        sizes[model] = int(column["px"][i])
+        assert sizes[model] == trains_at
+        flops = model_complexity(model, num_classes=1000, in_chans=3, img_size=trains_at)["flops"]
+        assert column["GF/img"][i] == f"{flops / 1e9:.3g}"
+    assert sizes["regnety_1gf"] != sizes["vit_c_1gf"]  # each model at its own size

@@ -261,6 +261,33 @@ def test_complexity_table_counts_each_models_parameters():
     assert {"flops", "acts", "s/epoch", "images/s"} <= set(table.columns)
 
 
+def test_the_complexity_table_measures_each_model_at_the_input_size_it_trains_at(tmp_path):
+    from optbench.models.complexity import model_complexity
+    from optbench.spec import Dataset
+    from optbench.train.datasets import load_dataset
+
+    root = tmp_path / "imagenet"  # the layout is all a trial's input size needs
+    for split in ("train", "val"):
+        (root / split / "n01440764").mkdir(parents=True)
+    models = ["vit_c_1gf", "regnety_1gf"]
+    spec = _spec().model_copy(
+        update={"dataset": Dataset(name="imagenet", root=root), "models": models}
+    )
+    trials = synthetic_trials(models, ["adamw"], [5], 3)
+    (section,) = build_sections(spec, trials, {"complexity"}, FAST)
+    ((title, table),) = section.tables
+    assert "each model's input size, 3 channels, 1000 classes" in title
+    sizes = dict(zip(table["model"], table["input px"], strict=True))
+    for model, flops in zip(table["model"], table["flops"], strict=True):
+        trains_at = load_dataset(Dataset(name="imagenet", root=root), model).img_size
+        assert sizes[model] == trains_at
+        assert (
+            flops
+            == model_complexity(model, num_classes=1000, in_chans=3, img_size=trains_at)["flops"]
+        )
+    assert sizes["regnety_1gf"] != sizes["vit_c_1gf"]  # each model at its own size
+
+
 def test_the_report_leaves_the_users_matplotlib_backend_alone(tmp_path):
     script = (
         "import matplotlib; matplotlib.use('svg')\n"

@@ -4,6 +4,14 @@ state mapping, and the job callable's skip-on-requeue."""
 from __future__ import annotations
 
 import io
+import json
+import os
+import pickle
+import shlex
+import signal
+import subprocess
+import sys
+import time
 from functools import partial
 from pathlib import Path
 
@@ -15,28 +23,67 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from optbench.cli import app
+from optbench.errors import SpecError, UsageError
 from optbench.executors.base import TrialJob
 from optbench.executors.local import InlineExecutor
 from optbench.launch.slurm import (
     ACTIVE_STATES,
+    COMMENT_TAG,
+    JOBS_FILE,
     JobRecord,
     SlurmExecutor,
+    TrialBatch,
     append_records,
     base_state,
     chunks,
     config_hash,
+    followed_jobs,
     max_array_size,
+    read_journal,
     read_records,
     sacct_states,
     sbatch_parameters,
     settle_ended,
+    survey,
 )
 from optbench.plan import plan
 from optbench.runner import run_study
-from optbench.spec import SlurmSettings, SpecError, UsageError, parse_spec
+from optbench.spec import SlurmSettings, parse_spec
 from optbench.store import Store
 from optbench.train.config import TrainConfig, TrialResult
 from optbench.train.results import write_result
+
+
+class FakeSlurm:
+    """SLURM's client commands as optbench.launch.slurm runs them (subprocess.run), answering
+    from these attributes; None = the command fails as it does when its daemon is down."""
+
+    def __init__(self, monkeypatch):
+        self.sacct_out: str | None = "JobID|State\n"
+        self.squeue_out: str | None = ""
+        self.sacct_history = ""  # `sacct -D` lines: JobID|Timelimit, one per run of a job
+        self.scancel: tuple[int, str] = (0, "")
+        self.calls: list[list[str]] = []
+        monkeypatch.setattr("optbench.launch.slurm.subprocess.run", self.run)
+
+    def run(self, args, **kwargs):
+        self.calls.append(list(args))
+        if args[0] == "sacct" and "-D" in args:
+            out, err = self.sacct_history, ""
+        elif args[0] == "sacct":
+            out, err = (
+                self.sacct_out,
+                "sacct: error: Problem talking to the database: Connection refused",
+            )
+        elif args[0] == "squeue":
+            out, err = self.squeue_out, "slurm_load_jobs error: Unable to contact slurm controller"
+        elif args[0] == "scancel":
+            return subprocess.CompletedProcess(args, self.scancel[0], "", self.scancel[1])
+        else:
+            raise AssertionError(f"unexpected command {args}")
+        if out is None:
+            return subprocess.CompletedProcess(args, 1, "", err + "\n")
+        return subprocess.CompletedProcess(args, 0, out, "")
 
 
 def _config(**kw) -> TrainConfig:
@@ -138,12 +185,8 @@ def test_a_job_whose_end_was_reported_is_resubmitted_as_a_new_attempt(tmp_path, 
     assert submitted == [job] and executor.poll(0) == []
 
 
-def test_a_job_that_crashed_unwatched_keeps_its_message_and_is_retried_by_the_next_run(
-    tiny_dict, monkeypatch
-):
-    # A run submitted a trial and was detached; its job crashed (writing a failed result with
-    # the crash's message) while no driver followed it. The next run records that failure as it
-    # was and runs the retry at once, not one run later.
+def _one_trial_with_a_job(tiny_dict: dict, job_id: str):
+    """A one-trial study whose (planned) trial has a recorded SLURM job: spec, job, job folder."""
     tiny_dict["models"] = tiny_dict["models"][:1]
     tiny_dict["search"]["n_samples"] = 1
     spec = parse_spec(tiny_dict)
@@ -151,9 +194,18 @@ def test_a_job_that_crashed_unwatched_keeps_its_message_and_is_retried_by_the_ne
     job = item.trial.job
     folder = spec.study_dir / "slurm"
     folder.mkdir(parents=True)
-    append_records(
-        folder, [JobRecord(job.key, "42_0", config_hash(job.config), "/l/42_0.err", 0.0)]
-    )
+    log = f"/l/{job_id}.err"
+    append_records(folder, [JobRecord(job.key, job_id, config_hash(job.config), log, 0.0)])
+    return spec, job, folder
+
+
+def test_a_job_that_crashed_unwatched_keeps_its_message_and_is_retried_by_the_next_run(
+    tiny_dict, monkeypatch
+):
+    # A run submitted a trial and was detached; its job crashed (writing a failed result with
+    # the crash's message) while no driver followed it. The next run records that failure as it
+    # was and runs the retry at once, not one run later.
+    spec, job, folder = _one_trial_with_a_job(tiny_dict, "42_0")
     crash = TrialResult(status="failed", epochs=1, config=job.config, message="RuntimeError: boom")
     write_result(job.out_dir, crash)
     monkeypatch.setattr(
@@ -176,23 +228,18 @@ def test_a_job_that_crashed_unwatched_keeps_its_message_and_is_retried_by_the_ne
 
 
 def test_one_sacct_call_gives_every_jobs_state(monkeypatch):
-    calls = []
-
-    def fake_sacct(command, shell=False):
-        calls.append(command)
-        return (
-            b"JobID|State|NodeList\n"
-            b"7_0|COMPLETED|n1\n7_0.batch|COMPLETED|n1\n7_[1-2]|PENDING|None\n"
-            b"8|CANCELLED by 0|None\n"  # an array cancelled before its elements started
-            b"9|OUT_OF_MEMORY|n2\n"
-        )
-
-    monkeypatch.setattr(submitit.SlurmJob, "watcher", submitit.slurm.slurm.SlurmInfoWatcher())
-    monkeypatch.setattr(submitit.core.core.subprocess, "check_output", fake_sacct)
+    slurm = FakeSlurm(monkeypatch)
+    slurm.sacct_out = (
+        "JobID|State\n"
+        "7_0|COMPLETED\n7_[1-2]|PENDING\n"
+        "8|CANCELLED by 0\n"  # an array cancelled before its elements started
+        "9|OUT_OF_MEMORY\n"
+    )
     states = sacct_states(["7_0", "7_2", "8_1", "9", "10"])
     assert states == {"7_0": "COMPLETED", "7_2": "PENDING", "8_1": "CANCELLED",
                       "9": "OUT_OF_MEMORY", "10": "UNKNOWN"}  # fmt: skip
-    assert len(calls) == 1 and calls[0][0] == "sacct"
+    [call] = slurm.calls
+    assert call[0] == "sacct" and call[call.index("-j") + 1] == "10,7,8,9"
 
 
 def test_without_slurm_a_slurm_run_is_a_usage_error_before_anything_is_written(
@@ -209,3 +256,367 @@ def test_without_slurm_a_slurm_run_is_a_usage_error_before_anything_is_written(
     detached = CliRunner().invoke(app, ["run", str(study), "--detach"])
     assert isinstance(detached.exception, UsageError) and "--detach" in str(detached.exception)
     assert not Path(tiny_dict["output"]).exists()
+
+
+# --- time limits ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "time_min, delay, ok",
+    # SLURM may send the signal up to 60 s before signal_delay_s (sbatch(1), --signal), and a job
+    # needs a minute to start and train: time_min x 60 - delay - 60 must leave >= 60 s.
+    [
+        (1, 120, False),
+        (1, 10, False),
+        (2, 10, False),
+        (3, 60, True),
+        (3, 61, False),
+        (60, 120, True),
+    ],
+)
+def test_a_signal_delay_that_leaves_no_time_to_train_is_rejected(tiny_dict, time_min, delay, ok):
+    tiny_dict["executor"] = {"slurm": {"time_min": time_min, "signal_delay_s": delay}}
+    if ok:
+        assert parse_spec(tiny_dict).executor.slurm.signal_delay_s == delay
+        return
+    with pytest.raises(SpecError) as err:
+        parse_spec(tiny_dict, "study.yaml")
+    [line] = str(err.value).splitlines()
+    assert line.startswith("study.yaml: executor.slurm.signal_delay_s: ") and "time_min" in line
+
+
+def test_the_cli_rejects_it_with_exit_2_and_writes_nothing(tiny_dict, tmp_path):
+    tiny_dict["executor"] = {"kind": "slurm", "slurm": {"time_min": 1, "signal_delay_s": 120}}
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump(tiny_dict))
+    proc = subprocess.run(
+        [sys.executable, "-m", "optbench", "run", str(study)], capture_output=True, text=True
+    )
+    assert proc.returncode == 2, proc.stderr
+    [line] = proc.stderr.splitlines()
+    assert "executor.slurm.signal_delay_s" in line and "time_min" in line
+    assert not Path(tiny_dict["output"]).exists()
+
+
+def _timed_out_job(tmp_path, state: str, pickled: tuple | None) -> tuple[TrialJob, JobRecord]:
+    job = TrialJob("cell/s000-seed0", _config(), tmp_path / "trial")
+    log = tmp_path / "slurm" / "42_3" / "42_3_0_log.err"
+    log.parent.mkdir(parents=True)
+    log.write_text("...")
+    if pickled is not None:  # what submitit leaves when its signal handler ends the job
+        with open(log.parent / "42_3_0_result.pkl", "wb") as f:
+            pickle.dump(pickled, f)
+    return job, JobRecord(job.key, "42_3", config_hash(job.config), str(log), 0.0)
+
+
+@pytest.mark.parametrize(
+    "state, pickled",
+    [
+        # submitit's USR2 handler after max_requeues time-outs (the job then ends FAILED 1:0)
+        (
+            "FAILED",
+            (
+                "error",
+                "submitit.core.utils.UncompletedJobError: Job not requeued "
+                "because: timed-out too many times.",
+            ),
+        ),  # fmt: skip
+        ("TIMEOUT", None),  # SLURM itself killed the job at its time limit
+    ],
+)
+def test_a_job_that_ran_out_of_time_says_so_with_limit_and_requeues(
+    tmp_path, monkeypatch, state, pickled
+):
+    slurm = FakeSlurm(monkeypatch)
+    slurm.sacct_out = f"JobID|State\n42_3|{state}\n"
+    slurm.sacct_history = "42_3|00:10:00\n42_3|00:10:00\n42_3|00:10:00\n"  # ran 3 times
+    job, rec = _timed_out_job(tmp_path, state, pickled)
+    append_records(tmp_path / "slurm", [rec])
+    executor = SlurmExecutor(SlurmSettings(), tmp_path / "slurm", "tiny", notify=lambda m: None)
+    executor.submit([job])
+    [event] = executor.poll(0)
+    assert event.kind == "lost"
+    assert "SLURM job 42_3 ran out of time (time limit 10 min, requeued 2 time(s))" in event.message
+    assert "raise executor.slurm.time_min" in event.message and rec.log in event.message
+
+
+def test_a_job_that_failed_otherwise_is_not_called_a_time_limit(tmp_path, monkeypatch):
+    slurm = FakeSlurm(monkeypatch)
+    slurm.sacct_out = "JobID|State\n42_3|FAILED\n"
+    job, rec = _timed_out_job(tmp_path, "FAILED", ("error", "RuntimeError: CUDA error"))
+    append_records(tmp_path / "slurm", [rec])
+    executor = SlurmExecutor(SlurmSettings(), tmp_path / "slurm", "tiny", notify=lambda m: None)
+    executor.submit([job])
+    [event] = executor.poll(0)
+    assert event.message.startswith("SLURM job 42_3 FAILED; log: ")
+
+
+def test_the_job_step_lets_a_held_back_usr2_through_once_submitits_handler_is_there():
+    # slurm_job blocks SIGUSR2 before anything else; TrialBatch unblocks it first thing, so a
+    # signal that arrived meanwhile reaches submitit's handler (which requeues the job).
+    caught = []
+    previous = signal.signal(signal.SIGUSR2, lambda signum, frame: caught.append(signum))
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2})
+    try:
+        signal.raise_signal(signal.SIGUSR2)
+        assert caught == []  # held back
+        assert TrialBatch([])() == []
+        assert caught == [signal.SIGUSR2]
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR2})
+        signal.signal(signal.SIGUSR2, previous)
+
+
+def test_jobs_start_in_an_entry_that_holds_usr2_back_until_submitit_handles_it(tmp_path):
+    from slow_unpickle import WaitsWhileUnpickled
+
+    executor = SlurmExecutor(SlurmSettings(), tmp_path, "tiny")
+    command = executor._executor()._submitit_command_str  # what srun runs in the job
+    # Run it as a SLURM job step would and send SIGUSR2 while it unpickles the job, before
+    # submitit's handler exists: the signal must wait, not kill the step (its default action).
+    (tmp_path / "1").mkdir()
+    delayed = submitit.helpers.DelayedSubmission(WaitsWhileUnpickled(tmp_path))
+    delayed.dump(tmp_path / "1" / "1_submitted.pkl")
+    env = {**os.environ, "SUBMITIT_EXECUTOR": "slurm", "SLURM_JOB_ID": "1", "SLURM_PROCID": "0",
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}  # fmt: skip
+    argv = [*shlex.split(command)[:-1], str(tmp_path / "%j")]
+    step = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "unpickling").exists():
+        assert step.poll() is None and time.monotonic() < deadline, step.stderr.read()
+        time.sleep(0.01)
+    step.send_signal(signal.SIGUSR2)
+    time.sleep(0.2)
+    (tmp_path / "go").touch()
+    assert step.wait(60) == 0  # ran to its end; the signal did not kill it (-12)
+    assert submitit.core.utils.pickle_load(tmp_path / "1" / "1_0_result.pkl") == ("success", "ran")
+
+
+# --- accounting outages -------------------------------------------------------------------------
+
+
+def test_sacct_failing_is_not_sacct_not_knowing_the_job(monkeypatch):
+    slurm = FakeSlurm(monkeypatch)
+    slurm.sacct_out = None  # slurmdbd down
+    slurm.squeue_out = "5|RUNNING|optbench:ab\n6|COMPLETED|\n"
+    found = survey(["5", "6", "7"])
+    # squeue answers for the jobs it lists; one it no longer lists has ended, how is unknown
+    assert found.states == {"5": "RUNNING", "6": "COMPLETED", "7": "ENDED"}
+    assert "sacct" in found.problem and "Connection refused" in found.problem
+
+    slurm.squeue_out = None  # slurmctld down too: nobody can tell
+    found = survey(["5", "7"])
+    assert found.states == {"5": "UNREACHABLE", "7": "UNREACHABLE"}
+    assert set(found.states.values()) <= ACTIVE_STATES
+
+    slurm.sacct_out, slurm.squeue_out = "JobID|State\n", ""  # both answer: really unknown
+    assert survey(["7"]).states == {"7": "UNKNOWN"}
+
+
+def test_an_accounting_outage_never_ends_a_running_job_and_is_said_once(tmp_path, monkeypatch):
+    monkeypatch.setattr("optbench.launch.slurm.VANISH_S", 0.0)
+    slurm = FakeSlurm(monkeypatch)
+    slurm.sacct_out = None
+    slurm.squeue_out = "42|RUNNING|\n"
+    job = TrialJob("cell/s000-seed0", _config(), tmp_path / "trial")
+    append_records(tmp_path, [JobRecord(job.key, "42", config_hash(job.config), "/l/42.err", 0.0)])
+    said = []
+    executor = SlurmExecutor(SlurmSettings(poll_s=2), tmp_path, "tiny", notify=said.append)
+    executor.submit([job])  # reattaches through squeue: nothing resubmitted
+    assert (executor.submitted, executor.reattached) == (0, 1)
+    events = []
+    for _ in range(4):
+        executor._last_sacct = float("-inf")  # poll now
+        events += executor.poll(0)
+    assert [e.kind for e in events] == ["running"]
+    outage = [line for line in said if "not answering" in line]
+    assert len(outage) == 1 and "Problem talking to the database" in outage[0]
+    assert not any("sacct: error" in line for line in said)  # its words, not its raw output
+
+    slurm.sacct_out = "JobID|State\n42|RUNNING\n"  # accounting is back
+    executor._last_sacct = float("-inf")
+    assert executor.poll(0) == []
+    assert said[-1].startswith("SLURM answers again")
+
+    slurm.sacct_out, slurm.squeue_out = None, "42|COMPLETED|\n"  # down again; the job ends
+    executor._last_sacct = float("-inf")
+    [event] = executor.poll(0)
+    assert event.kind == "lost" and "SLURM job 42 completed without writing" in event.message
+
+
+def test_a_run_while_slurm_does_not_answer_resubmits_nothing(tiny_dict, monkeypatch):
+    slurm = FakeSlurm(monkeypatch)
+    slurm.sacct_out = slurm.squeue_out = None
+    _, job, folder = _one_trial_with_a_job(tiny_dict, "42")
+    assert settle_ended(folder, [job]) == []  # may still run: not settled
+    monkeypatch.setattr(
+        SlurmExecutor, "_submit_new", lambda self, jobs: jobs and pytest.fail("resubmitted")
+    )
+    executor = SlurmExecutor(SlurmSettings(), folder, "tiny", notify=lambda m: None)
+    executor.submit([job])
+    assert executor.reattached == 1
+
+
+# --- cancel ---------------------------------------------------------------------------------------
+
+
+def _study_with_jobs(tiny_dict, tmp_path, job_ids) -> Path:
+    tiny_dict["executor"] = {"kind": "slurm"}
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump(tiny_dict))
+    spec = parse_spec(tiny_dict)
+    folder = spec.study_dir / "slurm"
+    folder.mkdir(parents=True)
+    stored = Store(spec, create=True).prepare(plan(spec), retries=0)
+    append_records(
+        folder,
+        [
+            JobRecord(t.trial.key, job_id, config_hash(t.trial.config), "/l.err", 0.0)
+            for t, job_id in zip(stored, job_ids, strict=False)
+        ],
+    )
+    return study
+
+
+def test_cancel_exits_1_and_says_why_when_scancel_fails(tiny_dict, tmp_path, monkeypatch):
+    study = _study_with_jobs(tiny_dict, tmp_path, ["5", "6"])
+    slurm = FakeSlurm(monkeypatch)
+    slurm.sacct_out = "JobID|State\n5|RUNNING\n6|PENDING\n"
+    slurm.scancel = (8, "scancel: error: Kill job error on job id 5: Unable to contact slurm "
+                        "controller (connect failure)\nscancel: error: Kill job error on job id 6: "
+                        "Unable to contact slurm controller (connect failure)\n")  # fmt: skip
+    out = CliRunner().invoke(app, ["cancel", str(study)])
+    assert out.exit_code == 1
+    assert "cancelled" not in out.output
+    assert out.output.count("Unable to contact slurm controller") == 2
+
+
+def test_cancel_reports_what_slurm_did(tiny_dict, tmp_path, monkeypatch):
+    study = _study_with_jobs(tiny_dict, tmp_path, ["5", "6"])
+    slurm = FakeSlurm(monkeypatch)
+    slurm.sacct_out = "JobID|State\n5|RUNNING\n6|RUNNING\n"
+    slurm.squeue_out = "5|CANCELLED|\n6|COMPLETED|\n"  # 6 ended just before scancel
+    out = CliRunner().invoke(app, ["cancel", str(study)])
+    assert out.exit_code == 0, out.output
+    assert "cancelled 1 SLURM job(s): 5" in out.output
+    assert "SLURM job 6 had already ended (COMPLETED)" in out.output
+
+
+def test_cancel_help_says_which_run_resubmits():
+    text = " ".join(CliRunner().invoke(app, ["cancel", "--help"]).output.split())
+    assert (
+        "The next `optbench run` records the cancelled trials as failed attempts and resubmits"
+        in text
+    )
+
+
+# --- journaled submission -------------------------------------------------------------------------
+
+
+def _intent(folder: Path, token: str, batches: list[list[TrialJob]]) -> None:
+    line = {"token": token, "batches": [[j.key for j in b] for b in batches],
+            "configs": {j.key: config_hash(j.config) for b in batches for j in b}, "time": 1.0}  # fmt: skip
+    with open(folder / JOBS_FILE, "a") as f:
+        f.write(json.dumps(line) + "\n")
+
+
+def test_jobs_of_a_submission_whose_driver_was_killed_are_found_and_adopted(tmp_path, monkeypatch):
+    jobs = [
+        TrialJob(f"cell/s00{i}-seed0", _config(lr=1e-3 * (i + 1)), tmp_path / str(i))
+        for i in range(3)
+    ]
+    _intent(tmp_path, "a1b2", [[jobs[0]], [jobs[1], jobs[2]]])  # an array of 2 elements
+    slurm = FakeSlurm(monkeypatch)
+    slurm.squeue_out = (
+        f"9_0|RUNNING|{COMMENT_TAG}a1b2\n9_1|PENDING|{COMMENT_TAG}a1b2\n8|RUNNING|x\n"
+    )
+    slurm.sacct_out = "JobID|State\n9_0|RUNNING\n9_1|PENDING\n"
+    known, _ = followed_jobs(tmp_path)  # status / cancel: read only
+    assert {k: r.job_id for k, (r, _) in known.items()} == {
+        jobs[0].key: "9_0",
+        jobs[1].key: "9_1",
+        jobs[2].key: "9_1",
+    }
+    assert read_records(tmp_path) == {}
+
+    monkeypatch.setattr(
+        SlurmExecutor, "_submit_new", lambda self, jobs: jobs and pytest.fail("resubmitted")
+    )
+    executor = SlurmExecutor(SlurmSettings(), tmp_path, "tiny", notify=lambda m: None)
+    executor.submit(jobs)
+    assert executor.reattached == 3
+    records, interrupted = read_journal(tmp_path)
+    assert interrupted == [] and records[jobs[2].key].log.endswith("9_1/9_1_0_log.err")
+
+
+def test_a_submission_that_started_no_job_is_submitted_again(tmp_path, monkeypatch):
+    job = TrialJob("cell/s000-seed0", _config(), tmp_path / "trial")
+    _intent(tmp_path, "c3d4", [[job]])
+    slurm = FakeSlurm(monkeypatch)
+    slurm.squeue_out = "8|RUNNING|optbench:ffff\n"
+    submitted = []
+    monkeypatch.setattr(SlurmExecutor, "_submit_new", lambda self, jobs: submitted.extend(jobs))
+    SlurmExecutor(SlurmSettings(), tmp_path, "tiny", notify=lambda m: None).submit([job])
+    assert submitted == [job]
+    assert read_journal(tmp_path) == ({}, [])  # resolved: not looked up again
+
+
+def test_an_interrupted_submission_is_not_guessed_at_while_squeue_fails(tmp_path, monkeypatch):
+    job = TrialJob("cell/s000-seed0", _config(), tmp_path / "trial")
+    _intent(tmp_path, "c3d4", [[job]])
+    FakeSlurm(monkeypatch).squeue_out = None
+    with pytest.raises(UsageError, match="stopped while submitting.*Unable to contact"):
+        SlurmExecutor(SlurmSettings(), tmp_path, "tiny", notify=lambda m: None).submit([job])
+
+
+def test_a_line_cut_short_by_a_killed_driver_is_skipped(tmp_path):
+    rec = JobRecord("cell/s000-seed0", "10_0", "h", "log0", 1.0)
+    append_records(tmp_path, [rec])
+    with open(tmp_path / JOBS_FILE, "a") as f:
+        f.write('{"key": "cell/s001-seed0", "job_id": "1')
+    assert read_records(tmp_path) == {rec.key: rec}
+
+
+# --- smaller points -----------------------------------------------------------------------------
+
+
+def test_a_job_cancelled_while_pending_points_to_no_log(tmp_path, monkeypatch):
+    slurm = FakeSlurm(monkeypatch)
+    slurm.sacct_out = "JobID|State\n42|CANCELLED by 0\n"
+    job = TrialJob("cell/s000-seed0", _config(), tmp_path / "trial")
+    log = tmp_path / "42" / "42_0_log.err"  # never written: the job never started
+    append_records(tmp_path, [JobRecord(job.key, "42", config_hash(job.config), str(log), 0.0)])
+    executor = SlurmExecutor(SlurmSettings(), tmp_path, "tiny", notify=lambda m: None)
+    executor.submit([job])
+    [event] = executor.poll(0)
+    assert event.message == "SLURM job 42 CANCELLED before it started (no log)"
+
+
+def test_a_reattaching_run_says_it_submitted_nothing(tmp_path, monkeypatch):
+    slurm = FakeSlurm(monkeypatch)
+    slurm.sacct_out = "JobID|State\n42_0|RUNNING\n42_1|PENDING\n"
+    jobs = [
+        TrialJob(f"cell/s00{i}-seed0", _config(lr=1e-3 * (i + 1)), tmp_path / str(i))
+        for i in range(2)
+    ]
+    append_records(
+        tmp_path,
+        [JobRecord(j.key, f"42_{i}", config_hash(j.config), "/l", 0.0) for i, j in enumerate(jobs)],
+    )
+    said = [SlurmExecutor(SlurmSettings(), tmp_path, "tiny", notify=pytest.fail).submit(jobs)]
+    assert said == [
+        f"SLURM: 0 trial(s) submitted, 2 already queued or running and followed; jobs and logs in {tmp_path.resolve()}"
+    ]
+
+
+def test_status_counts_trials_whose_job_runs_as_running(tiny_dict, tmp_path, monkeypatch):
+    study = _study_with_jobs(tiny_dict, tmp_path, ["5", "6"])
+    slurm = FakeSlurm(monkeypatch)
+    slurm.sacct_out = "JobID|State\n5|RUNNING\n6|PENDING\n"
+    out = CliRunner().invoke(app, ["status", str(study)], terminal_width=200)
+    assert out.exit_code == 0, out.output
+    rows = [line.split("│") for line in out.output.splitlines() if "vit_p_w64_16px" in line]
+    # columns: model, optimizer, epochs, finished, diverged, failed, running, pending
+    [row] = rows
+    assert [c.strip() for c in row[4:9]] == ["0", "0", "0", "1", "1"]
+    assert "1 RUNNING, 1 PENDING" in out.output

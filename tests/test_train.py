@@ -86,16 +86,16 @@ def test_recipe_drop_path_overrides_the_model_default():
 
     from timm.layers import DropPath
 
-    from optbench.train.loop import _build_model
+    from optbench.train.build import build_model
 
     batches = SimpleNamespace(num_classes=10, in_chans=1, img_size=16)
-    run = SimpleNamespace(
+    compute = SimpleNamespace(
         dist=SimpleNamespace(enabled=False), device=torch.device("cpu"), channels_last=False
     )
     rates = {}
     for drop in (0.0, 0.2):
         cfg = _cfg(model="dhvt_w64_16px", recipe=Recipe(warmup_epochs=0.5, drop_path=drop))
-        model = _build_model(cfg, batches, run)
+        model = build_model(cfg, batches, compute)
         rates[drop] = [m.drop_prob for m in model.modules() if isinstance(m, DropPath)]
     assert rates[0.0] == []  # DHVT's own default (0.1) does not apply
     assert max(rates[0.2]) == pytest.approx(0.2)

@@ -13,12 +13,14 @@ from pathlib import Path
 import pytest
 import torch
 
+import optbench.train.epoch as epoch
 import optbench.train.loop as loop
 from optbench.spec import Dataset, Recipe
 from optbench.train.checkpoint import CHECKPOINT_FILE
 from optbench.train.config import TrainConfig
-from optbench.train.loop import TrialInterrupted, run_trial
+from optbench.train.loop import run_trial
 from optbench.train.results import read_metrics, read_result
+from optbench.train.signals import STOP_SIGNALS, StopRequest, TrialInterrupted
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -87,7 +89,7 @@ def test_same_config_same_result_and_metrics(tmp_path, reference):
 def interrupt_at(monkeypatch, step: int, signum: int) -> None:
     """Deliver `signum` to this process while optimizer step `step` is being prepared."""
     calls = {"n": 0}
-    seed_step = loop.seed_step
+    seed_step = epoch.seed_step
 
     def seed_and_maybe_signal(seed: int, device) -> None:
         if calls["n"] == step:
@@ -95,7 +97,7 @@ def interrupt_at(monkeypatch, step: int, signum: int) -> None:
         calls["n"] += 1
         seed_step(seed, device)
 
-    monkeypatch.setattr(loop, "seed_step", seed_and_maybe_signal)
+    monkeypatch.setattr(epoch, "seed_step", seed_and_maybe_signal)
 
 
 @pytest.fixture
@@ -106,7 +108,7 @@ def recorded_signals():
     def record(signum, frame) -> None:
         got.append(signum)
 
-    previous = {s: signal.signal(s, record) for s in loop.STOP_SIGNALS}
+    previous = {s: signal.signal(s, record) for s in STOP_SIGNALS}
     yield got, record
     for s, handler in previous.items():
         signal.signal(s, handler)
@@ -135,16 +137,17 @@ def test_interrupted_trial_resumes_to_the_same_result(
 STOPPED_BY_DEFAULT = """
 import os, signal, sys
 from pathlib import Path
+import optbench.train.epoch as epoch
 import optbench.train.loop as loop
 from optbench.spec import Dataset, Recipe
 from optbench.train.config import TrainConfig
-seed_step = loop.seed_step
+seed_step = epoch.seed_step
 def seed_and_signal(seed, device, calls=[]):
     if len(calls) == 2:
         os.kill(os.getpid(), signal.SIGTERM)
     calls.append(seed)
     seed_step(seed, device)
-loop.seed_step = seed_and_signal
+epoch.seed_step = seed_and_signal
 cfg = TrainConfig(model="vit_p_w64_16px", dataset=Dataset(name="digits", img_size=16),
     optimizer="sgd", lr=0.8, wd=1e-4, epochs=2, batch_size=256, recipe=Recipe(warmup_epochs=1))
 loop.run_trial(cfg, Path(sys.argv[1]))
@@ -189,11 +192,16 @@ def test_raw_report_without_ema(tmp_path):
     assert result.final_error == result.best_error == result.raw_best_error
 
 
-def test_deit_recipe_trains_with_every_augmentation(tmp_path):
-    cfg = config(epochs=2, preset="deit", schedule_step="epoch")
-    result = run_trial(cfg, tmp_path)
+def test_deit_recipe_reports_the_raw_model_and_records_the_ema(tmp_path):
+    # DHVT's main.py evaluates `model`, never `model_ema`: deit reports the raw model's error
+    result = run_trial(config(epochs=2, preset="deit"), tmp_path)
     assert result.status == "finished", result.message
-    assert result.config.recipe.repeated_aug == 3 and result.ema_final_top5_error is not None
+    assert result.config.recipe.repeated_aug == 3 and result.reported == "raw_final"
+    metrics = read_metrics(tmp_path)
+    assert result.final_error == result.raw_final_error == metrics[-1]["raw_top1"]
+    assert result.best_error == min(m["raw_top1"] for m in metrics)
+    assert result.ema_final_error == metrics[-1]["ema_top1"] is not None
+    assert result.ema_final_top5_error is not None
 
 
 @pytest.mark.slow  # torch.compile takes ~30 s on one core
@@ -204,15 +212,16 @@ def test_the_gpu_settings_bf16_channels_last_and_compile_train_through_the_loop_
     # them (bf16 autocast in training and evaluation, channels_last inputs, a compiled model
     # beside its EMA, soft targets, checkpoints) is the same on any device, so it is run here on
     # the CPU, where torch has bf16 autocast and inductor too.
+    from optbench.train.compute import Compute
     from optbench.train.distributed import DistContext
 
-    run = loop._Runtime(
+    compute = Compute(
         torch.device("cpu"), DistContext(), amp=True, channels_last=True, compile=True
     )
     compiled, compile_ = [], torch.compile
     monkeypatch.setattr(torch, "compile", lambda m: compiled.append(m) or compile_(m))
     cfg = config(epochs=2)
-    result = loop._train(cfg, tmp_path, run, loop.StopRequest(), resume=False)
+    result = loop._train(cfg, tmp_path, compute, StopRequest(), resume=False)
     assert result.status == "finished" and len(compiled) == 1
     assert 0 <= result.ema_final_error <= 100 and 0 <= result.raw_final_error <= 100
     assert all(m["train_loss"] > 0 for m in read_metrics(tmp_path))
@@ -229,14 +238,14 @@ def test_a_crash_is_a_failed_result(tmp_path):
 
 CLI_INTERRUPTED = """
 import os, signal, sys
-import optbench.train.loop as loop
-seed_step, calls = loop.seed_step, []
+import optbench.train.epoch as epoch
+seed_step, calls = epoch.seed_step, []
 def seed_and_signal(seed, device):  # SIGTERM arrives while step 7 (mid-epoch 2) is prepared
     if len(calls) == 7:
         os.kill(os.getpid(), signal.SIGTERM)
     calls.append(seed)
     seed_step(seed, device)
-loop.seed_step = seed_and_signal
+epoch.seed_step = seed_and_signal
 from optbench.cli import main
 sys.argv = ["optbench", *sys.argv[1:]]
 main()
@@ -284,34 +293,144 @@ print(result.status, result.world_size, result.digest, result.message)
 """
 
 
-def test_ddp_two_cpu_processes_train_one_trial(tmp_path):
+def run_ddp(script: str, *args: object, world: int = 2) -> list[tuple[int, str, str]]:
+    """Run `script` as the `world` ranks of one gloo process group on the CPU; (return code,
+    stdout, stderr) of each rank."""
     port = free_port()
     procs = []
-    for rank in range(2):
+    for rank in range(world):
         env = {
             **os.environ,
             "PYTHONPATH": str(REPO),
             "RANK": str(rank),
             "LOCAL_RANK": str(rank),
-            "WORLD_SIZE": "2",
+            "WORLD_SIZE": str(world),
             "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": str(port),
             "OMP_NUM_THREADS": "1",
         }
-        cmd = [sys.executable, "-c", DDP_SCRIPT, str(tmp_path)]
+        cmd = [sys.executable, "-c", script, *map(str, args)]
         procs.append(
             subprocess.Popen(
                 cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
             )
         )
     outputs = [p.communicate(timeout=300) for p in procs]
+    return [(p.returncode, out, err) for p, (out, err) in zip(procs, outputs, strict=True)]
+
+
+def test_ddp_two_cpu_processes_train_one_trial(tmp_path):
+    ranks = run_ddp(DDP_SCRIPT, tmp_path)
+    outputs = [(out, err) for _, out, err in ranks]
     lines = [out.split() for out, _ in outputs]
-    assert all(p.returncode == 0 for p in procs), outputs
+    assert all(rc == 0 for rc, _, _ in ranks), outputs
     assert lines[0][:2] == ["finished", "2"], outputs
     assert lines[0][2] == lines[1][2]  # every rank ends with the same weights
     result = read_result(tmp_path)
     assert result.world_size == 2 and result.digest == lines[0][2]
     assert len(read_metrics(tmp_path)) == 1
+
+
+DDP_STOP_SCRIPT = """
+import json, os, signal, sys
+from pathlib import Path
+import optbench.train.epoch as epoch
+from optbench.spec import Dataset, Recipe
+from optbench.train.config import TrainConfig
+from optbench.train.loop import run_trial
+from optbench.train.signals import TrialInterrupted
+out, epochs, signal_at, resume = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+passed_on, steps = [], []
+signal.signal(signal.SIGUSR2, lambda signum, frame: passed_on.append(signum))
+seed_step = epoch.seed_step
+def seed_and_count(seed, device):  # rank 1 alone gets SIGUSR2 while step `signal_at` is prepared
+    if len(steps) == signal_at and os.environ["RANK"] == "1":
+        os.kill(os.getpid(), signal.SIGUSR2)
+    steps.append(seed)
+    seed_step(seed, device)
+epoch.seed_step = seed_and_count
+cfg = TrainConfig(model="vit_p_w64_16px", dataset=Dataset(name="digits", img_size=16),
+    optimizer="sgd", lr=0.8, wd=1e-4, epochs=epochs, batch_size=BATCH,
+    recipe=Recipe(preset="paper", auto_augment="none"))
+try:
+    result = run_trial(cfg, out, resume=resume == "resume")
+    print("finished", result.status, result.digest)
+except TrialInterrupted as stopped:
+    print("stopped", stopped.signum, len(steps), json.dumps(passed_on))
+"""
+
+
+def test_ddp_a_signal_on_one_rank_stops_every_rank_at_the_same_step_and_resumes_identically(
+    tmp_path,
+):
+    from optbench.train.checkpoint import load_checkpoint
+    from optbench.train.datasets import load_dataset
+    from optbench.train.signals import STOP_CHECK_EVERY
+
+    batch = 32
+    script = DDP_STOP_SCRIPT.replace("BATCH", str(batch))
+    steps_per_epoch = load_dataset(Dataset(name="digits", img_size=16)).num_train // batch
+    # Signal right after an agreement (the longest wait), where the next one, STOP_CHECK_EVERY
+    # steps on, falls in the same epoch and before its end (which is an agreement too).
+    n, every = steps_per_epoch, STOP_CHECK_EVERY
+    signal_at = next(k * every for k in range(1, 100) if k * every // n == ((k + 1) * every) // n)
+    epochs = signal_at // n + 1  # the stop falls mid-epoch in the last epoch
+
+    def ranks_say(out: Path, signal_at: int, resume: str) -> list[list[str]]:
+        ranks = run_ddp(script, out, epochs, signal_at, resume)
+        assert all(rc == 0 for rc, _, _ in ranks), ranks
+        return [out.split() for _, out, _ in ranks]
+
+    reference = ranks_say(tmp_path / "reference", -1, "fresh")
+    assert reference[0][:2] == ["finished", "finished"] and reference[0] == reference[1]
+
+    stopped = ranks_say(tmp_path / "stopped", signal_at, "fresh")
+    for said in stopped:  # each rank stopped for SIGUSR2 and passed it on, once
+        assert said[0] == "stopped" and int(said[1]) == signal.SIGUSR2, stopped
+        assert json.loads(said[3]) == [signal.SIGUSR2]
+    ran = {int(said[2]) for said in stopped}  # optimizer steps each rank ran
+    assert len(ran) == 1, stopped  # every rank stopped after the same step
+    (ran,) = ran
+    assert signal_at < ran <= signal_at + STOP_CHECK_EVERY  # acted on within the promised steps
+    assert ran % steps_per_epoch  # mid-epoch
+    position = load_checkpoint(tmp_path / "stopped" / CHECKPOINT_FILE)["progress"]
+    assert position["epoch"] * steps_per_epoch + position["batch"] == ran
+    assert read_result(tmp_path / "stopped") is None
+
+    resumed = ranks_say(tmp_path / "stopped", -1, "resume")
+    assert resumed == reference  # both ranks end with the uninterrupted run's weights
+    assert comparable(tmp_path / "stopped") == comparable(tmp_path / "reference")
+
+
+def test_ddp_ranks_ask_each_other_only_every_few_steps_and_at_epoch_ends():
+    """Under DDP the stop agreement (an all-reduce the host waits for) runs only at its
+    cadence, and a signal another rank got is answered at the next agreement."""
+    from optbench.train.signals import STOP_CHECK_EVERY, StopAgreement, StopRequest
+
+    class OtherRankGetsSignal:  # stands in for a DistContext of two ranks
+        enabled, world = True, 2
+
+        def __init__(self):
+            self.reduced_at, self.other, self.step = [], 0, 0
+
+        def max_(self, t: torch.Tensor) -> torch.Tensor:
+            self.reduced_at.append(self.step)
+            return t.clamp_(min=self.other)
+
+    group, every, per_epoch = OtherRankGetsSignal(), STOP_CHECK_EVERY, STOP_CHECK_EVERY + 5
+    agreement = StopAgreement(StopRequest(), group, torch.device("cpu"))
+    answers = {}
+    for step in range(4 * every):
+        group.step = step
+        if step == 2 * every:  # the other rank's signal arrives while this step runs
+            group.other = signal.SIGUSR2
+        answers[step] = agreement.after_step(step, epoch_end=(step + 1) % per_epoch == 0)
+    ends = {k * per_epoch - 1 for k in range(1, 4)}  # the last steps of epochs 1-3
+    asked = sorted({k * every - 1 for k in range(1, 5)} | ends)
+    assert group.reduced_at == asked  # no all-reduce, so no host sync, on the other steps
+    first = min(s for s in asked if s >= 2 * every)
+    assert all(answers[s] == 0 for s in answers if s < first)
+    assert answers[first] == signal.SIGUSR2 and first - 2 * every < every
 
 
 def test_process_group_comes_from_torchrun_or_a_multi_task_srun_step():

@@ -1,6 +1,13 @@
-"""Recipe presets, weight-decay groups, optimizers and the lr schedule."""
+"""Recipe presets, weight-decay groups, optimizers and the lr schedule.
+
+The expected lr values are computed here from the reference codes' formulas, written out:
+pycls's `get_epoch_lr` (branch `vitconfigs`, pycls/core/optimizer.py) and DeiT's epoch-stepped
+timm 0.4 CosineLRScheduler as DHVT's main.py drives it.
+"""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import timm
@@ -10,24 +17,27 @@ from pydantic import ValidationError
 from optbench import models  # noqa: F401  (registers the quickstart models)
 from optbench.spec import Dataset, Recipe
 from optbench.train.config import TrainConfig
-from optbench.train.optim import (
-    build_optimizer,
-    build_schedule,
-    schedule_position,
-    weight_decay_groups,
-)
+from optbench.train.optim import LrSchedule, build_optimizer, weight_decay_groups
 
 
-def config(epochs: int = 10, optimizer: str = "adamw", **recipe) -> TrainConfig:
+def config(
+    epochs: int = 10,
+    optimizer: str = "adamw",
+    *,
+    lr: float = 1e-3,
+    batch_size: int = 256,
+    ref_batch: int = 2048,
+    **recipe,
+) -> TrainConfig:
     return TrainConfig(
         model="vit_c_w64_16px",
         dataset=Dataset(name="digits", img_size=16),
         optimizer=optimizer,
-        lr=1e-3,
+        lr=lr,
         wd=0.1,
         epochs=epochs,
-        batch_size=256,
-        ref_batch=2048,
+        batch_size=batch_size,
+        ref_batch=ref_batch,
         recipe=Recipe(**recipe),
     )
 
@@ -36,23 +46,55 @@ def quickstart_model() -> torch.nn.Module:
     return timm.create_model("vit_c_w64_16px", num_classes=10, in_chans=1, img_size=16)
 
 
-def test_paper_preset_is_the_papers_recipe():
+def test_paper_preset_is_pycls_vit_configs():
+    # pycls vitconfigs, configs/vitconv_baselines/vit/*.yaml and pycls/core/config.py defaults
     r = Recipe(preset="paper")
-    assert (r.warmup_epochs, r.min_lr, r.label_smoothing) == (5.0, 0.0, 0.1)
-    assert r.ema and r.report == "ema_final" and r.auto_augment == "autoaugment"
+    assert (r.schedule, r.schedule_step) == ("pycls", "epoch")
+    assert (r.warmup_epochs, r.warmup_ref_epochs, r.warmup_factor) == (5.0, None, 0.1)
+    assert r.min_lr == 0.005 and r.label_smoothing == 0.1
+    assert (r.nesterov, r.momentum, r.betas) == (True, 0.9, (0.9, 0.999))
+    assert (r.ema_rule, r.ema_period, r.ema_alpha, r.ema_horizon) == ("pycls", 32, 1e-5, None)
+    assert r.ema and r.report == "ema_final" and r.precise_bn_images == 8192
+    assert (r.auto_augment, r.lighting_std) == ("pycls_v0", 0.1)
     assert (r.mixup_alpha, r.cutmix_alpha) == (0.8, 1.0)
     assert (r.random_erasing, r.repeated_aug, r.drop_path) == (0.0, 1, 0.0)
-    assert r.betas == (0.9, 0.999) and r.momentum == 0.9 and r.schedule_step == "iteration"
 
 
-def test_deit_preset_and_key_by_key_overrides():
+def test_deit_preset_is_dhvts_official_code_and_keys_override_one_by_one():
+    # DHVT main.py defaults and run_code_cifar.sh (lr 1e-3 at batch 256 x 2 GPUs = 512)
     r = Recipe(preset="deit")
-    assert (r.auto_augment, r.randaugment_m, r.random_erasing) == ("randaugment", 9, 0.25)
-    assert (r.repeated_aug, r.drop_path, r.min_lr) == (3, 0.1, 1e-5)
-    o = Recipe.model_validate({"preset": "deit", "drop_path": 0.0, "schedule_step": "epoch"})
-    assert (o.drop_path, o.schedule_step, o.random_erasing) == (0.0, "epoch", 0.25)
+    assert (r.schedule, r.warmup_epochs) == ("deit", 5.0)
+    assert r.min_lr * 1e-3 == pytest.approx(1e-5) and r.warmup_factor * 1e-3 == pytest.approx(1e-6)
+    assert (r.ema_rule, r.ema_decay, r.report) == ("decay", 0.99996, "raw_final")
+    assert (r.auto_augment, r.random_erasing, r.normalize) == (
+        "rand-m9-mstd0.5-inc1",
+        0.25,
+        "imagenet",
+    )
+    assert (r.repeated_aug, r.drop_path, r.eps, r.label_smoothing) == (3, 0.1, 1e-8, 0.1)
+    assert r.nesterov  # timm 0.4's create_optimizer: opt "sgd" is Nesterov SGD
+    o = Recipe.model_validate({"preset": "deit", "drop_path": 0.0, "report": "ema_final"})
+    assert (o.drop_path, o.report, o.random_erasing) == (0.0, "ema_final", 0.25)
     # the resolved recipe round-trips: what a study stores is what it gets back
     assert Recipe.model_validate(o.model_dump(mode="json")) == o
+
+
+def test_each_ema_rule_shows_only_its_own_parameters():
+    basic = Recipe()
+    assert (basic.ema_rule, basic.ema_horizon, basic.ema_period, basic.ema_decay) == (
+        "horizon",
+        0.078,
+        None,
+        None,
+    )
+    switched = Recipe(preset="paper", ema_rule="horizon")  # the preset's pycls keys go
+    assert (switched.ema_horizon, switched.ema_period, switched.ema_alpha) == (0.078, None, None)
+    assert Recipe(ema_rule="pycls", ema_period=8).ema_period == 8
+    with pytest.raises(ValidationError, match="ema_period is read only by ema_rule 'pycls'"):
+        Recipe(preset="deit", ema_period=8)
+    with pytest.raises(ValidationError, match="schedule_step must be 'epoch'"):
+        Recipe(schedule="pycls", schedule_step="iteration")
+    assert Recipe(schedule="deit").schedule_step == "epoch"
 
 
 def test_recipe_rejects_unknown_keys_presets_and_ema_less_ema_report():
@@ -66,13 +108,16 @@ def test_recipe_rejects_unknown_keys_presets_and_ema_less_ema_report():
 
 
 def test_warmup_shortens_in_proportion_below_the_reference_length():
-    r = Recipe(preset="paper")  # 5 epochs of warmup for schedules of 50 epochs and more
+    r = Recipe(warmup_ref_epochs=50)  # 5 epochs of warmup for schedules of 50 epochs and more
     assert r.warmup_for(400) == r.warmup_for(50) == 5.0
     assert r.warmup_for(20) == pytest.approx(2.0)
     assert Recipe().warmup_for(20) == 5.0  # basic: no reference, no shortening
-    config(epochs=4, preset="paper")  # 0.4 warmup epochs fit
+    config(epochs=4, warmup_ref_epochs=50)  # 0.4 warmup epochs fit
     with pytest.raises(ValidationError, match="warmup_epochs"):
         config(epochs=5)
+    # pycls's and DeiT's rules warm up through a schedule shorter than the warmup, as their code
+    assert config(epochs=3, preset="paper").recipe.warmup_for(3) == 5.0
+    config(epochs=3, preset="deit")
 
 
 def test_weight_decay_never_touches_norms_and_biases():
@@ -124,6 +169,13 @@ def test_sgd_uses_momentum_and_the_nesterov_option(nesterov):
     assert opt.param_groups[0]["lr"] == pytest.approx(1e-3 * 256 / 2048)
 
 
+def test_paper_sgd_is_nesterov_with_momentum_09_and_no_dampening():
+    # pycls: OPTIM.NESTEROV True, MOMENTUM 0.9, DAMPENING 0 (never overridden by its configs)
+    opt = build_optimizer(quickstart_model(), config(optimizer="sgd", preset="paper"))
+    for group in opt.param_groups:
+        assert (group["nesterov"], group["momentum"], group["dampening"]) == (True, 0.9, 0)
+
+
 def test_adamw_takes_betas_and_eps_from_the_recipe():
     opt = build_optimizer(quickstart_model(), config(betas=(0.8, 0.99), eps=1e-6))
     assert isinstance(opt, torch.optim.AdamW)
@@ -154,13 +206,59 @@ def test_the_fused_kernels_used_on_cuda_take_the_same_steps_as_foreach(optimizer
 
 
 def lrs(cfg: TrainConfig, steps_per_epoch: int) -> list[float]:
+    """The lr each optimizer step of `cfg` trains at."""
     opt = build_optimizer(quickstart_model(), cfg)
-    schedule = build_schedule(opt, cfg, steps_per_epoch)
+    schedule = LrSchedule(opt, cfg, steps_per_epoch)
     out = []
     for step in range(cfg.epochs * steps_per_epoch):
-        schedule.step_update(schedule_position(cfg, step, steps_per_epoch))
+        schedule.set_lr(step)
         out.append(opt.param_groups[0]["lr"])
     return out
+
+
+def per_epoch(values: list[float], steps_per_epoch: int) -> list[float]:
+    epochs = [values[i : i + steps_per_epoch] for i in range(0, len(values), steps_per_epoch)]
+    assert all(len(set(e)) == 1 for e in epochs), "the lr changed within an epoch"
+    return [e[0] for e in epochs]
+
+
+def pycls_get_epoch_lr(cur_epoch, base_lr, max_epoch, min_lr, warmup_epochs, warmup_factor):
+    """pycls's get_epoch_lr with LR_POLICY cos, written out."""
+    lr = base_lr * (
+        (1.0 - min_lr) * 0.5 * (1.0 + math.cos(math.pi * cur_epoch / max_epoch)) + min_lr
+    )
+    if cur_epoch < warmup_epochs:
+        alpha = cur_epoch / warmup_epochs
+        lr *= warmup_factor * (1.0 - alpha) + alpha
+    return lr
+
+
+@pytest.mark.parametrize("epochs", [10, 50])
+def test_paper_schedule_is_pycls_get_epoch_lr_every_epoch(epochs):
+    cfg = config(epochs=epochs, optimizer="sgd", preset="paper")
+    trained = per_epoch(lrs(cfg, steps_per_epoch=3), 3)
+    # pycls's ViT configs: MIN_LR 0.005, WARMUP_EPOCHS 5, WARMUP_FACTOR 0.1 (its default)
+    expected = [pycls_get_epoch_lr(e, cfg.lr_used, epochs, 0.005, 5, 0.1) for e in range(epochs)]
+    assert trained == pytest.approx(expected, rel=1e-12)
+    assert trained[0] == pytest.approx(0.1 * cfg.lr_used)  # warmup from 10% of the peak
+
+
+def deit_epoch_lr(epoch, lr, epochs, warmup_epochs, warmup_lr, min_lr):
+    """What DHVT's main.py trains epoch `epoch` at: timm 0.4's CosineLRScheduler (t_in_epochs,
+    no warmup prefix, cycle limit 1), stepped with scheduler.step(e) after epoch e."""
+    t = max(epoch - 1, 0)  # step(e) after epoch e; epoch 0 at the initial (warmup) lr
+    if t < warmup_epochs:
+        return warmup_lr + t * (lr - warmup_lr) / warmup_epochs
+    return min_lr + 0.5 * (lr - min_lr) * (1 + math.cos(math.pi * t / epochs))
+
+
+@pytest.mark.parametrize("epochs", [4, 30])
+def test_deit_schedule_is_dhvt_mains_epoch_stepped_timm_cosine(epochs):
+    cfg = config(epochs, preset="deit", lr=1e-3, batch_size=512, ref_batch=512)  # DHVT's CIFAR run
+    trained = per_epoch(lrs(cfg, steps_per_epoch=2), 2)
+    # main.py: --warmup-epochs 5, --warmup-lr 1e-6, --min-lr 1e-5 (absolute, at lr 1e-3)
+    expected = [deit_epoch_lr(e, 1e-3, epochs, 5, 1e-6, 1e-5) for e in range(epochs)]
+    assert trained == pytest.approx(expected, rel=1e-9)
 
 
 def test_per_iteration_schedule_warms_up_linearly_then_decays_by_half_cosine():
@@ -174,13 +272,18 @@ def test_per_iteration_schedule_warms_up_linearly_then_decays_by_half_cosine():
     assert values[-1] < peak * 0.01
 
 
+def test_cosine_min_lr_and_warmup_factor_are_fractions_of_the_peak():
+    cfg = config(epochs=10, warmup_epochs=2.0, min_lr=0.1, warmup_factor=0.5)
+    peak, values = cfg.lr_used, lrs(cfg, steps_per_epoch=5)
+    assert values[0] == pytest.approx(0.5 * peak + (peak - 0.5 * peak) / 10)
+    assert min(values) >= 0.1 * peak and values[-1] == pytest.approx(0.1 * peak, rel=1e-3)
+
+
 def test_per_epoch_schedule_holds_lr_constant_within_an_epoch():
-    cfg = config(epochs=10, warmup_epochs=2.0, schedule_step="epoch", min_lr=1e-4)
-    values = lrs(cfg, steps_per_epoch=5)
-    epochs = [values[e * 5 : (e + 1) * 5] for e in range(10)]
-    assert all(len(set(e)) == 1 for e in epochs)
-    assert epochs[0][0] == pytest.approx(cfg.lr_used / 4)  # middle of the first warmup epoch
-    assert epochs[-1][0] > 1e-4 * 256 / 2048  # the last epoch still learns
+    cfg = config(epochs=10, warmup_epochs=2.0, schedule_step="epoch", min_lr=0.1)
+    epochs = per_epoch(lrs(cfg, steps_per_epoch=5), 5)
+    assert epochs[0] == pytest.approx(cfg.lr_used / 4)  # middle of the first warmup epoch
+    assert epochs[-1] > 0.1 * cfg.lr_used  # the last epoch still learns
 
 
 STUDY = {  # a one-cell study on digits
@@ -196,7 +299,8 @@ STUDY = {  # a one-cell study on digits
 
 def test_a_study_picks_a_preset_and_overrides_keys(tmp_path):
     from optbench.checks import check_spec
-    from optbench.spec import SpecError, UsageError, parse_spec
+    from optbench.errors import SpecError, UsageError
+    from optbench.spec import parse_spec
 
     study = {**STUDY, "recipe": {"preset": "deit", "drop_path": 0.0}}
     spec = parse_spec(study)
@@ -211,6 +315,32 @@ def test_a_study_picks_a_preset_and_overrides_keys(tmp_path):
         check_spec(
             parse_spec({**study, "dataset": {"name": "cifar10", "root": str(tmp_path)}}), data=True
         )
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("schedule", "deit"),
+        ("warmup_factor", 0.2),
+        ("min_lr", 0.01),
+        ("ema_rule", "decay"),
+        ("ema_period", 16),
+        ("ema_alpha", 2e-5),
+        ("precise_bn_images", 4096),
+        ("lighting_std", 0.2),
+        ("normalize", "imagenet"),
+        ("auto_augment", "v0"),
+    ],
+)
+def test_every_recipe_key_is_part_of_the_cell_id(key, value):
+    from optbench.spec import parse_spec
+
+    base = {**STUDY, "recipe": {"preset": "paper"}}
+    spec = parse_spec(base)
+    changed = parse_spec({**base, "recipe": {"preset": "paper", key: value}})
+    assert getattr(changed.recipe, key) == value
+    cell = spec.cells()[0]
+    assert changed.cell_id(cell) != spec.cell_id(cell)
 
 
 def test_ref_batch_defaults_to_the_presets_and_an_explicit_one_wins():

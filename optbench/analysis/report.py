@@ -191,18 +191,21 @@ def _complexity_section(
     section = Section(
         "complexity",
         "Complexity (Table 1)",
-        "flops (multiply-adds), params and activations for one forward pass at the study's input "
-        "size; s/epoch and images/s are medians over this study's finished trials (this machine).",
+        "flops (multiply-adds), params and activations for one forward pass at the input size "
+        "each model trains at; s/epoch and images/s are medians over this study's finished trials (this machine).",
     )
     from optbench.models.complexity import model_complexity  # torch and timm: only when asked
 
-    num_classes, in_chans, img_size = data_shape or _dataset_shape(spec)
+    shapes = {model: data_shape or _dataset_shape(spec, model) for model in spec.models}
+    num_classes, in_chans, _ = shapes[spec.models[0]]
+    sizes = {model: shape[2] for model, shape in shapes.items()}
+    one_size = len(set(sizes.values())) == 1
     rows = []
     finished = results[results["status"] == "finished"]
     for model in spec.models:
         try:
             measured = model_complexity(
-                model, num_classes=num_classes, in_chans=in_chans, img_size=img_size
+                model, num_classes=num_classes, in_chans=in_chans, img_size=sizes[model]
             )
         except Exception as err:  # one unmeasurable model must not sink the page
             section.notes.append(f"{model}: complexity not measured ({type(err).__name__}: {err})")
@@ -211,6 +214,7 @@ def _complexity_section(
         rows.append(
             {
                 "model": model,
+                **({} if one_size else {"input px": sizes[model]}),
                 **measured,
                 "s/epoch": float((mine["wall_s"] / mine["epochs"]).median())
                 if len(mine)
@@ -219,20 +223,22 @@ def _complexity_section(
             }
         )
     if rows:
+        size = next(iter(sizes.values()))
+        at = f"{size}x{size}" if one_size else "each model's input size"
         section.tables.append(
             (
-                f"Complexity at {img_size}x{img_size}, {in_chans} channels, {num_classes} classes",
+                f"Complexity at {at}, {in_chans} channels, {num_classes} classes",
                 pd.DataFrame(rows),
             )
         )
     return section
 
 
-def _dataset_shape(spec: StudySpec) -> tuple[int, int, int]:
-    """(num_classes, in_chans, img_size) of the study's dataset."""
-    from optbench.train.data import dataset_info
+def _dataset_shape(spec: StudySpec, model: str) -> tuple[int, int, int]:
+    """(num_classes, in_chans, img_size) of the study's dataset as `model` trains on it."""
+    from optbench.train.datasets import dataset_info
 
-    info = dataset_info(spec.dataset)
+    info = dataset_info(spec.dataset, model)
     return info.num_classes, info.in_chans, info.img_size
 
 

@@ -6,13 +6,18 @@ follows the `Executor` protocol (base.py), the only thing the driver knows of it
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from optbench.executors.base import Executor
 from optbench.executors.local import InlineExecutor, LocalExecutor, pool_size, usable_cores
 from optbench.spec import StudySpec
 
 
-def make_executor(spec: StudySpec, *, workers: int | str | None = None) -> Executor:
-    """The executor of `spec.executor.kind`; `workers` overrides executor.workers (local). Builds
+def make_executor(
+    spec: StudySpec, *, workers: int | str | None = None, notify: Callable[[str], None] = print
+) -> Executor:
+    """The executor of `spec.executor.kind`; `workers` overrides executor.workers (local);
+    `notify` prints a line for the user while jobs are followed (SLURM not answering). Builds
     no worker or job yet. Raises UsageError, before anything is written, where the kind is
     slurm and SLURM cannot be reached, or local with more workers than cores (or GPUs)."""
     kind = spec.executor.kind
@@ -27,4 +32,4 @@ def make_executor(spec: StudySpec, *, workers: int | str | None = None) -> Execu
     from optbench.launch.slurm import SlurmExecutor, job_folder, max_array_size
 
     max_array_size()  # fails with a usage error, without SLURM
-    return SlurmExecutor(spec.executor.slurm, job_folder(spec), spec.name)
+    return SlurmExecutor(spec.executor.slurm, job_folder(spec), spec.name, notify)

@@ -42,7 +42,9 @@ class Executor(Protocol):
         records them before it runs anything. None where jobs die with the driver."""
 
     def submit(self, jobs: Sequence[TrialJob]) -> str:
-        """Start running `jobs` (returns without waiting for them); says where, for the user."""
+        """Start running `jobs` (returns without waiting for them). Returns one line for the
+        user saying what it did: how many trials run where (SLURM: how many it submitted and how
+        many it follows that were already queued or running)."""
 
     def poll(self, timeout: float) -> list[JobEvent]:
         """Events since the last poll, waiting up to `timeout` seconds for at least one."""

@@ -211,7 +211,7 @@ class LocalExecutor:
         for slot in range(len(self._pool.gpus)):
             if slot not in self._pool.workers:
                 self._start(slot)
-        return self._where
+        return f"{len(jobs)} trial(s) to run on {self._where}"
 
     def _start(self, slot: int) -> None:
         pool = self._pool
@@ -337,7 +337,7 @@ class InlineExecutor:
 
     def submit(self, jobs: Sequence[TrialJob]) -> str:
         self._queue.extend(jobs)
-        return "this process, one by one (debug)"
+        return f"{len(jobs)} trial(s) to run in this process, one by one (debug)"
 
     def poll(self, timeout: float) -> list[JobEvent]:
         if not self._queue:

@@ -1,32 +1,56 @@
-"""Batched training augmentation on the training device: whole batches, no per-image Python.
+"""Training augmentation on the training device, in whole batches where it can be.
 
 `BatchAugment` turns a batch of uint8 images (N, C, H, W) and int labels into the float inputs
 and the targets the loss sees, in the recipe's order:
 
-    translate (zero-pad + random crop) -> horizontal flip -> AutoAugment / RandAugment
-    -> normalize -> random erasing -> mixup / CutMix (timm's Mixup; soft targets)
+    translate (zero-pad + random crop) -> horizontal flip -> auto-augment policy
+    -> PCA lighting -> normalize -> random erasing -> mixup / CutMix (timm's Mixup; soft targets)
 
-Policies come from torchvision.transforms.v2 (AutoAugment, RandAugment), which apply one sampled
-sub-policy to the whole tensor they are given. To keep per-image diversity without a Python
-loop over images, the batch is cut into groups of `recipe.augment_group` images and each group
-draws its own sub-policy and magnitude: an image's own augmentation has exactly the library's
-distribution; only images of one group share it. Group size 1 is exact per-image augmentation.
+Everything before mixup is per-image augmentation (`BatchAugment.inputs`, also what precise BN
+recomputes its statistics from, as pycls's loader does); mixup / CutMix mixes the batch.
 
-Randomness: everything here draws from torch's and numpy's global generators, which the loop
-reseeds before every step from (seed, epoch, step, rank) (see loop.py), so a batch's
+Policies (`recipe.auto_augment`, see `build_policy`):
+- torchvision's AutoAugment and RandAugment ("autoaugment", "randaugment") apply one sampled
+  sub-policy to the whole tensor they are given; to keep per-image diversity without a Python
+  loop over images, the batch is cut into groups of `recipe.augment_group` images and each group
+  draws its own sub-policy: an image's own augmentation has exactly the library's distribution;
+  only images of one group share it.
+- timm's policies (its AutoAugment and RandAugment config strings: "v0", "original-mstd0.5",
+  "rand-m9-mstd0.5-inc1", ...; and "pycls_v0", pycls's AutoAugment) work on PIL images: each image of a batch goes through the
+  policy on its own, on the CPU (bench/augment_policy.py measures the cost).
+On class-folder datasets the DataLoader workers apply crop, flip and policy per image
+(`geometric=False` here).
+
+Randomness: everything here draws from torch's, numpy's and Python's global generators, which
+the loop reseeds before every step from (seed, step, rank) (see loop.py), so a batch's
 augmentation depends on its position only: resuming mid-epoch replays it exactly.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
+import numpy as np
 import torch
 import torch.nn.functional as F
+from PIL import Image, ImageOps
 from timm.data import Mixup
+from timm.data import auto_augment as timm_aa
 from torchvision.transforms import v2
 
-from optbench.spec import Recipe
+from optbench.spec import TORCHVISION_POLICIES, Recipe
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+# AlexNet-style PCA lighting noise: eigenvalues and eigenvectors (columns) of ImageNet's RGB
+# pixel covariance, in [0, 1] units, as fb.resnet.torch and pycls publish them.
+IMAGENET_PCA_EIGVAL = (0.2175, 0.0188, 0.0045)
+IMAGENET_PCA_EIGVEC = (
+    (-0.5675, 0.7192, 0.4009),
+    (-0.5808, -0.0045, -0.8140),
+    (-0.5836, -0.6948, 0.4203),
+)
 
 
 def random_crop_flip(x: torch.Tensor, pad: int, hflip: bool) -> torch.Tensor:
@@ -92,13 +116,108 @@ def random_erasing(
     return torch.where(inside[:, None], noise, x)
 
 
-def build_policy(recipe: Recipe) -> v2.Transform | None:
-    """torchvision's AutoAugment or RandAugment as the recipe names it, or None."""
+def pca_lighting(x: torch.Tensor, std: float) -> torch.Tensor:
+    """AlexNet-style PCA lighting noise on float RGB images in [0, 255] (N, 3, H, W): each
+    image gets eigvec @ (alpha * eigval) added to every pixel, alpha ~ N(0, std^2) per image and
+    eigen-direction (pycls's `lighting`, without clipping, like pycls)."""
+    if std == 0:
+        return x
+    eigval = torch.tensor(IMAGENET_PCA_EIGVAL, device=x.device)
+    eigvec = torch.tensor(IMAGENET_PCA_EIGVEC, device=x.device)
+    alpha = torch.randn(len(x), 3, device=x.device) * std
+    rgb = (alpha * eigval) @ eigvec.T  # rgb[n, i] = sum_j eigvec[i, j] alpha[n, j] eigval[j]
+    return x + 255.0 * rgb[:, :, None, None]
+
+
+def _pycls_posterize_level(level: float, _hparams: dict) -> tuple[int]:
+    """pycls's posterize: bits = int(magnitude x 4), at least 1 (its POSTERIZE_MIN; timm's v0
+    keeps 0 bits, a black image, at magnitude 2)."""
+    return (max(1, int(level / 10 * 4)),)
+
+
+def _posterize(img: Image.Image, bits_to_keep: int, **_) -> Image.Image:
+    """timm's posterize, also for 0 bits: a black image, as Pillow gave until it began to
+    reject bits < 1 (timm's v0 and increasing RandAugment ops ask for 0 bits)."""
+    if bits_to_keep >= 8:
+        return img
+    if bits_to_keep <= 0:
+        return Image.new(img.mode, img.size)
+    return ImageOps.posterize(img, bits_to_keep)
+
+
+def _ops(transform) -> list:
+    """The AugmentOps of a timm AutoAugment or RandAugment (its `level_fn` and `aug_fn` are
+    replaced below: timm builds every op from module-level tables)."""
+    if isinstance(transform, timm_aa.AutoAugment):
+        return [op for sub_policy in transform.policy for op in sub_policy]
+    return list(transform.ops)
+
+
+def timm_policy(name: str, in_chans: int = 3, img_size: int = 224) -> Callable:
+    """A PIL-image auto-augment policy from timm, by config string, with the hyper-parameters
+    timm's create_transform gives it (DeiT's call: bicubic resampling, fill = ImageNet's mean,
+    translate_const = 0.45 x img_size). "pycls_v0" is pycls's AutoAugment: timm's v0 policy
+    with bilinear resampling, grey (128) fill and pycls's posterize floor of 1 bit."""
+
+    def fill(rgb: tuple[int, ...]) -> tuple[int, ...] | int:
+        return rgb if in_chans == 3 else round(sum(rgb) / len(rgb))
+
+    if name == "pycls_v0":
+        hparams = {"interpolation": Image.BILINEAR, "img_mean": fill((128, 128, 128))}
+        transform = timm_aa.auto_augment_transform("v0", hparams)
+        for op in _ops(transform):
+            if op.name == "Posterize":
+                op.level_fn = _pycls_posterize_level
+    else:
+        hparams = {
+            "translate_const": int(img_size * 0.45),
+            "img_mean": fill(tuple(min(255, round(255 * m)) for m in IMAGENET_MEAN)),
+            "interpolation": Image.BICUBIC,
+        }
+        if name.startswith("rand"):
+            transform = timm_aa.rand_augment_transform(name, hparams)
+        else:
+            transform = timm_aa.auto_augment_transform(name, hparams)
+    for op in _ops(transform):
+        if op.name.startswith("Posterize"):
+            op.aug_fn = _posterize
+    return transform
+
+
+def build_policy(recipe: Recipe, in_chans: int = 3, img_size: int = 224) -> Callable | None:
+    """The recipe's auto-augment policy (module docstring), or None. torchvision's take
+    tensors or PIL images; timm's take PIL images."""
+    if recipe.auto_augment == "none":
+        return None
     if recipe.auto_augment == "autoaugment":
         return v2.AutoAugment(v2.AutoAugmentPolicy(recipe.autoaugment_policy))
     if recipe.auto_augment == "randaugment":
         return v2.RandAugment(num_ops=recipe.randaugment_n, magnitude=recipe.randaugment_m)
-    return None
+    return timm_policy(recipe.auto_augment, in_chans, img_size)
+
+
+def per_image(policy: Callable, x: torch.Tensor) -> torch.Tensor:
+    """Apply a PIL-image policy to each image of a uint8 batch (N, C, H, W), C = 1 or 3."""
+    images = x.permute(0, 2, 3, 1).cpu().numpy()
+    gray = images.shape[-1] == 1
+    out = np.stack(
+        [np.asarray(policy(Image.fromarray(im[..., 0] if gray else im))) for im in images]
+    )
+    out = out[..., None] if gray else out
+    return torch.from_numpy(out).permute(0, 3, 1, 2).contiguous().to(x.device)
+
+
+def input_stats(
+    recipe: Recipe, mean: tuple[float, ...], std: tuple[float, ...]
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The mean and std the inputs are normalized with: the dataset's own, or (`normalize:
+    imagenet`, DeiT's code on every dataset) ImageNet's; one-channel data then gets the average
+    of ImageNet's three."""
+    if recipe.normalize == "dataset":
+        return mean, std
+    if len(mean) == 3:
+        return IMAGENET_MEAN, IMAGENET_STD
+    return (sum(IMAGENET_MEAN) / 3,) * len(mean), (sum(IMAGENET_STD) / 3,) * len(mean)
 
 
 class BatchAugment:
@@ -112,12 +231,19 @@ class BatchAugment:
         mean: tuple[float, ...],
         std: tuple[float, ...],
         device: torch.device,
+        in_chans: int = 3,
+        img_size: int = 224,
         geometric: bool = True,
+        pca_lighting: bool = False,
     ):
-        """`geometric=False` skips translate/flip/policy: the DataLoader path already applied
-        them per image on the CPU workers."""
+        """`mean`, `std`: the normalization (see `input_stats`). `geometric=False` skips
+        translate/flip/policy: the DataLoader path already applied them per image on the CPU
+        workers. `pca_lighting`: whether the data takes `recipe.lighting_std` (RGB class-folder
+        datasets, as in pycls, whose eigenvectors are ImageNet's)."""
         self.recipe, self.geometric = recipe, geometric
-        self.policy = build_policy(recipe) if geometric else None
+        self.policy = build_policy(recipe, in_chans, img_size) if geometric else None
+        self.grouped = recipe.auto_augment in TORCHVISION_POLICIES  # else per image (PIL)
+        self.lighting_std = recipe.lighting_std if pca_lighting else 0.0
         self.mean = torch.tensor(mean, device=device).view(1, -1, 1, 1) * 255.0
         self.std = torch.tensor(std, device=device).view(1, -1, 1, 1) * 255.0
         self.mixup = None
@@ -127,6 +253,7 @@ class BatchAugment:
                 cutmix_alpha=recipe.cutmix_alpha,
                 switch_prob=0.5,
                 mode="batch",
+                correct_lam=True,  # the weight of the CutMix box actually pasted (clipped)
                 label_smoothing=recipe.label_smoothing,
                 num_classes=num_classes,
             )
@@ -137,19 +264,26 @@ class BatchAugment:
         return self.mixup is not None
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
-        """uint8 -> float, minus mean, over std (mean and std given in [0, 1] units)."""
-        return x.float().sub_(self.mean).div_(self.std)
+        """Images in [0, 255] (uint8 or float) -> float, minus mean, over std."""
+        return (x.float() - self.mean).div_(self.std)
 
     def apply_policy(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.grouped:
+            return per_image(self.policy, x)
         group = self.recipe.augment_group
         return torch.cat([self.policy(x[i : i + group]) for i in range(0, len(x), group)])
 
-    def __call__(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def inputs(self, x: torch.Tensor) -> torch.Tensor:
+        """Per-image augmentation of a uint8 batch, up to the normalized float inputs."""
         if self.geometric:
             x = random_crop_flip(x, self.recipe.translate, self.recipe.hflip)
             if self.policy is not None:
                 x = self.apply_policy(x)
-        x = random_erasing(self.normalize(x), self.recipe.random_erasing)
+        x = pca_lighting(x.float(), self.lighting_std)
+        return random_erasing(self.normalize(x), self.recipe.random_erasing)
+
+    def __call__(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self.inputs(x)
         if self.mixup is not None:
             x, y = self.mixup(x, y)
         return x, y

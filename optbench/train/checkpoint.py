@@ -3,11 +3,12 @@ without running anything it contains.
 
 One file, OUT/checkpoint.pt, replaced (write to a temporary file, fsync, rename) at each epoch
 end and when a stop signal arrives. It holds the model, the EMA model, the optimizer, the
-schedule, the position (completed epochs and, mid-epoch, completed batches of the running
+position (completed epochs and, mid-epoch, completed batches of the running
 epoch, with the running loss sum and timing) and the per-epoch history of errors: tensors and
 plain dicts, lists, numbers and strings only, so it loads with `torch.load(weights_only=True)`,
 which unpickles nothing else (a crafted file cannot run code). No generator state is saved:
-every random draw is derived from (seed, position) (see loop.py and data.py).
+every random draw, and the learning rate, is derived from (seed, position) (seeding.py,
+optim.py). What goes into it, and back into a trial, is state.py's.
 
 A checkpoint that cannot be read, is not one of ours, or belongs to another configuration is
 refused with `CheckpointError` (one line: the path and why) and left where it is.
@@ -26,7 +27,7 @@ from optbench.train.results import atomic_open, config_difference
 
 CHECKPOINT_FILE = "checkpoint.pt"
 FORMAT = 2  # 2: no pickled RNG states (loadable with weights_only=True)
-KEYS = ("config", "model", "ema", "optimizer", "schedule", "progress")
+KEYS = ("config", "model", "ema", "optimizer", "progress")
 
 
 class CheckpointError(UsageError):

@@ -35,7 +35,9 @@ class TrainConfig(BaseModel):
 
     @model_validator(mode="after")
     def _warmup_fits(self) -> TrainConfig:
-        if self.recipe.warmup_for(self.epochs) >= self.epochs:
+        # Only the cosine rule starts its cosine after warmup; pycls's and DeiT's rules take any
+        # warmup (with warmup_epochs >= epochs the whole run warms up, as their code would).
+        if self.recipe.schedule == "cosine" and self.recipe.warmup_for(self.epochs) >= self.epochs:
             raise ValueError(
                 f"recipe.warmup_epochs {self.recipe.warmup_epochs} must be shorter than "
                 f"the schedule ({self.epochs} epochs); or set recipe.warmup_ref_epochs to "

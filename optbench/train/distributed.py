@@ -3,10 +3,11 @@
 A trial runs distributed when its environment says so, set by torchrun (RANK, WORLD_SIZE,
 LOCAL_RANK, MASTER_ADDR, MASTER_PORT) or by an srun step of several tasks (SLURM_PROCID,
 SLURM_STEP_NUM_TASKS, SLURM_LOCALID; the master address defaults to the job's first node and the
-port to one derived from the job id). With a world of one nothing is initialized. A launcher
+port to one derived from the job id). With a world of one nothing is initialized. An executor
 that runs *independent* trials as the tasks of one multi-task srun step must pass
-`run_trial(..., distributed=False)`, or every task would join one process group. The backend is NCCL on CUDA and
-gloo on the CPU. The configured batch is the global batch: each process takes batch / world.
+`run_trial(..., distributed=False)`, or every task would join one process group. The backend is
+NCCL on CUDA and gloo on the CPU. The configured batch is the global batch: each process takes
+batch / world.
 """
 
 from __future__ import annotations
@@ -40,6 +41,12 @@ class DistContext:
         """All-reduce (sum) `t` in place across the group; a no-op alone."""
         if self.enabled:
             dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        return t
+
+    def max_(self, t: torch.Tensor) -> torch.Tensor:
+        """All-reduce (max) `t` in place across the group; a no-op alone."""
+        if self.enabled:
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return t
 
 

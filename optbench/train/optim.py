@@ -7,17 +7,29 @@ are excluded too. A model's own `no_weight_decay()` hint is ignored on purpose: 
 is a recipe setting, visible in the study, not a model detail.
 
 Optimizers: AdamW (betas and eps from the recipe) and SGD (momentum from the recipe, 0.9 by
-default; `recipe.nesterov` for Nesterov), built with timm's `create_optimizer_v2` with fused
-kernels on CUDA and foreach kernels elsewhere.
+default, dampening 0; `recipe.nesterov` for Nesterov), built with timm's `create_optimizer_v2`
+with fused kernels on CUDA and foreach kernels elsewhere.
 
-Schedule: linear warmup from 0 for `recipe.warmup_for(epochs)` epochs, then half-cosine decay
-to min_lr (timm's CosineLRScheduler). It is stepped every iteration (`schedule_step:
-iteration`, the default) or held constant over each epoch at the value of the epoch's middle
-(`schedule_step: epoch`); `schedule_position` says where each step reads the schedule.
+Schedule (`LrSchedule`, a pure function of the step, so resuming needs no state): three rules,
+`recipe.schedule`, each one reference code's; `min_lr` and `warmup_factor` are fractions of the
+peak lr (`lr_used`) in all three:
+- `cosine`: timm's CosineLRScheduler counted in iterations: linear warmup from
+  warmup_factor x peak over `recipe.warmup_for(epochs)` epochs, then a half cosine over the
+  remaining steps down to min_lr x peak. Stepped every iteration (`schedule_step: iteration`,
+  step k reads the schedule after k+1 iterations) or held over each epoch at the value of the
+  epoch's middle (`schedule_step: epoch`).
+- `pycls`: pycls's `get_epoch_lr`, once per epoch e = 0..E-1: the cosine
+  peak x [(1 - min_lr) x (1 + cos(pi e / E)) / 2 + min_lr] spans the whole run, and during the
+  first W warmup epochs it is multiplied by warmup_factor x (1 - e / W) + e / W.
+- `deit`: timm's CosineLRScheduler counted in epochs as DeiT's main.py (DHVT's official code)
+  drives it: linear warmup from warmup_factor x peak over W epochs, the cosine over the whole run
+  (warmup not a prefix) to min_lr x peak, and `scheduler.step(e)` called after epoch e, so
+  epoch e trains at the schedule's value at max(e - 1, 0).
 """
 
 from __future__ import annotations
 
+import math
 from fnmatch import fnmatchcase
 
 from timm.optim import create_optimizer_v2
@@ -65,29 +77,59 @@ def build_optimizer(model: nn.Module, cfg: TrainConfig, *, fused: bool = False) 
     )
 
 
-def build_schedule(
-    optimizer: Optimizer, cfg: TrainConfig, steps_per_epoch: int
-) -> CosineLRScheduler:
-    """Linear warmup from 0, then half-cosine decay to min_lr (normalized like lr), counted in
-    iterations. Before each step the loop calls
-    `schedule.step_update(schedule_position(...))`."""
-    total = cfg.epochs * steps_per_epoch
-    warmup = round(cfg.recipe.warmup_for(cfg.epochs) * steps_per_epoch)  # < total: TrainConfig
-    return CosineLRScheduler(
-        optimizer,
-        t_initial=total - warmup,
-        lr_min=cfg.recipe.min_lr * cfg.batch_size / cfg.ref_batch,
-        warmup_t=warmup,
-        warmup_lr_init=0.0,
-        warmup_prefix=True,
-        t_in_epochs=False,
-    )
+def pycls_epoch_lr(epoch: int, cfg: TrainConfig) -> float:
+    """pycls's `get_epoch_lr` (cosine policy) for 0-based `epoch`, at peak lr `cfg.lr_used`."""
+    r = cfg.recipe
+    cosine = 0.5 * (1.0 + math.cos(math.pi * epoch / cfg.epochs))
+    lr = cfg.lr_used * ((1.0 - r.min_lr) * cosine + r.min_lr)
+    warmup = r.warmup_for(cfg.epochs)
+    if epoch < warmup:
+        progress = epoch / warmup
+        lr *= r.warmup_factor * (1.0 - progress) + progress
+    return lr
 
 
-def schedule_position(cfg: TrainConfig, step: int, steps_per_epoch: int) -> float:
-    """Where on the schedule (in iterations) optimizer step `step` (0-based) takes its lr:
-    per iteration, after step+1 iterations (the first warmup step is not wasted at lr 0); per
-    epoch, at the middle of the step's epoch (constant over the epoch)."""
-    if cfg.recipe.schedule_step == "epoch":
-        return (step // steps_per_epoch + 0.5) * steps_per_epoch
-    return step + 1
+class LrSchedule:
+    """Sets the optimizer's lr before every step, by `recipe.schedule` (module docstring)."""
+
+    def __init__(self, optimizer: Optimizer, cfg: TrainConfig, steps_per_epoch: int):
+        self.optimizer, self.cfg, self.steps_per_epoch = optimizer, cfg, steps_per_epoch
+        recipe, peak = cfg.recipe, cfg.lr_used
+        warmup = recipe.warmup_for(cfg.epochs)
+        self.timm = None
+        if recipe.schedule == "cosine":
+            total = cfg.epochs * steps_per_epoch
+            warmup_steps = round(warmup * steps_per_epoch)  # < total: TrainConfig checks
+            self.timm = CosineLRScheduler(
+                optimizer,
+                t_initial=total - warmup_steps,
+                lr_min=recipe.min_lr * peak,
+                warmup_t=warmup_steps,
+                warmup_lr_init=recipe.warmup_factor * peak,
+                warmup_prefix=True,
+                t_in_epochs=False,
+            )
+        elif recipe.schedule == "deit":
+            self.timm = CosineLRScheduler(
+                optimizer,
+                t_initial=cfg.epochs,
+                lr_min=recipe.min_lr * peak,
+                warmup_t=warmup,
+                warmup_lr_init=recipe.warmup_factor * peak,
+                warmup_prefix=False,
+                t_in_epochs=True,
+            )
+
+    def set_lr(self, step: int) -> float:
+        """Set the lr that optimizer step `step` (0-based, over the whole run) takes; return it."""
+        recipe, epoch = self.cfg.recipe, step // self.steps_per_epoch
+        if recipe.schedule == "pycls":
+            for group in self.optimizer.param_groups:
+                group["lr"] = pycls_epoch_lr(epoch, self.cfg)
+        elif recipe.schedule == "deit":
+            self.timm.step(max(epoch - 1, 0))
+        elif recipe.schedule_step == "epoch":
+            self.timm.step_update((epoch + 0.5) * self.steps_per_epoch)
+        else:
+            self.timm.step_update(step + 1)
+        return self.optimizer.param_groups[0]["lr"]

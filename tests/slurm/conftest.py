@@ -1,13 +1,17 @@
 """Fixtures for tests against a real SLURM cluster, e.g. the one `scripts/slurm-local.sh start`
-brings up. Tests marked `slurm` skip cleanly when `sinfo` cannot reach a controller."""
+brings up. Tests marked `slurm` skip cleanly when `sinfo` cannot reach a controller (and fail
+where OPTBENCH_TEST_REQUIRE names slurm, as in CI)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
+from services import SCRIPTS, script, skip_or_fail
 
 from optbench.launch.slurm import max_array_size
 
@@ -47,13 +51,43 @@ _CLUSTER = _find_cluster()
 @pytest.fixture(autouse=True)
 def _needs_slurm(request: pytest.FixtureRequest) -> None:
     if request.node.get_closest_marker("slurm") and _CLUSTER is None:
-        pytest.skip(
-            "no SLURM cluster reachable (sinfo); `bash scripts/slurm-local.sh start` makes one"
+        skip_or_fail(
+            "slurm",
+            "no SLURM cluster reachable (sinfo); `bash scripts/slurm-local.sh start` makes one",
         )
 
 
 @pytest.fixture
 def slurm_cluster() -> Cluster:
     if _CLUSTER is None:
-        pytest.skip("no SLURM cluster reachable (sinfo)")
+        skip_or_fail("slurm", "no SLURM cluster reachable (sinfo)")
     return _CLUSTER
+
+
+class Daemons:
+    """The daemons of the cluster that scripts/slurm-local.sh started: stop and start one."""
+
+    def stop(self, name: str) -> None:
+        script("slurm-local.sh", "stop", name)
+
+    def start(self, name: str | None = None) -> str:
+        return script("slurm-local.sh", "start", *([name] if name else []))
+
+
+@pytest.fixture
+def slurm_daemons() -> Iterator[Daemons]:
+    """For tests that stop a daemon (an accounting or controller outage): needs the cluster of
+    scripts/slurm-local.sh, as root; every daemon runs again after the test."""
+    if (
+        os.geteuid() != 0
+        or subprocess.run(
+            ["bash", str(SCRIPTS / "slurm-local.sh"), "status"], capture_output=True
+        ).returncode
+    ):
+        skip_or_fail("slurm", "needs the cluster of scripts/slurm-local.sh, as root")
+    daemons = Daemons()
+    try:
+        yield daemons
+    finally:
+        for name in ("slurmdbd", "slurmctld"):
+            daemons.start(name)

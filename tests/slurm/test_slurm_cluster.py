@@ -6,11 +6,16 @@ Tiny models on digits, 1-3 epochs: every job is a few seconds of training plus P
 from __future__ import annotations
 
 import copy
+import json
 import math
 import os
+import re
+import signal
 import subprocess
+import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import optuna
@@ -23,10 +28,13 @@ from optbench.cli import app
 from optbench.executors import make_executor
 from optbench.launch.slurm import (
     ACTIVE_STATES,
+    COMMENT_TAG,
+    JOBS_FILE,
     followed_jobs,
     job_folder,
     read_records,
     sacct_states,
+    squeue_jobs,
 )
 from optbench.plan import plan
 from optbench.runner import run_study
@@ -101,8 +109,8 @@ def test_array_of_2_models_x_3_samples_completes_split_by_max_array_size(tiny_di
 
 def test_a_job_killed_mid_trial_fails_honestly_and_the_next_run_resubmits_it(tiny_dict):
     spec = _spec(tiny_dict, models=1, epochs=3)
-    [trial] = plan(spec)
-    out_dir = trial.out_dir
+    [item] = Store(spec, create=False).read(plan(spec))
+    out_dir = item.trial.out_dir
     killed = []
 
     def kill_the_trial_process():
@@ -148,10 +156,11 @@ def test_an_interrupted_job_requeues_resumes_and_ends_like_an_uninterrupted_tria
     tiny_dict, tmp_path, interrupt
 ):
     spec = _spec(tiny_dict, models=1, epochs=3)
-    [trial] = plan(spec)
-    out_dir, config = trial.out_dir, trial.config
+    [item] = Store(spec, create=False).read(plan(spec))
+    out_dir = item.trial.out_dir
+    config = item.trial.config
     executor = make_executor(spec)
-    executor.submit([trial.job])
+    executor.submit([item.trial.job])
     [job_id] = executor.job_ids()
 
     _wait_for("the first epoch", lambda: _epochs_logged(out_dir) >= 1)
@@ -191,7 +200,8 @@ def test_a_gpu_request_is_scheduled_on_the_clusters_gpus(tiny_dict, slurm_cluste
 
 def test_detach_status_reattach_and_cancel(tiny_dict, tmp_path):
     study = tmp_path / "study.yaml"
-    study.write_text(yaml.safe_dump(_study(tiny_dict, models=2, epochs=3)))
+    # Enough epochs that both jobs still run when the follower looks (they are cancelled then).
+    study.write_text(yaml.safe_dump(_study(tiny_dict, models=2, epochs=20)))
     spec = load_spec(study)
     cli = CliRunner()
 
@@ -208,7 +218,10 @@ def test_detach_status_reattach_and_cancel(tiny_dict, tmp_path):
 
     cancelled = cli.invoke(app, ["cancel", str(study)])
     assert cancelled.exit_code == 0 and "cancelled 2 SLURM job(s)" in cancelled.output
-    ended = lambda: all(s not in ACTIVE_STATES for _, s in followed_jobs(job_folder(spec)).values())  # noqa: E731
+
+    def ended() -> bool:
+        return all(s not in ACTIVE_STATES for _, s in followed_jobs(job_folder(spec))[0].values())
+
     _wait_for("both jobs to end", ended)
     # The next run records the cancelled jobs as failed attempts and runs the retries.
     follow = cli.invoke(app, ["run", str(study)])
@@ -229,3 +242,256 @@ def test_a_2_task_job_trains_one_trial_with_ddp_on_cpu(tiny_dict):
     [item] = Store(spec, create=False).read(plan(spec))
     assert item.status == "finished"
     assert read_result(item.trial.out_dir).world_size == 2
+
+
+# --- when the cluster misbehaves -------------------------------------------------------------------
+
+
+def _optbench(*args: str, env: dict | None = None, timeout: float = 600):
+    """`optbench ARGS` in its own process, as a user runs it: (exit status, stdout + stderr)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "optbench", *args],
+        capture_output=True, text=True, timeout=timeout, env=env,
+    )  # fmt: skip
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def _study_file(tmp_path: Path, tiny: dict, **kw) -> tuple[Path, StudySpec]:
+    data = _study(tiny, **kw)
+    data["name"] = f"tiny-{uuid.uuid4().hex[:8]}"  # unique on a shared database server
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump(data))
+    return study, load_spec(study)
+
+
+def _squeue_states(job_ids) -> dict[str, str]:
+    out = subprocess.run(
+        ["squeue", "-h", "-r", "-t", "all", "-o", "%i %T"], capture_output=True, text=True
+    ).stdout
+    states = dict(line.split() for line in out.splitlines())
+    return {j: states.get(j, "") for j in job_ids}
+
+
+def _step_pid(folder: Path) -> int | None:
+    """The pid of a job step started in `folder` (its python, as srun runs it)."""
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        python = cmdline[0] == sys.executable.encode()  # not srun, whose arguments are the same
+        if python and b"submitit.core._submit" in cmdline and str(folder).encode() in cmdline[-2]:
+            return int(proc.name)
+    return None
+
+
+def _signal_mask(pid: int, field: str) -> int:
+    """A signal mask of a process: SigBlk (blocked) or SigCgt (caught by a handler)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(rf"^{field}:\s*([0-9a-f]+)", status, re.M).group(1), 16)
+
+
+def test_usr2_while_a_job_starts_requeues_it_and_the_trial_still_finishes(tiny_dict):
+    spec = _spec(tiny_dict, models=1, epochs=2)
+    [item] = Store(spec, create=False).read(plan(spec))
+    out_dir = item.trial.out_dir
+    executor = make_executor(spec, notify=lambda line: None)
+    executor.submit([item.trial.job])
+    [job_id] = executor.job_ids()
+
+    usr2 = 1 << (signal.SIGUSR2 - 1)
+    deadline = time.monotonic() + 120
+    while (pid := _step_pid(executor.folder)) is None or not _signal_mask(pid, "SigBlk") & usr2:
+        assert time.monotonic() < deadline, "the job step never started, or never held SIGUSR2"
+        time.sleep(0.002)
+    # Python has started; it sets up site-packages, imports and unpickles the job next: no
+    # handler of submitit's yet, the moment when SIGUSR2 used to kill the job.
+    assert not _signal_mask(pid, "SigCgt") & usr2, "too late: submitit's handler is there"
+    os.kill(pid, signal.SIGUSR2)  # what SLURM's --signal does, the moment the job starts
+
+    ended = _wait_for(
+        "the requeued job to end",
+        lambda: [e for e in executor.poll(1.0) if e.kind != "running"],
+        timeout=300,
+    )
+    assert [e.kind for e in ended] == ["ended"], ended
+    assert read_result(out_dir).status == "finished"
+    assert "Restarts=1" in _scontrol_job(job_id)  # requeued, not killed
+
+
+def test_a_trial_that_runs_out_of_time_says_so_and_keeps_its_progress(tiny_dict):
+    spec = _spec(tiny_dict, models=1, epochs=300, max_requeues=1)
+    [item] = Store(spec, create=False).read(plan(spec))
+    out_dir = item.trial.out_dir
+    shortened = []
+
+    def shorten_the_time_limit():
+        _wait_for("the first epoch", lambda: _epochs_logged(out_dir) >= 1)
+        [rec] = read_records(job_folder(spec)).values()
+        # 1 minute, 2 of which are before SLURM's warning (signal_delay_s 120): it signals at once
+        subprocess.run(["scontrol", "update", f"JobId={rec.job_id}", "TimeLimit=1"], check=True)
+        shortened.append(rec.job_id)
+
+    thread = threading.Thread(target=shorten_the_time_limit, daemon=True)
+    thread.start()
+    _run(spec)
+    thread.join()
+
+    [failed] = Store(spec, create=False).read(plan(spec))
+    assert shortened and failed.status == "failed"
+    message = failed.record.user_attrs["message"]
+    assert (
+        f"SLURM job {shortened[0]} ran out of time (time limit 1 min, requeued 1 time(s))"
+        in message
+    )
+    assert "raise executor.slurm.time_min" in message
+    assert _epochs_logged(out_dir) >= 1 and (out_dir / "checkpoint.pt").is_file()
+
+
+def test_an_accounting_outage_is_said_once_and_never_resubmits_a_running_trial(
+    tiny_dict, tmp_path, slurm_daemons
+):
+    study, spec = _study_file(tmp_path, tiny_dict, models=2, epochs=4)
+    code, out = _optbench("run", str(study), "--detach")
+    assert code == 0, out
+    ids = [r.job_id for r in read_records(job_folder(spec)).values()]
+    _wait_for("both jobs to run", lambda: set(_squeue_states(ids).values()) == {"RUNNING"})
+
+    slurm_daemons.stop("slurmdbd")
+    try:
+        assert subprocess.run(["sacct", "-j", ids[0]], capture_output=True).returncode != 0
+        code, out = _optbench("run", str(study))  # reattaches and follows through squeue
+        assert code == 0, out
+
+        # Restarting the cluster while a job runs and MaxArraySize was not given again: it
+        # keeps the value and does not wait for an idle node (it never becomes idle here).
+        busy = subprocess.run(
+            ["sbatch", "--parsable", "-o", "/dev/null", "--wrap", "sleep 60"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+        conf = Path("/etc/slurm/slurm.conf").read_text()
+        _wait_for("the busy job to run", lambda: _squeue_states([busy])[busy] == "RUNNING")
+        slurm_daemons.start()
+        assert Path("/etc/slurm/slurm.conf").read_text() == conf
+        subprocess.run(["scancel", busy], check=True)
+    finally:
+        slurm_daemons.start("slurmdbd")
+
+    assert out.count("SLURM accounting (sacct) is not answering") == 1, out
+    assert "Problem talking to the database" in out
+    assert "sacct: error" not in out and "Bypassing" not in out and "Traceback" not in out
+    assert "0 trial(s) submitted, 2 already queued or running" in out
+    for item in Store(spec, create=False).read(plan(spec)):
+        assert item.status == "finished" and item.attempts == 1
+        epochs = [json.loads(line)["epoch"] for line in (item.trial.out_dir / METRICS_FILE).open()]
+        assert epochs == [1, 2, 3, 4]
+    assert sorted(r.job_id for r in read_records(job_folder(spec)).values()) == sorted(ids)
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_driver_killed_inside_submission_leaves_no_job_that_the_next_run_does_not_know(
+    tiny_dict, tmp_path, when
+):
+    # An sbatch first on PATH that kills its caller, the driver, right before or right after the
+    # real sbatch submits: the worst moments for the journal.
+    real = subprocess.run(["which", "sbatch"], capture_output=True, text=True).stdout.strip()
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "sbatch").write_text(
+        "#!/bin/bash\n"
+        f"[[ {when} == before ]] && kill -9 $PPID && exit 1\n"
+        f'out=$({real} "$@"); rc=$?; echo "$out"; kill -9 $PPID; exit $rc\n'
+    )
+    (bindir / "sbatch").chmod(0o755)
+    study, spec = _study_file(tmp_path, tiny_dict, models=2)
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}
+    code, out = _optbench("run", str(study), "--detach", env=env)
+    assert code == -9, out
+    assert read_records(job_folder(spec)) == {}  # killed before it recorded a job
+    journal = (job_folder(spec) / JOBS_FILE).read_text()
+    [token] = re.findall(r'"token": "([0-9a-f]+)"', journal)
+    started = [j for j, (_, c) in squeue_jobs().items() if f"{COMMENT_TAG}{token}" in c]
+    assert len(started) == (2 if when == "after" else 0)  # one array of two
+
+    for _ in range(2 if when == "after" else 1):  # an orphan's failure: retried by the next run
+        code, out = _optbench("run", str(study))
+        assert code == 0, out
+    journaled = {json.loads(line).get("job_id") for line in (job_folder(spec) / JOBS_FILE).open()}
+    assert set(started) <= journaled  # the orphans were adopted
+    for item in Store(spec, create=False).read(plan(spec)):
+        assert item.status == "finished"
+        if when == "before":  # nothing had started: submitted once, by the next run
+            assert item.attempts == 1
+            continue
+        # Killed before submitit moved the job pickles into place, the orphans fail (after
+        # submitit's 60 s wait for them): followed, recorded as a failed attempt, then retried.
+        assert item.attempts == 2
+        name = f"{spec.name}/{item.trial.cell_id}"
+        cell = optuna.load_study(study_name=name, storage=spec.storage_url)
+        first = next(t for t in cell.trials if t.user_attrs["key"] == item.trial.key).user_attrs
+        assert any(first["message"].startswith(f"SLURM job {j} FAILED") for j in started)
+
+
+def test_cancel_while_the_controller_is_down_says_so_exits_1_and_cancels_nothing(
+    tiny_dict, tmp_path, slurm_daemons
+):
+    study, spec = _study_file(tmp_path, tiny_dict, models=1)
+    assert _optbench("run", str(study), "--detach")[0] == 0
+    slurm_daemons.stop("slurmctld")
+    try:
+        code, out = _optbench("cancel", str(study))
+    finally:
+        slurm_daemons.start("slurmctld")
+    assert code == 1, out
+    assert "scancel failed for SLURM job" in out and "Unable to contact slurm controller" in out
+    assert "cancelled" not in out
+    code, out = _optbench("run", str(study))
+    assert code == 0, out
+    [item] = Store(spec, create=False).read(plan(spec))
+    assert item.status == "finished" and item.attempts == 1  # it was never cancelled
+
+
+@pytest.mark.parametrize("storage", ["postgresql", "journal"])
+def test_a_study_on_slurm_records_into_postgresql_or_a_journal_file(
+    tiny_dict, tmp_path, storage, request
+):
+    url = (
+        request.getfixturevalue("postgres_url")
+        if storage == "postgresql"
+        else f"journal://{tmp_path / 'journal.log'}"
+    )
+    study, spec = _study_file(tmp_path, {**tiny_dict, "storage": url}, models=1)
+    code, out = _optbench("run", str(study))
+    assert code == 0, out
+    [item] = Store(spec, create=False).read(plan(spec))
+    assert item.status == "finished" and item.attempts == 1
+
+
+def test_a_storage_that_goes_down_while_following_is_one_line_and_nothing_is_lost(
+    tiny_dict, tmp_path, private_postgres
+):
+    url = private_postgres.url
+    # Enough epochs that the trials are still training when the server has stopped.
+    study, spec = _study_file(tmp_path, {**tiny_dict, "storage": url}, models=2, epochs=8)
+    log = open(tmp_path / "driver.log", "w")  # noqa: SIM115
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "optbench", "run", str(study)], stdout=log, stderr=log
+    )
+    out_dirs = [t.trial.out_dir for t in Store(spec, create=False).read(plan(spec))]
+    _wait_for("a first epoch", lambda: any(_epochs_logged(d) for d in out_dirs))
+    private_postgres.stop()
+    assert driver.wait(timeout=600) == 1
+    out = (tmp_path / "driver.log").read_text()
+    [line] = [line for line in out.splitlines() if "storage postgresql" in line]
+    assert (
+        line.startswith("error: storage postgresql://optbench:***@127.0.0.1:")
+        and "is not answering" in line
+    )
+    assert url.split(":")[2].split("@")[0] not in out and "Traceback" not in out
+    # The jobs run on: their results wait in the trial folders for the next run.
+    _wait_for("both results", lambda: all(read_result(d) for d in out_dirs), timeout=300)
+    private_postgres.start()
+    code, out = _optbench("run", str(study))
+    assert code == 0, out
+    for item in Store(spec, create=False).read(plan(spec)):
+        assert item.status == "finished" and item.attempts == 1  # recorded once, none rerun

@@ -1,18 +1,15 @@
-"""Datasets: where they live on disk, how they are checked, and how batches reach the model.
+"""Datasets: their on-disk formats, the checks of those formats, and loading.
 
-Two paths, one interface (`TrainBatches`: uint8 image batches and int labels on the training
-device, in an order fixed by (seed, epoch)):
+- Small datasets (digits, cifar10, cifar100) load whole into uint8 tensors (`DeviceData`); the
+  trial moves them to its device and batches them there (batches.py).
+- Class-folder datasets (imagenet, imagefolder) are described by a `FolderData` (root, classes,
+  input size, evaluation crop), which batches.py streams through a DataLoader. Their input size
+  and evaluation crop come from the model's timm pretrained cfg (`model_input`) unless the study
+  sets `dataset.img_size`: train at input_size, evaluate by resizing the shorter side to
+  round(size / crop_pct) and center-cropping size (pycls: 256 and 224).
 
-- Small datasets (digits, cifar10, cifar100) are loaded whole into uint8 tensors on the training
-  device (`DeviceData`, `DeviceBatches`); augmentation then runs there in whole batches
-  (augment.py). No per-image Python on the hot path.
-- Class-folder datasets (imagenet, imagefolder) stream through a torch DataLoader
-  (`FolderBatches`): worker processes decode and crop each image (RandomResizedCrop, flip,
-  AutoAugment/RandAugment from torchvision), batches arrive as pinned uint8 tensors, prefetched,
-  and the rest (normalization, erasing, mixup/CutMix) runs batched on the device.
-
-On-disk layouts (`check_dataset` verifies them without reading images; it runs when a study is
-validated, so it must stay cheap):
+On-disk layouts (`check_dataset` verifies them without reading images; the CLI calls it, through
+`checks.check_spec`, before a command that needs the data, so it must stay cheap):
 
 - cifar10:  ROOT/cifar-10-batches-py/{data_batch_1..5, test_batch}   (torchvision's python pickles)
 - cifar100: ROOT/cifar-100-python/{train, test}                      (torchvision's python pickles)
@@ -20,43 +17,30 @@ validated, so it must stay cheap):
   class folders in both.
 
 CIFAR's validation split is its test set. Nothing is downloaded unless `download_dataset` is
-called (`optbench train --download`).
-
-Every random order is derived from (seed, epoch), and every per-image random transform of the
-DataLoader path from (seed, epoch, image index), so a position in training fixes its data: a
-trial resumed mid-epoch sees exactly the batches an uninterrupted one sees.
+called (`optbench train --download`). `dataset_info` gives a dataset's shape and size (from the
+published sizes where it can) for plans and complexity tables.
 """
 
 from __future__ import annotations
 
-import hashlib
+import functools
 import os
 import pickle
-import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader
-from torch.utils.data import Dataset as TorchDataset
 
 from optbench.errors import UsageError
-from optbench.spec import Dataset, Recipe
+from optbench.spec import Dataset
+from optbench.train.augment import IMAGENET_MEAN, IMAGENET_STD
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
-FOLDER_IMG_SIZE = 224  # default input size of class-folder datasets
-EVAL_CROP_PCT = 0.875  # val images: resize to img_size / 0.875, center crop img_size
-
-
-def derive_seed(*parts: object) -> int:
-    """A 63-bit seed determined by `parts` (e.g. (seed, "order", epoch)); stable across runs."""
-    blob = repr(parts).encode()
-    return int.from_bytes(hashlib.sha256(blob).digest()[:8], "little") >> 1
+# Class-folder datasets, for a model whose pretrained cfg gives no input size or crop_pct:
+FOLDER_IMG_SIZE = 224  # train (and evaluate) at this size
+EVAL_CROP_PCT = 0.875  # val images: resize the shorter side to img_size / 0.875, center crop
 
 
 # --- in-memory datasets -----------------------------------------------------------------------
@@ -275,6 +259,7 @@ class FolderData:
     root: Path
     classes: tuple[str, ...]
     img_size: int
+    crop_pct: float = EVAL_CROP_PCT
     mean: tuple[float, ...] = IMAGENET_MEAN
     std: tuple[float, ...] = IMAGENET_STD
     in_chans: int = 3
@@ -284,16 +269,32 @@ class FolderData:
         return len(self.classes)
 
 
-def load_folders(spec: Dataset) -> FolderData:
+def model_input(model: str | None) -> tuple[int, float]:
+    """A model's default input size and evaluation crop_pct, from its timm pretrained cfg
+    (`input_size`, `crop_pct`); FOLDER_IMG_SIZE and EVAL_CROP_PCT where it gives none."""
+    import timm
+
+    from optbench import models  # noqa: F401  (registers optbench's models and their cfgs)
+
+    cfg = timm.get_pretrained_cfg(model) if model else None
+    size = cfg.input_size[-1] if cfg is not None and cfg.input_size else FOLDER_IMG_SIZE
+    crop_pct = cfg.crop_pct if cfg is not None and cfg.crop_pct else EVAL_CROP_PCT
+    return int(size), float(crop_pct)
+
+
+def load_folders(spec: Dataset, model: str | None = None) -> FolderData:
+    """A class-folder dataset, at `spec.img_size` if set, else at `model`'s input size and with
+    its crop_pct (a set img_size evaluates with crop_pct EVAL_CROP_PCT)."""
     root = Path(spec.root)
     classes = tuple(_class_dirs(root / "train"))
-    return FolderData(root, classes, spec.img_size or FOLDER_IMG_SIZE)
+    if spec.img_size is not None:
+        return FolderData(root, classes, spec.img_size)
+    size, crop_pct = model_input(model)
+    return FolderData(root, classes, size, crop_pct)
 
 
-# name -> (check the location without loading, load)
-DATASETS: dict[
-    str, tuple[Callable[[Dataset], None], Callable[[Dataset], DeviceData | FolderData]]
-] = {
+# name -> (check the location without loading, load); a loader may take the model name
+DATASETS: dict[str, tuple[Callable[[Dataset], None], Callable[..., DeviceData | FolderData]]] = {
     "digits": (_check_nothing, load_digits),
     "cifar10": (_check_cifar, load_cifar),
     "cifar100": (_check_cifar, load_cifar),
@@ -327,221 +328,28 @@ _KNOWN_SIZES = {  # name: (num_classes, native img_size, training images)
 }
 
 
-def dataset_info(spec: Dataset) -> DatasetInfo:
-    """Shape and size of a dataset (for compute estimates and complexity tables)."""
+@functools.cache  # a plan asks once per model; walking an ImageNet-sized tree takes seconds
+def _count_files(folder: Path) -> int:
+    return sum(len(files) for _, _, files in os.walk(folder))
+
+
+def dataset_info(spec: Dataset, model: str | None = None) -> DatasetInfo:
+    """Shape and size of a dataset (for compute estimates and complexity tables); class-folder
+    datasets at `model`'s input size when the spec sets none."""
     if spec.name in _KNOWN_SIZES:
         classes, size, n_train = _KNOWN_SIZES[spec.name]
+        if spec.name == "imagenet" and spec.img_size is None:
+            size = model_input(model)[0]
         return DatasetInfo(classes, 3, spec.img_size or size, n_train)
-    data = load_dataset(spec)  # digits: bundled and small; imagefolder: a listing of its folders
+    data = load_dataset(spec, model)  # digits: bundled and small; imagefolder: its folders
     if isinstance(data, FolderData):
-        n_train = sum(len(files) for _, _, files in os.walk(data.root / "train"))
+        n_train = _count_files(data.root / "train")
         return DatasetInfo(data.num_classes, data.in_chans, data.img_size, n_train)
     return DatasetInfo(data.num_classes, data.in_chans, data.img_size, len(data.train_y))
 
 
-def load_dataset(spec: Dataset) -> DeviceData | FolderData:
+def load_dataset(spec: Dataset, model: str | None = None) -> DeviceData | FolderData:
+    """Load a dataset; class-folder datasets take their input size from `model` (load_folders)."""
     check_dataset(spec)
-    return DATASETS[spec.name][1](spec)
-
-
-# --- batches ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Shard:
-    """This process's share of a global batch under DDP (rank r of world w); (0, 1) alone."""
-
-    rank: int = 0
-    world: int = 1
-
-
-def epoch_order(n: int, seed: int, epoch: int, repeated_aug: int) -> torch.Tensor:
-    """The training order of one epoch (n indices, on the CPU), fixed by (seed, epoch).
-
-    With repeated augmentation r > 1 (DeiT's RASampler), an epoch draws n / r distinct images
-    and shows each r times in a row, so the r copies fall into the same global batch."""
-    gen = torch.Generator().manual_seed(derive_seed(seed, "order", epoch))
-    if repeated_aug == 1:
-        return torch.randperm(n, generator=gen)
-    distinct = torch.randperm(n, generator=gen)[: -(-n // repeated_aug)]
-    return distinct.repeat_interleave(repeated_aug)[:n]
-
-
-class TrainBatches(Protocol):
-    """What the loop needs from a dataset: uint8 batches on the device, in a fixed order."""
-
-    num_classes: int
-    in_chans: int
-    img_size: int
-    mean: tuple[float, ...]
-    std: tuple[float, ...]
-    geometric_on_device: bool  # False: crop/flip/policy were applied per image by workers
-
-    def __len__(self) -> int: ...  # batches per epoch
-
-    def train(self, epoch: int, start: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]: ...
-
-    def val(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]: ...
-
-
-class DeviceBatches:
-    """Batches of a DeviceData: index the device tensors with a slice of the epoch order.
-
-    `batch_size` is the global batch; under DDP this process takes its contiguous share."""
-
-    geometric_on_device = True
-
-    def __init__(
-        self,
-        data: DeviceData,
-        batch_size: int,
-        *,
-        seed: int,
-        repeated_aug: int = 1,
-        shard: Shard = Shard(),
-        val_chunk: int = 1024,
-    ):
-        self.data, self.batch_size, self.seed = data, batch_size, seed
-        self.repeated_aug, self.shard, self.val_chunk = repeated_aug, shard, val_chunk
-        self.local_batch = batch_size // shard.world
-        self.num_classes, self.in_chans = data.num_classes, data.in_chans
-        self.img_size, self.mean, self.std = data.img_size, data.mean, data.std
-
-    def __len__(self) -> int:
-        return self.data.num_train // self.batch_size  # drop the ragged last batch
-
-    def train(self, epoch: int, start: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        order = epoch_order(self.data.num_train, self.seed, epoch, self.repeated_aug)
-        order = order.to(self.data.train_y.device)
-        for b in range(start, len(self)):
-            lo = b * self.batch_size + self.shard.rank * self.local_batch
-            idx = order[lo : lo + self.local_batch]
-            yield self.data.train_x[idx], self.data.train_y[idx]
-
-    def val(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        x = self.data.val_x[self.shard.rank :: self.shard.world]
-        y = self.data.val_y[self.shard.rank :: self.shard.world]
-        for i in range(0, len(y), self.val_chunk):
-            yield x[i : i + self.val_chunk], y[i : i + self.val_chunk]
-
-
-def _train_transform(recipe: Recipe, img_size: int):
-    from torchvision.transforms import v2
-
-    from optbench.train.augment import build_policy
-
-    steps = [v2.RandomResizedCrop(img_size, antialias=True)]
-    if recipe.hflip:
-        steps.append(v2.RandomHorizontalFlip())
-    policy = build_policy(recipe)
-    if policy is not None:
-        steps.append(policy)
-    steps.append(v2.PILToTensor())
-    return v2.Compose(steps)
-
-
-def _val_transform(img_size: int):
-    from torchvision.transforms import v2
-
-    resize = round(img_size / EVAL_CROP_PCT)
-    return v2.Compose(
-        [v2.Resize(resize, antialias=True), v2.CenterCrop(img_size), v2.PILToTensor()]
-    )
-
-
-class _SeededImages(TorchDataset):
-    """An ImageFolder read by keys (epoch, index): each image's random transform is seeded by
-    (seed, epoch, index), so it does not depend on which worker reads it or when."""
-
-    def __init__(self, folder: Path, transform, seed: int):
-        from torchvision.datasets import ImageFolder
-
-        self.images = ImageFolder(str(folder), transform=transform)
-        self.seed = seed
-
-    def __len__(self) -> int:
-        return len(self.images)
-
-    def __getitem__(self, key: tuple[int, int]):
-        epoch, index = key
-        s = derive_seed(self.seed, "image", epoch, index)
-        random.seed(s)
-        torch.manual_seed(s)
-        return self.images[index]
-
-
-class _KeyBatches:
-    """A batch sampler yielding lists of (epoch, index) keys for one epoch from `start`."""
-
-    def __init__(self, order: torch.Tensor, epoch: int, batch_size: int, start: int, shard: Shard):
-        self.order, self.epoch, self.batch_size, self.start = (
-            order.tolist(),
-            epoch,
-            batch_size,
-            start,
-        )
-        self.shard, self.local = shard, batch_size // shard.world
-
-    def __len__(self) -> int:
-        return len(self.order) // self.batch_size - self.start
-
-    def __iter__(self):
-        for b in range(self.start, len(self.order) // self.batch_size):
-            lo = b * self.batch_size + self.shard.rank * self.local
-            yield [(self.epoch, i) for i in self.order[lo : lo + self.local]]
-
-
-class FolderBatches:
-    """Batches of a FolderData through a DataLoader: workers, pinned memory, prefetching."""
-
-    geometric_on_device = False
-
-    def __init__(
-        self,
-        data: FolderData,
-        batch_size: int,
-        recipe: Recipe,
-        *,
-        seed: int,
-        device: torch.device,
-        shard: Shard = Shard(),
-        workers: int | None = None,
-    ):
-        self.data, self.batch_size, self.seed, self.device = data, batch_size, seed, device
-        self.repeated_aug, self.shard = recipe.repeated_aug, shard
-        self.workers = workers if workers is not None else min(8, os.cpu_count() or 1)
-        self.num_classes, self.in_chans = data.num_classes, data.in_chans
-        self.img_size, self.mean, self.std = data.img_size, data.mean, data.std
-        self.train_set = _SeededImages(
-            data.root / "train", _train_transform(recipe, data.img_size), seed
-        )
-        self.val_set = _SeededImages(data.root / "val", _val_transform(data.img_size), seed)
-
-    def __len__(self) -> int:
-        return len(self.train_set) // self.batch_size
-
-    def _loader(self, dataset, batch_sampler) -> DataLoader:
-        return DataLoader(
-            dataset,
-            batch_sampler=batch_sampler,
-            num_workers=self.workers,
-            pin_memory=self.device.type == "cuda",
-            prefetch_factor=4 if self.workers else None,
-            persistent_workers=False,
-        )
-
-    def _to_device(self, batches) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        for x, y in batches:
-            yield x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
-
-    def train(self, epoch: int, start: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        order = epoch_order(len(self.train_set), self.seed, epoch, self.repeated_aug)
-        sampler = _KeyBatches(order, epoch, self.batch_size, start, self.shard)
-        return self._to_device(self._loader(self.train_set, sampler))
-
-    def val(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        n = len(self.val_set)
-        mine = torch.arange(self.shard.rank, n, self.shard.world).tolist()
-        chunk = max(1, self.batch_size // self.shard.world)
-        keys = [[(0, i) for i in mine[j : j + chunk]] for j in range(0, len(mine), chunk)]
-        return self._to_device(self._loader(self.val_set, keys))
+    load = DATASETS[spec.name][1]
+    return load(spec, model) if load is load_folders else load(spec)

@@ -1,0 +1,259 @@
+"""Batches: how a dataset reaches the model, as uint8 image batches and int labels on the
+training device, in an order fixed by (seed, epoch). Two paths, one interface (`TrainBatches`):
+
+- `DeviceBatches` (small datasets, `DeviceData`): index the device-resident tensors with a slice
+  of the epoch's order; augmentation then runs there in whole batches (augment.py). No per-image
+  Python on the hot path.
+- `FolderBatches` (class-folder datasets, `FolderData`): DataLoader workers decode and crop each
+  image (RandomResizedCrop, flip, the recipe's auto-augment policy); batches arrive as pinned
+  uint8 tensors, prefetched, and the rest (PCA lighting, normalization, erasing, mixup/CutMix)
+  runs batched on the device.
+
+Every random order is derived from (seed, epoch), and every per-image random transform of the
+DataLoader path from (seed, epoch, image index) (and the pass: training, or a precise-BN pass
+that draws fresh augmentations), so a position in training fixes its data: a trial resumed
+mid-epoch sees exactly the batches an uninterrupted one sees. Under DDP each process takes its
+contiguous share (`Shard`) of every global batch.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+from torch.utils.data import Dataset as TorchDataset
+
+from optbench.spec import Recipe
+from optbench.train.augment import build_policy
+from optbench.train.datasets import DeviceData, FolderData
+from optbench.train.seeding import derive_seed
+
+
+@dataclass(frozen=True)
+class Shard:
+    """This process's share of a global batch under DDP (rank r of world w); (0, 1) alone."""
+
+    rank: int = 0
+    world: int = 1
+
+
+def epoch_order(n: int, seed: int, epoch: int, repeated_aug: int) -> torch.Tensor:
+    """The training order of one epoch (n indices, on the CPU), fixed by (seed, epoch).
+
+    With repeated augmentation r > 1 (DeiT's RASampler), an epoch draws n / r distinct images
+    and shows each r times in a row, so the r copies fall into the same global batch."""
+    gen = torch.Generator().manual_seed(derive_seed(seed, "order", epoch))
+    if repeated_aug == 1:
+        return torch.randperm(n, generator=gen)
+    distinct = torch.randperm(n, generator=gen)[: -(-n // repeated_aug)]
+    return distinct.repeat_interleave(repeated_aug)[:n]
+
+
+class TrainBatches(Protocol):
+    """What the loop needs from a dataset: uint8 batches on the device, in a fixed order."""
+
+    num_classes: int
+    in_chans: int
+    img_size: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    geometric_on_device: bool  # False: crop/flip/policy were applied per image by workers
+    pca_lighting: bool  # whether recipe.lighting_std applies (RGB class-folder datasets)
+
+    def __len__(self) -> int: ...  # batches per epoch
+
+    def train(
+        self, epoch: int, start: int, stream: str = "image"
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]: ...
+
+    def val(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]: ...
+
+
+class DeviceBatches:
+    """Batches of a DeviceData: index the device tensors with a slice of the epoch order.
+
+    `batch_size` is the global batch; under DDP this process takes its contiguous share."""
+
+    geometric_on_device = True
+    pca_lighting = False  # pycls adds none on CIFAR; the eigenvectors are ImageNet's
+
+    def __init__(
+        self,
+        data: DeviceData,
+        batch_size: int,
+        *,
+        seed: int,
+        repeated_aug: int = 1,
+        shard: Shard = Shard(),
+        val_chunk: int = 1024,
+    ):
+        self.data, self.batch_size, self.seed = data, batch_size, seed
+        self.repeated_aug, self.shard, self.val_chunk = repeated_aug, shard, val_chunk
+        self.local_batch = batch_size // shard.world
+        self.num_classes, self.in_chans = data.num_classes, data.in_chans
+        self.img_size, self.mean, self.std = data.img_size, data.mean, data.std
+
+    def __len__(self) -> int:
+        return self.data.num_train // self.batch_size  # drop the ragged last batch
+
+    def train(
+        self, epoch: int, start: int = 0, stream: str = "image"
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """The epoch's batches of raw images from batch `start` (augmented on the device, so
+        `stream` changes nothing here)."""
+        order = epoch_order(self.data.num_train, self.seed, epoch, self.repeated_aug)
+        order = order.to(self.data.train_y.device)
+        for b in range(start, len(self)):
+            lo = b * self.batch_size + self.shard.rank * self.local_batch
+            idx = order[lo : lo + self.local_batch]
+            yield self.data.train_x[idx], self.data.train_y[idx]
+
+    def val(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        x = self.data.val_x[self.shard.rank :: self.shard.world]
+        y = self.data.val_y[self.shard.rank :: self.shard.world]
+        for i in range(0, len(y), self.val_chunk):
+            yield x[i : i + self.val_chunk], y[i : i + self.val_chunk]
+
+
+def _train_transform(recipe: Recipe, img_size: int):
+    from torchvision.transforms import v2
+
+    steps = [v2.RandomResizedCrop(img_size, antialias=True)]
+    if recipe.hflip:
+        steps.append(v2.RandomHorizontalFlip())
+    policy = build_policy(recipe, 3, img_size)
+    if policy is not None:
+        steps.append(policy)
+    steps.append(v2.PILToTensor())
+    return v2.Compose(steps)
+
+
+def _val_transform(img_size: int, crop_pct: float):
+    from torchvision.transforms import v2
+
+    resize = round(img_size / crop_pct)  # shorter side; round: 232 / (232 / 262) is 262
+    return v2.Compose(
+        [v2.Resize(resize, antialias=True), v2.CenterCrop(img_size), v2.PILToTensor()]
+    )
+
+
+class _SeededImages(TorchDataset):
+    """An ImageFolder read by keys (epoch, index, stream): each image's random transform is
+    seeded by (seed, stream, epoch, index), so it does not depend on which worker reads it or
+    when; stream "image" is training, another name draws other augmentations of the image."""
+
+    def __init__(self, folder: Path, transform, seed: int):
+        from torchvision.datasets import ImageFolder
+
+        self.images = ImageFolder(str(folder), transform=transform)
+        self.seed = seed
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, key: tuple[int, int, str]):
+        epoch, index, stream = key
+        s = derive_seed(self.seed, stream, epoch, index)
+        random.seed(s)
+        np.random.seed(s % 2**32)  # timm's RandAugment picks its ops with numpy
+        torch.manual_seed(s)
+        return self.images[index]
+
+
+class _KeyBatches:
+    """A batch sampler yielding lists of (epoch, index, stream) keys for one epoch from `start`."""
+
+    def __init__(
+        self,
+        order: torch.Tensor,
+        epoch: int,
+        batch_size: int,
+        start: int,
+        shard: Shard,
+        stream: str = "image",
+    ):
+        self.order, self.epoch, self.batch_size, self.start = (
+            order.tolist(),
+            epoch,
+            batch_size,
+            start,
+        )
+        self.shard, self.local, self.stream = shard, batch_size // shard.world, stream
+
+    def __len__(self) -> int:
+        return len(self.order) // self.batch_size - self.start
+
+    def __iter__(self):
+        for b in range(self.start, len(self.order) // self.batch_size):
+            lo = b * self.batch_size + self.shard.rank * self.local
+            yield [(self.epoch, i, self.stream) for i in self.order[lo : lo + self.local]]
+
+
+class FolderBatches:
+    """Batches of a FolderData through a DataLoader: workers, pinned memory, prefetching."""
+
+    geometric_on_device = False
+
+    def __init__(
+        self,
+        data: FolderData,
+        batch_size: int,
+        recipe: Recipe,
+        *,
+        seed: int,
+        device: torch.device,
+        shard: Shard = Shard(),
+        workers: int | None = None,
+    ):
+        self.data, self.batch_size, self.seed, self.device = data, batch_size, seed, device
+        self.repeated_aug, self.shard = recipe.repeated_aug, shard
+        self.workers = workers if workers is not None else min(8, os.cpu_count() or 1)
+        self.num_classes, self.in_chans = data.num_classes, data.in_chans
+        self.img_size, self.mean, self.std = data.img_size, data.mean, data.std
+        self.pca_lighting = data.in_chans == 3
+        self.train_set = _SeededImages(
+            data.root / "train", _train_transform(recipe, data.img_size), seed
+        )
+        self.val_set = _SeededImages(
+            data.root / "val", _val_transform(data.img_size, data.crop_pct), seed
+        )
+
+    def __len__(self) -> int:
+        return len(self.train_set) // self.batch_size
+
+    def _loader(self, dataset, batch_sampler) -> DataLoader:
+        return DataLoader(
+            dataset,
+            batch_sampler=batch_sampler,
+            num_workers=self.workers,
+            pin_memory=self.device.type == "cuda",
+            prefetch_factor=4 if self.workers else None,
+            persistent_workers=False,
+        )
+
+    def _to_device(self, batches) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for x, y in batches:
+            yield x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+
+    def train(
+        self, epoch: int, start: int = 0, stream: str = "image"
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """The epoch's batches from batch `start`, each image cropped, flipped and augmented
+        as seeded by (seed, stream, epoch, index)."""
+        order = epoch_order(len(self.train_set), self.seed, epoch, self.repeated_aug)
+        sampler = _KeyBatches(order, epoch, self.batch_size, start, self.shard, stream)
+        return self._to_device(self._loader(self.train_set, sampler))
+
+    def val(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        n = len(self.val_set)
+        mine = torch.arange(self.shard.rank, n, self.shard.world).tolist()
+        chunk = max(1, self.batch_size // self.shard.world)
+        keys = [[(0, i, "image") for i in mine[j : j + chunk]] for j in range(0, len(mine), chunk)]
+        return self._to_device(self._loader(self.val_set, keys))

@@ -1,0 +1,141 @@
+"""What a trial trains with, built from its config (`build_parts`): its batches (batches.py),
+the model (optbench's timm registry), optimizer and lr schedule (optim.py), the EMA (ema.py),
+batched augmentation (augment.py) and the loss; and the model as the steps call it
+(`for_training`: DDP across processes, torch.compile).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from timm.loss import SoftTargetCrossEntropy
+from torch import nn
+
+from optbench.models import create_model
+from optbench.train.augment import BatchAugment, input_stats
+from optbench.train.batches import DeviceBatches, FolderBatches, Shard, TrainBatches
+from optbench.train.compute import Compute
+from optbench.train.config import TrainConfig
+from optbench.train.datasets import DeviceData, load_dataset
+from optbench.train.ema import WeightAverage
+from optbench.train.optim import LrSchedule, build_optimizer
+
+
+@dataclass
+class TrialParts:
+    """What a trial trains with. `model` is the bare model (its state is checkpointed and
+    evaluated); `for_training(model)` is what the optimizer steps call."""
+
+    batches: TrainBatches
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    schedule: LrSchedule
+    ema: WeightAverage | None
+    augment: BatchAugment
+    criterion: nn.Module
+
+
+def build_batches(cfg: TrainConfig, compute: Compute) -> TrainBatches:
+    if cfg.batch_size % compute.dist.world:
+        raise ValueError(
+            f"batch_size {cfg.batch_size} is not divisible by {compute.dist.world} processes"
+        )
+    mixing = cfg.recipe.mixup_alpha > 0 or cfg.recipe.cutmix_alpha > 0
+    if mixing and (cfg.batch_size // compute.dist.world) % 2:
+        raise ValueError(
+            "mixup/CutMix pair each image with the batch reversed: the batch per process must be even"
+        )
+    data = load_dataset(cfg.dataset, cfg.model)
+    shard = Shard(compute.dist.rank, compute.dist.world)
+    if isinstance(data, DeviceData):
+        batches: TrainBatches = DeviceBatches(
+            data.to(compute.device),
+            cfg.batch_size,
+            seed=cfg.seed,
+            repeated_aug=cfg.recipe.repeated_aug,
+            shard=shard,
+        )
+        n_train = data.num_train
+    else:
+        batches = FolderBatches(
+            data,
+            cfg.batch_size,
+            cfg.recipe,
+            seed=cfg.seed,
+            device=compute.device,
+            shard=shard,
+            workers=compute.workers,
+        )
+        n_train = len(batches.train_set)
+    if len(batches) == 0:
+        raise ValueError(f"batch_size {cfg.batch_size} exceeds the {n_train} training images")
+    return batches
+
+
+def build_model(cfg: TrainConfig, batches: TrainBatches, compute: Compute) -> nn.Module:
+    torch.manual_seed(cfg.seed)
+    # The recipe decides stochastic depth: drop_path 0 means none, whatever the model's own
+    # default (DHVT's is 0.1).
+    model = create_model(
+        cfg.model,
+        num_classes=batches.num_classes,
+        in_chans=batches.in_chans,
+        img_size=batches.img_size,
+        drop_path_rate=cfg.recipe.drop_path,
+        weight_init=cfg.recipe.weight_init,
+    )
+    if compute.dist.enabled and compute.device.type == "cuda":  # torch's SyncBatchNorm is CUDA-only
+        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    model = model.to(compute.device)
+    if compute.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    return model
+
+
+def build_parts(cfg: TrainConfig, compute: Compute) -> TrialParts:
+    recipe = cfg.recipe
+    batches = build_batches(cfg, compute)
+    model = build_model(cfg, batches, compute)
+    optimizer = build_optimizer(model, cfg, fused=compute.device.type == "cuda")
+    steps_per_epoch = len(batches)
+    schedule = LrSchedule(optimizer, cfg, steps_per_epoch)
+    ema = WeightAverage(model, cfg, steps_per_epoch) if recipe.ema else None
+    mean, std = input_stats(recipe, batches.mean, batches.std)
+    augment = BatchAugment(
+        recipe,
+        num_classes=batches.num_classes,
+        mean=mean,
+        std=std,
+        device=compute.device,
+        in_chans=batches.in_chans,
+        img_size=batches.img_size,
+        geometric=batches.geometric_on_device,
+        pca_lighting=batches.pca_lighting,
+    )
+    criterion = (
+        SoftTargetCrossEntropy()
+        if augment.soft_targets
+        else nn.CrossEntropyLoss(label_smoothing=recipe.label_smoothing)
+    )
+    return TrialParts(
+        batches=batches,
+        model=model,
+        optimizer=optimizer,
+        schedule=schedule,
+        ema=ema,
+        augment=augment,
+        criterion=criterion,
+    )
+
+
+def for_training(model: nn.Module, compute: Compute) -> nn.Module:
+    """The model as the optimizer steps call it: wrapped in DDP across processes, compiled if
+    asked. Wrap after restoring a checkpoint into `model` (DDP broadcasts rank 0's weights)."""
+    trained = model
+    if compute.dist.enabled:
+        ids = [compute.device.index] if compute.device.type == "cuda" else None
+        trained = nn.parallel.DistributedDataParallel(model, device_ids=ids)
+    if compute.compile:
+        trained = torch.compile(trained)
+    return trained

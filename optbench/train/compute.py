@@ -1,0 +1,53 @@
+"""Where and how a trial computes: its device (under DDP, its rank's device and process group),
+bf16 autocast, channels_last, torch.compile and the DataLoader workers of class-folder datasets.
+
+The GPU settings (`recipe.amp`, `recipe.channels_last`, `recipe.compile`) apply on CUDA only; on
+the CPU all of them are off, so CPU results stay exact and comparable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from optbench.spec import Recipe
+from optbench.train.distributed import DistContext, process_device
+
+
+@dataclass(frozen=True)
+class Compute:
+    """Where and how this process computes its share of a trial: device, process group,
+    precision, memory layout and DataLoader workers."""
+
+    device: torch.device
+    dist: DistContext
+    amp: bool
+    channels_last: bool
+    compile: bool = False
+    workers: int | None = None  # DataLoader workers (class-folder datasets); None: up to 8
+
+    @classmethod
+    def for_trial(
+        cls, recipe: Recipe, device: str, dist: DistContext, workers: int | None
+    ) -> Compute:
+        """This process's share of a trial asked to run on `device` ("cpu", "cuda")."""
+        dev = torch.device(device)
+        if dist.enabled and dev.type == "cuda":
+            dev = process_device(dist, device, torch.cuda.device_count())
+            torch.cuda.set_device(dev)
+        on_gpu = dev.type == "cuda"
+        return cls(
+            dev,
+            dist,
+            amp=recipe.amp and on_gpu,
+            channels_last=recipe.channels_last and on_gpu,
+            compile=recipe.compile and on_gpu,
+            workers=workers,
+        )
+
+    def autocast(self):
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp)
+
+    def layout(self, x: torch.Tensor) -> torch.Tensor:
+        return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x

@@ -1,0 +1,78 @@
+"""Study storages beside the default SQLite file: a PostgreSQL server (`optbench[postgres]`) and
+optuna's journal file; and a storage that does not answer, which is one line, never a traceback."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import uuid
+
+import pytest
+import yaml
+
+from optbench.executors.local import InlineExecutor
+from optbench.plan import plan
+from optbench.runner import run_study
+from optbench.spec import parse_spec
+from optbench.store import Store
+
+
+def _quiet():
+    from rich.console import Console
+
+    return Console(file=open("/dev/null", "w"))  # noqa: SIM115
+
+
+def _digests(tiny_dict: dict, storage: str | None) -> dict[str, str]:
+    data = {**tiny_dict, "storage": storage, "name": f"tiny-{uuid.uuid4().hex[:8]}"}
+    data["search"] = {**tiny_dict["search"], "n_samples": 1}
+    data["models"] = tiny_dict["models"][:1]
+    spec = parse_spec(data)
+    run_study(spec, InlineExecutor(), console=_quiet(), live=False)
+    frame = Store(spec, create=False).frame(plan(spec))
+    assert (frame.status == "finished").all() and len(frame) == 1
+    return dict(zip(frame.model, frame.digest, strict=True))
+
+
+def test_a_study_on_postgresql_and_on_a_journal_file_records_what_sqlite_does(
+    tiny_dict, tmp_path, postgres_url
+):
+    on_sqlite = _digests(tiny_dict, None)
+    assert _digests(tiny_dict, postgres_url) == on_sqlite
+    assert _digests(tiny_dict, f"journal://{tmp_path / 'journal.log'}") == on_sqlite
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "optbench", *args], capture_output=True, text=True, timeout=600
+    )
+
+
+def test_a_postgresql_server_that_is_down_is_one_line_with_the_password_masked(
+    tiny_dict, tmp_path, private_postgres
+):
+    url = private_postgres.url
+    password = url.split(":")[2].split("@")[0]
+    private_postgres.stop()
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump({**tiny_dict, "storage": url}))
+    for command in ("run", "status"):
+        proc = _cli(command, str(study))
+        assert proc.returncode == 1, proc.stderr
+        [line] = proc.stderr.splitlines()
+        assert line.startswith("error: storage postgresql://optbench:***@127.0.0.1:")
+        assert "is not answering" in line and "Connection refused" in line
+        assert password not in proc.stderr + proc.stdout
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("psycopg2") is not None, reason="psycopg2 is installed here"
+)
+def test_a_missing_database_driver_names_the_extra(tiny_dict, tmp_path):
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump({**tiny_dict, "storage": "postgresql+psycopg2://u:pw@h/db"}))
+    proc = _cli("run", str(study))
+    assert proc.returncode == 2
+    [line] = proc.stderr.splitlines()
+    assert "postgresql+psycopg2://u:***@h/db" in line and "optbench[postgres]" in line
