@@ -32,6 +32,8 @@ MAX_TRIALS = 10_000  # 50x the paper's largest study (192 trials per optimizer)
 MAX_IMG_SIZE = 1024  # CIFAR held in memory at 1024 px: 60,000 x 3 MB = 190 GB
 MAX_BATCH = 65_536  # the largest batches of the large-batch literature; 32x the paper's 2048
 MAX_NAME = 100
+MAX_TRANSLATE = 64  # zero padding: each batch is copied at (img_size + 2 x translate) squared
+MAX_AUGMENT_OPS = 16  # RandAugment operations per image (torchvision's and timm's default: 2)
 SEED_BOUND = 2**63  # torch.manual_seed takes 64 bits; seeds are 0 .. 2**63 - 1
 MAX_STUDY_BYTES = 1 << 20  # a study file is a few KB
 
@@ -41,6 +43,8 @@ CAP_REASONS = {
     "img_size": "small datasets are held whole in memory at this size; memory grows with its square",
     "batch_size": "one optimizer step holds the whole batch and its activations",
     "name": "it names the study's folder, and file systems cap a name at 255 bytes",
+    "translate": "each batch is padded by it on every side: memory grows with its square",
+    "augment_ops": "each operation runs on every image of every step (the usual is 2)",
 }
 
 
@@ -332,6 +336,23 @@ class Recipe(_Strict):
             data["schedule_step"] = "epoch"
         return data
 
+    @field_validator("translate")
+    @classmethod
+    def _translate(cls, v: int) -> int:
+        return _cap(v, MAX_TRANSLATE, "translate", " pixels")
+
+    @field_validator("randaugment_n")
+    @classmethod
+    def _randaugment_n(cls, v: int) -> int:
+        return _cap(v, MAX_AUGMENT_OPS, "augment_ops", " operations per image")
+
+    @field_validator("betas")
+    @classmethod
+    def _betas(cls, v: tuple[float, float]) -> tuple[float, float]:
+        if not all(0 <= b < 1 for b in v):  # AdamW's running averages' decay rates
+            raise ValueError(f"each of betas must be in [0, 1), got {list(v)}")
+        return v
+
     @model_validator(mode="after")
     def _consistent(self) -> Recipe:
         if self.report.startswith("ema") and not self.ema:
@@ -350,6 +371,9 @@ class Recipe(_Strict):
                 f"auto_augment {self.auto_augment!r} is not one of {list(named)} nor a timm "
                 "AutoAugment or RandAugment config string such as 'v0' or 'rand-m9-mstd0.5-inc1'"
             )
+        timm_ops = re.search(r"^rand.*-n(\d+)", self.auto_augment)  # timm's RandAugment: -nN
+        if timm_ops:
+            _cap(int(timm_ops.group(1)), MAX_AUGMENT_OPS, "augment_ops", " operations per image")
         if self.autoaugment_policy != "imagenet" and self.auto_augment != "autoaugment":
             raise ValueError(
                 f"autoaugment_policy {self.autoaugment_policy!r} is read only by auto_augment "

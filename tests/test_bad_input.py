@@ -143,6 +143,60 @@ CASES = [
     Case("unknown preset", "recipe.preset", study={"recipe.preset": "bogus"}),
     Case("EMA reported without EMA", "needs ema", study={"recipe.ema": False}),
     Case("warmup as long as the schedule", "warmup_epochs", study={"recipe.warmup_epochs": 5}),
+    Case("unknown schedule", "recipe.schedule", study={"recipe.schedule": "linear"}),
+    Case(
+        "pycls schedule per iteration",
+        "schedule_step must be 'epoch'",
+        study={"recipe.schedule": "pycls", "recipe.schedule_step": "iteration"},
+    ),
+    Case("unknown ema_rule", "recipe.ema_rule", study={"recipe.ema_rule": "swa"}),
+    Case("ema_horizon 2", "recipe.ema_horizon", study={"recipe.ema_horizon": 2}),
+    Case(
+        "ema_period 0",
+        "recipe.ema_period",
+        study={"recipe.ema_rule": "pycls", "recipe.ema_period": 0},
+    ),
+    Case(
+        "ema_alpha of another rule",
+        "ema_alpha is read only by ema_rule 'pycls'",
+        study={"recipe.ema_alpha": 1e-5},
+    ),
+    Case(
+        "ema_decay 1", "recipe.ema_decay", study={"recipe.ema_rule": "decay", "recipe.ema_decay": 1}
+    ),
+    Case("unknown weight_init", "recipe.weight_init", study={"recipe.weight_init": "xavier"}),
+    Case(
+        "precise_bn_images -1", "recipe.precise_bn_images", study={"recipe.precise_bn_images": -1}
+    ),
+    Case("lighting_std inf", "finite", study={"recipe.lighting_std": float("inf")}),
+    Case("lighting_std -0.1", "recipe.lighting_std", study={"recipe.lighting_std": -0.1}),
+    Case("unknown auto_augment", "auto_augment 'bogus'", study={"recipe.auto_augment": "bogus"}),
+    Case(
+        "autoaugment_policy without autoaugment",
+        "autoaugment_policy 'cifar10' is read only",
+        study={"recipe.autoaugment_policy": "cifar10"},
+    ),
+    Case("randaugment_m 31", "recipe.randaugment_m", study={"recipe.randaugment_m": 31}),
+    Case(
+        "randaugment_n a million",
+        "above the cap of 16",
+        study={"recipe.auto_augment": "randaugment", "recipe.randaugment_n": 10**6},
+    ),
+    Case(
+        "timm RandAugment of a million ops",
+        "above the cap of 16",
+        study={"recipe.auto_augment": "rand-m9-n1000000"},
+    ),
+    Case("translate 100000", "above the cap of 64", study={"recipe.translate": 100_000}),
+    Case("betas above 1", "betas must be in [0, 1)", study={"recipe.betas": [1.5, 0.999]}),
+    Case("betas one value", "recipe.betas", study={"recipe.betas": [0.9]}),
+    Case("eps 0", "recipe.eps", study={"recipe.eps": 0}),
+    Case("drop_path 1", "recipe.drop_path", study={"recipe.drop_path": 1.0}),
+    Case("repeated_aug 0", "recipe.repeated_aug", study={"recipe.repeated_aug": 0}),
+    Case("augment_group 0", "recipe.augment_group", study={"recipe.augment_group": 0}),
+    Case("momentum 1", "recipe.momentum", study={"recipe.momentum": 1.0}),
+    Case("warmup_ref_epochs 0", "recipe.warmup_ref_epochs", study={"recipe.warmup_ref_epochs": 0}),
+    Case("report raw_last", "recipe.report", study={"recipe.report": "raw_last"}),
     Case("workers 0", "workers", study={"executor": {"workers": 0}}),
     Case("workers -1", "workers", study={"executor": {"workers": -1}}),
     Case("workers beyond the cores", "between 1 and", study={"executor": {"workers": 1000}}),
@@ -238,6 +292,11 @@ CASES = [
     Case("train --set inf", "finite", train("--set", "min_lr=.inf")),
     Case("train --set without =", "KEY=VALUE", train("--set", "warmup_epochs")),
     Case("train --recipe bogus", "preset", train("--recipe", "bogus")),
+    Case("train --set weight_init", "weight_init", train("--set", "weight_init=xavier")),
+    Case("train --set betas", "betas must be in [0, 1)", train("--set", "betas=[1.5,0.9]")),
+    Case("train --set translate", "above the cap of 64", train("--set", "translate=100000")),
+    Case("train --set ema_rule", "ema_rule", train("--set", "ema_rule=swa")),
+    Case("train --set schedule", "schedule", train("--set", "schedule=linear")),
 ]
 
 
