@@ -1,5 +1,6 @@
-"""Run `optbench ARGS` inside the test process (fast: no interpreter or torch start-up), and
-the command line of a small `optbench train` run."""
+"""Run `optbench ARGS` inside the test process (fast: no interpreter or torch start-up), the
+command line of a small `optbench train` run, and a small study. (Test modules import these
+from here: `from conftest import ...` is ambiguous beside tests/slurm/conftest.py.)"""
 
 from __future__ import annotations
 
@@ -54,3 +55,17 @@ def train_args(*extra: str, **replace: str) -> tuple[str, ...]:
     for flag, value in replace.items():
         args[args.index("--" + flag.replace("_", "-")) + 1] = value
     return (*args, *extra)
+
+
+# A digits study of the smallest ViT: two 1-epoch trials, one per (lr, wd) sample.
+ONE_MODEL_STUDY = {
+    "name": "tiny",
+    "dataset": {"name": "digits", "img_size": 16},
+    "models": ["vit_p_w64_16px"],
+    "optimizers": ["adamw"],
+    "epochs": 1,
+    "batch_size": 128,
+    "ref_batch": 128,
+    "search": {"n_samples": 2, "ranges": {"adamw": {"lr": [1e-3, 1e-2], "wd": [0.01, 0.1]}}},
+    "recipe": {"warmup_epochs": 0, "hflip": False, "translate": 2},
+}

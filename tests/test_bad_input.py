@@ -14,12 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from cli_inprocess import run_cli, train_args
-from conftest import TINY
+from cli_inprocess import ONE_MODEL_STUDY, run_cli, train_args
 
 DELETE = object()
-GOOD = {**copy.deepcopy(TINY), "output": "results"}
-GOOD["models"] = ["vit_p_w64_16px"]
+GOOD = {**copy.deepcopy(ONE_MODEL_STUDY), "output": "results"}
 
 
 @dataclass

@@ -20,7 +20,7 @@ import optuna
 import pytest
 import torch
 import yaml
-from cli_inprocess import run_cli, train_args
+from cli_inprocess import ONE_MODEL_STUDY, run_cli, train_args
 from rich.console import Console
 
 import optbench.train.epoch as epoch
@@ -199,11 +199,8 @@ def _bad_database(kind: str, path: Path, good: Path | None) -> None:
 @pytest.fixture(scope="module")
 def a_study_database(tmp_path_factory) -> Path:
     """A real optbench study database (one recorded trial, no training)."""
-    from conftest import TINY
-
-    data = copy.deepcopy(TINY)
+    data = copy.deepcopy(ONE_MODEL_STUDY)
     data["output"] = str(tmp_path_factory.mktemp("db") / "results")
-    data["models"] = ["vit_p_w64_16px"]
     data["search"]["n_samples"] = 1
     spec = parse_spec(data)
     run_study(spec, WritingExecutor(), console=_quiet(), live=False)
