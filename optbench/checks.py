@@ -1,32 +1,41 @@
-"""What a study needs from this install and this machine: its models registered, its dataset
-known and, for a real run, the dataset's files where `dataset.root` says. The spec is pure data
-(spec.py); the CLI calls `check_spec` with what each command needs before it writes anything.
-Without data, a study of the zoo's models is checked without importing torch or timm.
+"""What a study (or `optbench train`) needs from this install and this machine: its models
+registered, its dataset known and big enough for its batch and, for a real run, the dataset's
+files where `dataset.root` says, folders it can write, a storage it can open, a device that is
+there. The spec is pure data (spec.py); the CLI calls these with what each command needs,
+before it writes anything. Every check only reads. Checking a study's names (status, report)
+imports neither torch nor timm; sizes, data files and devices do.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from optbench.errors import SpecError, did_you_mean, source_of
-from optbench.spec import StudySpec
+from optbench.errors import SpecError, UsageError, did_you_mean, source_of
+from optbench.spec import Dataset, StudySpec
 
 # The datasets train/datasets.py reads (its DATASETS), named here so that checking a study needs
 # no torch; tests/test_fast_commands.py checks that the two agree.
 DATASET_NAMES: tuple[str, ...] = ("digits", "cifar10", "cifar100", "imagenet", "imagefolder")
+# Datasets whose size is known without their files (bundled, or published sizes).
+_SIZED_WITHOUT_DATA = ("digits", "cifar10", "cifar100", "imagenet")
 
 
 def check_spec(
     spec: StudySpec,
     *,
     data: bool,
+    sized: bool = False,
     source: Path | str = "<spec>",
     sources: Mapping[str, str] | None = None,
 ) -> None:
     """Raise SpecError naming `source` and the field if a model or the dataset is unknown (with
-    the closest known name); with `data`, a UsageError naming the path if the dataset's files
-    are not where it says. `sources` maps dotted keys to what set them ("--set models=[...]")."""
+    the closest known name); with `sized` or `data`, a UsageError if the batch is larger than
+    the training set (where its size is known without the files); with `data` (a real run on
+    this machine), a UsageError naming the path if the dataset's files are not where it says,
+    the study's folder cannot be written, or its storage cannot be opened. `sources` maps
+    dotted keys to what set them ("--set models=[...]")."""
     from optbench.models import is_model, model_names
 
     def origin(key: str) -> str:
@@ -50,4 +59,105 @@ def check_spec(
     if data:
         from optbench.train.datasets import check_dataset  # torch: only for a real run
 
-        check_dataset(spec.dataset)
+        try:
+            check_dataset(spec.dataset)
+        except UsageError as err:
+            raise UsageError(f"{source}: {err}") from None
+    if data or (sized and spec.dataset.name in _SIZED_WITHOUT_DATA):
+        check_batch(spec.dataset, spec.batch_size, f"{origin('batch_size')}: batch_size")
+    if data:
+        check_writable_folder(spec.study_dir, f"{source}: output")
+        check_storage(spec.storage_url, f"{source}: storage")
+
+
+def check_batch(dataset: Dataset, batch_size: int, what: str) -> None:
+    """A batch larger than the training set would make every trial fail (no full batch)."""
+    from optbench.train.datasets import dataset_info
+
+    n_train = dataset_info(dataset).n_train
+    if batch_size > n_train:
+        raise UsageError(
+            f"{what}: {batch_size} is larger than the {n_train} training images of "
+            f"{dataset.name}, so an epoch would have no batch"
+        )
+
+
+def check_writable_folder(path: Path, what: str) -> None:
+    """`path` is a folder, or can be made one: no part of it is a file, and the deepest part
+    that exists is a folder this process may write into."""
+    path = Path(path)
+    existing = path
+    while not (existing.exists() or existing.is_symlink()):
+        if existing.parent == existing:
+            break
+        existing = existing.parent
+    inside = "" if existing == path else f" (on the way to {path})"
+    if not existing.is_dir():
+        kind = "a file" if existing.exists() else "a broken symbolic link"
+        raise UsageError(f"{what}: {existing} is {kind}, not a folder{inside}")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"{what}: {existing} is not writable{inside}")
+
+
+def check_storage(url: str, what: str) -> None:
+    """The storage can be opened for writing: a SQLite or journal file whose folder can be
+    written and which is a study database if it exists, or a server whose driver is
+    installed. Connects to nothing."""
+    from optbench.store import check_storage_file, server_url, storage_file
+
+    path = storage_file(url)
+    if path is not None:
+        if path.exists() and path.is_dir():
+            raise UsageError(f"{what}: {path} is a folder, not a database file")
+        check_writable_folder(path.parent, what)
+        try:
+            check_storage_file(url)
+        except UsageError as err:
+            raise UsageError(f"{what}: {err}") from None
+        return
+    try:
+        server_url(url)
+    except UsageError as err:
+        raise UsageError(f"{what}: {err}") from None
+
+
+def check_threads(threads: int, what: str = "--threads") -> None:
+    """Torch threads: at least 1, at most the usable cores (more only slow training down, and
+    the thread count changes results)."""
+    from optbench.executors.local import usable_cores
+
+    cores = usable_cores()
+    if not 1 <= threads <= cores:
+        raise UsageError(f"{what}: {threads} must be between 1 and {cores}, this machine's cores")
+
+
+def check_device(device: str, what: str = "--device") -> None:
+    """A torch device name that exists on this machine (cpu, cuda, cuda:N, mps)."""
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise UsageError(f"{what}: {device!r} is not a device; use cpu or cuda (cuda:N)") from None
+    if dev.type == "cuda":
+        n = torch.cuda.device_count()
+        if n == 0:
+            raise UsageError(f"{what}: {device}: this machine has no CUDA device")
+        if dev.index is not None and dev.index >= n:
+            raise UsageError(f"{what}: {device}: this machine has {n} CUDA device(s)")
+    elif dev.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise UsageError(f"{what}: {device}: this machine has no MPS device")
+    elif dev.type != "cpu":
+        raise UsageError(f"{what}: {device!r}: optbench trains on cpu, cuda or mps")
+
+
+def check_resume(config, out: Path) -> None:
+    """What `optbench train --resume` would continue from in `out` is this config's: a
+    result.json or checkpoint.pt of another configuration, or one that cannot be read, is a
+    UsageError naming the file (and the difference). Reads only; deletes nothing."""
+    from optbench.train.checkpoint import CHECKPOINT_FILE, load_checkpoint
+    from optbench.train.results import finished_result
+
+    if finished_result(config, out) is None:
+        load_checkpoint(out / CHECKPOINT_FILE, config.model_dump(mode="json"))

@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from optbench.errors import StorageUnavailable, UsageError, format_errors
+from optbench.errors import StorageUnavailable, UsageError, WriteError, format_errors
 from optbench.spec import OPTIMIZERS, Dataset, Recipe, StudySpec
 
 app = typer.Typer(
@@ -64,15 +64,17 @@ Overrides = Annotated[
 ]
 
 
-def _load(path: Path, *, data: bool, overrides: list[str] | None = None) -> StudySpec:
+def _load(
+    path: Path, *, data: bool, sized: bool = False, overrides: list[str] | None = None
+) -> StudySpec:
     """A study file with its overrides, validated, with its models and dataset checked (and its
-    files, with data)."""
+    batch against the dataset's size, with sized; its files, with data)."""
     from optbench.checks import check_spec
     from optbench.overrides import load_study, override_sources, parse_overrides
 
     parsed = parse_overrides(overrides or [])
     spec = load_study(path, parsed)
-    check_spec(spec, data=data, source=path, sources=override_sources(parsed))
+    check_spec(spec, data=data, sized=sized, source=path, sources=override_sources(parsed))
     return spec
 
 
@@ -130,11 +132,12 @@ def train(
     SIGTERM or SIGUSR2 saves OUT/checkpoint.pt and exits with 128 + the signal number; run the
     same command with --resume to continue."""
     import torch
-    import yaml
     from pydantic import ValidationError
 
+    from optbench.checks import check_batch
     from optbench.errors import did_you_mean
     from optbench.models import is_model, model_names
+    from optbench.spec import read_yaml
     from optbench.train.config import TrainConfig
     from optbench.train.datasets import check_dataset, download_dataset
     from optbench.train.loop import run_trial
@@ -152,7 +155,7 @@ def train(
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise UsageError(f"--set: expected KEY=VALUE, got {item!r}")
-        overrides[key.strip()] = yaml.safe_load(value)
+        overrides[key.strip()] = read_yaml(value, f"--set {key.strip()}")
     try:
         resolved_recipe = Recipe.model_validate(overrides)
     except ValidationError as err:
@@ -173,9 +176,11 @@ def train(
         )
     except ValidationError as err:
         raise UsageError(format_errors("train", err)) from None
+    _check_train_flags(cfg, out, threads, device, resume)
     if download:
         download_dataset(ds)
     check_dataset(ds)
+    check_batch(ds, batch_size, "--batch-size")
     if threads:
         torch.set_num_threads(threads)
 
@@ -193,6 +198,8 @@ def train(
         result = run_trial(cfg, out, device, resume=resume, on_epoch=print_epoch)
     except TrialInterrupted as stopped:
         exit_on_stop(stopped.signum, None)
+    except OSError as err:  # disk full, I/O error: one line (the checkpoint so far is kept)
+        raise WriteError.from_os(err) from None
     typer.echo(result.model_dump_json(indent=2, exclude={"config"}))
     if result.status == "failed":
         raise typer.Exit(1)
@@ -207,6 +214,19 @@ def epoch_line(line: dict, epochs: int) -> str:
         parts.append(f"val error {line['val_error']:.2f}% ({', '.join(kinds)})")
     parts.append(f"{line['epoch_s']:.1f} s, {line['images_per_s']:.0f} img/s")
     return "  ".join(parts)
+
+
+def _check_train_flags(cfg, out: Path, threads: int | None, device: str, resume: bool) -> None:
+    """`optbench train`'s flags against this machine, before anything is written: threads,
+    device, the output folder and what --resume would continue from."""
+    from optbench.checks import check_device, check_resume, check_threads, check_writable_folder
+
+    if threads is not None:
+        check_threads(threads)
+    check_device(device)
+    check_writable_folder(out, "--out")
+    if resume:
+        check_resume(cfg, out)
 
 
 @app.command()
@@ -228,7 +248,9 @@ def run(
     set_: Overrides = None,
 ) -> None:
     """Run every unfinished trial of a study, recording results as they end."""
-    spec = _load(study, data=not dry_run, overrides=set_)
+    if workers is not None and workers < 1:
+        raise UsageError(f"--workers: must be at least 1, got {workers}")
+    spec = _load(study, data=not dry_run, sized=True, overrides=set_)
     kind = executor_kind or spec.executor.kind
     if kind not in ("slurm", "local", "debug"):
         raise UsageError(f"--executor: must be slurm, local or debug, got {kind!r}")
@@ -409,7 +431,7 @@ def main() -> None:
     except UsageError as err:
         typer.echo(f"error: {err}", err=True)
         sys.exit(2)
-    except StorageUnavailable as err:  # not bad input: the database server is down
+    except (WriteError, StorageUnavailable) as err:  # not bad input: a full disk, a server down
         typer.echo(f"error: {err}", err=True)
         sys.exit(1)
 

@@ -1,8 +1,9 @@
 """The errors a user can cause, and how a validation error becomes one line per field.
 
 `UsageError` is bad input (a study file, a flag, a dataset path): `optbench` prints it as one
-message and exits with code 2, before anything is written. `StorageUnavailable` is a study
-database that does not answer: one line, exit code 1. Every module raises these; this one
+message and exits with code 2, before anything is written. `WriteError` is the machine's fault
+(disk full, I/O error): one message, exit code 1. `StorageUnavailable` is a study database that
+does not answer: one line, exit code 1. Every module raises these; this one
 imports nothing from optbench.
 """
 
@@ -24,6 +25,17 @@ class UsageError(Exception):
 
 class SpecError(UsageError):
     """A study YAML that does not validate."""
+
+
+class WriteError(Exception):
+    """A file or database that could not be written (disk full, I/O error, read-only file
+    system): one line naming the path and the cause, exit code 1. Nothing recorded is lost, and
+    the same command carries on once the cause is gone."""
+
+    @classmethod
+    def from_os(cls, err: OSError) -> WriteError:
+        where = f"{err.filename}: " if err.filename else ""
+        return cls(f"{where}cannot write: {err.strerror or err}")
 
 
 class StorageUnavailable(Exception):

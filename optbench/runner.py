@@ -11,50 +11,84 @@ sees meanwhile is progress.py's.
 
 from __future__ import annotations
 
-import fcntl
 import functools
-import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 
 from rich.console import Console
 from rich.live import Live
 
-from optbench.errors import StorageUnavailable, UsageError
+from optbench.errors import StorageUnavailable, WriteError
 from optbench.executors.base import Executor
+from optbench.locks import driver_lock
 from optbench.plan import plan
 from optbench.progress import EventLog, LiveView, StudyProgress
 from optbench.spec import StudySpec, dump_spec
 from optbench.store import Store, StoredTrial
 from optbench.train.config import TrialResult
-from optbench.train.results import RESULT_FILE, atomic_write_text, read_metrics, read_result
+from optbench.train.results import (
+    RESULT_FILE,
+    InvalidResultFile,
+    atomic_write_text,
+    config_difference,
+    load_result,
+    read_metrics,
+)
 
 
 @contextmanager
-def study_lock(spec: StudySpec) -> Iterator[None]:
-    """One driver per study at a time: a second `optbench run` fails instead of racing."""
-    spec.study_dir.mkdir(parents=True, exist_ok=True)
-    with open(spec.study_dir / ".lock", "w") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise UsageError(
-                f"{spec.study_dir}: another optbench run is driving this study"
-            ) from None
-        f.write(str(os.getpid()))
-        f.flush()
+def study_lock(spec: StudySpec, console: Console) -> Iterator[None]:
+    """One driver per study at a time (a second `optbench run` fails instead of racing), and
+    none while workers of an earlier one still write into it (locks.py)."""
+    with driver_lock(spec.study_dir, on_wait=console.print):
         yield
 
 
+@contextmanager
+def write_faults_as_one_line() -> Iterator[None]:
+    """Disk full, I/O errors and a study file that cannot be written stop the run with one line
+    naming the path and the cause (WriteError; the database's own are StorageUnavailable, see
+    store.storage_errors). What was recorded stays recorded: every database write is a
+    transaction, and result files not yet recorded are recorded by the next run."""
+    try:
+        yield
+    except OSError as err:
+        raise WriteError.from_os(err) from None
+
+
+def _read_files(item: StoredTrial) -> tuple[TrialResult | None, list[dict]]:
+    """The attempt's result and metrics as its worker left them (None: no result file);
+    InvalidResultFile if they are there but unusable (untrusted input, never a traceback)."""
+    result = load_result(item.trial.out_dir)
+    return result, (read_metrics(item.trial.out_dir) if result is not None else [])
+
+
+def _failed(item: StoredTrial, why: str) -> TrialResult:
+    config = item.trial.config
+    return TrialResult(status="failed", epochs=config.epochs, config=config, message=why)
+
+
+def _written_during(item: StoredTrial) -> bool:
+    """Whether the trial's result file was written after its latest attempt began."""
+    started = item.record.datetime_start  # optuna's: naive local time, like the file's mtime
+    path = item.trial.out_dir / RESULT_FILE
+    return started is None or path.lstat().st_mtime >= started.timestamp()
+
+
 def _record_from_disk(store: Store, item: StoredTrial) -> bool:
-    """Record a result file a worker already wrote for this attempt, if there is one."""
-    out_dir = item.trial.out_dir
-    result = read_result(out_dir)
+    """Record a result file a worker already wrote for this attempt, if there is one. An
+    invalid one is recorded as a failed attempt with its reason (and retried as one)."""
+    try:
+        result, metrics = _read_files(item)
+    except InvalidResultFile as err:
+        if not _written_during(item):
+            return False  # an earlier attempt's, already recorded: removed before this one runs
+        return store.record(item, _failed(item, str(err)), [])
     if result is None or result.config != item.trial.config:
         return False
     if result.status == "failed":
         return False  # a crash of an earlier attempt: this attempt runs again
-    return store.record(item, result, read_metrics(out_dir))
+    return store.record(item, result, metrics)
 
 
 def run_study(
@@ -71,7 +105,7 @@ def run_study(
     the driver (SLURM) returns right after submitting: a later run follows the same jobs."""
     console = console or Console()
     trials = plan(spec)  # pure: a spec that cannot be planned stops here, before any write
-    with study_lock(spec):
+    with write_faults_as_one_line(), study_lock(spec, console):
         store = Store(spec, create=True)
         atomic_write_text(spec.study_dir / "spec.yaml", dump_spec(spec))
         stored = store.prepare(trials, retries=spec.executor.retries)
@@ -82,9 +116,13 @@ def run_study(
         if ended:
             console.print(f"recorded {len(ended)} trial(s) whose job ended while no run followed")
             stored = store.prepare(trials, retries=spec.executor.retries)  # retry failures
-        recovered = sum(_record_from_disk(store, s) for s in stored if s.status == "pending")
+        recovered = [s for s in stored if s.status == "pending" and _record_from_disk(store, s)]
         if recovered:
-            console.print(f"recorded {recovered} result(s) found on disk")
+            console.print(f"recorded {len(recovered)} result(s) found on disk")
+            for s in recovered:
+                if s.status == "failed":  # an invalid result file: a failed attempt, retried now
+                    console.print(f"failed: {s.record.user_attrs['message']}", markup=False)
+            stored = store.prepare(trials, retries=spec.executor.retries)
         unused = store.unused_trials(trials)
         if unused:
             console.print(
@@ -146,6 +184,9 @@ def run_study(
                 "run the same command to resume"
             )
             raise
+        except BaseException:  # e.g. a full disk: stop the workers (they checkpoint) first
+            executor.close(cancel=not outlive)
+            raise
         executor.close(cancel=False)
         if not view:
             console.print(progress.table(spec.name))
@@ -172,15 +213,16 @@ def flops_counter(spec: StudySpec) -> Callable[[str], float]:
 def _record_end(store: Store, item: StoredTrial, lost_message: str | None) -> None:
     """Record the trial's result file; a missing one (or another configuration's) is a failure."""
     out_dir, config = item.trial.out_dir, item.trial.config
-    result, metrics = read_result(out_dir), read_metrics(out_dir)
+    try:
+        result, metrics = _read_files(item)
+    except InvalidResultFile as err:
+        result, metrics, lost_message = None, [], str(err)
     if result is None or result.config != config:
         why = lost_message or (
             f"no {RESULT_FILE} written in {out_dir}"
             if result is None
-            else f"{out_dir / RESULT_FILE} is the result of another configuration"
+            else f"{out_dir / RESULT_FILE} is the result of another configuration "
+            f"({config_difference(config, result.config)})"
         )
-        result, metrics = (
-            TrialResult(status="failed", epochs=config.epochs, config=config, message=why),
-            [],
-        )
+        result, metrics = _failed(item, why), []
     store.record(item, result, metrics)

@@ -2,9 +2,11 @@
 
 A study is explicit data. Every key is documented in docs/study.md and
 every default lives here, in one place. `load_spec` turns a YAML file into a `StudySpec` or
-raises `SpecError` with a message that names the file and the offending field. The schema is
-pure data: whether the named models and dataset exist on this install and machine is checked by
-`optbench.checks.check_spec`, where a command needs them.
+raises `SpecError` with a message that names the file and the offending field. The YAML is
+read strictly (a key given twice is an error), and numbers that would exhaust the machine are
+capped (MAX_*; docs/faults.md says why). The schema is pure data: whether the named models
+and dataset exist on this install and machine is checked by `optbench.checks.check_spec`,
+where a command needs them.
 """
 
 from __future__ import annotations
@@ -23,9 +25,36 @@ from optbench.errors import SpecError, format_errors
 Optimizer = Literal["adamw", "sgd"]
 OPTIMIZERS: tuple[str, ...] = ("adamw", "sgd")
 
+# Caps on numbers that would exhaust the machine (memory, disk, hours of planning) before a
+# single trial trains; docs/faults.md gives each one's reason, and so does the error.
+MAX_TRIALS = 10_000  # 50x the paper's largest study (192 trials per optimizer)
+MAX_IMG_SIZE = 1024  # CIFAR held in memory at 1024 px: 60,000 x 3 MB = 190 GB
+MAX_BATCH = 65_536  # the largest batches of the large-batch literature; 32x the paper's 2048
+MAX_NAME = 100
+MAX_TRANSLATE = 64  # zero padding: each batch is copied at (img_size + 2 x translate) squared
+MAX_AUGMENT_OPS = 16  # RandAugment operations per image (torchvision's and timm's default: 2)
+SEED_BOUND = 2**63  # torch.manual_seed takes 64 bits; seeds are 0 .. 2**63 - 1
+MAX_STUDY_BYTES = 1 << 20  # a study file is a few KB
+
+
+CAP_REASONS = {
+    "trials": "each is planned and given a database row before anything runs (split the study)",
+    "img_size": "small datasets are held whole in memory at this size; memory grows with its square",
+    "batch_size": "one optimizer step holds the whole batch and its activations",
+    "name": "it names the study's folder, and file systems cap a name at 255 bytes",
+    "translate": "each batch is padded by it on every side: memory grows with its square",
+    "augment_ops": "each operation runs on every image of every step (the usual is 2)",
+}
+
+
+def _cap(value: int, cap: int, what: str, unit: str = "") -> int:
+    if value > cap:
+        raise ValueError(f"{value}{unit} is above the cap of {cap} ({CAP_REASONS[what]})")
+    return value
+
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 def _check_range(value: tuple[float, float], what: str) -> tuple[float, float]:
@@ -61,10 +90,15 @@ class Search(_Strict):
 
     n_samples: int = Field(ge=1)
     sampler: Literal["random", "qmc", "good"] = "random"
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, lt=SEED_BOUND)
     ranges: dict[Optimizer, Range] = Field(default_factory=dict)
     good_values: dict[str, dict[Optimizer, GoodValue]] = Field(default_factory=dict)
     good_range: tuple[float, float] = (0.125, 4.0)
+
+    @field_validator("n_samples")
+    @classmethod
+    def _n_samples(cls, v: int) -> int:
+        return _cap(v, MAX_TRIALS, "trials")
 
     @model_validator(mode="after")
     def _qmc_power_of_two(self) -> Search:
@@ -93,6 +127,47 @@ class Dataset(_Strict):
     name: str
     root: Path | None = None
     img_size: int | None = Field(default=None, ge=4)
+
+    @field_validator("img_size")
+    @classmethod
+    def _img_size(cls, v: int | None) -> int | None:
+        return None if v is None else _cap(v, MAX_IMG_SIZE, "img_size")
+
+    @field_validator("root")
+    @classmethod
+    def _root(cls, v: Path | None) -> Path | None:
+        return _plain_path(v)
+
+
+def _plain_path(v: Path | None) -> Path | None:
+    if v is not None and "\0" in str(v):
+        raise ValueError("a path cannot contain a NUL character")
+    return v
+
+
+def _check_storage_url(url: str) -> str:
+    """A storage URL that optuna can open, checked for its form only (no file is touched):
+    journal:///path, or an SQLAlchemy URL of a known database kind (not SQLite in memory)."""
+    example = "e.g. sqlite:///path/study.db, postgresql://user@host/db or journal:///path/file.log"
+    if "\0" in url:
+        raise ValueError("a storage URL cannot contain a NUL character")
+    if url.startswith("journal://"):
+        path = url.removeprefix("journal://")
+        if not path or path.endswith("/"):
+            raise ValueError(f"journal:// needs a file path ({example})")
+        return url
+    import sqlalchemy  # here: reading a study without a storage URL needs no sqlalchemy
+
+    try:
+        parsed = sqlalchemy.engine.make_url(url)
+        parsed.get_dialect()  # the kind of database is one SQLAlchemy knows (loads no driver)
+    except sqlalchemy.exc.NoSuchModuleError:
+        raise ValueError(f"unknown kind of database {url.split(':')[0]!r} ({example})") from None
+    except (sqlalchemy.exc.ArgumentError, ValueError):
+        raise ValueError(f"not a storage URL ({example})") from None
+    if parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:"):
+        raise ValueError(f"an in-memory SQLite database keeps nothing; name a file ({example})")
+    return url
 
 
 # Named recipes. A study picks one with `recipe.preset` and may override any key; every key's
@@ -274,6 +349,23 @@ class Recipe(_Strict):
             data["schedule_step"] = "epoch"
         return data
 
+    @field_validator("translate")
+    @classmethod
+    def _translate(cls, v: int) -> int:
+        return _cap(v, MAX_TRANSLATE, "translate", " pixels")
+
+    @field_validator("randaugment_n")
+    @classmethod
+    def _randaugment_n(cls, v: int) -> int:
+        return _cap(v, MAX_AUGMENT_OPS, "augment_ops", " operations per image")
+
+    @field_validator("betas")
+    @classmethod
+    def _betas(cls, v: tuple[float, float]) -> tuple[float, float]:
+        if not all(0 <= b < 1 for b in v):  # AdamW's running averages' decay rates
+            raise ValueError(f"each of betas must be in [0, 1), got {list(v)}")
+        return v
+
     @model_validator(mode="after")
     def _consistent(self) -> Recipe:
         if self.report.startswith("ema") and not self.ema:
@@ -292,6 +384,9 @@ class Recipe(_Strict):
                 f"auto_augment {self.auto_augment!r} is not one of {list(named)} nor a timm "
                 "AutoAugment or RandAugment config string such as 'v0' or 'rand-m9-mstd0.5-inc1'"
             )
+        timm_ops = re.search(r"^rand.*-n(\d+)", self.auto_augment)  # timm's RandAugment: -nN
+        if timm_ops:
+            _cap(int(timm_ops.group(1)), MAX_AUGMENT_OPS, "augment_ops", " operations per image")
         if self.autoaugment_policy != "imagenet" and self.auto_augment != "autoaugment":
             raise ValueError(
                 f"autoaugment_policy {self.autoaugment_policy!r} is read only by auto_augment "
@@ -399,11 +494,35 @@ class StudySpec(_Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
+        _cap(len(v), MAX_NAME, "name", " characters")
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", v):
             raise ValueError(
                 "name may use letters, digits, '_', '.', '-' and must not start with one of the last three"
             )
         return v
+
+    @field_validator("batch_size")
+    @classmethod
+    def _batch_size(cls, v: int) -> int:
+        return _cap(v, MAX_BATCH, "batch_size")
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds(cls, v: list[int]) -> list[int]:
+        bad = [s for s in v if not 0 <= s < SEED_BOUND]
+        if bad:
+            raise ValueError(f"seeds must be 0 .. 2**63 - 1 (torch takes 64 bits), got {bad[:3]}")
+        return v
+
+    @field_validator("output")
+    @classmethod
+    def _output(cls, v: Path) -> Path:
+        return _plain_path(v)
+
+    @field_validator("storage")
+    @classmethod
+    def _storage(cls, v: str | None) -> str | None:
+        return None if v is None else _check_storage_url(v)
 
     @field_validator("epochs", mode="before")
     @classmethod
@@ -429,6 +548,18 @@ class StudySpec(_Strict):
         if len(set(v)) != len(v):
             raise ValueError(f"duplicate entries in {v}")
         return v
+
+    @model_validator(mode="after")
+    def _not_too_many_trials(self) -> StudySpec:
+        n_samples = 1 if self.search.sampler == "good" else self.search.n_samples
+        grid = len(self.models) * len(self.optimizers) * len(self.epochs)
+        total = grid * n_samples * len(self.seeds)
+        if total > MAX_TRIALS:
+            raise ValueError(
+                f"models x optimizers x epochs x n_samples x seeds = {total} trials is above "
+                f"the cap of {MAX_TRIALS} ({CAP_REASONS['trials']})"
+            )
+        return self
 
     @model_validator(mode="after")
     def _search_covers_grid(self) -> StudySpec:
@@ -521,15 +652,81 @@ def parse_spec(data: dict, source: Path | str = "<spec>") -> StudySpec:
         raise SpecError(format_errors(source, err, schema=StudySpec)) from None
 
 
+MAX_YAML_NODES = 100_000  # a study has a few hundred; aliases could make billions
+
+
+class StrictLoader(yaml.SafeLoader):
+    """YAML's safe loader, stricter: a key given twice is an error (not "the last one wins"),
+    and a document whose aliases (*name) expand it beyond MAX_YAML_NODES is refused before it
+    is built (a few lines of nested aliases expand to billions of entries)."""
+
+    def construct_document(self, node):
+        sizes: dict[int, int] = {}
+
+        def expanded(n) -> int:  # memoized on the node: linear in the lines, not the expansion
+            if id(n) not in sizes:
+                sizes[id(n)] = 1  # a cycle counts once
+                if isinstance(n, yaml.MappingNode):
+                    children = [c for pair in n.value for c in pair]
+                else:
+                    children = n.value if isinstance(n, yaml.SequenceNode) else []
+                sizes[id(n)] = 1 + sum(expanded(c) for c in children)
+            return sizes[id(n)]
+
+        if expanded(node) > MAX_YAML_NODES:
+            raise yaml.MarkedYAMLError(
+                problem=f"its aliases expand it beyond {MAX_YAML_NODES} entries",
+                problem_mark=node.start_mark,
+            )
+        return super().construct_document(node)
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, (list, dict)):
+                continue  # unhashable: the schema reports it
+            if key in seen:
+                raise yaml.MarkedYAMLError(
+                    problem=f"duplicate key {key!r}", problem_mark=key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    """One line: what is wrong and where ("line 3, column 5")."""
+    mark = getattr(err, "problem_mark", None)
+    where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    return f"{problem}{where}"
+
+
+def read_yaml(text: str, source: Path | str):
+    """Parse YAML with StrictLoader; SpecError naming `source`, the problem and its line."""
+    try:
+        return yaml.load(text, Loader=StrictLoader)  # a SafeLoader: builds plain data only
+    except yaml.YAMLError as err:
+        raise SpecError(f"{source}: not valid YAML: {_yaml_problem(err)}") from None
+
+
 def read_study_yaml(path: Path | str):
-    """The content of a study YAML file, not validated yet."""
+    """The content of a study YAML file (at most MAX_STUDY_BYTES of UTF-8), not validated yet."""
     path = Path(path)
     if not path.is_file():
         raise SpecError(f"{path}: no such study file")
     try:
-        return yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise SpecError(f"{path}: not valid YAML: {err}") from None
+        with open(path, "rb") as f:
+            raw = f.read(MAX_STUDY_BYTES + 1)
+    except OSError as err:
+        raise SpecError(f"{path}: cannot read the study file ({err.strerror})") from None
+    if len(raw) > MAX_STUDY_BYTES:
+        raise SpecError(f"{path}: larger than {MAX_STUDY_BYTES} bytes, not a study file")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SpecError(f"{path}: not a text file (a study file is UTF-8 YAML)") from None
+    return read_yaml(text, path)
 
 
 def load_spec(path: Path | str) -> StudySpec:

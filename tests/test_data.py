@@ -115,6 +115,12 @@ def test_repeated_augmentation_shows_each_image_three_times_in_a_row():
     assert all(len(set(t)) == 1 for t in triples)
 
 
+def test_repeated_augmentation_beyond_the_data_costs_no_more_than_the_epoch():
+    # r = 2**40 repeats of one image: building the r copies first would need 8 TB.
+    order = epoch_order(10, seed=0, epoch=0, repeated_aug=2**40)
+    assert len(order) == 10 and len(set(order.tolist())) == 1
+
+
 def test_device_batches_shards_partition_the_global_batch(tmp_path):
     make_cifar(tmp_path, "cifar10")
     data = load_dataset(Dataset(name="cifar10", root=tmp_path))

@@ -175,7 +175,8 @@ def test_resume_refuses_a_checkpoint_of_another_config(tmp_path, monkeypatch, re
         run_trial(config(), tmp_path)
     monkeypatch.undo()
     result = run_trial(config(epochs=4), tmp_path, resume=True)
-    assert result.status == "failed" and "different trial config" in result.message
+    assert result.status == "failed" and "epochs: 4 here, 3 there" in result.message
+    assert (tmp_path / CHECKPOINT_FILE).is_file()  # refused, not deleted
 
 
 def test_divergence_ends_the_trial_with_its_epoch(tmp_path):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from optbench.executors.base import Executor
-from optbench.executors.local import InlineExecutor, LocalExecutor
+from optbench.executors.local import InlineExecutor, LocalExecutor, pool_size, usable_cores
 from optbench.spec import StudySpec
 
 
@@ -19,12 +19,16 @@ def make_executor(
     """The executor of `spec.executor.kind`; `workers` overrides executor.workers (local);
     `notify` prints a line for the user while jobs are followed (SLURM not answering). Builds
     no worker or job yet. Raises UsageError, before anything is written, where the kind is
-    slurm and SLURM cannot be reached."""
+    slurm and SLURM cannot be reached, or local with more workers than cores (or GPUs)."""
     kind = spec.executor.kind
     if kind == "debug":
         return InlineExecutor()
     if kind == "local":
-        return LocalExecutor(workers or spec.executor.workers)
+        import torch
+
+        chosen = spec.executor.workers if workers is None else workers
+        pool_size(chosen, usable_cores(), torch.cuda.device_count())  # UsageError if too many
+        return LocalExecutor(chosen, spec.study_dir)
     from optbench.executors.slurm import SlurmExecutor, job_folder, max_array_size
 
     max_array_size()  # fails with a usage error, without SLURM

@@ -1,23 +1,47 @@
 """Run trials on this machine: a pool of worker processes, or inline for debugging.
 
-Workers are spawned (not forked: torch's thread pools do not survive a fork), each limited to
-`threads` torch threads so that workers x threads never exceeds the cores. On a machine with
-GPUs, each worker owns one GPU (CUDA_VISIBLE_DEVICES set before CUDA starts). Workers ignore
+The pool. Each worker is a spawned process (not forked: torch's thread pools do not survive a
+fork) that trains one trial at a time, handed to it over its own pipe, and says when it starts
+and ends one. The driver therefore knows which trial each worker runs, so:
+- a worker that dies (killed, out of memory) costs only its own trial: that trial is "lost" (a
+  failed attempt), a new worker takes its place, the other workers carry on, and the trials
+  that had not started are not charged;
+- workers never outlive the driver: each asks the kernel for SIGTERM when the driver dies
+  (Linux's PR_SET_PDEATHSIG) and also watches its parent's pid (any platform); on SIGTERM a
+  running trial writes its checkpoint at the next optimizer step and the worker exits;
+- each worker holds the study's `.workers.lock` (locks.py) until it exits, so a new driver
+  never trains a trial that an old worker is still writing.
+
+Threads. Each worker runs `threads` torch threads, a function of the study's `workers` setting
+and of the machine only (cores // workers), never of how many trials remain: results depend on
+the thread count, so the first and the last trials of a study train alike. On a machine with
+GPUs each worker owns one GPU (CUDA_VISIBLE_DEVICES set before CUDA starts). Workers ignore
 SIGINT: Ctrl-C reaches the driver, which terminates the workers (SIGTERM: each trial writes its
-checkpoint first) and leaves the database consistent; the next run resumes the trials from
-their checkpoints.
+checkpoint first); the next run resumes the trials from their checkpoints.
 """
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
 import signal
+import sys
+import threading
+import time
+from collections import deque
 from collections.abc import Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
 
+from optbench.errors import UsageError, WriteError
 from optbench.executors.base import JobEvent, TrialJob
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+WATCH_S = 1.0  # how often a worker checks that its driver is alive
+EXIT_GRACE_S = 30.0  # after the driver's death: time to checkpoint before a hard exit
+START_FAILURES = 3  # workers dying before they are ready, in a row, before the queue is failed
 
 
 def usable_cores() -> int:
@@ -28,117 +52,276 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def split_cores(n_jobs: int, workers: int | str, cores: int, gpus: int = 0) -> tuple[int, int]:
-    """(worker processes, torch threads per worker) for `n_jobs` jobs on `cores` cores: one
-    worker per core, or per GPU where there are GPUs, unless `workers` says otherwise."""
-    n = (gpus or cores) if workers == "auto" else int(workers)
-    if gpus:
-        n = min(n, gpus)
-    n = max(1, min(n, n_jobs))
+def pool_size(workers: int | str, cores: int, gpus: int = 0) -> tuple[int, int]:
+    """(worker processes, torch threads per worker) of the study's `workers` setting on this
+    machine: one worker per core, or per GPU where there are GPUs, unless `workers` says how
+    many; the threads split the cores among them. Raises UsageError where `workers` exceeds
+    the cores (or GPUs): more workers only oversubscribe them, and each holds a model and its
+    data in memory."""
+    limit, unit = (gpus, "GPUs") if gpus else (cores, "usable cores")
+    if workers == "auto":
+        n = limit
+    else:
+        n = int(workers)
+        if not 1 <= n <= limit:
+            raise UsageError(
+                f"executor.workers (or --workers): {n} must be between 1 and {limit}, the "
+                f"{unit} of this machine (one worker per {unit.split()[-1][:-1]})"
+            )
     return n, max(1, cores // n)
 
 
-_started = None  # in a worker: the queue on which it says which trial it starts
+def split_cores(n_jobs: int, workers: int | str, cores: int, gpus: int = 0) -> tuple[int, int]:
+    """(workers started, threads per worker) for `n_jobs` trials: no more workers than trials,
+    and the threads of `pool_size`, whatever `n_jobs` is."""
+    n, threads = pool_size(workers, cores, gpus)
+    return max(1, min(n, n_jobs)), threads
 
 
-def _init_worker(threads: int, gpu_ids, started) -> None:
-    global _started
-    if gpu_ids is not None:  # before torch touches CUDA: this worker sees one GPU
-        os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu_ids.get())
+# --- the worker process -------------------------------------------------------------------------
+
+
+def _die_with(driver_pid: int) -> None:
+    """SIGTERM this process when the driver dies: the kernel's parent-death signal on Linux,
+    and a thread that watches the parent pid everywhere (and covers a driver that died before
+    prctl ran). After SIGTERM a running trial checkpoints and the process exits; if it has not
+    within EXIT_GRACE_S, it exits hard (checkpoint writes are atomic)."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+
+    def watch() -> None:
+        while os.getppid() == driver_pid:
+            time.sleep(WATCH_S)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(EXIT_GRACE_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="driver-watch", daemon=True).start()
+
+
+def _worker_main(
+    conn: Connection, threads: int, gpu: int | None, driver_pid: int, study_dir: Path | None
+) -> None:
+    """A worker's life: take the study's worker lock, then run the jobs sent over `conn`
+    until None (or the driver's end of the pipe closes)."""
+    _die_with(driver_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if gpu is not None:  # before torch touches CUDA: this worker sees one GPU
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    if study_dir is not None:
+        from optbench.locks import hold_worker_lock
+
+        hold_worker_lock(study_dir)  # held until this process exits
     import torch
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from optbench.train.loop import DISK_FAULTS
+
     torch.set_num_threads(threads)
-    _started = started
+    conn.send(("ready", None, None))
+    while True:
+        try:
+            job = conn.recv()
+        except EOFError:
+            return
+        if job is None:
+            return
+        conn.send(("running", job.key, None))
+        try:
+            run_job(job)
+            conn.send(("ended", job.key, None))
+        except OSError as err:
+            kind = "fault" if err.errno in DISK_FAULTS else "lost"
+            conn.send((kind, job.key, str(WriteError.from_os(err))))
+        except Exception as err:  # noqa: BLE001 - reported, the driver decides
+            conn.send(("lost", job.key, f"{type(err).__name__}: {err}"))
 
 
 def run_job(job: TrialJob) -> str:
-    """Worker entry point: train one trial into its folder (resuming from its checkpoint if an
-    earlier run was stopped); returns its status."""
+    """Train one trial into its folder (resuming from its checkpoint if an earlier run was
+    stopped); returns its status."""
     import torch
 
     from optbench.train.loop import run_trial
-
-    if _started is not None:  # the pool marks queued jobs "running" too early; this is the start
-        _started.put(job.key)
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     return run_trial(job.config, job.out_dir, device, resume=True, distributed=False).status
 
 
-def _start_pool(workers: int, threads: int, gpus: int, started) -> ProcessPoolExecutor:
-    ctx = multiprocessing.get_context("spawn")
-    gpu_ids = None
-    if gpus:
-        gpu_ids = ctx.Queue()
-        for i in range(workers):
-            gpu_ids.put(i)
-    return ProcessPoolExecutor(
-        workers, mp_context=ctx, initializer=_init_worker, initargs=(threads, gpu_ids, started)
-    )
+# --- the driver's side --------------------------------------------------------------------------
+
+
+@dataclass
+class _Worker:
+    process: multiprocessing.process.BaseProcess
+    conn: Connection
+    gpu: int | None
+    ready: bool = False
+    job: TrialJob | None = None
+    started: bool = False  # the worker said it started `job`
+
+
+@dataclass
+class _Pool:
+    threads: int
+    gpus: list[int | None]  # one slot per worker
+    workers: dict[int, _Worker] = field(default_factory=dict)  # slot -> worker
+
+
+def _death(process) -> str:
+    code = process.exitcode
+    if code is not None and code < 0:
+        name = signal.Signals(-code).name
+        oom = " (out of memory?)" if -code == signal.SIGKILL else ""
+        return f"worker process {process.pid} died: killed by {name}{oom}"
+    return f"worker process {process.pid} died (exit code {code})"
 
 
 class LocalExecutor:
-    """A process pool on this machine, sized when jobs are submitted: one worker per core, or
-    one per GPU where there are GPUs, unless `workers` says how many."""
+    """A pool of worker processes on this machine, started when jobs are submitted: one worker
+    per core, or one per GPU where there are GPUs, unless `workers` says how many (at most the
+    cores or GPUs). With `study_dir`, workers hold its worker lock (locks.py)."""
 
     jobs_outlive_driver = False
 
-    def __init__(self, workers: int | str = "auto"):
+    def __init__(self, workers: int | str = "auto", study_dir: Path | None = None):
         self._workers = workers
-        self._pool: ProcessPoolExecutor | None = None
-        self._futures: dict[Future, TrialJob] = {}
-        self._started = None  # keys of the jobs workers start, as they start them
+        self._study_dir = study_dir
+        self._pool: _Pool | None = None
+        self._queue: deque[TrialJob] = deque()
+        self._fault: str | None = None
+        self._start_failures = 0
+        self._ctx = multiprocessing.get_context("spawn")
 
     def settle(self, jobs: Sequence[TrialJob]) -> list[JobEvent]:
         return []  # workers die with the driver
 
     def submit(self, jobs: Sequence[TrialJob]) -> str:
-        if self._pool is None:  # sized for the first batch of jobs
+        self._queue.extend(jobs)
+        if self._pool is None:
             import torch
 
             gpus = torch.cuda.device_count()
-            n, threads = split_cores(len(jobs), self._workers, usable_cores(), gpus)
-            self._started = multiprocessing.get_context("spawn").SimpleQueue()
-            self._pool = _start_pool(n, threads, gpus, self._started)
+            n, threads = split_cores(len(self._queue), self._workers, usable_cores(), gpus)
+            self._pool = _Pool(threads, [i if gpus else None for i in range(n)])
             self._where = f"{n} GPU worker(s)" if gpus else f"{n} worker(s) x {threads} thread(s)"
-        for job in jobs:
-            self._futures[self._pool.submit(run_job, job)] = job
+        for slot in range(len(self._pool.gpus)):
+            if slot not in self._pool.workers:
+                self._start(slot)
         return f"{len(jobs)} trial(s) to run on {self._where}"
 
+    def _start(self, slot: int) -> None:
+        pool = self._pool
+        here, there = self._ctx.Pipe()
+        process = self._ctx.Process(
+            target=_worker_main,
+            args=(there, pool.threads, pool.gpus[slot], os.getpid(), self._study_dir),
+            name=f"optbench-worker-{slot}",
+        )
+        process.start()
+        there.close()
+        pool.workers[slot] = _Worker(process, here, pool.gpus[slot])
+
+    def _dispatch(self) -> None:
+        for worker in self._pool.workers.values():
+            if worker.ready and worker.job is None and self._queue:
+                job = self._queue.popleft()
+                try:
+                    worker.conn.send(job)
+                except OSError:  # it just died (its sentinel says so): the job waits
+                    self._queue.appendleft(job)
+                    continue
+                worker.job, worker.started = job, False
+
     def poll(self, timeout: float) -> list[JobEvent]:
-        done, _ = wait(self._futures, timeout=timeout, return_when=FIRST_COMPLETED)
-        started = []
-        while self._started is not None and not self._started.empty():
-            started.append(self._started.get())
-        ended = []
-        for fut in done:
-            job = self._futures.pop(fut)
-            try:
-                fut.result()
-                ended.append(JobEvent(job.key, "ended"))
-            except BrokenProcessPool:
-                ended.append(JobEvent(job.key, "lost", "worker process died (out of memory?)"))
-            except Exception as err:  # noqa: BLE001 - reported, the driver decides
-                ended.append(JobEvent(job.key, "lost", f"{type(err).__name__}: {err}"))
-        # A worker that ended a job may have started the next one before this poll: say the
-        # ends of jobs started earlier first, then each new job's start (and end, if it ended
-        # too), so that the running count never exceeds the workers.
-        by_key = {event.key: event for event in ended}
-        return [
-            *(event for event in ended if event.key not in started),
-            *(e for key in started for e in (JobEvent(key, "running"), by_key.get(key)) if e),
-        ]
+        """Events since the last poll. Raises WriteError once a worker could not write (disk
+        full): the driver stops; that trial stays unrecorded and is not charged."""
+        if self._fault is not None:
+            raise WriteError(self._fault)
+        if self._pool is None:
+            return []
+        self._dispatch()
+        by_handle = {}
+        for slot, w in self._pool.workers.items():
+            by_handle[w.conn] = by_handle[w.process.sentinel] = (slot, w)
+        events: list[JobEvent] = []
+        for handle in wait(list(by_handle), timeout):
+            slot, worker = by_handle[handle]
+            if self._pool.workers.get(slot) is not worker:
+                continue  # already replaced through its other handle
+            events += self._drain(worker)
+            if not worker.process.is_alive():
+                events += self._replace(slot, worker)
+        self._dispatch()
+        return events
+
+    def _drain(self, worker: _Worker) -> list[JobEvent]:
+        events = []
+        try:
+            while worker.conn.poll():
+                kind, key, message = worker.conn.recv()
+                if kind == "ready":
+                    worker.ready, self._start_failures = True, 0
+                elif kind == "running":
+                    worker.started = True
+                    events.append(JobEvent(key, "running"))
+                elif kind == "fault":
+                    self._fault = self._fault or message
+                    worker.job = None
+                else:
+                    events.append(JobEvent(key, kind, message))
+                    worker.job = None
+        except (EOFError, OSError):
+            worker.process.join(5)  # the pipe closed: the process is ending
+        return events
+
+    def _replace(self, slot: int, worker: _Worker) -> list[JobEvent]:
+        """A worker died: its trial is lost if it had started (else it goes back to the queue)
+        and a new worker takes the slot while there are jobs."""
+        worker.process.join()
+        worker.conn.close()
+        del self._pool.workers[slot]
+        events = []
+        why = _death(worker.process)
+        if worker.job is not None:
+            if worker.started:
+                events.append(JobEvent(worker.job.key, "lost", why))
+            else:
+                self._queue.appendleft(worker.job)  # never started: not charged
+        if not worker.ready:
+            self._start_failures += 1
+        if self._start_failures >= START_FAILURES:  # workers cannot start at all
+            events += [JobEvent(j.key, "lost", f"{why} before it was ready") for j in self._queue]
+            self._queue.clear()
+        elif self._queue:
+            self._start(slot)
+        return events
 
     def close(self, cancel: bool) -> None:
+        """Stop the workers: idle ones are told to exit; with `cancel`, busy ones get SIGTERM
+        (their trial checkpoints first). Waits for them, then kills any that hang."""
         if self._pool is None:
             return
-        if cancel:
-            # ProcessPoolExecutor cannot stop a running task; terminating its workers is the
-            # only way (Python 3.14 adds terminate_workers() for exactly this).
-            for proc in list(getattr(self._pool, "_processes", {}).values()):
-                proc.terminate()
-        self._pool.shutdown(wait=True, cancel_futures=cancel)
+        workers = list(self._pool.workers.values())
+        for w in workers:
+            if cancel and w.job is not None:
+                w.process.terminate()
+            try:  # a worker that outlives its SIGTERM (its checkpoint failed) reads this next
+                w.conn.send(None)
+            except OSError:
+                pass
+        deadline = time.monotonic() + EXIT_GRACE_S
+        for w in workers:
+            w.process.join(max(0.1, deadline - time.monotonic()))
+            if w.process.is_alive():
+                w.process.kill()
+                w.process.join()
+            w.conn.close()
+        self._pool.workers.clear()
+        self._queue.clear()
 
 
 class InlineExecutor:
@@ -165,7 +348,12 @@ class InlineExecutor:
             self._next = self._queue.pop(0)
             return [JobEvent(self._next.key, "running")]
         job, self._next = self._next, None
-        run_job(job)
+        try:
+            run_job(job)
+        except OSError:
+            raise  # disk full: the driver stops with one line (runner.write_faults_as_one_line)
+        except Exception as err:  # noqa: BLE001 - e.g. another config's result in its folder
+            return [JobEvent(job.key, "lost", f"{type(err).__name__}: {err}")]
         return [JobEvent(job.key, "ended")]
 
     def close(self, cancel: bool) -> None:

@@ -53,7 +53,8 @@ def epoch_order(n: int, seed: int, epoch: int, repeated_aug: int) -> torch.Tenso
     if repeated_aug == 1:
         return torch.randperm(n, generator=gen)
     distinct = torch.randperm(n, generator=gen)[: -(-n // repeated_aug)]
-    return distinct.repeat_interleave(repeated_aug)[:n]
+    # distinct.repeat_interleave(r)[:n], without making the r x len(distinct) copies first
+    return distinct[torch.arange(n) // repeated_aug]
 
 
 class TrainBatches(Protocol):

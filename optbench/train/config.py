@@ -15,7 +15,7 @@ Status = Literal["finished", "diverged", "failed"]
 class TrainConfig(BaseModel):
     """One training run. `lr` is normalized to `ref_batch`; the optimizer gets `lr_used`."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     model: str
     dataset: Dataset
@@ -25,7 +25,7 @@ class TrainConfig(BaseModel):
     epochs: int = Field(ge=1)
     batch_size: int = Field(ge=1)
     ref_batch: int = Field(ge=1)  # default: the recipe preset's (spec.PRESET_REF_BATCH)
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, lt=2**63)  # torch.manual_seed takes 64 bits
     recipe: Recipe = Recipe()
 
     @model_validator(mode="before")
@@ -60,7 +60,7 @@ class TrialResult(BaseModel):
     are kept under their own keys (None where not measured, e.g. EMA errors without EMA).
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     status: Status
     final_error: float | None = None
@@ -81,3 +81,18 @@ class TrialResult(BaseModel):
     ema_best_error: float | None = None
     ema_final_top5_error: float | None = None
     world_size: int = 1
+    # what the digest depends on besides the config (train.results.runtime_info)
+    threads: int | None = None
+    device: str | None = None
+    versions: dict[str, str] | None = None
+
+    @model_validator(mode="after")
+    def _a_result_has_its_numbers(self) -> TrialResult:
+        # A result file is untrusted input to the driver: errors are percentages, and a
+        # finished trial has its errors.
+        for name, value in self:
+            if name.endswith("_error") and value is not None and not 0 <= value <= 100:
+                raise ValueError(f"{name} {value} is not a percentage")
+        if self.status == "finished" and self.final_error is None:
+            raise ValueError("a finished trial needs its final_error")
+        return self

@@ -5,15 +5,17 @@ result, a diverging run a "diverged" one, and a stop signal a checkpoint (signal
 `optbench train` and the runner's workers both call `run_trial`.
 
 Reproducibility: all randomness derives from the trial's seed and a position (seeding.py), so a
-trial is a pure function of its config on the CPU (same config -> same `digest`), and resuming
+trial is a pure function of its config on the CPU: the same config on the same machine, library
+versions and thread count gives the same `digest` (result.json records all three), and resuming
 from any step replays the rest exactly.
 
 Result files and resume: at each epoch end OUT/checkpoint.pt is replaced atomically (state.py,
 checkpoint.py). Resume is detected from the files: OUT/result.json present = the trial is done;
 otherwise OUT/checkpoint.pt present = it can be resumed. `run_trial(..., resume=True)` (CLI:
 `optbench train ... --resume`) continues from the checkpoint if there is one (and starts fresh
-if not); with result.json present it returns that result untouched. Without `resume`, a trial
-starts from scratch. The checkpoint is deleted once result.json is written
+if not); with result.json present it returns that result untouched (if it is this config's:
+another config's result or checkpoint is refused, naming the difference, and kept). Without
+`resume`, a trial starts from scratch. The checkpoint is deleted once result.json is written
 (`keep_checkpoint=True` keeps it). No result.json is written for a stopped trial.
 
 Speed. Data lives on the device for small datasets (batches.py); augmentation is batched
@@ -31,8 +33,8 @@ takes batch / world images of every global batch, and only rank 0 writes files.
 
 from __future__ import annotations
 
+import errno
 import hashlib
-import json
 import math
 import time
 import traceback
@@ -43,7 +45,7 @@ import torch
 from torch import nn
 
 from optbench.train.build import build_parts, for_training
-from optbench.train.checkpoint import CHECKPOINT_FILE
+from optbench.train.checkpoint import CHECKPOINT_FILE, CheckpointError
 from optbench.train.compute import Compute
 from optbench.train.config import TrainConfig, TrialResult
 from optbench.train.distributed import (
@@ -54,9 +56,18 @@ from optbench.train.distributed import (
 )
 from optbench.train.epoch import train_one_epoch
 from optbench.train.evaluation import evaluate_epoch
-from optbench.train.results import METRICS_FILE, RESULT_FILE, read_result, write_result
+from optbench.train.results import (
+    atomic_write_text,
+    finished_result,
+    runtime_info,
+    write_metrics,
+    write_result,
+)
 from optbench.train.signals import StopRequest, TrialInterrupted, pass_on, stop_signals_caught
 from optbench.train.state import TrialState, restore_state, save_state
+
+# A write that fails for these is the machine's fault, not the trial's: run_trial raises it.
+DISK_FAULTS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS)
 
 
 def weights_digest(model: nn.Module) -> str:
@@ -83,9 +94,8 @@ def _train(
     ckpt_path = out_dir / CHECKPOINT_FILE
     state = restore_state(ckpt_path, cfg, parts) if resume else TrialState()
     trained = for_training(parts.model, compute)
-    metrics_path = out_dir / METRICS_FILE
     if compute.dist.is_main:  # the file holds exactly the completed epochs' lines
-        metrics_path.write_text("".join(json.dumps(line) + "\n" for line in state.history))
+        write_metrics(out_dir, state.history)
     images_per_epoch = len(parts.batches) * cfg.batch_size
     while state.epoch < cfg.epochs:
         epoch = state.epoch
@@ -106,8 +116,7 @@ def _train(
             line.update(evaluate_epoch(parts, cfg, compute, epoch))
         state = state.after_epoch(line, ran.seconds, images_per_epoch)
         if compute.dist.is_main:
-            with open(metrics_path, "a") as metrics:
-                metrics.write(json.dumps(line) + "\n")
+            write_metrics(out_dir, state.history)
             if on_epoch is not None:
                 on_epoch(line)
         if diverged:
@@ -170,15 +179,18 @@ def run_trial(
     on_epoch: Callable[[dict], None] | None = None,
 ) -> TrialResult:
     """Train `cfg` into `out_dir` and write result.json there. Never raises for a failed trial:
-    the failure (with its traceback in error.log) is the result. On SIGTERM / SIGUSR2 it
-    checkpoints, then passes the signal on (see signals.py). `workers`
+    the failure (with its traceback in error.log) is the result; a refused checkpoint is kept.
+    It raises only where no result can be written for it: an OSError of DISK_FAULTS (disk
+    full, I/O error), or, with `resume`, a result.json in `out_dir` that is invalid or another
+    config's (results.finished_result). On SIGTERM / SIGUSR2 it checkpoints, then passes the
+    signal on (see signals.py). `workers`
     sets the DataLoader workers of class-folder datasets (results do not depend on it).
     `distributed=False` ignores torchrun's / SLURM's environment and trains in this process
     alone (see distributed.py). `on_epoch(line)` is called with each epoch's metrics line."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    if resume and (out_dir / RESULT_FILE).is_file():
-        return read_result(out_dir)
+    if resume and (done := finished_result(cfg, out_dir)) is not None:
+        return done  # ResumeMismatch or InvalidResultFile if it is not this config's result
     start = time.perf_counter()
     ctx = context_from_env() if distributed else DistContext()
     compute = Compute.for_trial(cfg.recipe, device, ctx, workers)
@@ -192,14 +204,20 @@ def run_trial(
         pass_on(stopped.signum, replaced)
         raise
     except Exception as err:  # noqa: BLE001 - any crash becomes a recorded "failed" result
+        if isinstance(err, OSError) and err.errno in DISK_FAULTS:
+            raise  # not this trial's failure: the caller stops (nothing more can be written)
+        # a refused checkpoint stays where it is for the user to look at
+        keep_checkpoint = keep_checkpoint or isinstance(err, CheckpointError)
         if ctx.is_main:
-            (out_dir / "error.log").write_text(traceback.format_exc())
+            atomic_write_text(out_dir / "error.log", traceback.format_exc())
         result = TrialResult(
             status="failed", epochs=cfg.epochs, config=cfg, message=f"{type(err).__name__}: {err}"
         )
     finally:
         destroy_process_group(ctx)
     result.wall_s = round(time.perf_counter() - start, 3)
+    for name, value in runtime_info(compute.device).items():  # what the digest depends on
+        setattr(result, name, value)
     if ctx.is_main:
         write_result(out_dir, result)
         if not keep_checkpoint:

@@ -9,11 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-import torch
-
 from optbench.train.build import TrialParts
-from optbench.train.checkpoint import load_checkpoint, save_checkpoint
+from optbench.train.checkpoint import load_checkpoint, restoring, save_checkpoint
 from optbench.train.config import TrainConfig
 from optbench.train.distributed import DistContext
 
@@ -42,17 +39,17 @@ class TrialState:
 
 def restore_state(path: Path, cfg: TrainConfig, parts: TrialParts) -> TrialState:
     """Load the checkpoint at `path` into `parts` and return its position; a fresh start when
-    there is none. A checkpoint of another config is refused."""
-    saved = load_checkpoint(path)
+    there is none. A checkpoint that cannot be read, or of another config, or that does not fit
+    `parts`, is refused (checkpoint.CheckpointError) and kept."""
+    saved = load_checkpoint(path, cfg.model_dump(mode="json"))
     if saved is None:
         return TrialState()
-    if saved["config"] != cfg.model_dump(mode="json"):
-        raise ValueError(f"{path} belongs to a different trial config; remove it to restart")
-    parts.model.load_state_dict(saved["model"])
-    parts.optimizer.load_state_dict(saved["optimizer"])
-    if parts.ema is not None:
-        parts.ema.load_state_dict(saved["ema"])
-    return TrialState(**saved["progress"])
+    with restoring(path):
+        parts.model.load_state_dict(saved["model"])
+        parts.optimizer.load_state_dict(saved["optimizer"])
+        if parts.ema is not None:
+            parts.ema.load_state_dict(saved["ema"])
+        return TrialState(**saved["progress"])
 
 
 def save_state(
@@ -68,6 +65,5 @@ def save_state(
                 "ema": parts.ema.state_dict() if parts.ema is not None else None,
                 "optimizer": parts.optimizer.state_dict(),
                 "progress": state.__dict__,
-                "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state()},
             },
         )

@@ -1,0 +1,86 @@
+"""Who may write into a study folder: one driver, and only the workers it started.
+
+Two lock files in the study folder (flock, released by the kernel when a process dies):
+- `.lock`: the driver (`optbench run`) holds it exclusively for its whole run; a second driver
+  fails at once.
+- `.workers.lock`: each local worker holds it shared for its whole life. A driver that takes
+  over a study first waits until nobody holds it: workers of a driver that was killed (they
+  stop within seconds of its death, see executors/local.py) may still be writing a checkpoint,
+  and the same trial must never train twice in one folder.
+
+Both are opened without following a symbolic link.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from optbench.errors import UsageError
+
+DRIVER_LOCK = ".lock"
+WORKERS_LOCK = ".workers.lock"
+# How long a new driver waits for the workers of a dead one: they stop within one optimizer step
+# and a checkpoint write of their driver's death.
+WORKERS_EXIT_S = 120.0
+
+
+def _open_lock(path: Path) -> int:
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+
+
+@contextmanager
+def driver_lock(study_dir: Path, on_wait: Callable[[str], None] = print) -> Iterator[None]:
+    """Hold the study for this driver: fail if another driver holds it, wait (up to
+    WORKERS_EXIT_S) for workers of an earlier driver to exit."""
+    study_dir.mkdir(parents=True, exist_ok=True)
+    fd = _open_lock(study_dir / DRIVER_LOCK)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UsageError(f"{study_dir}: another optbench run is driving this study") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        _wait_for_workers(study_dir, on_wait)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _wait_for_workers(study_dir: Path, on_wait: Callable[[str], None]) -> None:
+    path = study_dir / WORKERS_LOCK
+    if not path.exists():
+        return
+    fd = _open_lock(path)
+    try:
+        deadline = time.monotonic() + WORKERS_EXIT_S
+        told = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return  # nobody else writes here; released at once for this run's workers
+            except BlockingIOError:
+                pass
+            if time.monotonic() > deadline:
+                raise UsageError(
+                    f"{path}: worker processes of an earlier run still write into this study "
+                    f"after {WORKERS_EXIT_S:.0f} s; end them and run again"
+                )
+            if not told:
+                on_wait("waiting for the workers of an earlier run to exit ...")
+                told = True
+            time.sleep(0.2)
+    finally:
+        os.close(fd)  # releases the exclusive lock taken above
+
+
+def hold_worker_lock(study_dir: Path) -> int:
+    """Take `.workers.lock` shared for the rest of this worker's life (returns its fd)."""
+    fd = _open_lock(study_dir / WORKERS_LOCK)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    return fd

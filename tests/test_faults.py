@@ -1,0 +1,680 @@
+"""Faults, made to happen for real: corrupt files on disk, a crafted checkpoint, kill -9 of the
+driver and of a worker, a full file system (a tmpfs where root can mount one, and an injected
+ENOSPC). Each time: nothing recorded is lost, nothing runs twice, the user gets one line."""
+
+from __future__ import annotations
+
+import copy
+import errno
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import optuna
+import pytest
+import torch
+import yaml
+from cli_inprocess import ONE_MODEL_STUDY, run_cli, train_args
+from rich.console import Console
+
+import optbench.train.epoch as epoch
+import optbench.train.loop as loop
+import optbench.train.state as trial_state
+from optbench.executors.base import JobEvent
+from optbench.executors.local import LocalExecutor
+from optbench.plan import plan
+from optbench.runner import run_study
+from optbench.spec import Dataset, Recipe, parse_spec
+from optbench.store import Store
+from optbench.train.checkpoint import CHECKPOINT_FILE
+from optbench.train.config import TrainConfig, TrialResult
+from optbench.train.results import RESULT_FILE, read_result, write_result
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _quiet() -> Console:
+    return Console(file=open(os.devnull, "w"))  # noqa: SIM115
+
+
+@pytest.fixture
+def one_model(tiny_dict) -> dict:
+    """The tiny digits study with one model: n_samples trials of 1 epoch."""
+    data = copy.deepcopy(tiny_dict)
+    data["models"] = ["vit_p_w64_16px"]
+    data["search"]["n_samples"] = 1
+    data["executor"] = {"retries": 1}
+    return data
+
+
+def _attempts(spec) -> dict[str, list[tuple[str, str | None]]]:
+    """key -> [(status, message)] of every recorded attempt, in order."""
+    storage = optuna.storages.RDBStorage(spec.storage_url)
+    out: dict[str, list] = {}
+    for s in optuna.get_all_study_summaries(storage):
+        for t in optuna.load_study(study_name=s.study_name, storage=storage).trials:
+            a = t.user_attrs
+            out.setdefault(a["key"], []).append((a.get("status", "pending"), a.get("message")))
+    return out
+
+
+class WritingExecutor:
+    """An executor whose 'workers' only write the given bytes as each job's result.json (or a
+    valid finished result where none is given): the driver's handling of what it reads back,
+    without training anything."""
+
+    jobs_outlive_driver = False
+
+    def __init__(self, payload: bytes | None = None):
+        self.payload, self.queue = payload, []
+
+    def settle(self, jobs):
+        return []
+
+    def submit(self, jobs):
+        self.queue += jobs
+        return "test"
+
+    def poll(self, timeout):
+        if not self.queue:
+            return []
+        job = self.queue.pop(0)
+        path = job.out_dir / RESULT_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if self.payload is None:
+            write_result(
+                job.out_dir,
+                TrialResult(
+                    status="finished", final_error=7.0, best_error=6.0, epochs=1, config=job.config
+                ),
+            )
+        else:
+            path.write_bytes(self.payload)
+        return [JobEvent(job.key, "ended")]
+
+    def close(self, cancel):
+        pass
+
+
+def _valid_result_json(config: TrainConfig, **changes) -> bytes:
+    data = json.loads(
+        TrialResult(
+            status="finished", final_error=7.0, best_error=6.0, epochs=1, config=config
+        ).model_dump_json()
+    )
+    data.update(changes)
+    return json.dumps(data).encode()
+
+
+BAD_RESULTS = {
+    "empty": b"",
+    "null": b"null",
+    "garbage": b"\xff\xfe\x00\x01garbage",
+    "truncated": b'{"status": "finished", "final_error": 7.0, "epo',
+    "a list": b"[1, 2, 3]",
+    "wrong type": "final_error=low",
+    "not a percentage": "final_error=250.0",
+    "finished without an error": "final_error=None",
+    "unknown status": "status=great",
+}
+
+
+def _bad_result(name: str, config: TrainConfig) -> bytes:
+    bad = BAD_RESULTS[name]
+    if isinstance(bad, bytes):
+        return bad
+    key, value = bad.split("=")
+    return _valid_result_json(config, **{key: {"None": None}.get(value, _number(value))})
+
+
+def _number(text: str):
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+# --- 1. untrusted files are data ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_RESULTS))
+def test_an_invalid_result_file_is_a_failed_attempt_with_its_reason(one_model, bad):
+    spec = parse_spec(one_model)
+    trial = plan(spec)[0]
+    executor = WritingExecutor(_bad_result(bad, trial.config))
+    run_study(spec, executor, console=_quiet(), live=False)  # no traceback
+    [(status, message)] = _attempts(spec)[trial.key]
+    assert status == "failed"
+    assert message.startswith(str(trial.out_dir / RESULT_FILE)) and "valid result" in message
+    run_study(spec, WritingExecutor(), console=_quiet(), live=False)  # retried: one retry left
+    assert [s for s, _ in _attempts(spec)[trial.key]] == ["failed", "finished"]
+
+
+@pytest.mark.parametrize("bad", ["garbage", "wrong type", "symlink"])
+def test_an_invalid_result_left_on_disk_is_recorded_as_failed_and_retried_in_the_same_run(
+    one_model, bad, tmp_path
+):
+    # A driver killed after a worker wrote its file: the next run reads it before anything runs.
+    spec = parse_spec(one_model)
+    item = Store(spec, create=True).prepare(plan(spec), retries=1)[0]
+    path = item.trial.out_dir / RESULT_FILE
+    path.parent.mkdir(parents=True)
+    if bad == "symlink":
+        target = tmp_path / "elsewhere.json"
+        target.write_bytes(_valid_result_json(item.trial.config))
+        path.symlink_to(target)
+    else:
+        path.write_bytes(_bad_result(bad, item.trial.config))
+    progress = run_study(spec, WritingExecutor(), console=_quiet(), live=False)
+    assert progress.ran == 1
+    attempts = _attempts(spec)[item.trial.key]
+    assert [s for s, _ in attempts] == ["failed", "finished"]
+    assert str(path) in attempts[0][1]
+
+
+DB_FAULTS = ["garbage", "foreign sqlite", "truncated sqlite", "folder"]
+
+
+def _bad_database(kind: str, path: Path, good: Path | None) -> None:
+    if kind == "garbage":
+        path.write_bytes(b"\x00not a database\xff" * 64)
+    elif kind == "foreign sqlite":
+        con = sqlite3.connect(path)
+        con.execute("CREATE TABLE notes (x TEXT)")
+        con.commit()
+        con.close()
+    elif kind == "truncated sqlite":
+        data = good.read_bytes()
+        path.write_bytes(data[: len(data) // 3])
+    else:
+        path.mkdir()
+
+
+@pytest.fixture(scope="module")
+def a_study_database(tmp_path_factory) -> Path:
+    """A real optbench study database (one recorded trial, no training)."""
+    data = copy.deepcopy(ONE_MODEL_STUDY)
+    data["output"] = str(tmp_path_factory.mktemp("db") / "results")
+    data["search"]["n_samples"] = 1
+    spec = parse_spec(data)
+    run_study(spec, WritingExecutor(), console=_quiet(), live=False)
+    return spec.study_dir / "study.db"
+
+
+@pytest.mark.parametrize("kind", DB_FAULTS)
+def test_an_invalid_study_database_is_one_line_and_never_touched(
+    kind, one_model, tmp_path, monkeypatch, capsys, a_study_database
+):
+    one_model["output"] = "results"
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(one_model))
+    db = tmp_path / "results" / "tiny" / "study.db"
+    db.parent.mkdir(parents=True)
+    _bad_database(kind, db, a_study_database)
+    before = _tree(tmp_path)
+    for command in (["run", "study.yaml"], ["status", "study.yaml"], ["report", "study.yaml"]):
+        code, _, err = run_cli(command, tmp_path, monkeypatch, capsys)
+        assert code == 2, (command, err)
+        assert len(err.strip().splitlines()) == 1 and str(db) in err, err
+    assert _tree(tmp_path) == before  # not overwritten, nothing else written
+
+
+def _tree(root: Path) -> dict[str, bytes | None]:
+    """Every path under `root` with its bytes (None for folders, the target for links)."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = Path(dirpath) / name
+            rel = str(p.relative_to(root))
+            if p.is_symlink():
+                out[rel] = ("link", os.readlink(p))
+            elif p.is_dir():
+                out[rel] = None
+            else:
+                out[rel] = p.read_bytes()
+    return out
+
+
+# --- checkpoints ----------------------------------------------------------------------------------
+
+
+def _train_args(out: Path, *extra: str) -> list[str]:
+    return list(train_args("--threads", "1", *extra, out=str(out)))
+
+
+def _train_config(epochs: int = 2) -> TrainConfig:
+    return TrainConfig(
+        model="vit_p_w64_16px",
+        dataset=Dataset(name="digits", img_size=16),
+        optimizer="adamw",
+        lr=3e-3,
+        wd=0.05,
+        epochs=epochs,
+        batch_size=128,
+        recipe=Recipe(warmup_epochs=0),
+    )
+
+
+class _RunsCode:
+    """Unpickling this runs a shell command (what a crafted checkpoint can do)."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def _checkpoint_bytes(kind: str, tmp_path: Path) -> bytes:
+    path = tmp_path / "made.pt"
+    if kind == "runs code":
+        torch.save({"format": 2, "config": _RunsCode(tmp_path / "pwned")}, path)
+    elif kind == "another config":
+        other = _train_config(epochs=3).model_dump(mode="json")
+        state = {"config": other, "model": {}, "ema": None, "optimizer": {}, "schedule": {}}
+        torch.save({"format": 2, **state, "progress": {}}, path)
+    elif kind == "old format with numpy state":
+        import numpy as np
+
+        torch.save({"format": 1, "rng": np.random.get_state()}, path)
+    elif kind == "not a dict":
+        torch.save([1, 2, 3], path)
+    else:
+        good = {"format": 2, "config": _train_config().model_dump(mode="json")}
+        torch.save({**good, "model": {"w": torch.zeros(1000)}}, path)
+        data = path.read_bytes()
+        return {"truncated": data[: len(data) // 2], "empty": b"", "garbage": b"\x80junk" * 50}[
+            kind
+        ]
+    return path.read_bytes()
+
+
+CHECKPOINT_FAULTS = [
+    "runs code",
+    "another config",
+    "old format with numpy state",
+    "not a dict",
+    "truncated",
+    "empty",
+    "garbage",
+]
+
+
+@pytest.mark.parametrize("kind", CHECKPOINT_FAULTS)
+def test_train_resume_refuses_a_bad_checkpoint_in_one_line_and_keeps_it(
+    kind, tmp_path, monkeypatch, capsys
+):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / CHECKPOINT_FILE).write_bytes(_checkpoint_bytes(kind, tmp_path))
+    before = _tree(tmp_path)
+    code, _, err = run_cli(_train_args(out, "--resume"), tmp_path, monkeypatch, capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert str(out / CHECKPOINT_FILE) in err
+    if kind == "another config":
+        assert "epochs: 2 here, 3 there" in err
+    assert not (tmp_path / "pwned").exists()  # weights_only: the pickle ran nothing
+    assert _tree(tmp_path) == before  # kept, and nothing written
+
+
+@pytest.mark.parametrize("kind", ["runs code", "truncated", "another config"])
+def test_a_worker_fails_the_attempt_on_a_bad_checkpoint_and_keeps_it(kind, tmp_path):
+    out = tmp_path / "trial"
+    out.mkdir()
+    (out / CHECKPOINT_FILE).write_bytes(_checkpoint_bytes(kind, tmp_path))
+    kept = (out / CHECKPOINT_FILE).read_bytes()
+    result = loop.run_trial(_train_config(), out, resume=True)
+    assert result.status == "failed" and str(out / CHECKPOINT_FILE) in result.message
+    assert (out / CHECKPOINT_FILE).read_bytes() == kept
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_train_resume_into_another_configurations_result_is_refused(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "out"
+    write_result(
+        out,
+        TrialResult(status="finished", final_error=1.0, epochs=3, config=_train_config(epochs=3)),
+    )
+    before = _tree(tmp_path)
+    code, stdout, err = run_cli(_train_args(out, "--resume"), tmp_path, monkeypatch, capsys)
+    assert code == 2 and "epochs: 2 here, 3 there" in err and "another configuration" in err
+    assert len(err.strip().splitlines()) == 1 and stdout == ""  # no stale result printed
+    assert _tree(tmp_path) == before
+
+
+def test_a_real_checkpoint_loads_with_weights_only(tmp_path, monkeypatch):
+    calls = {"n": 0}
+    seed_step = epoch.seed_step
+
+    def stop_at_step_3(seed, device):
+        if calls["n"] == 3:
+            os.kill(os.getpid(), signal.SIGUSR2)
+        calls["n"] += 1
+        seed_step(seed, device)
+
+    monkeypatch.setattr(epoch, "seed_step", stop_at_step_3)
+    previous = signal.signal(signal.SIGUSR2, lambda *a: None)
+    try:
+        with pytest.raises(loop.TrialInterrupted):
+            loop.run_trial(_train_config(), tmp_path)
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+    state = torch.load(tmp_path / CHECKPOINT_FILE, weights_only=True)  # raises on any pickle
+    assert state["progress"]["batch"] == 4 and "rng" not in state
+
+
+def test_links_planted_in_a_trial_folder_are_replaced_never_followed(tmp_path):
+    out = tmp_path / "trial"
+    out.mkdir()
+    victims = []
+    for name in ("metrics.jsonl", "error.log", RESULT_FILE, CHECKPOINT_FILE):
+        victim = tmp_path / f"victim-{name}"
+        victim.write_text("precious\n")
+        (out / name).symlink_to(victim)
+        victims.append(victim)
+    crash = _train_config(epochs=1).model_copy(update={"batch_size": 5000})
+    assert loop.run_trial(crash, out).status == "failed"  # writes error.log and result.json
+    assert loop.run_trial(_train_config(epochs=1), out, keep_checkpoint=True).status == "finished"
+    assert all(v.read_text() == "precious\n" for v in victims)
+    assert not any((out / v.name.removeprefix("victim-")).is_symlink() for v in victims)
+
+
+# --- 2. workers never outlive their driver ------------------------------------------------------
+
+
+def _children(pid: int) -> set[int]:
+    """Worker processes (spawned) whose parent is `pid`."""
+    out = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmd = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == pid and b"spawn_main" in cmd:
+            out.add(int(entry.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _wait_until(condition, timeout: float, step: float = 0.2) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(step)
+    return condition()
+
+
+def _finished_counts(spec) -> Counter:
+    return Counter(
+        key
+        for key, attempts in _attempts(spec).items()
+        for status, _ in attempts
+        if status in ("finished", "diverged")
+    )
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_kill_9_of_the_driver_ends_its_workers_and_the_rerun_completes(tmp_path, one_model):
+    one_model["search"]["n_samples"] = 2
+    one_model["executor"] = {"workers": 2}
+    one_model["output"] = str(tmp_path / "results")
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump(one_model))
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "optbench", "run", str(study)]
+    driver = subprocess.Popen(
+        command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    workers: set[int] = set()
+    try:
+        assert _wait_until(lambda: len(_children(driver.pid)) == 2, 120), "no workers started"
+        workers = _children(driver.pid)
+        driver.kill()
+        driver.wait(10)
+        # They exit within seconds: SIGTERM from the kernel, checkpoint at most one step.
+        assert _wait_until(lambda: not any(_alive(p) for p in workers), 20), "orphans live"
+    finally:
+        for pid in workers:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    rerun = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr.decode()
+    spec = parse_spec(one_model)
+    assert set(_finished_counts(spec).values()) == {1} and len(_finished_counts(spec)) == 2
+
+
+HOLD_WORKER_LOCK = """
+import sys, time
+from pathlib import Path
+from optbench.locks import hold_worker_lock
+hold_worker_lock(Path(sys.argv[1]))
+print("holding", flush=True)
+time.sleep(float(sys.argv[2]))
+"""
+
+
+def _orphan(study_dir: Path, seconds: float) -> subprocess.Popen:
+    """A process that holds the study's worker lock like a worker of a dead driver."""
+    study_dir.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD_WORKER_LOCK, str(study_dir), str(seconds)],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout.readline().strip() == "holding"
+    return proc
+
+
+def test_a_new_driver_waits_for_the_workers_of_a_dead_one(one_model):
+    spec = parse_spec(one_model)
+    orphan = _orphan(spec.study_dir, 3)
+    executor = WritingExecutor()
+    started = []
+    submit = executor.submit
+    executor.submit = lambda jobs: started.append(orphan.poll()) or submit(jobs)
+    run_study(spec, executor, console=_quiet(), live=False)
+    assert started == [0]  # nothing was submitted before the orphan had exited
+
+
+def test_a_new_driver_gives_up_on_workers_that_do_not_exit(one_model, monkeypatch):
+    import optbench.locks as locks
+    from optbench.errors import UsageError
+
+    spec = parse_spec(one_model)
+    orphan = _orphan(spec.study_dir, 60)
+    monkeypatch.setattr(locks, "WORKERS_EXIT_S", 1.0)
+    try:
+        with pytest.raises(UsageError, match="still write into this study"):
+            run_study(spec, WritingExecutor(), console=_quiet(), live=False)
+    finally:
+        orphan.kill()
+        orphan.wait()
+    assert not (spec.study_dir / "trials").exists()
+
+
+# --- 3. a dead worker costs only its own trial --------------------------------------------------
+
+
+class KillsTheFirstWorker(LocalExecutor):
+    """The local pool, with kill -9 of one worker while both workers train a trial."""
+
+    killed: str | None = None
+
+    def poll(self, timeout):
+        events = super().poll(timeout)
+        running = [w for w in self._pool.workers.values() if w.job is not None and w.started]
+        if self.killed is None and len(running) == 2:
+            os.kill(running[0].process.pid, signal.SIGKILL)
+            self.killed = running[0].job.key
+        return events
+
+
+def test_a_killed_worker_costs_only_its_own_trial(one_model):
+    one_model["search"]["n_samples"] = 3
+    one_model["executor"] = {"retries": 0}
+    spec = parse_spec(one_model)
+    executor = KillsTheFirstWorker(2, spec.study_dir)
+    try:
+        progress = run_study(spec, executor, console=_quiet(), live=False)
+    finally:
+        executor.close(cancel=True)
+    attempts = _attempts(spec)
+    assert executor.killed is not None and progress.ran == 3
+    (status, message), *more = attempts[executor.killed]
+    assert status == "failed" and "killed by SIGKILL" in message and not more
+    others = [k for k in attempts if k != executor.killed]
+    assert len(others) == 2
+    for key in others:  # the other worker's trial and the one not started yet: first attempt
+        assert [s for s, _ in attempts[key]] == ["finished"]
+
+
+# --- 4. disk full ---------------------------------------------------------------------------------
+
+
+def test_disk_full_in_a_trial_is_one_line_loses_nothing_and_the_same_command_completes(
+    one_model, tmp_path, monkeypatch, capsys
+):
+    one_model["search"]["n_samples"] = 2
+    one_model["executor"] = {"kind": "debug", "retries": 0}
+    one_model["output"] = "results"
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(one_model))
+    spec = parse_spec({**one_model, "output": str(tmp_path / "results")})
+    save_checkpoint = trial_state.save_checkpoint
+    folders = []
+
+    def full_on_the_second_trial(path, state):
+        folders.append(path.parent)
+        if len({*folders}) == 2:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        save_checkpoint(path, state)
+
+    monkeypatch.setattr(trial_state, "save_checkpoint", full_on_the_second_trial)
+    code, _, err = run_cli(["run", "study.yaml"], tmp_path, monkeypatch, capsys)
+    assert code == 1 and len(err.strip().splitlines()) == 1, err
+    assert "checkpoint.pt: cannot write: No space left on device" in err
+    first = _attempts(spec)
+    assert sorted(s for a in first.values() for s, _ in a) == ["finished", "pending"]
+    monkeypatch.setattr(trial_state, "save_checkpoint", save_checkpoint)  # space is back
+    code, _, err = run_cli(["run", "study.yaml"], tmp_path, monkeypatch, capsys)
+    assert code == 0, err
+    after = _attempts(spec)  # the pending attempt ran: no attempt charged for the full disk
+    assert sorted(s for a in after.values() for s, _ in a) == ["finished", "finished"]
+
+
+def test_a_database_that_cannot_be_written_is_one_line_and_the_result_is_kept(
+    one_model, tmp_path, monkeypatch, capsys
+):
+    import sqlalchemy
+
+    one_model["executor"] = {"kind": "debug"}
+    one_model["output"] = "results"
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(one_model))
+    spec = parse_spec({**one_model, "output": str(tmp_path / "results")})
+    full = sqlite3.OperationalError("database or disk is full")
+
+    tell_ = optuna.Study.tell
+
+    def tell(self, trial, *args, **kwargs):  # the commit of a trial's end, as optuna reports it
+        if kwargs.get("state") == optuna.trial.TrialState.PRUNED:  # sampling's draws (in memory)
+            return tell_(self, trial, *args, **kwargs)
+        raise optuna.exceptions.StorageInternalError("commit failed") from (
+            sqlalchemy.exc.OperationalError("UPDATE", {}, full)
+        )
+
+    monkeypatch.setattr(optuna.Study, "tell", tell)
+    code, _, err = run_cli(["run", "study.yaml"], tmp_path, monkeypatch, capsys)
+    assert code == 1 and len(err.strip().splitlines()) == 1, err
+    assert f"{spec.study_dir / 'study.db'}: cannot read or write the study database" in err
+    assert "database or disk is full" in err
+    trial = plan(spec)[0]
+    assert read_result(trial.out_dir).status == "finished"  # the result stays on disk
+    monkeypatch.undo()
+    code, out, err = run_cli(["run", "study.yaml"], tmp_path, monkeypatch, capsys)
+    assert code == 0 and "recorded 1 result(s) found on disk" in out, err
+    assert [s for s, _ in _attempts(spec)[trial.key]] == ["finished"]
+
+
+def _mount_tmpfs(path: Path, size: str) -> bool:
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        return False
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True
+    )
+    return done.returncode == 0
+
+
+def test_a_full_tmpfs_stops_the_run_in_one_line_and_the_same_command_completes_after(
+    one_model, tmp_path, monkeypatch, capsys
+):
+    disk = tmp_path / "disk"
+    if not _mount_tmpfs(disk, "1m"):  # room for the database, not for a checkpoint (~2.7 MB)
+        pytest.skip("needs root and tmpfs to mount a small file system")
+    try:
+        one_model["executor"] = {"kind": "debug", "retries": 0}
+        one_model["output"] = str(disk / "results")
+        (tmp_path / "study.yaml").write_text(yaml.safe_dump(one_model))
+        spec = parse_spec(one_model)
+        code, _, err = run_cli(["run", "study.yaml"], tmp_path, monkeypatch, capsys)
+        assert code == 1 and len(err.strip().splitlines()) == 1, err
+        assert "No space left on device" in err or "disk is full" in err
+        assert str(disk) in err
+        subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)
+        code, _, err = run_cli(["run", "study.yaml"], tmp_path, monkeypatch, capsys)
+        assert code == 0, err
+        assert [s for a in _attempts(spec).values() for s, _ in a] == ["finished"]
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+# --- 5. what a result depends on ----------------------------------------------------------------
+
+
+def test_a_result_records_threads_versions_and_device(tmp_path):
+    import platform
+
+    import numpy
+    import timm
+
+    torch.set_num_threads(1)
+    result = loop.run_trial(_train_config(epochs=1), tmp_path)
+    on_disk = json.loads((tmp_path / RESULT_FILE).read_text())
+    assert on_disk["threads"] == 1 == result.threads
+    assert on_disk["versions"] == {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "timm": timm.__version__,
+        "numpy": numpy.__version__,
+    }
+    assert on_disk["device"].startswith("cpu")
+
+
+def test_pool_workers_run_the_threads_of_the_workers_setting_not_of_the_trials_left(
+    one_model,
+):
+    from optbench.executors.local import usable_cores
+
+    spec = parse_spec(one_model)  # one trial left
+    run_study(spec, LocalExecutor("auto", spec.study_dir), console=_quiet(), live=False)
+    [trial] = plan(spec)
+    # auto: one worker per core and so one thread each, however many trials remain
+    assert usable_cores() >= 1 and read_result(trial.out_dir).threads == 1
