@@ -43,7 +43,9 @@ from optbench.store import Store
 from optbench.train.loop import run_trial
 from optbench.train.results import METRICS_FILE, read_result
 
-pytestmark = pytest.mark.slurm
+# One cluster, some of whose tests stop its daemons: under pytest-xdist (--dist loadgroup) one
+# worker runs these tests one after another while the others run the rest of the suite.
+pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group("slurm")]
 
 
 def _study(tiny: dict, *, models: int = 2, samples: int = 1, epochs: int = 1, **slurm) -> dict:
