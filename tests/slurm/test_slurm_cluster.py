@@ -43,7 +43,9 @@ from optbench.store import Store
 from optbench.train.loop import run_trial
 from optbench.train.results import METRICS_FILE, read_result
 
-pytestmark = pytest.mark.slurm
+# One cluster, some of whose tests stop its daemons: under pytest-xdist (--dist loadgroup) one
+# worker runs these tests one after another while the others run the rest of the suite.
+pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group("slurm")]
 
 
 def _study(tiny: dict, *, models: int = 2, samples: int = 1, epochs: int = 1, **slurm) -> dict:
@@ -198,10 +200,13 @@ def test_a_gpu_request_is_scheduled_on_the_clusters_gpus(tiny_dict, slurm_cluste
     assert Store(spec, create=False).read(plan(spec))[0].status == "finished"
 
 
-def test_detach_status_reattach_and_cancel(tiny_dict, tmp_path):
+def test_detach_status_reattach_and_cancel(tiny_dict, tmp_path, request):
     study = tmp_path / "study.yaml"
-    # Enough epochs that both jobs still run when the follower looks (they are cancelled then).
-    study.write_text(yaml.safe_dump(_study(tiny_dict, models=2, epochs=20)))
+    # Both jobs run, held in their setup, until they are cancelled; the retries pass at once.
+    release = tmp_path / "release"
+    request.addfinalizer(release.touch)  # never a held job left behind
+    hold = f"while [ ! -e {release} ]; do sleep 0.5; done"
+    study.write_text(yaml.safe_dump(_study(tiny_dict, models=2, setup=[hold])))
     spec = load_spec(study)
     cli = CliRunner()
 
@@ -223,6 +228,7 @@ def test_detach_status_reattach_and_cancel(tiny_dict, tmp_path):
         return all(s not in ACTIVE_STATES for _, s in followed_jobs(job_folder(spec))[0].values())
 
     _wait_for("both jobs to end", ended)
+    release.touch()
     # The next run records the cancelled jobs as failed attempts and runs the retries.
     follow = cli.invoke(app, ["run", str(study)])
     assert follow.exit_code == 0, follow.output
