@@ -128,27 +128,6 @@ def test_running_counts_are_the_trials_workers_run(tiny_dict):
     assert executor.most == 1
 
 
-def test_a_poll_says_ends_before_the_starts_they_made_room_for():
-    # One worker, between two polls: job a (running since an earlier poll) ended, b started and
-    # ended, c started. Said in another order, two jobs would count as running on one worker.
-    import queue
-    from concurrent.futures import Future
-
-    executor = LocalExecutor(workers=1)
-    futures = {key: Future() for key in "abc"}
-    futures["a"].set_result("finished")
-    futures["b"].set_result("finished")
-    executor._futures = {f: SimpleNamespace(key=key) for key, f in futures.items()}
-    executor._started = queue.SimpleQueue()
-    for key in "bc":
-        executor._started.put(key)
-    running, most = {"a"}, 1
-    for event in executor.poll(timeout=0):
-        (running.add if event.kind == "running" else running.discard)(event.key)
-        most = max(most, len(running))
-    assert most == 1 and running == {"c"}
-
-
 def test_without_a_terminal_each_event_is_a_line(tiny_dict):
     spec = parse_spec(tiny_dict)
     out = io.StringIO()
