@@ -113,8 +113,10 @@ write_file() { # write_file PATH OWNER MODE < content
 }
 
 write_configs() {
-    local host cpus mem_mb
+    local host cpus mem_mb first_job
     host=$(hostname -s)
+    # Kept across restarts (start_slurmctld sets it when the controller starts without state).
+    first_job=$(grep -m1 '^FirstJobId=' "$CONF_DIR/slurm.conf" 2>/dev/null || echo FirstJobId=1)
     cpus=$(nproc)
     # 90% of physical memory: slurmd drains a node whose RealMemory exceeds what it finds.
     mem_mb=$(awk '/MemTotal/ {print int($2 / 1024 * 0.9)}' /proc/meminfo)
@@ -159,6 +161,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 ReturnToService=2
 MaxArraySize=$MAX_ARRAY_SIZE
+$first_job
 KillWait=5
 # Look at pending jobs often (a tiny cluster): a requeued job starts soon after cred_expire.
 SchedulerParameters=sched_interval=5,bf_interval=2
@@ -221,7 +224,19 @@ start_slurmdbd() {
     wait_for "slurmdbd" sacctmgr -n list cluster
 }
 
+next_job_id() { # one above every job id that accounting knows (slurmdbd must run)
+    local max
+    max=$(sacct -a -X -n -P -o JobIDRaw -S 2000-01-01 -E now 2>/dev/null | cut -d_ -f1 | sort -n | tail -1)
+    echo $((${max:-0} + 1))
+}
+
 start_slurmctld() {
+    if [[ ! -e /var/spool/slurmctld/job_state ]]; then
+        # A controller without saved state numbers jobs from FirstJobId (default 1), but
+        # accounting may hold jobs of an earlier cluster here: sacct would then answer for a
+        # new job with an old job's state (CANCELLED, say). Number new jobs after those.
+        sed -i "s/^FirstJobId=.*/FirstJobId=$(next_job_id)/" "$CONF_DIR/slurm.conf"
+    fi
     launch slurmctld slurmctld -D
     wait_for "slurmctld" scontrol ping
 }

@@ -200,7 +200,8 @@ def test_a_gpu_request_is_scheduled_on_the_clusters_gpus(tiny_dict, slurm_cluste
 
 def test_detach_status_reattach_and_cancel(tiny_dict, tmp_path):
     study = tmp_path / "study.yaml"
-    study.write_text(yaml.safe_dump(_study(tiny_dict, models=2, epochs=3)))
+    # Enough epochs that both jobs still run when the follower looks (they are cancelled then).
+    study.write_text(yaml.safe_dump(_study(tiny_dict, models=2, epochs=20)))
     spec = load_spec(study)
     cli = CliRunner()
 
@@ -470,7 +471,8 @@ def test_a_storage_that_goes_down_while_following_is_one_line_and_nothing_is_los
     tiny_dict, tmp_path, private_postgres
 ):
     url = private_postgres.url
-    study, spec = _study_file(tmp_path, {**tiny_dict, "storage": url}, models=2, epochs=2)
+    # Enough epochs that the trials are still training when the server has stopped.
+    study, spec = _study_file(tmp_path, {**tiny_dict, "storage": url}, models=2, epochs=8)
     log = open(tmp_path / "driver.log", "w")  # noqa: SIM115
     driver = subprocess.Popen(
         [sys.executable, "-m", "optbench", "run", str(study)], stdout=log, stderr=log
