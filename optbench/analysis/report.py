@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from optbench.analysis import plots, tables
+from optbench.analysis import claims, plots, tables
 from optbench.analysis.edf import dtop1, edf
 from optbench.analysis.page import Section, render_html
 from optbench.analysis.stats import N_BOOT, edf_band, good_range
@@ -327,7 +327,8 @@ def build_sections(
         "complexity": lambda: _complexity_section(spec, results, data_shape),
         "curves": lambda: _curves_section(results, colors),
     }
-    return [builders[key]() for key in FIGURES if key in wanted]
+    sections = [builders[key]() for key in FIGURES if key in wanted]
+    return sections + claims.sections(results, options, spec.name)
 
 
 def write_report(
@@ -356,6 +357,7 @@ def write_report(
 
     trials = _ordered(trials, spec)
     summary = summarize(spec.name, trials, options)
+    summary["claims"] = claims.records(tables.with_errors(trials, metric), options, spec.name)
     sections = build_sections(spec, trials, figures, options, data_shape)
 
     out_dir = Path(out_dir)
