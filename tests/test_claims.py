@@ -188,3 +188,11 @@ def test_report_writes_the_claims_into_summary_and_page(tmp_path):
     assert "The paper&#x27;s claims" in (tmp_path / "index.html").read_text() or (
         "The paper's claims" in (tmp_path / "index.html").read_text()
     )
+
+
+def test_a_claim_without_replicate_seeds_gets_no_row():
+    # one seed per cell: the seed bootstrap would give an interval of width 0
+    rows = []
+    for model, short, long in ((P, 30.0, 10.0), (C, 12.0, 8.0)):
+        rows += _good(model, "adamw", 4, [short]) + _good(model, "adamw", 32, [long])
+    assert "b" not in set(_claims(rows)["claim"])

@@ -37,6 +37,7 @@ Intervals: percentile bootstrap (N_BOOT resamples, 2.5-97.5 percentiles), seeded
 panel. (a) resamples the (lr, wd) samples, each carrying all its seeds, with the same sample
 indices for both models (sample i is the same point of the unit square in both boxes, a paired
 design); (b)-(d) resample each cell's seeds on its own (a sample keeps its seed-th trial).
+(b)-(d) are tested only where every cell has MIN_SEEDS or more seeds.
 Verdict: "holds" when the interval lies above 0, "opposite" when it lies below 0, "not shown"
 otherwise.
 """
@@ -59,6 +60,7 @@ from optbench.analysis.summary import Options
 
 DIVERGED_ERROR = 100.0
 MIN_EDF_SAMPLES = 4
+MIN_SEEDS = 2  # (b)-(d) bootstrap seeds: one seed would give an interval of width 0
 _ROLE = re.compile(r"^vit_(p|c|s(\d+))_(.+)$")
 
 PAPER = {
@@ -182,12 +184,13 @@ class _Claims:
         return set(r.loc[(r["model"] == model) & (r["optimizer"] == optimizer), "epochs"])
 
     def boot_errors(self, cells: list[tuple[str, str, int]], *key: object) -> dict | None:
-        """{cell: (1 + n_boot,) cell errors}, or None when a cell has no complete sample."""
+        """{cell: (1 + n_boot,) cell errors}, or None when a cell has no complete sample or
+        fewer than MIN_SEEDS seeds."""
         rng = np.random.default_rng(self.options.rng_seed("claims", *key))
         out = {}
         for cell in cells:
             _, matrix = _cell_matrix(self.cell(*cell), DIVERGED_ERROR)
-            if matrix.size == 0:
+            if matrix.size == 0 or matrix.shape[1] < MIN_SEEDS:
                 return None
             out[cell] = _cell_error_boot(matrix, self.options.n_boot, rng)
         return out
