@@ -164,7 +164,13 @@ def test_stem_claim_needs_every_step_to_grow():
 def test_report_writes_the_claims_into_summary_and_page(tmp_path):
     rows = _edf_cells(np.random.default_rng(0), p_spread=40.0, c_spread=2.0)
     trials = pd.DataFrame(rows).assign(
-        study="t", cell_id="x", lr=1e-3, wd=0.1, best_error=lambda d: d["final_error"]
+        study="t",
+        cell_id="x",
+        lr=1e-3,
+        wd=0.1,
+        wall_s=1.0,
+        images_per_s=1.0,
+        best_error=lambda d: d["final_error"],
     )
     spec = parse_spec(
         {
@@ -181,7 +187,7 @@ def test_report_writes_the_claims_into_summary_and_page(tmp_path):
         }
     )
     trials["model"] = trials["model"].str.replace("_x", "_w64_16px")
-    summary = write_report(spec, trials, tmp_path, {"peak"}, n_boot=200, data_shape=(10, 1, 16))
+    summary = write_report(spec, trials, tmp_path, None, n_boot=200, data_shape=(10, 1, 16))
     assert [c["claim"] for c in summary["claims"]] == ["a"]
     assert summary["claims"][0]["verdict"] == "holds"
     assert json.loads((tmp_path / "summary.json").read_text())["claims"][0]["claim"] == "a"

@@ -328,7 +328,7 @@ def build_sections(
         "curves": lambda: _curves_section(results, colors),
     }
     sections = [builders[key]() for key in FIGURES if key in wanted]
-    return sections + claims.sections(results, options, spec.name)
+    return sections + (claims.sections(results, options, spec.name) if figures is None else [])
 
 
 def write_report(
