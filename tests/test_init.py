@@ -19,7 +19,7 @@ from optbench.spec import Recipe
 # quickstart pair (d 64).
 VIT_P = ["vit_p_w192_32px", "vit_p_w384_32px", "vit_p_w64_16px"]
 VIT_C = ["vit_c_w192_32px", "vit_c_w384_32px", "vit_c_w64_16px"]
-STEM_ABLATIONS = [f"vit_s{i}_4gf" for i in (1, 2, 3, 4)]
+STEM_ABLATIONS = [f"vit_s{i}_4gf" for i in (1, 2, 3, 4)] + ["vit_s1_w64_16px", "vit_s2_w64_16px"]
 
 
 def build(name: str, seed: int = 0, **kwargs) -> nn.Module:

@@ -37,7 +37,7 @@ def build_meta(name: str, **overrides) -> nn.Module:
 
 def test_the_zoo_lists_every_model_the_issue_names():
     expected = {f"vit_{s}_{g}gf" for g in GFS for s in "pc"}
-    expected |= {f"vit_s{i}_4gf" for i in (1, 2, 3, 4)}
+    expected |= {f"vit_s{i}_4gf" for i in (1, 2, 3, 4)} | {"vit_s1_w64_16px", "vit_s2_w64_16px"}
     expected |= {f"vit_{s}_w{w}_32px" for w in (192, 384) for s in "pc"}
     expected |= {"vit_p_w64_16px", "vit_c_w64_16px", "dhvt_w64_16px"}
     expected |= {f"dhvt_{s}_cifar_p{p}" for s in ("tiny", "small") for p in (4, 2)}
@@ -104,7 +104,11 @@ def conv_stem_layers(stem: ConvStem) -> list[tuple[nn.Conv2d, nn.Module, nn.Modu
     ]
 
 
-CONV_STEM_MODELS = [c for _, c in PAIRS] + [f"vit_s{i}_4gf" for i in (1, 2, 3, 4)]
+STEM_ABLATIONS = [(f"vit_s{i}_4gf", 2**i) for i in (1, 2, 3, 4)] + [
+    ("vit_s1_w64_16px", 2),
+    ("vit_s2_w64_16px", 4),
+]
+CONV_STEM_MODELS = [c for _, c in PAIRS] + [name for name, _ in STEM_ABLATIONS]
 
 
 @pytest.mark.parametrize("name", CONV_STEM_MODELS)
@@ -124,12 +128,42 @@ def test_conv_stems_have_bn_relu_after_each_conv_and_a_biased_final_1x1(name):
     assert math.prod(conv.stride[0] for conv, _, _ in layers) == model.patch_size
 
 
-@pytest.mark.parametrize(("name", "pixel"), [(f"vit_s{i}_4gf", 2**i) for i in (1, 2, 3, 4)])
+@pytest.mark.parametrize(("name", "pixel"), STEM_ABLATIONS)
 def test_stem_ablations_hold_one_patchify_layer_of_their_pixel_size(name, pixel):
     convs = [conv for conv, _, _ in conv_stem_layers(build_meta(name).stem)]
     patchify = [c for c in convs if c.kernel_size != (3, 3)]
     assert [c.kernel_size for c in patchify] == [(pixel, pixel)]
     assert patchify[0].stride == (pixel, pixel) and patchify[0] is convs[0]
+
+
+def stem_multiply_adds(model: VisionTransformer) -> int:
+    """k*k*c_in*c_out*h_out*w_out summed over the stem's convs, the output size followed by hand."""
+    size, total = model.img_size, 0
+    for conv in (m for m in model.stem if isinstance(m, nn.Conv2d)):
+        (k, _), (s, _), (pad, _) = conv.kernel_size, conv.stride, conv.padding
+        size = (size + 2 * pad - k) // s + 1
+        total += k * k * conv.in_channels * conv.out_channels * size * size
+    return total
+
+
+@pytest.mark.parametrize(
+    ("name", "vit_c"),
+    [(f"vit_s{i}_4gf", "vit_c_4gf") for i in (1, 2, 3, 4)]
+    + [(f"vit_s{i}_w64_16px", "vit_c_w64_16px") for i in (1, 2)],
+)
+def test_stem_ablations_have_the_stride_1_convs_that_bring_flops_nearest_vit_c(name, vit_c):
+    """stem_ablation.py's step 3: as many stride-1 3x3 convs at width d as bring the stem's
+    multiply-adds nearest ViT_C's; one more, or one fewer, would be further away."""
+    model, reference = build_meta(name), build_meta(vit_c)
+    assert len(model.blocks) == len(reference.blocks)
+    target, mine = stem_multiply_adds(reference), stem_multiply_adds(model)
+    grid = model.img_size // model.patch_size
+    d = model.norm.normalized_shape[0]
+    extra = 9 * d * d * grid * grid  # one 3x3 stride-1 conv at width d on the token grid
+    stride_1 = [c for c, _, _ in conv_stem_layers(model.stem) if c.stride == (1, 1)]
+    assert abs(mine - target) <= abs(mine + extra - target)
+    if stride_1:
+        assert abs(mine - target) <= abs(mine - extra - target)
 
 
 @pytest.mark.parametrize(("p_name", "c_name"), PAIRS)

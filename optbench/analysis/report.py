@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from optbench.analysis import figures, plots, tables
+from optbench.analysis import claims, figures, plots, tables
 from optbench.analysis.page import Section, render_html
 from optbench.analysis.stats import N_BOOT
 from optbench.analysis.summary import Options, summarize
@@ -287,7 +287,8 @@ def build_sections(
         "complexity": lambda: _complexity_section(spec, results, data_shape),
         "curves": lambda: _curves_section(trials, colors, metric),
     }
-    return [builders[key]() for key in FIGURES if key in wanted]
+    sections = [builders[key]() for key in FIGURES if key in wanted]
+    return sections + (claims.sections(results, options, spec.name) if figures is None else [])
 
 
 def write_report(
@@ -318,6 +319,7 @@ def write_report(
     trials = _ordered(trials, spec)
     num_classes = _num_classes(spec, data_shape)
     summary = summarize(spec.name, trials, options, num_classes=num_classes)
+    summary["claims"] = claims.records(tables.with_errors(trials, metric), options, spec.name)
     sections = build_sections(spec, trials, figures, options, data_shape)
 
     out_dir = Path(out_dir)

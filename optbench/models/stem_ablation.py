@@ -1,8 +1,9 @@
-"""Stem ablations S1-S4 at 4 GF (Xiao et al., Table 3): stems between ViT_P and ViT_C.
+"""Stem ablations (Xiao et al., Table 3): stems between ViT_P and ViT_C, S1-S4 at 4 GF and
+S1-S2 at 16 px.
 
 Each stem holds one "patchify" layer (kernel = stride = p) of growing pixel size p = 2, 4, 8, 16
 inside an otherwise convolutional stem. The paper gives no layer list, so this is the
-construction used here, all on ViT_C-4GF (d 384, 6 heads, MLP 1152, 11 blocks, 224 px):
+construction used here, shown on ViT_C-4GF (d 384, 6 heads, MLP 1152, 11 blocks, 224 px):
 
 1. Start from ViT_C-4GF's stem (3x3 stride-2 convs 48-96-192-384, then a biased 1x1 conv).
 2. Replace its first log2(p) stride-2 3x3 convs by ONE p x p stride-p conv to the width the last
@@ -28,25 +29,48 @@ share with ViT_C's: every conv that feeds a BatchNorm keeps PyTorch's default in
 p x p patchify layer does too: BatchNorm, not its init, sets the scale of what it outputs, unlike
 ViT_P's patchify stem, which feeds the transformer directly and gets sqrt(1/fan_in)), and the final
 1x1 conv gets normal with std sqrt(2 / out_channels). See `vit.init_weights_pycls`.
+
+At 16 px (the digits pair `vit_{p,c}_w64_16px`: d 64, 4 heads, MLP 192, patch 4; ViT_C has 3
+blocks and the stem 3x3 s2 32, 3x3 s2 64, 1x1) the same three steps give the two stems whose
+patchify layer fits a total stride of 4, p = 2 and 4, named by p as at 4 GF (S1: p 2, S2: p 4).
+With ViT_P and ViT_C they make the ablation C, S1, S2, P; S2 patchifies the whole 4x4 patch, the
+role S4 plays at 4 GF. Step 3 at 16 px: a 3x3 stride-1 conv at width 64 on the 4x4 grid costs
+0.59 M multiply-adds, so (measured with complexity.py; M = 1e6 multiply-adds, 1 input channel):
+
+   | model | stem | stem M | total M |
+   |---|---|---|---|
+   | vit_c_w64_16px | 3x3 s2 32, 64; 1x1 | 0.379 | 2.58 |
+   | vit_s1_w64_16px | 2x2 p 32; 3x3 s2 64; 1x1 | 0.369 | 2.57 |
+   | vit_s2_w64_16px | 4x4 p 64; 3x3 s1 64; 1x1 | 0.672 | 2.87 |
+
+   (S1 with a stride-1 conv would be 0.59 M further away. S2 without it would have a 0.082 M
+   stem, 0.297 M below ViT_C's; with it 0.293 M above: nearest by a hair, as S2 at 4 GF, and
+   11% more flops in all, between ViT_C's 2.58 M and ViT_P's 2.95 M.)
 """
 
 from __future__ import annotations
 
 from timm.models import generate_default_cfgs, register_model
 
-from optbench.models.vit import VIT_4GF, VisionTransformer, build_vit, pycls_cfg
+from optbench.models.vit import VIT_4GF, VIT_W64_16PX, VisionTransformer, build_vit, pycls_cfg
 
 default_cfgs = generate_default_cfgs(
-    {f"vit_s{i}_4gf": pycls_cfg(224, 1000, test_size=256) for i in (1, 2, 3, 4)}
+    {
+        **{f"vit_s{i}_4gf": pycls_cfg(224, 1000, test_size=256) for i in (1, 2, 3, 4)},
+        **{f"vit_s{i}_w64_16px": pycls_cfg(16, 10, in_chans=1) for i in (1, 2)},
+    }
 )
 
 
-def ablation_cfg(pixel: int, widths: tuple[int, ...], strides: tuple[int, ...]) -> dict:
-    """ViT_C-4GF with a conv stem whose first layer patchifies `pixel` x `pixel` windows."""
+def ablation_cfg(
+    pixel: int, widths: tuple[int, ...], strides: tuple[int, ...], vit_p: dict = VIT_4GF
+) -> dict:
+    """ViT_C of the ViT_P config `vit_p` (one block fewer) with a conv stem whose first layer
+    patchifies `pixel` x `pixel` windows."""
     kernels = (pixel,) + (3,) * (len(widths) - 1)
     return dict(
-        VIT_4GF,
-        depth=VIT_4GF["depth"] - 1,
+        vit_p,
+        depth=vit_p["depth"] - 1,
         stem="conv",
         stem_widths=widths,
         stem_strides=strides,
@@ -80,3 +104,17 @@ def vit_s4_4gf(pretrained: bool = False, **kwargs) -> VisionTransformer:
     """S4: 16x16 patchify to 384, one 3x3 stride-1 conv; 11 blocks."""
     cfg = ablation_cfg(16, (384, 384), (16, 1))
     return build_vit("vit_s4_4gf", cfg, pretrained, **kwargs)
+
+
+@register_model
+def vit_s1_w64_16px(pretrained: bool = False, **kwargs) -> VisionTransformer:
+    """S1 at 16 px: 2x2 patchify to 32, a 3x3 stride-2 conv to 64; 3 blocks."""
+    cfg = ablation_cfg(2, (32, 64), (2, 2), VIT_W64_16PX)
+    return build_vit("vit_s1_w64_16px", cfg, pretrained, **kwargs)
+
+
+@register_model
+def vit_s2_w64_16px(pretrained: bool = False, **kwargs) -> VisionTransformer:
+    """S2 at 16 px: 4x4 patchify to 64, one 3x3 stride-1 conv; 3 blocks."""
+    cfg = ablation_cfg(4, (64, 64), (4, 1), VIT_W64_16PX)
+    return build_vit("vit_s2_w64_16px", cfg, pretrained, **kwargs)

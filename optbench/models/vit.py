@@ -251,19 +251,19 @@ default_cfgs = generate_default_cfgs(
 
 # --- quickstart pair: width 64, 16x16 input, patch 4 (16 tokens) ---------------------------------
 
-_W64_16PX = dict(patch_size=4, dim=64, num_heads=4, mlp_ratio=3.0)
+VIT_W64_16PX = dict(patch_size=4, dim=64, num_heads=4, mlp_ratio=3.0, depth=4)
 
 
 @register_model
 def vit_p_w64_16px(pretrained: bool = False, **kwargs) -> VisionTransformer:
     """Quickstart ViT_P: patchify stem (4x4), 4 blocks."""
-    return build_vit("vit_p_w64_16px", dict(_W64_16PX, depth=4), pretrained, **kwargs)
+    return build_vit("vit_p_w64_16px", VIT_W64_16PX, pretrained, **kwargs)
 
 
 @register_model
 def vit_c_w64_16px(pretrained: bool = False, **kwargs) -> VisionTransformer:
     """Quickstart ViT_C: conv stem (32, 64 channels, strides 2, 2), 3 blocks."""
-    cfg = dict(_W64_16PX, depth=3, stem="conv", stem_widths=(32, 64), stem_strides=(2, 2))
+    cfg = conv_twin(VIT_W64_16PX, dict(stem_widths=(32, 64), stem_strides=(2, 2)))
     return build_vit("vit_c_w64_16px", cfg, pretrained, **kwargs)
 
 

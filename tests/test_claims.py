@@ -1,0 +1,204 @@
+"""The claims table on trial tables whose answer is known by construction: a claim that clearly
+holds, one that clearly goes the other way, one inside the noise; and the report's hook."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from optbench.analysis import tables
+from optbench.analysis.claims import claims_table, families
+from optbench.analysis.report import write_report
+from optbench.analysis.summary import Options
+from optbench.spec import parse_spec
+
+P, C, S1, S2 = "vit_p_x", "vit_c_x", "vit_s1_x", "vit_s2_x"
+FAST = Options(n_boot=400)
+
+
+def _rows(model, optimizer, epochs, errors_by_sample_seed):
+    """Trials of one cell; errors[sample][seed], None = diverged."""
+    rows = []
+    for sample, per_seed in enumerate(errors_by_sample_seed):
+        for seed, error in enumerate(per_seed):
+            rows.append(
+                {
+                    "model": model,
+                    "optimizer": optimizer,
+                    "epochs": epochs,
+                    "sample": sample,
+                    "seed": seed,
+                    "status": "diverged" if error is None else "finished",
+                    "final_error": np.nan if error is None else float(error),
+                }
+            )
+    return rows
+
+
+def _good(model, optimizer, epochs, per_seed):
+    """A `sampler: good` cell: one sample, one error per seed."""
+    return _rows(model, optimizer, epochs, [per_seed])
+
+
+def _claims(rows) -> pd.DataFrame:
+    return claims_table(tables.with_errors(pd.DataFrame(rows)), FAST, "t")
+
+
+def _row(table: pd.DataFrame, claim: str, **where) -> pd.Series:
+    picked = table[table["claim"] == claim]
+    for key, value in where.items():
+        picked = picked[picked[key] == value]
+    assert len(picked) == 1, picked
+    return picked.iloc[0]
+
+
+def test_families_pair_models_by_suffix_and_order_stems_by_patch_size():
+    fams = families(["vit_p_4gf", "vit_c_4gf", "vit_s10_4gf", "vit_s2_4gf", "dhvt_x", "vit_p_y"])
+    by_p = {f.p: f for f in fams}
+    assert by_p["vit_p_4gf"].c == "vit_c_4gf"
+    assert by_p["vit_p_4gf"].stem_order == ("vit_s2_4gf", "vit_s10_4gf", "vit_p_4gf")
+    assert by_p["vit_p_y"].c is None
+
+
+def _edf_cells(rng, p_spread, c_spread, n_samples=12, seeds=3):
+    """Errors = 10 + spread * (how far sample i sits from the good value) + small seed noise."""
+    offsets = rng.uniform(0, 1, n_samples)
+    rows = []
+    for model, spread in ((P, p_spread), (C, c_spread)):
+        errors = [[10 + spread * o + rng.normal(0, 0.2) for _ in range(seeds)] for o in offsets]
+        rows += _rows(model, "adamw", 8, errors)
+    return rows
+
+
+def test_edf_claim_holds_when_vit_c_is_flat_and_vit_p_spread():
+    table = _claims(_edf_cells(np.random.default_rng(0), p_spread=40.0, c_spread=2.0))
+    row = _row(table, "a")
+    assert row["verdict"] == "holds" and row["low"] > 0
+
+
+def test_edf_claim_reversed_when_vit_p_is_the_flat_one():
+    table = _claims(_edf_cells(np.random.default_rng(1), p_spread=2.0, c_spread=40.0))
+    assert _row(table, "a")["verdict"] == "opposite"
+
+
+def test_edf_claim_not_shown_when_both_models_draw_from_one_distribution():
+    table = _claims(_edf_cells(np.random.default_rng(2), p_spread=15.0, c_spread=15.0))
+    row = _row(table, "a")
+    assert row["verdict"] == "not shown" and row["low"] < 0 < row["high"]
+
+
+def test_edf_statistic_is_the_difference_of_areas_under_the_dtop1_edf():
+    # ViT_C: every trial at the best (area 1). ViT_P: 1 trial of 4 at the best, the others 20
+    # points off (never within 10): area 1/4. A diverged trial is never within.
+    rows = _rows(C, "sgd", 8, [[5.0], [5.0], [5.0], [5.0]])
+    rows += _rows(P, "sgd", 8, [[30.0], [50.0], [50.0], [None]])
+    row = _row(_claims(rows), "a")
+    assert row["estimate"] == pytest.approx(1.0 - 0.25)
+
+
+def test_length_claim_estimate_and_verdicts():
+    # P: 30 at 4 epochs, 10 at 32 (20 above its asymptote); C: 12 and 8 (4 above).
+    rows = []
+    for seed_noise in ([0.0, 0.3, -0.3],):
+        for model, short, long in ((P, 30.0, 10.0), (C, 12.0, 8.0)):
+            rows += _good(model, "adamw", 4, [short + n for n in seed_noise])
+            rows += _good(model, "adamw", 32, [long - n for n in seed_noise])
+    row = _row(_claims(rows), "b")
+    assert row["estimate"] == pytest.approx((30 - 10) - (12 - 8))
+    assert row["verdict"] == "holds"
+
+    swapped = [dict(r, model={P: C, C: P}[r["model"]]) for r in rows]
+    assert _row(_claims(swapped), "b")["verdict"] == "opposite"
+
+
+def test_length_claim_not_shown_when_seed_noise_dwarfs_the_difference():
+    rng = np.random.default_rng(3)
+    rows = []
+    for model in (P, C):
+        rows += _good(model, "adamw", 4, list(20 + rng.normal(0, 6, 4)))
+        rows += _good(model, "adamw", 32, list(10 + rng.normal(0, 6, 4)))
+    row = _row(_claims(rows), "b")
+    assert row["verdict"] == "not shown" and row["low"] < 0 < row["high"]
+
+
+def test_optimizer_gap_claim_counts_a_diverged_trial_at_100_percent():
+    # Gaps (sgd - adamw): P: at 4 epochs one seed of three diverges, so its SGD mean is
+    # (20 + 20 + 100) / 3; at 8 epochs 25 - 15 = 10. C: 1 point at both lengths.
+    rows = []
+    rows += _good(P, "adamw", 4, [20.0, 20.0, 20.0]) + _good(P, "sgd", 4, [20.0, 20.0, None])
+    rows += _good(P, "adamw", 8, [15.0] * 3) + _good(P, "sgd", 8, [25.0] * 3)
+    rows += _good(C, "adamw", 4, [10.0] * 3) + _good(C, "sgd", 4, [11.0] * 3)
+    rows += _good(C, "adamw", 8, [8.0] * 3) + _good(C, "sgd", 8, [9.0] * 3)
+    row = _row(_claims(rows), "c")
+    gap_p = ((140 / 3 - 20) + (25 - 15)) / 2
+    assert row["estimate"] == pytest.approx(gap_p - 1.0)
+    assert row["verdict"] == "holds" and row["diverged"] == 1
+
+
+def test_stem_claim_needs_every_step_to_grow():
+    def stem_rows(errors, noise):
+        rows = []
+        for model, error in zip((S1, S2, P), errors, strict=True):
+            rows += _good(model, "adamw", 8, [error + n for n in noise])
+        return rows
+
+    noise = [0.0, 0.2, -0.2, 0.1]
+    increasing = _row(_claims(stem_rows([10.0, 14.0, 20.0], noise)), "d")
+    assert increasing["estimate"] == pytest.approx(4.0)  # the smaller step, S1 -> S2
+    assert increasing["verdict"] == "holds"
+    # S2 better than S1: the order fails at its first step, but is not reversed
+    broken = _row(_claims(stem_rows([14.0, 10.0, 20.0], noise)), "d")
+    assert broken["high"] < 0 and broken["verdict"] == "not shown"
+    # error falls at every step: the reverse of the claim
+    assert _row(_claims(stem_rows([20.0, 14.0, 10.0], noise)), "d")["verdict"] == "opposite"
+    rng = np.random.default_rng(4)
+    noisy = []
+    for model in (S1, S2, P):
+        noisy += _good(model, "adamw", 8, list(12 + rng.normal(0, 3, 4)))
+    assert _row(_claims(noisy), "d")["verdict"] == "not shown"
+
+
+def test_report_writes_the_claims_into_summary_and_page(tmp_path):
+    rows = _edf_cells(np.random.default_rng(0), p_spread=40.0, c_spread=2.0)
+    trials = pd.DataFrame(rows).assign(
+        study="t",
+        cell_id="x",
+        lr=1e-3,
+        wd=0.1,
+        wall_s=1.0,
+        images_per_s=1.0,
+        best_error=lambda d: d["final_error"],
+    )
+    spec = parse_spec(
+        {
+            "name": "t",
+            "dataset": {"name": "digits", "img_size": 16},
+            "models": [P.replace("_x", "_w64_16px"), C.replace("_x", "_w64_16px")],
+            "optimizers": ["adamw"],
+            "epochs": 8,
+            "batch_size": 64,
+            "search": {
+                "n_samples": 12,
+                "ranges": {"adamw": {"lr": [1e-4, 1e-2], "wd": [0.01, 0.5]}},
+            },
+        }
+    )
+    trials["model"] = trials["model"].str.replace("_x", "_w64_16px")
+    summary = write_report(spec, trials, tmp_path, None, n_boot=200, data_shape=(10, 1, 16))
+    assert [c["claim"] for c in summary["claims"]] == ["a"]
+    assert summary["claims"][0]["verdict"] == "holds"
+    assert json.loads((tmp_path / "summary.json").read_text())["claims"][0]["claim"] == "a"
+    assert "The paper&#x27;s claims" in (tmp_path / "index.html").read_text() or (
+        "The paper's claims" in (tmp_path / "index.html").read_text()
+    )
+
+
+def test_a_claim_without_replicate_seeds_gets_no_row():
+    # one seed per cell: the seed bootstrap would give an interval of width 0
+    rows = []
+    for model, short, long in ((P, 30.0, 10.0), (C, 12.0, 8.0)):
+        rows += _good(model, "adamw", 4, [short]) + _good(model, "adamw", 32, [long])
+    assert "b" not in set(_claims(rows)["claim"])
