@@ -29,6 +29,7 @@ ZOO: tuple[str, ...] = (
     *(f"vit_{stem}_{gf}gf" for gf in (1, 4, 18, 36, 72) for stem in "pc"),
     *(f"vit_{stem}_w{width}_32px" for width in (192, 384) for stem in "pc"),
     *(f"vit_s{i}_4gf" for i in (1, 2, 3, 4)),
+    *(f"vit_s{i}_w64_16px" for i in (1, 2)),
     "dhvt_w64_16px",
     *(f"dhvt_{size}_cifar_p{p}" for p in (4, 2) for size in ("tiny", "small")),
     *(
