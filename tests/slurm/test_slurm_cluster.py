@@ -355,9 +355,20 @@ def test_a_trial_that_runs_out_of_time_says_so_and_keeps_its_progress(tiny_dict)
 
 
 def test_an_accounting_outage_is_said_once_and_never_resubmits_a_running_trial(
-    tiny_dict, tmp_path, slurm_daemons
+    tiny_dict, tmp_path, request, slurm_daemons
 ):
-    study, spec = _study_file(tmp_path, tiny_dict, models=2, epochs=4)
+    # The jobs wait in their setup until the following run first asks squeue about them (an
+    # squeue first on its PATH releases them): however slowly that run starts, they still run.
+    release = tmp_path / "release"
+    request.addfinalizer(release.touch)  # never a held job left behind
+    hold = f"while [ ! -e {release} ]; do sleep 0.5; done"
+    real = subprocess.run(["which", "squeue"], capture_output=True, text=True).stdout.strip()
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "squeue").write_text(f'#!/bin/bash\ntouch {release}\nexec {real} "$@"\n')
+    (bindir / "squeue").chmod(0o755)
+    releasing = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}
+    study, spec = _study_file(tmp_path, tiny_dict, models=2, epochs=4, setup=[hold])
     code, out = _optbench("run", str(study), "--detach")
     assert code == 0, out
     ids = [r.job_id for r in read_records(job_folder(spec)).values()]
@@ -366,7 +377,7 @@ def test_an_accounting_outage_is_said_once_and_never_resubmits_a_running_trial(
     slurm_daemons.stop("slurmdbd")
     try:
         assert subprocess.run(["sacct", "-j", ids[0]], capture_output=True).returncode != 0
-        code, out = _optbench("run", str(study))  # reattaches and follows through squeue
+        code, out = _optbench("run", str(study), env=releasing)  # follows through squeue
         assert code == 0, out
 
         # Restarting the cluster while a job runs and MaxArraySize was not given again: it
