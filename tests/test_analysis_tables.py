@@ -102,3 +102,67 @@ def test_curve_picks_best_lower_median_and_worst():
         "median": 3.0,
         "worst": 5.0,
     }
+
+
+def _seeded(rows: list[tuple]) -> pd.DataFrame:
+    """rows of (model, epochs, sample, seed, status, final_error), all AdamW."""
+    frame = pd.DataFrame(
+        rows, columns=["model", "epochs", "sample", "seed", "status", "final_error"]
+    )
+    return frame.assign(optimizer="adamw")
+
+
+def test_a_cells_error_is_the_lowest_seed_mean_not_the_luckiest_seed():
+    trials = _seeded(
+        [
+            ("m", 10, 0, 0, "finished", 2.0),  # the single best trial, but a noisy pair: mean 11
+            ("m", 10, 0, 1, "finished", 20.0),
+            ("m", 10, 1, 0, "finished", 6.0),  # mean 7: the cell's error
+            ("m", 10, 1, 1, "finished", 8.0),
+        ]
+    )
+    cell = best_by_cell(with_errors(trials)).iloc[0]
+    assert (cell["best_error"], cell["seeds"], cell["seed_low"], cell["seed_high"]) == (
+        7.0,
+        2,
+        6.0,
+        8.0,
+    )
+
+
+def test_a_diverged_seed_counts_as_100_and_an_all_diverged_cell_has_no_error():
+    trials = _seeded(
+        [
+            ("m", 10, 0, 0, "finished", 4.0),
+            ("m", 10, 0, 1, "diverged", np.nan),  # mean (4 + 100) / 2 = 52
+            ("m", 10, 1, 0, "finished", 60.0),
+            ("m", 10, 1, 1, "finished", 50.0),  # mean 55
+            ("m", 20, 0, 0, "diverged", np.nan),
+            ("m", 20, 0, 1, "diverged", np.nan),
+        ]
+    )
+    best = best_by_cell(with_errors(trials)).set_index("epochs")
+    assert best.loc[10, "best_error"] == 52.0
+    assert np.isnan(best.loc[20, "best_error"]) and best.loc[20, "seeds"] == 0
+    # the paper's rule then substitutes the shorter schedule, with that cell's seed spread
+    table = optimizer_stability(best.reset_index()).set_index("epochs")
+    assert table.loc[20, ["error", "low", "high", "substituted"]].tolist() == [
+        52.0,
+        4.0,
+        100.0,
+        True,
+    ]
+
+
+def test_length_stability_spreads_each_lengths_seeds_against_the_reference():
+    trials = _seeded(
+        [
+            ("m", 10, 0, 0, "finished", 20.0),
+            ("m", 10, 0, 1, "finished", 30.0),
+            ("m", 40, 0, 0, "finished", 9.0),
+            ("m", 40, 0, 1, "finished", 11.0),
+        ]
+    )
+    got = length_stability(best_by_cell(with_errors(trials)))
+    short = got[got["epochs"] == 10].iloc[0]
+    assert (short["dtop1"], short["dtop1_low"], short["dtop1_high"]) == (15.0, 10.0, 20.0)

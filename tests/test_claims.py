@@ -202,3 +202,19 @@ def test_a_claim_without_replicate_seeds_gets_no_row():
     for model, short, long in ((P, 30.0, 10.0), (C, 12.0, 8.0)):
         rows += _good(model, "adamw", 4, [short]) + _good(model, "adamw", 32, [long])
     assert "b" not in set(_claims(rows)["claim"])
+
+
+def test_the_claims_and_the_figures_read_the_same_cell_errors():
+    # Two (lr, wd) samples of three seeds per cell, one seed diverged: claim (b)'s estimate is
+    # the difference of the length figure's dtop-1 values at the shortest schedule.
+    rng = np.random.default_rng(5)
+    rows = []
+    for model in (P, C):
+        for epochs in (4, 16):
+            errors = [list(rng.uniform(5, 60, 3)) for _ in range(2)]
+            rows += _rows(model, "adamw", epochs, errors)
+    rows[0] = dict(rows[0], status="diverged", final_error=np.nan)
+    results = tables.with_errors(pd.DataFrame(rows))
+    length = tables.length_stability(tables.best_by_cell(results)).set_index(["model", "epochs"])
+    figure_b = length.loc[(P, 4), "dtop1"] - length.loc[(C, 4), "dtop1"]
+    assert _row(_claims(rows), "b")["estimate"] == pytest.approx(figure_b)

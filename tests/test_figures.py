@@ -147,3 +147,26 @@ def test_every_figure_is_a_function_of_a_trials_frame():
     assert figures.curves_figure(figures.per_epoch(trials)).axes
     with pytest.raises(figures.NothingToDraw, match="two schedule lengths"):
         figures.length_figure(plain[plain["epochs"] == 5])
+
+
+@pytest.mark.parametrize("draw", [figures.length_figure, figures.optimizer_figure])
+def test_length_and_optimizer_figures_draw_seed_bars_only_with_several_seeds(draw):
+    def bars(seeds):
+        trials = synthetic_trials(MODELS, ["adamw", "sgd"], [5, 10], 2, seeds=seeds, seed=4)
+        fig = draw(trials)
+        return sum(len(ax.containers) for ax in fig.axes if ax.get_visible())
+
+    assert bars((0,)) == 0
+    assert bars((0, 1, 2)) > 0
+
+
+def test_stem_figure_orders_conv_stem_ablations_then_patchify_and_needs_an_ablation():
+    with pytest.raises(figures.NothingToDraw):
+        figures.stem_figure(synthetic_trials(MODELS, ["adamw"], [5], 2))
+    stems = ["vit_p_w64_16px", "vit_s2_w64_16px", "vit_c_w64_16px", "vit_s1_w64_16px"]
+    trials = synthetic_trials(stems, ["adamw", "sgd"], [5], 2, seeds=(0, 1, 2))
+    fig = figures.stem_figure(trials)
+    (ax,) = [ax for ax in fig.axes if ax.get_visible()]
+    order = [t.get_text() for t in ax.get_xticklabels()]
+    assert order == ["vit_c_w64_16px", "vit_s1_w64_16px", "vit_s2_w64_16px", "vit_p_w64_16px"]
+    assert len(data_lines(ax)) == 2 and ax.containers  # one line per optimizer, seed bars

@@ -13,10 +13,9 @@ Models take their roles from their zoo names: `vit_p_<x>` and `vit_c_<x>` are a 
 Definitions (each statistic is defined here once; "error" is the trial's `options.metric`):
 - cell: the trials of one (model, optimizer, epochs); a sample is one (lr, wd) pair of it, a
   seed one training seed.
-- cell error E(m, opt, ep), for (b)-(d): for each sample, the mean error over its seeds, with a
-  diverged trial counted as DIVERGED_ERROR (100%, a finite worst case, so a mean stays
-  defined); E is the lowest such mean over the cell's samples (with `sampler: good`, the one
-  sample's seed mean).
+- cell error E(m, opt, ep), for (b)-(d): the cell's error as tables.py defines it (the lowest
+  mean over seeds among the cell's samples, a diverged seed counted as DIVERGED_ERROR), here
+  over the samples with every seed recorded; the bootstrap recomputes it from resampled seeds.
 - (a) panel (opt, ep) with at least MIN_EDF_SAMPLES samples of both models: A_C - A_P, where
   A = area under the cell's dtop-1 EDF on [0, AUC_MAX_POINTS] divided by AUC_MAX_POINTS
   (summary.json's auc_10: the mean over the cell's trials, every sample and seed, of
@@ -58,7 +57,6 @@ from optbench.analysis.page import Section
 from optbench.analysis.stats import LEVEL, dtop1_rows
 from optbench.analysis.summary import Options
 
-DIVERGED_ERROR = 100.0
 MIN_EDF_SAMPLES = 4
 MIN_SEEDS = 2  # (b)-(d) bootstrap seeds: one seed would give an interval of width 0
 _ROLE = re.compile(r"^vit_(p|c|s(\d+))_(.+)$")
@@ -189,7 +187,7 @@ class _Claims:
         rng = np.random.default_rng(self.options.rng_seed("claims", *key))
         out = {}
         for cell in cells:
-            _, matrix = _cell_matrix(self.cell(*cell), DIVERGED_ERROR)
+            _, matrix = _cell_matrix(self.cell(*cell), tables.DIVERGED_ERROR)
             if matrix.size == 0 or matrix.shape[1] < MIN_SEEDS:
                 return None
             out[cell] = _cell_error_boot(matrix, self.options.n_boot, rng)
@@ -352,7 +350,7 @@ def sections(results: pd.DataFrame, options: Options, study: str) -> list[Sectio
         f"({options.n_boot} resamples) and verdict: holds when the interval lies on the "
         "claim's side of 0, opposite when on the other, otherwise not shown. Definitions: "
         "optbench/analysis/claims.py. Cell errors here are means over seeds, a diverged "
-        f"trial counted as {DIVERGED_ERROR:g}%.",
+        f"trial counted as {tables.DIVERGED_ERROR:g}%.",
     )
     section.tables.append(("Claims", section_table(table)))
     return [section]

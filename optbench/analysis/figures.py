@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from optbench.analysis import plots, tables
+from optbench.analysis import claims, plots, tables
 from optbench.analysis.edf import dtop1, edf
 from optbench.analysis.stats import N_BOOT, edf_band, good_range
 from optbench.analysis.summary import Options, chance_error, near_chance
@@ -176,6 +176,25 @@ def optimizer_figure(trials: pd.DataFrame, *, metric: str = "final_error") -> Fi
     if stability.empty:
         raise NothingToDraw("no finished trials")
     return plots.plot_optimizer(stability, tables.optimizer_gaps(stability))
+
+
+def stem_figure(trials: pd.DataFrame, *, metric: str = "final_error") -> Figure:
+    """Table 3 as a figure: each cell's error along the stem order of every model family with
+    a stem ablation (ViT_C, S1, S2, ..., ViT_P; claims.families names them)."""
+    models = list(dict.fromkeys(trials["model"]))
+    order = [
+        model
+        for family in claims.families(models)
+        if family.stems and family.p
+        for model in ((family.c,) if family.c else ()) + family.stem_order
+    ]
+    if not order:
+        raise NothingToDraw("needs ViT_P and a stem ablation of the same family (vit_s<k>_...)")
+    best = tables.best_by_cell(_results(trials, metric))
+    best = best[best["model"].isin(order)].dropna(subset=["best_error"])
+    if best.empty:
+        raise NothingToDraw("no finished trials of the stem ablation")
+    return plots.plot_stem(best, order)
 
 
 def per_epoch(trials: pd.DataFrame) -> pd.DataFrame:

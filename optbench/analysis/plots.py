@@ -19,6 +19,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import LogLocator, MaxNLocator, NullFormatter
+from matplotlib.transforms import offset_copy
 
 from optbench.analysis.stats import Interval
 
@@ -214,8 +215,27 @@ def plot_scatter(panels: Sequence[ScatterPanel], colors: dict[str, str]) -> Figu
     return fig
 
 
+def _seed_bars(ax: Axes, x, y, low, high, color: str) -> list:
+    """Vertical bars from each point's lowest to its highest seed (nothing with one seed);
+    returns the artists drawn."""
+    y, low, high = (np.asarray(v, dtype=float) for v in (y, low, high))
+    if not np.nanmax(high - low, initial=0.0) > 0:
+        return []
+    bars = ax.errorbar(x, y, yerr=[y - low, high - y], fmt="none", ecolor=color, capsize=3, lw=1)
+    _, caps, lines = bars.lines
+    return [*caps, *lines]
+
+
+def _shift_right(artists: list, ax: Axes, points: float) -> None:
+    """Draw `artists` `points` to the right of their data (after the axes took their limits)."""
+    shifted = offset_copy(ax.transData, ax.figure, x=points, units="points")
+    for artist in artists:
+        artist.set_transform(shifted)
+
+
 def plot_length(length: pd.DataFrame, colors: dict[str, str]) -> Figure:
-    """Fig 2: one panel per optimizer, one line per model of dtop-1 against the longest schedule."""
+    """Fig 2: one panel per optimizer, one line per model of dtop-1 against the longest schedule,
+    with bars spanning each point's seeds."""
     optimizers = list(dict.fromkeys(length["optimizer"]))
     fig, axes = _grid(len(optimizers), 2)
     for ax, optimizer in zip(axes, optimizers, strict=True):
@@ -228,6 +248,14 @@ def plot_length(length: pd.DataFrame, colors: dict[str, str]) -> Figure:
                 "o-",
                 color=colors[model],
                 label=f"{model} (vs {ref})",
+            )
+            _seed_bars(
+                ax,
+                rows["epochs"],
+                rows["dtop1"],
+                rows["dtop1_low"],
+                rows["dtop1_high"],
+                colors[model],
             )
         ax.axhline(0, color="0.5", lw=0.8, label="_zero")
         ax.set_xscale("log", base=2)
@@ -253,10 +281,12 @@ def _unique_handles(axes: Sequence[Axes]) -> list:
 
 def plot_optimizer(stability: pd.DataFrame, gaps: pd.DataFrame) -> Figure:
     """Fig 3: one panel per model, error against schedule length with AdamW and with SGD.
-    Substituted (diverged) cells are joined by a dashed line; each SGD-AdamW gap is annotated."""
+    Substituted (diverged) cells are joined by a dashed line; each SGD-AdamW gap is annotated;
+    bars span each point's seeds."""
     models = list(dict.fromkeys(stability["model"]))
     fig, axes = _grid(len(models), 3)
     opt_colors = {"adamw": "C0", "sgd": "C3"}
+    opt_shift = {"adamw": -3.0, "sgd": 3.0}  # points: the two optimizers' seed bars side by side
     for ax, model in zip(axes, models, strict=True):
         part = stability[stability["model"] == model]
         for optimizer, rows in part.groupby("optimizer", sort=False):
@@ -269,10 +299,11 @@ def plot_optimizer(stability: pd.DataFrame, gaps: pd.DataFrame) -> Figure:
             near |= np.roll(substituted, -1) & (np.arange(len(rows)) < len(rows) - 1)
             errors = rows["error"].to_numpy()
             solid = np.where(substituted, np.nan, errors)
-            ax.plot(rows["epochs"], solid, "o-", color=color, label=name)
+            drawn = ax.plot(rows["epochs"], solid, "o-", color=color, label=name)
+            drawn += _seed_bars(ax, rows["epochs"], errors, rows["low"], rows["high"], color)
             if substituted.any():
                 dashed = np.where(near, errors, np.nan)
-                ax.plot(
+                drawn += ax.plot(
                     rows["epochs"],
                     dashed,
                     "o--",
@@ -280,10 +311,11 @@ def plot_optimizer(stability: pd.DataFrame, gaps: pd.DataFrame) -> Figure:
                     mfc="none",
                     label=f"{name}, dashed: diverged, best shorter schedule",
                 )
+            _shift_right(drawn, ax, opt_shift.get(optimizer, 0.0))
         for _, gap in gaps[gaps["model"] == model].iterrows():
             ax.annotate(
                 f"{gap['gap']:+.1f}",
-                (gap["epochs"], max(gap["adamw"], gap["sgd"])),
+                (gap["epochs"], part.loc[part["epochs"] == gap["epochs"], "high"].max()),
                 textcoords="offset points",
                 xytext=(0, 6),
                 ha="center",
@@ -295,6 +327,33 @@ def plot_optimizer(stability: pd.DataFrame, gaps: pd.DataFrame) -> Figure:
         ax.set_xticks(epochs, [str(e) for e in epochs])
         ax.set_title(model)
         ax.set_xlabel("epochs")
+        ax.set_ylabel("error (%)")
+        ax.grid(alpha=0.3)
+    _legend_below(fig, _unique_handles(axes))
+    return fig
+
+
+def plot_stem(best: pd.DataFrame, order: Sequence[str]) -> Figure:
+    """Table 3 as a figure: one panel per schedule length, each cell's error along the stem
+    order (models in `order`) with AdamW and with SGD, bars spanning each point's seeds."""
+    lengths = sorted(best["epochs"].unique())
+    fig, axes = _grid(len(lengths), 2)
+    opt_colors = {"adamw": "C0", "sgd": "C3"}
+    opt_shift = {"adamw": -3.0, "sgd": 3.0}  # points, as in plot_optimizer
+    for ax, epochs in zip(axes, lengths, strict=True):
+        part = best[best["epochs"] == epochs]
+        for optimizer, rows in part.groupby("optimizer", sort=False):
+            rows = rows.set_index("model").reindex(order)
+            x = np.arange(len(order))
+            color = opt_colors.get(optimizer, "C7")
+            name = OPTIMIZER_NAMES.get(optimizer, optimizer)
+            drawn = ax.plot(x, rows["best_error"], "o-", color=color, label=name)
+            drawn += _seed_bars(
+                ax, x, rows["best_error"], rows["seed_low"], rows["seed_high"], color
+            )
+            _shift_right(drawn, ax, opt_shift.get(optimizer, 0.0))
+        ax.set_xticks(np.arange(len(order)), list(order), rotation=15)
+        ax.set_title(f"{int(epochs)} epochs")
         ax.set_ylabel("error (%)")
         ax.grid(alpha=0.3)
     _legend_below(fig, _unique_handles(axes))

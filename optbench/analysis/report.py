@@ -30,7 +30,7 @@ from optbench.analysis.summary import Options, summarize
 from optbench.errors import UsageError
 from optbench.spec import StudySpec
 
-FIGURES: tuple[str, ...] = ("edf", "length", "optimizer", "peak", "complexity", "curves")
+FIGURES: tuple[str, ...] = ("edf", "length", "optimizer", "stem", "peak", "complexity", "curves")
 METRICS: tuple[str, ...] = ("final_error", "best_error")
 PNG_DPI = 150
 CSV_FIRST_COLUMNS = [
@@ -102,7 +102,9 @@ def _length_section(trials: pd.DataFrame, colors: dict[str, str], metric: str) -
         "length",
         "Training-length stability (Fig 2)",
         "dtop-1 of each schedule length against the longest schedule with a finished result, "
-        "per model and optimizer; a cell's error is its best error over the sampled (lr, wd).",
+        "per model and optimizer. A cell's error is the mean over seeds of its best (lr, wd) pair "
+        "(a diverged seed counted as 100%; with one seed, the best trial); bars span that pair's "
+        "seeds.",
     )
     draw = lambda: figures.length_figure(trials, metric=metric, colors=colors)  # noqa: E731
     if _figure(section, "length", draw):
@@ -117,7 +119,8 @@ def _optimizer_section(trials: pd.DataFrame, metric: str) -> Section:
     section = Section(
         "optimizer",
         "Optimizer stability (Fig 3)",
-        "Best error per schedule length with AdamW and with SGD; numbers are the SGD - AdamW gap. "
+        "Each cell's error (as in Fig 2; bars span its seeds) per schedule length with AdamW and "
+        "with SGD; numbers are the SGD - AdamW gap. "
         "A cell whose trials all diverged is replaced by the best shorter-schedule result of the "
         "same model and optimizer and drawn dashed, as the paper does.",
     )
@@ -131,9 +134,23 @@ def _optimizer_section(trials: pd.DataFrame, metric: str) -> Section:
     return section
 
 
+def _stem_section(trials: pd.DataFrame, metric: str) -> Section:
+    section = Section(
+        "stem",
+        "Stem ablation (Table 3)",
+        "Each cell's error (as in Fig 2; bars span its seeds) along the stem order: ViT_C's "
+        "conv stem, then patchify stems S1, S2, ... of growing patch size, then ViT_P.",
+    )
+    _figure(section, "stem", lambda: figures.stem_figure(trials, metric=metric))
+    return section
+
+
 def _peak_section(best: pd.DataFrame) -> Section:
     section = Section(
-        "peak", "Peak error (Table 2)", "Best error (%) per model, optimizer and schedule length."
+        "peak",
+        "Peak error (Table 2)",
+        "Each cell's error (%) per model, optimizer and schedule length: the mean over seeds of "
+        "its best (lr, wd) pair; with one seed, the best trial.",
     )
     table = tables.peak_table(best)
     if table.isna().all().all():
@@ -283,6 +300,7 @@ def build_sections(
         "edf": lambda: _edf_section(trials, colors, options, _num_classes(spec, data_shape)),
         "length": lambda: _length_section(trials, colors, metric),
         "optimizer": lambda: _optimizer_section(trials, metric),
+        "stem": lambda: _stem_section(trials, metric),
         "peak": lambda: _peak_section(best),
         "complexity": lambda: _complexity_section(spec, results, data_shape),
         "curves": lambda: _curves_section(trials, colors, metric),

@@ -3,8 +3,11 @@ length), the best error of each (model, optimizer, epochs) cell, training-length
 (Fig 2), optimizer stability (Fig 3), the peak table (Table 2) and the trials whose curves are
 drawn.
 
-A cell's error is its best error over finished trials (min over the sampled (lr, wd) pairs), the
-study analogue of the paper's single well-tuned run. Functions keep the row order they are given.
+A cell's error (defined here once; the claims table uses it too) is the study analogue of the
+paper's single well-tuned run: each sampled (lr, wd) pair's error is the mean over its training
+seeds, a diverged seed counted as DIVERGED_ERROR; the cell's error is the lowest such mean over
+its pairs that have at least one finished seed (NaN when none has). With one seed per pair it is
+the best finished trial. Functions keep the row order they are given.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from optbench.analysis.edf import trial_errors
 
 RESULT_STATUSES: tuple[str, ...] = ("finished", "diverged")
 CELL_KEYS: list[str] = ["model", "optimizer", "epochs"]
+DIVERGED_ERROR = 100.0  # a diverged seed in a seed mean: a finite worst case, so the mean exists
 
 
 def with_errors(trials: pd.DataFrame, metric: str = "final_error") -> pd.DataFrame:
@@ -34,17 +38,48 @@ def panels(results: pd.DataFrame) -> list[tuple[tuple[str, int], pd.DataFrame]]:
 
 
 def best_by_cell(results: pd.DataFrame) -> pd.DataFrame:
-    """One row per cell: model, optimizer, epochs, best_error (NaN when nothing finished)."""
-    finite = results["error"].where(np.isfinite(results["error"]))
-    best = finite.groupby([results[k] for k in CELL_KEYS], sort=False).min()
-    return best.rename("best_error").reset_index()
+    """One row per cell: model, optimizer, epochs, best_error (the cell's error, module
+    docstring; NaN when nothing finished), and of the pair it comes from: seeds (how many),
+    seed_low and seed_high (its lowest and highest seed error, the spread the figures draw).
+    Rows without `sample` / `seed` columns are each their own pair."""
+    finished = np.isfinite(results["error"])
+    frame = pd.DataFrame(
+        {
+            **{k: results[k] for k in CELL_KEYS},
+            "sample": results["sample"] if "sample" in results else np.arange(len(results)),
+            "error": results["error"].where(finished, DIVERGED_ERROR),
+            "finished": finished,
+        }
+    )
+    pairs = frame.groupby([*CELL_KEYS, "sample"], sort=False).agg(
+        mean=("error", "mean"),
+        seeds=("error", "size"),
+        seed_low=("error", "min"),
+        seed_high=("error", "max"),
+        finished=("finished", "any"),
+    )
+    rows = []
+    for cell, group in pairs.groupby(level=CELL_KEYS, sort=False):
+        usable = group[group["finished"]]
+        best = usable.loc[usable["mean"].idxmin()] if len(usable) else None
+        rows.append(
+            {
+                **dict(zip(CELL_KEYS, cell, strict=True)),
+                "best_error": np.nan if best is None else float(best["mean"]),
+                "seeds": 0 if best is None else int(best["seeds"]),
+                "seed_low": np.nan if best is None else float(best["seed_low"]),
+                "seed_high": np.nan if best is None else float(best["seed_high"]),
+            }
+        )
+    return pd.DataFrame(rows, columns=[*CELL_KEYS, "best_error", "seeds", "seed_low", "seed_high"])
 
 
 def length_stability(best: pd.DataFrame) -> pd.DataFrame:
     """dtop-1 of each schedule length against the longest finished one, per model and optimizer.
 
-    Columns: model, optimizer, epochs, error, ref_epochs, dtop1. Empty when no (model, optimizer)
-    has two schedule lengths with a finished result.
+    Columns: model, optimizer, epochs, error, ref_epochs, dtop1, dtop1_low and dtop1_high (the
+    length's seed spread against the reference's error). Empty when no (model, optimizer) has
+    two schedule lengths with a finished result.
     """
     rows = []
     for (model, optimizer), group in best.groupby(["model", "optimizer"], sort=False):
@@ -61,40 +96,46 @@ def length_stability(best: pd.DataFrame) -> pd.DataFrame:
                     "error": float(row["best_error"]),
                     "ref_epochs": int(ref["epochs"]),
                     "dtop1": float(row["best_error"] - ref["best_error"]),
+                    "dtop1_low": float(row["seed_low"] - ref["best_error"]),
+                    "dtop1_high": float(row["seed_high"] - ref["best_error"]),
                 }
             )
     columns = ["model", "optimizer", "epochs", "error", "ref_epochs", "dtop1"]
+    columns += ["dtop1_low", "dtop1_high"]
     return pd.DataFrame(rows, columns=columns)
 
 
 def optimizer_stability(best: pd.DataFrame) -> pd.DataFrame:
     """Error per model, optimizer and schedule length, with the paper's rule for diverged cells:
     a cell without a finished trial takes the best result of a shorter schedule (same model and
-    optimizer) and is marked `substituted`. Columns: model, optimizer, epochs, error,
-    source_epochs, substituted. Cells with nothing to show (no shorter result either) are dropped.
+    optimizer) and is marked `substituted`. Columns: model, optimizer, epochs, error, low and
+    high (its seed spread), source_epochs, substituted. Cells with nothing to show (no shorter
+    result either) are dropped.
     """
     rows = []
     for (model, optimizer), group in best.groupby(["model", "optimizer"], sort=False):
         group = group.sort_values("epochs")
         for _, row in group.iterrows():
-            error, source = row["best_error"], row["epochs"]
-            if np.isnan(error):
+            pick = row
+            if np.isnan(row["best_error"]):
                 shorter = group[(group["epochs"] < row["epochs"])].dropna(subset=["best_error"])
                 if shorter.empty:
                     continue
                 pick = shorter.loc[shorter["best_error"].idxmin()]
-                error, source = pick["best_error"], pick["epochs"]
             rows.append(
                 {
                     "model": model,
                     "optimizer": optimizer,
                     "epochs": int(row["epochs"]),
-                    "error": float(error),
-                    "source_epochs": int(source),
-                    "substituted": bool(source != row["epochs"]),
+                    "error": float(pick["best_error"]),
+                    "low": float(pick["seed_low"]),
+                    "high": float(pick["seed_high"]),
+                    "source_epochs": int(pick["epochs"]),
+                    "substituted": bool(pick["epochs"] != row["epochs"]),
                 }
             )
-    columns = ["model", "optimizer", "epochs", "error", "source_epochs", "substituted"]
+    columns = ["model", "optimizer", "epochs", "error", "low", "high", "source_epochs"]
+    columns += ["substituted"]
     return pd.DataFrame(rows, columns=columns)
 
 
