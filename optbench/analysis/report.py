@@ -156,7 +156,7 @@ def _peak_section(best: pd.DataFrame) -> Section:
     if table.isna().all().all():
         section.notes.append("Skipped: no finished trials.")
     else:
-        section.tables.append(("Best error (%)", table))
+        section.tables.append(("Cell error (%)", table))
     return section
 
 
