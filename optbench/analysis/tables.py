@@ -1,5 +1,5 @@
 """Tables from a trials table: its result rows, its panels (one per optimizer and schedule
-length), the best error of each (model, optimizer, epochs) cell, training-length stability
+length), the error of each (model, optimizer, epochs) cell, training-length stability
 (Fig 2), optimizer stability (Fig 3), the peak table (Table 2) and the trials whose curves are
 drawn.
 
