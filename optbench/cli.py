@@ -387,12 +387,8 @@ def report(
     set_: Overrides = None,
 ) -> None:
     """Write figures, trials.csv, summary.json and index.html for each study."""
-    import yaml
-
     from optbench.analysis.report import write_report
     from optbench.analysis.summary import format_table
-    from optbench.checks import check_spec
-    from optbench.overrides import override_sources, parse_overrides, validate_study
     from optbench.plan import plan
     from optbench.store import Store
 
@@ -414,10 +410,7 @@ def report(
             raise UsageError(
                 f"--results: no studies under {results} (no */spec.yaml); run one first"
             )
-        parsed = parse_overrides(set_ or [])
-        specs = [validate_study(yaml.safe_load(p.read_text()), p, parsed) for p in saved]
-        for spec, path in zip(specs, saved, strict=True):
-            check_spec(spec, data=False, source=path, sources=override_sources(parsed))
+        specs = [_load(path, data=False, overrides=set_) for path in saved]
     for spec in specs:
         trials = Store(spec, create=False).frame(plan(spec))
         summary = write_report(spec, trials, out / spec.name, figures, metric)

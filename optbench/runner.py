@@ -37,14 +37,6 @@ from optbench.train.results import (
 
 
 @contextmanager
-def study_lock(spec: StudySpec, console: Console) -> Iterator[None]:
-    """One driver per study at a time (a second `optbench run` fails instead of racing), and
-    none while workers of an earlier one still write into it (locks.py)."""
-    with driver_lock(spec.study_dir, on_wait=console.print):
-        yield
-
-
-@contextmanager
 def write_faults_as_one_line() -> Iterator[None]:
     """Disk full, I/O errors and a study file that cannot be written stop the run with one line
     naming the path and the cause (WriteError; the database's own are StorageUnavailable, see
@@ -105,7 +97,8 @@ def run_study(
     the driver (SLURM) returns right after submitting: a later run follows the same jobs."""
     console = console or Console()
     trials = plan(spec)  # pure: a spec that cannot be planned stops here, before any write
-    with write_faults_as_one_line(), study_lock(spec, console):
+    # one driver per study, and none while an earlier driver's workers still write (locks.py)
+    with write_faults_as_one_line(), driver_lock(spec.study_dir, on_wait=console.print):
         store = Store(spec, create=True)
         atomic_write_text(spec.study_dir / "spec.yaml", dump_spec(spec))
         stored = store.prepare(trials, retries=spec.executor.retries)
@@ -115,13 +108,15 @@ def run_study(
             _record_end(store, pending[event.key], event.message)
         if ended:
             console.print(f"recorded {len(ended)} trial(s) whose job ended while no run followed")
-            stored = store.prepare(trials, retries=spec.executor.retries)  # retry failures
         recovered = [s for s in stored if s.status == "pending" and _record_from_disk(store, s)]
         if recovered:
             console.print(f"recorded {len(recovered)} result(s) found on disk")
             for s in recovered:
                 if s.status == "failed":  # an invalid result file: a failed attempt, retried now
                     console.print(f"failed: {s.record.user_attrs['message']}", markup=False)
+        touched = [pending[event.key] for event in ended] + recovered
+        if any(s.status not in ("finished", "diverged") for s in touched):
+            # a failure gets its retry (a new attempt); record updates the others in place
             stored = store.prepare(trials, retries=spec.executor.retries)
         unused = store.unused_trials(trials)
         if unused:

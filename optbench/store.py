@@ -138,6 +138,17 @@ def masked(url: str) -> str:
         return url
 
 
+def _first_line(err: BaseException, url: str) -> str:
+    """The first line of a storage error (of the driver's own, where SQLAlchemy wraps one), with
+    the URL's password replaced by ***: it is printed."""
+    why = (str(getattr(err, "orig", None) or err).strip().splitlines() or [""])[0]
+    try:
+        password = sqlalchemy.engine.make_url(url).password
+    except sqlalchemy.exc.ArgumentError:  # journal:///path: no password
+        password = None
+    return why.replace(str(password), "***") if password else why
+
+
 _CONNECTION_ERRORS = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)
 
 
@@ -157,10 +168,7 @@ def storage_errors(url: str) -> Iterator[None]:
             cause, (*_CONNECTION_ERRORS, OSError)
         ):
             raise
-        why = str(getattr(cause, "orig", None) or cause).strip().splitlines()[0]
-        password = None if journal else sqlalchemy.engine.make_url(url).password
-        if password:
-            why = why.replace(str(password), "***")
+        why = _first_line(cause, url)
         file = storage_file(url)
         if file is not None:  # a file: full disk, I/O error, read-only, damaged meanwhile
             raise StorageUnavailable(
@@ -189,9 +197,10 @@ def make_storage(url: str) -> optuna.storages.BaseStorage:
     except (sqlalchemy.exc.DatabaseError, ValueError, RuntimeError) as err:
         if isinstance(err, sqlalchemy.exc.OperationalError) and not url.startswith("sqlite"):
             raise  # a database server that does not answer: not bad input
-        where = storage_file(url) or url
-        why = str(getattr(err, "orig", None) or err).splitlines()[0]
-        raise UsageError(f"{where}: not a usable study database ({why})") from None
+        where = storage_file(url) or masked(url)
+        raise UsageError(
+            f"{where}: not a usable study database ({_first_line(err, url)})"
+        ) from None
 
 
 def _open_storage(url: str) -> optuna.storages.BaseStorage:

@@ -25,6 +25,8 @@ from optbench.analysis.stats import Interval
 
 PANEL_SIZE = (4.2, 3.2)
 OPTIMIZER_NAMES = {"adamw": "AdamW", "sgd": "SGD"}
+OPTIMIZER_COLORS = {"adamw": "C0", "sgd": "C3"}
+OPTIMIZER_SHIFT = {"adamw": -3.0, "sgd": 3.0}  # points: the two optimizers' seed bars side by side
 RANK_STYLES = {"best": "-", "median": "--", "worst": ":"}
 HYPERPARAMETERS: tuple[str, ...] = ("lr", "wd", "lr*wd")
 NEAR_CHANCE_STYLE = ":"  # an EDF of a cell whose best error is near chance level
@@ -285,13 +287,11 @@ def plot_optimizer(stability: pd.DataFrame, gaps: pd.DataFrame) -> Figure:
     bars span each point's seeds."""
     models = list(dict.fromkeys(stability["model"]))
     fig, axes = _grid(len(models), 3)
-    opt_colors = {"adamw": "C0", "sgd": "C3"}
-    opt_shift = {"adamw": -3.0, "sgd": 3.0}  # points: the two optimizers' seed bars side by side
     for ax, model in zip(axes, models, strict=True):
         part = stability[stability["model"] == model]
         for optimizer, rows in part.groupby("optimizer", sort=False):
             rows = rows.sort_values("epochs")
-            color = opt_colors.get(optimizer, "C7")
+            color = OPTIMIZER_COLORS.get(optimizer, "C7")
             name = OPTIMIZER_NAMES.get(optimizer, optimizer)
             substituted = rows["substituted"].to_numpy()
             # NaN breaks a line: solid through real results, dashed into and out of substitutes
@@ -311,7 +311,7 @@ def plot_optimizer(stability: pd.DataFrame, gaps: pd.DataFrame) -> Figure:
                     mfc="none",
                     label=f"{name}, dashed: diverged, best shorter schedule",
                 )
-            _shift_right(drawn, ax, opt_shift.get(optimizer, 0.0))
+            _shift_right(drawn, ax, OPTIMIZER_SHIFT.get(optimizer, 0.0))
         for _, gap in gaps[gaps["model"] == model].iterrows():
             ax.annotate(
                 f"{gap['gap']:+.1f}",
@@ -338,20 +338,18 @@ def plot_stem(best: pd.DataFrame, order: Sequence[str]) -> Figure:
     order (models in `order`) with AdamW and with SGD, bars spanning each point's seeds."""
     lengths = sorted(best["epochs"].unique())
     fig, axes = _grid(len(lengths), 2)
-    opt_colors = {"adamw": "C0", "sgd": "C3"}
-    opt_shift = {"adamw": -3.0, "sgd": 3.0}  # points, as in plot_optimizer
     for ax, epochs in zip(axes, lengths, strict=True):
         part = best[best["epochs"] == epochs]
         for optimizer, rows in part.groupby("optimizer", sort=False):
             rows = rows.set_index("model").reindex(order)
             x = np.arange(len(order))
-            color = opt_colors.get(optimizer, "C7")
+            color = OPTIMIZER_COLORS.get(optimizer, "C7")
             name = OPTIMIZER_NAMES.get(optimizer, optimizer)
             drawn = ax.plot(x, rows["best_error"], "o-", color=color, label=name)
             drawn += _seed_bars(
                 ax, x, rows["best_error"], rows["seed_low"], rows["seed_high"], color
             )
-            _shift_right(drawn, ax, opt_shift.get(optimizer, 0.0))
+            _shift_right(drawn, ax, OPTIMIZER_SHIFT.get(optimizer, 0.0))
         ax.set_xticks(np.arange(len(order)), list(order), rotation=15)
         ax.set_title(f"{int(epochs)} epochs")
         ax.set_ylabel("error (%)")

@@ -97,7 +97,9 @@ def _edf_section(
     return section
 
 
-def _length_section(trials: pd.DataFrame, colors: dict[str, str], metric: str) -> Section:
+def _length_section(
+    trials: pd.DataFrame, best: pd.DataFrame, colors: dict[str, str], metric: str
+) -> Section:
     section = Section(
         "length",
         "Training-length stability (Fig 2)",
@@ -108,14 +110,13 @@ def _length_section(trials: pd.DataFrame, colors: dict[str, str], metric: str) -
     )
     draw = lambda: figures.length_figure(trials, metric=metric, colors=colors)  # noqa: E731
     if _figure(section, "length", draw):
-        best = tables.best_by_cell(tables.with_errors(trials, metric))
         section.tables.append(
             ("dtop-1 against the longest schedule", tables.length_stability(best))
         )
     return section
 
 
-def _optimizer_section(trials: pd.DataFrame, metric: str) -> Section:
+def _optimizer_section(trials: pd.DataFrame, best: pd.DataFrame, metric: str) -> Section:
     section = Section(
         "optimizer",
         "Optimizer stability (Fig 3)",
@@ -126,7 +127,7 @@ def _optimizer_section(trials: pd.DataFrame, metric: str) -> Section:
     )
     if not _figure(section, "optimizer", lambda: figures.optimizer_figure(trials, metric=metric)):
         return section
-    table = tables.optimizer_stability(tables.best_by_cell(tables.with_errors(trials, metric)))
+    table = tables.optimizer_stability(best)
     section.tables.append(("SGD - AdamW gap (points)", tables.optimizer_gaps(table)))
     substituted = table[table["substituted"]]
     if not substituted.empty:
@@ -298,8 +299,8 @@ def build_sections(
     metric = options.metric
     builders: dict[str, Callable[[], Section]] = {
         "edf": lambda: _edf_section(trials, colors, options, _num_classes(spec, data_shape)),
-        "length": lambda: _length_section(trials, colors, metric),
-        "optimizer": lambda: _optimizer_section(trials, metric),
+        "length": lambda: _length_section(trials, best, colors, metric),
+        "optimizer": lambda: _optimizer_section(trials, best, metric),
         "stem": lambda: _stem_section(trials, metric),
         "peak": lambda: _peak_section(best),
         "complexity": lambda: _complexity_section(spec, results, data_shape),

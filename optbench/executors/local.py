@@ -158,7 +158,6 @@ def run_job(job: TrialJob) -> str:
 class _Worker:
     process: multiprocessing.process.BaseProcess
     conn: Connection
-    gpu: int | None
     ready: bool = False
     job: TrialJob | None = None
     started: bool = False  # the worker said it started `job`
@@ -223,7 +222,7 @@ class LocalExecutor:
         )
         process.start()
         there.close()
-        pool.workers[slot] = _Worker(process, here, pool.gpus[slot])
+        pool.workers[slot] = _Worker(process, here)
 
     def _dispatch(self) -> None:
         for worker in self._pool.workers.values():
