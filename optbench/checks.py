@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from optbench.errors import SpecError, UsageError, did_you_mean, source_of
-from optbench.spec import Dataset, StudySpec
+from optbench.recipe import Dataset
+from optbench.spec import StudySpec
 
 # The datasets train/datasets.py reads (its DATASETS), named here so that checking a study needs
 # no torch; tests/test_fast_commands.py checks that the two agree.
@@ -103,7 +104,7 @@ def check_storage(url: str, what: str) -> None:
     """The storage can be opened for writing: a SQLite or journal file whose folder can be
     written and which is a study database if it exists, or a server whose driver is
     installed. Connects to nothing."""
-    from optbench.store import check_storage_file, server_url, storage_file
+    from optbench.storage_url import check_storage_file, server_url, storage_file
 
     path = storage_file(url)
     if path is not None:

@@ -16,7 +16,8 @@ import typer
 from rich.console import Console
 
 from optbench.errors import StorageUnavailable, UsageError, WriteError, format_errors
-from optbench.spec import OPTIMIZERS, Dataset, Recipe, StudySpec
+from optbench.recipe import OPTIMIZERS, Dataset, Recipe
+from optbench.spec import StudySpec
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -137,11 +138,11 @@ def train(
     from optbench.checks import check_batch
     from optbench.errors import did_you_mean
     from optbench.models import is_model, model_names
-    from optbench.spec import read_yaml
     from optbench.train.config import TrainConfig
     from optbench.train.datasets import check_dataset, download_dataset
     from optbench.train.loop import run_trial
     from optbench.train.signals import STOP_SIGNALS, TrialInterrupted
+    from optbench.yamlio import read_yaml
 
     if optimizer not in OPTIMIZERS:
         raise UsageError(f"--optimizer: must be one of {list(OPTIMIZERS)}, got {optimizer!r}")

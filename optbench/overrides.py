@@ -16,22 +16,20 @@ import yaml
 from pydantic import ValidationError
 
 from optbench.errors import SpecError, UsageError, format_errors
-from optbench.spec import StudySpec, read_study_yaml
+from optbench.spec import StudySpec
+from optbench.yamlio import read_study_yaml, read_yaml
 
 
 def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
-    """{"search.n_samples": 8, ...} from ["search.n_samples=8", ...]; later ones win."""
+    """{"search.n_samples": 8, ...} from ["search.n_samples=8", ...]; later ones win. Each value
+    is read as a study file is (yamlio.read_yaml: a key given twice is an error)."""
     parsed: dict[str, Any] = {}
     for item in items:
         key, sep, text = item.partition("=")
         key = key.strip()
         if not sep or not key or any(not part for part in key.split(".")):
             raise UsageError(f"--set {item}: expected KEY=VALUE with a dotted KEY, e.g. epochs=3")
-        try:
-            parsed[key] = yaml.safe_load(text)
-        except yaml.YAMLError as err:
-            reason = str(err).splitlines()[0]
-            raise UsageError(f"--set {item}: the value is not valid YAML ({reason})") from None
+        parsed[key] = read_yaml(text, f"--set {item}")  # as strict as a study file
     return parsed
 
 

@@ -10,7 +10,6 @@ file, sbatch's output, a pipe).
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 import time
@@ -23,7 +22,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console, Group
 from rich.table import Table
 
-from optbench.train.results import METRICS_FILE
+from optbench.train.results import METRICS_FILE, read_metrics
 
 if TYPE_CHECKING:
     from optbench.store import StoredTrial
@@ -45,20 +44,17 @@ class TrialEpochs:
 
 
 def read_trial_epochs(out_dir: Path) -> TrialEpochs:
-    """The epochs in `out_dir`/metrics.jsonl so far. A worker may be writing the last line: a
-    line that does not parse (yet) is left out."""
+    """The epochs in `out_dir`/metrics.jsonl so far (train.results.read_metrics, partial: a
+    line a worker is still writing is left out, and a file that is not metrics reads as none)."""
     path = Path(out_dir) / METRICS_FILE
     try:
-        text, updated = path.read_text(), path.stat().st_mtime
+        updated = path.lstat().st_mtime
     except OSError:
         return TrialEpochs()
-    lines = []
-    for raw in text.splitlines():
-        try:
-            lines.append(json.loads(raw))
-        except json.JSONDecodeError:
-            break
-    seconds = tuple(float(line["epoch_s"]) for line in lines if line.get("epoch_s"))
+    lines = read_metrics(Path(out_dir), partial=True)
+    seconds = tuple(
+        float(s) for line in lines if isinstance(s := line.get("epoch_s"), int | float) and s
+    )
     errors = [line.get("val_error") for line in lines]
     return TrialEpochs(len(lines), seconds, errors[-1] if errors else None, updated)
 

@@ -40,7 +40,7 @@ from optbench.train.results import (
 def write_faults_as_one_line() -> Iterator[None]:
     """Disk full, I/O errors and a study file that cannot be written stop the run with one line
     naming the path and the cause (WriteError; the database's own are StorageUnavailable, see
-    store.storage_errors). What was recorded stays recorded: every database write is a
+    storage_url.storage_errors). What was recorded stays recorded: every database write is a
     transaction, and result files not yet recorded are recorded by the next run."""
     try:
         yield

@@ -11,7 +11,7 @@ import torch
 from PIL import Image
 
 from optbench.errors import UsageError
-from optbench.spec import Dataset, Recipe
+from optbench.recipe import Dataset, Recipe
 from optbench.train.batches import DeviceBatches, FolderBatches, Shard, _val_transform, epoch_order
 from optbench.train.config import TrainConfig
 from optbench.train.datasets import check_dataset, dataset_info, load_dataset, model_input

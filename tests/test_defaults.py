@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from optbench.plan import plan
-from optbench.spec import Recipe, parse_spec
+from optbench.recipe import Recipe
+from optbench.spec import parse_spec
 from optbench.train.checkpoint import save_checkpoint
 from optbench.train.results import atomic_write_text
 

@@ -29,8 +29,9 @@ import optbench.train.state as trial_state
 from optbench.executors.base import JobEvent
 from optbench.executors.local import LocalExecutor
 from optbench.plan import plan
+from optbench.recipe import Dataset, Recipe
 from optbench.runner import run_study
-from optbench.spec import Dataset, Recipe, parse_spec
+from optbench.spec import parse_spec
 from optbench.store import Store
 from optbench.train.checkpoint import CHECKPOINT_FILE
 from optbench.train.config import TrainConfig, TrialResult

@@ -93,3 +93,12 @@ def test_the_spec_is_data():
         for m in import_graph()["optbench.spec"]
         if m.startswith(("optbench.models", "optbench.train"))
     }
+
+
+def test_the_trainer_does_not_import_the_study_schema():
+    # A trial's recipe and dataset settings are recipe.py's: the trainer knows no study.
+    graph = import_graph()
+    assert any(m.startswith("optbench.train.") for m in graph)  # the trainer was read
+    assert not {
+        m for m, deps in graph.items() if m.startswith("optbench.train") and "optbench.spec" in deps
+    }

@@ -13,7 +13,7 @@ from torch import nn
 
 from optbench.models import create_model
 from optbench.models.zoo import model_defaults
-from optbench.spec import Recipe
+from optbench.recipe import Recipe
 
 # The ViT_P / ViT_C pairs at two widths (d 192 and 384; 32 px, patch 4) and the 1-channel 16 px
 # quickstart pair (d 64).

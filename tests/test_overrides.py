@@ -72,7 +72,9 @@ def test_run_saves_the_resolved_spec_with_its_overrides(cli, study, tiny_dict, t
         ("dataset.name=digit", "--set dataset.name=digit: dataset.name: unknown dataset 'digit'; did you mean digits?"),
         ("name.first=x", "--set name.first=x: name is not a mapping"),
         ("batch_size", "--set batch_size: expected KEY=VALUE"),
-        ("search.n_samples=[1", "--set search.n_samples=[1: the value is not valid YAML"),
+        ("search.n_samples=[1", "--set search.n_samples=[1: not valid YAML"),
+        # read as strictly as a study file: a key given twice is refused, not "the last one wins"
+        ("recipe={ema: true, ema: false}", "--set recipe={ema: true, ema: false}: not valid YAML: duplicate key 'ema' (line 1, column 13)"),
     ],
 )  # fmt: skip
 def test_a_bad_override_is_one_line_naming_it_exit_2_nothing_written(

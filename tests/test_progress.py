@@ -100,6 +100,30 @@ def test_a_half_written_metrics_line_is_left_out(tmp_path):
     assert read_trial_epochs(tmp_path / "nowhere").done == 0
 
 
+def test_the_live_view_reads_metrics_through_the_capped_reader(tmp_path, monkeypatch):
+    # One reader of metrics.jsonl (train.results.read_metrics): the live view's partial mode
+    # gives up quietly where the driver's strict mode refuses the file.
+    from optbench.train import results
+
+    _metrics(tmp_path / "big", [1.0, 2.0])
+    monkeypatch.setattr(results, "MAX_METRICS_BYTES", 40)  # smaller than the two lines
+    with pytest.raises(results.InvalidResultFile, match="larger than 40 bytes"):
+        results.read_metrics(tmp_path / "big")
+    assert read_trial_epochs(tmp_path / "big").done == 0
+    monkeypatch.undo()
+    _metrics(tmp_path / "real", [1.0])
+    (tmp_path / "planted").mkdir()
+    (tmp_path / "planted" / "metrics.jsonl").symlink_to(tmp_path / "real" / "metrics.jsonl")
+    with pytest.raises(results.InvalidResultFile, match="symbolic link"):
+        results.read_metrics(tmp_path / "planted")
+    assert read_trial_epochs(tmp_path / "planted").done == 0
+    with open(tmp_path / "real" / "metrics.jsonl", "a") as f:
+        f.write('{"epoch": "two"}\n')  # not an epoch's metrics: the strict reader names the line
+    with pytest.raises(results.InvalidResultFile, match="line 2"):
+        results.read_metrics(tmp_path / "real")
+    assert read_trial_epochs(tmp_path / "real").done == 1
+
+
 class _Watched(LocalExecutor):
     """A local pool that notes how many trials it said were running at once."""
 

@@ -263,7 +263,7 @@ def test_complexity_table_counts_each_models_parameters():
 
 def test_the_complexity_table_measures_each_model_at_the_input_size_it_trains_at(tmp_path):
     from optbench.models.complexity import model_complexity
-    from optbench.spec import Dataset
+    from optbench.recipe import Dataset
     from optbench.train.datasets import load_dataset
 
     root = tmp_path / "imagenet"  # the layout is all a trial's input size needs

@@ -24,7 +24,8 @@ from optbench.executors.slurm import SlurmExecutor
 from optbench.plan import plan
 from optbench.runner import _record_end, run_study
 from optbench.spec import parse_spec
-from optbench.store import Store, make_storage
+from optbench.storage_url import make_storage
+from optbench.store import Store
 from optbench.train.config import TrialResult
 from optbench.train.loop import run_trial
 from optbench.train.results import write_result

@@ -80,7 +80,7 @@ def test_a_missing_database_driver_names_the_extra(tiny_dict, tmp_path):
 
 def test_an_unusable_database_server_is_refused_with_the_password_masked(monkeypatch):
     # e.g. optuna's schema-version RuntimeError, whose text may quote the URL
-    from optbench import store
+    from optbench import storage_url
     from optbench.errors import UsageError
 
     url = "postgresql://optbench:s3cret@db.example:5432/studies"
@@ -88,7 +88,7 @@ def test_an_unusable_database_server_is_refused_with_the_password_masked(monkeyp
     def refuse(_url):
         raise RuntimeError(f"cannot upgrade the schema of {url}")
 
-    monkeypatch.setattr(store, "_open_storage", refuse)
+    monkeypatch.setattr(storage_url, "_open_storage", refuse)
     with pytest.raises(UsageError) as refused:
-        store.make_storage(url)
+        storage_url.make_storage(url)
     assert "s3cret" not in str(refused.value) and "***" in str(refused.value)

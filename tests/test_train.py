@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from optbench.spec import Dataset, Recipe
+from optbench.recipe import Dataset, Recipe
 from optbench.train.config import TrainConfig
 from optbench.train.loop import run_trial
 from optbench.train.results import read_result

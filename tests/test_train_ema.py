@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from optbench.spec import Dataset, Recipe
+from optbench.recipe import Dataset, Recipe
 from optbench.train.config import TrainConfig
 from optbench.train.ema import WeightAverage
 

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import optbench.train.evaluation as evaluation
-from optbench.spec import Dataset, Recipe
+from optbench.recipe import Dataset, Recipe
 from optbench.train.config import TrainConfig
 from optbench.train.distributed import DistContext
 from optbench.train.loop import run_trial

@@ -15,7 +15,7 @@ import torch
 from pydantic import ValidationError
 
 from optbench import models  # noqa: F401  (registers the quickstart models)
-from optbench.spec import Dataset, Recipe
+from optbench.recipe import Dataset, Recipe
 from optbench.train.config import TrainConfig
 from optbench.train.optim import LrSchedule, build_optimizer, weight_decay_groups
 

@@ -30,7 +30,7 @@ import torch
 from torch.utils.data import DataLoader
 from torch.utils.data import Dataset as TorchDataset
 
-from optbench.spec import Recipe
+from optbench.recipe import Recipe
 from optbench.train.augment import build_policy
 from optbench.train.datasets import DeviceData, FolderData
 from optbench.train.seeding import derive_seed

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from optbench.spec import Recipe
+from optbench.recipe import Recipe
 from optbench.train.distributed import DistContext, process_device
 
 

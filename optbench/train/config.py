@@ -7,7 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from optbench.spec import SEED_BOUND, Dataset, Optimizer, Recipe, fill_ref_batch
+from optbench.caps import SEED_BOUND
+from optbench.recipe import Dataset, Optimizer, Recipe, fill_ref_batch
 
 Status = Literal["finished", "diverged", "failed"]
 
@@ -24,7 +25,7 @@ class TrainConfig(BaseModel):
     wd: float = Field(ge=0)
     epochs: int = Field(ge=1)
     batch_size: int = Field(ge=1)
-    ref_batch: int = Field(ge=1)  # default: the recipe preset's (spec.PRESET_REF_BATCH)
+    ref_batch: int = Field(ge=1)  # default: the recipe preset's (recipe.PRESET_REF_BATCH)
     seed: int = Field(default=0, ge=0, lt=SEED_BOUND)
     recipe: Recipe = Recipe()
 

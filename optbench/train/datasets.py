@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from optbench.errors import UsageError
-from optbench.spec import Dataset
+from optbench.recipe import Dataset
 from optbench.train.augment import IMAGENET_MEAN, IMAGENET_STD
 
 # Class-folder datasets, for a model whose pretrained cfg gives no input size or crop_pct:

@@ -134,13 +134,23 @@ def read_result(out_dir: Path) -> TrialResult | None:
         return None
 
 
-def read_metrics(out_dir: Path) -> list[dict]:
-    """The per-epoch lines of metrics.jsonl ([] if there is none); InvalidResultFile if a line
-    is not a JSON object with an integer epoch and a numeric (or null) val_error."""
+def read_metrics(out_dir: Path, *, partial: bool = False) -> list[dict]:
+    """The per-epoch lines of metrics.jsonl ([] if there is none), the one reader of that file
+    (at most MAX_METRICS_BYTES, a regular file). InvalidResultFile if a line is not a JSON
+    object with an integer epoch and a numeric (or null) val_error.
+
+    With `partial` (a trial still running: the live view, `optbench status --trials`), never an
+    error: the lines up to the first that is not an epoch's metrics (a worker may be writing
+    it), and [] for a file that cannot be read as metrics at all."""
     path = out_dir / METRICS_FILE
     if not path.exists() and not path.is_symlink():
         return []
-    text = _read_capped(path, MAX_METRICS_BYTES)
+    try:
+        text = _read_capped(path, MAX_METRICS_BYTES)
+    except InvalidResultFile:
+        if partial:
+            return []
+        raise
     lines = []
     for n, raw in enumerate(text.splitlines(), start=1):
         if not raw.strip():
@@ -148,10 +158,14 @@ def read_metrics(out_dir: Path) -> list[dict]:
         try:
             line = json.loads(raw)
         except ValueError:
+            if partial:
+                break
             raise InvalidResultFile(f"{path}: line {n} is not JSON") from None
         epoch = line.get("epoch") if isinstance(line, dict) else None
         val = line.get("val_error") if isinstance(line, dict) else None
         if type(epoch) is not int or not (val is None or type(val) in (int, float)):
+            if partial:
+                break
             raise InvalidResultFile(
                 f"{path}: line {n} is not an epoch's metrics (an object with an integer "
                 "epoch and a numeric val_error)"

@@ -1,0 +1,286 @@
+"""What one trial trains with, as data: the recipe (`Recipe`, its named presets and the lr's
+reference batch of each), the dataset settings (`Dataset`) and the optimizer names.
+
+A study (spec.py) shares one recipe and one dataset among its trials; `optbench train` builds
+them from flags; a trial's `TrainConfig` (train/config.py) carries them to the trainer, which
+imports them from here, not the study schema. Every recipe key's meaning, and the source of
+every preset value, is in docs/recipes.md. Pure data: nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from optbench.caps import MAX_AUGMENT_OPS, MAX_IMG_SIZE, MAX_TRANSLATE, check_cap
+
+Optimizer = Literal["adamw", "sgd"]
+OPTIMIZERS: tuple[str, ...] = ("adamw", "sgd")
+
+
+class StrictModel(BaseModel):
+    """The base of every settings model: unknown keys, non-finite numbers and edits are errors."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+def plain_path(v: Path | None) -> Path | None:
+    """A path validator: a NUL character (which no file system allows) is an error."""
+    if v is not None and "\0" in str(v):
+        raise ValueError("a path cannot contain a NUL character")
+    return v
+
+
+class Dataset(StrictModel):
+    """Which data to train on. `root` is required for on-disk datasets, unused for digits."""
+
+    name: str
+    root: Path | None = None
+    img_size: int | None = Field(default=None, ge=4)
+
+    @field_validator("img_size")
+    @classmethod
+    def _img_size(cls, v: int | None) -> int | None:
+        return None if v is None else check_cap(v, MAX_IMG_SIZE, "img_size")
+
+    @field_validator("root")
+    @classmethod
+    def _root(cls, v: Path | None) -> Path | None:
+        return plain_path(v)
+
+
+# Named recipes. A study picks one with `recipe.preset` and may override any key; every key's
+# meaning, and the source of every preset value, is in docs/recipes.md. "basic" is the fast
+# quickstart recipe (the field defaults below).
+RecipePreset = Literal["basic", "paper", "deit"]
+RECIPE_PRESETS: dict[str, dict] = {
+    "basic": {},
+    # Xiao et al. 2021 as its code ran it: pycls, branch `vitconfigs`, configs/vitconv_baselines/vit
+    "paper": {
+        "schedule": "pycls",
+        "schedule_step": "epoch",
+        "warmup_epochs": 5.0,
+        "warmup_ref_epochs": None,
+        "warmup_factor": 0.1,
+        "min_lr": 0.005,
+        "nesterov": True,
+        "label_smoothing": 0.1,
+        "ema": True,
+        "ema_rule": "pycls",
+        "ema_period": 32,
+        "ema_alpha": 1e-5,
+        "precise_bn_images": 8192,
+        "auto_augment": "pycls_v0",
+        "lighting_std": 0.1,
+        "mixup_alpha": 0.8,
+        "cutmix_alpha": 1.0,
+        "random_erasing": 0.0,
+        "repeated_aug": 1,
+        "drop_path": 0.0,
+        "wd_exclude": [],
+    },
+    # DHVT's official code (Lu et al. 2022; DeiT's main.py), its CIFAR run; its lr is normalized
+    # to batch 512 (see PRESET_REF_BATCH).
+    "deit": {
+        "schedule": "deit",
+        "schedule_step": "epoch",
+        "warmup_epochs": 5.0,
+        "warmup_ref_epochs": None,
+        "warmup_factor": 0.001,
+        "min_lr": 0.01,
+        "nesterov": True,  # DeiT's --opt sgd is timm's Nesterov SGD
+        "label_smoothing": 0.1,
+        "ema": True,
+        "ema_rule": "decay",
+        "ema_decay": 0.99996,
+        "report": "raw_final",
+        "normalize": "imagenet",
+        "auto_augment": "rand-m9-mstd0.5-inc1",
+        "mixup_alpha": 0.8,
+        "cutmix_alpha": 1.0,
+        "random_erasing": 0.25,
+        "repeated_aug": 3,
+        "drop_path": 0.1,
+        "wd_exclude": ["*cls_token", "*pos_embed"],
+    },
+}
+
+
+# With the basic preset and no warmup of the study's own, the default warmup_epochs is the full
+# warmup from this schedule length on (see Recipe._fill_from_preset).
+BASIC_WARMUP_REF_EPOCHS = 50
+
+# The batch size each preset's lr is normalized to: a study's (or `optbench train`'s) `ref_batch`
+# when it gives none. Xiao et al. normalize to 2048; DeiT's code scales lr by batch / 512.
+PRESET_REF_BATCH: dict[str, int] = {"basic": 2048, "paper": 2048, "deit": 512}
+
+# The parameters each EMA rule reads, with their defaults (filled in when the rule is chosen). A
+# rule's parameters are null under the other rules, so a resolved recipe shows only what is used.
+EMA_RULE_PARAMS: dict[str, dict[str, float]] = {
+    "horizon": {"ema_horizon": 0.078},
+    "pycls": {"ema_period": 32, "ema_alpha": 1e-5},
+    "decay": {"ema_decay": 0.99996},
+}
+
+# Auto-augment policies (train/augment.py): torchvision's by name, pycls's "pycls_v0", and timm's
+# AutoAugment and RandAugment config strings ("v0", "original-mstd0.5", "rand-m9-mstd0.5-inc1").
+TORCHVISION_POLICIES = ("autoaugment", "randaugment")
+TIMM_POLICY = re.compile(
+    r"(v0|v0r|original|originalr|3a)(-mstd\d+(\.\d+)?)?"
+    r"|rand(-(m|n|mmax|inc)\d+|-(p|mstd)\d+(\.\d+)?)*"
+)
+
+
+def fill_ref_batch(data):
+    """Before-validator for models with `ref_batch` and `recipe`: a missing ref_batch comes from
+    the recipe's preset (PRESET_REF_BATCH)."""
+    if isinstance(data, dict) and data.get("ref_batch") is None:
+        recipe = data.get("recipe")
+        preset = (
+            recipe.get("preset") if isinstance(recipe, dict) else getattr(recipe, "preset", None)
+        )
+        data = {**data, "ref_batch": PRESET_REF_BATCH.get(preset or "basic", 2048)}
+    return data
+
+
+class Recipe(StrictModel):
+    """The training recipe shared by every trial of a study: a named preset plus overrides.
+
+    The preset fills every key the study does not give; the resolved recipe (preset name and
+    every key) is what gets stored and hashed into the cell id.
+    """
+
+    preset: RecipePreset = "basic"
+    # schedule (train/optim.py); min_lr and warmup_factor are fractions of the peak lr
+    schedule: Literal["cosine", "pycls", "deit"] = "cosine"
+    schedule_step: Literal["iteration", "epoch"] = "iteration"
+    warmup_epochs: float = Field(default=5.0, ge=0)
+    warmup_ref_epochs: int | None = Field(default=None, ge=1)
+    warmup_factor: float = Field(default=0.0, ge=0, le=1)
+    min_lr: float = Field(default=0.0, ge=0, le=1)
+    # optimizer
+    momentum: float = Field(default=0.9, ge=0, lt=1)
+    nesterov: bool = False
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = Field(default=1e-8, gt=0)
+    wd_exclude: tuple[str, ...] = ()
+    # loss, weights average (train/ema.py), BN statistics and what is reported
+    label_smoothing: float = Field(default=0.1, ge=0, lt=1)
+    ema: bool = True
+    ema_rule: Literal["horizon", "pycls", "decay"] = "horizon"
+    ema_horizon: float | None = Field(default=None, gt=0, le=1)
+    ema_period: int | None = Field(default=None, ge=1)
+    ema_alpha: float | None = Field(default=None, gt=0)
+    ema_decay: float | None = Field(default=None, ge=0, lt=1)
+    precise_bn_images: int = Field(default=0, ge=0)
+    report: Literal["ema_final", "ema_best", "raw_final", "raw_best"] = "ema_final"
+    diverge_loss: float = Field(default=1e4, gt=0)
+    # augmentation (train/augment.py)
+    normalize: Literal["dataset", "imagenet"] = "dataset"
+    hflip: bool = True
+    translate: int = Field(default=4, ge=0)
+    auto_augment: str = "none"
+    autoaugment_policy: Literal["imagenet", "cifar10", "svhn"] = "imagenet"
+    randaugment_n: int = Field(default=2, ge=1)
+    randaugment_m: int = Field(default=9, ge=0, le=30)
+    augment_group: int = Field(default=8, ge=1)
+    lighting_std: float = Field(default=0.0, ge=0)
+    mixup_alpha: float = Field(default=0.0, ge=0)
+    cutmix_alpha: float = Field(default=0.0, ge=0)
+    random_erasing: float = Field(default=0.0, ge=0, le=1)
+    repeated_aug: int = Field(default=1, ge=1)
+    # model
+    drop_path: float = Field(default=0.0, ge=0, lt=1)
+    weight_init: Literal["reference", "timm"] = "reference"
+    # speed (each is off or harmless on CPU)
+    amp: bool = True
+    channels_last: bool = True
+    compile: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_from_preset(cls, data):
+        if not isinstance(data, dict):
+            return data
+        given = data
+        preset = given.get("preset", "basic")
+        # an unknown preset name is reported by the Literal check
+        data = {**RECIPE_PRESETS.get(preset, {}), **given}
+        # basic's default warmup fits any cosine schedule: 5 epochs from 50 epochs on, shortened
+        # in proportion below (0.1 at 1 epoch); a warmup the study gives is kept as given.
+        if (
+            preset == "basic"
+            and data.get("schedule", "cosine") == "cosine"
+            and not {"warmup_epochs", "warmup_ref_epochs"} & set(given)
+        ):
+            data["warmup_ref_epochs"] = BASIC_WARMUP_REF_EPOCHS
+        # The chosen EMA rule's parameters get their defaults; the preset's parameters of
+        # another rule are dropped (the study's own are kept, and reported if misplaced).
+        rule = data.get("ema_rule", "horizon")
+        for other, params in EMA_RULE_PARAMS.items():
+            for key, default in params.items():
+                if other == rule and data.get(key) is None:
+                    data[key] = default
+                elif other != rule and key not in given:
+                    data.pop(key, None)
+        # pycls's and DeiT's schedules set the lr once per epoch
+        if data.get("schedule") in ("pycls", "deit") and "schedule_step" not in given:
+            data["schedule_step"] = "epoch"
+        return data
+
+    @field_validator("translate")
+    @classmethod
+    def _translate(cls, v: int) -> int:
+        return check_cap(v, MAX_TRANSLATE, "translate", " pixels")
+
+    @field_validator("randaugment_n")
+    @classmethod
+    def _randaugment_n(cls, v: int) -> int:
+        return check_cap(v, MAX_AUGMENT_OPS, "augment_ops", " operations per image")
+
+    @field_validator("betas")
+    @classmethod
+    def _betas(cls, v: tuple[float, float]) -> tuple[float, float]:
+        if not all(0 <= b < 1 for b in v):  # AdamW's running averages' decay rates
+            raise ValueError(f"each of betas must be in [0, 1), got {list(v)}")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Recipe:
+        if self.report.startswith("ema") and not self.ema:
+            raise ValueError(f"report {self.report!r} needs ema: true (or report raw_final)")
+        for rule, params in EMA_RULE_PARAMS.items():
+            for key in params:
+                if rule != self.ema_rule and getattr(self, key) is not None:
+                    raise ValueError(f"{key} is read only by ema_rule {rule!r}; remove it")
+        if self.schedule != "cosine" and self.schedule_step != "epoch":
+            raise ValueError(
+                f"schedule {self.schedule!r} sets the lr once per epoch: schedule_step must be 'epoch'"
+            )
+        named = ("none", "pycls_v0", *TORCHVISION_POLICIES)
+        if self.auto_augment not in named and not TIMM_POLICY.fullmatch(self.auto_augment):
+            raise ValueError(
+                f"auto_augment {self.auto_augment!r} is not one of {list(named)} nor a timm "
+                "AutoAugment or RandAugment config string such as 'v0' or 'rand-m9-mstd0.5-inc1'"
+            )
+        timm_ops = re.search(r"^rand.*-n(\d+)", self.auto_augment)  # timm's RandAugment: -nN
+        if timm_ops:
+            check_cap(
+                int(timm_ops.group(1)), MAX_AUGMENT_OPS, "augment_ops", " operations per image"
+            )
+        if self.autoaugment_policy != "imagenet" and self.auto_augment != "autoaugment":
+            raise ValueError(
+                f"autoaugment_policy {self.autoaugment_policy!r} is read only by auto_augment "
+                f"'autoaugment' (torchvision's), not {self.auto_augment!r}"
+            )
+        return self
+
+    def warmup_for(self, epochs: int) -> float:
+        """Warmup epochs for a schedule of `epochs`: the full warmup_epochs for schedules of at
+        least warmup_ref_epochs, shortened in proportion below that."""
+        if self.warmup_ref_epochs is None or epochs >= self.warmup_ref_epochs:
+            return self.warmup_epochs
+        return self.warmup_epochs * epochs / self.warmup_ref_epochs

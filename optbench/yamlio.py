@@ -1,0 +1,92 @@
+"""The strict YAML reader of every YAML optbench reads from a user: study files and the values
+of `--set KEY=VALUE` (a study's overrides and `optbench train`'s recipe keys).
+
+Strict: a key given twice is an error (YAML's usual rule is that the last one wins), and a
+document whose aliases (*name) expand it beyond MAX_YAML_NODES entries is refused before it is
+built. A study file is at most MAX_STUDY_BYTES of UTF-8. Every problem is one SpecError naming
+the source and, where YAML knows it, the line. The loader is a SafeLoader: it builds plain data
+only, never an object.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from optbench.caps import MAX_STUDY_BYTES, MAX_YAML_NODES
+from optbench.errors import SpecError
+
+
+class StrictLoader(yaml.SafeLoader):
+    """YAML's safe loader, stricter: a key given twice is an error (not "the last one wins"),
+    and a document whose aliases (*name) expand it beyond MAX_YAML_NODES is refused before it
+    is built (a few lines of nested aliases expand to billions of entries)."""
+
+    def construct_document(self, node):
+        sizes: dict[int, int] = {}
+
+        def expanded(n) -> int:  # memoized on the node: linear in the lines, not the expansion
+            if id(n) not in sizes:
+                sizes[id(n)] = 1  # a cycle counts once
+                if isinstance(n, yaml.MappingNode):
+                    children = [c for pair in n.value for c in pair]
+                else:
+                    children = n.value if isinstance(n, yaml.SequenceNode) else []
+                sizes[id(n)] = 1 + sum(expanded(c) for c in children)
+            return sizes[id(n)]
+
+        if expanded(node) > MAX_YAML_NODES:
+            raise yaml.MarkedYAMLError(
+                problem=f"its aliases expand it beyond {MAX_YAML_NODES} entries",
+                problem_mark=node.start_mark,
+            )
+        return super().construct_document(node)
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, (list, dict)):
+                continue  # unhashable: the schema reports it
+            if key in seen:
+                raise yaml.MarkedYAMLError(
+                    problem=f"duplicate key {key!r}", problem_mark=key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def yaml_problem(err: yaml.YAMLError) -> str:
+    """One line: what is wrong and where ("line 3, column 5")."""
+    mark = getattr(err, "problem_mark", None)
+    where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    return f"{problem}{where}"
+
+
+def read_yaml(text: str, source: Path | str):
+    """Parse YAML with StrictLoader; SpecError naming `source`, the problem and its line."""
+    try:
+        return yaml.load(text, Loader=StrictLoader)  # a SafeLoader: builds plain data only
+    except yaml.YAMLError as err:
+        raise SpecError(f"{source}: not valid YAML: {yaml_problem(err)}") from None
+
+
+def read_study_yaml(path: Path | str):
+    """The content of a study YAML file (at most MAX_STUDY_BYTES of UTF-8), not validated yet."""
+    path = Path(path)
+    if not path.is_file():
+        raise SpecError(f"{path}: no such study file")
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_STUDY_BYTES + 1)
+    except OSError as err:
+        raise SpecError(f"{path}: cannot read the study file ({err.strerror})") from None
+    if len(raw) > MAX_STUDY_BYTES:
+        raise SpecError(f"{path}: larger than {MAX_STUDY_BYTES} bytes, not a study file")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SpecError(f"{path}: not a text file (a study file is UTF-8 YAML)") from None
+    return read_yaml(text, path)
