@@ -361,13 +361,14 @@ def test_the_drawn_distribution_equals_the_pil_policys(name):
     if name == "timm_default":
         hparams = {"translate_const": 20, "img_mean": (124, 116, 104)}
         transform = timm_aa.rand_augment_transform("rand-m9-mstd0.5-inc1", hparams)
+        for op in transform.ops:  # 0 bits: black, as the PIL path (Pillow now rejects 0)
+            op.aug_fn = augment._posterize if op.name.startswith("Posterize") else op.aug_fn
         policy = tp.from_timm(timm_aa.rand_augment_transform("rand-m9-mstd0.5-inc1", hparams))
     else:
         transform, policy = augment.timm_policy(name, 3, 32), tp.tensor_policy(name, 32)
     pil = pil_draws(transform, N_IMAGES, seed=0, noisy=policy.magnitude_std > 0)
     tensor = tensor_draws(policy, N_IMAGES, seed=0)
     p = compare(pil, tensor, per_image=policy.kind == "auto")
-    print(name, p)
     assert all(v > 0.001 for v in p.values()), p
     assert ("magnitude" in p) == (name != "pycls_v0")
     if name == "timm_default":  # both filters drawn, about equally
@@ -375,7 +376,7 @@ def test_the_drawn_distribution_equals_the_pil_policys(name):
         assert abs(filters["bilinear"] - filters["bicubic"]) < 0.1 * sum(filters.values())
 
     # The tests can fail: a policy applying its ops a little less often, or with a wider
-    # magnitude noise, is detected.
+    # magnitude noise (twice as wide), is detected.
     rarer = dataclasses.replace(
         policy,
         choices=tuple(
@@ -384,8 +385,10 @@ def test_the_drawn_distribution_equals_the_pil_policys(name):
         ),
     )
     wrong = compare(pil, tensor_draws(rarer, N_IMAGES, seed=1), policy.kind == "auto")
+    print(f"\n{name}: p {p}; ops applied x0.8: p {wrong['ops']:.3g}")
     assert wrong["ops"] < 1e-6, wrong
     if "magnitude" in p:
-        wider = dataclasses.replace(policy, magnitude_std=policy.magnitude_std + 0.2)
+        wider = dataclasses.replace(policy, magnitude_std=2 * policy.magnitude_std)
         wrong = compare(pil, tensor_draws(wider, N_IMAGES, seed=1), policy.kind == "auto")
+        print(f"{name}: mstd x2: p {wrong['magnitude']:.3g}")
         assert wrong["magnitude"] < 1e-6, wrong
