@@ -73,9 +73,9 @@ ARGS = {
     "Contrast": [0.1, 0.55, 1.63, 1.9],
     "Brightness": [0.1, 0.73, 1.9],
     "Sharpness": [0.1, 0.5, 1.9],
-    "Rotate": [-30.0, -27.0, 3.3, 15.0, 30.0],
+    "Rotate": [-30.0, -27.0, 0.0, 3.3, 15.0, 30.0],
     "ShearX": [-0.3, 0.12, 0.27],
-    "ShearY": [-0.21, 0.3],
+    "ShearY": [-0.21, 0.0, 0.3],
     "TranslateX": [-40.5, 13.2, 100.0],
     "TranslateY": [-7.3, 55.0],
     "TranslateXRel": [-0.405, 0.1],
@@ -392,3 +392,14 @@ def test_the_drawn_distribution_equals_the_pil_policys(name):
         wrong = compare(pil, tensor_draws(wider, N_IMAGES, seed=1), policy.kind == "auto")
         print(f"{name}: mstd x2: p {wrong['magnitude']:.3g}")
         assert wrong["magnitude"] < 1e-6, wrong
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@pytest.mark.parametrize("name", ["pycls_v0", "rand-m9-mstd0.5-inc1"])
+def test_on_cuda_the_same_draws_give_the_cpu_images(name):
+    policy = tp.tensor_policy(name, 64)
+    x = batch([natural(64, 64, 3, seed=s) for s in range(256)])
+    cpu, cpu_draws = policy(x, torch.Generator().manual_seed(1), return_draws=True)
+    gpu, gpu_draws = policy(x.cuda(), torch.Generator().manual_seed(1), return_draws=True)
+    assert torch.equal(cpu_draws.op, gpu_draws.op)
+    assert torch.equal(gpu.cpu(), cpu)

@@ -509,11 +509,13 @@ def _affine(matrix_of: Callable, axes: str = "xy") -> Callable:
     `axes`: the axes whose sample points move off the pixel centres."""
 
     def op(x, arg, resample, fill):
-        out = torch.empty_like(x)
+        out = x.clone()
         matrix = matrix_of(arg, *x.shape[-2:])
+        # the identity (magnitude 0: v0's Rotate @ 0, ShearY @ 0) gives each pixel back exactly
+        moves = (matrix != _matrix(1)).any(1)
         chunk = len(x) if x.is_cuda else max(1, CPU_CHUNK_VALUES // x[0].numel())
         for k, name in enumerate(RESAMPLE):
-            rows = (resample == k).nonzero().squeeze(1)
+            rows = ((resample == k) & moves).nonzero().squeeze(1)
             for part in rows.split(chunk) if len(rows) else ():
                 idx = part.to(x.device)
                 out[idx] = _warp(x.index_select(0, idx), matrix[part], name, axes, fill)

@@ -1,0 +1,94 @@
+"""Images/s of the recipes' auto-augment policies: the tensor policy (train/tensor_policy.py) on
+the CPU (and on CUDA when there is one) against the PIL path (`augment.per_image`), batch 128
+of natural-ish uint8 images at 32 px and 224 px. Each figure: the median over `--repeats`
+batches after one warm-up batch; wall time and the process's user+sys CPU time per image.
+Prints one JSON line.
+
+    PYTHONPATH=. python bench/tensor_policy.py [--repeats 3] [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from optbench.train import augment
+from optbench.train.results import _cpu_name
+from optbench.train.tensor_policy import tensor_policy
+
+POLICIES = ("pycls_v0", "rand-m9-mstd0.5-inc1")
+SIZES = (32, 224)
+BATCH = 128
+
+
+def natural_batch(size: int, seed: int = 0) -> torch.Tensor:
+    """Smooth colour gradients plus noise, (BATCH, 3, size, size) uint8."""
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:size, 0:size] / size
+    phase = rng.uniform(0, 6, (BATCH, 3, 1, 1))
+    x = 128 + 100 * np.sin(3 * xx + 2 * yy + phase) + rng.normal(0, 12, (BATCH, 3, size, size))
+    return torch.from_numpy(np.clip(x, 0, 255).astype(np.uint8))
+
+
+def measure(run: Callable[[], object], repeats: int, sync: Callable[[], None]) -> dict:
+    run()
+    sync()
+    walls, cpus = [], []
+    for _ in range(repeats):
+        t0, c0 = time.perf_counter(), time.process_time()
+        run()
+        sync()
+        cpus.append(time.process_time() - c0)
+        walls.append(time.perf_counter() - t0)
+    wall, cpu = statistics.median(walls), statistics.median(cpus)
+    return {
+        "img_per_s": round(BATCH / wall, 1),
+        "ms_per_batch": round(wall * 1e3, 1),
+        "cpu_ms_per_batch": round(cpu * 1e3, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    out: dict = {
+        "bench": "tensor_policy",
+        "cpu": _cpu_name(),
+        "cores": os.cpu_count(),
+        "threads": args.threads,
+        "batch": BATCH,
+        "load_before": round(os.getloadavg()[0], 2),
+    }
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    if "cuda" in devices:
+        out["gpu"] = torch.cuda.get_device_name()
+    for name in POLICIES:
+        for size in SIZES:
+            x = natural_batch(size)
+            pil = augment.timm_policy(name, 3, size)
+            out[f"{name}_{size}px_pil"] = measure(
+                lambda pil=pil, x=x: augment.per_image(pil, x), args.repeats, lambda: None
+            )
+            policy = tensor_policy(name, size)
+            for device in devices:
+                xd, gen = x.to(device), torch.Generator().manual_seed(0)
+                sync = torch.cuda.synchronize if device == "cuda" else lambda: None
+                out[f"{name}_{size}px_tensor_{device}"] = measure(
+                    lambda p=policy, xd=xd, g=gen: p(xd, g), args.repeats, sync
+                )
+    out["load_after"] = round(os.getloadavg()[0], 2)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
