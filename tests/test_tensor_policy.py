@@ -396,10 +396,16 @@ def test_the_drawn_distribution_equals_the_pil_policys(name):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 @pytest.mark.parametrize("name", ["pycls_v0", "rand-m9-mstd0.5-inc1"])
-def test_on_cuda_the_same_draws_give_the_cpu_images(name):
+def test_on_cuda_the_same_draws_give_the_cpu_images_without_a_host_sync(name):
     policy = tp.tensor_policy(name, 64)
     x = batch([natural(64, 64, 3, seed=s) for s in range(256)])
     cpu, cpu_draws = policy(x, torch.Generator().manual_seed(1), return_draws=True)
-    gpu, gpu_draws = policy(x.cuda(), torch.Generator().manual_seed(1), return_draws=True)
+    x = x.cuda()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")  # a host sync inside the policy raises
+    try:
+        gpu, gpu_draws = policy(x, torch.Generator().manual_seed(1), return_draws=True)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
     assert torch.equal(cpu_draws.op, gpu_draws.op)
     assert torch.equal(gpu.cpu(), cpu)

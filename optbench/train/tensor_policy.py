@@ -300,7 +300,7 @@ def apply(policy: TensorPolicy, x: torch.Tensor, draws: PolicyDraws) -> torch.Te
         ops = draws.op[:, slot]
         for k in ops[ops >= 0].unique().tolist():
             rows = (ops == k).nonzero().squeeze(1)
-            idx = rows.to(x.device)
+            idx = to_device(rows, x.device)
             result = apply_op(
                 draws.op_names[k],
                 out.index_select(0, idx),
@@ -313,6 +313,15 @@ def apply(policy: TensorPolicy, x: torch.Tensor, draws: PolicyDraws) -> torch.Te
 
 
 # --------------------------------------------------------------------------- pixel ops
+
+
+def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A small CPU tensor (indices, per-image arguments) on `device`. To CUDA through pinned
+    memory without blocking: a plain copy would wait for the GPU's queued work each time, a
+    host sync per op; torch's pinned-memory cache keeps the buffer until the copy is done."""
+    if device.type != "cuda":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
 
 
 def apply_op(
@@ -328,7 +337,7 @@ def apply_op(
 
 
 def _per_image(v: torch.Tensor, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    return v.to(dtype).to(x.device).view(-1, 1, 1, 1)
+    return to_device(v.to(dtype), x.device).view(-1, 1, 1, 1)
 
 
 def _blend(degenerate: torch.Tensor, x: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
@@ -487,7 +496,7 @@ def _sample(img: torch.Tensor, u: torch.Tensor, v: torch.Tensor, resample: str, 
 
 def _warp(x: torch.Tensor, matrix: torch.Tensor, resample: str, axes: str, fill: tuple[int, ...]):
     n, c, h, w = x.shape
-    a = matrix.to(x.device)[:, :, None]  # (n, 6, 1): float64
+    a = to_device(matrix, x.device)[:, :, None]  # (n, 6, 1): float64
     cols = torch.arange(w, dtype=torch.float64, device=x.device).repeat(h)[None] + 0.5
     rows = torch.arange(h, dtype=torch.float64, device=x.device).repeat_interleave(w)[None] + 0.5
     u = a[:, 0] * cols + a[:, 1] * rows + a[:, 2]  # (n, H*W), as Pillow's affine_transform
@@ -495,7 +504,7 @@ def _warp(x: torch.Tensor, matrix: torch.Tensor, resample: str, axes: str, fill:
     inside = ((u >= 0) & (u < w) & (v >= 0) & (v < h))[:, None]
     values = _sample(x, u - 0.5, v - 0.5, resample, axes)
     values = values.clamp(0.0, 255.0).trunc().to(torch.uint8)
-    colour = torch.tensor(fill, dtype=torch.uint8, device=x.device).view(1, c, 1)
+    colour = to_device(torch.tensor(fill, dtype=torch.uint8), x.device).view(1, c, 1)
     return torch.where(inside, values, colour).reshape(n, c, h, w)
 
 
@@ -517,7 +526,7 @@ def _affine(matrix_of: Callable, axes: str = "xy") -> Callable:
         for k, name in enumerate(RESAMPLE):
             rows = ((resample == k) & moves).nonzero().squeeze(1)
             for part in rows.split(chunk) if len(rows) else ():
-                idx = part.to(x.device)
+                idx = to_device(part, x.device)
                 out[idx] = _warp(x.index_select(0, idx), matrix[part], name, axes, fill)
         return out
 
