@@ -19,10 +19,10 @@ the stream differs from timm's Python `random` calls, not the distribution), and
 batched: per op slot, each op runs once on the images that drew it (index_select / index_copy).
 Only the small per-image arguments are computed on the CPU; pixels stay on x's device.
 
-Every op reproduces Pillow's integer arithmetic (tests/test_tensor_policy.py checks each against
-timm's PIL op, image for image): LUT ops and enhance blends in float32 as Pillow's C code, the
-affine ops with Pillow's own bilinear / bicubic (a = -1) sampling in float64, pixel centres at
-+0.5, edge pixels replicated inside the image and the fill colour outside it.
+Every op reproduces Pillow's arithmetic (tests/test_tensor_policy.py checks each against timm's
+PIL op, image for image): the LUT ops in integers, the enhance blends in float32 as Pillow's C
+code, the affine ops with Pillow's own bilinear / bicubic (a = -1) sampling in float64, pixel
+centres at +0.5, edge pixels replicated inside the image and the fill colour outside it.
 """
 
 from __future__ import annotations
