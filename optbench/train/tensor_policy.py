@@ -36,7 +36,7 @@ import torch
 from PIL import Image
 from timm.data import auto_augment as timm_aa
 
-from optbench.spec import TORCHVISION_POLICIES, Recipe
+from optbench.recipe import TORCHVISION_POLICIES, Recipe
 from optbench.train import augment
 
 RESAMPLE = ("bilinear", "bicubic")  # what `PolicyDraws.resample` indexes
