@@ -294,7 +294,10 @@ def status(
 
     spec = _load(study, data=False, overrides=set_)
     running, summary = slurm_status(spec) if has_jobs(spec) else (set(), None)
-    console.print(status_table(spec, running=running))
+    table, mixed_code = status_table(spec, running=running)
+    console.print(table)
+    if mixed_code:
+        console.print(mixed_code, markup=False, highlight=False)
     if summary:  # the study has been on SLURM: its jobs' states
         console.print(summary, markup=False, highlight=False)
     if trials:

@@ -4,7 +4,8 @@ Layout: one optuna study per cell, named "<study name>/<cell id>", whose user at
 holds everything that gives the cell's results meaning (its hash is in the cell id). One optuna
 trial per attempt at a (sample, seed), with params lr and wd and user attrs key, model,
 optimizer, epochs, sample, seed, attempt; once recorded also status, the errors, wall_s,
-images_per_s, digest and the per-epoch metrics (also as intermediate values).
+images_per_s, digest, provenance (which code made it) and the per-epoch metrics (also as
+intermediate values).
 
 States: COMPLETE = finished (value = final top-1 error); FAIL with status "diverged" = diverged
 (a result); FAIL otherwise = failed (a crash, retried by the next run); RUNNING = pending.
@@ -44,6 +45,9 @@ RESULT_ATTRS = (
     "digest",
     "message",
 )
+
+# which code made a result (TrialResult.provenance): columns of the trials frame and trials.csv
+PROVENANCE_COLUMNS = ("version", "commit", "code_fingerprint")
 
 
 @dataclass
@@ -190,6 +194,8 @@ class Store:
         for name in RESULT_ATTRS:
             attempt.set_user_attr(name, getattr(result, name))
         attempt.set_user_attr("metrics", metrics)
+        if result.provenance is not None:  # which code made it (optbench.provenance)
+            attempt.set_user_attr("provenance", result.provenance.model_dump())
         if result.status != "failed":
             for m in metrics:
                 if m.get("val_error") is not None:
@@ -211,6 +217,7 @@ class Store:
         for item in self.read(trials):
             t = item.trial
             attrs = item.record.user_attrs if item.record and item.is_result else {}
+            code = attrs.get("provenance") or {}
             rows.append(
                 {
                     "study": self.spec.name,
@@ -229,6 +236,7 @@ class Store:
                     "images_per_s": _num(attrs.get("images_per_s")),
                     "diverged_epoch": _num(attrs.get("diverged_epoch")),
                     "digest": attrs.get("digest"),
+                    **{key: code.get(key) for key in PROVENANCE_COLUMNS},
                     "metrics": attrs.get("metrics", []),
                 }
             )

@@ -12,17 +12,25 @@ from rich.table import Table
 
 from optbench.plan import plan
 from optbench.progress import StudyProgress, clock, epoch_cells, read_trial_epochs, trial_label
+from optbench.provenance import mixed_code_warning
 from optbench.spec import StudySpec
 from optbench.store import Store
 
 
-def status_table(spec: StudySpec, running: set[str] = frozenset()) -> Table:
-    """Counts per cell, read from the store without running or writing anything; `running`:
-    the keys of trials whose job is running (SLURM)."""
+def status_table(spec: StudySpec, running: set[str] = frozenset()) -> tuple[Table, str | None]:
+    """Counts per cell, read from the store without running or writing anything, and the
+    one-line warning when a cell mixes results of different training code (None if none);
+    `running`: the keys of trials whose job is running (SLURM)."""
     stored = Store(spec, create=False).read(plan(spec))
-    return StudyProgress(stored, running=set(running)).table(
+    table = StudyProgress(stored, running=set(running)).table(
         f"{spec.name}: {sum(s.is_result for s in stored)} of {len(stored)} trials done"
     )
+    fingerprints = (
+        (s.trial.cell_id, (s.record.user_attrs.get("provenance") or {}).get("code_fingerprint"))
+        for s in stored
+        if s.is_result and s.record is not None
+    )
+    return table, mixed_code_warning(fingerprints)
 
 
 def trials_table(spec: StudySpec) -> Table | None:

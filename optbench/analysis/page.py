@@ -73,6 +73,21 @@ def _near_chance_html(summary: dict[str, Any]) -> str:
     return f"<div class='warning'><b>Near chance level</b><ul>{items}</ul></div>"
 
 
+def _code_html(code: dict[str, Any]) -> str:
+    """Which code made the results, one line, and a warning box when a cell mixes them."""
+    if not code.get("code_fingerprints"):
+        return ""
+    said = [
+        f"optbench {', '.join(code['versions'])}",
+        f"commit {', '.join(c[:12] for c in code['commits'])}" if code["commits"] else "",
+        f"training-code fingerprint {', '.join(code['code_fingerprints'])}",
+    ]
+    line = f"<p>Trained by {html.escape('; '.join(s for s in said if s))}.</p>"
+    if code.get("warning"):
+        line += f"<div class='warning'>{html.escape(code['warning'])}</div>"
+    return line
+
+
 def _summary_frames(summary: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame]:
     auc_key = f"auc_{int(AUC_MAX_POINTS)}"
     cells = pd.DataFrame(
@@ -130,6 +145,7 @@ def render_html(
         )
     cells, comparisons = _summary_frames(summary)
     parts += [
+        _code_html(summary.get("code") or {}),
         _near_chance_html(summary),
         "<h2>Summary per cell</h2>",
         _table_html(cells) if not cells.empty else "<p>No cells.</p>",

@@ -21,6 +21,7 @@ import pandas as pd
 from optbench.analysis import tables
 from optbench.analysis.edf import AUC_MAX_POINTS, FRAC_WITHIN_POINTS, dtop1, edf_auc, frac_within
 from optbench.analysis.stats import N_BOOT, frac_within_diff, ks_test
+from optbench.provenance import mixed_code_warning
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,33 @@ def summarize(
         "status_counts": {k: int(v) for k, v in trials["status"].value_counts().items()},
         "chance_error": chance_error(num_classes) if num_classes else None,
         "comparisons": _comparisons(results, options),
+        "code": code_summary(results),
+    }
+
+
+def code_summary(results: pd.DataFrame) -> dict[str, Any]:
+    """Which code made the results (optbench.provenance): the distinct versions, commits and
+    code fingerprints of the result rows (results written before these were recorded count as
+    none), and the warning line when a cell mixes fingerprints (else None)."""
+
+    def distinct(column: str) -> list[str]:
+        values = results[column] if column in results else pd.Series(dtype=object)
+        return sorted({v for v in values if isinstance(v, str)})
+
+    pairs = (
+        zip(results["cell_id"], results["code_fingerprint"], strict=True)
+        if {
+            "cell_id",
+            "code_fingerprint",
+        }
+        <= set(results.columns)
+        else ()
+    )
+    return {
+        "versions": distinct("version"),
+        "commits": distinct("commit"),
+        "code_fingerprints": distinct("code_fingerprint"),
+        "warning": mixed_code_warning(pairs),
     }
 
 
@@ -167,6 +195,8 @@ def format_table(summary: dict[str, Any]) -> str:
             )
         )
     text += [near_chance_warning(c, summary["chance_error"]) for c in near]
+    if (summary.get("code") or {}).get("warning"):
+        text.append(summary["code"]["warning"])
     return "\n".join(text)
 
 

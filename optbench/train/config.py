@@ -52,6 +52,17 @@ class TrainConfig(BaseModel):
         return self.lr * self.batch_size / self.ref_batch
 
 
+class Provenance(BaseModel):
+    """Which code made a result (optbench.provenance): optbench's version, the git commit of
+    the checkout it ran from (None outside one) and the fingerprint of the training code."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    version: str
+    commit: str | None = None
+    code_fingerprint: str
+
+
 class TrialResult(BaseModel):
     """The content of a trial's result.json. Errors are in percent.
 
@@ -86,6 +97,8 @@ class TrialResult(BaseModel):
     threads: int | None = None
     device: str | None = None
     versions: dict[str, str] | None = None
+    # which code made it (None in result files written before it was recorded)
+    provenance: Provenance | None = None
 
     @model_validator(mode="after")
     def _a_result_has_its_numbers(self) -> TrialResult:

@@ -6,7 +6,8 @@ result, a diverging run a "diverged" one, and a stop signal a checkpoint (signal
 
 Reproducibility: all randomness derives from the trial's seed and a position (seeding.py), so a
 trial is a pure function of its config on the CPU: the same config on the same machine, library
-versions and thread count gives the same `digest` (result.json records all three), and resuming
+versions and thread count gives the same `digest` (result.json records all three, and which code
+made it: optbench.provenance), and resuming
 from any step replays the rest exactly.
 
 Result files and resume: at each epoch end OUT/checkpoint.pt is replaced atomically (state.py,
@@ -44,10 +45,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from optbench.provenance import provenance
 from optbench.train.build import build_parts, for_training
 from optbench.train.checkpoint import CHECKPOINT_FILE, CheckpointError
 from optbench.train.compute import Compute
-from optbench.train.config import TrainConfig, TrialResult
+from optbench.train.config import Provenance, TrainConfig, TrialResult
 from optbench.train.distributed import (
     DistContext,
     context_from_env,
@@ -218,6 +220,7 @@ def run_trial(
     result.wall_s = round(time.perf_counter() - start, 3)
     for name, value in runtime_info(compute.device).items():  # what the digest depends on
         setattr(result, name, value)
+    result.provenance = Provenance(**provenance())
     if ctx.is_main:
         write_result(out_dir, result)
         if not keep_checkpoint:

@@ -1,0 +1,113 @@
+"""Which code made a result: optbench's version, the git commit of the checkout it runs from,
+and a fingerprint of the source that trains (`provenance`, recorded in each result.json); and
+the check that the results of one cell come from one training code (`mixed_code_warning`).
+
+A cell id hashes only the configuration, so results of changed training code would otherwise
+mix silently in one cell. The fingerprint is a sha256 over the sorted .py files of
+optbench/models and optbench/train (path and bytes): any edit there changes it, an edit of the
+report or the command line does not. The commit is read from the .git folder above the package
+(no `git` is run); it is None outside a checkout (an installed wheel) and does not say whether
+the tree had uncommitted edits: the fingerprint does. Importing this loads neither torch nor
+pandas.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent
+TRAINING_CODE: tuple[str, ...] = ("models", "train")  # the folders whose source is fingerprinted
+FINGERPRINT_CHARS = 16
+_SHA = re.compile(r"[0-9a-f]{40}([0-9a-f]{24})?")
+
+
+@functools.cache
+def code_fingerprint(package: Path = PACKAGE) -> str:
+    """sha256 (first 16 hex digits) over the sorted .py files of the training code, each as its
+    path relative to the package and its bytes."""
+    h = hashlib.sha256()
+    files = sorted(p for folder in TRAINING_CODE for p in (package / folder).rglob("*.py"))
+    for path in files:
+        h.update(path.relative_to(package).as_posix().encode() + b"\n")
+        h.update(path.read_bytes())
+    return h.hexdigest()[:FINGERPRINT_CHARS]
+
+
+def _git_dir(root: Path) -> Path | None:
+    """The git folder of a checkout at `root`: .git, or where a worktree's .git file points."""
+    dot_git = root / ".git"
+    if dot_git.is_dir():
+        return dot_git
+    if dot_git.is_file():
+        line = dot_git.read_text().strip()
+        if line.startswith("gitdir:"):
+            return (root / line.removeprefix("gitdir:").strip()).resolve()
+    return None
+
+
+def _read_ref(git_dir: Path, ref: str) -> str | None:
+    """The commit a ref names: a loose ref file, else packed-refs, in the worktree's own folder
+    and then in the repository's common folder."""
+    common = git_dir
+    if (git_dir / "commondir").is_file():
+        common = (git_dir / (git_dir / "commondir").read_text().strip()).resolve()
+    for folder in dict.fromkeys([git_dir, common]):
+        loose = folder / ref
+        if loose.is_file():
+            return loose.read_text().strip()
+        packed = folder / "packed-refs"
+        if packed.is_file():
+            for line in packed.read_text().splitlines():
+                sha, _, name = line.partition(" ")
+                if name == ref:
+                    return sha
+    return None
+
+
+@functools.cache
+def git_commit(package: Path = PACKAGE) -> str | None:
+    """The commit checked out where `package` lives (None outside a git checkout, or where the
+    .git folder cannot be read)."""
+    try:
+        git_dir = _git_dir(package.parent)
+        if git_dir is None:
+            return None
+        head = (git_dir / "HEAD").read_text().strip()
+        sha = (
+            _read_ref(git_dir, head.removeprefix("ref:").strip())
+            if head.startswith("ref:")
+            else head
+        )
+    except (OSError, UnicodeDecodeError):
+        return None
+    return sha if sha and _SHA.fullmatch(sha) else None
+
+
+def provenance() -> dict[str, str | None]:
+    """What result.json records of the code that made it: version, commit, code_fingerprint."""
+    from optbench import __version__
+
+    return {"version": __version__, "commit": git_commit(), "code_fingerprint": code_fingerprint()}
+
+
+def mixed_code_warning(cells: Iterable[tuple[str, str | None]]) -> str | None:
+    """One line naming the cells whose results carry more than one code fingerprint, from
+    (cell id, fingerprint) pairs of their results (None: a result from before fingerprints,
+    not counted); None when every cell's results come from one training code."""
+    seen: dict[str, set[str]] = {}
+    for cell_id, fingerprint in cells:
+        if isinstance(fingerprint, str):
+            seen.setdefault(cell_id, set()).add(fingerprint)
+    mixed = {cell: prints for cell, prints in seen.items() if len(prints) > 1}
+    if not mixed:
+        return None
+    named = "; ".join(f"{cell} ({', '.join(sorted(p))})" for cell, p in sorted(mixed.items()))
+    return (
+        f"warning: {len(mixed)} cell{'s' if len(mixed) > 1 else ''} mix results of different "
+        f"training code (code_fingerprint): {named}; their trials were trained by edited "
+        "models/ or train/ code: re-run them in a new study, or compare like with like"
+    )
