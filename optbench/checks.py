@@ -50,6 +50,12 @@ def check_spec(
                 f"{did_you_mean(model, model_names())} (`optbench models` lists optbench's "
                 "models; any timm model name works)"
             )
+    for model in spec.search.good_values:
+        if not is_model(model):
+            problems.append(
+                f"{origin('search.good_values')}: search.good_values: unknown model {model!r}"
+                f"{did_you_mean(model, model_names())} (`optbench models` lists the zoo)"
+            )
     if spec.dataset.name not in DATASET_NAMES:
         problems.append(
             f"{origin('dataset.name')}: dataset.name: unknown dataset {spec.dataset.name!r}"

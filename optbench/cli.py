@@ -15,7 +15,13 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from optbench.errors import StorageUnavailable, UsageError, WriteError, format_errors
+from optbench.errors import (
+    StorageUnavailable,
+    UsageError,
+    WriteError,
+    format_errors,
+    torch_mismatch,
+)
 from optbench.recipe import OPTIMIZERS, Dataset, Recipe
 from optbench.spec import StudySpec
 
@@ -192,6 +198,8 @@ def train(
     for s in STOP_SIGNALS:
         signal.signal(s, exit_on_stop)
 
+    typer.echo(train_banner(cfg), err=True)
+
     def print_epoch(line: dict) -> None:  # stdout stays result.json's JSON
         typer.echo(epoch_line(line, epochs), err=True)
 
@@ -204,6 +212,26 @@ def train(
     typer.echo(result.model_dump_json(indent=2, exclude={"config"}))
     if result.status == "failed":
         raise typer.Exit(1)
+
+
+def train_banner(cfg) -> str:
+    """What `optbench train` is about to train, on stderr at its start: the lr the optimizer
+    gets after the linear scaling rule (cfg.lr_used) and the recipe's key values."""
+    r = cfg.recipe
+    augment = [f"translate {r.translate}"] + (["hflip"] if r.hflip else [])
+    augment += [f"{r.auto_augment}"] if r.auto_augment != "none" else []
+    augment += [
+        f"{k} {v:g}" for k, v in (("mixup", r.mixup_alpha), ("cutmix", r.cutmix_alpha)) if v
+    ]
+    return (
+        f"training {cfg.model} on {cfg.dataset.name}, {cfg.optimizer}, {cfg.epochs} epochs, "
+        f"seed {cfg.seed}: lr_used {cfg.lr_used:.4g} (lr {cfg.lr:g} x batch {cfg.batch_size} / "
+        f"ref_batch {cfg.ref_batch}), wd {cfg.wd:g}\n"
+        f"recipe {r.preset}: {r.schedule} schedule, warmup {r.warmup_for(cfg.epochs):g} epochs, "
+        f"label_smoothing {r.label_smoothing:g}, "
+        f"ema {'on' if r.ema else 'off'} (reports {r.report}), drop_path {r.drop_path:g}, "
+        f"augment: {', '.join(augment)}"
+    )
 
 
 def epoch_line(line: dict, epochs: int) -> str:
@@ -432,6 +460,12 @@ def main() -> None:
         sys.exit(2)
     except (WriteError, StorageUnavailable) as err:  # not bad input: a full disk, a server down
         typer.echo(f"error: {err}", err=True)
+        sys.exit(1)
+    except (RuntimeError, ImportError) as err:  # torchvision built for another torch: one line
+        mismatch = torch_mismatch(err)
+        if mismatch is None:
+            raise
+        typer.echo(f"error: {mismatch}", err=True)
         sys.exit(1)
 
 

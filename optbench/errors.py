@@ -44,6 +44,34 @@ class StorageUnavailable(Exception):
     in their trial folders and the next run records them."""
 
 
+# What torchvision raises on import when it was built for another torch (pip mixing a CPU torch
+# with PyPI's CUDA torchvision, say): its C++ operators do not load.
+TORCHVISION_MISMATCH = ("torchvision::nms does not exist", "Couldn't load custom C++ ops")
+
+
+def torch_mismatch(err: BaseException) -> str | None:
+    """One line with the fix when `err` is torchvision failing to load against the installed
+    torch (None for any other error). Reads the versions from the package metadata."""
+    if not isinstance(err, (RuntimeError, ImportError)):
+        return None
+    if not any(sign in str(err) for sign in TORCHVISION_MISMATCH):
+        return None
+    from importlib import metadata
+
+    def version(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "none"
+
+    return (
+        f"torchvision {version('torchvision')} does not match torch {version('torch')} (its C++ "
+        "operators do not load); install the pair built together, e.g. on a CPU machine: "
+        "pip install --force-reinstall torch torchvision --index-url "
+        "https://download.pytorch.org/whl/cpu"
+    )
+
+
 def did_you_mean(word: str, choices: Sequence[str], prefix: str = "") -> str:
     """ "; did you mean <prefix>X?" for the closest of `choices` (difflib), or ""."""
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
@@ -72,6 +100,8 @@ def format_errors(
         where = ".".join(str(p) for p in field) or "(top level)"
         # "--set epochs=x: ..." names the key already; a file or a key above it needs the field
         label = (sources or {}).get(where) or f"{source_of(where, source, sources or {})}: {where}"
+        if not field and sources:  # a rule across keys: the overrides may be what broke it
+            label = f"{source} with {' '.join(sources.values())}: {where}"
         if in_union:
             options = [_clause(e["msg"]).removeprefix("Input should be ") for e in errors]
             lines.append(f"{label}: should be {' or '.join(options)}{_got(errors[0])}")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from services import PrivatePostgres, skip_or_fail
+from services import PrivatePostgres, needs_extra, skip_or_fail
 
 TINY = {
     "name": "tiny",
@@ -73,6 +73,7 @@ def cli(monkeypatch, capsys, tmp_path):
 @pytest.fixture(scope="session")
 def postgres_url() -> str:
     """The URL of a running PostgreSQL server for storage tests (`.ci/run` starts one)."""
+    needs_extra("psycopg", "postgres", "postgres")
     url = os.environ.get("OPTBENCH_TEST_POSTGRES_URL")
     if not url:
         skip_or_fail(
@@ -86,6 +87,7 @@ def postgres_url() -> str:
 @pytest.fixture
 def private_postgres() -> Iterator[PrivatePostgres]:
     """A PostgreSQL server of this test's own, which it may stop and start."""
+    needs_extra("psycopg", "postgres", "postgres")
     if os.geteuid() != 0 or not glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"):
         skip_or_fail("postgres", "a private PostgreSQL server needs root and Debian's postgresql")
     state = Path(tempfile.mkdtemp(prefix="optbench-pg-"))  # the postgres user must reach it

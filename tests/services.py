@@ -4,6 +4,7 @@ so a skip there would hide a broken setup)."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 from pathlib import Path
@@ -18,6 +19,13 @@ def skip_or_fail(service: str, why: str) -> None:
     if service in os.environ.get("OPTBENCH_TEST_REQUIRE", "").split(","):
         pytest.fail(f"{why} (OPTBENCH_TEST_REQUIRE={os.environ['OPTBENCH_TEST_REQUIRE']})")
     pytest.skip(why)
+
+
+def needs_extra(module: str, extra: str, service: str) -> None:
+    """Skip (or fail, as skip_or_fail) a test whose Python package comes with an optional extra
+    of optbench that this environment lacks, saying how to install it."""
+    if importlib.util.find_spec(module) is None:
+        skip_or_fail(service, f"needs {module}: pip install -e '.[{extra}]'")
 
 
 def script(name: str, *args: str, env: dict | None = None) -> str:

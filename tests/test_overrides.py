@@ -127,3 +127,43 @@ def test_shell_completion_knows_commands_and_model_names(cli, monkeypatch):
     monkeypatch.setenv("COMP_WORDS", "optbench sta")
     monkeypatch.setenv("COMP_CWORD", "1")
     assert cli()[1].split() == ["status"]
+
+
+def _readme_example_sets() -> list[str]:
+    """The --set flags of the README's override example."""
+    readme = (REPO / "README.md").read_text()
+    [row] = [line for line in readme.splitlines() if "models='[vit_c_4gf]'" in line]
+    return [s.strip("`").replace("'", "") for s in re.findall(r"--set (\S+)", row.split("|")[1])]
+
+
+def test_the_readme_override_example_works_on_the_studies_it_fits():
+    from optbench.checks import check_spec
+
+    sets = _readme_example_sets()
+    assert "models=[vit_c_4gf]" in sets
+    # the studies that sample (lr, wd) pairs (sampler good trains one) and name ViT_C-4GF
+    fits = [
+        p
+        for p in sorted((REPO / "studies").glob("*.yaml"))
+        if "vit_c_4gf" in p.read_text() and "sampler: good" not in p.read_text()
+    ]
+    assert REPO / "studies" / "edf_adamw_4gf.yaml" in fits
+    for path in fits:
+        spec = load_study(path, parse_overrides(sets))
+        check_spec(spec, data=False, source=path)
+        assert spec.models == ["vit_c_4gf"] and spec.search.n_samples == 8
+
+
+def test_a_rule_broken_by_overrides_names_them(study):
+    with pytest.raises(SpecError) as err:
+        load_study(study, parse_overrides(["search.sampler=good"]))
+    line = str(err.value)
+    assert "\n" not in line and f"{study} with --set search.sampler=good:" in line
+
+
+def test_good_values_of_a_model_that_does_not_exist_are_refused(tiny_dict):
+    from optbench.checks import check_spec
+
+    tiny_dict["search"]["good_values"] = {"vit_c_w64_16pxx": {"adamw": {"lr": 1e-3, "wd": 0.1}}}
+    with pytest.raises(SpecError, match=r"search.good_values: unknown model 'vit_c_w64_16pxx'"):
+        check_spec(parse_spec(tiny_dict), data=False)

@@ -190,6 +190,14 @@ def test_train_prints_a_line_per_epoch(cli, tmp_path):
     metrics = [json.loads(x) for x in (tmp_path / "t" / "metrics.jsonl").read_text().splitlines()]
     assert f"val error {metrics[1]['val_error']:.2f}%" in epochs[1]
     assert json.loads(out)["status"] == "finished"  # stdout is still the result's JSON
+    # before the epochs: the lr the optimizer got (after ref_batch scaling) and the recipe
+    from optbench.train.config import TrainConfig
+
+    saved = json.loads((tmp_path / "t" / "result.json").read_text())["config"]
+    cfg = TrainConfig.model_validate(saved)
+    banner, recipe = err.splitlines()[:2]
+    assert f"lr_used {cfg.lr_used:.4g} (lr 0.002 x batch 128 / ref_batch {cfg.ref_batch})" in banner
+    assert cfg.lr_used < 2e-3 and "recipe basic: cosine schedule, warmup 0.5 epochs" in recipe
 
 
 def test_status_lists_trials_in_progress_from_their_metrics(cli, tiny_dict, tmp_path):

@@ -92,3 +92,15 @@ def test_an_unusable_database_server_is_refused_with_the_password_masked(monkeyp
     with pytest.raises(UsageError) as refused:
         storage_url.make_storage(url)
     assert "s3cret" not in str(refused.value) and "***" in str(refused.value)
+
+
+def test_a_missing_extra_skips_saying_how_to_install_it_unless_ci_requires_it(monkeypatch):
+    from services import needs_extra
+
+    monkeypatch.delenv("OPTBENCH_TEST_REQUIRE", raising=False)
+    with pytest.raises(pytest.skip.Exception, match=r"pip install -e '\.\[nope\]'"):
+        needs_extra("optbench_no_such_module", "nope", "postgres")
+    needs_extra("yaml", "nope", "postgres")  # installed: nothing happens
+    monkeypatch.setenv("OPTBENCH_TEST_REQUIRE", "slurm,postgres")
+    with pytest.raises(pytest.fail.Exception, match="OPTBENCH_TEST_REQUIRE"):
+        needs_extra("optbench_no_such_module", "nope", "postgres")

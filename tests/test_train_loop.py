@@ -455,3 +455,28 @@ def test_each_ddp_process_takes_its_local_ranks_gpu_among_those_it_sees():
     assert process_device(rank3, "cuda", visible_gpus=1) == torch.device("cuda", 0)
     assert process_device(DistContext(), "cuda", visible_gpus=4) == torch.device("cuda")
     assert process_device(rank3, "cpu", visible_gpus=0) == torch.device("cpu")
+
+
+@pytest.mark.slow
+def test_a_torchvision_built_for_another_torch_is_one_line_with_the_fix(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    fake = tmp_path / "site" / "torchvision"  # raises what a mismatched torchvision raises
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(
+        "raise RuntimeError('operator torchvision::nms does not exist')\n"
+    )
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path / 'site'}{os.pathsep}{repo}"}
+    args = ["train", "vit_p_w64_16px", "--dataset", "digits", "--optimizer", "adamw"]
+    args += ["--lr", "1e-3", "--wd", "0.05", "--epochs", "1", "--out", str(tmp_path / "t")]
+    done = subprocess.run(
+        [sys.executable, "-m", "optbench", *args],
+        env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 1
+    [line] = done.stderr.splitlines()
+    assert line.startswith("error: torchvision ") and "does not match torch" in line
+    assert "pip install --force-reinstall torch torchvision --index-url" in line
