@@ -20,9 +20,11 @@ from optbench.analysis.figures import (
     optimizer_figure,
     per_epoch,
     scatter_figure,
+    stem_figure,
 )
+from optbench.analysis.report import study_summary
 from optbench.analysis.stats import N_BOOT
-from optbench.analysis.summary import Options, summarize
+from optbench.analysis.summary import Options
 from optbench.checks import check_spec
 from optbench.overrides import load_study as _load_study
 from optbench.overrides import override_sources, parse_overrides
@@ -40,6 +42,7 @@ __all__ = [
     "load_trials",
     "optimizer_figure",
     "scatter_figure",
+    "stem_figure",
 ]
 
 Study = str | Path | StudySpec
@@ -77,9 +80,10 @@ def load_summary(
     seed: int = 0,
     overrides: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """What `optbench report` writes to summary.json: per cell n, best and median error, the
-    fraction of trials within 1, 2, 4, 8 points of the best, the EDF area; KS tests and
-    bootstrap CIs between the models of each (optimizer, epochs)."""
+    """What `optbench report` writes to summary.json (docs/reports.md): per cell n, best and
+    median error, the fraction of trials within 1, 2, 4, 8 points of the best, the EDF area
+    and near_chance; KS tests and bootstrap CIs between the models of each (optimizer,
+    epochs); the claims; which code made the results."""
     spec = load_study(study, overrides)
     trials = Store(spec, create=False).frame(plan(spec))
-    return summarize(spec.name, trials, Options(metric=metric, n_boot=n_boot, seed=seed))
+    return study_summary(spec, trials, Options(metric=metric, n_boot=n_boot, seed=seed))

@@ -310,6 +310,22 @@ def build_sections(
     return sections + (claims.sections(results, options, spec.name) if figures is None else [])
 
 
+def study_summary(
+    spec: StudySpec,
+    trials: pd.DataFrame,
+    options: Options,
+    data_shape: tuple[int, int, int] | None = None,
+) -> dict[str, Any]:
+    """summary.json's content (summary.py's numbers, near_chance where the number of classes
+    is known, and the claims), for the report and `optbench.load_summary` alike."""
+    trials = _ordered(trials, spec)
+    summary = summarize(spec.name, trials, options, num_classes=_num_classes(spec, data_shape))
+    summary["claims"] = claims.records(
+        tables.with_errors(trials, options.metric), options, spec.name
+    )
+    return summary
+
+
 def write_report(
     spec: StudySpec,
     trials: pd.DataFrame,
@@ -336,9 +352,7 @@ def write_report(
     options = Options(metric=metric, n_boot=n_boot, seed=seed)
 
     trials = _ordered(trials, spec)
-    num_classes = _num_classes(spec, data_shape)
-    summary = summarize(spec.name, trials, options, num_classes=num_classes)
-    summary["claims"] = claims.records(tables.with_errors(trials, metric), options, spec.name)
+    summary = study_summary(spec, trials, options, data_shape)
     sections = build_sections(spec, trials, figures, options, data_shape)
 
     out_dir = Path(out_dir)
