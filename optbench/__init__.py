@@ -13,7 +13,7 @@ import importlib.abc
 import importlib.util
 import sys
 
-__version__ = "0.1.0"
+from optbench.provenance import __version__  # noqa: F401  (its one home)
 
 
 def _register_zoo() -> None:

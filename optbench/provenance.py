@@ -19,6 +19,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
+__version__ = "0.1.0"  # optbench's version (pyproject.toml says the same; a test checks)
 PACKAGE = Path(__file__).resolve().parent
 TRAINING_CODE: tuple[str, ...] = ("models", "train")  # the folders whose source is fingerprinted
 FINGERPRINT_CHARS = 16
@@ -89,8 +90,6 @@ def git_commit(package: Path = PACKAGE) -> str | None:
 
 def provenance() -> dict[str, str | None]:
     """What result.json records of the code that made it: version, commit, code_fingerprint."""
-    from optbench import __version__
-
     return {"version": __version__, "commit": git_commit(), "code_fingerprint": code_fingerprint()}
 
 

@@ -150,3 +150,10 @@ def test_a_cell_trained_by_edited_code_is_flagged_by_status_and_report(tmp_path,
     summary = json.loads((report / "summary.json").read_text())
     assert summary["code"]["code_fingerprints"] == sorted(prints) and summary["code"]["warning"]
     assert "mix results of different training code" in (report / "index.html").read_text()
+
+
+def test_the_version_is_the_one_pyproject_declares():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert optbench.__version__ == declared
