@@ -416,6 +416,12 @@ def report(
         Path, typer.Option(help="results root searched when no study is given")
     ] = Path("results"),
     metric: Annotated[str, typer.Option(help="final_error or best_error")] = "final_error",
+    formats: Annotated[
+        str,
+        typer.Option(
+            "--format", help="figure files, comma-separated: png, svg, pdf (editable text)"
+        ),
+    ] = "png,svg",
     set_: Overrides = None,
 ) -> None:
     """Write figures, trials.csv, summary.json and index.html for each study."""
@@ -445,7 +451,8 @@ def report(
         specs = [_load(path, data=False, overrides=set_) for path in saved]
     for spec in specs:
         trials = Store(spec, create=False).frame(plan(spec))
-        summary = write_report(spec, trials, out / spec.name, figures, metric)
+        wanted = [f.strip() for f in formats.split(",") if f.strip()]
+        summary = write_report(spec, trials, out / spec.name, figures, metric, formats=wanted)
         typer.echo(format_table(summary))
         typer.echo(f"wrote {out / spec.name}/index.html")
 

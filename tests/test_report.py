@@ -301,3 +301,21 @@ def test_the_report_leaves_the_users_matplotlib_backend_alone(tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "svg"
     assert (tmp_path / "edf.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_vector_figures_keep_their_text_editable(tmp_path: Path, cli):
+    """--format png,svg,pdf: SVG text as <text> elements, PDF fonts embedded as TrueType."""
+    spec = _spec()
+    trials = synthetic_trials(MODELS, ["adamw"], [5], 6)
+    write_report(spec, trials, tmp_path, figures={"edf"}, n_boot=20, formats=["svg", "pdf"])
+    assert not list(tmp_path.glob("*.png")) and (tmp_path / "edf.pdf").is_file()
+    svg = (tmp_path / "edf.svg").read_text()
+    assert "<text" in svg and "vit_p_w64_16px" in svg  # a legend entry, as text
+    pdf = (tmp_path / "edf.pdf").read_bytes()
+    assert b"/FontFile2" in pdf and b"/CIDFontType2" in pdf  # TrueType glyphs (Type 42)
+    assert b"/Subtype /Type3" not in pdf  # no fonts drawn as glyph procedures
+    assert "data:image/png;base64," in (tmp_path / "index.html").read_text()
+    with pytest.raises(UsageError, match="--format: 'png,eps'"):
+        write_report(spec, trials, tmp_path, figures={"edf"}, formats=["png", "eps"])
+    code, _, err = cli("report", "--results", str(tmp_path / "none"), "--format", "gif")
+    assert code == 2

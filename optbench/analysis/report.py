@@ -14,7 +14,7 @@ import base64
 import importlib.util
 import io
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,11 @@ from optbench.spec import StudySpec
 FIGURES: tuple[str, ...] = ("edf", "length", "optimizer", "stem", "peak", "complexity", "curves")
 METRICS: tuple[str, ...] = ("final_error", "best_error")
 PNG_DPI = 150
+FORMATS: tuple[str, ...] = ("png", "svg", "pdf")
+DEFAULT_FORMATS: tuple[str, ...] = ("png", "svg")
+# Vector figures keep their text as text, editable in Inkscape or Illustrator for a paper: SVG
+# <text> elements instead of glyph paths, and TrueType (Type 42) fonts embedded in the PDF.
+EDITABLE_TEXT = {"svg.fonttype": "none", "pdf.fonttype": 42}
 CSV_FIRST_COLUMNS = [
     "model",
     "optimizer",
@@ -263,16 +268,21 @@ def write_trials(trials: pd.DataFrame, out_dir: Path) -> list[str]:
     return written
 
 
-def _save(fig: Figure, out_dir: Path, name: str) -> str:
-    """Save PNG and SVG; return the PNG as base64 for the page."""
+def _save(fig: Figure, out_dir: Path, name: str, formats: Sequence[str] = DEFAULT_FORMATS) -> str:
+    """Save the figure in each of `formats`; return its PNG as base64 for the page (drawn
+    whether or not a PNG file is wanted)."""
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=PNG_DPI)
-    (out_dir / f"{name}.png").write_bytes(buffer.getvalue())
-    fig.set_layout_engine("none")  # the layout is settled: do not solve it again for the SVG
-    # No date and fixed element ids: the same numbers give the same SVG bytes, so a regenerated
-    # report differs (in git, say) only where a measurement did.
-    with matplotlib.rc_context({"svg.hashsalt": f"optbench-{name}"}):
-        fig.savefig(out_dir / f"{name}.svg", metadata={"Date": None})
+    if "png" in formats:
+        (out_dir / f"{name}.png").write_bytes(buffer.getvalue())
+    fig.set_layout_engine("none")  # the layout is settled: do not solve it again
+    for vector in ("svg", "pdf"):
+        if vector in formats:
+            # No date and fixed SVG ids: the same numbers give the same bytes, so a regenerated
+            # report differs (in git, say) only where a measurement did.
+            undated = {"CreationDate": None} if vector == "pdf" else {"Date": None}
+            with matplotlib.rc_context({**EDITABLE_TEXT, "svg.hashsalt": f"optbench-{name}"}):
+                fig.savefig(out_dir / f"{name}.{vector}", metadata=undated)
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
@@ -336,17 +346,21 @@ def write_report(
     n_boot: int = N_BOOT,
     seed: int = 0,
     data_shape: tuple[int, int, int] | None = None,
+    formats: Sequence[str] = DEFAULT_FORMATS,
 ) -> dict[str, Any]:
     """Write the study's report into `out_dir` and return the summary.
 
     `figures` picks sections from FIGURES (None: every section the data supports; a requested
     section without data gets a note instead of an empty figure). `data_shape` is
     (num_classes, in_chans, img_size) for the complexity table and the near-chance check,
-    looked up when None (and left unknown where that needs the dataset's files).
+    looked up when None (and left unknown where that needs the dataset's files). `formats`:
+    the figure files, any of FORMATS (the page embeds PNGs whatever they are).
     """
     unknown = set(figures or ()) - set(FIGURES)
     if unknown:
         raise UsageError(f"figures: unknown {sorted(unknown)}; choose from {list(FIGURES)}")
+    if not formats or set(formats) - set(FORMATS):
+        raise UsageError(f"--format: {','.join(formats)!r}: choose from {','.join(FORMATS)}")
     if metric not in METRICS:
         raise UsageError(f"metric: {metric!r} is not one of {list(METRICS)}")
     options = Options(metric=metric, n_boot=n_boot, seed=seed)
@@ -358,7 +372,9 @@ def write_report(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     images = {
-        name: _save(fig, out_dir, name) for section in sections for name, fig in section.figures
+        name: _save(fig, out_dir, name, formats)
+        for section in sections
+        for name, fig in section.figures
     }
     write_trials(trials, out_dir)
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n")
