@@ -480,3 +480,27 @@ def test_a_torchvision_built_for_another_torch_is_one_line_with_the_fix(tmp_path
     [line] = done.stderr.splitlines()
     assert line.startswith("error: torchvision ") and "does not match torch" in line
     assert "pip install --force-reinstall torch torchvision --index-url" in line
+
+
+def test_each_epoch_is_in_a_tensorboard_event_file_too(tmp_path, monkeypatch):
+    from services import needs_extra
+
+    needs_extra("tensorboard", "tensorboard", "tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    assert run_trial(config(epochs=2), tmp_path).status == "finished"
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    metrics = read_metrics(tmp_path)
+    for key in ("val_error", "train_loss", "lr", "ema_top1"):
+        scalars = events.Scalars(key)
+        assert [s.step for s in scalars] == [1, 2]
+        assert [s.value for s in scalars] == pytest.approx([m[key] for m in metrics], rel=1e-6)
+
+    # without the package, nothing is written and the trial is the same
+    import optbench.train.tensorboard as tensorboard
+
+    monkeypatch.setattr(tensorboard, "available", lambda: False)
+    bare = tmp_path / "bare"
+    assert run_trial(config(epochs=2), bare).digest == read_result(tmp_path).digest
+    assert not list(bare.glob("events.out.tfevents.*"))

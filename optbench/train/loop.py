@@ -2,7 +2,8 @@
 position when resuming (state.py), then epoch by epoch train (epoch.py), measure (evaluation.py)
 and checkpoint; write metrics.jsonl, checkpoint.pt and result.json. A crash becomes a "failed"
 result, a diverging run a "diverged" one, and a stop signal a checkpoint (signals.py).
-`optbench train` and the runner's workers both call `run_trial`.
+`optbench train` and the runner's workers both call `run_trial`. Each epoch's metrics line also
+goes to a TensorBoard event file in OUT where tensorboard is installed (tensorboard.py).
 
 Reproducibility: all randomness derives from the trial's seed and a position (seeding.py), so a
 trial is a pure function of its config on the CPU: the same config on the same machine, library
@@ -67,6 +68,7 @@ from optbench.train.results import (
 )
 from optbench.train.signals import StopRequest, TrialInterrupted, pass_on, stop_signals_caught
 from optbench.train.state import TrialState, restore_state, save_state
+from optbench.train.tensorboard import EpochEvents
 
 # A write that fails for these is the machine's fault, not the trial's: run_trial raises it.
 DISK_FAULTS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS)
@@ -198,10 +200,17 @@ def run_trial(
     compute = Compute.for_trial(cfg.recipe, device, ctx, workers)
     stop = StopRequest()
     replaced: dict = {}
+    events = EpochEvents(out_dir) if ctx.is_main else None  # TensorBoard, if installed
+
+    def each_epoch(line: dict) -> None:  # called on the main process only
+        events.write(line)
+        if on_epoch is not None:
+            on_epoch(line)
+
     try:
         init_process_group(ctx, compute.device.type)
         with stop_signals_caught(stop, handle_signals) as replaced:
-            result = _train(cfg, out_dir, compute, stop, resume, on_epoch)
+            result = _train(cfg, out_dir, compute, stop, resume, each_epoch)
     except TrialInterrupted as stopped:
         pass_on(stopped.signum, replaced)
         raise
@@ -217,6 +226,8 @@ def run_trial(
         )
     finally:
         destroy_process_group(ctx)
+        if events is not None:
+            events.close()
     result.wall_s = round(time.perf_counter() - start, 3)
     for name, value in runtime_info(compute.device).items():  # what the digest depends on
         setattr(result, name, value)

@@ -1,0 +1,44 @@
+"""Per-trial TensorBoard event files, for watching curves while a study trains: each epoch's
+metrics line (metrics.jsonl, the source of truth) also goes to an event file in the trial's
+folder, one scalar per numeric key, at step = epoch. `tensorboard --logdir results/<study>`
+then shows every trial as a run named by its folder.
+
+Optional: written only when the `tensorboard` package is installed (`pip install
+'optbench[tensorboard]'`), through torch's own writer (torch.utils.tensorboard); without it
+nothing is written and nothing fails. Offline: event files are plain files, no server.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+
+def available() -> bool:
+    """Whether event files can be written here (the tensorboard package is installed)."""
+    return importlib.util.find_spec("tensorboard") is not None
+
+
+class EpochEvents:
+    """Writes epoch metrics lines to an event file in `out_dir` (nothing without tensorboard)."""
+
+    def __init__(self, out_dir: Path):
+        self._writer = None
+        if available():
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(log_dir=str(out_dir))
+
+    def write(self, line: dict) -> None:
+        """One epoch's numeric values (not `epoch` itself), flushed so they show at once."""
+        if self._writer is None:
+            return
+        for key, value in line.items():
+            if key != "epoch" and type(value) in (int, float):
+                self._writer.add_scalar(key, value, global_step=line["epoch"])
+        self._writer.flush()
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
