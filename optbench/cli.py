@@ -457,6 +457,19 @@ def report(
         typer.echo(f"wrote {out / spec.name}/index.html")
 
 
+@app.command()
+def compare(
+    run_report: Annotated[Path, typer.Argument(help="report folder of your run")],
+    reference: Annotated[Path, typer.Argument(help="report folder to compare it with")],
+) -> None:
+    """Compare two reports of a study trial by trial (matched by model, optimizer, epochs,
+    sample, seed): equal weights digests and error differences. Writes nothing."""
+    from optbench.analysis.compare import compare_trials, format_comparison, read_trials
+
+    table = compare_trials(read_trials(run_report), read_trials(reference))
+    typer.echo(format_comparison(table, run_report, reference))
+
+
 def main() -> None:
     try:
         # standalone: click's own usage errors already exit with code 2; the name fixes the
