@@ -149,6 +149,7 @@ def test_stem_claim_needs_every_step_to_grow():
     increasing = _row(_claims(stem_rows([10.0, 14.0, 20.0], noise)), "d")
     assert increasing["estimate"] == pytest.approx(4.0)  # the smaller step, S1 -> S2
     assert increasing["verdict"] == "holds"
+    assert "S1 -> S2 -> P (Table 3)" in increasing["paper"]  # the stems that ran, no S4
     # S2 better than S1: the order fails at its first step, but is not reversed
     broken = _row(_claims(stem_rows([14.0, 10.0, 20.0], noise)), "d")
     assert broken["high"] < 0 and broken["verdict"] == "not shown"
@@ -194,6 +195,13 @@ def test_report_writes_the_claims_into_summary_and_page(tmp_path):
     assert "The paper&#x27;s claims" in (tmp_path / "index.html").read_text() or (
         "The paper's claims" in (tmp_path / "index.html").read_text()
     )
+    # the verdict is on the page whenever the figure it reads is drawn, and only then
+    write_report(spec, trials, tmp_path / "edf", {"edf"}, n_boot=50, data_shape=(10, 1, 16))
+    page = (tmp_path / "edf" / "index.html").read_text()
+    assert ">holds<" in page
+    assert page.index("id='claims'") < page.index("id='edf'")  # the verdict comes first
+    write_report(spec, trials, tmp_path / "peak", {"peak"}, n_boot=50, data_shape=(10, 1, 16))
+    assert "id='claims'" not in (tmp_path / "peak" / "index.html").read_text()
 
 
 def test_a_claim_without_replicate_seeds_gets_no_row():

@@ -65,7 +65,7 @@ PAPER = {
     "a": "ViT_C's lr/wd EDF is steeper than ViT_P's (Figs 4-5)",
     "b": "ViT_C is closer to its asymptote at short schedules (Fig 2)",
     "c": "ViT_C's SGD - AdamW gap is smaller (Fig 3)",
-    "d": "error grows with the stem's patchify size, S1 -> S4 -> P (Table 3)",
+    "d": "error grows with the stem's patchify size, {chain} (Table 3)",  # the stems that ran
 }
 STATISTIC = {
     "a": "auc_10(C) - auc_10(P)",
@@ -119,6 +119,12 @@ def families(models: list[str]) -> list[Family]:
         )
         for roles in found.values()
     ]
+
+
+def _role_name(model: str) -> str:
+    """A zoo model's short name in the paper's notation: P, C or S<k>."""
+    match = _ROLE.match(model)
+    return model if match is None else match.group(1).upper()
 
 
 def verdict(low: float, high: float, against_high: float | None = None) -> str:
@@ -205,7 +211,7 @@ class _Claims:
         self.rows.append(
             {
                 "claim": claim,
-                "paper": PAPER[claim],
+                "paper": PAPER[claim].format(chain=" -> ".join(map(_role_name, models))),
                 "study": self.study,
                 "optimizer": optimizer,
                 "epochs": epochs,
@@ -338,9 +344,18 @@ def markdown(table: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def sections(results: pd.DataFrame, options: Options, study: str) -> list[Section]:
-    """The report page's "claims" section, or nothing when the study tests no claim."""
+# the report section whose figure each claim reads
+CLAIM_SECTION = {"a": "edf", "b": "length", "c": "optimizer", "d": "stem"}
+
+
+def sections(
+    results: pd.DataFrame, options: Options, study: str, drawn: set[str] | None = None
+) -> list[Section]:
+    """The report page's "claims" section, or nothing when the study tests no claim; with
+    `drawn` (the report's sections), only the claims whose section is drawn."""
     table = claims_table(results, options, study)
+    if drawn is not None:
+        table = table[table["claim"].map(CLAIM_SECTION).isin(drawn)]
     if table.empty:
         return []
     section = Section(

@@ -317,7 +317,8 @@ def build_sections(
         "curves": lambda: _curves_section(trials, colors, metric),
     }
     sections = [builders[key]() for key in FIGURES if key in wanted]
-    return sections + (claims.sections(results, options, spec.name) if figures is None else [])
+    # the verdicts first: the claims whose figures this page draws
+    return claims.sections(results, options, spec.name, wanted) + sections
 
 
 def study_summary(
