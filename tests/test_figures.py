@@ -169,4 +169,42 @@ def test_stem_figure_orders_conv_stem_ablations_then_patchify_and_needs_an_ablat
     (ax,) = [ax for ax in fig.axes if ax.get_visible()]
     order = [t.get_text() for t in ax.get_xticklabels()]
     assert order == ["vit_c_w64_16px", "vit_s1_w64_16px", "vit_s2_w64_16px", "vit_p_w64_16px"]
-    assert len(data_lines(ax)) == 2 and ax.containers  # one line per optimizer, seed bars
+    assert len(data_lines(ax)) == 2 and ax.containers  # one series per optimizer, seed bars
+    # categories: points only, never a line from one model to the next
+    assert all(line.get_linestyle() == "None" for line in data_lines(ax))
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert any(text.startswith("bars: lowest to highest seed") for text in legend)
+
+
+PAGE_PX = 1200  # index.html's width: the page's CSS max-width
+
+
+def test_the_edf_legend_gives_each_models_best_error_and_explains_the_band():
+    trials = synthetic_trials(MODELS, ["adamw"], [5], 6, seed=2)
+    fig = figures.edf_figure(trials, n_boot=20)
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    for model in MODELS:
+        best = trials.loc[
+            (trials["model"] == model) & (trials["status"] == "finished"), "final_error"
+        ]
+        assert f"{model}: best {best.min():.1f}%" in legend
+    assert any(text.startswith("shaded: pointwise 95% bootstrap band") for text in legend)
+
+
+def test_the_scatter_reads_at_page_width_with_labelled_ticks_and_its_best_values_inside():
+    trials = synthetic_trials(MODELS, ["adamw", "sgd"], [5], 12, seed=3)
+    fig = figures.scatter_figure(trials, n_boot=20)
+    FigureCanvasAgg(fig).draw()
+    scale = min(1.0, PAGE_PX / (fig.get_figwidth() * 150))  # PNG px shown in PAGE_PX
+    texts = [t for t in fig.findobj(lambda a: hasattr(a, "get_fontsize")) if t.get_text()]
+    assert texts and min(t.get_fontsize() for t in texts) * scale >= 9
+    for ax in [a for a in fig.axes if a.get_visible()]:
+        low, high = ax.get_xlim()
+        labels = [t.get_text() for t in ax.get_xticklabels() if low <= t.get_position()[0] <= high]
+        assert len([x for x in labels if x]) >= 2, labels  # at least two labelled log ticks
+        for line in ax.get_lines():
+            if line.get_label() == "_best":  # a best value, inside the frame, off its edge
+                x = line.get_xdata()[0]
+                assert low < x < high and np.log10(high / x) > 0.01 and np.log10(x / low) > 0.01
+    hatches = {p.get_hatch() for ax in fig.axes for p in ax.patches if p.get_hatch()}
+    assert len(hatches) == len(MODELS)  # each model's good range shaded its own way

@@ -68,7 +68,7 @@ PAPER = {
     "d": "error grows with the stem's patchify size, {chain} (Table 3)",  # the stems that ran
 }
 STATISTIC = {
-    "a": "auc_10(C) - auc_10(P)",
+    "a": "auc_10(C) - auc_10(P) (EDF area, 0-1)",
     "b": "[E(P,short) - E(P,long)] - [E(C,short) - E(C,long)] (points)",
     "c": "mean over lengths of gap(P) - gap(C), gap = E(sgd) - E(adamw) (points)",
     "d": "min step of E along the stem order (points)",
@@ -323,6 +323,7 @@ def section_table(table: pd.DataFrame) -> pd.DataFrame:
             "paper": table["paper"],
             "panel": [f"{r.optimizer}, {r.epochs} ep" for r in table.itertuples()],
             "models": table["models"],
+            "statistic (unit)": table["statistic"],
             "here (estimate, 95% interval)": [_here(r) for r in table.itertuples()],
             "verdict": table["verdict"],
             "trials (diverged)": [f"{r.trials} ({r.diverged})" for r in table.itertuples()],

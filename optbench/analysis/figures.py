@@ -87,6 +87,7 @@ def edf_figure(
                 "n_diverged": int((cell["status"] == "diverged").sum()),
                 "beyond": int((np.isfinite(values) & (values > xs[-1])).sum()),
                 "near_chance": bool(near_chance(best, num_classes)),
+                "best": None if best is None else float(best),
             }
             curves.append(plots.EdfCurve(model, xs, edf(values, xs), band=band, **counts))
         panels.append(plots.EdfPanel(optimizer, epochs, curves))
@@ -95,7 +96,8 @@ def edf_figure(
     return plots.plot_edf(
         panels,
         _colors(trials, colors),
-        xlabel="error (%)" if raw else "dtop-1 (points)",
+        xlabel="error (%)" if raw else "dtop-1 = error - the model's best (points)",
+        n_boot=options.n_boot,
         x_max=x_max,
         chance_error=chance_error(num_classes) if num_classes else None,
     )

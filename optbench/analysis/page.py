@@ -99,10 +99,13 @@ def _summary_frames(summary: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame
                 "n": c["n"],
                 "of planned": c["n_planned"],
                 "diverged": c["n_diverged"],
-                "best": c["best_error"],
-                "median": c["median_error"],
-                **{f"within {k}": c["frac_within"][str(k)] for k in FRAC_WITHIN_POINTS},
-                f"EDF area to {int(AUC_MAX_POINTS)}": c[auc_key],
+                "best (%)": c["best_error"],
+                "median (%)": c["median_error"],
+                **{
+                    f"within {k} pts (fraction)": c["frac_within"][str(k)]
+                    for k in FRAC_WITHIN_POINTS
+                },
+                f"EDF area to {int(AUC_MAX_POINTS)} pts (0-1)": c[auc_key],
             }
             for c in summary["cells"]
         ]
@@ -116,8 +119,8 @@ def _summary_frames(summary: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame
                 "model b": c["model_b"],
                 "KS D": c["ks_statistic"],
                 "KS p": c["ks_pvalue"],
-                "within 4: a - b": c["frac_within_4_diff"],
-                "95% CI": _interval(c["frac_within_4_diff_ci"]),
+                "within 4 pts: a - b (fraction)": c["frac_within_4_diff"],
+                "95% CI (fraction)": _interval(c["frac_within_4_diff_ci"]),
             }
             for c in summary["comparisons"]
         ]

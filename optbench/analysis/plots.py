@@ -16,9 +16,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
+from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.ticker import LogLocator, MaxNLocator, NullFormatter
+from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 from matplotlib.transforms import offset_copy
 
 from optbench.analysis.stats import Interval
@@ -90,6 +92,7 @@ class EdfCurve:
     band: tuple[np.ndarray, np.ndarray] | None = None
     beyond: int = 0
     near_chance: bool = False
+    best: float | None = None  # the cell's best error (%), what dtop-1 is relative to
 
 
 @dataclass(frozen=True)
@@ -123,9 +126,12 @@ def plot_edf(
     ncols: int = 3,
     x_max: float | None = None,
     chance_error: float | None = None,
+    n_boot: int | None = None,
 ) -> Figure:
     """One panel per (optimizer, epochs), one step curve (and shaded band) per model; the x-axis
-    ends at `x_max` (default: the curves' grid). A cell near chance level is dotted."""
+    ends at `x_max` (default: the curves' grid). A cell near chance level is dotted. The legend
+    gives each model's best error per panel (each curve is relative to its own) and says what
+    the shading is."""
     fig, axes = _grid(len(panels), ncols, sharey=True)
     for ax, panel in zip(axes, panels, strict=True):
         for curve in panel.curves:
@@ -146,6 +152,22 @@ def plot_edf(
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("cumulative prob.")
     handles = _model_handles([c.model for p in panels for c in p.curves], colors)
+    for handle in handles:  # "vit_p: best 8.1%" (one number per panel, in panel order)
+        bests = [c.best for p in panels for c in p.curves if c.model == handle.get_label()]
+        said = " / ".join("–" if b is None else f"{b:.1f}%" for b in bests)
+        handle.set_label(f"{handle.get_label()}: best {said}")
+    if any(c.band is not None for p in panels for c in p.curves):
+        resamples = f", {n_boot} resamples" if n_boot else ""
+        handles.append(
+            Patch(
+                color="0.3",
+                alpha=0.2,
+                lw=0,
+                label=f"shaded: pointwise 95% bootstrap band{resamples}",
+            )
+        )
+    if len(panels) > 1:
+        handles.append(Line2D([], [], ls="", label="(best errors per panel, left to right)"))
     if any(c.near_chance for p in panels for c in p.curves):
         handles.append(
             Line2D([], [], color="0.3", ls=NEAR_CHANCE_STYLE,
@@ -173,47 +195,83 @@ class ScatterPanel:
     series: list[ScatterSeries] = field(default_factory=list)
 
 
+SCATTER_PANEL = (2.9, 2.5)  # inches: three columns fill the page (1200 px at 150 dpi) at 1:1
+SCATTER_FONT = 10  # points, so text stays >= 9 pt where the page shows the PNG at its width
+SHADE_HATCHES = (
+    "//",
+    "\\\\",
+    "..",
+    "xx",
+    "--",
+    "++",
+)  # one per model: overlapping ranges stay apart
+
+
+def _log_tick_label(value: float, _pos=None) -> str:
+    """1e-3, 2e-3, 5e-3 ...: every major tick of a log axis labelled, short."""
+    mantissa, exponent = f"{value:.0e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def _scatter_limits(ax: Axes, values: list[np.ndarray], ranges: list[Interval]) -> None:
+    """An x-range holding every trial and every good range, with a margin on a log scale, so a
+    best value never sits on the frame."""
+    points = [v[v > 0] for v in values] + [np.array([r.low, r.high, r.estimate]) for r in ranges]
+    points = np.concatenate(points) if points else np.array([])
+    points = points[np.isfinite(points) & (points > 0)]
+    if len(points):
+        low, high = np.log10(points.min()), np.log10(points.max())
+        pad = max(0.08 * (high - low), 0.05)
+        ax.set_xlim(10 ** (low - pad), 10 ** (high + pad))
+
+
 def plot_scatter(panels: Sequence[ScatterPanel], colors: dict[str, str]) -> Figure:
     """Rows: cells; columns: lr, wd, lr*wd (log x). A dot per finished trial, a vertical line
-    at each model's best value and a shaded bootstrap good range around it."""
-    fig, axes = _grid(len(panels) * len(HYPERPARAMETERS), len(HYPERPARAMETERS), sharey=False)
+    at each model's best value and its bootstrap good range, shaded and hatched per model."""
+    n = len(HYPERPARAMETERS)
+    fig = Figure(
+        figsize=(SCATTER_PANEL[0] * n, SCATTER_PANEL[1] * len(panels) + 0.9), layout="constrained"
+    )
+    axes = fig.subplots(len(panels), n, squeeze=False).ravel().tolist()
+    hatch = {m: SHADE_HATCHES[i % len(SHADE_HATCHES)] for i, m in enumerate(colors)}
     for row, panel in enumerate(panels):
         for col, name in enumerate(HYPERPARAMETERS):
-            ax = axes[row * len(HYPERPARAMETERS) + col]
+            ax = axes[row * n + col]
+            ranges = []
             for s in panel.series:
                 color = colors[s.model]
                 # markers on a Line2D draw far faster than a PathCollection; rasterized keeps
                 # the SVG small when a cell has hundreds of trials
-                ax.plot(
-                    s.values[name],
-                    s.errors,
-                    "o",
-                    ms=2.5,
-                    ls="",
-                    color=color,
-                    alpha=0.6,
-                    label=s.model,
-                    rasterized=True,
-                )
+                ax.plot(s.values[name], s.errors, "o", ms=3, ls="", color=color, alpha=0.7,
+                        label=s.model, rasterized=True)  # fmt: skip
                 best = s.best.get(name)
                 if best is not None:
-                    ax.axvline(best.estimate, color=color, lw=1, label="_best")
-                    ax.axvspan(best.low, best.high, color=color, alpha=0.12, lw=0)
+                    ranges.append(best)
+                    ax.axvline(best.estimate, color=color, lw=1.2, label="_best")
+                    ax.axvspan(best.low, best.high, facecolor=to_rgba(color, 0.10),
+                               edgecolor=to_rgba(color, 0.7), hatch=hatch[s.model], lw=0.8)  # fmt: skip
             ax.set_xscale("log")
-            # label 1-2-5 steps only: searched ranges often span less than two decades
+            _scatter_limits(ax, [s.values[name] for s in panel.series], ranges)
+            # 1-2-5 steps, each labelled: searched ranges often span less than two decades
             ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+            ax.xaxis.set_major_formatter(FuncFormatter(_log_tick_label))
             ax.xaxis.set_minor_formatter(NullFormatter())
-            ax.set_xlabel(name)
-            ax.set_title(cell_title(panel.optimizer, panel.epochs), fontsize="small")
+            ax.tick_params(labelsize=SCATTER_FONT)
+            ax.set_xlabel(name, fontsize=SCATTER_FONT)
+            ax.set_title(cell_title(panel.optimizer, panel.epochs), fontsize=SCATTER_FONT)
             ax.grid(alpha=0.3)
             if col == 0:
-                ax.set_ylabel("error (%)")
-    models = [s.model for p in panels for s in p.series]
-    handles = _model_handles(models, colors, marker="o", ls="", ms=4)
-    handles.append(
-        Line2D([], [], color="0.3", lw=1, label="best trial's value, shaded: good range")
-    )
-    _legend_below(fig, handles, ncols=4)
+                ax.set_ylabel("error (%)", fontsize=SCATTER_FONT)
+    models = list(dict.fromkeys(s.model for p in panels for s in p.series))
+    handles = _model_handles(models, colors, marker="o", ls="", ms=5)
+    handles.append(Line2D([], [], color="0.3", lw=1.2, label="line: the best trial's value"))
+    handles += [
+        Patch(facecolor=to_rgba(colors[m], 0.10), edgecolor=to_rgba(colors[m], 0.7),
+              hatch=hatch[m], label=f"{m}: good range (95% bootstrap of the best's value)")
+        for m in models
+    ]  # fmt: skip
+    fig.legend(handles=handles, loc="outside lower center", ncols=2, fontsize=SCATTER_FONT,
+               frameon=False)  # fmt: skip
     return fig
 
 
@@ -268,8 +326,16 @@ def plot_length(length: pd.DataFrame, colors: dict[str, str]) -> Figure:
         ax.set_xlabel("epochs")
         ax.set_ylabel("dtop-1 vs longest schedule (points)")
         ax.grid(alpha=0.3)
-    _legend_below(fig, _unique_handles(axes))
+    _legend_below(fig, _unique_handles(axes) + _bar_handles(axes))
     return fig
+
+
+def _bar_handles(axes: Sequence[Axes]) -> list:
+    """The legend entry that says what the seed bars are, where any axes has one."""
+    if not any(ax.collections for ax in axes):  # errorbar's bars are LineCollections
+        return []
+    return [Line2D([], [], color="0.3", marker="|", ms=10, ls="",
+                   label="bars: lowest to highest seed of the best (lr, wd)")]  # fmt: skip
 
 
 def _unique_handles(axes: Sequence[Axes]) -> list:
@@ -329,7 +395,9 @@ def plot_optimizer(stability: pd.DataFrame, gaps: pd.DataFrame) -> Figure:
         ax.set_xlabel("epochs")
         ax.set_ylabel("error (%)")
         ax.grid(alpha=0.3)
-    _legend_below(fig, _unique_handles(axes))
+    gap = Line2D([], [], ls="", marker="$+1.0$", ms=14, color="0.2",
+                 label="number: SGD - AdamW gap (points)")  # fmt: skip
+    _legend_below(fig, _unique_handles(axes) + [gap] + _bar_handles(axes))
     return fig
 
 
@@ -345,16 +413,18 @@ def plot_stem(best: pd.DataFrame, order: Sequence[str]) -> Figure:
             x = np.arange(len(order))
             color = OPTIMIZER_COLORS.get(optimizer, "C7")
             name = OPTIMIZER_NAMES.get(optimizer, optimizer)
-            drawn = ax.plot(x, rows["best_error"], "o-", color=color, label=name)
+            # categories, not a scale: points only, no line joining one model to the next
+            drawn = ax.plot(x, rows["best_error"], "o", ls="", ms=6, color=color, label=name)
             drawn += _seed_bars(
                 ax, x, rows["best_error"], rows["seed_low"], rows["seed_high"], color
             )
             _shift_right(drawn, ax, OPTIMIZER_SHIFT.get(optimizer, 0.0))
         ax.set_xticks(np.arange(len(order)), list(order), rotation=15)
+        ax.set_xlim(-0.5, len(order) - 0.5)
         ax.set_title(f"{int(epochs)} epochs")
         ax.set_ylabel("error (%)")
-        ax.grid(alpha=0.3)
-    _legend_below(fig, _unique_handles(axes))
+        ax.grid(alpha=0.3, axis="y")
+    _legend_below(fig, _unique_handles(axes) + _bar_handles(axes))
     return fig
 
 

@@ -33,6 +33,18 @@ from optbench.spec import StudySpec
 FIGURES: tuple[str, ...] = ("edf", "length", "optimizer", "stem", "peak", "complexity", "curves")
 METRICS: tuple[str, ...] = ("final_error", "best_error")
 PNG_DPI = 150
+# the page's column names, with units, for the tables' own columns
+UNITS = {
+    "error": "error (%)",
+    "dtop1": "dtop-1 (points)",
+    "dtop1_low": "lowest seed (points)",
+    "dtop1_high": "highest seed (points)",
+    "low": "lowest seed (%)",
+    "high": "highest seed (%)",
+    "adamw": "AdamW (%)",
+    "sgd": "SGD (%)",
+    "gap": "gap (points)",
+}
 FORMATS: tuple[str, ...] = ("png", "svg", "pdf")
 DEFAULT_FORMATS: tuple[str, ...] = ("png", "svg")
 # Vector figures keep their text as text, editable in Inkscape or Illustrator for a paper: SVG
@@ -115,9 +127,8 @@ def _length_section(
     )
     draw = lambda: figures.length_figure(trials, metric=metric, colors=colors)  # noqa: E731
     if _figure(section, "length", draw):
-        section.tables.append(
-            ("dtop-1 against the longest schedule", tables.length_stability(best))
-        )
+        shown = tables.length_stability(best).rename(columns=UNITS)
+        section.tables.append(("dtop-1 against the longest schedule", shown))
     return section
 
 
@@ -133,10 +144,14 @@ def _optimizer_section(trials: pd.DataFrame, best: pd.DataFrame, metric: str) ->
     if not _figure(section, "optimizer", lambda: figures.optimizer_figure(trials, metric=metric)):
         return section
     table = tables.optimizer_stability(best)
-    section.tables.append(("SGD - AdamW gap (points)", tables.optimizer_gaps(table)))
+    section.tables.append(
+        ("SGD - AdamW gap (points)", tables.optimizer_gaps(table).rename(columns=UNITS))
+    )
     substituted = table[table["substituted"]]
     if not substituted.empty:
-        section.tables.append(("Diverged cells replaced by a shorter schedule", substituted))
+        section.tables.append(
+            ("Diverged cells replaced by a shorter schedule", substituted.rename(columns=UNITS))
+        )
     return section
 
 
