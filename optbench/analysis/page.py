@@ -128,6 +128,22 @@ def _summary_frames(summary: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame
     return cells, comparisons
 
 
+def _section_html(section: Section, images: dict[str, str]) -> list[str]:
+    """A section's heading, caption, figures (embedded PNGs), tables and notes."""
+    esc = html.escape
+    parts = [f"<h2 id='{section.key}'>{esc(section.title)}</h2>"]
+    if section.caption and (section.figures or section.tables):
+        parts.append(f"<p>{esc(section.caption)}</p>")
+    for name, _ in section.figures:
+        parts.append(
+            f"<figure><img alt='{name}' src='data:image/png;base64,{images[name]}'><figcaption>{name}.png</figcaption></figure>"
+        )
+    for title, table in section.tables:
+        parts += [f"<h3>{esc(title)}</h3>", _table_html(table)]
+    parts += [f"<p class='note'>{esc(note)}</p>" for note in section.notes]
+    return parts
+
+
 def render_html(
     spec: StudySpec, summary: dict[str, Any], sections: list[Section], images: dict[str, str]
 ) -> str:
@@ -150,6 +166,7 @@ def render_html(
     parts += [
         _code_html(summary.get("code") or {}),
         _near_chance_html(summary),
+        *(line for s in sections if s.key == "claims" for line in _section_html(s, images)),
         "<h2>Summary per cell</h2>",
         _table_html(cells) if not cells.empty else "<p>No cells.</p>",
     ]
@@ -162,15 +179,7 @@ def render_html(
         else "<p class='note'>Fewer than two models with results per cell: no comparison.</p>"
     )
     for section in sections:
-        parts.append(f"<h2 id='{section.key}'>{esc(section.title)}</h2>")
-        if section.caption and (section.figures or section.tables):
-            parts.append(f"<p>{esc(section.caption)}</p>")
-        for name, _ in section.figures:
-            parts.append(
-                f"<figure><img alt='{name}' src='data:image/png;base64,{images[name]}'><figcaption>{name}.png</figcaption></figure>"
-            )
-        for title, table in section.tables:
-            parts += [f"<h3>{esc(title)}</h3>", _table_html(table)]
-        parts += [f"<p class='note'>{esc(note)}</p>" for note in section.notes]
+        if section.key != "claims":
+            parts += _section_html(section, images)
     parts += ["<h2>Study spec</h2>", f"<pre>{esc(dump_spec(spec))}</pre>", "</body></html>"]
     return "\n".join(parts)
