@@ -22,7 +22,7 @@ from optbench.errors import (
     format_errors,
     torch_mismatch,
 )
-from optbench.recipe import OPTIMIZERS, Dataset, Recipe
+from optbench.recipe import OPTIMIZERS, Recipe
 from optbench.spec import StudySpec
 
 app = typer.Typer(
@@ -144,45 +144,39 @@ def train(
     from optbench.checks import check_batch
     from optbench.errors import did_you_mean
     from optbench.models import is_model, model_names
-    from optbench.train.config import TrainConfig
+    from optbench.overrides import parse_overrides
+    from optbench.train.config import make_train_config
     from optbench.train.datasets import check_dataset, download_dataset
     from optbench.train.loop import run_trial
     from optbench.train.signals import STOP_SIGNALS, TrialInterrupted
-    from optbench.yamlio import read_yaml
 
     if optimizer not in OPTIMIZERS:
         raise UsageError(f"--optimizer: must be one of {list(OPTIMIZERS)}, got {optimizer!r}")
     if not is_model(model):
         hint = did_you_mean(model, model_names())
         raise UsageError(f"MODEL: unknown model {model!r}{hint} (see `optbench models`)")
-    overrides: dict = {"preset": recipe}
+    keys: dict = {"preset": recipe}
     if warmup_epochs is not None:
-        overrides["warmup_epochs"] = warmup_epochs
-    for item in set_ or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--set: expected KEY=VALUE, got {item!r}")
-        overrides[key.strip()] = read_yaml(value, f"--set {key.strip()}")
+        keys["warmup_epochs"] = warmup_epochs
+    keys.update(parse_overrides(set_ or []))  # the strict YAML reader, as a study's --set
     try:
-        resolved_recipe = Recipe.model_validate(overrides)
+        resolved_recipe = Recipe.model_validate(keys)
     except ValidationError as err:
         raise UsageError(format_errors("--recipe/--set", err, schema=Recipe)) from None
-    try:
-        ds = Dataset(name=dataset, root=data_root, img_size=img_size)
-        cfg = TrainConfig(
-            model=model,
-            dataset=ds,
-            optimizer=optimizer,
-            lr=lr,
-            wd=wd,
-            epochs=epochs,
-            batch_size=batch_size,
-            ref_batch=ref_batch,
-            seed=seed,
-            recipe=resolved_recipe,
-        )
-    except ValidationError as err:
-        raise UsageError(format_errors("train", err)) from None
+    cfg = make_train_config(
+        "train",
+        model=model,
+        dataset={"name": dataset, "root": data_root, "img_size": img_size},
+        optimizer=optimizer,
+        lr=lr,
+        wd=wd,
+        epochs=epochs,
+        batch_size=batch_size,
+        ref_batch=ref_batch,
+        seed=seed,
+        recipe=resolved_recipe,
+    )
+    ds = cfg.dataset
     _check_train_flags(cfg, out, threads, device, resume)
     if download:
         download_dataset(ds)
@@ -317,11 +311,11 @@ def status(
     set_: Overrides = None,
 ) -> None:
     """Print a study's counts per cell without running or writing anything."""
-    from optbench.executors.slurm import has_jobs, slurm_status
+    from optbench.executors import jobs_executor
     from optbench.study_tables import status_table, trials_table
 
     spec = _load(study, data=False, overrides=set_)
-    running, summary = slurm_status(spec) if has_jobs(spec) else (set(), None)
+    running, summary = jobs_executor(spec).status()
     table, mixed_code = status_table(spec, running=running)
     console.print(table)
     if mixed_code:
@@ -340,10 +334,10 @@ def cancel(
     """Cancel a study's queued and running SLURM jobs (scancel) and print what SLURM did; exit
     status 1 if scancel failed for any. The next `optbench run` records the cancelled trials as
     failed attempts and resubmits them (within executor.retries)."""
-    from optbench.executors.slurm import cancel_study_jobs, job_folder
+    from optbench.executors import jobs_executor
     from optbench.overrides import load_study, parse_overrides
 
-    lines, ok = cancel_study_jobs(job_folder(load_study(study, parse_overrides(set_ or []))))
+    lines, ok = jobs_executor(load_study(study, parse_overrides(set_ or []))).cancel()
     for line in lines:
         console.print(line, markup=False, highlight=False)
     if not ok:

@@ -97,11 +97,14 @@ def format_errors(
         groups.setdefault((field, in_union), []).append(e)
     lines = []
     for (field, in_union), errors in groups.items():
-        where = ".".join(str(p) for p in field) or "(top level)"
+        where = ".".join(str(p) for p in field)
         # "--set epochs=x: ..." names the key already; a file or a key above it needs the field
-        label = (sources or {}).get(where) or f"{source_of(where, source, sources or {})}: {where}"
+        # (an error of the whole mapping, e.g. a warmup as long as the schedule, has none)
+        label = (sources or {}).get(where) or ": ".join(
+            filter(None, [source_of(where, source, sources or {}), where])
+        )
         if not field and sources:  # a rule across keys: the overrides may be what broke it
-            label = f"{source} with {' '.join(sources.values())}: {where}"
+            label = f"{source} with {' '.join(sources.values())}"
         if in_union:
             options = [_clause(e["msg"]).removeprefix("Input should be ") for e in errors]
             lines.append(f"{label}: should be {' or '.join(options)}{_got(errors[0])}")

@@ -11,13 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import ValidationError
-
-from optbench.errors import SpecError
 from optbench.executors.base import TrialJob
 from optbench.sampling import study_pairs
 from optbench.spec import Cell, StudySpec
-from optbench.train.config import TrainConfig
+from optbench.train.config import TrainConfig, make_train_config
 
 
 @dataclass(frozen=True)
@@ -59,19 +56,16 @@ def plan(spec: StudySpec) -> list[Trial]:
 
 
 def _train_config(spec: StudySpec, cell: Cell, lr: float, wd: float, seed: int) -> TrainConfig:
-    try:
-        return TrainConfig(
-            model=cell.model,
-            dataset=spec.dataset,
-            optimizer=cell.optimizer,
-            lr=lr,
-            wd=wd,
-            epochs=cell.epochs,
-            batch_size=spec.batch_size,
-            ref_batch=spec.ref_batch,
-            seed=seed,
-            recipe=spec.recipe,
-        )
-    except ValidationError as err:  # e.g. a warmup as long as one of the schedules
-        why = "; ".join(e["msg"].removeprefix("Value error, ") for e in err.errors())
-        raise SpecError(f"study {spec.name}, epochs {cell.epochs}: {why}") from None
+    return make_train_config(
+        f"study {spec.name}, epochs {cell.epochs}",  # e.g. a warmup as long as this schedule
+        model=cell.model,
+        dataset=spec.dataset,
+        optimizer=cell.optimizer,
+        lr=lr,
+        wd=wd,
+        epochs=cell.epochs,
+        batch_size=spec.batch_size,
+        ref_batch=spec.ref_batch,
+        seed=seed,
+        recipe=spec.recipe,
+    )

@@ -2,7 +2,8 @@
 executor, and record each result file into the store as its job ends.
 
 spec -> trials (plan.plan; store.prepare attaches their state) -> jobs (Trial.job) -> result
-files (workers) -> store (record).
+files (workers) -> store (record). `run_study` runs in named phases: `_catch_up` (record what
+ended while no driver followed), one `Store.prepare`, `_submit`, `_follow`.
 The driver is the only writer of the database. A finished result is recorded once; results
 already on disk but not yet recorded (a driver killed at the wrong moment) are recorded
 before anything runs; Ctrl-C stops the workers and the same command resumes. What the user
@@ -15,13 +16,14 @@ import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 
+from optuna.trial import TrialState
 from rich.console import Console
 from rich.live import Live
 
 from optbench.errors import StorageUnavailable, WriteError
 from optbench.executors.base import Executor
 from optbench.locks import driver_lock
-from optbench.plan import plan
+from optbench.plan import Trial, plan
 from optbench.progress import EventLog, LiveView, StudyProgress
 from optbench.spec import StudySpec, dump_spec
 from optbench.store import Store, StoredTrial
@@ -91,33 +93,19 @@ def run_study(
     live: bool = True,
     detach: bool = False,
 ) -> StudyProgress:
-    """Run every unfinished trial of `spec` on `executor` (executors.make_executor). Trials
-    whose job ended while no driver followed it (`executor.settle`) are recorded first, so that
-    a failure among them is retried in this run. With `detach`, an executor whose jobs outlive
-    the driver (SLURM) returns right after submitting: a later run follows the same jobs."""
+    """Run every unfinished trial of `spec` on `executor` (executors.make_executor), in three
+    phases: catch up (record what ended while no driver followed: `executor.settle`'s jobs and
+    result files on disk), prepare the store once (so a failure among those is retried in this
+    run), submit, and follow until every job has ended. With `detach`, an executor whose jobs
+    outlive the driver (SLURM) returns right after submitting: a later run follows them."""
     console = console or Console()
     trials = plan(spec)  # pure: a spec that cannot be planned stops here, before any write
     # one driver per study, and none while an earlier driver's workers still write (locks.py)
     with write_faults_as_one_line(), driver_lock(spec.study_dir, on_wait=console.print):
         store = Store(spec, create=True)
         atomic_write_text(spec.study_dir / "spec.yaml", dump_spec(spec))
+        _catch_up(store, trials, executor, console)
         stored = store.prepare(trials, retries=spec.executor.retries)
-        pending = {s.trial.key: s for s in stored if s.status == "pending"}
-        ended = executor.settle([s.trial.job for s in pending.values()])
-        for event in ended:
-            _record_end(store, pending[event.key], event.message)
-        if ended:
-            console.print(f"recorded {len(ended)} trial(s) whose job ended while no run followed")
-        recovered = [s for s in stored if s.status == "pending" and _record_from_disk(store, s)]
-        if recovered:
-            console.print(f"recorded {len(recovered)} result(s) found on disk")
-            for s in recovered:
-                if s.status == "failed":  # an invalid result file: a failed attempt, retried now
-                    console.print(f"failed: {s.record.user_attrs['message']}", markup=False)
-        touched = [pending[event.key] for event in ended] + recovered
-        if any(s.status not in ("finished", "diverged") for s in touched):
-            # a failure gets its retry (a new attempt); record updates the others in place
-            stored = store.prepare(trials, retries=spec.executor.retries)
         unused = store.unused_trials(trials)
         if unused:
             console.print(
@@ -126,67 +114,114 @@ def run_study(
             )
         todo = {s.trial.key: s for s in stored if s.status == "pending"}
         progress = StudyProgress(stored, flops_of=flops_counter(spec))
-        view = LiveView(progress, spec.name) if live and console.is_terminal else None
-        log = EventLog(progress, console)
         if not todo:
             console.print(progress.table(f"{spec.name}: nothing to run"))
             return progress
-        for item in todo.values():
-            if item.attempts > 1:
-                log.retried(item, spec.executor.retries)
-        jobs = [item.trial.job for item in todo.values()]
-        for job in jobs:
-            (job.out_dir / RESULT_FILE).unlink(missing_ok=True)  # a failed attempt's leftovers
-        console.print(executor.submit(jobs), markup=False, highlight=False)
-        outlive = executor.jobs_outlive_driver
-        if detach and outlive:
+        log = EventLog(progress, console)
+        _submit(executor, todo, log, spec.executor.retries, console)
+        if detach and executor.jobs_outlive_driver:
             executor.close(cancel=False)
             console.print(
-                f"{len(jobs)} trial(s) submitted or still queued; `optbench run` follows them "
+                f"{len(todo)} trial(s) submitted or still queued; `optbench run` follows them "
                 "and records their results, `optbench status` shows them"
             )
             return progress
-        try:
-            with (
-                Live(view.render(), console=console, refresh_per_second=2, transient=False)
-                if view
-                else nullcontext()
-            ) as display:
-                while todo:
-                    for event in executor.poll(timeout=0.5):
-                        item = todo.get(event.key)
-                        if item is None:
-                            continue
-                        if event.kind == "running":
-                            progress.start(event.key)
-                            if not view:
-                                log.started(item)
-                            continue
-                        _record_end(store, item, event.message)
-                        progress.end(event.key)
-                        del todo[event.key]
-                        if not view or item.status == "failed":  # a failure shows on a terminal too
-                            log.ended(item)
-                    if view:
-                        display.update(view.render())
-                    else:
-                        log.tick()
-        except (KeyboardInterrupt, StorageUnavailable):  # the storage's error says which
-            executor.close(cancel=not outlive)  # cluster jobs keep running: Ctrl-C detaches
-            left = "still queued or running" if outlive else "left"
-            console.print(
-                f"stopped: {progress.ran} trial(s) recorded, {len(todo)} {left}; "
-                "run the same command to resume"
-            )
-            raise
-        except BaseException:  # e.g. a full disk: stop the workers (they checkpoint) first
-            executor.close(cancel=not outlive)
-            raise
-        executor.close(cancel=False)
+        view = LiveView(progress, spec.name) if live and console.is_terminal else None
+        _follow(store, executor, todo, progress, view, log, console)
         if not view:
             console.print(progress.table(spec.name))
         console.print(f"\nrecorded {progress.ran} trial(s); study folder {spec.study_dir}")
         return progress
+
+
+def _catch_up(store: Store, trials: list[Trial], executor: Executor, console: Console) -> None:
+    """Record the attempts that ended while no driver followed them: those whose job the
+    executor says ended (`settle`), then result files already on disk (a driver killed before
+    it recorded them). Attempts not yet asked for (WAITING) never ran: prepare asks for them."""
+    running = {
+        s.trial.key: s
+        for s in store.read(trials)
+        if s.status == "pending" and s.record is not None and s.record.state == TrialState.RUNNING
+    }
+    ended = executor.settle([s.trial.job for s in running.values()])
+    for event in ended:
+        _record_end(store, running[event.key], event.message)
+    if ended:
+        console.print(f"recorded {len(ended)} trial(s) whose job ended while no run followed")
+    recovered = [
+        s for s in running.values() if s.status == "pending" and _record_from_disk(store, s)
+    ]
+    if recovered:
+        console.print(f"recorded {len(recovered)} result(s) found on disk")
+        for s in recovered:
+            if s.status == "failed":  # an invalid result file: a failed attempt, retried now
+                console.print(f"failed: {s.record.user_attrs['message']}", markup=False)
+
+
+def _submit(
+    executor: Executor, todo: dict[str, StoredTrial], log: EventLog, retries: int, console: Console
+) -> None:
+    """Hand the pending trials to the executor, each trial folder cleared of a failed attempt's
+    result file first (else it would be read as this attempt's)."""
+    for item in todo.values():
+        if item.attempts > 1:
+            log.retried(item, retries)
+    jobs = [item.trial.job for item in todo.values()]
+    for job in jobs:
+        (job.out_dir / RESULT_FILE).unlink(missing_ok=True)
+    console.print(executor.submit(jobs), markup=False, highlight=False)
+
+
+def _follow(
+    store: Store,
+    executor: Executor,
+    todo: dict[str, StoredTrial],
+    progress: StudyProgress,
+    view: LiveView | None,
+    log: EventLog,
+    console: Console,
+) -> None:
+    """Record each trial as its job ends, until none is left (`todo` empties). Ctrl-C, or a
+    storage that stops answering, stops the jobs where they die with the driver and leaves them
+    running where they outlive it (SLURM: the next run follows them)."""
+    outlive = executor.jobs_outlive_driver
+    try:
+        with (
+            Live(view.render(), console=console, refresh_per_second=2, transient=False)
+            if view
+            else nullcontext()
+        ) as display:
+            while todo:
+                for event in executor.poll(timeout=0.5):
+                    item = todo.get(event.key)
+                    if item is None:
+                        continue
+                    if event.kind == "running":
+                        progress.start(event.key)
+                        if not view:
+                            log.started(item)
+                        continue
+                    _record_end(store, item, event.message)
+                    progress.end(event.key)
+                    del todo[event.key]
+                    if not view or item.status == "failed":  # a failure shows on a terminal too
+                        log.ended(item)
+                if view:
+                    display.update(view.render())
+                else:
+                    log.tick()
+    except (KeyboardInterrupt, StorageUnavailable):  # the storage's error says which
+        executor.close(cancel=not outlive)  # cluster jobs keep running: Ctrl-C detaches
+        left = "still queued or running" if outlive else "left"
+        console.print(
+            f"stopped: {progress.ran} trial(s) recorded, {len(todo)} {left}; "
+            "run the same command to resume"
+        )
+        raise
+    except BaseException:  # e.g. a full disk: stop the workers (they checkpoint) first
+        executor.close(cancel=not outlive)
+        raise
+    executor.close(cancel=False)
 
 
 def flops_counter(spec: StudySpec) -> Callable[[str], float]:

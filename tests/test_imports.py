@@ -102,3 +102,22 @@ def test_the_trainer_does_not_import_the_study_schema():
     assert not {
         m for m, deps in graph.items() if m.startswith("optbench.train") and "optbench.spec" in deps
     }
+
+
+def test_the_cli_talks_to_executors_only_through_the_protocol():
+    graph = import_graph()
+    assert "optbench.executors" in graph["optbench.cli"]
+    assert not {m for m in graph["optbench.cli"] if m.startswith("optbench.executors.")}
+
+
+def test_executors_read_no_result_file():
+    # executors say that a job ended; the driver (runner.py) alone reads what it wrote
+    readers = {"load_result", "read_result", "read_metrics"}
+    for path in (PACKAGE / "executors").rglob("*.py"):
+        names = {
+            alias.name
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.ImportFrom)
+            for alias in node.names
+        }
+        assert not names & readers, path

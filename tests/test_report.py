@@ -107,10 +107,18 @@ def test_a_cell_where_everything_diverged():
     assert set(cell["frac_within"].values()) == {0.0}
 
 
-def test_write_report_files_and_page(tmp_path: Path):
+def test_write_report_files_and_page(tmp_path: Path, monkeypatch):
+    from optbench.analysis import claims
+
+    tables_made = []  # the claims' bootstrap runs once per report (summary.json and the page)
+    real = claims.claims_table
+    monkeypatch.setattr(
+        claims, "claims_table", lambda *a: tables_made.append(real(*a)) or tables_made[-1]
+    )
     spec = _spec(optimizers=("adamw", "sgd"), epochs=(5, 10))
     trials = synthetic_trials(MODELS, ["adamw", "sgd"], [5, 10], 6, pending_fraction=0.1, seed=2)
     summary = write_report(spec, trials, tmp_path, n_boot=100)
+    assert len(tables_made) == 1 and summary["claims"] == tables_made[0].to_dict(orient="records")
     on_disk = json.loads((tmp_path / "summary.json").read_text())
     assert on_disk == summary and len(summary["cells"]) == 8
     figures = ["edf", "edf_raw", "scatter", "length", "optimizer", "curves"]
@@ -125,20 +133,19 @@ def test_write_report_files_and_page(tmp_path: Path):
     assert "src='http" not in page and "href=" not in page  # self-contained
     csv = pd.read_csv(tmp_path / "trials.csv")
     assert len(csv) == len(trials) and "metrics" not in csv.columns
-    assert list(csv.columns[:9]) == [
-        "model",
-        "optimizer",
-        "epochs",
-        "lr",
-        "wd",
-        "seed",
-        "status",
-        "final_error",
-        "best_error",
-    ]
+    assert list(csv.columns[: len(_documented_first_columns())]) == _documented_first_columns()
     assert (tmp_path / "trials.parquet").exists() == _has_pyarrow()
     table = format_table(summary)
     assert all(m in table for m in MODELS) and "partial:" in table
+
+
+def _documented_first_columns() -> list[str]:
+    """trials.csv's first columns as docs/reports.md promises them ("one row per trial: ...,
+    then the store's other columns")."""
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "reports.md").read_text()
+    [row] = [line for line in docs.splitlines() if line.startswith("| `trials.csv` |")]
+    listed = row.split("one row per trial:")[1].split(", then")[0]
+    return [name.strip() for name in listed.split(",")]
 
 
 def _has_pyarrow() -> bool:

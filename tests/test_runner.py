@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import copy
 import os
-import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 
 import optuna
@@ -20,7 +18,7 @@ from optbench.errors import UsageError
 from optbench.executors import make_executor
 from optbench.executors.base import Executor
 from optbench.executors.local import InlineExecutor, LocalExecutor, split_cores
-from optbench.executors.slurm import SlurmExecutor
+from optbench.executors.slurm.executor import SlurmExecutor
 from optbench.plan import plan
 from optbench.runner import _record_end, run_study
 from optbench.spec import parse_spec
@@ -160,9 +158,20 @@ def test_a_result_file_of_another_configuration_is_never_recorded(tiny_dict):
 
 
 def test_split_cores_never_oversubscribes():
-    assert split_cores(32, "auto", 2) == (2, 1)
-    assert split_cores(10, 3, 8) == (3, 2)
-    assert split_cores(10, "auto", 16, gpus=4) == (4, 4)  # one worker per GPU
+    # the promise, checked over a grid rather than restated: workers x threads never exceed the
+    # cores, no worker idles for want of a trial, every core is used when the split is even,
+    # and with GPUs there is one worker per GPU at most
+    for cores in (1, 2, 3, 8, 16):
+        for gpus in (0, 1, 2, 4):
+            limit = gpus or cores
+            for workers in ("auto", *range(1, limit + 1)):
+                for n_jobs in (1, 2, 5, 40):
+                    n, threads = split_cores(n_jobs, workers, cores, gpus)
+                    assert 1 <= n <= min(n_jobs, limit) and threads >= 1
+                    asked = limit if workers == "auto" else workers
+                    assert n == min(n_jobs, asked)
+                    if asked <= cores:
+                        assert asked * threads <= cores < asked * (threads + 1)
     with pytest.raises(UsageError, match="between 1 and 2, the GPUs"):
         split_cores(10, 8, 16, gpus=2)
 
@@ -179,11 +188,23 @@ def test_every_executor_has_what_the_driver_asks_of_one(tiny_dict, tmp_path):
     asked = set(Executor.__annotations__) | {
         name for name, value in vars(Executor).items() if callable(value) and name[0] != "_"
     }
-    assert {"jobs_outlive_driver", "settle", "submit", "poll", "close"} <= asked
+    assert {"jobs_outlive_driver", "settle", "submit", "poll", "close", "status", "cancel"} <= asked
     slurm = SlurmExecutor(parse_spec(tiny_dict).executor.slurm, tmp_path, "tiny")
     for executor in (InlineExecutor(), LocalExecutor(), slurm):
         assert all(hasattr(executor, name) for name in asked), type(executor).__name__
     assert slurm.jobs_outlive_driver and not LocalExecutor().jobs_outlive_driver
+
+
+def test_status_and_cancel_of_a_study_never_on_slurm_ask_an_executor_whose_jobs_died(tiny_dict):
+    from optbench.executors import jobs_executor
+
+    executor = jobs_executor(parse_spec(tiny_dict))
+    assert not executor.jobs_outlive_driver
+    assert executor.status() == (set(), None)
+    lines, ok = executor.cancel()
+    assert ok and lines == [
+        "no job of this study is queued or running (only SLURM jobs outlive a run)"
+    ]
 
 
 def test_make_executor_builds_the_studys_kind_and_starts_nothing(tiny_dict):
@@ -212,27 +233,29 @@ def test_ctrl_c_then_resume_gives_each_trial_exactly_once(tmp_path, tiny_dict):
     spec = parse_spec(data)
     # The driver is a terminal's foreground command here. A shell starts background jobs with
     # SIGINT ignored (nohup ... &), and Python then keeps ignoring it, so under such a CI
-    # launcher Ctrl-C would not reach the driver at all: give it Python's own handler.
+    # launcher Ctrl-C would not reach the driver at all: give it Python's own handler. The
+    # Ctrl-C comes from a hook, not a race with the driver's poll: once the driver has recorded
+    # its first trial and said so, it sends itself SIGINT (as a terminal sends the foreground job).
     foreground = (
-        "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "import os, signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+        "from optbench.progress import EventLog\n"
+        "said = EventLog.ended\n"
+        "def ended_then_ctrl_c(self, item):\n"
+        "    said(self, item)\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "EventLog.ended = ended_then_ctrl_c\n"
         "from optbench.cli import main; main()"
     )
-    proc = subprocess.Popen(
+    proc = subprocess.run(
         [sys.executable, "-c", foreground, "run", str(study)],
         cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        capture_output=True,
         text=True,
+        timeout=600,
     )
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and not _recorded(spec) and proc.poll() is None:
-        time.sleep(0.5)
-    assert proc.poll() is None, proc.communicate()[1]  # still running: not crashed, not done
-    assert _recorded(spec) < 4, "every trial was recorded before the SIGINT could be sent"
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
-    assert 1 <= _recorded(spec) < 4
+    assert proc.returncode == 130, proc.stderr
+    assert "stopped: 1 trial(s) recorded, 3 left" in " ".join(proc.stdout.split()), proc.stdout
+    assert _recorded(spec) == 1  # the one recorded before the Ctrl-C, and no other
     resumed = subprocess.run(
         [sys.executable, "-m", "optbench", "run", str(study)],
         cwd=tmp_path,

@@ -26,25 +26,26 @@ from optbench.cli import app
 from optbench.errors import SpecError, UsageError
 from optbench.executors.base import TrialJob
 from optbench.executors.local import InlineExecutor
-from optbench.executors.slurm import (
+from optbench.executors.slurm.client import (
     ACTIVE_STATES,
+    base_state,
+    chunks,
+    max_array_size,
+    sacct_states,
+    survey,
+)
+from optbench.executors.slurm.ends import settle_ended
+from optbench.executors.slurm.executor import SlurmExecutor, sbatch_parameters
+from optbench.executors.slurm.job import TrialBatch
+from optbench.executors.slurm.journal import (
     COMMENT_TAG,
     JOBS_FILE,
     JobRecord,
-    SlurmExecutor,
-    TrialBatch,
     append_records,
-    base_state,
-    chunks,
     config_hash,
     followed_jobs,
-    max_array_size,
     read_journal,
     read_records,
-    sacct_states,
-    sbatch_parameters,
-    settle_ended,
-    survey,
 )
 from optbench.plan import plan
 from optbench.runner import run_study
@@ -64,7 +65,7 @@ class FakeSlurm:
         self.sacct_history = ""  # `sacct -D` lines: JobID|Timelimit, one per run of a job
         self.scancel: tuple[int, str] = (0, "")
         self.calls: list[list[str]] = []
-        monkeypatch.setattr("optbench.executors.slurm.subprocess.run", self.run)
+        monkeypatch.setattr("optbench.executors.slurm.client.subprocess.run", self.run)
 
     def run(self, args, **kwargs):
         self.calls.append(list(args))
@@ -136,8 +137,24 @@ def test_sacct_states_are_reduced_to_their_base():
     assert base_state("CANCELLED by 0") == "CANCELLED"
     assert base_state("") == "UNKNOWN"
     assert base_state("OUT_OF_MEMORY") == "OUT_OF_MEMORY"
-    assert {"PENDING", "RUNNING", "REQUEUED"} <= ACTIVE_STATES
-    assert not {"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "OUT_OF_MEMORY"} & ACTIVE_STATES
+
+
+# squeue(1), "JOB STATE CODES" (Slurm 22.05, Debian 12's), split by what the man page says of each
+# state: "terminated" (or completed, cancelled, out of memory, revoked) ends a job; the others
+# describe a job that has or awaits an allocation, so it may still run.
+SQUEUE_TERMINATED = {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL",
+                     "OUT_OF_MEMORY", "PREEMPTED", "REVOKED", "TIMEOUT"}  # fmt: skip
+SQUEUE_MAY_RUN = {"CONFIGURING", "COMPLETING", "PENDING", "RUNNING", "RESV_DEL_HOLD", "REQUEUE_FED",
+                  "REQUEUE_HOLD", "REQUEUED", "RESIZING", "SIGNALING", "SPECIAL_EXIT", "STAGE_OUT",
+                  "STOPPED", "SUSPENDED"}  # fmt: skip
+
+
+def test_a_job_that_may_still_run_is_followed_in_every_state_squeue_documents():
+    assert SQUEUE_MAY_RUN <= ACTIVE_STATES
+    # PREEMPTED "terminated due to preemption", but optbench submits with --requeue, so SLURM
+    # queues a preempted job again: it is followed, never resubmitted beside its requeue.
+    assert SQUEUE_TERMINATED & ACTIVE_STATES == {"PREEMPTED"}
+    assert ACTIVE_STATES - SQUEUE_MAY_RUN - SQUEUE_TERMINATED == {"UNKNOWN", "UNREACHABLE"}
 
 
 def test_later_job_records_replace_earlier_ones(tmp_path: Path):
@@ -160,7 +177,8 @@ def test_a_recorded_job_that_ended_without_a_result_is_reported_lost(tmp_path, m
         tmp_path, [JobRecord(job.key, "42_3", config_hash(job.config), "/logs/42_3.err", 0.0)]
     )
     monkeypatch.setattr(
-        "optbench.executors.slurm.sacct_states", lambda ids: dict.fromkeys(ids, "OUT_OF_MEMORY")
+        "optbench.executors.slurm.client.sacct_states",
+        lambda ids: dict.fromkeys(ids, "OUT_OF_MEMORY"),
     )
     executor = SlurmExecutor(SlurmSettings(), tmp_path, "tiny")
     executor.submit([job])  # nothing new is submitted: the record matches
@@ -176,7 +194,7 @@ def test_a_job_whose_end_was_reported_is_resubmitted_as_a_new_attempt(tmp_path, 
     rec = JobRecord(job.key, "42_3", config_hash(job.config), "/logs/42_3.err", 0.0, ended="FAILED")
     append_records(tmp_path, [rec])
     monkeypatch.setattr(
-        "optbench.executors.slurm.sacct_states", lambda ids: pytest.fail("no sacct needed")
+        "optbench.executors.slurm.client.sacct_states", lambda ids: pytest.fail("no sacct needed")
     )
     submitted = []
     monkeypatch.setattr(SlurmExecutor, "_submit_new", lambda self, jobs: submitted.extend(jobs))
@@ -209,7 +227,7 @@ def test_a_job_that_crashed_unwatched_keeps_its_message_and_is_retried_by_the_ne
     crash = TrialResult(status="failed", epochs=1, config=job.config, message="RuntimeError: boom")
     write_result(job.out_dir, crash)
     monkeypatch.setattr(
-        "optbench.executors.slurm.sacct_states", lambda ids: dict.fromkeys(ids, "FAILED")
+        "optbench.executors.slurm.client.sacct_states", lambda ids: dict.fromkeys(ids, "FAILED")
     )
     executor = InlineExecutor()
     executor.settle = partial(settle_ended, folder)  # SLURM's settle; the retry runs inline
@@ -414,7 +432,7 @@ def test_sacct_failing_is_not_sacct_not_knowing_the_job(monkeypatch):
 
 
 def test_an_accounting_outage_never_ends_a_running_job_and_is_said_once(tmp_path, monkeypatch):
-    monkeypatch.setattr("optbench.executors.slurm.VANISH_S", 0.0)
+    monkeypatch.setattr("optbench.executors.slurm.executor.VANISH_S", 0.0)
     slurm = FakeSlurm(monkeypatch)
     slurm.sacct_out = None
     slurm.squeue_out = "42|RUNNING|\n"

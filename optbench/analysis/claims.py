@@ -349,12 +349,10 @@ def markdown(table: pd.DataFrame) -> str:
 CLAIM_SECTION = {"a": "edf", "b": "length", "c": "optimizer", "d": "stem"}
 
 
-def sections(
-    results: pd.DataFrame, options: Options, study: str, drawn: set[str] | None = None
-) -> list[Section]:
-    """The report page's "claims" section, or nothing when the study tests no claim; with
-    `drawn` (the report's sections), only the claims whose section is drawn."""
-    table = claims_table(results, options, study)
+def sections(table: pd.DataFrame, options: Options, drawn: set[str] | None = None) -> list[Section]:
+    """The report page's "claims" section from `claims_table`'s rows (computed once per report:
+    the page and summary.json show the same bootstrap), or nothing when the study tests no
+    claim; with `drawn` (the report's sections), only the claims whose section is drawn."""
     if drawn is not None:
         table = table[table["claim"].map(CLAIM_SECTION).isin(drawn)]
     if table.empty:
@@ -370,11 +368,6 @@ def sections(
     )
     section.tables.append(("Claims", section_table(table)))
     return [section]
-
-
-def records(results: pd.DataFrame, options: Options, study: str) -> list[dict]:
-    """The claims table as summary.json rows."""
-    return claims_table(results, options, study).to_dict(orient="records")
 
 
 def main(argv: list[str] | None = None) -> int:

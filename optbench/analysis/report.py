@@ -307,11 +307,13 @@ def build_sections(
     figures: set[str] | None = None,
     options: Options | None = None,
     data_shape: tuple[int, int, int] | None = None,
+    claims_table: pd.DataFrame | None = None,
 ) -> list[Section]:
     """The page's sections (figures still in memory), in FIGURES order. `trials` must already be
     in spec order (see write_report). `data_shape`: (num_classes, in_chans, img_size) of every
     model's input; None: each model's, looked up (unknown without the dataset's files: no
-    complexity table, no near-chance check)."""
+    complexity table, no near-chance check). `claims_table`: claims.claims_table's rows, where
+    the caller has them already (computed here when None)."""
     options = options or Options()
     wanted = set(FIGURES) if figures is None else set(figures)
     results = tables.with_errors(trials, options.metric)
@@ -332,8 +334,10 @@ def build_sections(
         "curves": lambda: _curves_section(trials, colors, metric),
     }
     sections = [builders[key]() for key in FIGURES if key in wanted]
+    if claims_table is None:
+        claims_table = claims.claims_table(results, options, spec.name)
     # the verdicts first: the claims whose figures this page draws
-    return claims.sections(results, options, spec.name, wanted) + sections
+    return claims.sections(claims_table, options, wanted) + sections
 
 
 def study_summary(
@@ -341,14 +345,18 @@ def study_summary(
     trials: pd.DataFrame,
     options: Options,
     data_shape: tuple[int, int, int] | None = None,
+    claims_table: pd.DataFrame | None = None,
 ) -> dict[str, Any]:
     """summary.json's content (summary.py's numbers, near_chance where the number of classes
-    is known, and the claims), for the report and `optbench.load_summary` alike."""
+    is known, and the claims), for the report and `optbench.load_summary` alike.
+    `claims_table`: claims.claims_table's rows where the caller has them (computed when None)."""
     trials = _ordered(trials, spec)
     summary = summarize(spec.name, trials, options, num_classes=_num_classes(spec, data_shape))
-    summary["claims"] = claims.records(
-        tables.with_errors(trials, options.metric), options, spec.name
-    )
+    if claims_table is None:
+        claims_table = claims.claims_table(
+            tables.with_errors(trials, options.metric), options, spec.name
+        )
+    summary["claims"] = claims_table.to_dict(orient="records")
     return summary
 
 
@@ -382,8 +390,10 @@ def write_report(
     options = Options(metric=metric, n_boot=n_boot, seed=seed)
 
     trials = _ordered(trials, spec)
-    summary = study_summary(spec, trials, options, data_shape)
-    sections = build_sections(spec, trials, figures, options, data_shape)
+    # the claims' bootstrap runs once: summary.json and the page show the same intervals
+    claims_table = claims.claims_table(tables.with_errors(trials, metric), options, spec.name)
+    summary = study_summary(spec, trials, options, data_shape, claims_table)
+    sections = build_sections(spec, trials, figures, options, data_shape, claims_table)
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,8 @@
 """Executors: where a study's trials run. `make_executor(spec)` builds the one the study's
 `executor.kind` names: "local" (a process pool on this machine, local.py), "debug" (inline, in
-the driver, local.py) or "slurm" (job arrays through submitit, slurm.py). Each
-follows the `Executor` protocol (base.py), the only thing the driver knows of it.
+the driver, local.py) or "slurm" (job arrays through submitit, slurm/). Each follows the
+`Executor` protocol (base.py), the only thing the driver and the CLI know of it;
+`jobs_executor(spec)` is the one that answers `optbench status` and `cancel`.
 """
 
 from __future__ import annotations
@@ -29,7 +30,26 @@ def make_executor(
         chosen = spec.executor.workers if workers is None else workers
         pool_size(chosen, usable_cores(), torch.cuda.device_count())  # UsageError if too many
         return LocalExecutor(chosen, spec.study_dir)
-    from optbench.executors.slurm import SlurmExecutor, job_folder, max_array_size
+    from optbench.executors.slurm.client import max_array_size
 
     max_array_size()  # fails with a usage error, without SLURM
+    return _slurm_executor(spec, notify)
+
+
+def jobs_executor(spec: StudySpec) -> Executor:
+    """The executor that tells of (`status`) and stops (`cancel`) a study's jobs while no driver
+    follows them: SLURM's where the study has ever submitted there (whatever executor.kind says
+    now), else one whose jobs died with their driver. Reaches no cluster, starts no worker."""
+    from optbench.executors.slurm.journal import JOBS_FILE
+    from optbench.executors.slurm.study import job_folder
+
+    if (job_folder(spec) / JOBS_FILE).is_file():
+        return _slurm_executor(spec, print)
+    return InlineExecutor()
+
+
+def _slurm_executor(spec: StudySpec, notify: Callable[[str], None]) -> Executor:
+    from optbench.executors.slurm.executor import SlurmExecutor
+    from optbench.executors.slurm.study import job_folder
+
     return SlurmExecutor(spec.executor.slurm, job_folder(spec), spec.name, notify)

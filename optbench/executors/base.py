@@ -2,8 +2,11 @@
 
 A `TrialJob` is everything a worker needs to run one trial, as plain picklable data. An
 executor runs jobs somewhere and reports `JobEvent`s; it never touches the study database.
-The worker's only output is the trial's result file (see optbench.train.results); the driver
-reads it when a job ends. A job that ends without writing one is "lost" (its process died).
+The worker's only output is the trial's result file (see optbench.train.results); the executor
+only says that a job ended, and the driver alone reads that file. A job that ends without
+writing one is "lost" (its process died; the event's message says how, where known). The
+commands that run no trial (`optbench status`, `optbench cancel`) ask an executor too:
+`status` and `cancel`.
 """
 
 from __future__ import annotations
@@ -51,3 +54,27 @@ class Executor(Protocol):
 
     def close(self, cancel: bool) -> None:
         """Release resources; with cancel, stop every job that has not ended."""
+
+    def status(self) -> tuple[set[str], str | None]:
+        """Without a driver (`optbench status`): the keys of the study's trials whose job runs
+        now, and one line about its jobs for the user (None: nothing to say)."""
+
+    def cancel(self) -> tuple[list[str], bool]:
+        """Without a driver (`optbench cancel`): stop the study's jobs that may still run. The
+        lines to print (what was done), and whether every job could be stopped."""
+
+
+class DiesWithDriver:
+    """What executors whose jobs stop with the driver (local, debug) answer about jobs no driver
+    follows: there are none."""
+
+    jobs_outlive_driver = False
+
+    def settle(self, jobs: Sequence[TrialJob]) -> list[JobEvent]:
+        return []
+
+    def status(self) -> tuple[set[str], str | None]:
+        return set(), None
+
+    def cancel(self) -> tuple[list[str], bool]:
+        return ["no job of this study is queued or running (only SLURM jobs outlive a run)"], True

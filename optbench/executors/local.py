@@ -36,7 +36,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
 from optbench.errors import UsageError, WriteError
-from optbench.executors.base import JobEvent, TrialJob
+from optbench.executors.base import DiesWithDriver, JobEvent, TrialJob
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 WATCH_S = 1.0  # how often a worker checks that its driver is alive
@@ -179,12 +179,10 @@ def _death(process) -> str:
     return f"worker process {process.pid} died (exit code {code})"
 
 
-class LocalExecutor:
+class LocalExecutor(DiesWithDriver):
     """A pool of worker processes on this machine, started when jobs are submitted: one worker
     per core, or one per GPU where there are GPUs, unless `workers` says how many (at most the
     cores or GPUs). With `study_dir`, workers hold its worker lock (locks.py)."""
-
-    jobs_outlive_driver = False
 
     def __init__(self, workers: int | str = "auto", study_dir: Path | None = None):
         self._workers = workers
@@ -194,9 +192,6 @@ class LocalExecutor:
         self._fault: str | None = None
         self._start_failures = 0
         self._ctx = multiprocessing.get_context("spawn")
-
-    def settle(self, jobs: Sequence[TrialJob]) -> list[JobEvent]:
-        return []  # workers die with the driver
 
     def submit(self, jobs: Sequence[TrialJob]) -> str:
         self._queue.extend(jobs)
@@ -323,18 +318,13 @@ class LocalExecutor:
         self._queue.clear()
 
 
-class InlineExecutor:
+class InlineExecutor(DiesWithDriver):
     """Runs each job in this process when polled (the `debug` executor: breakpoints work): one
     poll says the next job starts, the next runs it to its end."""
-
-    jobs_outlive_driver = False
 
     def __init__(self) -> None:
         self._queue: list[TrialJob] = []
         self._next: TrialJob | None = None
-
-    def settle(self, jobs: Sequence[TrialJob]) -> list[JobEvent]:
-        return []  # jobs run inside the driver
 
     def submit(self, jobs: Sequence[TrialJob]) -> str:
         self._queue.extend(jobs)

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from optbench.caps import SEED_BOUND
+from optbench.errors import SpecError, format_errors
 from optbench.recipe import Dataset, Optimizer, Recipe, fill_ref_batch
 
 Status = Literal["finished", "diverged", "failed"]
@@ -50,6 +51,17 @@ class TrainConfig(BaseModel):
     def lr_used(self) -> float:
         """Linear scaling rule: the lr the optimizer sees at this batch size."""
         return self.lr * self.batch_size / self.ref_batch
+
+
+def make_train_config(what: str, **fields) -> TrainConfig:
+    """The one place a TrainConfig is built from parts (TrainConfig's fields, by name):
+    `optbench train`'s flags and each trial of a plan (plan.py). A config that does not validate
+    (a warmup as long as the schedule, a flag out of range) is a SpecError, one line per
+    problem, "<what>: <field>: <why>"."""
+    try:
+        return TrainConfig(**fields)
+    except ValidationError as err:
+        raise SpecError(format_errors(what, err)) from None
 
 
 class Provenance(BaseModel):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pytest
 from services import SCRIPTS, script, skip_or_fail
 
-from optbench.executors.slurm import max_array_size
+from optbench.executors.slurm.client import max_array_size
 
 
 @dataclass(frozen=True)

@@ -26,16 +26,9 @@ from typer.testing import CliRunner
 
 from optbench.cli import app
 from optbench.executors import make_executor
-from optbench.executors.slurm import (
-    ACTIVE_STATES,
-    COMMENT_TAG,
-    JOBS_FILE,
-    followed_jobs,
-    job_folder,
-    read_records,
-    sacct_states,
-    squeue_jobs,
-)
+from optbench.executors.slurm.client import ACTIVE_STATES, sacct_states, squeue_jobs
+from optbench.executors.slurm.journal import COMMENT_TAG, JOBS_FILE, followed_jobs, read_records
+from optbench.executors.slurm.study import job_folder
 from optbench.plan import plan
 from optbench.runner import run_study
 from optbench.spec import StudySpec, load_spec, parse_spec

@@ -1,0 +1,98 @@
+"""How a trial's SLURM job ended, said in words for the driver (a time limit with its limit and
+the requeues used, a vanished job, a cancel), and the end events of jobs that ended while no
+driver followed them. The executor only says that a job ended; the driver reads the result file.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import submitit
+from submitit.core.utils import JobPaths
+
+from optbench.executors.base import JobEvent, TrialJob
+from optbench.executors.slurm.client import ACTIVE_STATES, ENDED, SlurmCommandError, slurm_command
+from optbench.executors.slurm.journal import JobRecord, append_records, followed_jobs
+from optbench.train.results import RESULT_FILE
+
+
+def minutes(limit: str) -> str:
+    """sacct's "[D-]HH:MM:SS" time limit as "N min" (as time_min is written)."""
+    match = re.fullmatch(r"(?:(\d+)-)?(\d+):(\d+):(\d+)", limit.strip())
+    if not match:
+        return limit.strip() or "unknown"
+    days, hours, mins, secs = (int(g or 0) for g in match.groups())
+    return f"{days * 1440 + hours * 60 + mins + secs / 60:g} min"
+
+
+def out_of_requeues(rec: JobRecord) -> bool:
+    """Whether submitit ended the job because it timed out more often than max_requeues (it
+    then raises in its signal handler and pickles that error as the job's outcome)."""
+    path = JobPaths(Path(rec.log).parent, job_id=rec.job_id, task_id=0).result_pickle
+    try:
+        outcome = submitit.core.utils.pickle_load(path)
+    except Exception:  # noqa: BLE001 - no outcome (killed, never started) or unreadable
+        return False
+    return outcome[0] == "error" and "timed-out too many times" in str(outcome[1])
+
+
+def time_limit_reason(rec: JobRecord) -> str:
+    """Why a trial's job ran out of time, with its limit and the requeues it used."""
+    facts = "its time limit and requeues are unknown (sacct failed)"
+    try:
+        out = slurm_command(
+            "sacct", "-D", "-X", "-n", "-P", "-o", "JobID,Timelimit", "-j", rec.job_id
+        )
+        runs = [line.split("|") for line in out.splitlines() if line.split("|")[0] == rec.job_id]
+        if runs:
+            facts = f"time limit {minutes(runs[-1][1])}, requeued {len(runs) - 1} time(s)"
+    except SlurmCommandError:
+        pass
+    return (
+        f"SLURM job {rec.job_id} ran out of time ({facts}); raise executor.slurm.time_min "
+        "(or max_requeues, or lower trials_per_job): the next attempt resumes from the checkpoint"
+    )
+
+
+def lost_reason(rec: JobRecord, state: str) -> str:
+    """Why a trial's job ended without the trial's result file, with where its log is."""
+    job = f"SLURM job {rec.job_id}"
+    if state == "UNKNOWN":
+        why = f"{job} vanished (neither sacct nor squeue knows it)"
+    elif state == ENDED:
+        why = f"{job} ended while SLURM accounting was down (how is unknown)"
+    elif state == "COMPLETED":
+        why = f"{job} completed without writing the result file"
+    elif state == "TIMEOUT" or (state == "FAILED" and out_of_requeues(rec)):
+        why = time_limit_reason(rec)
+    else:
+        why = f"{job} {state}"
+    if Path(rec.log).is_file():
+        return f"{why}; log: {rec.log}"
+    if state == "CANCELLED":
+        return f"{why} before it started (no log)"
+    return f"{why}; no log at {rec.log}"
+
+
+def end_event(folder: Path, job: TrialJob, rec: JobRecord, state: str) -> JobEvent:
+    """The event for a trial whose job ended, noted in jobs.jsonl as reported."""
+    append_records(folder, [replace(rec, ended=state)])
+    if (job.out_dir / RESULT_FILE).exists():  # the driver reads it (and checks its config)
+        return JobEvent(job.key, "ended")
+    return JobEvent(job.key, "lost", lost_reason(rec, state))
+
+
+def settle_ended(folder: Path, jobs: Sequence[TrialJob]) -> list[JobEvent]:
+    """End events of those of `jobs` whose recorded job ended while no driver followed it (the
+    driver was detached, interrupted or killed). `optbench run` records them before it plans, so
+    that such a trial's result is recorded and a failure retried in that same run."""
+    by_key = {j.key: j for j in jobs}
+    known, _ = followed_jobs(folder, jobs, persist=True)
+    return [
+        end_event(folder, by_key[key], rec, state)
+        for key, (rec, state) in known.items()
+        if state not in ACTIVE_STATES
+    ]

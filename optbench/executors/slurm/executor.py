@@ -1,0 +1,254 @@
+"""`SlurmExecutor`: the Executor protocol (executors/base.py) on SLURM. It submits trials as job
+arrays (journaled first, journal.py), follows their states (client.py) and says when a job
+ended (ends.py); it reattaches to a study's jobs that outlived an earlier driver.
+"""
+
+from __future__ import annotations
+
+import secrets
+import shlex
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import submitit
+from submitit.core.utils import FailedJobError, FailedSubmissionError
+
+from optbench.errors import UsageError
+from optbench.executors.base import JobEvent, TrialJob
+from optbench.executors.slurm.client import (
+    ACTIVE_STATES,
+    Survey,
+    chunks,
+    error_line,
+    max_array_size,
+    scancel,
+    survey,
+)
+from optbench.executors.slurm.ends import end_event, settle_ended
+from optbench.executors.slurm.job import JOB_STEP_CODE, TrialBatch
+from optbench.executors.slurm.journal import (
+    COMMENT_TAG,
+    JobRecord,
+    Submission,
+    append_lines,
+    append_records,
+    config_hash,
+    followed_jobs,
+)
+from optbench.executors.slurm.study import cancel_study_jobs, jobs_status
+from optbench.spec import SlurmSettings
+from optbench.train.results import RESULT_FILE
+
+VANISH_S = 300.0  # a job neither sacct nor squeue has known for this long is gone (purged)
+NOTE_EVERY_S = 300.0  # while SLURM does not answer, the follower says so at most this often
+
+
+def sbatch_parameters(settings: SlurmSettings, job_name: str) -> dict:
+    """submitit SlurmExecutor parameters for one trial's job."""
+    extra = dict(settings.sbatch)
+    params: dict = {
+        "job_name": job_name,
+        "time": settings.time_min,
+        "nodes": settings.nodes,
+        "ntasks_per_node": settings.tasks,
+        "cpus_per_task": settings.cpus_per_task,
+        "array_parallelism": settings.array_parallelism,
+        "signal_delay_s": settings.signal_delay_s,
+        "setup": list(settings.setup),
+        "comment": str(extra.pop("comment", "")),  # the submission's token is added to it
+        # Requeue must be allowed for preemption to resume rather than fail; flags may override.
+        "additional_parameters": {"requeue": True, **extra},
+    }
+    optional = {
+        "partition": settings.partition,
+        "account": settings.account,
+        "qos": settings.qos,
+        "constraint": settings.constraint,
+        "gpus_per_node": settings.gpus_per_node or None,
+        "mem": f"{round(settings.mem_gb * 1024)}MB" if settings.mem_gb else None,
+    }
+    params.update({k: v for k, v in optional.items() if v is not None})
+    return params
+
+
+@dataclass
+class _Tracked:
+    record: JobRecord
+    job: TrialJob
+    first_seen: float
+    running: bool = False
+
+
+@dataclass
+class _Trouble:
+    """While SLURM does not answer: since when, and when the follower last said so."""
+
+    since: float | None = None
+    said: float = float("-inf")
+    lines: list[str] = field(default_factory=list)
+
+
+class SlurmExecutor:
+    """The SLURM executor behind `optbench run` (see optbench.executors.base.Executor). `notify`
+    prints a line for the user while it follows jobs (SLURM not answering, and answering again)."""
+
+    jobs_outlive_driver = True  # the driver may detach (Ctrl-C, --detach); a later run reattaches
+
+    def __init__(
+        self,
+        settings: SlurmSettings,
+        folder: Path,
+        job_name: str,
+        notify: Callable[[str], None] = print,
+    ):
+        self.settings = settings
+        self.folder = Path(folder).resolve()
+        self.job_name = job_name
+        self.notify = notify
+        self._tracked: dict[str, _Tracked] = {}  # trial key -> its job
+        self._events: list[JobEvent] = []
+        self._last_sacct = float("-inf")
+        self._trouble = _Trouble()
+        self.submitted = 0
+        self.reattached = 0
+
+    def _executor(self) -> submitit.SlurmExecutor:
+        # The job step holds SIGUSR2 back until submitit can handle it (JOB_STEP_CODE).
+        python = f"{shlex.quote(sys.executable)} -u -S -c {shlex.quote(JOB_STEP_CODE)}"
+        executor = submitit.SlurmExecutor(
+            folder=self.folder / "%j", max_num_timeout=self.settings.max_requeues, python=python
+        )
+        executor.update_parameters(**sbatch_parameters(self.settings, self.job_name))
+        return executor
+
+    def settle(self, jobs: Sequence[TrialJob]) -> list[JobEvent]:
+        return settle_ended(self.folder, jobs)
+
+    def submit(self, jobs: Sequence[TrialJob]) -> str:
+        """Reattach trials whose recorded job may still run; report those whose recorded job has
+        ended since `settle_ended` looked; submit the rest as job arrays."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        known, found = followed_jobs(self.folder, jobs, persist=True)
+        self._say_trouble(found)
+        now = time.monotonic()
+        fresh = []
+        for job in jobs:
+            if job.key not in known:
+                fresh.append(job)
+                continue
+            rec, state = known[job.key]
+            if state in ACTIVE_STATES:
+                self._tracked[job.key] = _Tracked(rec, job, now)
+                self.reattached += 1
+            else:  # ended a moment ago: report it honestly; it is retried like any failure
+                self._events.append(end_event(self.folder, job, rec, state))
+        self._submit_new(fresh)
+        # A reattaching run submits nothing: say what was submitted and what is followed.
+        return (
+            f"SLURM: {self.submitted} trial(s) submitted, {self.reattached} already queued or "
+            f"running and followed; jobs and logs in {self.folder}"
+        )
+
+    def _submit_new(self, jobs: Sequence[TrialJob]) -> None:
+        if not jobs:
+            return
+        executor = self._executor()
+        comment = executor.parameters["comment"]
+        batches = chunks(jobs, self.settings.trials_per_job)
+        for array in chunks(batches, max_array_size()):
+            intent = Submission(
+                secrets.token_hex(8),
+                [[job.key for job in batch] for batch in array],
+                {job.key: config_hash(job.config) for batch in array for job in batch},
+                time.time(),
+            )
+            append_lines(self.folder, [asdict(intent)])  # before sbatch: see adopt_interrupted
+            executor.update_parameters(comment=f"{comment} {COMMENT_TAG}{intent.token}".strip())
+            try:
+                with executor.batch():
+                    handles = [executor.submit(TrialBatch(batch)) for batch in array]
+            except (FailedJobError, FailedSubmissionError) as err:
+                raise UsageError(
+                    f"executor slurm: sbatch refused the jobs: {error_line('sbatch', str(err))}"
+                ) from None
+            now = time.monotonic()
+            new = []
+            for handle, batch in zip(handles, array, strict=True):
+                for job in batch:
+                    rec = JobRecord(
+                        job.key, handle.job_id, config_hash(job.config),
+                        str(handle.paths.stderr), time.time(), submission=intent.token,
+                    )  # fmt: skip
+                    new.append(rec)
+                    self._tracked[job.key] = _Tracked(rec, job, now)
+            append_records(self.folder, new)
+            self.submitted += len(new)
+
+    def _say_trouble(self, found: Survey) -> None:
+        """Say once per NOTE_EVERY_S that SLURM does not answer, and once that it is back."""
+        now, trouble = time.monotonic(), self._trouble
+        if found.problem is None:
+            if trouble.since is not None:
+                self.notify(f"SLURM answers again (after {now - trouble.since:.0f} s)")
+            self._trouble = _Trouble()
+            return
+        if trouble.since is None:
+            trouble.since = now
+        if now - trouble.said >= NOTE_EVERY_S:
+            trouble.said = now
+            self.notify(
+                f"{found.problem}; following {len(self._tracked)} job(s), none resubmitted "
+                f"while it may still run (said again every {NOTE_EVERY_S / 60:.0f} min while this lasts)"
+            )
+
+    def poll(self, timeout: float) -> list[JobEvent]:
+        """Events since the last poll. Asks SLURM at most every `poll_s` seconds; sleeps up to
+        `timeout` seconds waiting for that moment."""
+        if self._events or not self._tracked:
+            events, self._events = self._events, []
+            return events
+        wait = self._last_sacct + self.settings.poll_s - time.monotonic()
+        if wait > 0:
+            time.sleep(min(wait, max(timeout, 0.0)))
+            if wait > timeout:
+                return []
+        self._last_sacct = time.monotonic()
+        found = survey(t.record.job_id for t in self._tracked.values())
+        self._say_trouble(found)
+        now = time.monotonic()
+        events = []
+        for key, tracked in list(self._tracked.items()):
+            state = found.states[tracked.record.job_id]
+            ended = state not in ACTIVE_STATES
+            if state == "UNKNOWN" and now - tracked.first_seen > VANISH_S:
+                ended = True  # neither sacct nor squeue has known it for VANISH_S
+            if not ended and (tracked.job.out_dir / RESULT_FILE).exists():
+                ended = True  # one of several trials of a job that is still running
+            if ended:
+                events.append(end_event(self.folder, tracked.job, tracked.record, state))
+                del self._tracked[key]
+            elif state == "RUNNING" and not tracked.running:
+                tracked.running = True
+                events.append(JobEvent(key, "running"))
+        return events
+
+    def job_ids(self) -> set[str]:
+        return {t.record.job_id for t in self._tracked.values()}
+
+    def close(self, cancel: bool) -> None:
+        """With cancel, scancel every job still followed; without, leave them running (detach)."""
+        if cancel:
+            scancel(self.job_ids())
+        self._tracked.clear()
+
+    def status(self) -> tuple[set[str], str | None]:
+        """The study's trials whose job runs now, and a line with its jobs' SLURM states."""
+        return jobs_status(self.folder)
+
+    def cancel(self) -> tuple[list[str], bool]:
+        """scancel the study's recorded jobs that may still run: what SLURM did, and whether
+        every cancel succeeded."""
+        return cancel_study_jobs(self.folder)

@@ -1,0 +1,152 @@
+"""The journal of a study's SLURM jobs, `<folder>/jobs.jsonl`: only the driver writes it, and it
+outlives the driver. An intent (`Submission`) before each sbatch, a `JobRecord` per trial after;
+a submission whose driver was killed in between is adopted from squeue by its comment.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from submitit.core.utils import JobPaths
+
+from optbench.errors import UsageError
+from optbench.executors.base import TrialJob
+from optbench.executors.slurm.client import SlurmCommandError, Survey, squeue_jobs, survey
+from optbench.train.config import TrainConfig
+
+JOBS_FILE = "jobs.jsonl"
+COMMENT_TAG = "optbench:"  # + a submission's token: each job's --comment
+
+
+def config_hash(config: TrainConfig) -> str:
+    return hashlib.sha256(config.model_dump_json().encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One submitted trial: which SLURM job runs it and where its log is."""
+
+    key: str
+    job_id: str
+    config: str  # config_hash of the trial's TrainConfig
+    log: str
+    submitted: float
+    ended: str | None = None  # the final state, once reported to a driver (then it recorded it)
+    submission: str | None = None  # the token of the submission that started the job
+
+
+@dataclass(frozen=True)
+class Submission:
+    """An intent, journaled before sbatch: the trial keys of each element of one job array."""
+
+    token: str  # the jobs' comment holds COMMENT_TAG + token
+    batches: list[list[str]]
+    configs: dict[str, str]  # trial key -> config hash
+    time: float
+
+
+def job_log(folder: Path, job_id: str) -> str:
+    """Where submitit's job writes its first task's stderr."""
+    return str(JobPaths(Path(folder) / "%j", job_id=job_id, task_id=0).stderr)
+
+
+def read_journal(folder: Path) -> tuple[dict[str, JobRecord], list[Submission]]:
+    """The latest record per trial key (later lines win: a resubmission replaces a record), and
+    the submissions whose jobs were never recorded (their driver was killed around sbatch)."""
+    path = Path(folder) / JOBS_FILE
+    if not path.is_file():
+        return {}, []
+    records: dict[str, JobRecord] = {}
+    intents: dict[str, Submission] = {}
+    settled: set[str] = set()
+    for line in path.read_text().splitlines():
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # empty, or cut short by a driver killed while writing it
+        if "batches" in data:
+            intents[data["token"]] = Submission(**data)
+        elif "resolved" in data:
+            settled.add(data["resolved"])
+        else:
+            rec = JobRecord(**data)
+            records[rec.key] = rec
+            settled.add(rec.submission)
+    return records, [s for token, s in intents.items() if token not in settled]
+
+
+def read_records(folder: Path) -> dict[str, JobRecord]:
+    return read_journal(folder)[0]
+
+
+def append_lines(folder: Path, items: Iterable[dict]) -> None:
+    text = "".join(json.dumps(item) + "\n" for item in items)
+    with open(Path(folder) / JOBS_FILE, "a") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())  # the journal must survive the driver
+
+
+def append_records(folder: Path, records: Iterable[JobRecord]) -> None:
+    append_lines(folder, (asdict(r) for r in records))
+
+
+def adopt_interrupted(folder: Path, *, persist: bool) -> list[JobRecord]:
+    """Records for the jobs of submissions that a killed driver never recorded, found in squeue
+    by their comment; with `persist`, journaled (a submission that started no job is marked
+    resolved). A job squeue no longer lists ended long ago: it runs nothing, and its result
+    file, if any, is recorded from disk. Raises UsageError when squeue cannot tell."""
+    _, interrupted = read_journal(folder)
+    if not interrupted:
+        return []
+    try:
+        listed = squeue_jobs()
+    except SlurmCommandError as err:
+        raise UsageError(
+            f"executor slurm: a run was stopped while submitting jobs ({Path(folder) / JOBS_FILE}), "
+            f"and squeue, which would tell whether they started, failed: {err.reason}; "
+            "run again when SLURM answers"
+        ) from None
+    by_token: dict[str, list[str]] = {}
+    for job_id, (_, comment) in listed.items():
+        for token in re.findall(rf"{COMMENT_TAG}([0-9a-f]+)", comment):
+            by_token.setdefault(token, []).append(job_id)
+    adopted, resolved = [], []
+    for sub in interrupted:
+        for job_id in sorted(by_token.get(sub.token, [])):
+            index = int(job_id.split("_")[1]) if "_" in job_id else 0  # an array of one: a job
+            adopted += [
+                JobRecord(key, job_id, sub.configs[key], job_log(folder, job_id), sub.time,
+                          submission=sub.token)
+                for key in sub.batches[index]
+            ]  # fmt: skip
+        if sub.token not in by_token:
+            resolved.append({"resolved": sub.token})
+    if persist:
+        append_lines(folder, [*(asdict(r) for r in adopted), *resolved])
+    return adopted
+
+
+def followed_jobs(
+    folder: Path, jobs: Sequence[TrialJob] | None = None, *, persist: bool = False
+) -> tuple[dict[str, tuple[JobRecord, str]], Survey]:
+    """Trial key -> (its job record, that job's state), for the trials whose job end no driver
+    has recorded yet (queued, running, or ended while nobody watched), jobs of an interrupted
+    submission included (journaled with `persist`); with `jobs`, only theirs, and only where the
+    record is for the same config. Also the survey, which says if SLURM did not answer."""
+    records = {**read_records(folder)}
+    records.update({r.key: r for r in adopt_interrupted(folder, persist=persist)})
+    records = {k: r for k, r in records.items() if r.ended is None}
+    if jobs is not None:
+        wanted = {j.key: config_hash(j.config) for j in jobs}
+        records = {k: r for k, r in records.items() if wanted.get(k) == r.config}
+    if not records:
+        return {}, Survey({})
+    found = survey(r.job_id for r in records.values())
+    return {key: (rec, found.states[rec.job_id]) for key, rec in records.items()}, found

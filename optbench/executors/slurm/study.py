@@ -1,0 +1,58 @@
+"""A study's SLURM jobs outside a run: where they live (`job_folder`), and what `optbench status`
+and `optbench cancel` say of them (through SlurmExecutor.status and .cancel).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from optbench.executors.slurm.client import ACTIVE_STATES, scancel
+from optbench.executors.slurm.journal import JOBS_FILE, followed_jobs
+from optbench.spec import StudySpec
+
+
+def job_folder(spec: StudySpec) -> Path:
+    """Where a study's job scripts, logs and jobs.jsonl live (a shared file system)."""
+    return spec.executor.slurm.folder or spec.study_dir / "slurm"
+
+
+def cancel_study_jobs(folder: Path) -> tuple[list[str], bool]:
+    """scancel every recorded job of a study that may still run. Returns the lines to print (what
+    SLURM did) and whether every cancel succeeded."""
+    known, found = followed_jobs(folder)
+    if found.sacct_error and found.squeue_error:
+        return [f"nothing cancelled: {found.problem}"], False
+    active = {rec.job_id for rec, state in known.values() if state in ACTIVE_STATES - {"UNKNOWN"}}
+    if not active:
+        return ["no SLURM job of this study is queued or running"], True
+    done = scancel(active)
+    lines = []
+    if done.cancelled:
+        lines.append(f"cancelled {len(done.cancelled)} SLURM job(s): {' '.join(done.cancelled)}")
+    lines += [
+        f"SLURM job {i} had already ended ({state})" for i, state in done.already_ended.items()
+    ]
+    lines += [f"scancel failed for SLURM job {i}: {why}" for i, why in done.failed.items()]
+    return lines, not done.failed
+
+
+def jobs_status(folder: Path) -> tuple[set[str], str | None]:
+    """For `optbench status`: the trials whose job is running, and one line with the SLURM
+    states of the trials not recorded yet (None where the study never submitted a job)."""
+    if not (folder / JOBS_FILE).is_file():
+        return set(), None
+    known, found = followed_jobs(folder)
+    running = {key for key, (_, state) in known.items() if state == "RUNNING"}
+    counts = Counter(state for _, state in known.values())
+    note = f" ({found.problem})" if found.problem else ""
+    if not counts:
+        return (
+            running,
+            f"SLURM: no job of this study is queued or running (job files in {folder}){note}",
+        )
+    parts = ", ".join(f"{n} {state}" for state, n in counts.most_common())
+    return running, (
+        f"SLURM: trials not recorded yet: {parts} (job files in {folder}); "
+        f"`optbench run` follows them{note}"
+    )
