@@ -57,11 +57,13 @@ def train_args(*extra: str, **replace: str) -> tuple[str, ...]:
     return (*args, *extra)
 
 
-# A digits study of the smallest ViT: two 1-epoch trials, one per (lr, wd) sample.
-ONE_MODEL_STUDY = {
+# The tests' tiny study, defined once: digits at 16 px, the two smallest ViTs (P and C), one
+# epoch, two (lr, wd) samples; it trains in seconds on one CPU core. conftest.py's `tiny_dict`
+# is a copy of it with its own output folder.
+TINY = {
     "name": "tiny",
     "dataset": {"name": "digits", "img_size": 16},
-    "models": ["vit_p_w64_16px"],
+    "models": ["vit_p_w64_16px", "vit_c_w64_16px"],
     "optimizers": ["adamw"],
     "epochs": 1,
     "batch_size": 128,
@@ -69,3 +71,5 @@ ONE_MODEL_STUDY = {
     "search": {"n_samples": 2, "ranges": {"adamw": {"lr": [1e-3, 1e-2], "wd": [0.01, 0.1]}}},
     "recipe": {"warmup_epochs": 0, "hflip": False, "translate": 2},
 }
+# The same study of the smallest ViT only: two 1-epoch trials, one per (lr, wd) sample.
+ONE_MODEL_STUDY = {**TINY, "models": TINY["models"][:1]}

@@ -1,4 +1,5 @@
-"""Shared fixtures: a tiny digits study that trains in seconds on one CPU core."""
+"""Shared fixtures: the tiny digits study (cli_inprocess.TINY) that trains in seconds on one CPU
+core, with its own output folder per test."""
 
 from __future__ import annotations
 
@@ -14,19 +15,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_inprocess import TINY
 from services import PrivatePostgres, needs_extra, skip_or_fail
-
-TINY = {
-    "name": "tiny",
-    "dataset": {"name": "digits", "img_size": 16},
-    "models": ["vit_p_w64_16px", "vit_c_w64_16px"],
-    "optimizers": ["adamw"],
-    "epochs": 1,
-    "batch_size": 128,
-    "ref_batch": 128,
-    "search": {"n_samples": 2, "ranges": {"adamw": {"lr": [1e-3, 1e-2], "wd": [0.01, 0.1]}}},
-    "recipe": {"warmup_epochs": 0, "hflip": False, "translate": 2},
-}
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -261,7 +261,7 @@ def test_ctrl_c_then_resume_gives_each_trial_exactly_once(tmp_path, tiny_dict):
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=900,  # a loaded 2-core machine trains a trial in minutes
     )
     assert resumed.returncode == 0, resumed.stderr
     counts = _finished_per_key(spec)
