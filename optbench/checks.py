@@ -131,7 +131,7 @@ def check_storage(url: str, what: str) -> None:
 def check_threads(threads: int, what: str = "--threads") -> None:
     """Torch threads: at least 1, at most the usable cores (more only slow training down, and
     the thread count changes results)."""
-    from optbench.executors.local import usable_cores
+    from optbench.cores import usable_cores
 
     cores = usable_cores()
     if not 1 <= threads <= cores:

@@ -14,7 +14,7 @@ from pathlib import Path
 from optbench.executors.base import TrialJob
 from optbench.sampling import study_pairs
 from optbench.spec import Cell, StudySpec
-from optbench.train.config import TrainConfig, make_train_config
+from optbench.train.config import Execution, TrainConfig, make_train_config
 
 
 @dataclass(frozen=True)
@@ -34,16 +34,18 @@ class Trial:
     key: str
     config: TrainConfig
     out_dir: Path
+    execution: Execution = Execution()  # how the study runs it (not part of config or key)
 
     @property
     def job(self) -> TrialJob:
         """What an executor runs for this trial."""
-        return TrialJob(self.key, self.config, self.out_dir)
+        return TrialJob(self.key, self.config, self.out_dir, self.execution)
 
 
 def plan(spec: StudySpec) -> list[Trial]:
     """Every trial of `spec`, cell by cell in the spec's order, then by sample and seed."""
     trials = []
+    execution = Execution(pipeline=spec.dataset.pipeline)
     for cell in spec.cells():
         cell_id = spec.cell_id(cell)
         for sample, (lr, wd) in enumerate(study_pairs(spec.search, cell.model, cell.optimizer)):
@@ -51,7 +53,9 @@ def plan(spec: StudySpec) -> list[Trial]:
                 key = f"{cell_id}/s{sample:03d}-seed{seed}"
                 config = _train_config(spec, cell, lr, wd, seed)
                 out_dir = spec.study_dir / "trials" / key
-                trials.append(Trial(cell, cell_id, sample, seed, lr, wd, key, config, out_dir))
+                trials.append(
+                    Trial(cell, cell_id, sample, seed, lr, wd, key, config, out_dir, execution)
+                )
     return trials
 
 
@@ -59,7 +63,7 @@ def _train_config(spec: StudySpec, cell: Cell, lr: float, wd: float, seed: int) 
     return make_train_config(
         f"study {spec.name}, epochs {cell.epochs}",  # e.g. a warmup as long as this schedule
         model=cell.model,
-        dataset=spec.dataset,
+        dataset=spec.dataset.data,
         optimizer=cell.optimizer,
         lr=lr,
         wd=wd,

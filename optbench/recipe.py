@@ -52,6 +52,23 @@ class Dataset(StrictModel):
         return plain_path(v)
 
 
+Pipeline = Literal["auto", "pil", "tensor"]
+
+
+class StudyDataset(Dataset):
+    """A study's `dataset:`: the data (a `Dataset`, what its trials train on) and how it is fed,
+    `pipeline` (an execution setting: not part of a cell id nor of a trial's config; result.json
+    records the resolved one under `execution`). auto: tensor on CUDA, pil otherwise
+    (docs/datasets.md)."""
+
+    pipeline: Pipeline = "auto"
+
+    @property
+    def data(self) -> Dataset:
+        """The dataset alone, as a trial's config holds it."""
+        return Dataset(name=self.name, root=self.root, img_size=self.img_size)
+
+
 # Named recipes. A study picks one with `recipe.preset` and may override any key; every key's
 # meaning, and the source of every preset value, is in docs/recipes.md. "basic" is the fast
 # quickstart recipe (the field defaults below).

@@ -23,7 +23,14 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from optbench.caps import CAP_REASONS, MAX_BATCH, MAX_NAME, MAX_TRIALS, SEED_BOUND, check_cap
 from optbench.errors import SpecError, format_errors
-from optbench.recipe import Dataset, Optimizer, Recipe, StrictModel, fill_ref_batch, plain_path
+from optbench.recipe import (
+    Optimizer,
+    Recipe,
+    StrictModel,
+    StudyDataset,
+    fill_ref_batch,
+    plain_path,
+)
 from optbench.yamlio import read_study_yaml
 
 
@@ -162,7 +169,7 @@ class StudySpec(StrictModel):
     """One study: a grid of cells (model x optimizer x epochs), n (lr, wd) samples in each."""
 
     name: str
-    dataset: Dataset
+    dataset: StudyDataset
     models: list[str] = Field(min_length=1)
     optimizers: list[Optimizer] = Field(min_length=1)
     epochs: list[int] = Field(min_length=1)

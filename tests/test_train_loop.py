@@ -34,7 +34,7 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-TIMING = {"wall_s", "images_per_s", "epoch_s"}
+TIMING = {"wall_s", "images_per_s", "epoch_s", "input_wait"}
 
 
 def config(epochs: int = 3, **recipe) -> TrainConfig:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from optbench.cores import usable_cores
 from optbench.executors.base import Executor
-from optbench.executors.local import InlineExecutor, LocalExecutor, pool_size, usable_cores
+from optbench.executors.local import InlineExecutor, LocalExecutor, pool_size
 from optbench.spec import StudySpec
 
 

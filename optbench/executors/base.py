@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
 
-from optbench.train.config import TrainConfig
+from optbench.train.config import Execution, TrainConfig
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,7 @@ class TrialJob:
     key: str  # the trial's stable id (plan.Trial.key)
     config: TrainConfig
     out_dir: Path
+    execution: Execution = Execution()  # how to run it (the study's execution settings)
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
+from optbench.cores import usable_cores
 from optbench.errors import UsageError, WriteError
 from optbench.executors.base import DiesWithDriver, JobEvent, TrialJob
 
@@ -42,14 +43,6 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 WATCH_S = 1.0  # how often a worker checks that its driver is alive
 EXIT_GRACE_S = 30.0  # after the driver's death: time to checkpoint before a hard exit
 START_FAILURES = 3  # workers dying before they are ready, in a row, before the queue is failed
-
-
-def usable_cores() -> int:
-    """Cores this process may use (affinity masks and cgroup-limited SLURM steps included)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def pool_size(workers: int | str, cores: int, gpus: int = 0) -> tuple[int, int]:
@@ -148,7 +141,9 @@ def run_job(job: TrialJob) -> str:
     from optbench.train.loop import run_trial
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    return run_trial(job.config, job.out_dir, device, resume=True, distributed=False).status
+    return run_trial(
+        job.config, job.out_dir, device, resume=True, distributed=False, execution=job.execution
+    ).status
 
 
 # --- the driver's side --------------------------------------------------------------------------

@@ -196,6 +196,43 @@ def build_policy(recipe: Recipe, in_chans: int = 3, img_size: int = 224) -> Call
     return timm_policy(recipe.auto_augment, in_chans, img_size)
 
 
+def build_tensor_policy(
+    recipe: Recipe, in_chans: int = 3, img_size: int = 224
+) -> Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None:
+    """The recipe's policy as the tensor pipeline applies it, `policy(x_uint8, generator)`, on
+    the batch's device, each image's draws taken from `generator` (a CPU torch.Generator);
+    None without a policy. timm's and pycls's policies: tensor_policy.py, per sample.
+    torchvision's: its own tensor ops on groups of `recipe.augment_group` images (as
+    BatchAugment applies them), from the global generator reseeded from `generator`."""
+    if recipe.auto_augment == "none":
+        return None
+    if recipe.auto_augment in TORCHVISION_POLICIES:
+        policy, group = build_policy(recipe, in_chans, img_size), recipe.augment_group
+
+        def grouped(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+            seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+            with torch.random.fork_rng(devices=[]):  # torchvision draws on the CPU
+                torch.manual_seed(seed)
+                return torch.cat([policy(x[i : i + group]) for i in range(0, len(x), group)])
+
+        return grouped
+    from optbench.train.tensor_policy import tensor_policy
+
+    policy = tensor_policy(recipe.auto_augment, img_size, in_chans=in_chans)
+
+    def per_sample(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        out = policy(x, generator)
+        return out[0] if isinstance(out, tuple) else out  # (images, draws)
+
+    return per_sample
+
+
+def uses_pil_policy(recipe: Recipe) -> bool:
+    """Whether the recipe's policy is one of timm's or pycls's (PIL ops in the pil pipeline,
+    tensor_policy.py's in the tensor pipeline); torchvision's run on tensors in both."""
+    return recipe.auto_augment not in ("none", *TORCHVISION_POLICIES)
+
+
 def per_image(policy: Callable, x: torch.Tensor) -> torch.Tensor:
     """Apply a PIL-image policy to each image of a uint8 batch (N, C, H, W), C = 1 or 3."""
     images = x.permute(0, 2, 3, 1).cpu().numpy()
@@ -235,14 +272,20 @@ class BatchAugment:
         img_size: int = 224,
         geometric: bool = True,
         pca_lighting: bool = False,
+        tensor_policy: bool = False,
     ):
         """`mean`, `std`: the normalization (see `input_stats`). `geometric=False` skips
         translate/flip/policy: the DataLoader path already applied them per image on the CPU
         workers. `pca_lighting`: whether the data takes `recipe.lighting_std` (RGB class-folder
-        datasets, as in pycls, whose eigenvectors are ImageNet's)."""
+        datasets, as in pycls, whose eigenvectors are ImageNet's). `tensor_policy`: run timm's
+        and pycls's policies per sample on the device (tensor_policy.py), not per PIL image."""
         self.recipe, self.geometric = recipe, geometric
-        self.policy = build_policy(recipe, in_chans, img_size) if geometric else None
-        self.grouped = recipe.auto_augment in TORCHVISION_POLICIES  # else per image (PIL)
+        self.grouped = recipe.auto_augment in TORCHVISION_POLICIES  # else per image
+        self.on_device = tensor_policy and uses_pil_policy(recipe)
+        self.policy = None
+        if geometric:
+            build = build_tensor_policy if self.on_device else build_policy
+            self.policy = build(recipe, in_chans, img_size)
         self.lighting_std = recipe.lighting_std if pca_lighting else 0.0
         self.mean = torch.tensor(mean, device=device).view(1, -1, 1, 1) * 255.0
         self.std = torch.tensor(std, device=device).view(1, -1, 1, 1) * 255.0
@@ -268,6 +311,9 @@ class BatchAugment:
         return (x.float() - self.mean).div_(self.std)
 
     def apply_policy(self, x: torch.Tensor) -> torch.Tensor:
+        if self.on_device:  # its draws from a generator seeded by the global one (the step's)
+            seed = int(torch.randint(0, 2**62, (1,)))
+            return self.policy(x, torch.Generator().manual_seed(seed))
         if not self.grouped:
             return per_image(self.policy, x)
         group = self.recipe.augment_group

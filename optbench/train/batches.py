@@ -1,24 +1,31 @@
 """Batches: how a dataset reaches the model, as uint8 image batches and int labels on the
-training device, in an order fixed by (seed, epoch). Two paths, one interface (`TrainBatches`):
+training device, in an order fixed by (seed, epoch). Every path has one interface
+(`TrainBatches`) and a `pipeline` name ("pil" or "tensor", what result.json's `execution`
+records):
 
 - `DeviceBatches` (small datasets, `DeviceData`): index the device-resident tensors with a slice
-  of the epoch's order; augmentation then runs there in whole batches (augment.py). No per-image
-  Python on the hot path.
-- `FolderBatches` (class-folder datasets, `FolderData`): DataLoader workers decode and crop each
-  image (RandomResizedCrop, flip, the recipe's auto-augment policy); batches arrive as pinned
-  uint8 tensors, prefetched, and the rest (PCA lighting, normalization, erasing, mixup/CutMix)
-  runs batched on the device.
+  of the epoch's order; augmentation then runs there in whole batches (augment.py), the policy
+  per sample on the device in the tensor pipeline. No per-image Python on the hot path.
+- `PreparedBatches` (small datasets, pil pipeline, a PIL policy): DataLoader worker processes
+  prepare the next batches ahead (translate, flip and the exact PIL policy per image), seeded
+  by the batch's position; the rest runs batched on the device.
+- `FolderBatches` (class-folder datasets, pil pipeline): persistent DataLoader workers decode
+  and crop each image (RandomResizedCrop, flip, the recipe's auto-augment policy) with PIL;
+  batches arrive as pinned uint8 tensors, prefetched, and the rest (PCA lighting,
+  normalization, erasing, mixup/CutMix) runs batched on the device.
+- tensor_folder.TensorFolderBatches (class-folder datasets, tensor pipeline): bytes read ahead
+  by threads, decoded and augmented in batches on the device.
 
 Every random order is derived from (seed, epoch), and every per-image random transform of the
-DataLoader path from (seed, epoch, image index) (and the pass: training, or a precise-BN pass
-that draws fresh augmentations), so a position in training fixes its data: a trial resumed
-mid-epoch sees exactly the batches an uninterrupted one sees. Under DDP each process takes its
-contiguous share (`Shard`) of every global batch.
+worker paths from (seed, epoch, image index) or (seed, epoch, batch) (and the pass: training,
+or a precise-BN pass that draws fresh augmentations), so a position in training fixes its
+data whatever the number of workers: a trial resumed mid-epoch sees exactly the batches an
+uninterrupted one sees. Under DDP each process takes its contiguous share (`Shard`) of every
+global batch.
 """
 
 from __future__ import annotations
 
-import os
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,8 +38,8 @@ from torch.utils.data import DataLoader
 from torch.utils.data import Dataset as TorchDataset
 
 from optbench.recipe import Recipe
-from optbench.train.augment import build_policy
-from optbench.train.datasets import DeviceData, FolderData
+from optbench.train.augment import build_policy, per_image, random_crop_flip
+from optbench.train.datasets import DeviceData, FolderData, UnreadableImage
 from optbench.train.seeding import derive_seed
 
 
@@ -65,10 +72,14 @@ class TrainBatches(Protocol):
     img_size: int
     mean: tuple[float, ...]
     std: tuple[float, ...]
-    geometric_on_device: bool  # False: crop/flip/policy were applied per image by workers
+    geometric_on_device: bool  # False: crop/flip/policy were applied per image already
+    pipeline: str  # "pil" or "tensor" (result.json's execution.pipeline)
     pca_lighting: bool  # whether recipe.lighting_std applies (RGB class-folder datasets)
 
     def __len__(self) -> int: ...  # batches per epoch
+
+    @property
+    def num_train(self) -> int: ...  # training images
 
     def train(
         self, epoch: int, start: int, stream: str = "image"
@@ -84,6 +95,7 @@ class DeviceBatches:
 
     geometric_on_device = True
     pca_lighting = False  # pycls adds none on CIFAR; the eigenvectors are ImageNet's
+    pipeline = "tensor"  # set to "pil" by build_batches where the PIL pipeline was asked for
 
     def __init__(
         self,
@@ -104,6 +116,10 @@ class DeviceBatches:
     def __len__(self) -> int:
         return self.data.num_train // self.batch_size  # drop the ragged last batch
 
+    @property
+    def num_train(self) -> int:
+        return self.data.num_train
+
     def train(
         self, epoch: int, start: int = 0, stream: str = "image"
     ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -121,6 +137,94 @@ class DeviceBatches:
         y = self.data.val_y[self.shard.rank :: self.shard.world]
         for i in range(0, len(y), self.val_chunk):
             yield x[i : i + self.val_chunk], y[i : i + self.val_chunk]
+
+
+class _PreparedBatch(TorchDataset):
+    """A worker's side of PreparedBatches: the batch of key (epoch, batch, stream, indices),
+    translated, flipped and put through the PIL policy image by image, every draw seeded by
+    (seed, stream, epoch, batch, rank)."""
+
+    def __init__(self, images: torch.Tensor, recipe: Recipe, seed: int, rank: int):
+        self.images, self.seed, self.rank = images, seed, rank
+        self.translate, self.hflip = recipe.translate, recipe.hflip
+        self.policy = build_policy(recipe, images.shape[1], images.shape[-1])
+
+    def __len__(self) -> int:
+        return 0  # read by keys only
+
+    def __getitem__(self, key: tuple[int, int, str, tuple[int, ...]]) -> torch.Tensor:
+        epoch, batch, stream, indices = key
+        s = derive_seed(self.seed, stream, epoch, batch, self.rank)
+        random.seed(s)
+        np.random.seed(s % 2**32)  # timm's RandAugment picks its ops with numpy
+        torch.manual_seed(s)
+        x = random_crop_flip(self.images[list(indices)], self.translate, self.hflip)
+        return per_image(self.policy, x)
+
+
+class PreparedBatches(DeviceBatches):
+    """DeviceBatches whose translate, flip and PIL policy run on DataLoader worker processes
+    that prepare the next batches ahead (exact PIL ops, no host sync in the training step);
+    the labels and the validation split stay on the device. `workers=0` prepares each batch in
+    this process: the same batches."""
+
+    geometric_on_device = False
+    pipeline = "pil"
+
+    def __init__(
+        self,
+        data: DeviceData,
+        batch_size: int,
+        recipe: Recipe,
+        *,
+        seed: int,
+        device: torch.device,
+        shard: Shard = Shard(),
+        workers: int = 0,
+    ):
+        host = data.to("cpu")
+        super().__init__(
+            data.to(device), batch_size, seed=seed, repeated_aug=recipe.repeated_aug, shard=shard
+        )
+        self.device, self.workers = device, workers
+        self._keys = _Keys()
+        self._loader = DataLoader(
+            _PreparedBatch(host.train_x, recipe, seed, shard.rank),
+            sampler=self._keys,
+            batch_size=None,  # each key is a whole batch
+            num_workers=workers,
+            pin_memory=device.type == "cuda",
+            prefetch_factor=4 if workers else None,
+            persistent_workers=workers > 0,
+        )
+
+    def train(
+        self, epoch: int, start: int = 0, stream: str = "image"
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        order = epoch_order(self.data.num_train, self.seed, epoch, self.repeated_aug)
+        lo = [b * self.batch_size + self.shard.rank * self.local_batch for b in range(len(self))]
+        batches = [tuple(order[i : i + self.local_batch].tolist()) for i in lo]
+        self._keys.keys = [(epoch, b, stream, batches[b]) for b in range(start, len(self))]
+        labels = self.data.train_y
+        for (_, _, _, idx), x in zip(self._keys.keys, self._loader, strict=True):
+            yield (
+                x.to(self.device, non_blocking=True),
+                labels[torch.tensor(idx, device=labels.device)],
+            )
+
+
+class _Keys:
+    """A sampler whose keys are set before each pass (a persistent DataLoader keeps its workers
+    and asks its sampler anew at every iter())."""
+
+    def __init__(self):
+        self.keys: list = []
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __iter__(self):
+        return iter(self.keys)
 
 
 def _train_transform(recipe: Recipe, img_size: int):
@@ -165,42 +269,31 @@ class _SeededImages(TorchDataset):
         random.seed(s)
         np.random.seed(s % 2**32)  # timm's RandAugment picks its ops with numpy
         torch.manual_seed(s)
-        return self.images[index]
+        try:
+            return self.images[index]
+        except (OSError, ValueError, SyntaxError) as err:  # what PIL raises for a broken file
+            raise UnreadableImage.of(self.images.samples[index][0], str(err)) from None
 
 
-class _KeyBatches:
-    """A batch sampler yielding lists of (epoch, index, stream) keys for one epoch from `start`."""
-
-    def __init__(
-        self,
-        order: torch.Tensor,
-        epoch: int,
-        batch_size: int,
-        start: int,
-        shard: Shard,
-        stream: str = "image",
-    ):
-        self.order, self.epoch, self.batch_size, self.start = (
-            order.tolist(),
-            epoch,
-            batch_size,
-            start,
-        )
-        self.shard, self.local, self.stream = shard, batch_size // shard.world, stream
-
-    def __len__(self) -> int:
-        return len(self.order) // self.batch_size - self.start
-
-    def __iter__(self):
-        for b in range(self.start, len(self.order) // self.batch_size):
-            lo = b * self.batch_size + self.shard.rank * self.local
-            yield [(self.epoch, i, self.stream) for i in self.order[lo : lo + self.local]]
+def _epoch_keys(
+    order: torch.Tensor, epoch: int, batch_size: int, start: int, shard: Shard, stream: str
+) -> list[list[tuple[int, int, str]]]:
+    """Lists of (epoch, index, stream) keys, one per batch of this rank, from batch `start`."""
+    order_list, local = order.tolist(), batch_size // shard.world
+    return [
+        [(epoch, i, stream) for i in order_list[lo : lo + local]]
+        for b in range(start, len(order_list) // batch_size)
+        for lo in [b * batch_size + shard.rank * local]
+    ]
 
 
 class FolderBatches:
-    """Batches of a FolderData through a DataLoader: workers, pinned memory, prefetching."""
+    """Batches of a FolderData through persistent DataLoader workers: PIL decode and
+    augmentation per image, pinned memory, prefetching. `workers=None`: the trial's cores
+    (compute.loader_workers)."""
 
     geometric_on_device = False
+    pipeline = "pil"
 
     def __init__(
         self,
@@ -213,9 +306,11 @@ class FolderBatches:
         shard: Shard = Shard(),
         workers: int | None = None,
     ):
+        from optbench.train.compute import loader_workers
+
         self.data, self.batch_size, self.seed, self.device = data, batch_size, seed, device
         self.repeated_aug, self.shard = recipe.repeated_aug, shard
-        self.workers = workers if workers is not None else min(8, os.cpu_count() or 1)
+        self.workers = workers if workers is not None else loader_workers()
         self.num_classes, self.in_chans = data.num_classes, data.in_chans
         self.img_size, self.mean, self.std = data.img_size, data.mean, data.std
         self.pca_lighting = data.in_chans == 3
@@ -225,9 +320,16 @@ class FolderBatches:
         self.val_set = _SeededImages(
             data.root / "val", _val_transform(data.img_size, data.crop_pct), seed
         )
+        self._train_keys, self._val_keys = _Keys(), _Keys()
+        self._train_loader = self._loader(self.train_set, self._train_keys)
+        self._val_loader = self._loader(self.val_set, self._val_keys)
 
     def __len__(self) -> int:
         return len(self.train_set) // self.batch_size
+
+    @property
+    def num_train(self) -> int:
+        return len(self.train_set)
 
     def _loader(self, dataset, batch_sampler) -> DataLoader:
         return DataLoader(
@@ -236,12 +338,15 @@ class FolderBatches:
             num_workers=self.workers,
             pin_memory=self.device.type == "cuda",
             prefetch_factor=4 if self.workers else None,
-            persistent_workers=False,
+            persistent_workers=self.workers > 0,  # started once per trial, not per epoch
         )
 
     def _to_device(self, batches) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        for x, y in batches:
-            yield x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+        try:
+            for x, y in batches:
+                yield x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+        except UnreadableImage as err:  # a worker's: one line naming the file
+            raise UnreadableImage.from_worker(err) from None
 
     def train(
         self, epoch: int, start: int = 0, stream: str = "image"
@@ -249,12 +354,19 @@ class FolderBatches:
         """The epoch's batches from batch `start`, each image cropped, flipped and augmented
         as seeded by (seed, stream, epoch, index)."""
         order = epoch_order(len(self.train_set), self.seed, epoch, self.repeated_aug)
-        sampler = _KeyBatches(order, epoch, self.batch_size, start, self.shard, stream)
-        return self._to_device(self._loader(self.train_set, sampler))
+        keys = _epoch_keys(order, epoch, self.batch_size, start, self.shard, stream)
+        return self._pass(self._train_loader, self._train_keys, keys)
 
     def val(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         n = len(self.val_set)
         mine = torch.arange(self.shard.rank, n, self.shard.world).tolist()
         chunk = max(1, self.batch_size // self.shard.world)
         keys = [[(0, i, "image") for i in mine[j : j + chunk]] for j in range(0, len(mine), chunk)]
-        return self._to_device(self._loader(self.val_set, keys))
+        return self._pass(self._val_loader, self._val_keys, keys)
+
+    def _pass(self, loader: DataLoader, sampler: _Keys, keys: list) -> Iterator:
+        def batches():
+            sampler.keys = keys  # set when the pass starts: one pass of a loader at a time
+            yield from loader
+
+        return self._to_device(batches())

@@ -13,13 +13,20 @@ from timm.loss import SoftTargetCrossEntropy
 from torch import nn
 
 from optbench.models import create_model
-from optbench.train.augment import BatchAugment, input_stats
-from optbench.train.batches import DeviceBatches, FolderBatches, Shard, TrainBatches
-from optbench.train.compute import Compute
+from optbench.train.augment import BatchAugment, input_stats, uses_pil_policy
+from optbench.train.batches import (
+    DeviceBatches,
+    FolderBatches,
+    PreparedBatches,
+    Shard,
+    TrainBatches,
+)
+from optbench.train.compute import Compute, loader_workers
 from optbench.train.config import TrainConfig
 from optbench.train.datasets import DeviceData, load_dataset
 from optbench.train.ema import WeightAverage
 from optbench.train.optim import LrSchedule, build_optimizer
+from optbench.train.tensor_folder import TensorFolderBatches
 
 
 @dataclass
@@ -36,7 +43,8 @@ class TrialParts:
     criterion: nn.Module
 
 
-def build_batches(cfg: TrainConfig, compute: Compute) -> TrainBatches:
+def build_batches(cfg: TrainConfig, compute: Compute, pipeline: str = "pil") -> TrainBatches:
+    """The trial's batches through the `pipeline` ("pil" or "tensor", batches.py)."""
     if cfg.batch_size % compute.dist.world:
         raise ValueError(
             f"batch_size {cfg.batch_size} is not divisible by {compute.dist.world} processes"
@@ -48,28 +56,30 @@ def build_batches(cfg: TrainConfig, compute: Compute) -> TrainBatches:
         )
     data = load_dataset(cfg.dataset, cfg.model)
     shard = Shard(compute.dist.rank, compute.dist.world)
-    if isinstance(data, DeviceData):
-        batches: TrainBatches = DeviceBatches(
-            data.to(compute.device),
-            cfg.batch_size,
-            seed=cfg.seed,
-            repeated_aug=cfg.recipe.repeated_aug,
-            shard=shard,
+    workers = compute.workers if compute.workers is not None else loader_workers()
+    common = dict(seed=cfg.seed, shard=shard)
+    batches: TrainBatches
+    if isinstance(data, DeviceData) and pipeline == "pil" and uses_pil_policy(cfg.recipe):
+        batches = PreparedBatches(
+            data, cfg.batch_size, cfg.recipe, device=compute.device, workers=workers, **common
         )
-        n_train = data.num_train
+    elif isinstance(data, DeviceData):
+        batches = DeviceBatches(
+            data.to(compute.device), cfg.batch_size, repeated_aug=cfg.recipe.repeated_aug, **common
+        )
+        batches.pipeline = pipeline  # the policy, if any, runs on the device (BatchAugment)
+    elif pipeline == "tensor":
+        batches = TensorFolderBatches(
+            data, cfg.batch_size, cfg.recipe, device=compute.device, readers=workers, **common
+        )
     else:
         batches = FolderBatches(
-            data,
-            cfg.batch_size,
-            cfg.recipe,
-            seed=cfg.seed,
-            device=compute.device,
-            shard=shard,
-            workers=compute.workers,
+            data, cfg.batch_size, cfg.recipe, device=compute.device, workers=workers, **common
         )
-        n_train = len(batches.train_set)
     if len(batches) == 0:
-        raise ValueError(f"batch_size {cfg.batch_size} exceeds the {n_train} training images")
+        raise ValueError(
+            f"batch_size {cfg.batch_size} exceeds the {batches.num_train} training images"
+        )
     return batches
 
 
@@ -93,9 +103,9 @@ def build_model(cfg: TrainConfig, batches: TrainBatches, compute: Compute) -> nn
     return model
 
 
-def build_parts(cfg: TrainConfig, compute: Compute) -> TrialParts:
+def build_parts(cfg: TrainConfig, compute: Compute, pipeline: str = "pil") -> TrialParts:
     recipe = cfg.recipe
-    batches = build_batches(cfg, compute)
+    batches = build_batches(cfg, compute, pipeline)
     model = build_model(cfg, batches, compute)
     optimizer = build_optimizer(model, cfg, fused=compute.device.type == "cuda")
     steps_per_epoch = len(batches)
@@ -112,6 +122,7 @@ def build_parts(cfg: TrainConfig, compute: Compute) -> TrialParts:
         img_size=batches.img_size,
         geometric=batches.geometric_on_device,
         pca_lighting=batches.pca_lighting,
+        tensor_policy=batches.pipeline == "tensor",
     )
     criterion = (
         SoftTargetCrossEntropy()

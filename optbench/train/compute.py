@@ -1,5 +1,5 @@
 """Where and how a trial computes: its device (under DDP, its rank's device and process group),
-bf16 autocast, channels_last, torch.compile and the DataLoader workers of class-folder datasets.
+bf16 autocast, channels_last, torch.compile, and the cores its input pipeline may use.
 
 The GPU settings (`recipe.amp`, `recipe.channels_last`, `recipe.compile`) apply on CUDA only; on
 the CPU all of them are off, so CPU results stay exact and comparable.
@@ -11,8 +11,18 @@ from dataclasses import dataclass
 
 import torch
 
+from optbench.cores import usable_cores
 from optbench.recipe import Recipe
 from optbench.train.distributed import DistContext, process_device
+
+
+def loader_workers(threads: int | None = None) -> int:
+    """DataLoader workers for one trial: the cores it owns, less one for the training process.
+    A trial owns its share of the usable cores: the executor gives each of its workers
+    `cores // workers` torch threads (executors/local.py), so that share is this process's
+    torch thread count, capped by what affinity and cgroups allow."""
+    threads = torch.get_num_threads() if threads is None else threads
+    return max(1, min(usable_cores(), threads) - 1)
 
 
 @dataclass(frozen=True)
@@ -25,7 +35,7 @@ class Compute:
     amp: bool
     channels_last: bool
     compile: bool = False
-    workers: int | None = None  # DataLoader workers (class-folder datasets); None: up to 8
+    workers: int | None = None  # input workers; None: loader_workers() (the trial's cores)
 
     @classmethod
     def for_trial(

@@ -1,5 +1,6 @@
-"""What one trial is (`TrainConfig`) and what it produced (`TrialResult`): the contract between
-the runner, `optbench train`, the worker processes and the result files."""
+"""What one trial is (`TrainConfig`), how it is run (`Execution`) and what it produced
+(`TrialResult`): the contract between the runner, `optbench train`, the worker processes and
+the result files."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from optbench.caps import SEED_BOUND
 from optbench.errors import SpecError, format_errors
-from optbench.recipe import Dataset, Optimizer, Recipe, fill_ref_batch
+from optbench.recipe import Dataset, Optimizer, Pipeline, Recipe, fill_ref_batch
 
 Status = Literal["finished", "diverged", "failed"]
 
@@ -75,6 +76,24 @@ class Provenance(BaseModel):
     code_fingerprint: str
 
 
+class Execution(BaseModel):
+    """How a trial is run, beyond what it computes (floating-point order aside): never part of
+    its config nor of its cell's id. A job asks for settings ("auto" allowed); result.json
+    records the resolved ones (`resolved`), which the digest promise includes
+    (docs/outputs.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    pipeline: Pipeline = "auto"  # the input pipeline (batches.py); auto: tensor on CUDA
+
+    def resolved(self, device_type: str) -> Execution:
+        """These settings on a device of `device_type` ("cpu", "cuda"): no "auto" left."""
+        pipeline = self.pipeline
+        if pipeline == "auto":
+            pipeline = "tensor" if device_type == "cuda" else "pil"
+        return Execution(pipeline=pipeline)
+
+
 class TrialResult(BaseModel):
     """The content of a trial's result.json. Errors are in percent.
 
@@ -94,9 +113,12 @@ class TrialResult(BaseModel):
     diverged_epoch: int | None = None
     wall_s: float = 0.0
     images_per_s: float | None = None
+    # fraction of the training time spent waiting for input (epoch.py: InputClock), over the run
+    input_wait: float | None = Field(default=None, ge=0, le=1)
     digest: str | None = None
     message: str | None = None
     config: TrainConfig
+    execution: Execution | None = None  # the resolved settings it ran with (None: failed early)
     reported: str | None = None
     raw_final_error: float | None = None
     raw_best_error: float | None = None

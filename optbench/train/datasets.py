@@ -226,6 +226,21 @@ def download_dataset(spec: Dataset) -> None:
 
 # --- class-folder datasets --------------------------------------------------------------------
 
+
+class UnreadableImage(RuntimeError):
+    """An image file found unreadable while training: one line that starts with its path."""
+
+    @classmethod
+    def of(cls, path: str | Path, why: str) -> UnreadableImage:
+        return cls(f"{path}: not a readable image ({why.strip().splitlines()[0] if why else '?'})")
+
+    @classmethod
+    def from_worker(cls, err: UnreadableImage) -> UnreadableImage:
+        """The worker's own line out of the traceback a DataLoader re-raises it with."""
+        line = str(err).strip().splitlines()[-1]
+        return cls(line.removeprefix(f"{cls.__module__}.{cls.__qualname__}: "))
+
+
 FOLDER_LAYOUT = "ROOT/train/<class>/<image> and ROOT/val/<class>/<image> (same classes in both)"
 
 

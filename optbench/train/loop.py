@@ -50,7 +50,7 @@ from optbench.provenance import provenance
 from optbench.train.build import build_parts, for_training
 from optbench.train.checkpoint import CHECKPOINT_FILE, CheckpointError
 from optbench.train.compute import Compute
-from optbench.train.config import Provenance, TrainConfig, TrialResult
+from optbench.train.config import Execution, Provenance, TrainConfig, TrialResult
 from optbench.train.distributed import (
     DistContext,
     context_from_env,
@@ -91,10 +91,11 @@ def _train(
     stop: StopRequest,
     resume: bool,
     on_epoch: Callable[[dict], None] | None = None,
+    execution: Execution = Execution(pipeline="pil"),
 ) -> TrialResult:
     """Train from the start (or the checkpoint's position) to the last epoch or a divergence;
     an agreed stop checkpoints and raises TrialInterrupted."""
-    parts = build_parts(cfg, compute)
+    parts = build_parts(cfg, compute, execution.pipeline)
     ckpt_path = out_dir / CHECKPOINT_FILE
     state = restore_state(ckpt_path, cfg, parts) if resume else TrialState()
     trained = for_training(parts.model, compute)
@@ -115,10 +116,11 @@ def _train(
             "train_loss": loss if math.isfinite(loss) else None,
             "images_per_s": round(images_per_epoch / ran.seconds, 2),
             "epoch_s": round(ran.seconds, 4),
+            "input_wait": round(ran.wait_s / ran.seconds, 4) if ran.seconds else None,
         }
         if not diverged:
             line.update(evaluate_epoch(parts, cfg, compute, epoch))
-        state = state.after_epoch(line, ran.seconds, images_per_epoch)
+        state = state.after_epoch(line, ran.seconds, images_per_epoch, ran.wait_s)
         if compute.dist.is_main:
             write_metrics(out_dir, state.history)
             if on_epoch is not None:
@@ -144,6 +146,7 @@ def trial_result(
         epochs=cfg.epochs,
         epochs_run=state.epoch,
         images_per_s=state.images / state.train_s if state.train_s else None,
+        input_wait=min(1.0, state.wait_s / state.train_s) if state.train_s else None,
         digest=weights_digest(model),
         config=cfg,
         reported=cfg.recipe.report,
@@ -181,6 +184,7 @@ def run_trial(
     workers: int | None = None,
     distributed: bool = True,
     on_epoch: Callable[[dict], None] | None = None,
+    execution: Execution = Execution(),
 ) -> TrialResult:
     """Train `cfg` into `out_dir` and write result.json there. Never raises for a failed trial:
     the failure (with its traceback in error.log) is the result; a refused checkpoint is kept.
@@ -188,7 +192,8 @@ def run_trial(
     full, I/O error), or, with `resume`, a result.json in `out_dir` that is invalid or another
     config's (results.finished_result). On SIGTERM / SIGUSR2 it checkpoints, then passes the
     signal on (see signals.py). `workers`
-    sets the DataLoader workers of class-folder datasets (results do not depend on it).
+    sets the input pipeline's workers (results do not depend on it); `execution` how to run
+    it (resolved for the device, recorded in result.json).
     `distributed=False` ignores torchrun's / SLURM's environment and trains in this process
     alone (see distributed.py). `on_epoch(line)` is called with each epoch's metrics line."""
     out_dir = Path(out_dir)
@@ -198,6 +203,7 @@ def run_trial(
     start = time.perf_counter()
     ctx = context_from_env() if distributed else DistContext()
     compute = Compute.for_trial(cfg.recipe, device, ctx, workers)
+    execution = execution.resolved(compute.device.type)
     stop = StopRequest()
     replaced: dict = {}
     events = EpochEvents(out_dir) if ctx.is_main else None  # TensorBoard, if installed
@@ -210,7 +216,7 @@ def run_trial(
     try:
         init_process_group(ctx, compute.device.type)
         with stop_signals_caught(stop, handle_signals) as replaced:
-            result = _train(cfg, out_dir, compute, stop, resume, each_epoch)
+            result = _train(cfg, out_dir, compute, stop, resume, each_epoch, execution)
     except TrialInterrupted as stopped:
         pass_on(stopped.signum, replaced)
         raise
@@ -229,6 +235,7 @@ def run_trial(
         if events is not None:
             events.close()
     result.wall_s = round(time.perf_counter() - start, 3)
+    result.execution = execution
     for name, value in runtime_info(compute.device).items():  # what the digest depends on
         setattr(result, name, value)
     result.provenance = Provenance(**provenance())

@@ -23,15 +23,18 @@ class TrialState:
     batch: int = 0  # completed batches of the running epoch (non-zero only mid-epoch)
     loss_sum: float = 0.0  # of the running epoch's completed batches
     epoch_s: float = 0.0  # of the running epoch so far
+    epoch_wait_s: float = 0.0  # of which waiting for input (epoch.InputClock)
     train_s: float = 0.0  # of all completed epochs
+    wait_s: float = 0.0  # of which waiting for input
     images: int = 0  # images stepped through in completed epochs (global)
     history: list[dict] = field(default_factory=list)  # one metrics line per completed epoch
 
-    def after_epoch(self, line: dict, seconds: float, images: int) -> TrialState:
+    def after_epoch(self, line: dict, seconds: float, images: int, wait_s: float) -> TrialState:
         """The position at the start of the next epoch, once this one measured `line`."""
         return TrialState(
             epoch=self.epoch + 1,
             train_s=self.train_s + seconds,
+            wait_s=self.wait_s + wait_s,
             images=self.images + images,
             history=[*self.history, line],
         )

@@ -52,7 +52,9 @@ class TrialBatch:
         statuses = []
         for job in self.jobs:
             try:
-                result = run_trial(job.config, job.out_dir, device=device, resume=True)
+                result = run_trial(
+                    job.config, job.out_dir, device=device, resume=True, execution=job.execution
+                )
             except TrialInterrupted as stop:  # checkpoint written; SLURM ends or requeues us
                 raise SystemExit(128 + stop.signum) from None
             statuses.append(result.status)

@@ -1,0 +1,33 @@
+"""How many CPU cores this process may use (`usable_cores`): its affinity mask, capped by a
+cgroup CPU quota. The executors divide them among their workers; a trial's input pipeline
+sizes its workers from its share (train/compute.py)."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")  # cgroup v2: "<quota> <period>" or "max <period>"
+
+
+def cgroup_cpu_limit(path: Path = CGROUP_CPU_MAX) -> int | None:
+    """The cores a cgroup v2 CPU quota allows (rounded up), None where there is no quota."""
+    try:
+        quota, period = path.read_text().split()[:2]
+        if quota == "max":
+            return None
+        return max(1, math.ceil(int(quota) / int(period)))
+    except (OSError, ValueError, ZeroDivisionError):
+        return None
+
+
+def usable_cores() -> int:
+    """Cores this process may use: its affinity mask (SLURM's cpu binding, taskset), capped by
+    a cgroup CPU quota (containers, cgroup-limited SLURM steps)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    limit = cgroup_cpu_limit()
+    return min(cores, limit) if limit else cores

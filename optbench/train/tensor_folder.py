@@ -1,0 +1,241 @@
+"""The tensor pipeline of class-folder datasets (`TensorFolderBatches`): file bytes read ahead
+by a few threads, JPEGs decoded in batches on the trial's device (torchvision's `decode_jpeg`:
+nvjpeg on CUDA, libjpeg-turbo on the CPU), then RandomResizedCrop, flip and the recipe's
+policy per image on that device. The same code runs on the CPU and on CUDA.
+
+It computes what the PIL pipeline (batches.FolderBatches) computes, in the same order: the
+files of `epoch_order`'s permutation (repeated augmentation included), the crop drawn as
+torchvision's RandomResizedCrop draws it (`crop_params`), a flip with probability 1/2, the
+policy per sample (augment.build_tensor_policy). Where it differs (the resampling kernels of
+tensor and PIL resizing; nvjpeg's IDCT) is measured in docs/recipes.md.
+
+Randomness: every draw of a batch comes from one CPU `torch.Generator` seeded by (seed, stream,
+epoch, batch, rank), so the batch at a position is fixed whatever ran before it: a trial
+resumed mid-epoch sees the batches an uninterrupted one sees.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+from torchvision.io import ImageReadMode, decode_image, decode_jpeg
+from torchvision.transforms.v2 import functional as TF
+
+from optbench.recipe import Recipe
+from optbench.train.augment import build_tensor_policy
+from optbench.train.batches import Shard, epoch_order
+from optbench.train.datasets import FolderData, UnreadableImage
+from optbench.train.seeding import derive_seed
+
+# torchvision's RandomResizedCrop defaults, which the PIL pipeline uses too
+CROP_SCALE = (0.08, 1.0)
+CROP_RATIO = (3 / 4, 4 / 3)
+PREFETCH_BATCHES = 4  # batches whose bytes are being read ahead of the one decoded
+JPEG_MAGIC = b"\xff\xd8"
+
+
+def folder_samples(split: Path, classes: Sequence[str]) -> list[tuple[str, int]]:
+    """(path, class index) of every image of one split, in torchvision ImageFolder's order
+    (the PIL pipeline's order: an index means the same file in both pipelines)."""
+    from torchvision.datasets.folder import IMG_EXTENSIONS, make_dataset
+
+    class_to_idx = {c: i for i, c in enumerate(classes)}
+    return make_dataset(str(split), class_to_idx, extensions=IMG_EXTENSIONS)
+
+
+def crop_params(
+    height: int,
+    width: int,
+    generator: torch.Generator,
+    scale: tuple[float, float] = CROP_SCALE,
+    ratio: tuple[float, float] = CROP_RATIO,
+) -> tuple[int, int, int, int]:
+    """(top, left, h, w) of a RandomResizedCrop, drawn from `generator` exactly as torchvision's
+    RandomResizedCrop.get_params draws it from the global generator: up to 10 tries of an area
+    fraction and a log-uniform aspect ratio, then the whole image clamped to `ratio`, centred."""
+    area = height * width
+    log_ratio = torch.log(torch.tensor(ratio))
+    for _ in range(10):
+        target_area = area * torch.empty(1).uniform_(scale[0], scale[1], generator=generator).item()
+        aspect = torch.exp(
+            torch.empty(1).uniform_(log_ratio[0], log_ratio[1], generator=generator)
+        ).item()
+        w = int(round(math.sqrt(target_area * aspect)))
+        h = int(round(math.sqrt(target_area / aspect)))
+        if 0 < w <= width and 0 < h <= height:
+            top = int(torch.randint(0, height - h + 1, size=(1,), generator=generator).item())
+            left = int(torch.randint(0, width - w + 1, size=(1,), generator=generator).item())
+            return top, left, h, w
+    in_ratio = width / height
+    if in_ratio < min(ratio):
+        w, h = width, int(round(width / min(ratio)))
+    elif in_ratio > max(ratio):
+        h, w = height, int(round(height * max(ratio)))
+    else:
+        w, h = width, height
+    return (height - h) // 2, (width - w) // 2, h, w
+
+
+def _read(path: str) -> torch.Tensor:
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as err:
+        raise UnreadableImage.of(path, err.strerror or str(err)) from None
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8)
+
+
+def decode(
+    encoded: list[torch.Tensor], paths: Sequence[str], device: torch.device
+) -> list[torch.Tensor]:
+    """RGB uint8 images (3, H, W) on `device`: JPEGs decoded together in one call, anything
+    else (PNG, ...) one by one on the CPU. UnreadableImage names a file that fails."""
+    is_jpeg = [bytes(e[:2].tolist()) == JPEG_MAGIC for e in encoded]
+    out: list[torch.Tensor | None] = [None] * len(encoded)
+    jpegs = [i for i, j in enumerate(is_jpeg) if j]
+    if jpegs:
+        try:
+            images = decode_jpeg([encoded[i] for i in jpegs], mode=ImageReadMode.RGB, device=device)
+        except RuntimeError:
+            images = [_decode_one(encoded[i], paths[i], device) for i in jpegs]
+        for i, im in zip(jpegs, images, strict=True):
+            out[i] = im
+    for i, j in enumerate(is_jpeg):
+        if not j:
+            out[i] = _decode_one(encoded[i], paths[i], device)
+    return out  # type: ignore[return-value]
+
+
+def _decode_one(data: torch.Tensor, path: str, device: torch.device) -> torch.Tensor:
+    try:
+        if bytes(data[:2].tolist()) == JPEG_MAGIC:
+            return decode_jpeg(data, mode=ImageReadMode.RGB, device=device)
+        return decode_image(data, mode=ImageReadMode.RGB).to(device)
+    except RuntimeError as err:
+        raise UnreadableImage.of(path, str(err)) from None
+
+
+def train_images(
+    images: list[torch.Tensor],
+    img_size: int,
+    generator: torch.Generator,
+    hflip: bool,
+    policy: Callable | None,
+) -> torch.Tensor:
+    """RandomResizedCrop to img_size (bilinear, antialiased), a flip with probability 1/2,
+    then the policy per sample: a uint8 batch (N, 3, img_size, img_size). Per image the draws
+    are taken in the PIL pipeline's order: crop, then flip."""
+    out = []
+    for im in images:
+        top, left, h, w = crop_params(im.shape[-2], im.shape[-1], generator)
+        im = TF.resized_crop(im, top, left, h, w, [img_size, img_size], antialias=True)
+        if hflip and torch.rand(1, generator=generator).item() < 0.5:
+            im = im.flip(-1)
+        out.append(im)
+    x = torch.stack(out)
+    return x if policy is None else policy(x, generator)
+
+
+def val_images(images: list[torch.Tensor], img_size: int, crop_pct: float) -> torch.Tensor:
+    """Resize the shorter side to round(img_size / crop_pct), center-crop img_size (as the PIL
+    pipeline's evaluation transform)."""
+    resize = round(img_size / crop_pct)
+    return torch.stack(
+        [TF.center_crop(TF.resize(im, [resize], antialias=True), [img_size]) for im in images]
+    )
+
+
+class TensorFolderBatches:
+    """Batches of a FolderData decoded and augmented on the device (module docstring)."""
+
+    geometric_on_device = False  # crop, flip and policy are applied here, per image
+    pipeline = "tensor"
+
+    def __init__(
+        self,
+        data: FolderData,
+        batch_size: int,
+        recipe: Recipe,
+        *,
+        seed: int,
+        device: torch.device,
+        shard: Shard = Shard(),
+        readers: int = 4,
+    ):
+        self.data, self.batch_size, self.seed, self.device = data, batch_size, seed, device
+        self.repeated_aug, self.hflip = recipe.repeated_aug, recipe.hflip
+        self.shard = shard
+        self.local_batch = batch_size // self.shard.world
+        self.num_classes, self.in_chans = data.num_classes, data.in_chans
+        self.img_size, self.mean, self.std = data.img_size, data.mean, data.std
+        self.pca_lighting = data.in_chans == 3
+        self.train_samples = folder_samples(data.root / "train", data.classes)
+        self.val_samples = folder_samples(data.root / "val", data.classes)
+        self.policy = build_tensor_policy(recipe, data.in_chans, data.img_size)
+        self.readers = max(1, readers)
+        self._pool: ThreadPoolExecutor | None = None
+
+    def __len__(self) -> int:
+        return len(self.train_samples) // self.batch_size
+
+    @property
+    def num_train(self) -> int:
+        return len(self.train_samples)
+
+    def _read_ahead(
+        self, batches: Iterator[list[tuple[str, int]]]
+    ) -> Iterator[tuple[list[str], list[torch.Tensor], torch.Tensor]]:
+        """(paths, encoded bytes, labels) of each batch, the files of the next PREFETCH_BATCHES
+        batches read meanwhile by the reader threads."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.readers, thread_name_prefix="optbench-read")
+        pending: deque[tuple[list[str], list[Future], torch.Tensor]] = deque()
+
+        def submit(samples: list[tuple[str, int]]) -> None:
+            paths = [p for p, _ in samples]
+            labels = torch.tensor([c for _, c in samples], dtype=torch.int64)
+            pending.append((paths, [self._pool.submit(_read, p) for p in paths], labels))
+
+        for samples in batches:
+            submit(samples)
+            if len(pending) > PREFETCH_BATCHES:
+                paths, futures, labels = pending.popleft()
+                yield paths, [f.result() for f in futures], labels
+        while pending:
+            paths, futures, labels = pending.popleft()
+            yield paths, [f.result() for f in futures], labels
+
+    def train(
+        self, epoch: int, start: int = 0, stream: str = "image"
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """The epoch's batches from batch `start`, each drawn from the generator of (seed,
+        stream, epoch, batch, rank)."""
+        order = epoch_order(len(self.train_samples), self.seed, epoch, self.repeated_aug).tolist()
+        rank_lo = self.shard.rank * self.local_batch
+
+        def samples() -> Iterator[list[tuple[str, int]]]:
+            for b in range(start, len(self)):
+                lo = b * self.batch_size + rank_lo
+                yield [self.train_samples[i] for i in order[lo : lo + self.local_batch]]
+
+        for b, (paths, encoded, labels) in enumerate(self._read_ahead(samples()), start=start):
+            gen = torch.Generator().manual_seed(
+                derive_seed(self.seed, stream, epoch, b, self.shard.rank)
+            )
+            images = decode(encoded, paths, self.device)
+            x = train_images(images, self.img_size, gen, self.hflip, self.policy)
+            yield x, labels.to(self.device, non_blocking=True)
+
+    def val(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        mine = self.val_samples[self.shard.rank :: self.shard.world]
+        chunk = max(1, self.local_batch)
+        chunks = (mine[j : j + chunk] for j in range(0, len(mine), chunk))
+        for paths, encoded, labels in self._read_ahead(chunks):
+            images = decode(encoded, paths, self.device)
+            x = val_images(images, self.img_size, self.data.crop_pct)
+            yield x, labels.to(self.device, non_blocking=True)
