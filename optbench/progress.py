@@ -41,6 +41,8 @@ class TrialEpochs:
     epoch_s: tuple[float, ...] = ()
     last_error: float | None = None  # the validation error of the last epoch (percent)
     updated: float | None = None  # the file's modification time (seconds since the epoch)
+    images_per_s: float | None = None  # of the last epoch
+    input_wait: float | None = None  # of the last epoch: its fraction waiting for input
 
 
 def read_trial_epochs(out_dir: Path) -> TrialEpochs:
@@ -56,7 +58,15 @@ def read_trial_epochs(out_dir: Path) -> TrialEpochs:
         float(s) for line in lines if isinstance(s := line.get("epoch_s"), int | float) and s
     )
     errors = [line.get("val_error") for line in lines]
-    return TrialEpochs(len(lines), seconds, errors[-1] if errors else None, updated)
+    last = lines[-1] if lines else {}
+    return TrialEpochs(
+        len(lines),
+        seconds,
+        errors[-1] if errors else None,
+        updated,
+        last.get("images_per_s"),
+        last.get("input_wait"),
+    )
 
 
 def clock(seconds: float) -> str:
@@ -249,6 +259,37 @@ def epoch_cells(epochs: TrialEpochs, total: int) -> tuple[str, str, str]:
     error = "–" if epochs.last_error is None else f"{epochs.last_error:.2f}%"
     seconds = f"{statistics.median(epochs.epoch_s):.1f}" if epochs.epoch_s else "–"
     return f"{epochs.done}/{total}", error, seconds
+
+
+INPUT_BOUND = 0.2  # a trial waiting more than this fraction of its training time is input-bound
+
+
+def input_notes(stored: list[StoredTrial]) -> list[str]:
+    """One line per cell whose results came through more than one input pipeline, and one line
+    if recorded trials waited for input more than INPUT_BOUND of their training time."""
+    notes, pipelines = [], {}
+    for item in stored:
+        if item.is_result and (p := _attr(item, "pipeline")):
+            pipelines.setdefault(item.trial.cell_id, Counter())[p] += 1
+    for cell_id, counts in pipelines.items():
+        if len(counts) > 1:
+            mix = ", ".join(f"{n} {p}" for p, n in sorted(counts.items()))
+            notes.append(
+                f"{cell_id} mixes input pipelines ({mix}): same distributions, results within "
+                "seed noise (docs/datasets.md)"
+            )
+    waits = [
+        w for item in stored if item.is_result and (w := _attr(item, "input_wait")) is not None
+    ]
+    slow = [w for w in waits if w > INPUT_BOUND]
+    if slow:
+        notes.append(
+            f"input is the bottleneck: {len(slow)} of {len(waits)} trials waited for input over "
+            f"{INPUT_BOUND:.0%} of their training time (median {statistics.median(slow):.0%}); "
+            "on a GPU set dataset.pipeline: tensor, on the CPU give each trial more cores "
+            "(fewer executor.workers) (docs/datasets.md)"
+        )
+    return notes
 
 
 def _attr(item: StoredTrial, name: str):

@@ -24,7 +24,7 @@ from optbench.errors import StorageUnavailable, WriteError
 from optbench.executors.base import Executor
 from optbench.locks import driver_lock
 from optbench.plan import Trial, plan
-from optbench.progress import EventLog, LiveView, StudyProgress
+from optbench.progress import EventLog, LiveView, StudyProgress, input_notes
 from optbench.spec import StudySpec, dump_spec
 from optbench.store import Store, StoredTrial
 from optbench.train.config import TrialResult
@@ -130,6 +130,8 @@ def run_study(
         _follow(store, executor, todo, progress, view, log, console)
         if not view:
             console.print(progress.table(spec.name))
+        for note in input_notes(progress.trials):
+            console.print(note, markup=False, highlight=False)
         console.print(f"\nrecorded {progress.ran} trial(s); study folder {spec.study_dir}")
         return progress
 

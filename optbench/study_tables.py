@@ -11,7 +11,14 @@ import time
 from rich.table import Table
 
 from optbench.plan import plan
-from optbench.progress import StudyProgress, clock, epoch_cells, read_trial_epochs, trial_label
+from optbench.progress import (
+    StudyProgress,
+    clock,
+    epoch_cells,
+    input_notes,
+    read_trial_epochs,
+    trial_label,
+)
 from optbench.provenance import mixed_code_warning
 from optbench.spec import StudySpec
 from optbench.store import Store
@@ -20,11 +27,15 @@ from optbench.store import Store
 def status_table(spec: StudySpec, running: set[str] = frozenset()) -> tuple[Table, str | None]:
     """Counts per cell, read from the store without running or writing anything, and the
     one-line warning when a cell mixes results of different training code (None if none);
-    `running`: the keys of trials whose job is running (SLURM)."""
+    `running`: the keys of trials whose job is running (SLURM). The table's caption adds
+    progress.input_notes (cells that mix input pipelines; input-bound trials)."""
     stored = Store(spec, create=False).read(plan(spec))
     table = StudyProgress(stored, running=set(running)).table(
         f"{spec.name}: {sum(s.is_result for s in stored)} of {len(stored)} trials done"
     )
+    notes = input_notes(stored)
+    if notes:
+        table.caption = "\n".join([table.caption or "", *notes]).strip()
     fingerprints = (
         (s.trial.cell_id, (s.record.user_attrs.get("provenance") or {}).get("code_fingerprint"))
         for s in stored
@@ -35,11 +46,12 @@ def status_table(spec: StudySpec, running: set[str] = frozenset()) -> tuple[Tabl
 
 def trials_table(spec: StudySpec) -> Table | None:
     """The trials without a result whose metrics file has epochs (`optbench status --trials`):
-    epoch k/N, last validation error, seconds per epoch and when the file last grew. A trial
-    whose worker died shows its last epoch and an old update time."""
+    epoch k/N, last validation error, seconds per epoch, the last epoch's training images/s
+    and fraction of it waiting for input, and when the file last grew. A trial whose worker
+    died shows its last epoch and an old update time."""
     stored = Store(spec, create=False).read(plan(spec))
     table = Table(title=f"{spec.name}: trials in progress (read from their metrics files)")
-    for col in ("trial", "epoch", "val error", "s/epoch", "updated"):
+    for col in ("trial", "epoch", "val error", "s/epoch", "img/s", "input wait", "updated"):
         table.add_column(col, justify="left" if col == "trial" else "right")
     now = time.time()
     for item in stored:
@@ -49,7 +61,9 @@ def trials_table(spec: StudySpec) -> Table | None:
         if epochs.updated is None:
             continue
         cells = epoch_cells(epochs, item.trial.cell.epochs)
-        table.add_row(trial_label(item), *cells, f"{clock(now - epochs.updated)} ago")
+        speed = "–" if epochs.images_per_s is None else f"{epochs.images_per_s:.0f}"
+        wait = "–" if epochs.input_wait is None else f"{epochs.input_wait:.0%}"
+        table.add_row(trial_label(item), *cells, speed, wait, f"{clock(now - epochs.updated)} ago")
     return table if table.row_count else None
 
 

@@ -275,3 +275,75 @@ def test_input_wait_is_the_host_time_spent_getting_batches():
 
     assert list(clock.batches(slow())) == [0, 1, 2]
     assert 0.055 < clock.waited_s() < 0.5 and math.isfinite(clock.waited_s())
+
+
+def digits_config(seed: int = 0) -> TrainConfig:
+    return TrainConfig(
+        model="vit_c_w64_16px",
+        dataset=Dataset(name="digits", img_size=16),
+        optimizer="adamw",
+        lr=4e-3,
+        wd=0.05,
+        epochs=1,
+        batch_size=256,
+        seed=seed,
+        recipe=Recipe(preset="deit", warmup_epochs=0),
+    )
+
+
+def test_in_memory_data_runs_the_policy_per_sample_on_the_device_in_the_tensor_pipeline(tmp_path):
+    tensor = Execution(pipeline="tensor")
+    a = run_trial(digits_config(), tmp_path / "a", execution=tensor)
+    b = run_trial(digits_config(), tmp_path / "b", execution=tensor)
+    pil = run_trial(
+        digits_config(), tmp_path / "pil", workers=1, execution=Execution(pipeline="pil")
+    )
+    assert a.status == b.status == pil.status == "finished", (a.message, pil.message)
+    assert a.digest == b.digest and a.execution == tensor
+    assert pil.digest != a.digest and pil.execution == Execution(pipeline="pil")
+
+
+def separable_folders(root: Path, per_class: int = 16) -> Path:
+    """Three classes a small model can tell apart (hue and stripe direction), 40 x 52 JPEGs."""
+    rng = np.random.default_rng(0)
+    yy, xx = np.mgrid[0:40, 0:52]
+    stripes = [np.sin(xx / 3.0), np.sin(yy / 3.0), np.sin((xx + yy) / 4.0)]
+    for split, n in (("train", per_class), ("val", per_class // 2)):
+        for c in range(3):
+            (root / split / f"c{c}").mkdir(parents=True)
+            for i in range(n):
+                img = np.empty((40, 52, 3))
+                for ch in range(3):
+                    img[..., ch] = 128 + 60 * stripes[c] * (1 if ch == c else 0.3)
+                img += rng.normal(0, 20, img.shape)
+                Image.fromarray(np.clip(img, 0, 255).astype(np.uint8)).save(
+                    root / split / f"c{c}" / f"{i}.jpg", quality=90
+                )
+    return root
+
+
+@pytest.mark.slow
+def test_pil_and_tensor_pipelines_train_to_the_same_loss_within_seed_noise(tmp_path):
+    """3 seeds each on 48 training JPEGs (batch 8, 2 workers: more than a batch per worker),
+    the paper recipe with its policy. Welch's t-test of the final training losses must not
+    reject equality (p > 0.01), and the two means must differ by less than the seed-to-seed
+    range of either pipeline."""
+    from scipy import stats
+
+    root = separable_folders(tmp_path / "data")
+    losses: dict[str, list[float]] = {"pil": [], "tensor": []}
+    for pipeline in losses:
+        for seed in range(3):
+            cfg = folder_config(root, epochs=4, seed=seed, auto_augment="pycls_v0")
+            cfg = cfg.model_copy(update={"batch_size": 8, "ref_batch": 8, "lr": 0.05})
+            out = tmp_path / f"{pipeline}{seed}"
+            result = run_trial(cfg, out, workers=2, execution=Execution(pipeline=pipeline))
+            assert result.status == "finished", result.message
+            losses[pipeline].append(read_metrics(out)[-1]["train_loss"])
+    t, p = stats.ttest_ind(losses["pil"], losses["tensor"], equal_var=False)
+    spread = max(max(v) - min(v) for v in losses.values())
+    gap = abs(np.mean(losses["pil"]) - np.mean(losses["tensor"]))
+    print(
+        f"final train loss: {losses}; Welch t {t:.3f}, p {p:.3f}; gap {gap:.4f}, spread {spread:.4f}"
+    )
+    assert p > 0.01 and gap < spread

@@ -181,6 +181,22 @@ def _peak_section(best: pd.DataFrame) -> Section:
     return section
 
 
+def _pipeline_notes(results: pd.DataFrame) -> list[str]:
+    """One line per cell whose trials came through more than one input pipeline."""
+    if "pipeline" not in results:
+        return []
+    notes = []
+    for cell_id, rows in results.dropna(subset=["pipeline"]).groupby("cell_id", sort=False):
+        counts = rows["pipeline"].value_counts().sort_index()
+        if len(counts) > 1:
+            mix = ", ".join(f"{n} {p}" for p, n in counts.items())
+            notes.append(
+                f"{cell_id} mixes input pipelines ({mix}): same distributions, results within "
+                "seed noise (docs/datasets.md)."
+            )
+    return notes
+
+
 def _complexity_section(
     spec: StudySpec, results: pd.DataFrame, data_shape: tuple[int, int, int] | None
 ) -> Section:
@@ -189,9 +205,11 @@ def _complexity_section(
         "Complexity (Table 1)",
         "GF: 1e9 multiply-adds of one forward pass of one image at the input size each model "
         "trains at; params and acts (activations) in millions, as Xiao et al. (Appendix D) count "
-        "them; s/epoch (wall time of a trial / its epochs) and img/s (training images per second) "
-        "are medians over this study's finished trials, on the machines that ran them.",
+        "them; s/epoch (wall time of a trial / its epochs), img/s (training images per second) "
+        "and input wait (the share of training time spent waiting for input) are medians over "
+        "this study's finished trials, on the machines that ran them.",
     )
+    section.notes.extend(_pipeline_notes(results))
     from optbench.models.cache import cached_counts  # torch and timm: once per model
 
     shapes = {model: data_shape or _dataset_shape(spec, model) for model in spec.models}
@@ -226,6 +244,9 @@ def _complexity_section(
                 if len(mine)
                 else np.nan,
                 "img/s": float(mine["images_per_s"].median()) if len(mine) else np.nan,
+                "input wait (%)": 100 * float(mine["input_wait"].median())
+                if len(mine) and "input_wait" in mine
+                else np.nan,
             }
         )
     if rows:

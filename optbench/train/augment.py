@@ -17,9 +17,12 @@ Policies (`recipe.auto_augment`, see `build_policy`):
   only images of one group share it.
 - timm's policies (its AutoAugment and RandAugment config strings: "v0", "original-mstd0.5",
   "rand-m9-mstd0.5-inc1", ...; and "pycls_v0", pycls's AutoAugment) work on PIL images: each image of a batch goes through the
-  policy on its own, on the CPU (bench/augment_policy.py measures the cost).
-On class-folder datasets the DataLoader workers apply crop, flip and policy per image
-(`geometric=False` here).
+  policy on its own, on the CPU (bench/augment_policy.py measures the cost). In the tensor
+  pipeline the same policies run per sample on the device instead (`device_policy`,
+  tensor_policy.py).
+Where worker processes or the tensor pipeline already applied crop, flip and policy per image
+(class-folder datasets; in-memory ones with a PIL policy in the pil pipeline), `geometric=False`
+here (batches.py).
 
 Randomness: everything here draws from torch's, numpy's and Python's global generators, which
 the loop reseeds before every step from (seed, step, rank) (seeding.py), so a batch's
@@ -196,37 +199,6 @@ def build_policy(recipe: Recipe, in_chans: int = 3, img_size: int = 224) -> Call
     return timm_policy(recipe.auto_augment, in_chans, img_size)
 
 
-def build_tensor_policy(
-    recipe: Recipe, in_chans: int = 3, img_size: int = 224
-) -> Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None:
-    """The recipe's policy as the tensor pipeline applies it, `policy(x_uint8, generator)`, on
-    the batch's device, each image's draws taken from `generator` (a CPU torch.Generator);
-    None without a policy. timm's and pycls's policies: tensor_policy.py, per sample.
-    torchvision's: its own tensor ops on groups of `recipe.augment_group` images (as
-    BatchAugment applies them), from the global generator reseeded from `generator`."""
-    if recipe.auto_augment == "none":
-        return None
-    if recipe.auto_augment in TORCHVISION_POLICIES:
-        policy, group = build_policy(recipe, in_chans, img_size), recipe.augment_group
-
-        def grouped(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-            seed = int(torch.randint(0, 2**62, (1,), generator=generator))
-            with torch.random.fork_rng(devices=[]):  # torchvision draws on the CPU
-                torch.manual_seed(seed)
-                return torch.cat([policy(x[i : i + group]) for i in range(0, len(x), group)])
-
-        return grouped
-    from optbench.train.tensor_policy import tensor_policy
-
-    policy = tensor_policy(recipe.auto_augment, img_size, in_chans=in_chans)
-
-    def per_sample(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        out = policy(x, generator)
-        return out[0] if isinstance(out, tuple) else out  # (images, draws)
-
-    return per_sample
-
-
 def uses_pil_policy(recipe: Recipe) -> bool:
     """Whether the recipe's policy is one of timm's or pycls's (PIL ops in the pil pipeline,
     tensor_policy.py's in the tensor pipeline); torchvision's run on tensors in both."""
@@ -272,20 +244,20 @@ class BatchAugment:
         img_size: int = 224,
         geometric: bool = True,
         pca_lighting: bool = False,
-        tensor_policy: bool = False,
+        device_policy: Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None = None,
     ):
         """`mean`, `std`: the normalization (see `input_stats`). `geometric=False` skips
         translate/flip/policy: the DataLoader path already applied them per image on the CPU
         workers. `pca_lighting`: whether the data takes `recipe.lighting_std` (RGB class-folder
-        datasets, as in pycls, whose eigenvectors are ImageNet's). `tensor_policy`: run timm's
-        and pycls's policies per sample on the device (tensor_policy.py), not per PIL image."""
+        datasets, as in pycls, whose eigenvectors are ImageNet's). `device_policy(x, generator)`:
+        the tensor pipeline's policy, per sample on the device (tensor_policy.py), run instead
+        of the recipe's PIL policy."""
         self.recipe, self.geometric = recipe, geometric
         self.grouped = recipe.auto_augment in TORCHVISION_POLICIES  # else per image
-        self.on_device = tensor_policy and uses_pil_policy(recipe)
+        self.on_device = device_policy is not None
         self.policy = None
         if geometric:
-            build = build_tensor_policy if self.on_device else build_policy
-            self.policy = build(recipe, in_chans, img_size)
+            self.policy = device_policy or build_policy(recipe, in_chans, img_size)
         self.lighting_std = recipe.lighting_std if pca_lighting else 0.0
         self.mean = torch.tensor(mean, device=device).view(1, -1, 1, 1) * 255.0
         self.std = torch.tensor(std, device=device).view(1, -1, 1, 1) * 255.0

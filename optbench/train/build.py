@@ -26,7 +26,7 @@ from optbench.train.config import TrainConfig
 from optbench.train.datasets import DeviceData, load_dataset
 from optbench.train.ema import WeightAverage
 from optbench.train.optim import LrSchedule, build_optimizer
-from optbench.train.tensor_folder import TensorFolderBatches
+from optbench.train.tensor_folder import TensorFolderBatches, device_policy
 
 
 @dataclass
@@ -122,7 +122,11 @@ def build_parts(cfg: TrainConfig, compute: Compute, pipeline: str = "pil") -> Tr
         img_size=batches.img_size,
         geometric=batches.geometric_on_device,
         pca_lighting=batches.pca_lighting,
-        tensor_policy=batches.pipeline == "tensor",
+        device_policy=(
+            device_policy(recipe, batches.in_chans, batches.img_size)
+            if batches.pipeline == "tensor" and uses_pil_policy(recipe)
+            else None
+        ),
     )
     criterion = (
         SoftTargetCrossEntropy()

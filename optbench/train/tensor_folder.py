@@ -6,7 +6,7 @@ policy per image on that device. The same code runs on the CPU and on CUDA.
 It computes what the PIL pipeline (batches.FolderBatches) computes, in the same order: the
 files of `epoch_order`'s permutation (repeated augmentation included), the crop drawn as
 torchvision's RandomResizedCrop draws it (`crop_params`), a flip with probability 1/2, the
-policy per sample (augment.build_tensor_policy). Where it differs (the resampling kernels of
+policy per sample (`device_policy`). Where it differs (the resampling kernels of
 tensor and PIL resizing; nvjpeg's IDCT) is measured in docs/recipes.md.
 
 Randomness: every draw of a batch comes from one CPU `torch.Generator` seeded by (seed, stream,
@@ -26,11 +26,12 @@ import torch
 from torchvision.io import ImageReadMode, decode_image, decode_jpeg
 from torchvision.transforms.v2 import functional as TF
 
-from optbench.recipe import Recipe
-from optbench.train.augment import build_tensor_policy
+from optbench.recipe import TORCHVISION_POLICIES, Recipe
+from optbench.train.augment import build_policy
 from optbench.train.batches import Shard, epoch_order
 from optbench.train.datasets import FolderData, UnreadableImage
 from optbench.train.seeding import derive_seed
+from optbench.train.tensor_policy import tensor_policy
 
 # torchvision's RandomResizedCrop defaults, which the PIL pipeline uses too
 CROP_SCALE = (0.08, 1.0)
@@ -79,6 +80,30 @@ def crop_params(
     else:
         w, h = width, height
     return (height - h) // 2, (width - w) // 2, h, w
+
+
+def device_policy(
+    recipe: Recipe, in_chans: int = 3, img_size: int = 224
+) -> Callable[[torch.Tensor, torch.Generator], torch.Tensor] | None:
+    """The recipe's policy as the tensor pipeline applies it, `policy(x_uint8, generator)`, on
+    the batch's device, each image's draws taken from `generator` (a CPU torch.Generator);
+    None without a policy. timm's and pycls's policies: tensor_policy.py, per sample.
+    torchvision's: its own tensor ops on groups of `recipe.augment_group` images (as
+    BatchAugment applies them), from the global generator reseeded from `generator`."""
+    if recipe.auto_augment == "none":
+        return None
+    if recipe.auto_augment in TORCHVISION_POLICIES:
+        policy, group = build_policy(recipe, in_chans, img_size), recipe.augment_group
+
+        def grouped(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+            seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+            with torch.random.fork_rng(devices=[]):  # torchvision draws on the CPU
+                torch.manual_seed(seed)
+                return torch.cat([policy(x[i : i + group]) for i in range(0, len(x), group)])
+
+        return grouped
+    policy = tensor_policy(recipe.auto_augment, img_size, in_chans=in_chans)
+    return lambda x, generator: policy(x, generator)[0]
 
 
 def _read(path: str) -> torch.Tensor:
@@ -176,7 +201,7 @@ class TensorFolderBatches:
         self.pca_lighting = data.in_chans == 3
         self.train_samples = folder_samples(data.root / "train", data.classes)
         self.val_samples = folder_samples(data.root / "val", data.classes)
-        self.policy = build_tensor_policy(recipe, data.in_chans, data.img_size)
+        self.policy = device_policy(recipe, data.in_chans, data.img_size)
         self.readers = max(1, readers)
         self._pool: ThreadPoolExecutor | None = None
 

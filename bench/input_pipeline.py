@@ -1,0 +1,208 @@
+"""Input rate of each pipeline (batches.py, tensor_folder.py) beside the model's own training
+rate on the same device. Prints one JSON line.
+
+Class-folder data: `--images` JPEGs of 500x375 (quality 90, smooth colour waves plus noise:
+compressible like photographs) generated into a temporary ImageNet-layout folder, read at
+224 px with the `paper` recipe's per-image work (RandomResizedCrop, flip, pycls's AutoAugment):
+- pil: persistent DataLoader workers (1..`--workers`), PIL decode and ops per image;
+- tensor: reader threads + decode_jpeg batched on the device + crop/flip + the tensor policy,
+  on the CPU and, when there is one, on CUDA.
+CIFAR-sized data (`--cifar` uint8 32x32 images in memory) with the `deit` recipe
+(translate, flip, rand-m9-mstd0.5-inc1): pil = worker processes preparing batches
+(PreparedBatches), tensor = the policy per sample on the device (BatchAugment).
+Model: training images/s (forward, backward, SGD step; models.zoo.measure_throughput) of
+`--model` (224 px) and `--cifar-model` (32 px).
+
+Only batch production is timed (the first batch of each pass is warm-up, untimed); what
+follows on the device in both pipelines (PCA lighting, normalization, mixup) is the same.
+
+    PYTHONPATH=. python bench/input_pipeline.py [--images 2000] [--batches 8] [--workers N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+from optbench.cores import usable_cores
+from optbench.spec import Dataset, Recipe
+from optbench.train.augment import BatchAugment
+from optbench.train.batches import DeviceBatches, FolderBatches, PreparedBatches
+from optbench.train.datasets import DeviceData, load_dataset
+from optbench.train.tensor_folder import TensorFolderBatches, device_policy
+
+
+def write_jpegs(root: Path, n: int, classes: int = 10, seed: int = 0) -> None:
+    """n JPEGs of 500x375 (a quarter portrait), quality 90, in `classes` class folders of
+    train/ (and 1 image per class in val/, which the bench does not read)."""
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:375, 0:500]
+    for i in range(n + classes):
+        split = "train" if i < n else "val"
+        folder = root / split / f"c{i % classes:02d}"
+        folder.mkdir(parents=True, exist_ok=True)
+        phase, scale = rng.uniform(0, 6, 3), rng.uniform(10, 60, (3, 2))
+        img = np.stack(
+            [
+                128 + 90 * np.sin(xx / scale[c, 0] + phase[c]) * np.cos(yy / scale[c, 1] - phase[c])
+                for c in range(3)
+            ],
+            -1,
+        )
+        img = np.clip(img + rng.normal(0, 8, img.shape), 0, 255).astype(np.uint8)
+        if i % 4 == 3:
+            img = img.transpose(1, 0, 2)
+        Image.fromarray(img).save(folder / f"{i:05d}.jpg", quality=90)
+
+
+def rate(batches, n_batches: int, sync) -> float:
+    """Images/s over `n_batches` batches after one untimed warm-up batch."""
+    it = iter(batches)
+    x, _ = next(it)
+    sync()
+    images, t0 = 0, time.perf_counter()
+    for _ in range(n_batches):
+        x, _ = next(it)
+        images += len(x)
+    sync()
+    return images / (time.perf_counter() - t0)
+
+
+def folder_rates(root: Path, args, devices: list[torch.device]) -> dict:
+    data = load_dataset(Dataset(name="imagefolder", root=root, img_size=224))
+    recipe = Recipe(preset="paper")
+    out = {}
+    cpu = torch.device("cpu")
+    for w in range(1, args.workers + 1):
+        b = FolderBatches(data, args.batch, recipe, seed=0, device=cpu, workers=w)
+        out[f"pil_{w}w"] = round(rate(b.train(0), args.batches, lambda: None), 1)
+    for dev in devices:
+        b = TensorFolderBatches(
+            data, args.batch, recipe, seed=0, device=dev, readers=max(1, args.workers)
+        )
+        out[f"tensor_{dev.type}"] = round(rate(b.train(0), args.batches, sync_of(dev)), 1)
+    return out
+
+
+def cifar_rates(args, devices: list[torch.device]) -> dict:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 256, (args.cifar, 3, 32, 32), dtype=torch.uint8, generator=g)
+    y = torch.randint(0, 100, (args.cifar,), generator=g)
+    data = DeviceData(x, y, x[:256], y[:256], 100, (0.5,) * 3, (0.25,) * 3)
+    recipe = Recipe(preset="deit")
+    out = {}
+    cpu = torch.device("cpu")
+    for w in range(1, args.workers + 1):
+        b = PreparedBatches(data, args.cifar_batch, recipe, seed=0, device=cpu, workers=w)
+        out[f"pil_{w}w"] = round(rate(b.train(0), args.batches, lambda: None), 1)
+    for dev in devices:
+        batches = DeviceBatches(data.to(dev), args.cifar_batch, seed=0)
+        augment = BatchAugment(
+            recipe,
+            num_classes=100,
+            mean=data.mean,
+            std=data.std,
+            device=dev,
+            img_size=32,
+            device_policy=device_policy(recipe, 3, 32),
+        )
+
+        def augmented(batches=batches, augment=augment):
+            for xb, yb in batches.train(0):
+                yield augment.inputs(xb), yb
+
+        out[f"tensor_{dev.type}"] = round(rate(augmented(), args.batches, sync_of(dev)), 1)
+    return out
+
+
+def sync_of(dev: torch.device):
+    return torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+
+
+def model_rates(args, devices: list[torch.device]) -> dict:
+    from optbench.models.zoo import measure_throughput
+
+    out = {}
+    for dev in devices:
+        steps, batch = (20, 128) if dev.type == "cuda" else (2, 8)
+        for name in (args.model, args.cifar_model):
+            rate_ = measure_throughput(name, device=dev, batch_size=batch, steps=steps)
+            out[f"{name}_{dev.type}"] = round(rate_, 1)
+    return out
+
+
+def cpu_name() -> str:
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--images", type=int, default=2000)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--batches", type=int, default=8, help="timed batches per measurement")
+    p.add_argument("--workers", type=int, default=usable_cores())
+    p.add_argument("--cifar", type=int, default=10_000)
+    p.add_argument("--cifar-batch", type=int, default=256)
+    p.add_argument("--model", default="vit_c_1gf")
+    p.add_argument("--cifar-model", default="dhvt_tiny_cifar_p4")
+    p.add_argument("--no-model", action="store_true", help="skip the model's training rate")
+    args = p.parse_args()
+    devices = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
+    load_before = os.getloadavg()
+    t_wall, t_cpu = time.perf_counter(), os.times()
+    with tempfile.TemporaryDirectory(prefix="optbench-bench-") as tmp:
+        t = time.perf_counter()
+        write_jpegs(Path(tmp), args.images)
+        generate_s = time.perf_counter() - t
+        folder = folder_rates(Path(tmp), args, devices)
+    cifar = cifar_rates(args, devices)
+    models = {} if args.no_model else model_rates(args, devices)
+    done = os.times()
+    print(
+        json.dumps(
+            {
+                "bench": "input_pipeline",
+                "unit": "images/s",
+                "imagefolder_224px_paper": folder,
+                "cifar_32px_deit": cifar,
+                "model_training": models,
+                "images": args.images,
+                "batch": args.batch,
+                "cifar_batch": args.cifar_batch,
+                "timed_batches": args.batches,
+                "generate_s": round(generate_s, 1),
+                "cpu": cpu_name(),
+                "usable_cores": usable_cores(),
+                "torch_threads": torch.get_num_threads(),
+                "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+                "load_before": [round(v, 2) for v in load_before],
+                "load_after": [round(v, 2) for v in os.getloadavg()],
+                "wall_s": round(time.perf_counter() - t_wall, 1),
+                # this process and its (DataLoader worker) children
+                "user_s": round(
+                    done.user - t_cpu.user + done.children_user - t_cpu.children_user, 1
+                ),
+                "sys_s": round(
+                    done.system - t_cpu.system + done.children_system - t_cpu.children_system, 1
+                ),
+                "torch": torch.__version__,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
