@@ -4,7 +4,7 @@ rate on the same device. Prints one JSON line.
 Class-folder data: `--images` JPEGs of 500x375 (quality 90, smooth colour waves plus noise:
 compressible like photographs) generated into a temporary ImageNet-layout folder, read at
 224 px with the `paper` recipe's per-image work (RandomResizedCrop, flip, pycls's AutoAugment):
-- pil: persistent DataLoader workers (1..`--workers`), PIL decode and ops per image;
+- pil: persistent DataLoader workers (1, 2, 4, ... `--workers`), PIL decode and ops per image;
 - tensor: reader threads + decode_jpeg batched on the device + crop/flip + the tensor policy,
   on the CPU and, when there is one, on CUDA.
 CIFAR-sized data (`--cifar` uint8 32x32 images in memory) with the `deit` recipe
@@ -17,6 +17,8 @@ Only batch production is timed (the first batch of each pass is warm-up, untimed
 follows on the device in both pipelines (PCA lighting, normalization, mixup) is the same.
 
     PYTHONPATH=. python bench/input_pipeline.py [--images 2000] [--batches 8] [--workers N]
+    PYTHONPATH=. python bench/input_pipeline.py --images 20000 --write-jpegs DIR  # data only
+    PYTHONPATH=. python bench/input_pipeline.py --write-cifar DIR
 """
 
 from __future__ import annotations
@@ -34,19 +36,30 @@ import torch
 from PIL import Image
 
 from optbench.cores import usable_cores
-from optbench.spec import Dataset, Recipe
+from optbench.recipe import Dataset, Recipe
 from optbench.train.augment import BatchAugment
 from optbench.train.batches import DeviceBatches, FolderBatches, PreparedBatches
 from optbench.train.datasets import DeviceData, load_dataset
 from optbench.train.tensor_folder import TensorFolderBatches, device_policy
 
 
-def write_jpegs(root: Path, n: int, classes: int = 10, seed: int = 0) -> None:
+def write_jpegs(root: Path, n: int, classes: int = 10, jobs: int = 1) -> None:
     """n JPEGs of 500x375 (a quarter portrait), quality 90, in `classes` class folders of
-    train/ (and 1 image per class in val/, which the bench does not read)."""
-    rng = np.random.default_rng(seed)
+    train/ (and 1 image per class in val/, which the bench does not read); `jobs` processes."""
+    from multiprocessing import Pool
+
+    chunks = [(root, n, classes, range(j, n + classes, jobs)) for j in range(jobs)]
+    if jobs == 1:
+        _write_some(*chunks[0])
+    else:
+        with Pool(jobs) as pool:
+            pool.starmap(_write_some, chunks)
+
+
+def _write_some(root: Path, n: int, classes: int, indices: range) -> None:
     yy, xx = np.mgrid[0:375, 0:500]
-    for i in range(n + classes):
+    for i in indices:
+        rng = np.random.default_rng(i)
         split = "train" if i < n else "val"
         folder = root / split / f"c{i % classes:02d}"
         folder.mkdir(parents=True, exist_ok=True)
@@ -62,6 +75,22 @@ def write_jpegs(root: Path, n: int, classes: int = 10, seed: int = 0) -> None:
         if i % 4 == 3:
             img = img.transpose(1, 0, 2)
         Image.fromarray(img).save(folder / f"{i:05d}.jpg", quality=90)
+
+
+def write_cifar100(root: Path, n_train: int = 50_000, n_val: int = 10_000) -> None:
+    """CIFAR-100-sized data in torchvision's pickle format (random pixels and labels)."""
+    import pickle
+
+    folder = root / "cifar-100-python"
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    for name, n in (("train", n_train), ("test", n_val)):
+        entry = {
+            "data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
+            "fine_labels": rng.integers(0, 100, n).tolist(),
+        }
+        with open(folder / name, "wb") as f:
+            pickle.dump(entry, f)
 
 
 def rate(batches, n_batches: int, sync) -> float:
@@ -82,7 +111,7 @@ def folder_rates(root: Path, args, devices: list[torch.device]) -> dict:
     recipe = Recipe(preset="paper")
     out = {}
     cpu = torch.device("cpu")
-    for w in range(1, args.workers + 1):
+    for w in worker_counts(args.workers):
         b = FolderBatches(data, args.batch, recipe, seed=0, device=cpu, workers=w)
         out[f"pil_{w}w"] = round(rate(b.train(0), args.batches, lambda: None), 1)
     for dev in devices:
@@ -101,7 +130,7 @@ def cifar_rates(args, devices: list[torch.device]) -> dict:
     recipe = Recipe(preset="deit")
     out = {}
     cpu = torch.device("cpu")
-    for w in range(1, args.workers + 1):
+    for w in worker_counts(args.workers):
         b = PreparedBatches(data, args.cifar_batch, recipe, seed=0, device=cpu, workers=w)
         out[f"pil_{w}w"] = round(rate(b.train(0), args.batches, lambda: None), 1)
     for dev in devices:
@@ -122,6 +151,11 @@ def cifar_rates(args, devices: list[torch.device]) -> dict:
 
         out[f"tensor_{dev.type}"] = round(rate(augmented(), args.batches, sync_of(dev)), 1)
     return out
+
+
+def worker_counts(most: int) -> list[int]:
+    """1, 2, 4, ... below `most`, and `most`."""
+    return sorted({*(2**k for k in range(most.bit_length()) if 2**k < most), most})
 
 
 def sync_of(dev: torch.device):
@@ -159,13 +193,30 @@ def main() -> None:
     p.add_argument("--model", default="vit_c_1gf")
     p.add_argument("--cifar-model", default="dhvt_tiny_cifar_p4")
     p.add_argument("--no-model", action="store_true", help="skip the model's training rate")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads (1: a per-core figure; many "
+        "intra-op threads on a loaded machine cost more than they give)",
+    )
+    p.add_argument("--write-jpegs", type=Path, help="only write --images JPEGs into this folder")
+    p.add_argument("--write-cifar", type=Path, help="only write CIFAR-100-sized pickles here")
+    p.add_argument("--jobs", type=int, default=usable_cores(), help="processes writing JPEGs")
     args = p.parse_args()
+    if args.write_jpegs or args.write_cifar:
+        if args.write_jpegs:
+            write_jpegs(args.write_jpegs, args.images, classes=100, jobs=args.jobs)
+        if args.write_cifar:
+            write_cifar100(args.write_cifar, n_train=args.cifar, n_val=max(256, args.cifar // 5))
+        return
+    torch.set_num_threads(args.threads)
     devices = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
     load_before = os.getloadavg()
     t_wall, t_cpu = time.perf_counter(), os.times()
     with tempfile.TemporaryDirectory(prefix="optbench-bench-") as tmp:
         t = time.perf_counter()
-        write_jpegs(Path(tmp), args.images)
+        write_jpegs(Path(tmp), args.images, jobs=args.jobs)
         generate_s = time.perf_counter() - t
         folder = folder_rates(Path(tmp), args, devices)
     cifar = cifar_rates(args, devices)

@@ -127,6 +127,10 @@ def train(
         ),
     ] = None,
     device: Annotated[str, typer.Option(help="torch device, e.g. cpu or cuda")] = "cpu",
+    pipeline: Annotated[
+        str,
+        typer.Option(help="input pipeline: auto (tensor on CUDA, pil otherwise), pil or tensor"),
+    ] = "auto",
     resume: Annotated[
         bool, typer.Option(help="continue from OUT/checkpoint.pt if there is one")
     ] = False,
@@ -145,13 +149,15 @@ def train(
     from optbench.errors import did_you_mean
     from optbench.models import is_model, model_names
     from optbench.overrides import parse_overrides
-    from optbench.train.config import make_train_config
+    from optbench.train.config import Execution, make_train_config
     from optbench.train.datasets import check_dataset, download_dataset
     from optbench.train.loop import run_trial
     from optbench.train.signals import STOP_SIGNALS, TrialInterrupted
 
     if optimizer not in OPTIMIZERS:
         raise UsageError(f"--optimizer: must be one of {list(OPTIMIZERS)}, got {optimizer!r}")
+    if pipeline not in ("auto", "pil", "tensor"):
+        raise UsageError(f"--pipeline: must be auto, pil or tensor, got {pipeline!r}")
     if not is_model(model):
         hint = did_you_mean(model, model_names())
         raise UsageError(f"MODEL: unknown model {model!r}{hint} (see `optbench models`)")
@@ -198,7 +204,14 @@ def train(
         typer.echo(epoch_line(line, epochs), err=True)
 
     try:
-        result = run_trial(cfg, out, device, resume=resume, on_epoch=print_epoch)
+        result = run_trial(
+            cfg,
+            out,
+            device,
+            resume=resume,
+            on_epoch=print_epoch,
+            execution=Execution(pipeline=pipeline),
+        )
     except TrialInterrupted as stopped:
         exit_on_stop(stopped.signum, None)
     except OSError as err:  # disk full, I/O error: one line (the checkpoint so far is kept)
@@ -235,7 +248,9 @@ def epoch_line(line: dict, epochs: int) -> str:
     if line.get("val_error") is not None:
         kinds = [f"{k} {line[f'{k}_top1']:.2f}%" for k in ("raw", "ema") if f"{k}_top1" in line]
         parts.append(f"val error {line['val_error']:.2f}% ({', '.join(kinds)})")
-    parts.append(f"{line['epoch_s']:.1f} s, {line['images_per_s']:.0f} img/s")
+    wait = line.get("input_wait")
+    waited = f", {wait:.0%} waiting for input" if wait is not None else ""
+    parts.append(f"{line['epoch_s']:.1f} s, {line['images_per_s']:.0f} img/s{waited}")
     return "  ".join(parts)
 
 

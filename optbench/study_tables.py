@@ -6,7 +6,10 @@ only read the spec, the store and the trials' metrics files; nothing here runs o
 
 from __future__ import annotations
 
+import math
+import statistics
 import time
+from dataclasses import dataclass
 
 from rich.table import Table
 
@@ -67,6 +70,44 @@ def trials_table(spec: StudySpec) -> Table | None:
     return table if table.row_count else None
 
 
+@dataclass(frozen=True)
+class RecordedSpeed:
+    """How fast this study's finished trials of one model trained, on one device."""
+
+    device: str
+    images_per_s: float  # median training images/s
+    overhead: float  # median of wall time / training time (evaluation, start-up)
+    trials: int
+
+    def trial_s(self, epochs: int, n_train: int) -> float:
+        """The wall time of a trial of `epochs` epochs at this speed."""
+        return epochs * n_train / self.images_per_s * self.overhead
+
+
+def recorded_speed(stored: list, model: str, n_train: int) -> RecordedSpeed | None:
+    """The speed of the finished trials of `model` (this study's: the same dataset), on the
+    device that ran most of them (a GPU first on a tie); None if none is recorded."""
+    by_device: dict[str, list[tuple[float, float]]] = {}
+    for item in stored:
+        if item.status != "finished" or item.trial.cell.model != model:
+            continue
+        attrs = item.record.user_attrs
+        speed, wall, epochs = (attrs.get(k) for k in ("images_per_s", "wall_s", "epochs_run"))
+        if speed and wall and epochs:
+            overhead = wall / (epochs * n_train / speed)
+            by_device.setdefault(attrs.get("device") or "?", []).append((speed, overhead))
+    if not by_device:
+        return None
+    device = max(by_device, key=lambda d: (len(by_device[d]), d.startswith("cuda")))
+    rows = by_device[device]
+    return RecordedSpeed(
+        device,
+        statistics.median(r[0] for r in rows),
+        max(1.0, statistics.median(r[1] for r in rows)),
+        len(rows),
+    )
+
+
 def plan_table(spec: StudySpec) -> Table:
     """The trial plan of `optbench run --dry-run`: what would run, per cell, and its compute:
     training images x forward multiply-adds per image (backward adds about 2x), each model at
@@ -90,10 +131,16 @@ def plan_table(spec: StudySpec) -> Table:
         "px",
         "GF/img",
         "PF to run",
+        "img/s",
+        "device-h",
     ):
         table.add_column(col, no_wrap=col == "model")
     total = 0.0
     flops_of: dict[str, int] = {}
+    speeds = {m: recorded_speed(stored, m, n_train) for m in spec.models}
+    hours, longest_s = 0.0, 0.0
+    slurm = spec.executor.slurm
+    processes = slurm.nodes * slurm.tasks if spec.executor.kind == "slurm" else 1
     for cell in spec.cells():
         items = [s for s in stored if s.trial.cell == cell]
         todo = sum(not s.is_result for s in items)
@@ -109,6 +156,13 @@ def plan_table(spec: StudySpec) -> Table:
         flops = flops_of[cell.model]
         cell_flops = todo * cell.epochs * n_train * flops
         total += cell_flops
+        speed = speeds[cell.model]
+        cell_h = None
+        if speed is not None:
+            trial_s = speed.trial_s(cell.epochs, shape.n_train)
+            cell_h = todo * trial_s * processes / 3600
+            hours += cell_h
+            longest_s = max(longest_s, trial_s)
         table.add_row(
             cell.model,
             cell.optimizer,
@@ -120,10 +174,23 @@ def plan_table(spec: StudySpec) -> Table:
             str(shape.img_size),
             f"{flops / 1e9:.3g}",
             f"{cell_flops / 1e15:.3g}",
+            "–" if speed is None else f"{speed.images_per_s:.0f}",
+            "–" if cell_h is None else f"{cell_h:.3g}",
         )
     to_run = sum(not s.is_result for s in stored)
     table.caption = (
         f"{len(stored)} trials, {to_run} to run: {total / 1e15:.3g} PF of forward "
         f"multiply-adds ({total * 3 / 1e15:.3g} PF with backward)"
     )
+    measured = {m: v for m, v in speeds.items() if v is not None}
+    if measured:
+        devices = sorted({v.device for v in measured.values()})
+        per_job = spec.executor.slurm.trials_per_job
+        minutes = math.ceil(1.25 * per_job * longest_s / 60) + 5  # 25% and 5 min of margin
+        table.caption += (
+            f"\nimg/s: median of this study's finished trials of the model on {', '.join(devices)}; "
+            f"{hours:.3g} device-hours to run the cells measured (device-h: trials x processes); "
+            f"a SLURM job of {per_job} trial(s) needs time_min >= {minutes} "
+            f"(executor.slurm.time_min is {spec.executor.slurm.time_min})"
+        )
     return table

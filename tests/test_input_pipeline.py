@@ -347,3 +347,41 @@ def test_pil_and_tensor_pipelines_train_to_the_same_loss_within_seed_noise(tmp_p
         f"final train loss: {losses}; Welch t {t:.3f}, p {p:.3f}; gap {gap:.4f}, spread {spread:.4f}"
     )
     assert p > 0.01 and gap < spread
+
+
+def test_status_says_when_a_cell_mixes_pipelines_and_when_input_is_the_bottleneck():
+    from types import SimpleNamespace
+
+    from optbench.progress import input_notes
+
+    def item(cell: str, pipeline: str, wait: float):
+        record = SimpleNamespace(user_attrs={"pipeline": pipeline, "input_wait": wait})
+        return SimpleNamespace(is_result=True, trial=SimpleNamespace(cell_id=cell), record=record)
+
+    calm = [item("a", "pil", 0.05), item("a", "pil", 0.1), item("b", "tensor", 0.0)]
+    assert input_notes(calm) == []
+    notes = input_notes([*calm, item("a", "tensor", 0.5)])
+    assert len(notes) == 2
+    assert notes[0].startswith("a mixes input pipelines (2 pil, 1 tensor)")
+    assert notes[1].startswith("input is the bottleneck: 1 of 4 trials") and "50%" in notes[1]
+
+
+def test_dry_run_turns_recorded_speed_into_device_hours_and_a_time_limit(tiny_dict, cli, tmp_path):
+    import yaml
+
+    tiny_dict["models"] = ["vit_c_w64_16px"]
+    tiny_dict["dataset"]["pipeline"] = "pil"
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(tiny_dict))
+    code, out, err = cli("run", "s.yaml", "--dry-run")
+    assert code == 0, err
+    assert "device-hours" not in out  # nothing recorded yet
+    code, out, err = cli("run", "s.yaml", "--executor", "debug")
+    assert code == 0, err
+    tiny_dict["epochs"] = [1, 4]  # a new cell: its time comes from the recorded one's speed
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(tiny_dict))
+    code, out, err = cli("run", "s.yaml", "--dry-run")
+    assert code == 0, err
+    flat = " ".join(out.split())
+    assert "device-hours to run the cells measured" in flat and "time_min >=" in flat
+    code, out, err = cli("status", "s.yaml")
+    assert code == 0 and "mixes" not in out
