@@ -144,22 +144,26 @@ class _PreparedBatch(TorchDataset):
     translated, flipped and put through the PIL policy image by image, every draw seeded by
     (seed, stream, epoch, batch, rank)."""
 
-    def __init__(self, images: torch.Tensor, recipe: Recipe, seed: int, rank: int):
-        self.images, self.seed, self.rank = images, seed, rank
+    def __init__(
+        self, images: torch.Tensor, labels: torch.Tensor, recipe: Recipe, seed: int, rank: int
+    ):
+        self.images, self.labels, self.seed, self.rank = images, labels, seed, rank
         self.translate, self.hflip = recipe.translate, recipe.hflip
         self.policy = build_policy(recipe, images.shape[1], images.shape[-1])
 
     def __len__(self) -> int:
         return 0  # read by keys only
 
-    def __getitem__(self, key: tuple[int, int, str, tuple[int, ...]]) -> torch.Tensor:
+    def __getitem__(
+        self, key: tuple[int, int, str, tuple[int, ...]]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         epoch, batch, stream, indices = key
         s = derive_seed(self.seed, stream, epoch, batch, self.rank)
         random.seed(s)
         np.random.seed(s % 2**32)  # timm's RandAugment picks its ops with numpy
         torch.manual_seed(s)
         x = random_crop_flip(self.images[list(indices)], self.translate, self.hflip)
-        return per_image(self.policy, x)
+        return per_image(self.policy, x), self.labels[list(indices)]
 
 
 class PreparedBatches(DeviceBatches):
@@ -189,7 +193,7 @@ class PreparedBatches(DeviceBatches):
         self.device, self.workers = device, workers
         self._keys = _Keys()
         self._loader = DataLoader(
-            _PreparedBatch(host.train_x, recipe, seed, shard.rank),
+            _PreparedBatch(host.train_x, host.train_y, recipe, seed, shard.rank),
             sampler=self._keys,
             batch_size=None,  # each key is a whole batch
             num_workers=workers,
@@ -205,12 +209,8 @@ class PreparedBatches(DeviceBatches):
         lo = [b * self.batch_size + self.shard.rank * self.local_batch for b in range(len(self))]
         batches = [tuple(order[i : i + self.local_batch].tolist()) for i in lo]
         self._keys.keys = [(epoch, b, stream, batches[b]) for b in range(start, len(self))]
-        labels = self.data.train_y
-        for (_, _, _, idx), x in zip(self._keys.keys, self._loader, strict=True):
-            yield (
-                x.to(self.device, non_blocking=True),
-                labels[torch.tensor(idx, device=labels.device)],
-            )
+        for x, y in self._loader:  # pinned on CUDA: the copies do not wait for the GPU
+            yield x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
 
 
 class _Keys:

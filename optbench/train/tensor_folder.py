@@ -224,6 +224,8 @@ class TensorFolderBatches:
         def submit(samples: list[tuple[str, int]]) -> None:
             paths = [p for p, _ in samples]
             labels = torch.tensor([c for _, c in samples], dtype=torch.int64)
+            if self.device.type == "cuda":  # pinned: the copy to the GPU does not wait for it
+                labels = labels.pin_memory()
             pending.append((paths, [self._pool.submit(_read, p) for p in paths], labels))
 
         for samples in batches:
