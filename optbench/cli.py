@@ -274,6 +274,9 @@ def run(
     detach: Annotated[
         bool, typer.Option(help="slurm: submit and return; a later `optbench run` follows")
     ] = False,
+    reports: Annotated[
+        Path, typer.Option(help="--dry-run: reports root of an earlier report's advice")
+    ] = Path("reports"),
     set_: Overrides = None,
 ) -> None:
     """Run every unfinished trial of a study, recording results as they end."""
@@ -293,6 +296,10 @@ def run(
             check_spec(spec, data=True, source=study)
         except UsageError as err:
             console.print(f"note: a real run would stop here: {err}")
+        from optbench.analysis.summary import earlier_advice
+
+        advice = earlier_advice(reports / spec.name / "summary.json")
+        console.print(advice, markup=False, highlight=False, soft_wrap=True)
         return
     from optbench.executors import make_executor
     from optbench.runner import run_study

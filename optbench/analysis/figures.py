@@ -56,7 +56,8 @@ def edf_figure(
     num_classes: int | None = None,
 ) -> Figure:
     """Figs 4-5: per (optimizer, epochs) panel, each model's EDF of dtop-1 (error minus the
-    cell's best; `raw`: of the error itself) with a pointwise 95% bootstrap band. With
+    cell's best; `raw`: of the error itself) with a pointwise 95% bootstrap band and a
+    simultaneous one (bootstrap of the largest deviation). With
     `num_classes`, a cell whose best error is near chance level is drawn dotted."""
     options = _options(metric, n_boot, seed)
     results = _results(trials, metric)
@@ -89,7 +90,18 @@ def edf_figure(
                 "near_chance": bool(near_chance(best, num_classes)),
                 "best": None if best is None else float(best),
             }
-            curves.append(plots.EdfCurve(model, xs, edf(values, xs), band=band, **counts))
+            curve = edf(values, xs)
+            simultaneous = edf_band(
+                errors,
+                xs,
+                relative=not raw,
+                n_boot=options.n_boot,
+                seed=options.rng_seed("simultaneous", model, optimizer, epochs),
+                simultaneous=True,
+            )
+            curves.append(
+                plots.EdfCurve(model, xs, curve, band=band, simultaneous=simultaneous, **counts)
+            )
         panels.append(plots.EdfPanel(optimizer, epochs, curves))
     if not panels:
         raise NothingToDraw("no finished trial: no error to draw")

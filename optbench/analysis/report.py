@@ -101,7 +101,10 @@ def _edf_section(
         "lr/wd stability: error distribution functions (Figs 4-5)",
         "F(x) = fraction of a cell's trials with dtop-1 = error - best error <= x; diverged "
         "trials count in n and are never within any x. Shaded: pointwise 95% bootstrap bands "
-        f"({options.n_boot} resamples, best recomputed in each). Scatter: vertical lines at "
+        f"({options.n_boot} resamples, best recomputed in each); thin dashed: simultaneous "
+        "95% bands, holding for the whole curve at once (bootstrap of the largest deviation; "
+        "summary.json gives each cell's DKW half-width too), the ones to read "
+        "when comparing whole curves. Scatter: vertical lines at "
         "each model's best value, shaded its bootstrap good range (2.5-97.5 percentiles of "
         "the best run's value over resamples). Dotted: a cell whose best error is near chance "
         "level (its trials barely learned: a steep EDF there is not stability).",
