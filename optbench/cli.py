@@ -422,7 +422,9 @@ def report(
     results: Annotated[
         Path, typer.Option(help="results root searched when no study is given")
     ] = Path("results"),
-    metric: Annotated[str, typer.Option(help="final_error or best_error")] = "final_error",
+    metric: Annotated[
+        str, typer.Option(help="final_error, best_error or pycls_best (docs/reports.md)")
+    ] = "final_error",
     formats: Annotated[
         str,
         typer.Option(

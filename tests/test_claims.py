@@ -204,6 +204,45 @@ def test_report_writes_the_claims_into_summary_and_page(tmp_path):
     assert "id='claims'" not in (tmp_path / "peak" / "index.html").read_text()
 
 
+def test_report_with_pycls_best_reads_the_per_epoch_ema_errors(tmp_path):
+    rows = _edf_cells(np.random.default_rng(0), p_spread=40.0, c_spread=2.0)
+    trials = pd.DataFrame(rows).assign(
+        study="t", cell_id="x", lr=1e-3, wd=0.1, wall_s=1.0, images_per_s=1.0
+    )
+    # each trial's EMA error was 3 points lower one epoch before its last
+    trials["metrics"] = [
+        [
+            {"epoch": 1, "val_error": e - 3, "ema_top1": e - 3},
+            {"epoch": 2, "val_error": e, "ema_top1": e},
+        ]
+        for e in trials["final_error"]
+    ]
+    trials["best_error"] = trials["final_error"] - 3
+    trials["model"] = trials["model"].str.replace("_x", "_w64_16px")
+    spec = parse_spec(
+        {
+            "name": "t",
+            "dataset": {"name": "digits", "img_size": 16},
+            "models": sorted(set(trials["model"])),
+            "optimizers": ["adamw"],
+            "epochs": 8,
+            "batch_size": 64,
+            "search": {
+                "n_samples": 12,
+                "ranges": {"adamw": {"lr": [1e-4, 1e-2], "wd": [0.01, 0.5]}},
+            },
+        }
+    )
+    summary = write_report(
+        spec, trials, tmp_path, {"peak"}, "pycls_best", n_boot=200, data_shape=(10, 1, 16)
+    )
+    csv = pd.read_csv(tmp_path / "trials.csv")
+    np.testing.assert_allclose(csv["pycls_best"], csv["final_error"] - 3)
+    assert summary["metric"] == "pycls_best"
+    best = min(c["best_error"] for c in summary["cells"])
+    assert best == pytest.approx(trials["final_error"].min() - 3)
+
+
 def test_a_claim_without_replicate_seeds_gets_no_row():
     # one seed per cell: the seed bootstrap would give an interval of width 0
     rows = []

@@ -3,7 +3,7 @@ returning a matplotlib Figure. report.py calls them for its page; a notebook cal
 `optbench.load_trials(...)` (or any frame with its columns).
 
 A trials frame has one row per trial: model, optimizer, epochs, sample, seed, lr, wd, status
-and the errors (final_error, best_error). The curves figure takes the per-epoch frame,
+and the errors (final_error, best_error; pycls_best from a `metrics` column). The curves figure takes the per-epoch frame,
 `optbench.load_trials(..., epochs=True)`: one row per trial and epoch (`per_epoch`).
 A figure without the data it needs raises `NothingToDraw` saying what is missing.
 """
@@ -232,6 +232,10 @@ def curves_figure(
     if curves.empty:
         raise NothingToDraw("no finished trial recorded per-epoch metrics")
     by_trial = curves.drop_duplicates(TRIAL_COLUMNS)
+    if metric == tables.PYCLS_BEST:  # a trial's lines are rows here: gather them back
+        lines = {key: rows.to_dict("records") for key, rows in curves.groupby(TRIAL_COLUMNS)}
+        keys = by_trial[TRIAL_COLUMNS].itertuples(index=False, name=None)
+        by_trial = by_trial.assign(**{metric: [tables.pycls_best(lines[k]) for k in keys]})
     picks = tables.curve_picks(tables.with_errors(by_trial, metric))
     if picks.empty:
         raise NothingToDraw("no finished trial recorded per-epoch metrics")

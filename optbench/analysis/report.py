@@ -31,7 +31,7 @@ from optbench.errors import UsageError
 from optbench.spec import StudySpec
 
 FIGURES: tuple[str, ...] = ("edf", "length", "optimizer", "stem", "peak", "complexity", "curves")
-METRICS: tuple[str, ...] = ("final_error", "best_error")
+METRICS: tuple[str, ...] = ("final_error", "best_error", tables.PYCLS_BEST)
 PNG_DPI = 150
 # the page's column names, with units, for the tables' own columns
 UNITS = {
@@ -60,6 +60,7 @@ CSV_FIRST_COLUMNS = [
     "status",
     "final_error",
     "best_error",
+    tables.PYCLS_BEST,
 ]
 
 
@@ -275,7 +276,9 @@ def _curves_section(trials: pd.DataFrame, colors: dict[str, str], metric: str) -
 
 
 def write_trials(trials: pd.DataFrame, out_dir: Path) -> list[str]:
-    """trials.csv (no per-epoch metrics), and trials.parquet when pyarrow is installed."""
+    """trials.csv (no per-epoch metrics, but pycls_best computed from them), and
+    trials.parquet when pyarrow is installed."""
+    trials = tables.with_pycls_best(trials)
     first = [c for c in CSV_FIRST_COLUMNS if c in trials.columns]
     rest = [c for c in trials.columns if c not in first and c != "metrics"]
     trials[first + rest].to_csv(out_dir / "trials.csv", index=False)
