@@ -162,18 +162,9 @@ def test_stem_claim_needs_every_step_to_grow():
     assert _row(_claims(noisy), "d")["verdict"] == "not shown"
 
 
-def test_report_writes_the_claims_into_summary_and_page(tmp_path):
-    rows = _edf_cells(np.random.default_rng(0), p_spread=40.0, c_spread=2.0)
-    trials = pd.DataFrame(rows).assign(
-        study="t",
-        cell_id="x",
-        lr=1e-3,
-        wd=0.1,
-        wall_s=1.0,
-        images_per_s=1.0,
-        best_error=lambda d: d["final_error"],
-    )
-    spec = parse_spec(
+def _edf_spec():
+    """A digits study of the two w64 ViTs, 12 samples at 8 epochs (for write_report)."""
+    return parse_spec(
         {
             "name": "t",
             "dataset": {"name": "digits", "img_size": 16},
@@ -187,6 +178,20 @@ def test_report_writes_the_claims_into_summary_and_page(tmp_path):
             },
         }
     )
+
+
+def test_report_writes_the_claims_into_summary_and_page(tmp_path):
+    rows = _edf_cells(np.random.default_rng(0), p_spread=40.0, c_spread=2.0)
+    trials = pd.DataFrame(rows).assign(
+        study="t",
+        cell_id="x",
+        lr=1e-3,
+        wd=0.1,
+        wall_s=1.0,
+        images_per_s=1.0,
+        best_error=lambda d: d["final_error"],
+    )
+    spec = _edf_spec()
     trials["model"] = trials["model"].str.replace("_x", "_w64_16px")
     summary = write_report(spec, trials, tmp_path, None, n_boot=200, data_shape=(10, 1, 16))
     assert [c["claim"] for c in summary["claims"]] == ["a"]
@@ -219,20 +224,7 @@ def test_report_with_pycls_best_reads_the_per_epoch_ema_errors(tmp_path):
     ]
     trials["best_error"] = trials["final_error"] - 3
     trials["model"] = trials["model"].str.replace("_x", "_w64_16px")
-    spec = parse_spec(
-        {
-            "name": "t",
-            "dataset": {"name": "digits", "img_size": 16},
-            "models": sorted(set(trials["model"])),
-            "optimizers": ["adamw"],
-            "epochs": 8,
-            "batch_size": 64,
-            "search": {
-                "n_samples": 12,
-                "ranges": {"adamw": {"lr": [1e-4, 1e-2], "wd": [0.01, 0.5]}},
-            },
-        }
-    )
+    spec = _edf_spec()
     summary = write_report(
         spec, trials, tmp_path, {"peak"}, "pycls_best", n_boot=200, data_shape=(10, 1, 16)
     )
