@@ -427,13 +427,14 @@ def evidence_lines(table: pd.DataFrame) -> list[str]:
 def markdown(table: pd.DataFrame) -> str:
     """The claims table as Markdown, for docs and the README."""
     lines = [
-        "| claim | paper | study | panel | models | here (estimate, 95% interval) | verdict |",
-        "|---|---|---|---|---|---|---|",
+        "| claim | paper | study | panel | models | here (estimate, 95% interval) | verdict "
+        "| evidence |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in table.itertuples():
         lines.append(
             f"| ({r.claim}) | {r.paper} | {r.study} | {r.optimizer}, {r.epochs} ep | "
-            f"{r.models} | {_here(r)} | {r.verdict} |"
+            f"{r.models} | {_here(r)} | {r.verdict} | {r.advice} |"
         )
     return "\n".join(lines) + "\n"
 
