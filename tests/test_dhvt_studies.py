@@ -1,5 +1,5 @@
 """The DHVT-recipe study files: each validates (`optbench run X --dry-run` exits 0, writes
-nothing) and resolves to DHVT's CIFAR recipe as /work/shared/reference/dhvt.md and DHVT's
+nothing) and resolves to DHVT's CIFAR recipe as the DHVT paper (Lu et al. 2022) and DHVT's
 run_code_cifar.sh / main.py give it (the expected values below are those sources' numbers)."""
 
 from __future__ import annotations

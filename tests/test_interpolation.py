@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from optbench.spec import Recipe, parse_spec
+from optbench.recipe import Recipe
+from optbench.spec import parse_spec
 from optbench.train.batches import _train_transform, _val_transform
 
 ROOT = Path(__file__).resolve().parents[1]
