@@ -103,8 +103,8 @@ def test_sup_band_is_wider_than_the_pointwise_band():
 def test_power_finds_a_smaller_sample_for_a_larger_effect_and_none_for_zero():
     noise = np.random.default_rng(5).normal(0.0, 1.0, 8)
     needed = []
-    for shift in (0.3, 0.6, 1.2):
-        values = noise - noise.mean() + shift  # a mean of exactly `shift`, spread 1
+    for shift in (0.2, 0.4, 0.8):
+        values = noise - noise.mean() + shift  # a mean of exactly `shift`, spread about 0.74
         needed.append(stats.power(_mean(values), (8,), 128, seed=0).needed)
     assert needed[0] > needed[1] > needed[2] and needed[2] <= 12
     centred = stats.power(_mean(noise - noise.mean()), (8,), 128, seed=0)

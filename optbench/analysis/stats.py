@@ -313,7 +313,8 @@ def _exclusions(statistic, sizes, n, direction, discrete, level, counts, rng) ->
     """How many of n_outer simulated studies of n units per group exclude 0 on `direction`'s
     side. Worked in chunks of studies so memory stays near 50 MB whatever n is."""
     n_outer, n_inner = counts
-    chunk = max(1, int(2e6 // ((n_inner + n) * n * len(sizes))))
+    accel = None if discrete else _acceleration(statistic, sizes, n)
+    chunk = max(1, int(2e6 // (n_inner * n * len(sizes))))
     hits = 0
     for start in range(0, n_outer, chunk):
         rows = min(chunk, n_outer - start)
@@ -325,29 +326,36 @@ def _exclusions(statistic, sizes, n, direction, discrete, level, counts, rng) ->
         if discrete:
             low, high = _percentiles(replicates.T, level)
         else:
-            low, high = _bca_rows(statistic, studies, replicates, level)
+            low, high = _bca_rows(statistic(*studies), replicates, accel, level)
         hits += int(((low > 0) if direction > 0 else (high < 0)).sum())
     return hits
 
 
-def _bca_rows(statistic, studies, replicates, level) -> tuple[np.ndarray, np.ndarray]:
-    """BCa bounds of each simulated study (a row of `replicates`), as scipy.stats.bootstrap
-    computes them: bias z0 from the share of replicates below the study's estimate,
-    acceleration from the jackknife of every group (the other groups kept whole); the
-    percentile bounds where that degenerates (z0 infinite, no jackknife spread)."""
-    estimate = statistic(*studies)  # (rows, 1)
+def _acceleration(statistic, sizes: tuple[int, ...], n: int) -> float:
+    """BCa's acceleration for studies of n units per group, from the jackknife of the observed
+    data (every group in turn, the others whole, as scipy does). The acceleration is the
+    influence function's skewness over 6 sqrt(size): a group's jackknife sums of d^3 and d^2
+    shrink as (n_g / n)^2 and n_g / n when it grows from n_g to n units, so one jackknife of
+    the data serves every simulated study (a per-study jackknife cost n times more)."""
+    cubes = squares = 0.0
+    for g, size in enumerate(sizes):
+        keep = np.array([np.delete(np.arange(size), i) for i in range(size)])  # (n_g, n_g - 1)
+        full = full_indices(sizes)
+        jack = statistic(*(keep if h == g else idx for h, idx in enumerate(full)))
+        d = jack.mean() - jack
+        cubes += float((d**3).sum()) * (size / n) ** 2
+        squares += float((d**2).sum()) * (size / n)
+    return cubes / (6.0 * squares**1.5) if squares > 0 else float("nan")
+
+
+def _bca_rows(estimate, replicates, accel: float, level) -> tuple[np.ndarray, np.ndarray]:
+    """BCa bounds of each simulated study (a row of `replicates`, its estimate a row of
+    `estimate`), as scipy.stats.bootstrap computes them: bias z0 from the share of replicates
+    below the study's estimate, the acceleration `accel`; the percentile bounds where that
+    degenerates (z0 infinite, no jackknife spread)."""
     # the share of replicates below the estimate, ties counted half (scipy's percentileofscore)
     z0 = special.ndtri(((replicates < estimate).mean(1) + (replicates <= estimate).mean(1)) / 2)
-    cubes, squares = 0.0, 0.0
-    for g, study in enumerate(studies):
-        n = study.shape[-1]
-        keep = np.array([np.delete(np.arange(n), i) for i in range(n)])  # (n, n-1)
-        jack_g = study[:, 0, keep]  # (rows, n, n-1)
-        jack = statistic(*(jack_g if h == g else s for h, s in enumerate(studies)))
-        d = jack.mean(axis=1, keepdims=True) - jack
-        cubes, squares = cubes + (d**3).sum(axis=1), squares + (d**2).sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
-        accel = cubes / (6.0 * squares**1.5)
         z = special.ndtri(np.array([(1 - level) / 2, (1 + level) / 2]))[:, None]
         shifted = z0 + (z0 + z) / (1 - accel * (z0 + z))
         quantiles = special.ndtr(shifted)  # (2, rows)
