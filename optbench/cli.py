@@ -283,6 +283,9 @@ def run(
     detach: Annotated[
         bool, typer.Option(help="slurm: submit and return; a later `optbench run` follows")
     ] = False,
+    reports: Annotated[
+        Path, typer.Option(help="--dry-run: reports root of an earlier report's advice")
+    ] = Path("reports"),
     set_: Overrides = None,
 ) -> None:
     """Run every unfinished trial of a study, recording results as they end."""
@@ -302,6 +305,10 @@ def run(
             check_spec(spec, data=True, source=study)
         except UsageError as err:
             console.print(f"note: a real run would stop here: {err}")
+        from optbench.analysis.summary import earlier_advice
+
+        advice = earlier_advice(reports / spec.name / "summary.json")
+        console.print(advice, markup=False, highlight=False, soft_wrap=True)
         return
     from optbench.executors import make_executor
     from optbench.runner import run_study
@@ -424,7 +431,9 @@ def report(
     results: Annotated[
         Path, typer.Option(help="results root searched when no study is given")
     ] = Path("results"),
-    metric: Annotated[str, typer.Option(help="final_error or best_error")] = "final_error",
+    metric: Annotated[
+        str, typer.Option(help="final_error, best_error or pycls_best (docs/reports.md)")
+    ] = "final_error",
     formats: Annotated[
         str,
         typer.Option(

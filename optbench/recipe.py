@@ -98,6 +98,7 @@ RECIPE_PRESETS: dict[str, dict] = {
         "repeated_aug": 1,
         "drop_path": 0.0,
         "wd_exclude": [],
+        "interpolation": "bilinear",  # pycls: cv2.resize INTER_LINEAR on float32, no antialias
     },
     # DHVT's official code (Lu et al. 2022; DeiT's main.py), its CIFAR run; its lr is normalized
     # to batch 512 (see PRESET_REF_BATCH).
@@ -122,6 +123,7 @@ RECIPE_PRESETS: dict[str, dict] = {
         "repeated_aug": 3,
         "drop_path": 0.1,
         "wd_exclude": ["*cls_token", "*pos_embed"],
+        "interpolation": "bicubic",  # DHVT: timm's bicubic RandomResizedCrop, Resize(bicubic)
     },
 }
 
@@ -211,6 +213,8 @@ class Recipe(StrictModel):
     repeated_aug: int = Field(default=1, ge=1)
     # model
     drop_path: float = Field(default=0.0, ge=0, lt=1)
+    # class-folder datasets: how the training crop and the evaluation resize resample
+    interpolation: Literal["bilinear_antialias", "bilinear", "bicubic"] = "bilinear_antialias"
     weight_init: Literal["reference", "timm"] = "reference"
     # speed (each is off or harmless on CPU)
     amp: bool = True

@@ -24,6 +24,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from optbench.caps import CAP_REASONS, MAX_BATCH, MAX_NAME, MAX_TRIALS, SEED_BOUND, check_cap
 from optbench.errors import SpecError, format_errors
 from optbench.recipe import (
+    Dataset,
     Optimizer,
     Recipe,
     StrictModel,
@@ -320,7 +321,7 @@ class StudySpec(StrictModel):
             "dataset": {"name": self.dataset.name, "img_size": self.dataset.img_size},
             "batch_size": self.batch_size,
             "ref_batch": self.ref_batch,
-            "recipe": self.recipe.model_dump(mode="json"),
+            "recipe": _recipe_config(self.recipe, self.dataset),
             "sampler": self.search.sampler,
             "search_seed": self.search.seed,
             "lr_bounds": list(bounds.lr),
@@ -331,6 +332,20 @@ class StudySpec(StrictModel):
         blob = json.dumps(self.cell_config(cell), sort_keys=True).encode()
         digest = hashlib.sha256(blob).hexdigest()[:8]
         return f"{cell.model}-{cell.optimizer}-e{cell.epochs}-{digest}"
+
+
+# Datasets read as image files, each image resized on its own (train/batches.py); the others
+# are whole tensors at a fixed size, where `recipe.interpolation` changes nothing.
+FOLDER_DATASETS: tuple[str, ...] = ("imagenet", "imagefolder")
+
+
+def _recipe_config(recipe: Recipe, dataset: Dataset) -> dict:
+    """The recipe as it names a cell: without `interpolation` where it changes nothing, so
+    the cells of digits and CIFAR studies keep the ids they had before the key existed."""
+    config = recipe.model_dump(mode="json")
+    if dataset.name not in FOLDER_DATASETS:
+        del config["interpolation"]
+    return config
 
 
 class Cell(StrictModel):

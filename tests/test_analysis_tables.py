@@ -166,3 +166,34 @@ def test_length_stability_spreads_each_lengths_seeds_against_the_reference():
     got = length_stability(best_by_cell(with_errors(trials)))
     short = got[got["epochs"] == 10].iloc[0]
     assert (short["dtop1"], short["dtop1_low"], short["dtop1_high"]) == (15.0, 10.0, 20.0)
+
+
+def _epochs(key: str, errors: list[float]) -> list[dict]:
+    return [{"epoch": i + 1, "val_error": e, key: e} for i, e in enumerate(errors)]
+
+
+def test_pycls_best_is_the_lowest_ema_error_and_a_diverged_trial_keeps_it():
+    trials = pd.DataFrame(
+        {
+            "model": ["m"] * 4,
+            "optimizer": ["sgd"] * 4,
+            "epochs": [3] * 4,
+            "status": ["finished", "diverged", "finished", "diverged"],
+            "final_error": [35.0, np.nan, 44.0, np.nan],
+            "best_error": [30.0, np.nan, 41.0, np.nan],
+            "metrics": [
+                # raw errors alongside: pycls's rule reads the EMA's
+                [dict(e, raw_top1=e["ema_top1"] - 5) for e in _epochs("ema_top1", [50, 30, 35])],
+                _epochs("ema_top1", [60.0, 40.0]),  # diverged in its third epoch
+                _epochs("raw_top1", [48.0, 41.0, 44.0]),  # a recipe without an EMA
+                [],  # diverged before its first evaluation
+            ],
+        }
+    )
+    got = with_errors(trials, "pycls_best")
+    np.testing.assert_array_equal(got["error"], [30.0, 40.0, 41.0, np.inf])
+    assert list(got["status"]) == ["finished", "diverged", "finished", "diverged"]
+    # the other two definitions: a diverged trial has no error
+    np.testing.assert_array_equal(with_errors(trials)["error"], [35.0, np.inf, 44.0, np.inf])
+    best = best_by_cell(got)
+    assert best["best_error"].iloc[0] == 30.0

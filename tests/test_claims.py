@@ -162,18 +162,9 @@ def test_stem_claim_needs_every_step_to_grow():
     assert _row(_claims(noisy), "d")["verdict"] == "not shown"
 
 
-def test_report_writes_the_claims_into_summary_and_page(tmp_path):
-    rows = _edf_cells(np.random.default_rng(0), p_spread=40.0, c_spread=2.0)
-    trials = pd.DataFrame(rows).assign(
-        study="t",
-        cell_id="x",
-        lr=1e-3,
-        wd=0.1,
-        wall_s=1.0,
-        images_per_s=1.0,
-        best_error=lambda d: d["final_error"],
-    )
-    spec = parse_spec(
+def _edf_spec():
+    """A digits study of the two w64 ViTs, 12 samples at 8 epochs (for write_report)."""
+    return parse_spec(
         {
             "name": "t",
             "dataset": {"name": "digits", "img_size": 16},
@@ -187,6 +178,20 @@ def test_report_writes_the_claims_into_summary_and_page(tmp_path):
             },
         }
     )
+
+
+def test_report_writes_the_claims_into_summary_and_page(tmp_path):
+    rows = _edf_cells(np.random.default_rng(0), p_spread=40.0, c_spread=2.0)
+    trials = pd.DataFrame(rows).assign(
+        study="t",
+        cell_id="x",
+        lr=1e-3,
+        wd=0.1,
+        wall_s=1.0,
+        images_per_s=1.0,
+        best_error=lambda d: d["final_error"],
+    )
+    spec = _edf_spec()
     trials["model"] = trials["model"].str.replace("_x", "_w64_16px")
     summary = write_report(spec, trials, tmp_path, None, n_boot=200, data_shape=(10, 1, 16))
     assert [c["claim"] for c in summary["claims"]] == ["a"]
@@ -202,6 +207,32 @@ def test_report_writes_the_claims_into_summary_and_page(tmp_path):
     assert page.index("id='claims'") < page.index("Summary per cell") < page.index("id='edf'")
     write_report(spec, trials, tmp_path / "peak", {"peak"}, n_boot=50, data_shape=(10, 1, 16))
     assert "id='claims'" not in (tmp_path / "peak" / "index.html").read_text()
+
+
+def test_report_with_pycls_best_reads_the_per_epoch_ema_errors(tmp_path):
+    rows = _edf_cells(np.random.default_rng(0), p_spread=40.0, c_spread=2.0)
+    trials = pd.DataFrame(rows).assign(
+        study="t", cell_id="x", lr=1e-3, wd=0.1, wall_s=1.0, images_per_s=1.0
+    )
+    # each trial's EMA error was 3 points lower one epoch before its last
+    trials["metrics"] = [
+        [
+            {"epoch": 1, "val_error": e - 3, "ema_top1": e - 3},
+            {"epoch": 2, "val_error": e, "ema_top1": e},
+        ]
+        for e in trials["final_error"]
+    ]
+    trials["best_error"] = trials["final_error"] - 3
+    trials["model"] = trials["model"].str.replace("_x", "_w64_16px")
+    spec = _edf_spec()
+    summary = write_report(
+        spec, trials, tmp_path, {"peak"}, "pycls_best", n_boot=200, data_shape=(10, 1, 16)
+    )
+    csv = pd.read_csv(tmp_path / "trials.csv")
+    np.testing.assert_allclose(csv["pycls_best"], csv["final_error"] - 3)
+    assert summary["metric"] == "pycls_best"
+    best = min(c["best_error"] for c in summary["cells"])
+    assert best == pytest.approx(trials["final_error"].min() - 3)
 
 
 def test_a_claim_without_replicate_seeds_gets_no_row():

@@ -143,9 +143,10 @@ def test_good_sampler_needs_good_values_and_one_sample(tiny_dict):
 
 # The studies optbench ships, by name: a user's own study saved in studies/ is not a test case.
 BUNDLED_STUDIES = [
-    "edf_adamw_18gf", "edf_adamw_1gf", "edf_adamw_4gf", "edf_adamw_cifar100", "edf_sgd_18gf",
-    "edf_sgd_1gf", "edf_sgd_4gf", "edf_sgd_cifar100", "length_stability",
-    "length_stability_cifar100", "optimizer_stability", "quickstart", "stem_ablation",
+    "dhvt_deit_cifar100", "edf_adamw_18gf", "edf_adamw_1gf", "edf_adamw_4gf",
+    "edf_adamw_cifar100", "edf_adamw_deit_cifar100", "edf_sgd_18gf", "edf_sgd_1gf",
+    "edf_sgd_4gf", "edf_sgd_cifar100", "length_stability", "length_stability_cifar100",
+    "optimizer_stability", "quickstart", "stem_ablation",
 ]  # fmt: skip
 
 

@@ -32,13 +32,24 @@ Definitions (each statistic is defined here once; "error" is the trial's `option
   0 (error falls at every step): the smallest of several noisy steps is biased low, so its own
   interval below 0 would not show a reversed order.
 
-Intervals: percentile bootstrap (N_BOOT resamples, 2.5-97.5 percentiles), seeded per claim and
-panel. (a) resamples the (lr, wd) samples, each carrying all its seeds, with the same sample
-indices for both models (sample i is the same point of the unit square in both boxes, a paired
-design); (b)-(d) resample each cell's seeds on its own (a sample keeps its seed-th trial).
-(b)-(d) are tested only where every cell has MIN_SEEDS or more seeds.
+Intervals: BCa bootstrap (stats.interval: scipy.stats.bootstrap, N_BOOT resamples, 95%), the
+percentile interval of the same resamples where BCa degenerates (the row's `interval` says
+which), seeded per claim and panel. (a) resamples the (lr, wd) samples, each carrying all its
+seeds, with the same sample indices for both models (sample i is the same point of the unit
+square in both boxes, a paired design); (b)-(d) resample each cell's seeds on its own (a
+sample keeps its seed-th trial). (b)-(d) are tested only where every cell has MIN_SEEDS or
+more seeds.
 Verdict: "holds" when the interval lies above 0, "opposite" when it lies below 0, "not shown"
-otherwise.
+otherwise. (a) also states the whole curve: `curve_verdict` reads the simultaneous 95% band
+(bootstrap of the maximum deviation, stats.sup_band) of D(x) = F_C(x) - F_P(x) on
+[0, AUC_MAX_POINTS]: "holds" when the band lies above 0 somewhere and below 0 nowhere (ViT_C's
+EDF is above ViT_P's somewhere and below it nowhere, at once for every x), "opposite" the
+mirror, "crossing" both, "not shown" neither.
+
+Evidence (`advice`): bootstrap power (stats.power) of the row's statistic: how many units of
+what the row resamples ((a): (lr, wd) samples per cell, each with the study's seeds; (b)-(d):
+seeds per cell) a study would need so that its 95% interval excludes 0 with probability
+POWER_TARGET if the effect is as estimated, up to MAX_SAMPLES samples or MAX_SEEDS seeds.
 """
 
 from __future__ import annotations
@@ -51,14 +62,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from optbench.analysis import tables
+from optbench.analysis import stats, tables
 from optbench.analysis.edf import AUC_MAX_POINTS
 from optbench.analysis.page import Section
-from optbench.analysis.stats import LEVEL, dtop1_rows
-from optbench.analysis.summary import Options
+from optbench.analysis.summary import Options, advice_line
 
 MIN_EDF_SAMPLES = 4
 MIN_SEEDS = 2  # (b)-(d) bootstrap seeds: one seed would give an interval of width 0
+MAX_SAMPLES = 128  # the power search's largest (lr, wd) sample: twice the paper's 64
+MAX_SEEDS = 32
+CURVE_STEPS = 200  # D(x) of claim (a)'s curve statement on this many steps of [0, 10]
 _ROLE = re.compile(r"^vit_(p|c|s(\d+))_(.+)$")
 
 PAPER = {
@@ -87,6 +100,13 @@ COLUMNS = [
     "verdict",
     "trials",
     "diverged",
+    "interval",
+    "curve_verdict",
+    "unit",
+    "n_now",
+    "power_now",
+    "n_needed",
+    "advice",
 ]
 
 
@@ -135,10 +155,13 @@ def verdict(low: float, high: float, against_high: float | None = None) -> str:
     return "opposite" if (high if against_high is None else against_high) < 0 else "not shown"
 
 
-def _interval(replicates: np.ndarray) -> tuple[float, float]:
-    tail = 100.0 * (1.0 - LEVEL) / 2.0
-    low, high = np.percentile(replicates, [tail, 100.0 - tail])
-    return float(low), float(high)
+def curve_verdict(low: np.ndarray, high: np.ndarray) -> str:
+    """Claim (a) as a statement about whole curves, from a simultaneous band [low, high] of
+    F_C - F_P (module docstring)."""
+    above, below = bool((low > 0).any()), bool((high < 0).any())
+    if above and below:
+        return "crossing"
+    return "holds" if above else "opposite" if below else "not shown"
 
 
 # --- data: a cell as a (samples x seeds) array -------------------------------------------------
@@ -153,18 +176,23 @@ def _cell_matrix(results: pd.DataFrame, diverged_as: float) -> tuple[np.ndarray,
     return wide.index.to_numpy(), wide.to_numpy(float)
 
 
-def _cell_error_boot(matrix: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
-    """(1 + n_boot,) cell errors E: the data's, then one per resample of the seeds."""
-    n_seeds = matrix.shape[1]
-    picks = np.vstack([np.arange(n_seeds), rng.integers(0, n_seeds, size=(n_boot, n_seeds))])
-    means = matrix[:, picks].mean(axis=2)  # samples x (1 + n_boot)
-    return means.min(axis=0)
+def _cell_error(matrix: np.ndarray, seeds: np.ndarray) -> np.ndarray:
+    """Cell error E from the seed indices `seeds` (..., n): per sample the mean over the picked
+    seeds, then the lowest over samples; shape (...)."""
+    return matrix[:, seeds].mean(axis=-1).min(axis=0)
 
 
-def _auc_rows(trials: np.ndarray) -> np.ndarray:
-    """auc_10 of each row of a (B, n) error array (+inf = diverged)."""
-    dtop = dtop1_rows(trials)
-    return np.clip(1.0 - dtop / AUC_MAX_POINTS, 0.0, 1.0).mean(axis=1)
+def _auc(trials: np.ndarray) -> np.ndarray:
+    """auc_10 over the last axis of an error array (+inf = diverged)."""
+    with np.errstate(invalid="ignore"):
+        dtop = trials - trials.min(axis=-1, keepdims=True)
+    dtop = np.where(np.isfinite(trials.min(axis=-1, keepdims=True)), dtop, np.inf)
+    return np.clip(1.0 - dtop / AUC_MAX_POINTS, 0.0, 1.0).mean(axis=-1)
+
+
+def _pooled(matrix: np.ndarray, samples: np.ndarray) -> np.ndarray:
+    """The trials of the picked samples (..., n) of a (samples x seeds) matrix, as (..., n*seeds)."""
+    return matrix[samples].reshape(*samples.shape[:-1], -1)
 
 
 # --- the claims ----------------------------------------------------------------------------------
@@ -187,26 +215,42 @@ class _Claims:
         r = self.results
         return set(r.loc[(r["model"] == model) & (r["optimizer"] == optimizer), "epochs"])
 
-    def boot_errors(self, cells: list[tuple[str, str, int]], *key: object) -> dict | None:
-        """{cell: (1 + n_boot,) cell errors}, or None when a cell has no complete sample or
+    def matrices(self, cells: list[tuple[str, str, int]]) -> list[np.ndarray] | None:
+        """Each cell's (samples x seeds) errors, or None when a cell has no complete sample or
         fewer than MIN_SEEDS seeds."""
-        rng = np.random.default_rng(self.options.rng_seed("claims", *key))
-        out = {}
+        out = []
         for cell in cells:
             _, matrix = _cell_matrix(self.cell(*cell), tables.DIVERGED_ERROR)
             if matrix.size == 0 or matrix.shape[1] < MIN_SEEDS:
                 return None
-            out[cell] = _cell_error_boot(matrix, self.options.n_boot, rng)
+            out.append(matrix)
         return out
 
     def add(
-        self, claim: str, optimizer, epochs, models, values: np.ndarray, cells, against=None
+        self,
+        claim: str,
+        optimizer,
+        epochs,
+        models,
+        statistic: stats.Statistic,
+        sizes: tuple[int, ...],
+        cells,
+        against: stats.Statistic | None = None,
+        curve: str | None = None,
     ) -> None:
-        """One row: values[0] is the estimate, values[1:] the bootstrap replicates. `against`
-        (same layout) is the statistic whose interval below 0 makes the verdict "opposite"
-        (default: `values` itself)."""
-        low, high = _interval(values[1:])
-        against_high = high if against is None else _interval(against[1:])[1]
+        """One row: the statistic of resampled groups of `sizes` units, its interval, verdict
+        and evidence. `against` is the statistic whose interval below 0 makes the verdict
+        "opposite" (default: `statistic` itself)."""
+        seed = self.options.rng_seed("claims", claim, optimizer, epochs)
+        found = stats.interval(statistic, sizes, n_boot=self.options.n_boot, seed=seed)
+        against_high = found.high
+        if against is not None:
+            against_high = stats.interval(
+                against, sizes, n_boot=self.options.n_boot, seed=seed
+            ).high
+        unit, n_max = ("samples", MAX_SAMPLES) if claim == "a" else ("seeds", MAX_SEEDS)
+        power = stats.power(statistic, sizes, n_max, seed=seed)
+        shown = found.low > 0 or found.high < 0
         subset = pd.concat([self.cell(*c) for c in cells])
         self.rows.append(
             {
@@ -217,12 +261,19 @@ class _Claims:
                 "epochs": epochs,
                 "models": " vs ".join(models) if claim != "d" else " < ".join(models),
                 "statistic": STATISTIC[claim],
-                "estimate": float(values[0]),
-                "low": float(low),
-                "high": float(high),
-                "verdict": verdict(low, high, against_high),
+                "estimate": found.estimate,
+                "low": found.low,
+                "high": found.high,
+                "verdict": verdict(found.low, found.high, against_high),
                 "trials": int(len(subset)),
                 "diverged": int((subset["status"] == "diverged").sum()),
+                "interval": found.method,
+                "curve_verdict": curve,
+                "unit": unit,
+                "n_now": int(min(sizes)),
+                "power_now": power.power[0],
+                "n_needed": power.needed,
+                "advice": advice_line(power, shown, min(sizes), unit, n_max),
             }
         )
 
@@ -237,16 +288,29 @@ class _Claims:
                 if shared.size < MIN_EDF_SAMPLES:
                     continue
                 m_p, m_c = m_p[np.isin(ids_p, shared)], m_c[np.isin(ids_c, shared)]
-                rng = np.random.default_rng(self.options.rng_seed("claims-a", optimizer, epochs))
-                picks = np.vstack(
-                    [
-                        np.arange(shared.size),
-                        rng.integers(0, shared.size, (self.options.n_boot, shared.size)),
-                    ]
+
+                def area_diff(idx, m_p=m_p, m_c=m_c):
+                    return _auc(_pooled(m_c, idx)) - _auc(_pooled(m_p, idx))
+
+                curve = self.curve(m_p, m_c, optimizer, epochs)
+                models = (fam.c, fam.p)
+                self.add(
+                    "a", optimizer, epochs, models, area_diff, (shared.size,), cells, curve=curve
                 )
-                auc_p = _auc_rows(m_p[picks].reshape(len(picks), -1))
-                auc_c = _auc_rows(m_c[picks].reshape(len(picks), -1))
-                self.add("a", optimizer, epochs, (fam.c, fam.p), auc_c - auc_p, cells)
+
+    def curve(self, m_p: np.ndarray, m_c: np.ndarray, optimizer, epochs) -> str:
+        """Claim (a)'s curve verdict: the simultaneous band of F_C - F_P on [0, 10], the same
+        paired resamples of (lr, wd) samples for both models."""
+        xs = np.linspace(0.0, AUC_MAX_POINTS, CURVE_STEPS + 1)
+        rng = np.random.default_rng(self.options.rng_seed("claims-a-curve", optimizer, epochs))
+        n = m_p.shape[0]
+        picks = np.vstack([np.arange(n), rng.integers(0, n, (self.options.n_boot, n))])
+
+        def edf_of(matrix):
+            return stats.edf_rows(stats.dtop1_rows(_pooled(matrix, picks)), xs)
+
+        diffs = edf_of(m_c) - edf_of(m_p)
+        return curve_verdict(*stats.sup_band(diffs[0], diffs[1:]))
 
     def length(self, fam: Family) -> None:
         for optimizer in sorted(set(self.results["optimizer"])):
@@ -255,12 +319,17 @@ class _Claims:
                 continue
             short, long = lengths[0], lengths[-1]
             cells = [(m, optimizer, e) for m in (fam.p, fam.c) for e in (short, long)]
-            e = self.boot_errors(cells, "b", optimizer)
-            if e is None:
+            ms = self.matrices(cells)
+            if ms is None:
                 continue
-            gap_p = e[(fam.p, optimizer, short)] - e[(fam.p, optimizer, long)]
-            gap_c = e[(fam.c, optimizer, short)] - e[(fam.c, optimizer, long)]
-            self.add("b", optimizer, f"{short} vs {long}", (fam.c, fam.p), gap_p - gap_c, cells)
+
+            def statistic(p_s, p_l, c_s, c_l, ms=ms):
+                e = [_cell_error(m, i) for m, i in zip(ms, (p_s, p_l, c_s, c_l), strict=True)]
+                return (e[0] - e[1]) - (e[2] - e[3])
+
+            sizes = tuple(m.shape[1] for m in ms)
+            epochs = f"{short} vs {long}"
+            self.add("b", optimizer, epochs, (fam.c, fam.p), statistic, sizes, cells)
 
     def optimizer(self, fam: Family) -> None:
         both = [self.epochs_of(m, o) for m in (fam.p, fam.c) for o in ("adamw", "sgd")]
@@ -268,16 +337,23 @@ class _Claims:
         if not lengths:
             return
         cells = [(m, o, e) for m in (fam.p, fam.c) for o in ("adamw", "sgd") for e in lengths]
-        e = self.boot_errors(cells, "c")
-        if e is None:
+        ms = self.matrices(cells)
+        if ms is None:
             return
-        diffs = [
-            (e[(fam.p, "sgd", n)] - e[(fam.p, "adamw", n)])
-            - (e[(fam.c, "sgd", n)] - e[(fam.c, "adamw", n)])
-            for n in lengths
-        ]
+        index = {cell: i for i, cell in enumerate(cells)}
+
+        def statistic(*idx):
+            e = {c: _cell_error(ms[i], idx[i]) for c, i in index.items()}
+            diffs = [
+                (e[(fam.p, "sgd", n)] - e[(fam.p, "adamw", n)])
+                - (e[(fam.c, "sgd", n)] - e[(fam.c, "adamw", n)])
+                for n in lengths
+            ]
+            return sum(diffs) / len(diffs)  # broadcasts groups of different shapes
+
+        sizes = tuple(m.shape[1] for m in ms)
         epochs = ", ".join(map(str, lengths))
-        self.add("c", "sgd - adamw", epochs, (fam.c, fam.p), np.mean(diffs, axis=0), cells)
+        self.add("c", "sgd - adamw", epochs, (fam.c, fam.p), statistic, sizes, cells)
 
     def stem(self, fam: Family) -> None:
         order = fam.stem_order
@@ -287,11 +363,22 @@ class _Claims:
             lengths = set.intersection(*(self.epochs_of(m, optimizer) for m in order))
             for epochs in sorted(lengths):
                 cells = [(m, optimizer, epochs) for m in order]
-                e = self.boot_errors(cells, "d", optimizer, epochs)
-                if e is None:
+                ms = self.matrices(cells)
+                if ms is None:
                     continue
-                steps = np.diff(np.vstack([e[c] for c in cells]), axis=0)
-                self.add("d", optimizer, epochs, order, steps.min(axis=0), cells, steps.max(axis=0))
+
+                def steps(*idx, ms=ms):
+                    errors = [_cell_error(m, i) for m, i in zip(ms, idx, strict=True)]
+                    return np.diff(np.stack(np.broadcast_arrays(*errors)), axis=0)
+
+                def smallest(*idx, steps=steps):
+                    return steps(*idx).min(axis=0)
+
+                def largest(*idx, steps=steps):
+                    return steps(*idx).max(axis=0)
+
+                sizes = tuple(m.shape[1] for m in ms)
+                self.add("d", optimizer, epochs, order, smallest, sizes, cells, largest)
 
 
 def claims_table(
@@ -326,21 +413,28 @@ def section_table(table: pd.DataFrame) -> pd.DataFrame:
             "statistic (unit)": table["statistic"],
             "here (estimate, 95% interval)": [_here(r) for r in table.itertuples()],
             "verdict": table["verdict"],
+            "curve (simultaneous band)": table["curve_verdict"].fillna("–"),
             "trials (diverged)": [f"{r.trials} ({r.diverged})" for r in table.itertuples()],
         }
     )
 
 
+def evidence_lines(table: pd.DataFrame) -> list[str]:
+    """One line per claim and panel: how much evidence it has and would need."""
+    return [f"({r.claim}) {r.optimizer}, {r.epochs} ep: {r.advice}" for r in table.itertuples()]
+
+
 def markdown(table: pd.DataFrame) -> str:
     """The claims table as Markdown, for docs and the README."""
     lines = [
-        "| claim | paper | study | panel | models | here (estimate, 95% interval) | verdict |",
-        "|---|---|---|---|---|---|---|",
+        "| claim | paper | study | panel | models | here (estimate, 95% interval) | verdict "
+        "| evidence |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in table.itertuples():
         lines.append(
             f"| ({r.claim}) | {r.paper} | {r.study} | {r.optimizer}, {r.epochs} ep | "
-            f"{r.models} | {_here(r)} | {r.verdict} |"
+            f"{r.models} | {_here(r)} | {r.verdict} | {r.advice} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -360,14 +454,27 @@ def sections(table: pd.DataFrame, options: Options, drawn: set[str] | None = Non
     section = Section(
         "claims",
         "The paper's claims",
-        "Each claim's statistic on this study, its 95% bootstrap interval "
-        f"({options.n_boot} resamples) and verdict: holds when the interval lies on the "
-        "claim's side of 0, opposite when on the other, otherwise not shown. Definitions: "
-        "optbench/analysis/claims.py. Cell errors here are means over seeds, a diverged "
-        f"trial counted as {tables.DIVERGED_ERROR:g}%.",
+        "Each claim's statistic on this study, its 95% BCa bootstrap interval "
+        f"({options.n_boot} resamples; percentile where BCa degenerates) and verdict: holds "
+        "when the interval lies on the claim's side of 0, opposite when on the other, "
+        "otherwise not shown; for (a) also the verdict of the simultaneous band of the EDF "
+        "difference on [0, 10] points. Evidence: the sample size at which a study's interval "
+        f"would exclude 0 in {stats.POWER_TARGET:.0%} of bootstrap-simulated studies, if the "
+        "effect is as estimated. Definitions: optbench/analysis/claims.py. Cell errors here "
+        f"are means over seeds, a diverged trial counted as {tables.DIVERGED_ERROR:g}%.",
     )
     section.tables.append(("Claims", section_table(table)))
+    section.notes += [f"evidence: {line}" for line in evidence_lines(table)]
     return [section]
+
+
+def records(table: pd.DataFrame) -> list[dict]:
+    """claims_table's rows as summary.json rows (JSON's null where a value is missing)."""
+    rows = table.to_dict(orient="records")
+    for row in rows:
+        row["n_needed"] = None if pd.isna(row["n_needed"]) else int(row["n_needed"])
+        row["curve_verdict"] = None if pd.isna(row["curve_verdict"]) else row["curve_verdict"]
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:

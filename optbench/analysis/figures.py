@@ -3,7 +3,7 @@ returning a matplotlib Figure. report.py calls them for its page; a notebook cal
 `optbench.load_trials(...)` (or any frame with its columns).
 
 A trials frame has one row per trial: model, optimizer, epochs, sample, seed, lr, wd, status
-and the errors (final_error, best_error). The curves figure takes the per-epoch frame,
+and the errors (final_error, best_error; pycls_best from a `metrics` column). The curves figure takes the per-epoch frame,
 `optbench.load_trials(..., epochs=True)`: one row per trial and epoch (`per_epoch`).
 A figure without the data it needs raises `NothingToDraw` saying what is missing.
 """
@@ -56,7 +56,8 @@ def edf_figure(
     num_classes: int | None = None,
 ) -> Figure:
     """Figs 4-5: per (optimizer, epochs) panel, each model's EDF of dtop-1 (error minus the
-    cell's best; `raw`: of the error itself) with a pointwise 95% bootstrap band. With
+    cell's best; `raw`: of the error itself) with a pointwise 95% bootstrap band and a
+    simultaneous one (bootstrap of the largest deviation). With
     `num_classes`, a cell whose best error is near chance level is drawn dotted."""
     options = _options(metric, n_boot, seed)
     results = _results(trials, metric)
@@ -89,7 +90,18 @@ def edf_figure(
                 "near_chance": bool(near_chance(best, num_classes)),
                 "best": None if best is None else float(best),
             }
-            curves.append(plots.EdfCurve(model, xs, edf(values, xs), band=band, **counts))
+            curve = edf(values, xs)
+            simultaneous = edf_band(
+                errors,
+                xs,
+                relative=not raw,
+                n_boot=options.n_boot,
+                seed=options.rng_seed("simultaneous", model, optimizer, epochs),
+                simultaneous=True,
+            )
+            curves.append(
+                plots.EdfCurve(model, xs, curve, band=band, simultaneous=simultaneous, **counts)
+            )
         panels.append(plots.EdfPanel(optimizer, epochs, curves))
     if not panels:
         raise NothingToDraw("no finished trial: no error to draw")
@@ -220,6 +232,10 @@ def curves_figure(
     if curves.empty:
         raise NothingToDraw("no finished trial recorded per-epoch metrics")
     by_trial = curves.drop_duplicates(TRIAL_COLUMNS)
+    if metric == tables.PYCLS_BEST:  # a trial's lines are rows here: gather them back
+        lines = {key: rows.to_dict("records") for key, rows in curves.groupby(TRIAL_COLUMNS)}
+        keys = by_trial[TRIAL_COLUMNS].itertuples(index=False, name=None)
+        by_trial = by_trial.assign(**{metric: [tables.pycls_best(lines[k]) for k in keys]})
     picks = tables.curve_picks(tables.with_errors(by_trial, metric))
     if picks.empty:
         raise NothingToDraw("no finished trial recorded per-epoch metrics")

@@ -32,6 +32,7 @@ OPTIMIZER_SHIFT = {"adamw": -3.0, "sgd": 3.0}  # points: the two optimizers' see
 RANK_STYLES = {"best": "-", "median": "--", "worst": ":"}
 HYPERPARAMETERS: tuple[str, ...] = ("lr", "wd", "lr*wd")
 NEAR_CHANCE_STYLE = ":"  # an EDF of a cell whose best error is near chance level
+SIMULTANEOUS_STYLE = "--"  # the edges of an EDF's simultaneous band
 TITLE_WIDTH = 52  # characters per line of a panel's title
 
 
@@ -80,9 +81,10 @@ def _wrap(text: str) -> str:
 
 @dataclass(frozen=True)
 class EdfCurve:
-    """One model's EDF in one panel, with its optional bootstrap band. `beyond`: finite values
-    past the end of the x-axis (not drawn); `near_chance`: the cell's best error is near chance
-    level (its trials barely learned), drawn dotted."""
+    """One model's EDF in one panel, with its optional bands: `band` pointwise (each x on its
+    own), `simultaneous` over the whole curve at once. `beyond`: finite values past the end of
+    the x-axis (not drawn); `near_chance`: the cell's best error is near chance level (its
+    trials barely learned), drawn dotted."""
 
     model: str
     xs: np.ndarray
@@ -90,6 +92,7 @@ class EdfCurve:
     n: int
     n_diverged: int
     band: tuple[np.ndarray, np.ndarray] | None = None
+    simultaneous: tuple[np.ndarray, np.ndarray] | None = None
     beyond: int = 0
     near_chance: bool = False
     best: float | None = None  # the cell's best error (%), what dtop-1 is relative to
@@ -141,6 +144,8 @@ def plot_edf(
             if curve.band is not None:
                 low, high = curve.band
                 ax.fill_between(curve.xs, low, high, step="post", color=color, alpha=0.2, lw=0)
+            for edge in curve.simultaneous or ():
+                ax.step(curve.xs, edge, SIMULTANEOUS_STYLE, where="post", color=color, lw=0.8)
         counts = edf_counts(panel.curves, x_max)
         ax.set_title(
             f"{cell_title(panel.optimizer, panel.epochs)}\n{_wrap(counts)}", fontsize="medium"
@@ -168,6 +173,11 @@ def plot_edf(
         )
     if len(panels) > 1:
         handles.append(Line2D([], [], ls="", label="(best errors per panel, left to right)"))
+    if any(c.simultaneous is not None for p in panels for c in p.curves):
+        handles.append(
+            Line2D([], [], color="0.3", ls=SIMULTANEOUS_STYLE, lw=0.8,
+                   label="thin dashed: simultaneous 95% band (the whole curve at once)")
+        )  # fmt: skip
     if any(c.near_chance for p in panels for c in p.curves):
         handles.append(
             Line2D([], [], color="0.3", ls=NEAR_CHANCE_STYLE,

@@ -31,7 +31,7 @@ from optbench.errors import UsageError
 from optbench.spec import StudySpec
 
 FIGURES: tuple[str, ...] = ("edf", "length", "optimizer", "stem", "peak", "complexity", "curves")
-METRICS: tuple[str, ...] = ("final_error", "best_error")
+METRICS: tuple[str, ...] = ("final_error", "best_error", tables.PYCLS_BEST)
 PNG_DPI = 150
 # the page's column names, with units, for the tables' own columns
 UNITS = {
@@ -60,6 +60,7 @@ CSV_FIRST_COLUMNS = [
     "status",
     "final_error",
     "best_error",
+    tables.PYCLS_BEST,
 ]
 
 
@@ -101,7 +102,10 @@ def _edf_section(
         "lr/wd stability: error distribution functions (Figs 4-5)",
         "F(x) = fraction of a cell's trials with dtop-1 = error - best error <= x; diverged "
         "trials count in n and are never within any x. Shaded: pointwise 95% bootstrap bands "
-        f"({options.n_boot} resamples, best recomputed in each). Scatter: vertical lines at "
+        f"({options.n_boot} resamples, best recomputed in each); thin dashed: simultaneous "
+        "95% bands, holding for the whole curve at once (bootstrap of the largest deviation; "
+        "summary.json gives each cell's DKW half-width too), the ones to read "
+        "when comparing whole curves. Scatter: vertical lines at "
         "each model's best value, shaded its bootstrap good range (2.5-97.5 percentiles of "
         "the best run's value over resamples). Dotted: a cell whose best error is near chance "
         "level (its trials barely learned: a steep EDF there is not stability).",
@@ -293,7 +297,9 @@ def _curves_section(trials: pd.DataFrame, colors: dict[str, str], metric: str) -
 
 
 def write_trials(trials: pd.DataFrame, out_dir: Path) -> list[str]:
-    """trials.csv (no per-epoch metrics), and trials.parquet when pyarrow is installed."""
+    """trials.csv (no per-epoch metrics, but pycls_best computed from them), and
+    trials.parquet when pyarrow is installed."""
+    trials = tables.with_pycls_best(trials)
     first = [c for c in CSV_FIRST_COLUMNS if c in trials.columns]
     rest = [c for c in trials.columns if c not in first and c != "metrics"]
     trials[first + rest].to_csv(out_dir / "trials.csv", index=False)
@@ -377,7 +383,7 @@ def study_summary(
         claims_table = claims.claims_table(
             tables.with_errors(trials, options.metric), options, spec.name
         )
-    summary["claims"] = claims_table.to_dict(orient="records")
+    summary["claims"] = claims.records(claims_table)
     return summary
 
 

@@ -1,7 +1,8 @@
 """The summary statistics of one study (summary.json): per cell counts, best and median error,
 fraction within x points and EDF area, and whether the best error is near chance level; between
 the models of each panel, a KS test and a bootstrap CI of the difference in fraction within 4
-points. `format_table` prints the cells for the terminal.
+points, and the sample size that would show that difference (bootstrap power, `advice_line`).
+`format_table` prints the cells for the terminal, `format_advice` the evidence lines.
 
 Near chance: a cell whose best error is within NEAR_CHANCE_POINTS of the error of guessing,
 100 (1 - 1/classes). Its trials barely learned, so its EDF is steep for a reason that is not
@@ -10,18 +11,22 @@ stability: the report says so wherever it shows the cell.
 
 from __future__ import annotations
 
+import json
 import zlib
 from dataclasses import dataclass
 from itertools import combinations
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from optbench.analysis import tables
+from optbench.analysis import stats, tables
 from optbench.analysis.edf import AUC_MAX_POINTS, FRAC_WITHIN_POINTS, dtop1, edf_auc, frac_within
 from optbench.analysis.stats import N_BOOT, frac_within_diff, ks_test
 from optbench.provenance import mixed_code_warning
+
+MAX_TRIALS = 256  # the power search's largest cell for the comparisons (trials per model)
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,7 @@ def summarize(
                 "n_planned": int(n_planned),
                 f"auc_{int(AUC_MAX_POINTS)}": edf_auc(dtop),
                 "near_chance": near_chance(best, num_classes),
+                "dkw_halfwidth": stats.dkw_halfwidth(len(cell)) if len(cell) else None,
             }
         )
     n_results = int(len(results))
@@ -149,6 +155,14 @@ def _comparisons(results: pd.DataFrame, options: Options) -> list[dict[str, Any]
                 n_boot=options.n_boot,
                 seed=options.rng_seed(optimizer, epochs, model_a, model_b),
             )
+            power = stats.power(
+                stats.within_diff(errors_a, errors_b, 4.0),
+                (errors_a.size, errors_b.size),
+                MAX_TRIALS,
+                discrete=True,
+                seed=options.rng_seed("power", optimizer, epochs, model_a, model_b),
+            )
+            n_now = min(errors_a.size, errors_b.size)
             rows.append(
                 {
                     "optimizer": optimizer,
@@ -159,9 +173,59 @@ def _comparisons(results: pd.DataFrame, options: Options) -> list[dict[str, Any]
                     "ks_pvalue": ks_p,
                     "frac_within_4_diff": diff.estimate,
                     "frac_within_4_diff_ci": [diff.low, diff.high],
+                    "n_now": n_now,
+                    "power_now": power.power[0],
+                    "n_needed": power.needed,
+                    "advice": advice_line(
+                        power, diff.low > 0 or diff.high < 0, n_now, "trials", MAX_TRIALS
+                    ),
                 }
             )
     return rows
+
+
+def _pct(p: float) -> str:
+    """A probability in whole percent, rounded down (79.5% is not yet 80%)."""
+    return f"{int(p * 100 + 1e-9)}%"
+
+
+def advice_line(power: stats.Power, shown: bool, n_now: int, unit: str, n_max: int) -> str:
+    """The evidence of one statistic in one line: `shown` (its interval excludes 0) with n_now
+    units, and from its bootstrap power how many units would show it."""
+    what = "shown" if power.direction > 0 else "interval below 0"
+    if shown:
+        line = f"{what} with {n_now} {unit}; a new study of that size: {_pct(power.power[0])}"
+        if power.needed is not None and power.needed > n_now:
+            line += f", about {power.needed} {unit} for {_pct(stats.POWER_TARGET)}"
+        return line
+    if power.needed is None:
+        size = "~0" if power.power[-1] < 0.2 else "small"
+        return (
+            f"not shown with {n_now} {unit}; no sample size up to {n_max} {unit} would show it "
+            f"({_pct(power.power[-1])} at {power.sizes[-1]}): the estimated effect is {size} "
+            "against its spread"
+        )
+    verb = "show it" if power.direction > 0 else "put its interval below 0"
+    return (
+        f"not shown with {n_now} {unit}; about {power.needed} {unit} would {verb} "
+        "(if the effect is as estimated)"
+    )
+
+
+def format_advice(summary: dict[str, Any]) -> str:
+    """One line per claim and EDF comparison of a summary: how much evidence it needs."""
+    lines = [f"evidence of study {summary['study']} ({summary.get('metric', 'final_error')}):"]
+    for c in summary.get("claims", []):
+        if "advice" not in c:  # a summary written before the advice existed
+            continue
+        panel = f"{c['optimizer']}, {c['epochs']} ep"
+        lines.append(f"  claim ({c['claim']}) {panel}: {c['verdict']}; {c['advice']}")
+    for c in summary.get("comparisons", []):
+        if "advice" in c:
+            pair = f"{c['model_a']} - {c['model_b']}"
+            panel = f"{c['optimizer']}, {c['epochs']} ep"
+            lines.append(f"  within 4, {pair} ({panel}): {c['advice']}")
+    return "\n".join(lines)
 
 
 def format_table(summary: dict[str, Any]) -> str:
@@ -210,3 +274,30 @@ def near_chance_warning(cell: dict[str, Any], chance: float) -> str:
 
 def _fmt(value: float | None, spec: str) -> str:
     return "–" if value is None else format(value, spec)
+
+
+MAX_SUMMARY_BYTES = 16 * 2**20
+
+
+def earlier_advice(path: Path) -> str:
+    """The evidence lines of an earlier report's summary.json (`format_advice`), or one line
+    saying why there are none; never raises: `optbench run --dry-run` prints it as a note."""
+    if path.is_symlink() or not path.is_file():
+        return f"no earlier report at {path}: no evidence advice yet (optbench report writes it)"
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_SUMMARY_BYTES + 1)
+        summary = json.loads(raw) if len(raw) <= MAX_SUMMARY_BYTES else None
+    except (OSError, ValueError):
+        summary = None
+    if not isinstance(summary, dict) or not isinstance(summary.get("claims", []), list):
+        return f"{path}: not a summary.json optbench wrote: no evidence advice"
+    try:
+        text = format_advice(summary)
+    except (KeyError, TypeError):
+        return f"{path}: not a summary.json optbench wrote: no evidence advice"
+    if text.count("\n") == 0:
+        return (
+            f"{path}: no evidence advice in it (written before it existed; rerun optbench report)"
+        )
+    return f"from {path}:\n{text}"

@@ -8,6 +8,9 @@ paper's single well-tuned run: each sampled (lr, wd) pair's error is the mean ov
 seeds, a diverged seed counted as DIVERGED_ERROR; the cell's error is the lowest such mean over
 its pairs that have at least one finished seed (NaN when none has). With one seed per pair it is
 the best finished trial. Functions keep the row order they are given.
+
+A trial's error is one of three (docs/reports.md): `final_error` and `best_error` as the trial
+reported them, or `pycls_best` (pycls's sweep rule, `pycls_best` below).
 """
 
 from __future__ import annotations
@@ -22,9 +25,42 @@ CELL_KEYS: list[str] = ["model", "optimizer", "epochs"]
 DIVERGED_ERROR = 100.0  # a diverged seed in a seed mean: a finite worst case, so the mean exists
 
 
+PYCLS_BEST = "pycls_best"
+
+
+def pycls_best(metrics: list[dict] | None) -> float:
+    """pycls's sweep error (branch vitconfigs, `pycls/sweep/analysis.py`: metric "error" =
+    `test_ema_epoch.min_top1_err` reduced with `min`): the lowest top-1 error of the EMA
+    weights over the epochs evaluated, from a trial's per-epoch metrics lines (`ema_top1`; a
+    recipe without an EMA: `raw_top1`). A diverged trial's lines stop before the epoch it
+    diverged in, so it keeps its best error from before, as in pycls, where training goes on
+    through NaN losses and the minimum keeps the earlier epochs. NaN without an evaluated
+    epoch."""
+    lines = metrics if isinstance(metrics, list) else []
+    for key in ("ema_top1", "raw_top1"):
+        values = [m[key] for m in lines if isinstance(m, dict) and m.get(key) is not None]
+        if values:
+            return float(min(values))
+    return float("nan")
+
+
+def with_pycls_best(trials: pd.DataFrame) -> pd.DataFrame:
+    """`trials` with a PYCLS_BEST column, from its `metrics` column (NaN without one)."""
+    if PYCLS_BEST in trials.columns:
+        return trials
+    lines = trials["metrics"] if "metrics" in trials.columns else [None] * len(trials)
+    return trials.assign(**{PYCLS_BEST: [pycls_best(m) for m in lines]})
+
+
 def with_errors(trials: pd.DataFrame, metric: str = "final_error") -> pd.DataFrame:
-    """The result rows (finished or diverged) with `error` = `metric`, +inf when there is none."""
+    """The result rows (finished or diverged) with `error` = `metric`, +inf when there is none.
+    With PYCLS_BEST a diverged trial has the error it reached before diverging."""
     results = trials[trials["status"].isin(RESULT_STATUSES)].copy()
+    if metric == PYCLS_BEST:
+        results = with_pycls_best(results)
+        error = results[metric].to_numpy(float)
+        results["error"] = np.where(np.isfinite(error), error, np.inf)
+        return results
     results["error"] = trial_errors(results["status"].to_numpy(), results[metric].to_numpy())
     return results
 

@@ -227,10 +227,27 @@ class _Keys:
         return iter(self.keys)
 
 
+def _resampling(interpolation: str, resize) -> list:
+    """`resize` (a v2 transform class with its size bound) as `recipe.interpolation` says:
+    `bilinear_antialias` and `bicubic` resample the PIL image (Pillow's filters, which widen
+    their support when shrinking: antialiased, as DHVT's PIL pipeline); `bilinear` resamples a
+    uint8 tensor without antialiasing (torch's half-pixel bilinear: pycls's cv2 INTER_LINEAR,
+    rounded to uint8; docs/recipes.md measures the difference), then returns to PIL."""
+    from torchvision.transforms import InterpolationMode, v2
+
+    if interpolation == "bilinear":
+        return [v2.PILToTensor(), resize(InterpolationMode.BILINEAR, False), v2.ToPILImage()]
+    mode = InterpolationMode.BICUBIC if interpolation == "bicubic" else InterpolationMode.BILINEAR
+    return [resize(mode, True)]
+
+
 def _train_transform(recipe: Recipe, img_size: int):
     from torchvision.transforms import v2
 
-    steps = [v2.RandomResizedCrop(img_size, antialias=True)]
+    def crop(mode, antialias):
+        return v2.RandomResizedCrop(img_size, interpolation=mode, antialias=antialias)
+
+    steps = _resampling(recipe.interpolation, crop)
     if recipe.hflip:
         steps.append(v2.RandomHorizontalFlip())
     policy = build_policy(recipe, 3, img_size)
@@ -240,13 +257,16 @@ def _train_transform(recipe: Recipe, img_size: int):
     return v2.Compose(steps)
 
 
-def _val_transform(img_size: int, crop_pct: float):
+def _val_transform(img_size: int, crop_pct: float, interpolation: str = "bilinear_antialias"):
     from torchvision.transforms import v2
 
-    resize = round(img_size / crop_pct)  # shorter side; round: 232 / (232 / 262) is 262
-    return v2.Compose(
-        [v2.Resize(resize, antialias=True), v2.CenterCrop(img_size), v2.PILToTensor()]
-    )
+    size = round(img_size / crop_pct)  # shorter side; round: 232 / (232 / 262) is 262
+
+    def resize(mode, antialias):
+        return v2.Resize(size, interpolation=mode, antialias=antialias)
+
+    steps = [*_resampling(interpolation, resize), v2.CenterCrop(img_size), v2.PILToTensor()]
+    return v2.Compose(steps)
 
 
 class _SeededImages(TorchDataset):
@@ -318,7 +338,9 @@ class FolderBatches:
             data.root / "train", _train_transform(recipe, data.img_size), seed
         )
         self.val_set = _SeededImages(
-            data.root / "val", _val_transform(data.img_size, data.crop_pct), seed
+            data.root / "val",
+            _val_transform(data.img_size, data.crop_pct, recipe.interpolation),
+            seed,
         )
         self._train_keys, self._val_keys = _Keys(), _Keys()
         self._train_loader = self._loader(self.train_set, self._train_keys)

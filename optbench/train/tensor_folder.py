@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 from torchvision.io import ImageReadMode, decode_image, decode_jpeg
+from torchvision.transforms import InterpolationMode
 from torchvision.transforms.v2 import functional as TF
 
 from optbench.recipe import TORCHVISION_POLICIES, Recipe
@@ -145,20 +146,30 @@ def _decode_one(data: torch.Tensor, path: str, device: torch.device) -> torch.Te
         raise UnreadableImage.of(path, str(err)) from None
 
 
+def resampling(interpolation: str) -> dict:
+    """`recipe.interpolation` as torchvision's tensor resize arguments: `bilinear` without
+    antialiasing (pycls's cv2 INTER_LINEAR), `bicubic` and `bilinear_antialias` antialiased
+    (torch's kernels; PIL's differ by a grey level or so, docs/recipes.md)."""
+    mode = InterpolationMode.BICUBIC if interpolation == "bicubic" else InterpolationMode.BILINEAR
+    return {"interpolation": mode, "antialias": interpolation != "bilinear"}
+
+
 def train_images(
     images: list[torch.Tensor],
     img_size: int,
     generator: torch.Generator,
     hflip: bool,
     policy: Callable | None,
+    interpolation: str = "bilinear_antialias",
 ) -> torch.Tensor:
-    """RandomResizedCrop to img_size (bilinear, antialiased), a flip with probability 1/2,
-    then the policy per sample: a uint8 batch (N, 3, img_size, img_size). Per image the draws
-    are taken in the PIL pipeline's order: crop, then flip."""
+    """RandomResizedCrop to img_size (as `recipe.interpolation` says), a flip with
+    probability 1/2, then the policy per sample: a uint8 batch (N, 3, img_size, img_size). Per
+    image the draws are taken in the PIL pipeline's order: crop, then flip."""
     out = []
+    resample = resampling(interpolation)
     for im in images:
         top, left, h, w = crop_params(im.shape[-2], im.shape[-1], generator)
-        im = TF.resized_crop(im, top, left, h, w, [img_size, img_size], antialias=True)
+        im = TF.resized_crop(im, top, left, h, w, [img_size, img_size], **resample)
         if hflip and torch.rand(1, generator=generator).item() < 0.5:
             im = im.flip(-1)
         out.append(im)
@@ -166,12 +177,17 @@ def train_images(
     return x if policy is None else policy(x, generator)
 
 
-def val_images(images: list[torch.Tensor], img_size: int, crop_pct: float) -> torch.Tensor:
+def val_images(
+    images: list[torch.Tensor],
+    img_size: int,
+    crop_pct: float,
+    interpolation: str = "bilinear_antialias",
+) -> torch.Tensor:
     """Resize the shorter side to round(img_size / crop_pct), center-crop img_size (as the PIL
     pipeline's evaluation transform)."""
-    resize = round(img_size / crop_pct)
+    resize, resample = round(img_size / crop_pct), resampling(interpolation)
     return torch.stack(
-        [TF.center_crop(TF.resize(im, [resize], antialias=True), [img_size]) for im in images]
+        [TF.center_crop(TF.resize(im, [resize], **resample), [img_size]) for im in images]
     )
 
 
@@ -194,6 +210,7 @@ class TensorFolderBatches:
     ):
         self.data, self.batch_size, self.seed, self.device = data, batch_size, seed, device
         self.repeated_aug, self.hflip = recipe.repeated_aug, recipe.hflip
+        self.interpolation = recipe.interpolation
         self.shard = shard
         self.local_batch = batch_size // self.shard.world
         self.num_classes, self.in_chans = data.num_classes, data.in_chans
@@ -255,7 +272,9 @@ class TensorFolderBatches:
                 derive_seed(self.seed, stream, epoch, b, self.shard.rank)
             )
             images = decode(encoded, paths, self.device)
-            x = train_images(images, self.img_size, gen, self.hflip, self.policy)
+            x = train_images(
+                images, self.img_size, gen, self.hflip, self.policy, self.interpolation
+            )
             yield x, labels.to(self.device, non_blocking=True)
 
     def val(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -264,5 +283,5 @@ class TensorFolderBatches:
         chunks = (mine[j : j + chunk] for j in range(0, len(mine), chunk))
         for paths, encoded, labels in self._read_ahead(chunks):
             images = decode(encoded, paths, self.device)
-            x = val_images(images, self.img_size, self.data.crop_pct)
+            x = val_images(images, self.img_size, self.data.crop_pct, self.interpolation)
             yield x, labels.to(self.device, non_blocking=True)

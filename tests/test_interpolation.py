@@ -1,0 +1,93 @@
+"""Class-folder resampling as each recipe's code does it (recipe.interpolation): pycls's
+OpenCV INTER_LINEAR (no antialiasing) for `paper`, PIL bicubic for `deit` (DHVT), measured on a
+fixture against a numpy transcription of OpenCV's formula (bench/interpolation.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from optbench.recipe import Recipe
+from optbench.spec import parse_spec
+from optbench.train.batches import _train_transform, _val_transform
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("interp", ROOT / "bench" / "interpolation.py")
+interp = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(interp)
+
+
+def test_opencv_transcription_on_a_hand_case():
+    # 4 -> 2 columns: each output pixel's centre sits halfway between two inputs
+    row = np.array([[[0.0], [10.0], [20.0], [30.0]]], dtype=np.float32)
+    np.testing.assert_allclose(interp.opencv_linear(row, 2, 1)[0, :, 0], [5.0, 25.0])
+    # 2 -> 4: source x = -0.25 (clamped to 0), 0.25, 0.75, 1.25 (clamped to the last)
+    two = np.array([[[0.0], [8.0]]], dtype=np.float32)
+    np.testing.assert_allclose(interp.opencv_linear(two, 4, 1)[0, :, 0], [0.0, 2.0, 6.0, 8.0])
+
+
+@pytest.mark.parametrize("scale, size", [(256, 224), (64, 56)])
+def test_paper_preset_resizes_as_opencv_linear_within_rounding(scale, size):
+    img = interp.fixture()
+    want = interp.pycls_eval(img, scale, size, offsets=round)
+    ours = interp._ours(img, "bilinear", size, size / scale)
+    assert np.abs(ours - want).max() <= 1.0  # uint8 rounding of the same bilinear values
+    # the antialiased default resamples differently, most when shrinking a lot
+    old = interp._ours(img, "bilinear_antialias", size, size / scale)
+    assert np.abs(old - want).max() > 20
+
+
+def test_deit_preset_resizes_as_pil_bicubic():
+    img = Image.fromarray(interp.fixture())
+    want = np.asarray(img.resize((341, 256), Image.BICUBIC).crop((58, 16, 282, 240)))
+    ours = _val_transform(224, 224 / 256, "bicubic")(img).permute(1, 2, 0).numpy()
+    np.testing.assert_array_equal(ours, want)
+
+
+def test_presets_carry_their_codes_interpolation_and_the_crop_uses_it():
+    from torchvision.transforms import InterpolationMode, v2
+
+    assert Recipe(preset="paper").interpolation == "bilinear"
+    assert Recipe(preset="deit").interpolation == "bicubic"
+    assert Recipe().interpolation == "bilinear_antialias"
+    crops = {
+        p: next(t for t in _train_transform(Recipe(preset=p), 32).transforms
+                if isinstance(t, v2.RandomResizedCrop))
+        for p in ("basic", "paper", "deit")
+    }  # fmt: skip
+    assert (crops["paper"].interpolation, crops["paper"].antialias) == (
+        InterpolationMode.BILINEAR,
+        False,
+    )
+    assert crops["deit"].interpolation == InterpolationMode.BICUBIC
+    assert crops["basic"].antialias is True
+
+
+def _study(dataset: dict, interpolation: str):
+    return parse_spec(
+        {
+            "name": "s",
+            "dataset": dataset,
+            "models": ["vit_p_w64_16px"],
+            "optimizers": ["adamw"],
+            "epochs": 1,
+            "batch_size": 8,
+            "search": {"n_samples": 1, "ranges": {"adamw": {"lr": [1e-3, 1e-2], "wd": [0.1, 0.2]}}},
+            "recipe": {"interpolation": interpolation},
+        }
+    )
+
+
+def test_interpolation_names_a_cell_only_where_images_are_resized():
+    def cell_id(dataset, interpolation):
+        spec = _study(dataset, interpolation)
+        return spec.cell_id(spec.cells()[0])
+
+    cifar = {"name": "cifar100", "root": "data"}
+    folder = {"name": "imagefolder", "root": "data"}
+    assert cell_id(cifar, "bicubic") == cell_id(cifar, "bilinear_antialias")
+    assert cell_id(folder, "bicubic") != cell_id(folder, "bilinear_antialias")
