@@ -211,3 +211,16 @@ def test_dry_run_prints_the_advice_of_an_earlier_report(tmp_path, monkeypatch, c
     code, out, _ = run_cli(["run", str(study), "--dry-run"], tmp_path, monkeypatch, capsys)
     assert code == 0 and "not a summary.json optbench wrote" in out
     assert not (tmp_path / "results").exists()
+
+
+def test_a_cell_past_the_search_end_is_not_searched_and_says_so():
+    # 300 trials per model against MAX_TRIALS 256: the power search would simulate studies
+    # larger than its grid (the report bench's 10,000 trials took 30x longer so).
+    from optbench.analysis.summary import MAX_TRIALS, advice_line
+
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(10, 3, 300), rng.normal(12, 3, 300)
+    power = stats.power(stats.within_diff(a, b, 4.0), (a.size, b.size), MAX_TRIALS, discrete=True)
+    assert power.sizes == () and power.needed is None
+    line = advice_line(power, True, 300, "trials", MAX_TRIALS)
+    assert line.startswith("shown with 300 trials") and "not searched past 256" in line

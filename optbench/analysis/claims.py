@@ -271,7 +271,7 @@ class _Claims:
                 "curve_verdict": curve,
                 "unit": unit,
                 "n_now": int(min(sizes)),
-                "power_now": power.power[0],
+                "power_now": power.power[0] if power.power else None,
                 "n_needed": power.needed,
                 "advice": advice_line(power, shown, min(sizes), unit, n_max),
             }
@@ -473,7 +473,8 @@ def records(table: pd.DataFrame) -> list[dict]:
     rows = table.to_dict(orient="records")
     for row in rows:
         row["n_needed"] = None if pd.isna(row["n_needed"]) else int(row["n_needed"])
-        row["curve_verdict"] = None if pd.isna(row["curve_verdict"]) else row["curve_verdict"]
+        for key in ("curve_verdict", "power_now"):
+            row[key] = None if pd.isna(row[key]) else row[key]
     return rows
 
 

@@ -260,7 +260,8 @@ def power_grid(n_min: int, n_max: int) -> list[int]:
 @dataclass(frozen=True)
 class Power:
     """The probability, at each candidate size, that the interval excludes 0 on the estimate's
-    side; `needed` is the smallest size reaching POWER_TARGET (None: none up to the grid's end)."""
+    side; `needed` is the smallest size reaching POWER_TARGET (None: none up to the grid's end).
+    Empty `sizes`: the study is already larger than the search's largest size (not searched)."""
 
     sizes: tuple[int, ...]
     power: tuple[float, ...]
@@ -293,9 +294,12 @@ def power(
     rng = _rng(seed)
     estimate = float(statistic(*full_indices(sizes)))
     direction = int(np.sign(estimate))
+    start = min(sizes) if n_min is None else n_min
+    if start > n_max:  # past the search's end already: its interval says it, no power search
+        return Power((), (), None, direction)
     grid, found = [], []
     needed = None
-    for n in power_grid(min(sizes) if n_min is None else n_min, n_max):
+    for n in power_grid(start, n_max):
         hits = 0
         if direction != 0:
             hits = _exclusions(

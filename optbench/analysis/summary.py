@@ -174,7 +174,7 @@ def _comparisons(results: pd.DataFrame, options: Options) -> list[dict[str, Any]
                     "frac_within_4_diff": diff.estimate,
                     "frac_within_4_diff_ci": [diff.low, diff.high],
                     "n_now": n_now,
-                    "power_now": power.power[0],
+                    "power_now": power.power[0] if power.power else None,
                     "n_needed": power.needed,
                     "advice": advice_line(
                         power, diff.low > 0 or diff.high < 0, n_now, "trials", MAX_TRIALS
@@ -193,6 +193,8 @@ def advice_line(power: stats.Power, shown: bool, n_now: int, unit: str, n_max: i
     """The evidence of one statistic in one line: `shown` (its interval excludes 0) with n_now
     units, and from its bootstrap power how many units would show it."""
     what = "shown" if power.direction > 0 else "interval below 0"
+    if not power.sizes:
+        return f"{what if shown else 'not shown'} with {n_now} {unit} (power not searched past {n_max} {unit})"
     if shown:
         line = f"{what} with {n_now} {unit}; a new study of that size: {_pct(power.power[0])}"
         if power.needed is not None and power.needed > n_now:
