@@ -11,6 +11,7 @@ MAX_TRIALS = 10_000  # 50x the paper's largest study (192 trials per optimizer)
 MAX_IMG_SIZE = 1024  # CIFAR held in memory at 1024 px: 60,000 x 3 MB = 190 GB
 MAX_BATCH = 65_536  # the largest batches of the large-batch literature; 32x the paper's 2048
 MAX_NAME = 100
+MAX_POPULATION = 256  # members stacked in one process's memory (train/population.py)
 MAX_TRANSLATE = 64  # zero padding: each batch is copied at (img_size + 2 x translate) squared
 MAX_AUGMENT_OPS = 16  # RandAugment operations per image (torchvision's and timm's default: 2)
 MAX_STUDY_BYTES = 1 << 20  # a study file is a few KB

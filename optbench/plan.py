@@ -3,7 +3,9 @@ key. A pure function of the spec: the same YAML gives the same plan on any machi
 reads and writes nothing (the store attaches what the database knows, see store.StoredTrial).
 
 A study's grid is its cells (model x optimizer x epochs); each cell trains the (lr, wd) pairs
-drawn for it (sampling.py) once per seed.
+drawn for it (sampling.py) once per seed. With executor.population K > 1 the trials of a cell
+and seed (which differ only in (lr, wd)) are grouped K by K in plan order (`populations`), each
+group one job (`jobs`).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from optbench.executors.base import TrialJob
+from optbench.executors.base import Job, PopulationJob, TrialJob
 from optbench.sampling import study_pairs
 from optbench.spec import Cell, StudySpec
 from optbench.train.config import Execution, TrainConfig, make_train_config
@@ -73,3 +75,31 @@ def _train_config(spec: StudySpec, cell: Cell, lr: float, wd: float, seed: int) 
         seed=seed,
         recipe=spec.recipe,
     )
+
+
+def populations(trials: list[Trial], size: int) -> list[list[Trial]]:
+    """`trials` grouped in plan order, up to `size` per group: trials whose configs are equal
+    but for (lr, wd) (one cell, one seed), never others. The groups are a function of the plan
+    alone (not of which trials are done), so an interrupted population is the same group when
+    the study runs again."""
+    classes: dict[str, list[Trial]] = {}
+    for trial in trials:
+        classes.setdefault(trial.config.population_key(), []).append(trial)
+    return [
+        members[i : i + size] for members in classes.values() for i in range(0, len(members), size)
+    ]
+
+
+def jobs(trials: list[Trial], pending: set[str], population: int) -> list[Job]:
+    """The jobs that run the `pending` trials (keys): one per trial, or with `population` > 1
+    one per group of `populations` holding a pending trial (the group's other members are done:
+    the population trains them frozen and leaves their results untouched)."""
+    if population == 1:
+        return [t.job for t in trials if t.key in pending]
+    out: list[Job] = []
+    for group in populations(trials, population):
+        if any(t.key in pending for t in group):
+            out.append(
+                group[0].job if len(group) == 1 else PopulationJob(tuple(t.job for t in group))
+            )
+    return out

@@ -1,7 +1,7 @@
 """The driver of `optbench run`: plan the study's trials, hand the unfinished ones to an
 executor, and record each result file into the store as its job ends.
 
-spec -> trials (plan.plan; store.prepare attaches their state) -> jobs (Trial.job) -> result
+spec -> trials (plan.plan; store.prepare attaches their state) -> jobs (plan.jobs) -> result
 files (workers) -> store (record). `run_study` runs in named phases: `_catch_up` (record what
 ended while no driver followed), one `Store.prepare`, `_submit`, `_follow`.
 The driver is the only writer of the database. A finished result is recorded once; results
@@ -21,9 +21,10 @@ from rich.console import Console
 from rich.live import Live
 
 from optbench.errors import StorageUnavailable, WriteError
-from optbench.executors.base import Executor
+from optbench.executors.base import Executor, Job
 from optbench.locks import driver_lock
 from optbench.plan import Trial, plan
+from optbench.plan import jobs as plan_jobs
 from optbench.progress import EventLog, LiveView, StudyProgress, input_notes
 from optbench.spec import StudySpec, dump_spec
 from optbench.store import Store, StoredTrial
@@ -118,7 +119,8 @@ def run_study(
             console.print(progress.table(f"{spec.name}: nothing to run"))
             return progress
         log = EventLog(progress, console)
-        _submit(executor, todo, log, spec.executor.retries, console)
+        jobs = plan_jobs(trials, set(todo), spec.executor.population)
+        _submit(executor, jobs, todo, log, spec.executor.retries, console)
         if detach and executor.jobs_outlive_driver:
             executor.close(cancel=False)
             console.print(
@@ -161,16 +163,21 @@ def _catch_up(store: Store, trials: list[Trial], executor: Executor, console: Co
 
 
 def _submit(
-    executor: Executor, todo: dict[str, StoredTrial], log: EventLog, retries: int, console: Console
+    executor: Executor,
+    jobs: list[Job],
+    todo: dict[str, StoredTrial],
+    log: EventLog,
+    retries: int,
+    console: Console,
 ) -> None:
-    """Hand the pending trials to the executor, each trial folder cleared of a failed attempt's
-    result file first (else it would be read as this attempt's)."""
+    """Hand the jobs of the pending trials (plan.jobs) to the executor, each pending trial's
+    folder cleared of a failed attempt's result file first (else it would be read as this
+    attempt's); a population's members that are done keep theirs."""
     for item in todo.values():
         if item.attempts > 1:
             log.retried(item, retries)
-    jobs = [item.trial.job for item in todo.values()]
-    for job in jobs:
-        (job.out_dir / RESULT_FILE).unlink(missing_ok=True)
+    for item in todo.values():
+        (item.trial.out_dir / RESULT_FILE).unlink(missing_ok=True)
     console.print(executor.submit(jobs), markup=False, highlight=False)
 
 

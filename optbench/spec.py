@@ -21,7 +21,15 @@ from typing import Literal
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from optbench.caps import CAP_REASONS, MAX_BATCH, MAX_NAME, MAX_TRIALS, SEED_BOUND, check_cap
+from optbench.caps import (
+    CAP_REASONS,
+    MAX_BATCH,
+    MAX_NAME,
+    MAX_POPULATION,
+    MAX_TRIALS,
+    SEED_BOUND,
+    check_cap,
+)
 from optbench.errors import SpecError, format_errors
 from optbench.recipe import (
     Dataset,
@@ -156,7 +164,20 @@ class ExecutorSettings(StrictModel):
     kind: Literal["local", "debug", "slurm"] = "local"
     workers: int | Literal["auto"] = "auto"
     retries: int = Field(default=2, ge=0)
+    # trials of one cell and seed trained together in one process (train/population.py); an
+    # execution setting: not part of the cell id (docs/population.md)
+    population: int = Field(default=1, ge=1, le=MAX_POPULATION)
     slurm: SlurmSettings = SlurmSettings()
+
+    @model_validator(mode="after")
+    def _population_batches(self) -> ExecutorSettings:
+        if self.population > 1 and self.kind == "slurm" and self.slurm.nodes * self.slurm.tasks > 1:
+            raise ValueError(
+                f"population {self.population} trains in one process: it cannot use DDP "
+                f"(slurm nodes x tasks_per_node is {self.slurm.nodes * self.slurm.tasks}); "
+                "set population 1 or one task"
+            )
+        return self
 
     @field_validator("workers")
     @classmethod
@@ -249,6 +270,15 @@ class StudySpec(StrictModel):
         if len(set(v)) != len(v):
             raise ValueError(f"duplicate entries in {v}")
         return v
+
+    @model_validator(mode="after")
+    def _population_batches(self) -> StudySpec:
+        if self.executor.population > 1 and self.recipe.compile:
+            raise ValueError(
+                f"executor.population {self.executor.population}: a population does not run "
+                "torch.compile (recipe.compile); set recipe.compile false or population 1"
+            )
+        return self
 
     @model_validator(mode="after")
     def _not_too_many_trials(self) -> StudySpec:

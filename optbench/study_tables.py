@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from rich.table import Table
 
-from optbench.plan import plan
+from optbench.plan import plan, populations
 from optbench.progress import (
     StudyProgress,
     clock,
@@ -52,7 +52,8 @@ def trials_table(spec: StudySpec) -> Table | None:
     epoch k/N, last validation error, seconds per epoch, the last epoch's training images/s
     and fraction of it waiting for input, and when the file last grew. A trial whose worker
     died shows its last epoch and an old update time."""
-    stored = Store(spec, create=False).read(plan(spec))
+    trials = plan(spec)
+    stored = Store(spec, create=False).read(trials)
     table = Table(title=f"{spec.name}: trials in progress (read from their metrics files)")
     for col in ("trial", "epoch", "val error", "s/epoch", "img/s", "input wait", "updated"):
         table.add_column(col, justify="left" if col == "trial" else "right")
@@ -118,7 +119,8 @@ def plan_table(spec: StudySpec) -> Table:
 
     info = {model: dataset_info(spec.dataset, model) for model in spec.models}
     n_train = info[spec.models[0]].n_train
-    stored = Store(spec, create=False).read(plan(spec))
+    trials = plan(spec)
+    stored = Store(spec, create=False).read(trials)
     table = Table(title=f"{spec.name}: plan ({spec.dataset.name}, {n_train} training images)")
     for col in (
         "model",
@@ -180,7 +182,7 @@ def plan_table(spec: StudySpec) -> Table:
     to_run = sum(not s.is_result for s in stored)
     table.caption = (
         f"{len(stored)} trials, {to_run} to run: {total / 1e15:.3g} PF of forward "
-        f"multiply-adds ({total * 3 / 1e15:.3g} PF with backward)"
+        f"multiply-adds ({total * 3 / 1e15:.3g} PF with backward)" + execution_note(spec, trials)
     )
     measured = {m: v for m, v in speeds.items() if v is not None}
     if measured:
@@ -194,3 +196,27 @@ def plan_table(spec: StudySpec) -> Table:
             f"(executor.slurm.time_min is {spec.executor.slurm.time_min})"
         )
     return table
+
+
+def execution_note(spec: StudySpec, trials: list) -> str:
+    """How the trials are grouped into jobs (executor.population, slurm.trials_per_job)."""
+    k, ex = spec.executor.population, spec.executor
+    note = ""
+    if k > 1:
+        groups = populations(trials, k)
+        note = (
+            f"\nexecutor.population {k}: {len(groups)} population(s) of up to {k} trials of one "
+            "cell and seed, each trained in one process (one batched forward per step)"
+        )
+    if ex.kind == "slurm" and (k > 1 or ex.slurm.trials_per_job > 1):
+        note += (
+            f"\nslurm: each array element runs {ex.slurm.trials_per_job} "
+            f"{'population(s)' if k > 1 else 'trial(s)'} one after another; time_min "
+            f"{ex.slurm.time_min} must cover them all"
+            + (
+                " (a population takes about one trial's time x its slowdown, bench/population.py)"
+                if k > 1
+                else ""
+            )
+        )
+    return note

@@ -1,6 +1,8 @@
 """What every executor takes and gives back.
 
-A `TrialJob` is everything a worker needs to run one trial, as plain picklable data. An
+A `TrialJob` is everything a worker needs to run one trial, as plain picklable data; a
+`PopulationJob`, several trials of one cell trained together in one process
+(optbench.train.population), each reported under its own key. An
 executor runs jobs somewhere and reports `JobEvent`s; it never touches the study database.
 The worker's only output is the trial's result file (see optbench.train.results); the executor
 only says that a job ended, and the driver alone reads that file. A job that ends without
@@ -26,6 +28,57 @@ class TrialJob:
     out_dir: Path
     execution: Execution = Execution()  # how to run it (the study's execution settings)
 
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return (self.key,)
+
+
+@dataclass(frozen=True)
+class PopulationJob:
+    """Trials that differ only in (lr, wd) (plan.populations), trained as one population:
+    one job, one process; its events name each member's key. `key` is the first member's."""
+
+    members: tuple[TrialJob, ...]
+
+    @property
+    def key(self) -> str:
+        return self.members[0].key
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(m.key for m in self.members)
+
+
+Job = TrialJob | PopulationJob
+
+
+def run_job(job: Job, device: str) -> None:
+    """Train `job` in this process (resuming from its checkpoint if an earlier run stopped)."""
+    if isinstance(job, PopulationJob):
+        from optbench.train.population import run_population
+
+        members = job.members
+        run_population(
+            [m.config for m in members],
+            [m.out_dir for m in members],
+            device,
+            execution=members[0].execution,  # one study's: the same for every member
+        )
+    else:
+        from optbench.train.loop import run_trial
+
+        run_trial(
+            job.config, job.out_dir, device, resume=True, distributed=False,
+            execution=job.execution,
+        )  # fmt: skip
+
+
+def described(jobs: Sequence[Job]) -> str:
+    """'N trial(s)', and how many populations train them where there are any."""
+    trials = sum(len(job.keys) for job in jobs)
+    groups = sum(isinstance(job, PopulationJob) for job in jobs)
+    return f"{trials} trial(s)" + (f" ({groups} population(s) among them)" if groups else "")
+
 
 @dataclass(frozen=True)
 class JobEvent:
@@ -45,7 +98,7 @@ class Executor(Protocol):
         """End events of those of `jobs` whose job ended while no driver followed it; the driver
         records them before it runs anything. None where jobs die with the driver."""
 
-    def submit(self, jobs: Sequence[TrialJob]) -> str:
+    def submit(self, jobs: Sequence[Job]) -> str:
         """Start running `jobs` (returns without waiting for them). Returns one line for the
         user saying what it did: how many trials run where (SLURM: how many it submitted and how
         many it follows that were already queued or running)."""

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from optbench.cores import usable_cores
 from optbench.errors import UsageError, WriteError
-from optbench.executors.base import DiesWithDriver, JobEvent, TrialJob
+from optbench.executors.base import DiesWithDriver, Job, JobEvent, described, run_job
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 WATCH_S = 1.0  # how often a worker checks that its driver is alive
@@ -122,28 +122,20 @@ def _worker_main(
             return
         if job is None:
             return
-        conn.send(("running", job.key, None))
+        for key in job.keys:
+            conn.send(("running", key, None))
         try:
-            run_job(job)
-            conn.send(("ended", job.key, None))
+            run_job(job, "cuda" if torch.cuda.is_available() else "cpu")
+            kind, message = "ended", None
         except OSError as err:
             kind = "fault" if err.errno in DISK_FAULTS else "lost"
-            conn.send((kind, job.key, str(WriteError.from_os(err))))
+            message = str(WriteError.from_os(err))
         except Exception as err:  # noqa: BLE001 - reported, the driver decides
-            conn.send(("lost", job.key, f"{type(err).__name__}: {err}"))
-
-
-def run_job(job: TrialJob) -> str:
-    """Train one trial into its folder (resuming from its checkpoint if an earlier run was
-    stopped); returns its status."""
-    import torch
-
-    from optbench.train.loop import run_trial
-
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    return run_trial(
-        job.config, job.out_dir, device, resume=True, distributed=False, execution=job.execution
-    ).status
+            kind, message = "lost", f"{type(err).__name__}: {err}"
+        for key in job.keys:  # a fault is said once; the driver stops at the first
+            conn.send((kind, key, message))
+            if kind == "fault":
+                break
 
 
 # --- the driver's side --------------------------------------------------------------------------
@@ -154,7 +146,7 @@ class _Worker:
     process: multiprocessing.process.BaseProcess
     conn: Connection
     ready: bool = False
-    job: TrialJob | None = None
+    job: Job | None = None
     started: bool = False  # the worker said it started `job`
 
 
@@ -183,12 +175,12 @@ class LocalExecutor(DiesWithDriver):
         self._workers = workers
         self._study_dir = study_dir
         self._pool: _Pool | None = None
-        self._queue: deque[TrialJob] = deque()
+        self._queue: deque[Job] = deque()
         self._fault: str | None = None
         self._start_failures = 0
         self._ctx = multiprocessing.get_context("spawn")
 
-    def submit(self, jobs: Sequence[TrialJob]) -> str:
+    def submit(self, jobs: Sequence[Job]) -> str:
         self._queue.extend(jobs)
         if self._pool is None:
             import torch
@@ -200,7 +192,7 @@ class LocalExecutor(DiesWithDriver):
         for slot in range(len(self._pool.gpus)):
             if slot not in self._pool.workers:
                 self._start(slot)
-        return f"{len(jobs)} trial(s) to run on {self._where}"
+        return f"{described(jobs)} to run on {self._where}"
 
     def _start(self, slot: int) -> None:
         pool = self._pool
@@ -262,7 +254,8 @@ class LocalExecutor(DiesWithDriver):
                     worker.job = None
                 else:
                     events.append(JobEvent(key, kind, message))
-                    worker.job = None
+                    if worker.job is not None and key == worker.job.keys[-1]:
+                        worker.job = None  # a population's last member: the worker is free
         except (EOFError, OSError):
             worker.process.join(5)  # the pipe closed: the process is ending
         return events
@@ -277,13 +270,14 @@ class LocalExecutor(DiesWithDriver):
         why = _death(worker.process)
         if worker.job is not None:
             if worker.started:
-                events.append(JobEvent(worker.job.key, "lost", why))
+                events += [JobEvent(key, "lost", why) for key in worker.job.keys]
             else:
                 self._queue.appendleft(worker.job)  # never started: not charged
         if not worker.ready:
             self._start_failures += 1
         if self._start_failures >= START_FAILURES:  # workers cannot start at all
-            events += [JobEvent(j.key, "lost", f"{why} before it was ready") for j in self._queue]
+            lost = f"{why} before it was ready"
+            events += [JobEvent(key, "lost", lost) for j in self._queue for key in j.keys]
             self._queue.clear()
         elif self._queue:
             self._start(slot)
@@ -318,27 +312,29 @@ class InlineExecutor(DiesWithDriver):
     poll says the next job starts, the next runs it to its end."""
 
     def __init__(self) -> None:
-        self._queue: list[TrialJob] = []
-        self._next: TrialJob | None = None
+        self._queue: list[Job] = []
+        self._next: Job | None = None
 
-    def submit(self, jobs: Sequence[TrialJob]) -> str:
+    def submit(self, jobs: Sequence[Job]) -> str:
         self._queue.extend(jobs)
-        return f"{len(jobs)} trial(s) to run in this process, one by one (debug)"
+        return f"{described(jobs)} to run in this process, one by one (debug)"
 
     def poll(self, timeout: float) -> list[JobEvent]:
         if self._next is None:
             if not self._queue:
                 return []
             self._next = self._queue.pop(0)
-            return [JobEvent(self._next.key, "running")]
+            return [JobEvent(key, "running") for key in self._next.keys]
         job, self._next = self._next, None
         try:
-            run_job(job)
+            import torch
+
+            run_job(job, "cuda" if torch.cuda.is_available() else "cpu")
         except OSError:
             raise  # disk full: the driver stops with one line (runner.write_faults_as_one_line)
         except Exception as err:  # noqa: BLE001 - e.g. another config's result in its folder
-            return [JobEvent(job.key, "lost", f"{type(err).__name__}: {err}")]
-        return [JobEvent(job.key, "ended")]
+            return [JobEvent(key, "lost", f"{type(err).__name__}: {err}") for key in job.keys]
+        return [JobEvent(key, "ended") for key in job.keys]
 
     def close(self, cancel: bool) -> None:
         self._queue.clear()

@@ -48,6 +48,10 @@ class TrainConfig(BaseModel):
             )
         return self
 
+    def population_key(self) -> str:
+        """What the members of one population share (train/population.py): all but (lr, wd)."""
+        return self.model_dump_json(exclude={"lr", "wd"})
+
     @property
     def lr_used(self) -> float:
         """Linear scaling rule: the lr the optimizer sees at this batch size."""
@@ -80,18 +84,21 @@ class Execution(BaseModel):
     """How a trial is run, beyond what it computes (floating-point order aside): never part of
     its config nor of its cell's id. A job asks for settings ("auto" allowed); result.json
     records the resolved ones (`resolved`), which the digest promise includes
-    (docs/outputs.md)."""
+    (docs/outputs.md). `population`: the number of trials trained together in the trial's
+    process (population.py; the study's executor.population, or fewer for a cell's last
+    group), 1 for a solo trial."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     pipeline: Pipeline = "auto"  # the input pipeline (batches.py); auto: tensor on CUDA
+    population: int = Field(default=1, ge=1)
 
     def resolved(self, device_type: str) -> Execution:
         """These settings on a device of `device_type` ("cpu", "cuda"): no "auto" left."""
         pipeline = self.pipeline
         if pipeline == "auto":
             pipeline = "tensor" if device_type == "cuda" else "pil"
-        return Execution(pipeline=pipeline)
+        return self.model_copy(update={"pipeline": pipeline})
 
 
 class TrialResult(BaseModel):
@@ -127,6 +134,7 @@ class TrialResult(BaseModel):
     ema_best_error: float | None = None
     ema_final_top5_error: float | None = None
     world_size: int = 1
+    execution: Execution = Execution()
     # what the digest depends on besides the config (train.results.runtime_info)
     threads: int | None = None
     device: str | None = None

@@ -6,7 +6,7 @@ validation split (`evaluate`, summed over every rank).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import nn
@@ -21,27 +21,44 @@ from optbench.train.seeding import derive_seed, seed_step
 
 
 @torch.no_grad()
+def count_errors(
+    logits_of: Callable[[torch.Tensor], torch.Tensor],
+    batches: TrainBatches,
+    augment: BatchAugment,
+    compute: Compute,
+) -> torch.Tensor:
+    """(wrong@1, wrong@5, images) over the whole validation split (all ranks), of the logits
+    `logits_of(inputs)` gives: (batch, classes), or (members, batch, classes) for a population
+    (population.py), whose counts are then (members, 3)."""
+    counts = None
+    k = min(5, batches.num_classes)
+    for x, y in batches.val():
+        with compute.autocast():
+            logits = logits_of(compute.layout(augment.normalize(x)))
+        top = logits.topk(k, dim=-1).indices
+        hit = top == y[:, None]
+        wrong1, wrong5 = (~hit[..., 0]).sum(-1), (~hit.any(-1)).sum(-1)
+        batch = torch.stack([wrong1, wrong5, torch.full_like(wrong1, len(y))], dim=-1).double()
+        counts = batch if counts is None else counts + batch
+    compute.dist.sum_(counts)
+    return counts
+
+
+def error_percent(counts: torch.Tensor) -> tuple[float, float]:
+    """Top-1 and top-5 error in percent of one model's (wrong@1, wrong@5, images)."""
+    wrong1, wrong5, n = counts.tolist()
+    return 100.0 * wrong1 / n, 100.0 * wrong5 / n
+
+
 def evaluate(
     model: nn.Module, batches: TrainBatches, augment: BatchAugment, compute: Compute
 ) -> tuple[float, float]:
     """Top-1 and top-5 error in percent over the whole validation split (all ranks)."""
     model.eval()
-    counts = torch.zeros(3, device=compute.device, dtype=torch.float64)  # wrong@1, wrong@5, n
-    k = min(5, batches.num_classes)
-    for x, y in batches.val():
-        with compute.autocast():
-            logits = model(compute.layout(augment.normalize(x)))
-        top = logits.topk(k, dim=1).indices
-        hit = top == y[:, None]
-        counts[0] += (~hit[:, 0]).sum()
-        counts[1] += (~hit.any(1)).sum()
-        counts[2] += len(y)
-    compute.dist.sum_(counts)
-    wrong1, wrong5, n = counts.tolist()
-    return 100.0 * wrong1 / n, 100.0 * wrong5 / n
+    return error_percent(count_errors(model, batches, augment, compute))
 
 
-def _precise_bn_inputs(
+def precise_bn_inputs(
     batches: TrainBatches, augment: BatchAugment, cfg: TrainConfig, compute: Compute, epoch: int
 ) -> Iterator[torch.Tensor]:
     """The inputs precise BN averages over after `epoch`: the epoch's first batches, freshly
@@ -62,7 +79,7 @@ def evaluate_epoch(parts: TrialParts, cfg: TrainConfig, compute: Compute, epoch:
     if cfg.recipe.precise_bn_images:  # each model that has BatchNorm, each over the same images
         for model in models.values():
             if has_batchnorm(model):
-                inputs = _precise_bn_inputs(parts.batches, parts.augment, cfg, compute, epoch)
+                inputs = precise_bn_inputs(parts.batches, parts.augment, cfg, compute, epoch)
                 recompute_bn_stats(model, inputs, compute.dist)
     line = {}
     for kind, model in models.items():

@@ -74,10 +74,12 @@ from optbench.train.tensorboard import EpochEvents
 DISK_FAULTS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS)
 
 
-def weights_digest(model: nn.Module) -> str:
-    """sha256 of the model's state (names, dtypes, shapes and bytes), in key order."""
+def weights_digest(model: nn.Module | dict[str, torch.Tensor]) -> str:
+    """sha256 of the model's state (names, dtypes, shapes and bytes), in key order; `model` may
+    be the state dict itself."""
+    state = model.state_dict() if isinstance(model, nn.Module) else model
     h = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
+    for name, tensor in sorted(state.items()):
         t = tensor.detach().cpu().contiguous()
         h.update(f"{name}:{t.dtype}:{tuple(t.shape)}".encode())
         h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
@@ -137,11 +139,12 @@ def trial_result(
     cfg: TrainConfig,
     state: TrialState,
     diverged_epoch: int | None,
-    model: nn.Module,
+    model: nn.Module | dict[str, torch.Tensor],
     dist: DistContext,
 ) -> TrialResult:
     """The result of a trial that ran to its end or diverged at `diverged_epoch`: its errors
-    from the metrics history, its speed, and the digest of its final weights."""
+    from the metrics history, its speed, and the digest of its final weights (`model`, or its
+    state dict)."""
     common = dict(
         epochs=cfg.epochs,
         epochs_run=state.epoch,
@@ -234,13 +237,27 @@ def run_trial(
         destroy_process_group(ctx)
         if events is not None:
             events.close()
-    result.wall_s = round(time.perf_counter() - start, 3)
     result.execution = execution
-    for name, value in runtime_info(compute.device).items():  # what the digest depends on
+    if ctx.is_main:
+        record_result(out_dir, result, start, compute.device, keep_checkpoint)
+    else:
+        stamp_result(result, start, compute.device)
+    return result
+
+
+def stamp_result(result: TrialResult, start: float, device: torch.device) -> None:
+    """Add the wall time since `start` and what the digest depends on (runtime_info)."""
+    result.wall_s = round(time.perf_counter() - start, 3)
+    for name, value in runtime_info(device).items():
         setattr(result, name, value)
     result.provenance = Provenance(**provenance())
-    if ctx.is_main:
-        write_result(out_dir, result)
-        if not keep_checkpoint:
-            (out_dir / CHECKPOINT_FILE).unlink(missing_ok=True)
-    return result
+
+
+def record_result(
+    out_dir: Path, result: TrialResult, start: float, device: torch.device, keep_checkpoint: bool
+) -> None:
+    """Stamp `result` and write it as OUT/result.json; remove the checkpoint unless kept."""
+    stamp_result(result, start, device)
+    write_result(out_dir, result)
+    if not keep_checkpoint:
+        (out_dir / CHECKPOINT_FILE).unlink(missing_ok=True)

@@ -15,10 +15,11 @@ without BatchNorm are left alone at no cost.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
 from torch.optim.swa_utils import update_bn
 
 from optbench.train.distributed import DistContext
@@ -31,7 +32,7 @@ def precise_bn_batches(images: int, batch_size: int, steps_per_epoch: int) -> in
 
 
 def has_batchnorm(model: nn.Module) -> bool:
-    return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
+    return any(isinstance(m, _BatchNorm) for m in model.modules())
 
 
 @torch.no_grad()
@@ -41,6 +42,37 @@ def recompute_bn_stats(model: nn.Module, inputs: Iterable[torch.Tensor], dist: D
     update_bn(inputs, model)
     if dist.enabled:
         for m in model.modules():
-            if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            if isinstance(m, _BatchNorm):
                 dist.sum_(m.running_mean).div_(dist.world)
                 dist.sum_(m.running_var).div_(dist.world)
+
+
+@torch.no_grad()
+def recompute_stacked_bn_stats(
+    model: nn.Module,
+    buffers: dict[str, torch.Tensor],
+    inputs: Iterable[torch.Tensor],
+    forward: Callable[[torch.Tensor], object],
+) -> None:
+    """`recompute_bn_stats` for the stacked BatchNorm buffers of a population (population.py):
+    `forward(x)` runs `model` (training mode) on `buffers`, which it updates in place. torch's
+    update_bn sets momentum None, which makes BatchNorm average with weight 1 / batches seen
+    (read from `num_batches_tracked`, a per-member tensor here that cannot become that Python
+    number under vmap); setting momentum 1 / j for the j-th batch gives the same weights."""
+    norms = {n: m for n, m in model.named_modules() if isinstance(m, _BatchNorm)}
+    if not norms:
+        return
+    for name in norms:  # BatchNorm's reset_running_stats, per member
+        buffers[f"{name}.running_mean"].zero_()
+        buffers[f"{name}.running_var"].fill_(1)
+        buffers[f"{name}.num_batches_tracked"].zero_()
+    momenta = {m: m.momentum for m in norms.values()}
+    was_training = model.training
+    model.train()
+    for j, x in enumerate(inputs, start=1):
+        for m in norms.values():
+            m.momentum = 1.0 / float(j)
+        forward(x)
+    for m, momentum in momenta.items():
+        m.momentum = momentum
+    model.train(was_training)

@@ -17,7 +17,7 @@ import submitit
 from submitit.core.utils import FailedJobError, FailedSubmissionError
 
 from optbench.errors import UsageError
-from optbench.executors.base import JobEvent, TrialJob
+from optbench.executors.base import Job, JobEvent, TrialJob
 from optbench.executors.slurm.client import (
     ACTIVE_STATES,
     Survey,
@@ -28,7 +28,7 @@ from optbench.executors.slurm.client import (
     survey,
 )
 from optbench.executors.slurm.ends import end_event, settle_ended
-from optbench.executors.slurm.job import JOB_STEP_CODE, TrialBatch
+from optbench.executors.slurm.job import JOB_STEP_CODE, TrialBatch, members_of
 from optbench.executors.slurm.journal import (
     COMMENT_TAG,
     JobRecord,
@@ -127,24 +127,26 @@ class SlurmExecutor:
     def settle(self, jobs: Sequence[TrialJob]) -> list[JobEvent]:
         return settle_ended(self.folder, jobs)
 
-    def submit(self, jobs: Sequence[TrialJob]) -> str:
+    def submit(self, jobs: Sequence[Job]) -> str:
         """Reattach trials whose recorded job may still run; report those whose recorded job has
         ended since `settle_ended` looked; submit the rest as job arrays."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        known, found = followed_jobs(self.folder, jobs, persist=True)
+        trials = [m for job in jobs for m in members_of(job)]
+        known, found = followed_jobs(self.folder, trials, persist=True)
         self._say_trouble(found)
         now = time.monotonic()
         fresh = []
-        for job in jobs:
-            if job.key not in known:
+        for job in jobs:  # a population is followed member by member, submitted as one
+            if any(m.key not in known for m in members_of(job)):
                 fresh.append(job)
                 continue
-            rec, state = known[job.key]
-            if state in ACTIVE_STATES:
-                self._tracked[job.key] = _Tracked(rec, job, now)
-                self.reattached += 1
-            else:  # ended a moment ago: report it honestly; it is retried like any failure
-                self._events.append(end_event(self.folder, job, rec, state))
+            for member in members_of(job):
+                rec, state = known[member.key]
+                if state in ACTIVE_STATES:
+                    self._tracked[member.key] = _Tracked(rec, member, now)
+                    self.reattached += 1
+                else:  # ended a moment ago: report it honestly; it is retried like any failure
+                    self._events.append(end_event(self.folder, member, rec, state))
         self._submit_new(fresh)
         # A reattaching run submits nothing: say what was submitted and what is followed.
         return (
@@ -152,17 +154,18 @@ class SlurmExecutor:
             f"running and followed; jobs and logs in {self.folder}"
         )
 
-    def _submit_new(self, jobs: Sequence[TrialJob]) -> None:
+    def _submit_new(self, jobs: Sequence[Job]) -> None:
         if not jobs:
             return
         executor = self._executor()
         comment = executor.parameters["comment"]
-        batches = chunks(jobs, self.settings.trials_per_job)
+        batches = chunks(jobs, self.settings.trials_per_job)  # populations count as one
         for array in chunks(batches, max_array_size()):
+            trials = [[m for job in batch for m in members_of(job)] for batch in array]
             intent = Submission(
                 secrets.token_hex(8),
-                [[job.key for job in batch] for batch in array],
-                {job.key: config_hash(job.config) for batch in array for job in batch},
+                [[m.key for m in batch] for batch in trials],
+                {m.key: config_hash(m.config) for batch in trials for m in batch},
                 time.time(),
             )
             append_lines(self.folder, [asdict(intent)])  # before sbatch: see adopt_interrupted
@@ -176,7 +179,7 @@ class SlurmExecutor:
                 ) from None
             now = time.monotonic()
             new = []
-            for handle, batch in zip(handles, array, strict=True):
+            for handle, batch in zip(handles, trials, strict=True):
                 for job in batch:
                     rec = JobRecord(
                         job.key, handle.job_id, config_hash(job.config),

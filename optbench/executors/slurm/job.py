@@ -1,5 +1,6 @@
-"""What a SLURM job runs: `TrialBatch`, its trials one after another, and `JOB_STEP_CODE`, the
-job step's Python that holds SIGUSR2 back until submitit can handle it (package docstring).
+"""What a SLURM job runs: `TrialBatch`, its trials (or populations) one after another, and
+`JOB_STEP_CODE`, the job step's Python that holds SIGUSR2 back until submitit can handle it
+(package docstring); `members_of`, the trials of one job.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from collections.abc import Sequence
 
 import submitit
 
-from optbench.executors.base import TrialJob
+from optbench.executors.base import Job, PopulationJob, TrialJob
 
 # What a job step's Python runs (`python -u -S -c JOB_STEP_CODE -u -m submitit.core._submit
 # <folder>`: submitit appends its own arguments, the last is the job folder). -S: nothing runs
@@ -23,8 +24,9 @@ JOB_STEP_CODE = (
 
 
 class TrialBatch:
-    """What a SLURM job runs: its trials one after another, in every task of the job (the DDP
-    ranks of one trial; optbench.train.distributed reads SLURM's variables).
+    """What a SLURM job runs: its trials (or populations, train/population.py: one process,
+    never DDP) one after another, in every task of the job (the DDP ranks of one trial;
+    optbench.train.distributed reads SLURM's variables).
 
     Picklable plain data. Stops: the trial catches SIGUSR2 and SIGTERM, checkpoints at the current
     step and delivers the signal again to submitit's handler. On SIGUSR2 (SLURM's warning before
@@ -35,7 +37,7 @@ class TrialBatch:
     trials resume from their checkpoints, and those that already wrote their result return it
     untouched."""
 
-    def __init__(self, jobs: Sequence[TrialJob]):
+    def __init__(self, jobs: Sequence[Job]):
         self.jobs = list(jobs)
 
     def __call__(self) -> list[str]:
@@ -45,6 +47,7 @@ class TrialBatch:
         import torch
 
         from optbench.train.loop import TrialInterrupted, run_trial
+        from optbench.train.population import run_population
 
         # task/none and some clusters do not bind CPUs: keep torch within the task's share.
         torch.set_num_threads(int(os.environ.get("SLURM_CPUS_PER_TASK", "1")))
@@ -52,14 +55,31 @@ class TrialBatch:
         statuses = []
         for job in self.jobs:
             try:
-                result = run_trial(
-                    job.config, job.out_dir, device=device, resume=True, execution=job.execution
-                )
+                if isinstance(job, PopulationJob):  # one process (spec.py refuses DDP for it)
+                    members = job.members
+                    results = run_population(
+                        [m.config for m in members],
+                        [m.out_dir for m in members],
+                        device,
+                        execution=members[0].execution,
+                    )
+                else:
+                    results = [
+                        run_trial(
+                            job.config, job.out_dir, device=device, resume=True,
+                            execution=job.execution,
+                        )
+                    ]  # fmt: skip
             except TrialInterrupted as stop:  # checkpoint written; SLURM ends or requeues us
                 raise SystemExit(128 + stop.signum) from None
-            statuses.append(result.status)
+            statuses += [r.status for r in results]
         return statuses
 
     def checkpoint(self, *args, **kwargs) -> submitit.helpers.DelayedSubmission:
         """submitit's hook before it requeues the job: run the same trials again."""
         return submitit.helpers.DelayedSubmission(TrialBatch(self.jobs))
+
+
+def members_of(job: Job) -> tuple[TrialJob, ...]:
+    """The trials of a job: a population's members, or the one trial."""
+    return job.members if isinstance(job, PopulationJob) else (job,)

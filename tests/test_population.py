@@ -1,0 +1,418 @@
+"""Population training (optbench/train/population.py): K trials of one cell trained together
+compute what each trial computes alone, and are recorded as solo trials are."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+import yaml
+
+from optbench.executors.base import PopulationJob, TrialJob
+from optbench.plan import jobs, plan, populations
+from optbench.recipe import Dataset, Recipe
+from optbench.spec import parse_spec
+from optbench.train import loop, population
+from optbench.train.config import TrainConfig
+from optbench.train.datasets import load_dataset
+from optbench.train.loop import run_trial
+from optbench.train.population import POPULATION_CHECKPOINT, run_population
+from optbench.train.population_optim import PopulationOptimizer
+from optbench.train.results import read_metrics
+from optbench.train.signals import TrialInterrupted
+
+DIGITS = Dataset(name="digits", img_size=16)
+TIMING = {"wall_s", "images_per_s", "epoch_s", "input_wait", "digest", "execution"}
+BATCH = 64
+
+
+def members(model, optimizer, pairs, epochs, **recipe) -> list[TrainConfig]:
+    return [
+        TrainConfig(
+            model=model,
+            dataset=DIGITS,
+            optimizer=optimizer,
+            lr=lr,
+            wd=wd,
+            epochs=epochs,
+            batch_size=BATCH,
+            recipe=Recipe(**recipe),
+        )
+        for lr, wd in pairs
+    ]
+
+
+def steps_per_epoch() -> int:
+    return load_dataset(DIGITS).num_train // BATCH
+
+
+def val_image_percent() -> float:
+    """One validation image, in percent."""
+    return 100.0 / len(load_dataset(DIGITS).val_y)
+
+
+# --- the batched optimizer is torch.optim's update, row by row -----------------------------------
+
+
+@pytest.mark.parametrize(
+    "opt, nesterov",
+    [("adamw", False), ("sgd", True), ("sgd", False)],
+    ids=["adamw", "nesterov", "momentum"],
+)
+def test_population_optimizer_steps_each_row_as_torch_optim_steps_it_alone(opt, nesterov):
+    torch.manual_seed(0)
+    k, n = 3, 257
+    lrs, wds = [1e-3, 3e-2, 0.2], [0.05, 0.0, 1e-3]
+    recipe = Recipe(nesterov=nesterov)
+    decayed, plain = torch.randn(k, n), torch.randn(k, 31)
+    flats = [torch.nn.Parameter(decayed.clone()), torch.nn.Parameter(plain.clone())]
+    batched = PopulationOptimizer(flats, [True, False], wds, opt, recipe)
+    solo = []
+    for i in range(k):
+        params = [torch.nn.Parameter(decayed[i].clone()), torch.nn.Parameter(plain[i].clone())]
+        groups = [
+            {"params": [params[0]], "weight_decay": wds[i]},
+            {"params": [params[1]], "weight_decay": 0.0},
+        ]
+        if opt == "adamw":
+            o = torch.optim.AdamW(
+                groups, lr=lrs[i], betas=recipe.betas, eps=recipe.eps, foreach=True
+            )
+        else:
+            o = torch.optim.SGD(
+                groups, lr=lrs[i], momentum=recipe.momentum, nesterov=nesterov, foreach=True
+            )
+        solo.append((params, o))
+    for step in range(6):
+        active = [True, step < 3, True]  # member 1 frozen after its third step
+        grads = [torch.randn(k, n), torch.randn(k, 31)]
+        for flat, g in zip(flats, grads, strict=True):
+            flat.grad = g.clone()
+        batched.step([lr * (1 + step) for lr in lrs], active)
+        for i, (params, o) in enumerate(solo):
+            if not active[i]:
+                continue
+            for group in o.param_groups:
+                group["lr"] = lrs[i] * (1 + step)
+            for p, g in zip(params, grads, strict=True):
+                p.grad = g[i].clone()
+            o.step()
+    for i, (params, _) in enumerate(solo):
+        assert torch.equal(flats[0].data[i], params[0].data), f"member {i}, decayed"
+        assert torch.equal(flats[1].data[i], params[1].data), f"member {i}, not decayed"
+
+
+# --- one batched forward per step ------------------------------------------------------------------
+
+
+def test_the_model_runs_once_per_step_for_the_whole_population(tmp_path, monkeypatch):
+    calls = {"train": 0, "eval": 0}
+    build_parts = population.build_parts
+
+    def count(module, args) -> None:
+        calls["train" if module.training else "eval"] += 1
+
+    def counted(cfg, compute, pipeline):
+        parts = build_parts(cfg, compute, pipeline)
+        parts.model.register_forward_pre_hook(count)
+        return parts
+
+    monkeypatch.setattr(population, "build_parts", counted)
+    cfgs = members(
+        "vit_p_w64_16px", "adamw", [(1e-3, 0.05), (2e-3, 0.1), (4e-3, 0), (8e-4, 0.3)], 1
+    )
+    results = run_population(cfgs, [tmp_path / f"m{k}" for k in range(4)])
+    assert [r.status for r in results] == ["finished"] * 4
+    assert calls["train"] == steps_per_epoch()  # not 4x: one forward serves every member
+    val_batches = 1  # DeviceBatches evaluates digits' validation split in one chunk
+    assert calls["eval"] == 2 * val_batches  # raw and EMA weights, each once for all members
+
+
+# --- equivalence with solo trials ------------------------------------------------------------------
+
+CASES = {
+    # model: (optimizer, recipe, (lr, wd) pairs); the paper preset covers precise BN, pycls EMA,
+    # AutoAugment, mixup/CutMix and Nesterov SGD; deit drop path, RandAugment, repeated
+    # augmentation, random erasing and DeiT's EMA; basic the per-iteration cosine.
+    "vit_c_w64_16px": (
+        "sgd",
+        {"preset": "paper", "warmup_epochs": 1},
+        [(0.05, 1e-4), (0.1, 5e-5), (0.02, 0.0), (0.2, 1e-3)],
+    ),
+    "vit_p_w64_16px": (
+        "sgd",
+        {"nesterov": False, "warmup_epochs": 1},
+        [(0.05, 1e-4), (0.1, 5e-5), (0.02, 0.0), (0.2, 1e-3)],
+    ),
+    "dhvt_w64_16px": (
+        "adamw",
+        {"preset": "deit", "warmup_epochs": 1},
+        [(1e-3, 0.05), (3e-3, 0.1), (5e-4, 0.0), (2e-3, 0.3)],
+    ),
+}
+
+
+class StepLosses(torch.nn.Module):
+    """A loss that records each value it returns (one per step of a solo trial)."""
+
+    def __init__(self, criterion, seen: list):
+        super().__init__()
+        self.criterion, self.seen = criterion, seen
+
+    def forward(self, logits, target):
+        loss = self.criterion(logits, target)
+        self.seen.append(loss.item())
+        return loss
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", list(CASES))
+def test_each_member_trains_as_its_solo_trial(tmp_path, monkeypatch, model):
+    optimizer, recipe, pairs = CASES[model]
+    epochs = math.ceil(50 / steps_per_epoch())
+    cfgs = members(model, optimizer, pairs, epochs, **recipe)
+    pop_losses: list[list[float]] = []
+    member_losses = population.member_losses
+
+    def recorded(*args):
+        losses = member_losses(*args)
+        pop_losses.append(losses.tolist())
+        return losses
+
+    monkeypatch.setattr(population, "member_losses", recorded)
+    results = run_population(cfgs, [tmp_path / f"m{k}" for k in range(len(cfgs))])
+    build_parts = loop.build_parts
+    for k, cfg in enumerate(cfgs):
+        seen: list[float] = []
+
+        def with_recorded_loss(cfg, compute, seen=seen):
+            parts = build_parts(cfg, compute)
+            parts.criterion = StepLosses(parts.criterion, seen)
+            return parts
+
+        monkeypatch.setattr(loop, "build_parts", with_recorded_loss)
+        solo = run_trial(cfg, tmp_path / f"s{k}")
+        member = [step[k] for step in pop_losses]
+        assert len(seen) == len(member) >= 50
+        worst = max(abs(a - b) / abs(b) for a, b in zip(member[:50], seen[:50], strict=True))
+        assert worst <= 1e-5, f"member {k}: step losses differ by {worst:.2g} relative"
+        assert results[k].status == solo.status == "finished"
+        assert abs(results[k].final_error - solo.final_error) <= val_image_percent() + 1e-9
+        assert results[k].execution.population == len(cfgs) and solo.execution.population == 1
+        keys = set(json.loads((tmp_path / f"s{k}" / "result.json").read_text()))
+        assert set(json.loads((tmp_path / f"m{k}" / "result.json").read_text())) == keys
+        assert len(read_metrics(tmp_path / f"m{k}")) == epochs
+
+
+# --- divergence and resume -------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_diverging_member_is_recorded_diverged_and_frozen_while_the_others_go_on(tmp_path):
+    pairs = [(1e-3, 0.05), (30.0, 0.0), (2e-3, 0.1)]  # member 1's lr makes its loss explode
+    cfgs = members("vit_p_w64_16px", "adamw", pairs, 3, warmup_epochs=0, diverge_loss=3.0)
+    results = run_population(cfgs, [tmp_path / f"m{k}" for k in range(3)])
+    solo = run_trial(cfgs[1], tmp_path / "solo")
+    assert solo.status == "diverged"
+    assert results[1].status == "diverged" and results[1].diverged_epoch == solo.diverged_epoch
+    assert len(read_metrics(tmp_path / "m1")) == solo.diverged_epoch  # frozen: no more lines
+    assert [results[0].status, results[2].status] == ["finished", "finished"]
+    assert [len(read_metrics(tmp_path / f"m{k}")) for k in (0, 2)] == [3, 3]
+    assert not (tmp_path / "m0" / POPULATION_CHECKPOINT).exists()
+
+
+def comparable(out) -> tuple[dict, list[dict]]:
+    result = json.loads((out / "result.json").read_text())
+    lines = [{k: v for k, v in m.items() if k not in TIMING} for m in read_metrics(out)]
+    return {k: v for k, v in result.items() if k not in TIMING}, lines
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("step", [7, 2 * steps_per_epoch() - 1], ids=["mid-epoch", "epoch-end"])
+def test_a_stopped_population_resumes_every_member_exactly(tmp_path, monkeypatch, step):
+    cfgs = members(
+        "vit_c_w64_16px",
+        "adamw",
+        [(1e-3, 0.05), (3e-3, 0.1), (5e-4, 0.0)],
+        2,
+        preset="paper",
+        warmup_epochs=1,
+    )
+    ref = [tmp_path / f"ref{k}" for k in range(3)]
+    run_population(cfgs, ref)
+    calls = {"n": 0}
+    seed_step = population.seed_step
+
+    def seed_and_maybe_signal(seed, device):
+        if calls["n"] == step:
+            os.kill(os.getpid(), signal.SIGUSR2)
+        calls["n"] += 1
+        seed_step(seed, device)
+
+    previous = signal.signal(signal.SIGUSR2, lambda *_: None)  # the signal passed on: ignored
+    try:
+        monkeypatch.setattr(population, "seed_step", seed_and_maybe_signal)
+        out = [tmp_path / f"m{k}" for k in range(3)]
+        with pytest.raises(TrialInterrupted):
+            run_population(cfgs, out)
+        assert (out[0] / POPULATION_CHECKPOINT).exists()
+        assert not any((d / "result.json").exists() for d in out)
+        run_population(cfgs, out)
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+    for a, b in zip(ref, out, strict=True):
+        assert comparable(a) == comparable(b)
+        assert (
+            json.loads((a / "result.json").read_text())["digest"]
+            == json.loads((b / "result.json").read_text())["digest"]
+        )
+
+
+# --- grouping and the study ------------------------------------------------------------------------
+
+
+def test_only_trials_that_differ_in_lr_and_wd_are_grouped(tiny_dict):
+    data = copy.deepcopy(tiny_dict)
+    data.update(seeds=[0, 1], epochs=[1, 2])
+    data["search"]["n_samples"] = 5
+    data["executor"] = {"population": 4}
+    trials = plan(parse_spec(data))
+    groups = populations(trials, 4)
+    assert (
+        sorted(len(g) for g in groups) == [1] * 8 + [4] * 8
+    )  # 2 models x 2 epochs x 2 seeds: 5 = 4 + 1
+    for group in groups:
+        shared = {t.config.model_dump_json(exclude={"lr", "wd"}) for t in group}
+        assert len(shared) == 1 and len({(t.lr, t.wd) for t in group}) == len(group)
+    done = {t.key for t in groups[0][:3]}  # the first group: 3 of its 4 members done
+    todo = {t.key for t in trials} - done
+    made = jobs(trials, todo, 4)
+    assert len(made) == len(groups) and isinstance(made[0], PopulationJob)
+    assert made[0].keys == tuple(t.key for t in groups[0])
+    assert all(isinstance(j, TrialJob) for j in made if len(j.keys) == 1)
+    assert jobs(trials, todo, 1) == [t.job for t in trials if t.key in todo]
+
+
+def test_population_is_not_part_of_the_cell_id_and_what_it_cannot_batch_is_refused(
+    tiny_dict, cli, tmp_path
+):
+    one = parse_spec(tiny_dict)
+    data = copy.deepcopy(tiny_dict)
+    data["executor"] = {"population": 4}
+    four = parse_spec(data)
+    assert [t.key for t in plan(one)] == [t.key for t in plan(four)]
+    data["recipe"]["compile"] = True
+    study = tmp_path / "compile.yaml"
+    study.write_text(yaml.safe_dump(data))
+    code, out, err = cli("run", str(study), "--dry-run")
+    assert code == 2 and "population" in (out + err) and "compile" in (out + err)
+    data["recipe"]["compile"] = False
+    data["executor"] = {"kind": "slurm", "population": 4, "slurm": {"tasks_per_node": 2}}
+    study.write_text(yaml.safe_dump(data))
+    code, out, err = cli("run", str(study), "--dry-run")
+    assert code == 2 and "DDP" in (out + err)
+
+
+def test_dry_run_shows_the_populations_and_how_slurm_runs_them(tiny_dict, cli, tmp_path):
+    data = copy.deepcopy(tiny_dict)
+    data["search"]["n_samples"] = 4
+    data["executor"] = {
+        "kind": "slurm",
+        "population": 4,
+        "slurm": {"trials_per_job": 2, "time_min": 30},
+    }
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump(data))
+    code, out, _ = cli("run", str(study), "--dry-run")
+    assert code == 0
+    flat = " ".join(out.split())
+    assert "executor.population 4: 2 population(s)" in flat
+    assert "runs 2 population(s) one after another; time_min 30" in flat
+
+
+def _study(tiny_dict, population: int, out: str) -> dict:
+    data = copy.deepcopy(tiny_dict)
+    data["models"] = ["vit_c_w64_16px"]
+    data["search"]["n_samples"] = 4
+    data["executor"] = {"kind": "debug", "population": population}
+    data["output"] = str(out)
+    return data
+
+
+@pytest.mark.slow
+def test_a_population_study_records_the_trials_of_a_solo_study(tiny_dict, tmp_path):
+    from rich.console import Console
+
+    from optbench.executors import make_executor
+    from optbench.runner import run_study
+    from optbench.store import Store
+
+    quiet = Console(file=open(os.devnull, "w"))  # noqa: SIM115
+    errors = {}
+    for k in (1, 4):
+        spec = parse_spec(_study(tiny_dict, k, tmp_path / f"p{k}"))
+        assert run_study(spec, make_executor(spec), console=quiet, live=False).ran == 4
+        stored = Store(spec, create=False).read(plan(spec))
+        errors[k] = {s.trial.key: s.record.value for s in stored}
+        assert (
+            run_study(spec, make_executor(spec), console=quiet, live=False).ran == 0
+        )  # nothing again
+        for s in stored:
+            execution = json.loads((s.trial.out_dir / "result.json").read_text())["execution"]
+            assert execution == {"pipeline": "pil", "population": k}
+    assert errors[1].keys() == errors[4].keys()
+    for key, error in errors[1].items():
+        assert abs(errors[4][key] - error) <= val_image_percent() + 1e-9, key
+
+
+@pytest.mark.slow
+def test_ctrl_c_then_rerun_resumes_the_population(tiny_dict, tmp_path):
+    data = _study(tiny_dict, 4, tmp_path / "results")
+    data["epochs"] = 3
+    data["executor"] = {"kind": "local", "workers": 1, "population": 4}
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump(data))
+    spec = parse_spec(data)
+    first = plan(spec)[0].out_dir
+    foreground = (
+        "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "from optbench.cli import main; main()"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", foreground, "run", str(study)],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not (first / POPULATION_CHECKPOINT).exists():
+        assert proc.poll() is None, proc.communicate()[1]
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    before = [read_metrics(t.out_dir) for t in plan(spec)]
+    assert all(1 <= len(m) < 3 for m in before), "the population ended before the Ctrl-C"
+    assert (first / POPULATION_CHECKPOINT).exists()
+    resumed = subprocess.run(
+        [sys.executable, "-m", "optbench", "run", str(study)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    for t, lines in zip(plan(spec), before, strict=True):
+        after = read_metrics(t.out_dir)
+        assert len(after) == 3 and after[: len(lines)] == lines  # continued, not restarted
+        assert json.loads((t.out_dir / "result.json").read_text())["status"] == "finished"
+    assert not (first / POPULATION_CHECKPOINT).exists()
