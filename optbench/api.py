@@ -64,7 +64,8 @@ def load_trials(
 ) -> pd.DataFrame:
     """The study's trials, one row per trial (pending ones included): study, cell_id, model,
     optimizer, epochs, sample, seed, lr, wd, status, final_error, best_error, wall_s,
-    images_per_s, diverged_epoch, digest. With `epochs`, one row per trial and recorded epoch
+    images_per_s, diverged_epoch, digest, population (trials trained together, docs/population.md).
+    With `epochs`, one row per trial and recorded epoch
     instead, each with its trial's columns and the epoch's metrics (epoch, lr, train_loss,
     val_error, raw_top1, ema_top1, epoch_s, ...)."""
     spec = load_study(study, overrides)

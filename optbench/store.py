@@ -4,8 +4,8 @@ Layout: one optuna study per cell, named "<study name>/<cell id>", whose user at
 holds everything that gives the cell's results meaning (its hash is in the cell id). One optuna
 trial per attempt at a (sample, seed), with params lr and wd and user attrs key, model,
 optimizer, epochs, sample, seed, attempt; once recorded also status, the errors, wall_s,
-images_per_s, input_wait, device, pipeline (the resolved execution setting), digest, provenance
-(which code made it) and the per-epoch metrics (also as intermediate values).
+images_per_s, input_wait, device, pipeline and population (the resolved execution settings),
+digest, provenance (which code made it) and the per-epoch metrics (also as intermediate values).
 
 States: COMPLETE = finished (value = final top-1 error); FAIL with status "diverged" = diverged
 (a result); FAIL otherwise = failed (a crash, retried by the next run); RUNNING = pending.
@@ -195,7 +195,10 @@ class Store:
         attempt = optuna.trial.Trial(study, current._trial_id)
         for name in RESULT_ATTRS:
             attempt.set_user_attr(name, getattr(result, name))
-        attempt.set_user_attr("pipeline", result.execution.pipeline if result.execution else None)
+        # the resolved execution settings (train/config.py's Execution): how it ran, not what
+        execution = result.execution
+        attempt.set_user_attr("pipeline", execution.pipeline if execution else None)
+        attempt.set_user_attr("population", execution.population if execution else None)
         attempt.set_user_attr("metrics", metrics)
         if result.provenance is not None:  # which code made it (optbench.provenance)
             attempt.set_user_attr("provenance", result.provenance.model_dump())
@@ -239,6 +242,7 @@ class Store:
                     "images_per_s": _num(attrs.get("images_per_s")),
                     "input_wait": _num(attrs.get("input_wait")),
                     "pipeline": attrs.get("pipeline"),
+                    "population": _num(attrs.get("population")),
                     "device": attrs.get("device"),
                     "diverged_epoch": _num(attrs.get("diverged_epoch")),
                     "digest": attrs.get("digest"),

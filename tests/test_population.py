@@ -15,6 +15,7 @@ import time
 import pytest
 import torch
 import yaml
+from driver_process import start_driver
 
 from optbench.executors.base import PopulationJob, TrialJob
 from optbench.plan import jobs, plan, populations
@@ -236,7 +237,7 @@ def comparable(out) -> tuple[dict, list[dict]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("step", [7, 2 * steps_per_epoch() - 1], ids=["mid-epoch", "epoch-end"])
+@pytest.mark.parametrize("step", [7, steps_per_epoch() - 1], ids=["mid-epoch", "epoch-end"])
 def test_a_stopped_population_resumes_every_member_exactly(tmp_path, monkeypatch, step):
     cfgs = members(
         "vit_c_w64_16px",
@@ -368,6 +369,7 @@ def test_a_population_study_records_the_trials_of_a_solo_study(tiny_dict, tmp_pa
         for s in stored:
             execution = json.loads((s.trial.out_dir / "result.json").read_text())["execution"]
             assert execution == {"pipeline": "pil", "population": k}
+        assert set(Store(spec, create=False).frame(plan(spec))["population"]) == {k}
     assert errors[1].keys() == errors[4].keys()
     for key, error in errors[1].items():
         assert abs(errors[4][key] - error) <= val_image_percent() + 1e-9, key
@@ -382,17 +384,7 @@ def test_ctrl_c_then_rerun_resumes_the_population(tiny_dict, tmp_path):
     study.write_text(yaml.safe_dump(data))
     spec = parse_spec(data)
     first = plan(spec)[0].out_dir
-    foreground = (
-        "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
-        "from optbench.cli import main; main()"
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-c", foreground, "run", str(study)],
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_driver(study, tmp_path)  # Ctrl-C reaches it as a terminal's
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and not (first / POPULATION_CHECKPOINT).exists():
         assert proc.poll() is None, proc.communicate()[1]

@@ -12,6 +12,7 @@ import optuna
 import pytest
 import sqlalchemy
 import yaml
+from driver_process import driver_command
 from rich.console import Console
 
 from optbench.errors import UsageError
@@ -231,23 +232,9 @@ def test_ctrl_c_then_resume_gives_each_trial_exactly_once(tmp_path, tiny_dict):
     study = tmp_path / "study.yaml"
     study.write_text(yaml.safe_dump(data))
     spec = parse_spec(data)
-    # The driver is a terminal's foreground command here. A shell starts background jobs with
-    # SIGINT ignored (nohup ... &), and Python then keeps ignoring it, so under such a CI
-    # launcher Ctrl-C would not reach the driver at all: give it Python's own handler. The
-    # Ctrl-C comes from a hook, not a race with the driver's poll: once the driver has recorded
-    # its first trial and said so, it sends itself SIGINT (as a terminal sends the foreground job).
-    foreground = (
-        "import os, signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
-        "from optbench.progress import EventLog\n"
-        "said = EventLog.ended\n"
-        "def ended_then_ctrl_c(self, item):\n"
-        "    said(self, item)\n"
-        "    os.kill(os.getpid(), signal.SIGINT)\n"
-        "EventLog.ended = ended_then_ctrl_c\n"
-        "from optbench.cli import main; main()"
-    )
+    # the driver presses Ctrl-C itself once it has recorded its first trial (driver_process.py)
     proc = subprocess.run(
-        [sys.executable, "-c", foreground, "run", str(study)],
+        driver_command(study, ctrl_c_after_first_end=True),
         cwd=tmp_path,
         capture_output=True,
         text=True,
