@@ -3,6 +3,7 @@ compute what each trial computes alone, and are recorded as solo trials are."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import math
@@ -11,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 
 import pytest
 import torch
@@ -20,7 +22,7 @@ from driver_process import start_driver
 from optbench.executors.base import PopulationJob, TrialJob
 from optbench.plan import jobs, plan, populations
 from optbench.recipe import Dataset, Recipe
-from optbench.spec import parse_spec
+from optbench.spec import SlurmSettings, parse_spec
 from optbench.train import loop, population
 from optbench.train.config import TrainConfig
 from optbench.train.datasets import load_dataset
@@ -408,3 +410,90 @@ def test_ctrl_c_then_rerun_resumes_the_population(tiny_dict, tmp_path):
         assert len(after) == 3 and after[: len(lines)] == lines  # continued, not restarted
         assert json.loads((t.out_dir / "result.json").read_text())["status"] == "finished"
     assert not (first / POPULATION_CHECKPOINT).exists()
+
+
+# --- SLURM (without a cluster: the executor's side of a submission) --------------------------------
+
+
+def _population_jobs(tmp_path, n: int, size: int) -> list[PopulationJob]:
+    cfgs = members("vit_p_w64_16px", "adamw", [(1e-3 * (1 + i), 0.05) for i in range(size)], 1)
+    return [
+        PopulationJob(
+            tuple(TrialJob(f"cell/s{j}{i}", c, tmp_path / f"t{j}{i}") for i, c in enumerate(cfgs))
+        )
+        for j in range(n)
+    ]
+
+
+class FakeSubmitit:
+    """submitit's SlurmExecutor as SlurmExecutor._submit_new uses it; records what it runs."""
+
+    def __init__(self):
+        self.parameters, self.submitted = {"comment": ""}, []
+
+    def update_parameters(self, **kw):
+        self.parameters.update(kw)
+
+    def batch(self):
+        return contextlib.nullcontext()
+
+    def submit(self, fn):
+        self.submitted.append(fn)
+        job_id = f"7_{len(self.submitted) - 1}"
+        return types.SimpleNamespace(
+            job_id=job_id, paths=types.SimpleNamespace(stderr=f"/l/{job_id}")
+        )
+
+
+def test_slurm_runs_trials_per_job_populations_per_array_element_and_follows_each_member(
+    tmp_path, monkeypatch
+):
+    from optbench.executors.slurm import executor as slurm
+    from optbench.executors.slurm.journal import read_records
+
+    fake = FakeSubmitit()
+    monkeypatch.setattr(slurm.SlurmExecutor, "_executor", lambda self: fake)
+    monkeypatch.setattr(slurm, "max_array_size", lambda: 1000)
+    (tmp_path / "slurm").mkdir()  # submit() makes it
+    executor = slurm.SlurmExecutor(SlurmSettings(trials_per_job=2), tmp_path / "slurm", "tiny")
+    jobs_ = _population_jobs(tmp_path, 3, 4)
+    executor._submit_new(jobs_)
+    assert [len(batch.jobs) for batch in fake.submitted] == [2, 1]  # populations, not trials
+    assert fake.submitted[0].jobs == jobs_[:2]
+    records = read_records(tmp_path / "slurm")
+    assert set(records) == {k for job in jobs_ for k in job.keys}  # each member followed
+    assert {records[k].job_id for k in jobs_[0].keys + jobs_[1].keys} == {"7_0"}
+    assert executor.submitted == 12
+
+
+def test_slurm_reattaches_a_queued_population_member_by_member(tmp_path, monkeypatch):
+    from optbench.executors.slurm import executor as slurm
+    from optbench.executors.slurm.client import Survey
+    from optbench.executors.slurm.journal import JobRecord, config_hash
+
+    queued, new = _population_jobs(tmp_path, 2, 2)
+    known = {
+        m.key: (JobRecord(m.key, "9_0", config_hash(m.config), "/l", 0.0), "RUNNING")
+        for m in queued.members
+    }
+    monkeypatch.setattr(slurm, "followed_jobs", lambda *a, **k: (known, Survey({})))
+    submitted = []
+    monkeypatch.setattr(
+        slurm.SlurmExecutor, "_submit_new", lambda self, jobs: submitted.extend(jobs)
+    )
+    executor = slurm.SlurmExecutor(SlurmSettings(), tmp_path / "slurm", "tiny")
+    executor.submit([queued, new])
+    assert submitted == [new] and set(executor._tracked) == set(queued.keys)
+
+
+@pytest.mark.slow
+def test_a_slurm_job_trains_its_population_in_one_process(tmp_path):
+    from optbench.executors.slurm.job import TrialBatch
+
+    [job] = _population_jobs(tmp_path, 1, 2)
+    assert TrialBatch([job])() == ["finished", "finished"]
+    for m in job.members:
+        assert json.loads((m.out_dir / "result.json").read_text())["execution"] == {
+            "pipeline": "pil",
+            "population": 2,
+        }
