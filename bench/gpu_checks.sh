@@ -12,7 +12,9 @@
 #      vit_p_4gf >= 8,000 img/s with input wait < 10% (tensor); DHVT >= 5 x 1,900 img/s.
 # Every JSON line and log goes to $OUT (default bench/out). Exit status 0 only if every check
 # passed. `DEVICE=cpu bash bench/gpu_checks.sh` runs the same plumbing on tiny models on the CPU;
-# `CHECKS=input` runs only part 4.
+# `CHECKS=input` runs only part 4. `CHECKS=population` runs issue 22's population bench alone
+# instead (vit_c_w64_16px on digits-sized and dhvt_tiny_cifar_p4 on CIFAR-sized input, K = 1, 4,
+# 16, fused and manual attention).
 #
 # On the lent H200 machine (device tool), python3 (3.12) has torch, timm, typer, rich, pyyaml and
 # scikit-learn, but not pydantic, the one other import these steps need. Carry its wheels in .whl/
@@ -54,6 +56,18 @@ sys.exit(r['status'] != 'finished')" "$1"
 
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), \
 torch.cuda.get_device_name() if torch.cuda.is_available() else '')" | tee "$OUT/env.txt"
+
+if [ "$CHECKS" = population ]; then  # issue 22's check alone: population vs solo img/s
+    if [ "$DEVICE" = cuda ]; then steps=50 threads=16; else steps=2 threads=2; fi
+    for attention in "" --manual-attention; do
+        check "population_vit_c${attention:+_manual}" python3 bench/population.py --device "$DEVICE" \
+            --threads "$threads" --steps "$steps" $attention
+        check "population_dhvt${attention:+_manual}" python3 bench/population.py --device "$DEVICE" \
+            --threads "$threads" --steps "$steps" --model dhvt_tiny_cifar_p4 --img-size 32 \
+            --chans 3 --classes 100 --batch 256 $attention
+    done
+    exit $((failed > 0))
+fi
 
 run_dir=$(mktemp -d)
 if [ "$CHECKS" = all ]; then
