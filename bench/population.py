@@ -7,7 +7,8 @@ steps (after `warmup` untimed ones) of
   (optim.build_optimizer, as a solo trial steps);
 - population: one batched forward and backward of K members (population.member_losses) and
   the batched optimizer step (population_optim.py).
-The input is a random batch of the dataset's shape (no data loading or augmentation, which a
+On the CPU it also gives img per CPU-second (user+sys of the process), the figure to read on
+a loaded machine. The input is a random batch of the dataset's shape (no data loading or augmentation, which a
 population shares anyway). Aggregate img/s = K x batch x steps / seconds. Memory: peak RSS on
 the CPU, torch.cuda.max_memory_allocated on CUDA, of the whole process, divided by K.
 
@@ -117,17 +118,19 @@ def child(args) -> dict:
     for _ in range(args.warmup):
         step()
     sync()
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     for _ in range(args.steps):
         step()
     sync()
-    seconds = time.perf_counter() - start
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     if device.type == "cuda":
         peak = torch.cuda.max_memory_allocated(device) / 2**20
     else:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    images = k * args.batch * args.steps
     return {
-        "images_per_s": round(k * args.batch * args.steps / seconds, 1),
+        "images_per_s": round(images / seconds, 1),
+        "images_per_cpu_s": round(images / cpu_seconds, 1),  # user+sys: robust to a loaded CPU
         "peak_mb": round(peak, 1),
     }
 
@@ -175,8 +178,11 @@ def main() -> None:
             out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
             got = json.loads(out.strip().splitlines()[-1])
             row[f"{mode}_images_per_s"] = got["images_per_s"]
+            row[f"{mode}_images_per_cpu_s"] = got["images_per_cpu_s"]
             row[f"{mode}_peak_mb"] = got["peak_mb"]
         row["speedup"] = round(row["population_images_per_s"] / row["solo_images_per_s"], 3)
+        cpu = row["population_images_per_cpu_s"] / row["solo_images_per_cpu_s"]
+        row["speedup_per_cpu_s"] = round(cpu, 3)
         row["population_mb_per_member"] = round(row["population_peak_mb"] / k, 1)
         rows.append(row)
     t1 = os.times()
