@@ -380,7 +380,7 @@ def test_a_population_study_records_the_trials_of_a_solo_study(tiny_dict, tmp_pa
 @pytest.mark.slow
 def test_ctrl_c_then_rerun_resumes_the_population(tiny_dict, tmp_path):
     data = _study(tiny_dict, 4, tmp_path / "results")
-    data["epochs"] = 2
+    data["epochs"] = 3
     data["executor"] = {"kind": "local", "workers": 1, "population": 4}
     study = tmp_path / "study.yaml"
     study.write_text(yaml.safe_dump(data))
@@ -395,19 +395,20 @@ def test_ctrl_c_then_rerun_resumes_the_population(tiny_dict, tmp_path):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     before = [read_metrics(t.out_dir) for t in plan(spec)]
-    assert all(len(m) == 1 for m in before), "the population ended before the Ctrl-C"
+    lengths = [len(m) for m in before]
+    assert all(1 <= n < 3 for n in lengths), f"epochs recorded before the Ctrl-C: {lengths}"
     assert (first / POPULATION_CHECKPOINT).exists()
     resumed = subprocess.run(
         [sys.executable, "-m", "optbench", "run", str(study)],
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=900,  # a loaded 2-core machine: the second epoch of 4 members
+        timeout=900,  # a loaded 2-core machine: the last epochs of 4 members
     )
     assert resumed.returncode == 0, resumed.stderr
     for t, lines in zip(plan(spec), before, strict=True):
         after = read_metrics(t.out_dir)
-        assert len(after) == 2 and after[:1] == lines  # continued, not restarted
+        assert len(after) == 3 and after[: len(lines)] == lines  # continued, not restarted
         assert json.loads((t.out_dir / "result.json").read_text())["status"] == "finished"
     assert not (first / POPULATION_CHECKPOINT).exists()
 
