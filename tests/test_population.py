@@ -196,8 +196,8 @@ def test_each_member_trains_as_its_solo_trial(tmp_path, monkeypatch, model):
     for k, cfg in enumerate(cfgs):
         seen: list[float] = []
 
-        def with_recorded_loss(cfg, compute, seen=seen):
-            parts = build_parts(cfg, compute)
+        def with_recorded_loss(cfg, compute, pipeline, seen=seen):
+            parts = build_parts(cfg, compute, pipeline)
             parts.criterion = StepLosses(parts.criterion, seen)
             return parts
 
