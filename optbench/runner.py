@@ -20,18 +20,18 @@ from optuna.trial import TrialState
 from rich.console import Console
 from rich.live import Live
 
+from optbench import safefs
 from optbench.errors import StorageUnavailable, WriteError
 from optbench.executors.base import Executor
 from optbench.locks import driver_lock
 from optbench.plan import Trial, plan
 from optbench.progress import EventLog, LiveView, StudyProgress, input_notes
 from optbench.spec import StudySpec, dump_spec
-from optbench.store import Store, StoredTrial
+from optbench.store import Store, StoredTrial, refuse_links
 from optbench.train.config import TrialResult
 from optbench.train.results import (
     RESULT_FILE,
     InvalidResultFile,
-    atomic_write_text,
     config_difference,
     load_result,
     read_metrics,
@@ -53,8 +53,9 @@ def write_faults_as_one_line() -> Iterator[None]:
 def _read_files(item: StoredTrial) -> tuple[TrialResult | None, list[dict]]:
     """The attempt's result and metrics as its worker left them (None: no result file);
     InvalidResultFile if they are there but unusable (untrusted input, never a traceback)."""
-    result = load_result(item.trial.out_dir)
-    return result, (read_metrics(item.trial.out_dir) if result is not None else [])
+    out_dir, root = item.trial.out_dir, item.trial.job.root
+    result = load_result(out_dir, root)
+    return result, (read_metrics(out_dir, root) if result is not None else [])
 
 
 def _failed(item: StoredTrial, why: str) -> TrialResult:
@@ -65,8 +66,11 @@ def _failed(item: StoredTrial, why: str) -> TrialResult:
 def _written_during(item: StoredTrial) -> bool:
     """Whether the trial's result file was written after its latest attempt began."""
     started = item.record.datetime_start  # optuna's: naive local time, like the file's mtime
-    path = item.trial.out_dir / RESULT_FILE
-    return started is None or path.lstat().st_mtime >= started.timestamp()
+    try:
+        found = safefs.stat(item.trial.out_dir / RESULT_FILE, item.trial.job.root)
+    except safefs.UnsafePath:
+        return True  # its folder is a link now: this attempt fails, saying so
+    return started is None or found is None or found.st_mtime >= started.timestamp()
 
 
 def _record_from_disk(store: Store, item: StoredTrial) -> bool:
@@ -100,10 +104,11 @@ def run_study(
     outlive the driver (SLURM) returns right after submitting: a later run follows them."""
     console = console or Console()
     trials = plan(spec)  # pure: a spec that cannot be planned stops here, before any write
+    refuse_links(spec, trials)  # before any write, too
     # one driver per study, and none while an earlier driver's workers still write (locks.py)
     with write_faults_as_one_line(), driver_lock(spec.study_dir, on_wait=console.print):
         store = Store(spec, create=True)
-        atomic_write_text(spec.study_dir / "spec.yaml", dump_spec(spec))
+        safefs.write_text(spec.study_dir / "spec.yaml", spec.output, dump_spec(spec))
         _catch_up(store, trials, executor, console)
         stored = store.prepare(trials, retries=spec.executor.retries)
         unused = store.unused_trials(trials)
@@ -170,7 +175,7 @@ def _submit(
             log.retried(item, retries)
     jobs = [item.trial.job for item in todo.values()]
     for job in jobs:
-        (job.out_dir / RESULT_FILE).unlink(missing_ok=True)
+        safefs.remove(job.out_dir / RESULT_FILE, job.root)
     console.print(executor.submit(jobs), markup=False, highlight=False)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Literal, Protocol
 
 from optbench.train.config import Execution, TrainConfig
@@ -25,6 +25,16 @@ class TrialJob:
     config: TrainConfig
     out_dir: Path
     execution: Execution = Execution()  # how to run it (the study's execution settings)
+
+    @property
+    def root(self) -> Path:
+        """The folder below which the worker follows no link (safefs): the study folder when
+        `out_dir` is <study folder>/trials/<key> (plan.py's layout), else `out_dir` itself."""
+        parts = PurePath(self.key).parts
+        tail = self.out_dir.parts[-len(parts) - 1 :]
+        if tail == ("trials", *parts):
+            return self.out_dir.parents[len(parts)]
+        return self.out_dir
 
 
 @dataclass(frozen=True)

@@ -142,7 +142,13 @@ def run_job(job: TrialJob) -> str:
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     return run_trial(
-        job.config, job.out_dir, device, resume=True, distributed=False, execution=job.execution
+        job.config,
+        job.out_dir,
+        device,
+        resume=True,
+        distributed=False,
+        execution=job.execution,
+        root=job.root,
     ).status
 
 

@@ -53,7 +53,12 @@ class TrialBatch:
         for job in self.jobs:
             try:
                 result = run_trial(
-                    job.config, job.out_dir, device=device, resume=True, execution=job.execution
+                    job.config,
+                    job.out_dir,
+                    device=device,
+                    resume=True,
+                    execution=job.execution,
+                    root=job.root,
                 )
             except TrialInterrupted as stop:  # checkpoint written; SLURM ends or requeues us
                 raise SystemExit(128 + stop.signum) from None
