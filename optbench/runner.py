@@ -13,6 +13,7 @@ sees meanwhile is progress.py's.
 from __future__ import annotations
 
 import functools
+import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 
@@ -87,6 +88,35 @@ def _record_from_disk(store: Store, item: StoredTrial) -> bool:
     if result.status == "failed":
         return False  # a crash of an earlier attempt: this attempt runs again
     return store.record(item, result, metrics)
+
+
+class StopSignal(KeyboardInterrupt):
+    """SIGTERM or SIGHUP to the driver: the run stops exactly as on Ctrl-C (the workers are
+    stopped, what ended is recorded, the same command resumes); exit code 128 + `signum`."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextmanager
+def stop_signals_as_ctrl_c() -> Iterator[None]:
+    """While inside, SIGTERM and SIGHUP (a `kill`, a closed terminal or ssh session) raise
+    StopSignal in the main thread, as SIGINT raises KeyboardInterrupt; a second one while the
+    run stops is ignored. The handlers before are restored on the way out."""
+    stops = (signal.SIGTERM, signal.SIGHUP)
+
+    def stop(signum: int, frame) -> None:
+        for s in stops:
+            signal.signal(s, signal.SIG_IGN)
+        raise StopSignal(signum)
+
+    before = {s: signal.signal(s, stop) for s in stops}
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
 
 
 def run_study(

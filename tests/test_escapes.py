@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import csv
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -244,3 +248,80 @@ def test_no_csv_cell_starts_a_formula(tmp_path):
     ]
     assert rows[0][error] == "-1.5"  # numbers stay numbers
     assert csv_cell("\r=1") == "'\r=1" and csv_cell(-2.0) == -2.0
+
+
+# --- 4. signals to the driver ---------------------------------------------------------------------
+
+# The driver under test: `optbench run` whose executor starts every job and never ends one (so
+# the signal always comes while trials run), and that says so in a file when it has started.
+HANGING_DRIVER = """
+import signal, sys
+from pathlib import Path
+import optbench.executors as executors
+from optbench.executors.base import JobEvent
+signal.signal(signal.SIGINT, signal.default_int_handler)  # a shell's background job ignores it
+
+class Hanging:
+    jobs_outlive_driver = False
+    def __init__(self): self.started = []
+    def settle(self, jobs): return []
+    def submit(self, jobs):
+        self.started = [JobEvent(j.key, "running") for j in jobs]
+        return "hanging"
+    def poll(self, timeout):
+        events, self.started = self.started, []
+        if events: Path("started").write_text("yes")
+        return events
+    def close(self, cancel): pass
+
+executors.make_executor = lambda spec, **kw: Hanging()
+from optbench.cli import main
+main()
+"""
+
+
+def _stop_the_driver(tmp_path: Path, study: Path, signum: int):
+    folder = tmp_path / signal.Signals(signum).name
+    folder.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HANGING_DRIVER, "run", str(study)],
+        cwd=folder,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not (folder / "started").exists() and proc.poll() is None:
+        assert time.monotonic() < deadline, "the driver never started its trials"
+        time.sleep(0.2)
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=60)
+    return proc.returncode, out, err
+
+
+def _records(spec) -> list[tuple]:
+    import optuna
+
+    storage = optuna.storages.RDBStorage(spec.storage_url)
+    rows = []
+    for s in optuna.get_all_study_summaries(storage):
+        for t in optuna.load_study(study_name=s.study_name, storage=storage).trials:
+            rows.append((t.user_attrs["key"], t.state.name, t.user_attrs.get("status")))
+    return sorted(rows)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_and_sighup_stop_the_driver_as_ctrl_c_does(one_model, tmp_path, signum):
+    one_model["search"]["n_samples"] = 2
+    records, replies = {}, {}
+    for sent in (signal.SIGINT, signum):
+        data = {**one_model, "output": str(tmp_path / f"out-{sent}")}
+        study = tmp_path / f"study-{sent}.yaml"
+        study.write_text(yaml.safe_dump(data))
+        code, out, err = _stop_the_driver(tmp_path, study, sent)
+        assert code == 128 + sent, err
+        assert "stopped: 0 trial(s) recorded, 2 left; run the same command to resume" in out
+        assert "Traceback" not in err, err
+        records[sent], replies[sent] = _records(parse_spec(data)), out
+    assert records[signum] == records[signal.SIGINT]  # the same records as after Ctrl-C
