@@ -21,7 +21,15 @@ from typing import Literal
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from optbench.caps import CAP_REASONS, MAX_BATCH, MAX_NAME, MAX_TRIALS, SEED_BOUND, check_cap
+from optbench.caps import (
+    CAP_REASONS,
+    MAX_BATCH,
+    MAX_EPOCHS,
+    MAX_NAME,
+    MAX_TRIALS,
+    SEED_BOUND,
+    check_cap,
+)
 from optbench.errors import SpecError, format_errors
 from optbench.recipe import (
     Dataset,
@@ -241,6 +249,8 @@ class StudySpec(StrictModel):
     def _epochs_positive(cls, v: list[int]) -> list[int]:
         if any(e < 1 for e in v):
             raise ValueError("every epochs value must be >= 1")
+        for e in v:
+            check_cap(e, MAX_EPOCHS, "epochs")
         return v
 
     @field_validator("models", "optimizers", "epochs", "seeds")

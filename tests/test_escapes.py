@@ -325,3 +325,31 @@ def test_sigterm_and_sighup_stop_the_driver_as_ctrl_c_does(one_model, tmp_path, 
         assert "Traceback" not in err, err
         records[sent], replies[sent] = _records(parse_spec(data)), out
     assert records[signum] == records[signal.SIGINT]  # the same records as after Ctrl-C
+
+
+# --- 5. caps ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ("models: " + "[" * 5000 + "]" * 5000, "nested deeper than"),
+        ("search: " + "{a: " * 5000 + "1" + "}" * 5000, "nested deeper than"),
+        ("models:\n" + "".join("  " * i + "- \n" for i in range(300)), "nested deeper than"),
+    ],
+    ids=["flow lists", "flow maps", "block lists"],
+)
+def test_deeply_nested_yaml_is_one_line_exit_2(tmp_path, monkeypatch, capsys, text, says):
+    (tmp_path / "study.yaml").write_text(text)
+    code, _, err = run_cli(["run", "study.yaml", "--dry-run"], tmp_path, monkeypatch, capsys)
+    assert code == 2 and err.startswith("error:") and len(err.strip().splitlines()) == 1, err
+    assert says in err and sorted(p.name for p in tmp_path.iterdir()) == ["study.yaml"]
+
+
+@pytest.mark.parametrize("epochs", ["10001", "[50, 100000]"], ids=["10001", "list"])
+def test_an_endless_schedule_is_refused(tiny_dict, tmp_path, monkeypatch, capsys, epochs):
+    text = yaml.safe_dump({k: v for k, v in tiny_dict.items() if k != "epochs"})
+    (tmp_path / "study.yaml").write_text(text + f"epochs: {epochs}\n")
+    code, _, err = run_cli(["run", "study.yaml", "--dry-run"], tmp_path, monkeypatch, capsys)
+    assert code == 2 and "epochs" in err and "above the cap of 10000" in err, err
+    assert len(err.strip().splitlines()) == 1

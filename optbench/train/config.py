@@ -16,7 +16,7 @@ from pydantic import (
     model_validator,
 )
 
-from optbench.caps import SEED_BOUND
+from optbench.caps import MAX_EPOCHS, SEED_BOUND
 from optbench.errors import SpecError, format_errors
 from optbench.recipe import Dataset, Optimizer, Pipeline, Recipe, fill_ref_batch
 
@@ -39,7 +39,7 @@ class TrainConfig(BaseModel):
     optimizer: Optimizer
     lr: float = Field(gt=0)
     wd: float = Field(ge=0)
-    epochs: int = Field(ge=1)
+    epochs: int = Field(ge=1, le=MAX_EPOCHS)  # caps.py: a longer schedule never ends
     batch_size: int = Field(ge=1)
     ref_batch: int = Field(ge=1)  # default: the recipe preset's (recipe.PRESET_REF_BATCH)
     seed: int = Field(default=0, ge=0, lt=SEED_BOUND)
