@@ -353,3 +353,22 @@ def test_an_endless_schedule_is_refused(tiny_dict, tmp_path, monkeypatch, capsys
     code, _, err = run_cli(["run", "study.yaml", "--dry-run"], tmp_path, monkeypatch, capsys)
     assert code == 2 and "epochs" in err and "above the cap of 10000" in err, err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_tensorboard_writer_refuses_a_linked_trial_folder(tmp_path):
+    pytest.importorskip("tensorboard")
+    from optbench.train.tensorboard import EpochEvents
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    trial = tmp_path / "study" / "trials" / "t"
+    trial.parent.mkdir(parents=True)
+    trial.symlink_to(outside, target_is_directory=True)
+    with pytest.raises(safefs.UnsafePath, match="symbolic link"):
+        EpochEvents(trial, tmp_path / "study")
+    assert list(outside.iterdir()) == []  # no event file written through the link
+    real = tmp_path / "study" / "trials" / "u"
+    events = EpochEvents(real, tmp_path / "study")  # a real folder is written as before
+    events.write({"epoch": 1, "train_loss": 2.5})
+    events.close()
+    assert any(p.name.startswith("events.out.tfevents") for p in real.iterdir())

@@ -210,7 +210,7 @@ def run_trial(
     execution = execution.resolved(compute.device.type)
     stop = StopRequest()
     replaced: dict = {}
-    events = EpochEvents(out_dir) if ctx.is_main else None  # TensorBoard, if installed
+    events = EpochEvents(out_dir, root) if ctx.is_main else None  # TensorBoard, if installed
 
     def each_epoch(line: dict) -> None:  # called on the main process only
         events.write(line)
