@@ -16,6 +16,8 @@ MAX_TRANSLATE = 64  # zero padding: each batch is copied at (img_size + 2 x tran
 MAX_AUGMENT_OPS = 16  # RandAugment operations per image (torchvision's and timm's default: 2)
 MAX_STUDY_BYTES = 1 << 20  # a study file is a few KB
 MAX_YAML_NODES = 100_000  # a study has a few hundred; aliases could make billions
+MAX_YAML_DEPTH = 64  # a study nests 4 levels; deeper would exhaust Python's stack
+MAX_EPOCHS = 10_000  # 25x the paper's longest schedule (400 epochs)
 SEED_BOUND = 2**63  # torch.manual_seed takes 64 bits; seeds are 0 .. 2**63 - 1
 
 CAP_REASONS = {
@@ -25,6 +27,7 @@ CAP_REASONS = {
     "name": "it names the study's folder, and file systems cap a name at 255 bytes",
     "translate": "each batch is padded by it on every side: memory grows with its square",
     "augment_ops": "each operation runs on every image of every step (the usual is 2)",
+    "epochs": "a schedule this long never ends (the paper's longest is 400)",
 }
 
 

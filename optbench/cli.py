@@ -311,7 +311,7 @@ def run(
         console.print(advice, markup=False, highlight=False, soft_wrap=True)
         return
     from optbench.executors import make_executor
-    from optbench.runner import run_study
+    from optbench.runner import run_study, stop_signals_as_ctrl_c
 
     # The executor says what it submits; SLURM also says when it stops answering and answers again.
     notify = partial(console.print, markup=False, highlight=False)
@@ -319,9 +319,10 @@ def run(
     if detach and not executor.jobs_outlive_driver:
         raise UsageError(f"--detach: only the slurm executor can detach (executor is {kind!r})")
     try:
-        run_study(spec, executor, console=console, detach=detach)
-    except KeyboardInterrupt:
-        raise typer.Exit(130) from None
+        with stop_signals_as_ctrl_c():
+            run_study(spec, executor, console=console, detach=detach)
+    except KeyboardInterrupt as stopped:  # Ctrl-C, or StopSignal: SIGTERM, SIGHUP
+        raise typer.Exit(128 + getattr(stopped, "signum", signal.SIGINT)) from None
 
 
 @app.command()

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console, Group
 from rich.table import Table
 
+from optbench import safefs
 from optbench.train.results import METRICS_FILE, read_metrics
 
 if TYPE_CHECKING:
@@ -45,15 +46,20 @@ class TrialEpochs:
     input_wait: float | None = None  # of the last epoch: its fraction waiting for input
 
 
-def read_trial_epochs(out_dir: Path) -> TrialEpochs:
+def read_trial_epochs(out_dir: Path, root: Path | None = None) -> TrialEpochs:
     """The epochs in `out_dir`/metrics.jsonl so far (train.results.read_metrics, partial: a
-    line a worker is still writing is left out, and a file that is not metrics reads as none)."""
+    line a worker is still writing is left out, and a file that is not metrics, a link below
+    `root` (default `out_dir`) or a FIFO reads as none)."""
     path = Path(out_dir) / METRICS_FILE
+    root = Path(root or out_dir)
     try:
-        updated = path.lstat().st_mtime
-    except OSError:
+        found = safefs.stat(path, root)
+    except (safefs.UnsafePath, OSError):
         return TrialEpochs()
-    lines = read_metrics(Path(out_dir), partial=True)
+    if found is None:
+        return TrialEpochs()
+    updated = found.st_mtime
+    lines = read_metrics(Path(out_dir), root, partial=True)
     seconds = tuple(
         float(s) for line in lines if isinstance(s := line.get("epoch_s"), int | float) and s
     )
@@ -122,7 +128,7 @@ class StudyProgress:
         self._read_at = now
         by_key = {item.trial.key: item for item in self.trials}
         self.epochs = {
-            key: read_trial_epochs(by_key[key].trial.out_dir)
+            key: read_trial_epochs(by_key[key].trial.out_dir, by_key[key].trial.job.root)
             for key in self.running
             if key in by_key
         }

@@ -13,6 +13,7 @@ sees meanwhile is progress.py's.
 from __future__ import annotations
 
 import functools
+import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 
@@ -20,6 +21,7 @@ from optuna.trial import TrialState
 from rich.console import Console
 from rich.live import Live
 
+from optbench import safefs
 from optbench.errors import StorageUnavailable, WriteError
 from optbench.executors.base import Executor, Job
 from optbench.locks import driver_lock
@@ -27,12 +29,11 @@ from optbench.plan import Trial, plan
 from optbench.plan import jobs as plan_jobs
 from optbench.progress import EventLog, LiveView, StudyProgress, input_notes
 from optbench.spec import StudySpec, dump_spec
-from optbench.store import Store, StoredTrial
+from optbench.store import Store, StoredTrial, refuse_links
 from optbench.train.config import TrialResult
 from optbench.train.results import (
     RESULT_FILE,
     InvalidResultFile,
-    atomic_write_text,
     config_difference,
     load_result,
     read_metrics,
@@ -54,8 +55,9 @@ def write_faults_as_one_line() -> Iterator[None]:
 def _read_files(item: StoredTrial) -> tuple[TrialResult | None, list[dict]]:
     """The attempt's result and metrics as its worker left them (None: no result file);
     InvalidResultFile if they are there but unusable (untrusted input, never a traceback)."""
-    result = load_result(item.trial.out_dir)
-    return result, (read_metrics(item.trial.out_dir) if result is not None else [])
+    out_dir, root = item.trial.out_dir, item.trial.job.root
+    result = load_result(out_dir, root)
+    return result, (read_metrics(out_dir, root) if result is not None else [])
 
 
 def _failed(item: StoredTrial, why: str) -> TrialResult:
@@ -66,8 +68,11 @@ def _failed(item: StoredTrial, why: str) -> TrialResult:
 def _written_during(item: StoredTrial) -> bool:
     """Whether the trial's result file was written after its latest attempt began."""
     started = item.record.datetime_start  # optuna's: naive local time, like the file's mtime
-    path = item.trial.out_dir / RESULT_FILE
-    return started is None or path.lstat().st_mtime >= started.timestamp()
+    try:
+        found = safefs.stat(item.trial.out_dir / RESULT_FILE, item.trial.job.root)
+    except safefs.UnsafePath:
+        return True  # its folder is a link now: this attempt fails, saying so
+    return started is None or found is None or found.st_mtime >= started.timestamp()
 
 
 def _record_from_disk(store: Store, item: StoredTrial) -> bool:
@@ -86,6 +91,35 @@ def _record_from_disk(store: Store, item: StoredTrial) -> bool:
     return store.record(item, result, metrics)
 
 
+class StopSignal(KeyboardInterrupt):
+    """SIGTERM or SIGHUP to the driver: the run stops exactly as on Ctrl-C (the workers are
+    stopped, what ended is recorded, the same command resumes); exit code 128 + `signum`."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextmanager
+def stop_signals_as_ctrl_c() -> Iterator[None]:
+    """While inside, SIGTERM and SIGHUP (a `kill`, a closed terminal or ssh session) raise
+    StopSignal in the main thread, as SIGINT raises KeyboardInterrupt; a second one while the
+    run stops is ignored. The handlers before are restored on the way out."""
+    stops = (signal.SIGTERM, signal.SIGHUP)
+
+    def stop(signum: int, frame) -> None:
+        for s in stops:
+            signal.signal(s, signal.SIG_IGN)
+        raise StopSignal(signum)
+
+    before = {s: signal.signal(s, stop) for s in stops}
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+
+
 def run_study(
     spec: StudySpec,
     executor: Executor,
@@ -101,10 +135,11 @@ def run_study(
     outlive the driver (SLURM) returns right after submitting: a later run follows them."""
     console = console or Console()
     trials = plan(spec)  # pure: a spec that cannot be planned stops here, before any write
+    refuse_links(spec, trials)  # before any write, too
     # one driver per study, and none while an earlier driver's workers still write (locks.py)
     with write_faults_as_one_line(), driver_lock(spec.study_dir, on_wait=console.print):
         store = Store(spec, create=True)
-        atomic_write_text(spec.study_dir / "spec.yaml", dump_spec(spec))
+        safefs.write_text(spec.study_dir / "spec.yaml", spec.output, dump_spec(spec))
         _catch_up(store, trials, executor, console)
         stored = store.prepare(trials, retries=spec.executor.retries)
         unused = store.unused_trials(trials)
@@ -177,7 +212,8 @@ def _submit(
         if item.attempts > 1:
             log.retried(item, retries)
     for item in todo.values():
-        (item.trial.out_dir / RESULT_FILE).unlink(missing_ok=True)
+        job = item.trial.job
+        safefs.remove(job.out_dir / RESULT_FILE, job.root)
     console.print(executor.submit(jobs), markup=False, highlight=False)
 
 

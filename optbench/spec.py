@@ -24,6 +24,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from optbench.caps import (
     CAP_REASONS,
     MAX_BATCH,
+    MAX_EPOCHS,
     MAX_NAME,
     MAX_POPULATION,
     MAX_TRIALS,
@@ -262,6 +263,8 @@ class StudySpec(StrictModel):
     def _epochs_positive(cls, v: list[int]) -> list[int]:
         if any(e < 1 for e in v):
             raise ValueError("every epochs value must be >= 1")
+        for e in v:
+            check_cap(e, MAX_EPOCHS, "epochs")
         return v
 
     @field_validator("models", "optimizers", "epochs", "seeds")

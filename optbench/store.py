@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from optbench import safefs
 from optbench.plan import Trial
 from optbench.sampling import distributions
 from optbench.spec import StudySpec
@@ -83,6 +84,17 @@ def _storage_errors(method):
     return wrapped
 
 
+def refuse_links(spec: StudySpec, trials: list[Trial]) -> None:
+    """UnsafePath (exit 2) if the study folder, its `trials/` folder, a cell's or a trial's
+    folder, or the study's own database file is a symbolic link: optbench would write and
+    delete through it, outside the study folder. Reads only."""
+    safefs.check(spec.study_dir / "trials", spec.output)
+    if spec.storage is None:
+        safefs.check(spec.study_dir / "study.db", spec.output)
+    for trial in trials:
+        safefs.check(trial.out_dir, spec.output)
+
+
 class Store:
     """Read and write one study's trials. `Store(spec, create=False)` never writes anything
     (a default SQLite file that does not exist yet just means "nothing has run")."""
@@ -90,9 +102,11 @@ class Store:
     def __init__(self, spec: StudySpec, *, create: bool):
         self.spec = spec
         self.storage: optuna.storages.BaseStorage | None = None
-        if create:
-            spec.study_dir.mkdir(parents=True, exist_ok=True)
         file = storage_file(spec.storage_url)
+        if spec.storage is None:  # the default file in the study folder: SQLite follows links
+            safefs.check(spec.study_dir / "study.db", spec.output)
+        if create:
+            safefs.make_dirs(spec.study_dir, spec.output)
         if create or file is None or file.exists():  # reading creates no file
             with storage_errors(spec.storage_url):
                 self.storage = make_storage(spec.storage_url)

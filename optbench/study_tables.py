@@ -24,15 +24,18 @@ from optbench.progress import (
 )
 from optbench.provenance import mixed_code_warning
 from optbench.spec import StudySpec
-from optbench.store import Store
+from optbench.store import Store, refuse_links
 
 
 def status_table(spec: StudySpec, running: set[str] = frozenset()) -> tuple[Table, str | None]:
     """Counts per cell, read from the store without running or writing anything, and the
     one-line warning when a cell mixes results of different training code (None if none);
     `running`: the keys of trials whose job is running (SLURM). The table's caption adds
-    progress.input_notes (cells that mix input pipelines; input-bound trials)."""
-    stored = Store(spec, create=False).read(plan(spec))
+    progress.input_notes (cells that mix input pipelines; input-bound trials). A link in the
+    study folder is refused (store.refuse_links)."""
+    trials = plan(spec)
+    refuse_links(spec, trials)
+    stored = Store(spec, create=False).read(trials)
     table = StudyProgress(stored, running=set(running)).table(
         f"{spec.name}: {sum(s.is_result for s in stored)} of {len(stored)} trials done"
     )
@@ -61,7 +64,7 @@ def trials_table(spec: StudySpec) -> Table | None:
     for item in stored:
         if item.is_result:
             continue
-        epochs = read_trial_epochs(item.trial.out_dir)
+        epochs = read_trial_epochs(item.trial.out_dir, item.trial.job.root)
         if epochs.updated is None:
             continue
         cells = epoch_cells(epochs, item.trial.cell.epochs)

@@ -2,8 +2,8 @@
 of `--set KEY=VALUE` (a study's overrides and `optbench train`'s recipe keys).
 
 Strict: a key given twice is an error (YAML's usual rule is that the last one wins), and a
-document whose aliases (*name) expand it beyond MAX_YAML_NODES entries is refused before it is
-built. A study file is at most MAX_STUDY_BYTES of UTF-8. Every problem is one SpecError naming
+document whose aliases (*name) expand it beyond MAX_YAML_NODES entries, or nested deeper than
+MAX_YAML_DEPTH, is refused before it is built. A study file is at most MAX_STUDY_BYTES of UTF-8. Every problem is one SpecError naming
 the source and, where YAML knows it, the line. The loader is a SafeLoader: it builds plain data
 only, never an object.
 """
@@ -14,14 +14,29 @@ from pathlib import Path
 
 import yaml
 
-from optbench.caps import MAX_STUDY_BYTES, MAX_YAML_NODES
+from optbench.caps import MAX_STUDY_BYTES, MAX_YAML_DEPTH, MAX_YAML_NODES
 from optbench.errors import SpecError
 
 
 class StrictLoader(yaml.SafeLoader):
     """YAML's safe loader, stricter: a key given twice is an error (not "the last one wins"),
     and a document whose aliases (*name) expand it beyond MAX_YAML_NODES is refused before it
-    is built (a few lines of nested aliases expand to billions of entries)."""
+    is built (a few lines of nested aliases expand to billions of entries), and so is one nested
+    deeper than MAX_YAML_DEPTH (composing it would exhaust Python's stack: a RecursionError)."""
+
+    _depth = 0
+
+    def compose_node(self, parent, index):
+        if self._depth >= MAX_YAML_DEPTH:
+            raise yaml.MarkedYAMLError(
+                problem=f"nested deeper than {MAX_YAML_DEPTH} levels",
+                problem_mark=self.peek_event().start_mark,
+            )
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
     def construct_document(self, node):
         sizes: dict[int, int] = {}

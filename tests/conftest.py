@@ -38,6 +38,16 @@ def tiny_dict(tmp_path: Path) -> dict:
 
 
 @pytest.fixture
+def one_model(tiny_dict) -> dict:
+    """The tiny digits study with one model: n_samples trials of 1 epoch."""
+    data = copy.deepcopy(tiny_dict)
+    data["models"] = ["vit_p_w64_16px"]
+    data["search"]["n_samples"] = 1
+    data["executor"] = {"retries": 1}
+    return data
+
+
+@pytest.fixture
 def cli(monkeypatch, capsys, tmp_path):
     """Run `optbench ARGS` in this process from tmp_path; returns (exit code, stdout, stderr)."""
     from optbench.cli import main

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import pickle
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -29,8 +31,48 @@ CIFAR = {
 }
 
 
+def py2_pickle(obj) -> bytes:
+    """`obj` pickled as Python 2's cPickle wrote the CIFAR batches (protocol 2): Python 2 str
+    (bytes here) as BINSTRING, numpy arrays through numpy.core.multiarray._reconstruct with
+    their raw bytes as a Python 2 str. Handles what a batch holds: dict, list, tuple, bytes,
+    int, bool, None, uint8 arrays."""
+
+    def s(b: bytes) -> bytes:  # a Python 2 str
+        return (b"U" + bytes([len(b)]) if len(b) < 256 else b"T" + struct.pack("<i", len(b))) + b
+
+    def glob(module: str, name: str) -> bytes:
+        return b"c" + module.encode() + b"\n" + name.encode() + b"\n"
+
+    def dump(o) -> bytes:
+        if o is None:
+            return b"N"
+        if isinstance(o, bool):
+            return b"\x88" if o else b"\x89"
+        if isinstance(o, int):
+            return b"J" + struct.pack("<i", o)
+        if isinstance(o, bytes):
+            return s(o)
+        if isinstance(o, tuple):
+            return b"(" + b"".join(dump(x) for x in o) + b"t"
+        if isinstance(o, list):
+            return b"](" + b"".join(dump(x) for x in o) + b"e"
+        if isinstance(o, dict):
+            return b"}(" + b"".join(dump(k) + dump(v) for k, v in o.items()) + b"u"
+        if isinstance(o, np.ndarray) and o.dtype == np.uint8:
+            dtype = glob("numpy", "dtype") + dump((b"u1", 0, 1)) + b"R"
+            dtype += dump((3, b"|", None, None, None, -1, -1, 0)) + b"b"
+            array = glob("numpy.core.multiarray", "_reconstruct")
+            array += b"(" + glob("numpy", "ndarray") + dump((0,)) + s(b"b") + b"tR"
+            state = b"(" + dump(1) + dump(o.shape) + dtype + dump(False) + s(o.tobytes()) + b"t"
+            return array + state + b"b"
+        raise TypeError(type(o))
+
+    return b"\x80\x02" + dump(obj) + b"."
+
+
 def make_cifar(root: Path, name: str, per_file: int = 8, seed: int = 0) -> dict:
-    """Write torchvision-format CIFAR pickles (rows of 3072 uint8: R plane, G plane, B plane)."""
+    """Write torchvision-format CIFAR pickles as the real files are (Python 2 protocol-2 dicts
+    with str keys; rows of 3072 uint8: R plane, G plane, B plane)."""
     folder, train_files, val_files, label_key, classes = CIFAR[name]
     rng = np.random.default_rng(seed)
     (root / folder).mkdir(parents=True)
@@ -38,8 +80,9 @@ def make_cifar(root: Path, name: str, per_file: int = 8, seed: int = 0) -> dict:
     for fname in train_files + val_files:
         data = rng.integers(0, 256, (per_file, 3072), dtype=np.uint8)
         labels = rng.integers(0, classes, per_file).tolist()
-        with open(root / folder / fname, "wb") as f:
-            pickle.dump({"data": data, label_key: labels, "filenames": []}, f)
+        batch = {b"batch_label": b"training batch", label_key.encode(): labels, b"data": data}
+        batch[b"filenames"] = [f"img_{i}.png".encode() for i in range(per_file)]
+        (root / folder / fname).write_bytes(py2_pickle(batch))
         written[fname] = (data, labels)
     return written
 
@@ -88,6 +131,43 @@ def test_cifar_missing_file_and_malformed_pickle(tmp_path):
     (tmp_path / "cifar-10-batches-py" / "data_batch_3").write_bytes(b"not a pickle")
     with pytest.raises(UsageError, match="data_batch_3.*not a CIFAR pickle"):
         load_dataset(Dataset(name="cifar10", root=tmp_path))
+
+
+class RunsAShellCommand:
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+@pytest.mark.parametrize("where", ["the batch", "a label"])
+def test_a_crafted_cifar_pickle_runs_nothing_and_is_refused_in_one_line(tmp_path, where):
+    make_cifar(tmp_path, "cifar10")
+    marker = tmp_path / "ran"
+    crafted = RunsAShellCommand(marker)
+    batch = crafted if where == "the batch" else {"data": np.zeros((1, 3072), np.uint8)}
+    if where == "a label":
+        batch["labels"] = [crafted]
+    path = tmp_path / "cifar-10-batches-py" / "data_batch_2"
+    path.write_bytes(pickle.dumps(batch, protocol=2))
+    assert not marker.exists()
+    with pytest.raises(UsageError) as err:
+        load_dataset(Dataset(name="cifar10", root=tmp_path))
+    assert not marker.exists()  # nothing was executed
+    message = str(err.value)
+    assert "\n" not in message and str(path) in message
+    assert f"names {os.system.__module__}.system" in message
+
+
+def test_cifar_batches_written_by_python3_load_too(tmp_path):
+    """numpy 2's module name and protocol 2's bytes (through _codecs.encode), bytes keys."""
+    written = make_cifar(tmp_path, "cifar100")
+    for fname, (data, labels) in written.items():
+        batch = {b"data": data, b"fine_labels": labels, b"filenames": [b"a.png"]}
+        (tmp_path / "cifar-100-python" / fname).write_bytes(pickle.dumps(batch, protocol=2))
+    data = load_dataset(Dataset(name="cifar100", root=tmp_path))
+    assert data.train_y.tolist() == written["train"][1]
 
 
 def test_folder_layout_checks(tmp_path):

@@ -11,11 +11,11 @@ from contextlib import contextmanager
 import pytest
 import torch
 
+from optbench import safefs
 from optbench.plan import plan
 from optbench.recipe import Recipe
 from optbench.spec import parse_spec
 from optbench.train.checkpoint import save_checkpoint
-from optbench.train.results import atomic_write_text
 
 
 @contextmanager
@@ -56,7 +56,7 @@ def test_the_default_warmup_fits_every_schedule_and_a_given_one_is_kept(tiny_dic
 @pytest.mark.parametrize("mask", [0o022, 0o002, 0o077])
 def test_written_files_follow_the_umask(tmp_path, mask):
     with umask(mask):
-        atomic_write_text(tmp_path / "result.json", "{}")
+        safefs.write_text(tmp_path / "result.json", tmp_path, "{}")
         save_checkpoint(tmp_path / "checkpoint.pt", {"x": torch.zeros(1)})
     assert _mode(tmp_path / "result.json") == 0o666 & ~mask
     assert _mode(tmp_path / "checkpoint.pt") == 0o666 & ~mask

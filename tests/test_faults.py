@@ -44,16 +44,6 @@ def _quiet() -> Console:
     return Console(file=open(os.devnull, "w"))  # noqa: SIM115
 
 
-@pytest.fixture
-def one_model(tiny_dict) -> dict:
-    """The tiny digits study with one model: n_samples trials of 1 epoch."""
-    data = copy.deepcopy(tiny_dict)
-    data["models"] = ["vit_p_w64_16px"]
-    data["search"]["n_samples"] = 1
-    data["executor"] = {"retries": 1}
-    return data
-
-
 def _attempts(spec) -> dict[str, list[tuple[str, str | None]]]:
     """key -> [(status, message)] of every recorded attempt, in order."""
     storage = optuna.storages.RDBStorage(spec.storage_url)
@@ -562,11 +552,11 @@ def test_disk_full_in_a_trial_is_one_line_loses_nothing_and_the_same_command_com
     save_checkpoint = trial_state.save_checkpoint
     folders = []
 
-    def full_on_the_second_trial(path, state):
+    def full_on_the_second_trial(path, state, root=None):
         folders.append(path.parent)
         if len({*folders}) == 2:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
-        save_checkpoint(path, state)
+        save_checkpoint(path, state, root)
 
     monkeypatch.setattr(trial_state, "save_checkpoint", full_on_the_second_trial)
     code, _, err = run_cli(["run", "study.yaml"], tmp_path, monkeypatch, capsys)

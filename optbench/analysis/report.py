@@ -296,13 +296,29 @@ def _curves_section(trials: pd.DataFrame, colors: dict[str, str], metric: str) -
 # --- files ----------------------------------------------------------------------------------
 
 
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # what makes a spreadsheet cell a formula
+
+
+def csv_cell(value):
+    """A cell a spreadsheet shows as text: a string that would start a formula gets a leading
+    ' (OWASP's advice against CSV injection); numbers, and strings that are numbers, stay."""
+    if not isinstance(value, str) or not value.startswith(FORMULA_STARTS):
+        return value
+    try:
+        float(value)
+        return value  # "-1.5" is a number, not a formula
+    except ValueError:
+        return "'" + value
+
+
 def write_trials(trials: pd.DataFrame, out_dir: Path) -> list[str]:
-    """trials.csv (no per-epoch metrics, but pycls_best computed from them), and
-    trials.parquet when pyarrow is installed."""
+    """trials.csv (no per-epoch metrics, but pycls_best computed from them; no cell can start a
+    formula), and trials.parquet when pyarrow is installed."""
     trials = tables.with_pycls_best(trials)
     first = [c for c in CSV_FIRST_COLUMNS if c in trials.columns]
     rest = [c for c in trials.columns if c not in first and c != "metrics"]
-    trials[first + rest].to_csv(out_dir / "trials.csv", index=False)
+    table = trials[first + rest].map(csv_cell)
+    table.to_csv(out_dir / "trials.csv", index=False)
     written = ["trials.csv"]
     if importlib.util.find_spec("pyarrow") is not None:
         trials.to_parquet(out_dir / "trials.parquet", index=False)

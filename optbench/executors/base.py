@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Literal, Protocol
 
 from optbench.train.config import Execution, TrainConfig
@@ -31,6 +31,16 @@ class TrialJob:
     @property
     def keys(self) -> tuple[str, ...]:
         return (self.key,)
+
+    @property
+    def root(self) -> Path:
+        """The folder below which the worker follows no link (safefs): the study folder when
+        `out_dir` is <study folder>/trials/<key> (plan.py's layout), else `out_dir` itself."""
+        parts = PurePath(self.key).parts
+        tail = self.out_dir.parts[-len(parts) - 1 :]
+        if tail == ("trials", *parts):
+            return self.out_dir.parents[len(parts)]
+        return self.out_dir
 
 
 @dataclass(frozen=True)
@@ -69,7 +79,7 @@ def run_job(job: Job, device: str) -> None:
 
         run_trial(
             job.config, job.out_dir, device, resume=True, distributed=False,
-            execution=job.execution,
+            execution=job.execution, root=job.root,
         )  # fmt: skip
 
 

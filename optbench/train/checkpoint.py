@@ -22,8 +22,9 @@ from pathlib import Path
 
 import torch
 
+from optbench import safefs
 from optbench.errors import UsageError
-from optbench.train.results import atomic_open, config_difference
+from optbench.train.results import config_difference
 
 CHECKPOINT_FILE = "checkpoint.pt"
 FORMAT = 2  # 2: no pickled RNG states (loadable with weights_only=True)
@@ -34,10 +35,11 @@ class CheckpointError(UsageError):
     """A checkpoint that cannot be resumed from; the file is kept."""
 
 
-def save_checkpoint(path: Path, state: dict) -> None:
+def save_checkpoint(path: Path, state: dict, root: Path | None = None) -> None:
     """torch.save `state` to `path` atomically: a reader sees the old file or the new one. A
-    failed write (disk full) raises the OSError behind it, naming `path`."""
-    with atomic_open(path, "wb") as f:
+    failed write (disk full) raises the OSError behind it, naming `path`. No link below `root`
+    (default: the checkpoint's folder) is followed."""
+    with safefs.atomic_open(path, root or path.parent, "wb") as f:
         try:
             torch.save({"format": FORMAT, **state}, f)
         except RuntimeError as err:  # torch reports a failed write as "unexpected pos"
@@ -51,17 +53,25 @@ def _why(err: BaseException) -> str:
     return f"{type(err).__name__}: {first[:120]}" if first else type(err).__name__
 
 
-def load_checkpoint(path: Path, config: dict | None = None) -> dict | None:
+def load_checkpoint(
+    path: Path, config: dict | None = None, root: Path | None = None
+) -> dict | None:
     """The checkpoint at `path`, or None if there is none. With `config` (the trial's config as
-    JSON), one of another configuration is refused naming the difference."""
-    if not path.exists() and not path.is_symlink():
-        return None
+    JSON), one of another configuration is refused naming the difference. No link below `root`
+    (default: the checkpoint's folder) is followed."""
     refuse = f"{path}: not a checkpoint optbench can resume from"
     keep = "it is left in place; remove it to restart the trial"
-    if path.is_symlink() or not path.is_file():
-        raise CheckpointError(f"{refuse} (not a regular file); {keep}")
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        f = safefs.open_file(path, root or path.parent)
+    except safefs.UnsafePath:
+        raise CheckpointError(f"{refuse} (not a regular file); {keep}") from None
+    except OSError as err:
+        raise CheckpointError(f"{refuse} ({err.strerror}); {keep}") from None
+    if f is None:
+        return None
+    try:
+        with f:
+            state = torch.load(f, map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 - any unreadable file is refused the same way
         raise CheckpointError(f"{refuse} ({_why(err)}); {keep}") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:

@@ -4,15 +4,29 @@ the result files."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-from optbench.caps import SEED_BOUND
+from optbench.caps import MAX_EPOCHS, SEED_BOUND
 from optbench.errors import SpecError, format_errors
 from optbench.recipe import Dataset, Optimizer, Pipeline, Recipe, fill_ref_batch
 
 Status = Literal["finished", "diverged", "failed"]
+
+# A result file is untrusted input to the driver: each field is checked by type and form, so a
+# crafted one cannot smuggle a formula, a huge string or a NaN into the store and the tables.
+MAX_MESSAGE = 2000  # characters of a failure's message kept (the traceback is in error.log)
+Digest = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]  # sha256, hex
+Short = Annotated[str, StringConstraints(max_length=200)]
 
 
 class TrainConfig(BaseModel):
@@ -25,7 +39,7 @@ class TrainConfig(BaseModel):
     optimizer: Optimizer
     lr: float = Field(gt=0)
     wd: float = Field(ge=0)
-    epochs: int = Field(ge=1)
+    epochs: int = Field(ge=1, le=MAX_EPOCHS)  # caps.py: a longer schedule never ends
     batch_size: int = Field(ge=1)
     ref_batch: int = Field(ge=1)  # default: the recipe preset's (recipe.PRESET_REF_BATCH)
     seed: int = Field(default=0, ge=0, lt=SEED_BOUND)
@@ -115,32 +129,36 @@ class TrialResult(BaseModel):
     status: Status
     final_error: float | None = None
     best_error: float | None = None
-    epochs: int
-    epochs_run: int = 0
-    diverged_epoch: int | None = None
-    wall_s: float = 0.0
-    images_per_s: float | None = None
+    epochs: int = Field(ge=1)
+    epochs_run: int = Field(default=0, ge=0)
+    diverged_epoch: int | None = Field(default=None, ge=1)
+    wall_s: float = Field(default=0.0, ge=0)
+    images_per_s: float | None = Field(default=None, ge=0)
     # fraction of the training time spent waiting for input (epoch.py: InputClock), over the run
     input_wait: float | None = Field(default=None, ge=0, le=1)
-    digest: str | None = None
+    digest: Digest | None = None
     message: str | None = None
     config: TrainConfig
     execution: Execution | None = None  # the resolved settings it ran with (None: failed early)
-    reported: str | None = None
+    reported: Literal["ema_final", "ema_best", "raw_final", "raw_best"] | None = None
     raw_final_error: float | None = None
     raw_best_error: float | None = None
     raw_final_top5_error: float | None = None
     ema_final_error: float | None = None
     ema_best_error: float | None = None
     ema_final_top5_error: float | None = None
-    world_size: int = 1
-    execution: Execution = Execution()
+    world_size: int = Field(default=1, ge=1, le=1_000_000)
     # what the digest depends on besides the config (train.results.runtime_info)
-    threads: int | None = None
-    device: str | None = None
-    versions: dict[str, str] | None = None
+    threads: int | None = Field(default=None, ge=1, le=1_000_000)
+    device: Short | None = None
+    versions: Annotated[dict[Short, Short], Field(max_length=20)] | None = None
     # which code made it (None in result files written before it was recorded)
     provenance: Provenance | None = None
+
+    @field_validator("message")
+    @classmethod
+    def _message_capped(cls, v: str | None) -> str | None:
+        return v if v is None or len(v) <= MAX_MESSAGE else v[: MAX_MESSAGE - 3] + "..."
 
     @model_validator(mode="after")
     def _a_result_has_its_numbers(self) -> TrialResult:
@@ -151,4 +169,8 @@ class TrialResult(BaseModel):
                 raise ValueError(f"{name} {value} is not a percentage")
         if self.status == "finished" and self.final_error is None:
             raise ValueError("a finished trial needs its final_error")
+        if self.epochs_run > self.epochs or (self.diverged_epoch or 0) > self.epochs:
+            raise ValueError(f"epochs_run or diverged_epoch beyond its {self.epochs} epochs")
+        if self.epochs != self.config.epochs:
+            raise ValueError(f"epochs {self.epochs}, but its config has {self.config.epochs}")
         return self

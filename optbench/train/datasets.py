@@ -23,6 +23,7 @@ published sizes where it can) for plans and complexity tables.
 
 from __future__ import annotations
 
+import codecs
 import functools
 import os
 import pickle
@@ -180,13 +181,52 @@ def _check_cifar(spec: Dataset) -> None:
         raise UsageError(f"dataset.root: {folder} lacks {missing}; {hint}")
 
 
+def _cifar_globals() -> dict[tuple[str, str], object]:
+    try:
+        from numpy._core.multiarray import _reconstruct
+    except ImportError:  # numpy < 2
+        from numpy.core.multiarray import _reconstruct
+
+    return {
+        # numpy's array reconstruction, under its names before and since numpy 2
+        ("numpy.core.multiarray", "_reconstruct"): _reconstruct,
+        ("numpy._core.multiarray", "_reconstruct"): _reconstruct,
+        ("numpy", "ndarray"): np.ndarray,
+        ("numpy", "dtype"): np.dtype,
+        ("_codecs", "encode"): codecs.encode,  # bytes, as Python 3 writes them at protocol 2
+    }
+
+
+class CifarUnpickler(pickle.Unpickler):
+    """Unpickles what a CIFAR batch holds (dicts, lists, strings, numbers and numpy arrays)
+    and nothing else: a pickle naming any other callable (os.system in a crafted file) is an
+    UnpicklingError before anything is called. A dataset file is data, never code."""
+
+    allowed = _cifar_globals()
+
+    def find_class(self, module: str, name: str):
+        try:
+            return self.allowed[(module, name)]
+        except KeyError:
+            raise pickle.UnpicklingError(
+                f"it names {module}.{name}, which a CIFAR batch never holds (a crafted file?)"
+            ) from None
+
+
+def _text_keys(entry):
+    """Python 2's batches have str keys; written by Python 3, they may be bytes."""
+    if not isinstance(entry, dict):
+        raise TypeError(f"a {type(entry).__name__}, not a dict")
+    return {k.decode("latin1") if isinstance(k, bytes) else k: v for k, v in entry.items()}
+
+
 def _read_cifar_batches(folder: Path, files: tuple[str, ...], label_key: str):
     xs, ys = [], []
     for name in files:
         path = folder / name
         try:
-            with open(path, "rb") as f:
-                entry = pickle.load(f, encoding="latin1")
+            with open(path, "rb") as f:  # torchvision's protocol-2 pickles of Python 2 str
+                entry = _text_keys(CifarUnpickler(f, encoding="latin1").load())
             data, labels = entry["data"], entry[label_key]
         except (pickle.UnpicklingError, EOFError, KeyError, TypeError, ValueError) as err:
             raise UsageError(

@@ -46,6 +46,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from optbench import safefs
 from optbench.provenance import provenance
 from optbench.train.build import build_parts, for_training
 from optbench.train.checkpoint import CHECKPOINT_FILE, CheckpointError
@@ -60,7 +61,6 @@ from optbench.train.distributed import (
 from optbench.train.epoch import train_one_epoch
 from optbench.train.evaluation import evaluate_epoch
 from optbench.train.results import (
-    atomic_write_text,
     finished_result,
     runtime_info,
     write_metrics,
@@ -89,6 +89,7 @@ def weights_digest(model: nn.Module | dict[str, torch.Tensor]) -> str:
 def _train(
     cfg: TrainConfig,
     out_dir: Path,
+    root: Path,
     compute: Compute,
     stop: StopRequest,
     resume: bool,
@@ -99,16 +100,16 @@ def _train(
     an agreed stop checkpoints and raises TrialInterrupted."""
     parts = build_parts(cfg, compute, execution.pipeline)
     ckpt_path = out_dir / CHECKPOINT_FILE
-    state = restore_state(ckpt_path, cfg, parts) if resume else TrialState()
+    state = restore_state(ckpt_path, cfg, parts, root) if resume else TrialState()
     trained = for_training(parts.model, compute)
     if compute.dist.is_main:  # the file holds exactly the completed epochs' lines
-        write_metrics(out_dir, state.history)
+        write_metrics(out_dir, state.history, root)
     images_per_epoch = len(parts.batches) * cfg.batch_size
     while state.epoch < cfg.epochs:
         epoch = state.epoch
         ran = train_one_epoch(trained, parts, cfg, compute, state, stop)
         if not ran.complete:
-            save_state(ckpt_path, cfg, parts, state, compute.dist)
+            save_state(ckpt_path, cfg, parts, state, compute.dist, root)
             raise TrialInterrupted(ran.stop)
         loss = ran.train_loss
         diverged = not math.isfinite(loss) or loss > cfg.recipe.diverge_loss
@@ -124,12 +125,12 @@ def _train(
             line.update(evaluate_epoch(parts, cfg, compute, epoch))
         state = state.after_epoch(line, ran.seconds, images_per_epoch, ran.wait_s)
         if compute.dist.is_main:
-            write_metrics(out_dir, state.history)
+            write_metrics(out_dir, state.history, root)
             if on_epoch is not None:
                 on_epoch(line)
         if diverged:
             return trial_result(cfg, state, epoch + 1, parts.model, compute.dist)
-        save_state(ckpt_path, cfg, parts, state, compute.dist)
+        save_state(ckpt_path, cfg, parts, state, compute.dist, root)
         if ran.stop and state.epoch < cfg.epochs:
             raise TrialInterrupted(ran.stop)
     return trial_result(cfg, state, None, parts.model, compute.dist)
@@ -188,6 +189,7 @@ def run_trial(
     distributed: bool = True,
     on_epoch: Callable[[dict], None] | None = None,
     execution: Execution = Execution(),
+    root: Path | None = None,
 ) -> TrialResult:
     """Train `cfg` into `out_dir` and write result.json there. Never raises for a failed trial:
     the failure (with its traceback in error.log) is the result; a refused checkpoint is kept.
@@ -198,10 +200,12 @@ def run_trial(
     sets the input pipeline's workers (results do not depend on it); `execution` how to run
     it (resolved for the device, recorded in result.json).
     `distributed=False` ignores torchrun's / SLURM's environment and trains in this process
-    alone (see distributed.py). `on_epoch(line)` is called with each epoch's metrics line."""
+    alone (see distributed.py). `on_epoch(line)` is called with each epoch's metrics line. No link below `root` (default
+    `out_dir`; a study's workers pass the study folder) is followed (safefs.UnsafePath)."""
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    if resume and (done := finished_result(cfg, out_dir)) is not None:
+    root = Path(root or out_dir)
+    safefs.make_dirs(out_dir, root)
+    if resume and (done := finished_result(cfg, out_dir, root)) is not None:
         return done  # ResumeMismatch or InvalidResultFile if it is not this config's result
     start = time.perf_counter()
     ctx = context_from_env() if distributed else DistContext()
@@ -209,7 +213,7 @@ def run_trial(
     execution = execution.resolved(compute.device.type)
     stop = StopRequest()
     replaced: dict = {}
-    events = EpochEvents(out_dir) if ctx.is_main else None  # TensorBoard, if installed
+    events = EpochEvents(out_dir, root) if ctx.is_main else None  # TensorBoard, if installed
 
     def each_epoch(line: dict) -> None:  # called on the main process only
         events.write(line)
@@ -219,17 +223,19 @@ def run_trial(
     try:
         init_process_group(ctx, compute.device.type)
         with stop_signals_caught(stop, handle_signals) as replaced:
-            result = _train(cfg, out_dir, compute, stop, resume, each_epoch, execution)
+            result = _train(cfg, out_dir, root, compute, stop, resume, each_epoch, execution)
     except TrialInterrupted as stopped:
         pass_on(stopped.signum, replaced)
         raise
     except Exception as err:  # noqa: BLE001 - any crash becomes a recorded "failed" result
         if isinstance(err, OSError) and err.errno in DISK_FAULTS:
             raise  # not this trial's failure: the caller stops (nothing more can be written)
+        if isinstance(err, safefs.UnsafePath):
+            raise  # a link in its folder: no result can be written there (the driver says so)
         # a refused checkpoint stays where it is for the user to look at
         keep_checkpoint = keep_checkpoint or isinstance(err, CheckpointError)
         if ctx.is_main:
-            atomic_write_text(out_dir / "error.log", traceback.format_exc())
+            safefs.write_text(out_dir / "error.log", root, traceback.format_exc())
         result = TrialResult(
             status="failed", epochs=cfg.epochs, config=cfg, message=f"{type(err).__name__}: {err}"
         )
@@ -239,7 +245,7 @@ def run_trial(
             events.close()
     result.execution = execution
     if ctx.is_main:
-        record_result(out_dir, result, start, compute.device, keep_checkpoint)
+        record_result(out_dir, result, start, compute.device, keep_checkpoint, root)
     else:
         stamp_result(result, start, compute.device)
     return result
@@ -254,10 +260,16 @@ def stamp_result(result: TrialResult, start: float, device: torch.device) -> Non
 
 
 def record_result(
-    out_dir: Path, result: TrialResult, start: float, device: torch.device, keep_checkpoint: bool
+    out_dir: Path,
+    result: TrialResult,
+    start: float,
+    device: torch.device,
+    keep_checkpoint: bool,
+    root: Path | None = None,
 ) -> None:
-    """Stamp `result` and write it as OUT/result.json; remove the checkpoint unless kept."""
+    """Stamp `result` and write it as OUT/result.json; remove the checkpoint unless kept
+    (nothing followed through a link below `root`, safefs)."""
     stamp_result(result, start, device)
-    write_result(out_dir, result)
+    write_result(out_dir, result, root)
     if not keep_checkpoint:
-        (out_dir / CHECKPOINT_FILE).unlink(missing_ok=True)
+        safefs.remove(out_dir / CHECKPOINT_FILE, root)

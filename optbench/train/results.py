@@ -1,9 +1,12 @@
 """Result files: the only thing a worker hands back, and what the driver trusts of them.
 
-Writes are atomic (a temporary file beside the target, fsynced, renamed over it), so a reader
-sees either no file or a whole one, never a torn write, whatever kills the writer; and a rename
+Files go through safefs (no link below the study folder is followed, reads are capped). Writes
+are atomic (a temporary file beside the target, fsynced, renamed over it), so a reader sees
+either no file or a whole one, never a torn write, whatever kills the writer; and a rename
 replaces a symbolic link planted in a trial folder instead of following it. A write that fails
-(disk full, I/O error) raises an OSError that names the path.
+(disk full, I/O error) raises an OSError that names the path. `root` (default: the trial
+folder itself) is the folder below which no link is followed: a study's workers and driver
+pass the study folder.
 
 Reads treat the files as untrusted data: a result.json or metrics.jsonl that is unreadable,
 truncated, not JSON, wrongly typed or absurdly large raises `InvalidResultFile` with the reason
@@ -14,16 +17,12 @@ form for callers that only poll for a valid result.
 from __future__ import annotations
 
 import json
-import os
 import platform
-import secrets
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
 
 from pydantic import ValidationError
 
+from optbench import safefs
 from optbench.errors import UsageError
 from optbench.train.config import TrainConfig, TrialResult
 
@@ -42,79 +41,39 @@ class ResumeMismatch(UsageError):
     """A trial folder holds the result or checkpoint of another configuration."""
 
 
-@contextmanager
-def atomic_open(path: Path, mode: str = "w") -> Iterator[IO]:
-    """Open a temporary file beside `path` for writing; on success fsync it and rename it over
-    `path`, so a reader sees the old file or the new one, never a torn write. An OSError (disk
-    full, I/O error, read-only file system) is raised again naming `path`."""
-    tmp = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Not mkstemp: its files are 0600 whatever the umask, and a lab group must read results.
-        # Created 0666 & ~umask, as any file the user writes; a random name, exclusively.
-        tmp = path.parent / f".{path.name}.{secrets.token_hex(8)}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
-        with os.fdopen(fd, mode) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as err:
-        _discard(tmp)
-        raise OSError(err.errno, err.strerror or str(err), str(path)) from None
-    except BaseException:
-        _discard(tmp)
-        raise
-
-
-def _discard(tmp: Path | None) -> None:
-    if tmp is not None:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    with atomic_open(path) as f:
-        f.write(text)
-
-
-def write_result(out_dir: Path, result: TrialResult) -> Path:
+def write_result(out_dir: Path, result: TrialResult, root: Path | None = None) -> Path:
+    """Write result.json into `out_dir`; no link below `root` (default `out_dir`) is followed."""
     path = out_dir / RESULT_FILE
-    atomic_write_text(path, result.model_dump_json(indent=2) + "\n")
+    safefs.write_text(path, root or out_dir, result.model_dump_json(indent=2) + "\n")
     return path
 
 
-def write_metrics(out_dir: Path, lines: list[dict]) -> None:
+def write_metrics(out_dir: Path, lines: list[dict], root: Path | None = None) -> None:
     """Replace metrics.jsonl with `lines`, one JSON object per completed epoch (rewritten whole
     at each epoch end: a few KB, and never appended through a planted symlink)."""
-    atomic_write_text(out_dir / METRICS_FILE, "".join(json.dumps(m) + "\n" for m in lines))
+    text = "".join(json.dumps(m) + "\n" for m in lines)
+    safefs.write_text(out_dir / METRICS_FILE, root or out_dir, text)
 
 
-def _read_capped(path: Path, limit: int) -> bytes:
-    """The bytes of a regular file (not a link, a folder or a device) of at most `limit`."""
-    if path.is_symlink():
-        raise InvalidResultFile(f"{path}: a symbolic link, not a file a worker wrote")
-    if not path.is_file():
-        raise InvalidResultFile(f"{path}: not a regular file")
+def _read_capped(path: Path, root: Path, limit: int) -> bytes | None:
+    """The bytes of a regular file (not a link, a folder or a device) of at most `limit`;
+    None if there is none."""
     try:
-        with open(path, "rb") as f:
-            data = f.read(limit + 1)
+        return safefs.read_bytes(path, root, limit)
+    except safefs.UnsafePath as err:
+        raise InvalidResultFile(str(err)) from None
     except OSError as err:
         raise InvalidResultFile(f"{path}: unreadable ({err.strerror})") from None
-    if len(data) > limit:
-        raise InvalidResultFile(f"{path}: larger than {limit} bytes, not a result file")
-    return data
 
 
-def load_result(out_dir: Path) -> TrialResult | None:
+def load_result(out_dir: Path, root: Path | None = None) -> TrialResult | None:
     """The trial's result; None if it has not written one; InvalidResultFile (naming the file
-    and the first problem) if the file is there but is not a valid result."""
+    and the first problem) if the file is there but is not a valid result. No link below
+    `root` (default `out_dir`) is followed."""
     path = out_dir / RESULT_FILE
-    if not path.exists() and not path.is_symlink():
+    data = _read_capped(path, root or out_dir, MAX_RESULT_BYTES)
+    if data is None:
         return None
-    data = _read_capped(path, MAX_RESULT_BYTES)
     try:
         return TrialResult.model_validate_json(data)
     except ValidationError as err:
@@ -126,52 +85,81 @@ def load_result(out_dir: Path) -> TrialResult | None:
         ) from None
 
 
-def read_result(out_dir: Path) -> TrialResult | None:
+def read_result(out_dir: Path, root: Path | None = None) -> TrialResult | None:
     """The trial's result if it has written a valid one, else None (for callers that poll)."""
     try:
-        return load_result(out_dir)
+        return load_result(out_dir, root)
     except InvalidResultFile:
         return None
 
 
-def read_metrics(out_dir: Path, *, partial: bool = False) -> list[dict]:
+def read_metrics(out_dir: Path, root: Path | None = None, *, partial: bool = False) -> list[dict]:
     """The per-epoch lines of metrics.jsonl ([] if there is none), the one reader of that file
-    (at most MAX_METRICS_BYTES, a regular file). InvalidResultFile if a line is not a JSON
-    object with an integer epoch and a numeric (or null) val_error.
+    (at most MAX_METRICS_BYTES, a regular file, no link below `root` followed; default
+    `out_dir`). InvalidResultFile if a line is not an epoch's metrics (parse_metrics_line).
 
     With `partial` (a trial still running: the live view, `optbench status --trials`), never an
     error: the lines up to the first that is not an epoch's metrics (a worker may be writing
     it), and [] for a file that cannot be read as metrics at all."""
     path = out_dir / METRICS_FILE
-    if not path.exists() and not path.is_symlink():
-        return []
     try:
-        text = _read_capped(path, MAX_METRICS_BYTES)
+        text = _read_capped(path, root or out_dir, MAX_METRICS_BYTES)
     except InvalidResultFile:
         if partial:
             return []
         raise
+    if text is None:
+        return []
     lines = []
     for n, raw in enumerate(text.splitlines(), start=1):
         if not raw.strip():
             continue
-        try:
-            line = json.loads(raw)
-        except ValueError:
+        line, why = parse_metrics_line(raw)
+        if why:
             if partial:
                 break
-            raise InvalidResultFile(f"{path}: line {n} is not JSON") from None
-        epoch = line.get("epoch") if isinstance(line, dict) else None
-        val = line.get("val_error") if isinstance(line, dict) else None
-        if type(epoch) is not int or not (val is None or type(val) in (int, float)):
-            if partial:
-                break
-            raise InvalidResultFile(
-                f"{path}: line {n} is not an epoch's metrics (an object with an integer "
-                "epoch and a numeric val_error)"
-            )
+            raise InvalidResultFile(f"{path}: line {n} {why}")
         lines.append(line)
     return lines
+
+
+# The fields of a metrics line whose range is known (percentages, counts, rates); any other field
+# is a finite number, null or a short string, under a short name.
+_PERCENT = ("val_error", "raw_top1", "raw_top5", "ema_top1", "ema_top5")
+_NON_NEGATIVE = ("lr", "images_per_s", "epoch_s", "train_loss")
+MAX_METRICS_KEYS = 100
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def parse_metrics_line(raw: str | bytes) -> tuple[dict, str | None]:
+    """One line of metrics.jsonl and what is wrong with it (None: nothing): an object with an
+    integer epoch, percentages in 0..100 (val_error may be null), finite numbers elsewhere, no
+    NaN or Infinity, short keys and strings."""
+    try:
+        line = json.loads(raw, parse_constant=_no_constant)
+    except ValueError:
+        return {}, "is not JSON"
+    if not isinstance(line, dict) or len(line) > MAX_METRICS_KEYS:
+        return {}, f"is not an epoch's metrics (a JSON object of at most {MAX_METRICS_KEYS} keys)"
+    epoch = line.get("epoch")
+    if type(epoch) is not int or not 1 <= epoch <= 1_000_000:
+        return line, "is not an epoch's metrics (an object with an integer epoch)"
+    for key, value in line.items():
+        if len(key) > 64:
+            return line, f"has a key of {len(key)} characters"
+        numeric = key in _PERCENT or key in _NON_NEGATIVE
+        if value is None or (not numeric and isinstance(value, str) and len(value) <= 200):
+            continue
+        if type(value) not in (int, float):
+            return line, f"{key}: not a number, null or a short string"
+        if key in _PERCENT and not 0 <= value <= 100:
+            return line, f"{key} {value} is not a percentage"
+        if key in _NON_NEGATIVE and value < 0:
+            return line, f"{key} {value} is negative"
+    return line, None
 
 
 def config_difference(expected: TrainConfig | dict, found: TrainConfig | dict) -> str:
@@ -196,10 +184,12 @@ def config_difference(expected: TrainConfig | dict, found: TrainConfig | dict) -
     return "; ".join(shown) + more if shown else "the same configuration"
 
 
-def finished_result(cfg: TrainConfig, out_dir: Path) -> TrialResult | None:
+def finished_result(
+    cfg: TrainConfig, out_dir: Path, root: Path | None = None
+) -> TrialResult | None:
     """The result already in `out_dir` for `cfg` (what a resumed trial returns untouched), None
     if there is none; ResumeMismatch naming the difference if it belongs to another config."""
-    result = load_result(out_dir)
+    result = load_result(out_dir, root)
     if result is not None and result.config != cfg:
         raise ResumeMismatch(
             f"{out_dir / RESULT_FILE}: the result of another configuration "

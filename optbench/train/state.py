@@ -40,11 +40,13 @@ class TrialState:
         )
 
 
-def restore_state(path: Path, cfg: TrainConfig, parts: TrialParts) -> TrialState:
+def restore_state(
+    path: Path, cfg: TrainConfig, parts: TrialParts, root: Path | None = None
+) -> TrialState:
     """Load the checkpoint at `path` into `parts` and return its position; a fresh start when
     there is none. A checkpoint that cannot be read, or of another config, or that does not fit
-    `parts`, is refused (checkpoint.CheckpointError) and kept."""
-    saved = load_checkpoint(path, cfg.model_dump(mode="json"))
+    `parts`, is refused (checkpoint.CheckpointError) and kept. No link below `root` is followed."""
+    saved = load_checkpoint(path, cfg.model_dump(mode="json"), root)
     if saved is None:
         return TrialState()
     with restoring(path):
@@ -56,7 +58,12 @@ def restore_state(path: Path, cfg: TrainConfig, parts: TrialParts) -> TrialState
 
 
 def save_state(
-    path: Path, cfg: TrainConfig, parts: TrialParts, state: TrialState, dist: DistContext
+    path: Path,
+    cfg: TrainConfig,
+    parts: TrialParts,
+    state: TrialState,
+    dist: DistContext,
+    root: Path | None = None,
 ) -> None:
     """Write the checkpoint at `state` (rank 0 only: every rank holds the same state)."""
     if dist.is_main:
@@ -69,4 +76,5 @@ def save_state(
                 "optimizer": parts.optimizer.state_dict(),
                 "progress": state.__dict__,
             },
+            root,
         )

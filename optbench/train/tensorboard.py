@@ -6,12 +6,16 @@ then shows every trial as a run named by its folder.
 Optional: written only when the `tensorboard` package is installed (`pip install
 'optbench[tensorboard]'`), through torch's own writer (torch.utils.tensorboard); without it
 nothing is written and nothing fails. Offline: event files are plain files, no server.
+The writer opens its files by path, so a trial folder that is a link is refused first
+(safefs.check), as every other write in a study folder refuses one.
 """
 
 from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+
+from optbench import safefs
 
 
 def available() -> bool:
@@ -20,11 +24,13 @@ def available() -> bool:
 
 
 class EpochEvents:
-    """Writes epoch metrics lines to an event file in `out_dir` (nothing without tensorboard)."""
+    """Writes epoch metrics lines to an event file in `out_dir` (nothing without tensorboard);
+    UnsafePath if `out_dir` is a link, or passes through one, below `root` (default `out_dir`)."""
 
-    def __init__(self, out_dir: Path):
+    def __init__(self, out_dir: Path, root: Path | None = None):
         self._writer = None
         if available():
+            safefs.check(out_dir, root or out_dir)
             from torch.utils.tensorboard import SummaryWriter
 
             self._writer = SummaryWriter(log_dir=str(out_dir))

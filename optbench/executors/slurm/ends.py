@@ -13,6 +13,7 @@ from pathlib import Path
 import submitit
 from submitit.core.utils import JobPaths
 
+from optbench import safefs
 from optbench.executors.base import JobEvent, TrialJob
 from optbench.executors.slurm.client import ACTIVE_STATES, ENDED, SlurmCommandError, slurm_command
 from optbench.executors.slurm.journal import JobRecord, append_records, followed_jobs
@@ -77,10 +78,19 @@ def lost_reason(rec: JobRecord, state: str) -> str:
     return f"{why}; no log at {rec.log}"
 
 
+def result_written(job: TrialJob) -> bool:
+    """Whether the trial's folder holds a result file (looked at without following a link; a
+    trial folder that became a link counts too: the driver fails that trial, saying so)."""
+    try:
+        return safefs.stat(job.out_dir / RESULT_FILE, job.root) is not None
+    except safefs.UnsafePath:
+        return True
+
+
 def end_event(folder: Path, job: TrialJob, rec: JobRecord, state: str) -> JobEvent:
     """The event for a trial whose job ended, noted in jobs.jsonl as reported."""
     append_records(folder, [replace(rec, ended=state)])
-    if (job.out_dir / RESULT_FILE).exists():  # the driver reads it (and checks its config)
+    if result_written(job):  # the driver reads it (and checks its config)
         return JobEvent(job.key, "ended")
     return JobEvent(job.key, "lost", lost_reason(rec, state))
 

@@ -27,7 +27,7 @@ from optbench.executors.slurm.client import (
     scancel,
     survey,
 )
-from optbench.executors.slurm.ends import end_event, settle_ended
+from optbench.executors.slurm.ends import end_event, result_written, settle_ended
 from optbench.executors.slurm.job import JOB_STEP_CODE, TrialBatch, members_of
 from optbench.executors.slurm.journal import (
     COMMENT_TAG,
@@ -40,7 +40,6 @@ from optbench.executors.slurm.journal import (
 )
 from optbench.executors.slurm.study import cancel_study_jobs, jobs_status
 from optbench.spec import SlurmSettings
-from optbench.train.results import RESULT_FILE
 
 VANISH_S = 300.0  # a job neither sacct nor squeue has known for this long is gone (purged)
 NOTE_EVERY_S = 300.0  # while SLURM does not answer, the follower says so at most this often
@@ -228,7 +227,7 @@ class SlurmExecutor:
             ended = state not in ACTIVE_STATES
             if state == "UNKNOWN" and now - tracked.first_seen > VANISH_S:
                 ended = True  # neither sacct nor squeue has known it for VANISH_S
-            if not ended and (tracked.job.out_dir / RESULT_FILE).exists():
+            if not ended and result_written(tracked.job):
                 ended = True  # one of several trials of a job that is still running
             if ended:
                 events.append(end_event(self.folder, tracked.job, tracked.record, state))

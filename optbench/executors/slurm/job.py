@@ -67,7 +67,7 @@ class TrialBatch:
                     results = [
                         run_trial(
                             job.config, job.out_dir, device=device, resume=True,
-                            execution=job.execution,
+                            execution=job.execution, root=job.root,
                         )
                     ]  # fmt: skip
             except TrialInterrupted as stop:  # checkpoint written; SLURM ends or requeues us
