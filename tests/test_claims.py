@@ -84,6 +84,7 @@ def test_edf_claim_reversed_when_vit_p_is_the_flat_one():
     assert _row(table, "a")["verdict"] == "opposite"
 
 
+@pytest.mark.slow
 def test_edf_claim_not_shown_when_both_models_draw_from_one_distribution():
     table = _claims(_edf_cells(np.random.default_rng(2), p_spread=15.0, c_spread=15.0))
     row = _row(table, "a")
@@ -180,6 +181,7 @@ def _edf_spec():
     )
 
 
+@pytest.mark.slow
 def test_report_writes_the_claims_into_summary_and_page(tmp_path):
     rows = _edf_cells(np.random.default_rng(0), p_spread=40.0, c_spread=2.0)
     trials = pd.DataFrame(rows).assign(

@@ -258,6 +258,7 @@ def test_folder_datasets_take_the_models_input_size_and_crop_pct(tmp_path):
     assert dataset_info(Dataset(name="imagenet", root=tmp_path), "vit_c_w64_16px").img_size == 16
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["cifar100", "imagefolder"])
 def test_a_trial_trains_on_fixture_data(tmp_path, name):
     if name == "cifar100":

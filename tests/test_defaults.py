@@ -31,6 +31,7 @@ def _mode(path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
+@pytest.mark.slow
 def test_train_with_the_default_recipe_takes_a_one_epoch_schedule(cli, tmp_path):
     with umask(0o027):
         code, out, err = cli(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from optbench.cli import app
@@ -12,6 +13,7 @@ DOC = Path(__file__).parent.parent / "docs" / "models.md"
 BEGIN, END = "<!-- BEGIN `optbench models`", "<!-- END `optbench models` -->"
 
 
+@pytest.mark.slow
 def test_docs_table_is_the_output_of_optbench_models():
     text = DOC.read_text()
     block = text[text.index(BEGIN) : text.index(END)]

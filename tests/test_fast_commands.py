@@ -65,6 +65,7 @@ def away(tiny_dict, tmp_path) -> Path:
     return tmp_path
 
 
+@pytest.mark.slow
 def test_status_and_cancel_need_no_data_and_no_torch(away):
     assert _loaded_after("status", "away.yaml", "--trials", cwd=away) == []
     assert _loaded_after("cancel", "away.yaml", cwd=away) == []
@@ -86,6 +87,7 @@ def empty_cache(tmp_path, monkeypatch):
     cache.CACHE.clear()  # the next test reads the session's cache again
 
 
+@pytest.mark.slow
 def test_models_reads_its_counts_from_the_cache_once_counted(tmp_path, empty_cache):
     first = _loaded_after("models", "vit_c_w64_16px", "dhvt_w64_16px", "--json", cwd=tmp_path)
     assert first == ["timm", "torch"]  # counted: needs both

@@ -359,6 +359,7 @@ def test_a_real_checkpoint_loads_with_weights_only(tmp_path, monkeypatch):
     assert state["progress"]["batch"] == 4 and "rng" not in state
 
 
+@pytest.mark.slow
 def test_links_planted_in_a_trial_folder_are_replaced_never_followed(tmp_path):
     out = tmp_path / "trial"
     out.mkdir()
@@ -421,6 +422,7 @@ def _finished_counts(spec) -> Counter:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_kill_9_of_the_driver_ends_its_workers_and_the_rerun_completes(tmp_path, one_model):
     one_model["search"]["n_samples"] = 2
@@ -475,6 +477,7 @@ def _orphan(study_dir: Path, seconds: float) -> subprocess.Popen:
     return proc
 
 
+@pytest.mark.slow
 def test_a_new_driver_waits_for_the_workers_of_a_dead_one(one_model):
     spec = parse_spec(one_model)
     orphan = _orphan(spec.study_dir, 3)
@@ -519,6 +522,7 @@ class KillsTheFirstWorker(LocalExecutor):
         return events
 
 
+@pytest.mark.slow
 def test_a_killed_worker_costs_only_its_own_trial(one_model):
     one_model["search"]["n_samples"] = 3
     one_model["executor"] = {"retries": 0}
@@ -541,6 +545,7 @@ def test_a_killed_worker_costs_only_its_own_trial(one_model):
 # --- 4. disk full ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_disk_full_in_a_trial_is_one_line_loses_nothing_and_the_same_command_completes(
     one_model, tmp_path, monkeypatch, capsys
 ):
@@ -571,6 +576,7 @@ def test_disk_full_in_a_trial_is_one_line_loses_nothing_and_the_same_command_com
     assert sorted(s for a in after.values() for s, _ in a) == ["finished", "finished"]
 
 
+@pytest.mark.slow
 def test_a_database_that_cannot_be_written_is_one_line_and_the_result_is_kept(
     one_model, tmp_path, monkeypatch, capsys
 ):
@@ -614,6 +620,7 @@ def _mount_tmpfs(path: Path, size: str) -> bool:
     return done.returncode == 0
 
 
+@pytest.mark.slow
 def test_a_full_tmpfs_stops_the_run_in_one_line_and_the_same_command_completes_after(
     one_model, tmp_path, monkeypatch, capsys
 ):
@@ -640,6 +647,7 @@ def test_a_full_tmpfs_stops_the_run_in_one_line_and_the_same_command_completes_a
 # --- 5. what a result depends on ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_result_records_threads_versions_and_device(tmp_path):
     import platform
 
@@ -662,6 +670,7 @@ def test_a_result_records_threads_versions_and_device(tmp_path):
     assert on_disk["device"].startswith("cpu")
 
 
+@pytest.mark.slow
 def test_pool_workers_run_the_threads_of_the_workers_setting_not_of_the_trials_left(
     one_model,
 ):

@@ -48,6 +48,7 @@ def _every_figure():
     return {name: fig for s in sections for name, fig in s.figures}
 
 
+@pytest.mark.slow
 def test_legends_sit_outside_every_panel():
     drawn = _every_figure()
     assert set(drawn) == {"edf", "edf_raw", "scatter", "length", "optimizer", "curves"}
@@ -83,6 +84,7 @@ def test_the_edf_axis_shows_every_finite_dtop1_up_to_50_points_and_counts_the_re
     assert fractions == {MODELS[0]: 1.0, MODELS[1]: pytest.approx(5 / 6)}
 
 
+@pytest.mark.slow
 def test_a_cell_near_chance_is_dotted_and_warned_about(tmp_path):
     trials = synthetic_trials(MODELS, ["adamw"], [5], 6)
     _errors(trials, MODELS[0], np.array([88.0, 89.0, 90.0, 89.5, 88.5, 90.0]))  # 10 classes: 90%
@@ -99,6 +101,7 @@ def test_a_cell_near_chance_is_dotted_and_warned_about(tmp_path):
     assert "near chance (90.0%)" in format_table(summary)
 
 
+@pytest.mark.slow
 def test_pngs_are_150_dpi_beside_svgs(tmp_path):
     trials = synthetic_trials(MODELS, ["adamw", "sgd"], [5, 10], 4, seed=2)
     write_report(_spec(), trials, tmp_path, n_boot=20, data_shape=(10, 1, 16))
@@ -126,6 +129,7 @@ def test_tables_have_no_stray_header():
     assert gaps.columns.name is None  # a pivot's name drew an empty "optimizer" column
 
 
+@pytest.mark.slow
 def test_epoch_axes_have_whole_numbers():
     fig = _every_figure()["curves"]
     fig.draw(FigureCanvasAgg(fig).get_renderer())

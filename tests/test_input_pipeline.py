@@ -189,6 +189,7 @@ def folder_config(root: Path, epochs: int = 2, seed: int = 0, **recipe) -> Train
     )
 
 
+@pytest.mark.slow
 def test_tensor_pipeline_trial_is_reproducible_and_resumes_mid_epoch_exactly(tmp_path, monkeypatch):
     make_jpeg_folders(tmp_path / "data")
     cfg, tensor = folder_config(tmp_path / "data"), Execution(pipeline="tensor")
@@ -291,6 +292,7 @@ def digits_config(seed: int = 0) -> TrainConfig:
     )
 
 
+@pytest.mark.slow
 def test_in_memory_data_runs_the_policy_per_sample_on_the_device_in_the_tensor_pipeline(tmp_path):
     tensor = Execution(pipeline="tensor")
     a = run_trial(digits_config(), tmp_path / "a", execution=tensor)
@@ -366,6 +368,7 @@ def test_status_says_when_a_cell_mixes_pipelines_and_when_input_is_the_bottlenec
     assert notes[1].startswith("input is the bottleneck: 1 of 4 trials") and "50%" in notes[1]
 
 
+@pytest.mark.slow
 def test_dry_run_turns_recorded_speed_into_device_hours_and_a_time_limit(tiny_dict, cli, tmp_path):
     import yaml
 

@@ -42,6 +42,7 @@ def test_an_override_is_the_same_study_as_the_edited_yaml(study, tiny_dict):
     assert plain.cell_id(plain.cells()[1]) != overridden.cell_id(overridden.cells()[0])
 
 
+@pytest.mark.slow
 def test_run_saves_the_resolved_spec_with_its_overrides(cli, study, tiny_dict, tmp_path):
     sets = ["--set", "models=[vit_p_w64_16px]", "--set", "search.n_samples=1"]
     code, out, err = cli("run", "tiny.yaml", "--dry-run", *sets)

@@ -65,6 +65,7 @@ def test_a_spec_that_cannot_be_planned_stops_with_exit_2_and_writes_nothing(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["warm.yaml"]
 
 
+@pytest.mark.slow
 def test_the_plan_counts_each_model_at_the_input_size_it_trains_at(tiny_dict, tmp_path):
     from optbench.models.complexity import model_complexity
     from optbench.recipe import Dataset

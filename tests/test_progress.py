@@ -143,6 +143,7 @@ class _Watched(LocalExecutor):
         return events
 
 
+@pytest.mark.slow
 def test_running_counts_are_the_trials_workers_run(tiny_dict):
     # A process pool queues a job beyond its workers and marks it running: one worker showed two.
     spec = parse_spec(tiny_dict)
@@ -152,6 +153,7 @@ def test_running_counts_are_the_trials_workers_run(tiny_dict):
     assert executor.most == 1
 
 
+@pytest.mark.slow
 def test_without_a_terminal_each_event_is_a_line(tiny_dict):
     spec = parse_spec(tiny_dict)
     out = io.StringIO()
@@ -178,6 +180,7 @@ def test_a_summary_line_when_due_and_retries_are_said(tiny_dict):
     assert "time left after the first epoch" in summary
 
 
+@pytest.mark.slow
 def test_train_prints_a_line_per_epoch(cli, tmp_path):
     code, out, err = cli(
         "train", "vit_p_w64_16px", "--dataset", "digits",

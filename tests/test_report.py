@@ -107,6 +107,7 @@ def test_a_cell_where_everything_diverged():
     assert set(cell["frac_within"].values()) == {0.0}
 
 
+@pytest.mark.slow
 def test_write_report_files_and_page(tmp_path: Path, monkeypatch):
     from optbench.analysis import claims
 
@@ -154,6 +155,7 @@ def _has_pyarrow() -> bool:
     return importlib.util.find_spec("pyarrow") is not None
 
 
+@pytest.mark.slow
 def test_report_is_reproducible(tmp_path: Path):
     spec = _spec()
     trials = synthetic_trials(MODELS, ["adamw"], [5], 8, seed=4)
@@ -293,6 +295,7 @@ def test_the_complexity_table_measures_each_model_at_the_input_size_it_trains_at
     assert sizes["regnety_1gf"] != sizes["vit_c_1gf"]  # each model at its own size
 
 
+@pytest.mark.slow
 def test_the_report_leaves_the_users_matplotlib_backend_alone(tmp_path):
     script = (
         "import matplotlib; matplotlib.use('svg')\n"
@@ -310,6 +313,7 @@ def test_the_report_leaves_the_users_matplotlib_backend_alone(tmp_path):
     assert (tmp_path / "edf.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_vector_figures_keep_their_text_editable(tmp_path: Path, cli):
     """--format png,svg,pdf: SVG text as <text> elements, PDF fonts embedded as TrueType."""
     spec = _spec()

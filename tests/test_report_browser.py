@@ -18,9 +18,10 @@ from optbench.analysis.synthetic import synthetic_trials
 from optbench.spec import parse_spec
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="needs chromium (apt-get install chromium)"
-)
+pytestmark = [
+    pytest.mark.slow,  # a headless browser per page
+    pytest.mark.skipif(CHROMIUM is None, reason="needs chromium (apt-get install chromium)"),
+]
 
 MODELS = ["vit_p_w64_16px", "vit_c_w64_16px"]
 

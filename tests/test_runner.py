@@ -58,6 +58,7 @@ def _recorded(spec) -> int:
     return sum(s.is_result for s in Store(spec, create=False).read(plan(spec)))
 
 
+@pytest.mark.slow
 def test_second_run_of_a_finished_study_runs_nothing(tiny_dict):
     spec = parse_spec(tiny_dict)
     launched: list[int] = []
@@ -70,6 +71,7 @@ def test_second_run_of_a_finished_study_runs_nothing(tiny_dict):
     assert set(_finished_per_key(spec).values()) == {1}
 
 
+@pytest.mark.slow
 def test_results_already_on_disk_are_recorded_not_rerun(tiny_dict):
     spec = parse_spec(tiny_dict)
     trial = Store(spec, create=True).prepare(plan(spec), retries=0)[0].trial
@@ -80,6 +82,7 @@ def test_results_already_on_disk_are_recorded_not_rerun(tiny_dict):
     assert set(_finished_per_key(spec).values()) == {1}
 
 
+@pytest.mark.slow
 def test_diverged_trials_are_results_and_the_study_carries_on(tiny_dict):
     data = copy.deepcopy(tiny_dict)
     data["optimizers"] = ["sgd"]
@@ -94,6 +97,7 @@ def test_diverged_trials_are_results_and_the_study_carries_on(tiny_dict):
     assert launched == []  # diverged is final
 
 
+@pytest.mark.slow
 def test_failed_trials_are_retried_up_to_the_limit(tiny_dict):
     data = copy.deepcopy(tiny_dict)
     data["batch_size"] = 5000  # more than digits' 1437 training images: every trial crashes
@@ -107,6 +111,7 @@ def test_failed_trials_are_retried_up_to_the_limit(tiny_dict):
     assert (frame.status == "failed").all()
 
 
+@pytest.mark.slow
 def test_changed_configuration_makes_new_trials_never_mixes(tiny_dict):
     spec = parse_spec(tiny_dict)
     _inline(spec)
@@ -216,6 +221,7 @@ def test_make_executor_builds_the_studys_kind_and_starts_nothing(tiny_dict):
     assert isinstance(make_executor(parse_spec(tiny_dict)), InlineExecutor)
 
 
+@pytest.mark.slow
 def test_real_process_pool_runs_a_tiny_study(tiny_dict):
     spec = parse_spec(tiny_dict)
     progress = run_study(spec, make_executor(spec), console=_quiet(), live=False)

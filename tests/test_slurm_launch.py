@@ -217,6 +217,7 @@ def _one_trial_with_a_job(tiny_dict: dict, job_id: str):
     return spec, job, folder
 
 
+@pytest.mark.slow
 def test_a_job_that_crashed_unwatched_keeps_its_message_and_is_retried_by_the_next_run(
     tiny_dict, monkeypatch
 ):
@@ -303,6 +304,7 @@ def test_a_signal_delay_that_leaves_no_time_to_train_is_rejected(tiny_dict, time
     assert line.startswith("study.yaml: executor.slurm.signal_delay_s: ") and "time_min" in line
 
 
+@pytest.mark.slow
 def test_the_cli_rejects_it_with_exit_2_and_writes_nothing(tiny_dict, tmp_path):
     tiny_dict["executor"] = {"kind": "slurm", "slurm": {"time_min": 1, "signal_delay_s": 120}}
     study = tmp_path / "study.yaml"

@@ -35,6 +35,7 @@ def _digests(tiny_dict: dict, storage: str | None) -> dict[str, str]:
     return dict(zip(frame.model, frame.digest, strict=True))
 
 
+@pytest.mark.slow
 def test_a_study_on_postgresql_and_on_a_journal_file_records_what_sqlite_does(
     tiny_dict, tmp_path, postgres_url
 ):
@@ -49,6 +50,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_a_postgresql_server_that_is_down_is_one_line_with_the_password_masked(
     tiny_dict, tmp_path, private_postgres
 ):
@@ -66,6 +68,7 @@ def test_a_postgresql_server_that_is_down_is_one_line_with_the_password_masked(
         assert password not in proc.stderr + proc.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     importlib.util.find_spec("psycopg2") is not None, reason="psycopg2 is installed here"
 )

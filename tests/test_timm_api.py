@@ -34,6 +34,7 @@ def _input(name: str) -> torch.Tensor:
     return torch.randn(2, in_chans, size, size, generator=torch.Generator().manual_seed(0))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "order", ["import optbench, timm", "import timm, optbench", "import optbench.models, timm"]
 )

@@ -29,6 +29,7 @@ def _cfg(**kw) -> TrainConfig:
     return TrainConfig(**{**base, **kw})
 
 
+@pytest.mark.slow
 def test_result_and_metrics_files(tmp_path):
     result = run_trial(_cfg(), tmp_path)
     assert result.status == "finished"
@@ -52,6 +53,7 @@ def test_result_and_metrics_files(tmp_path):
     assert read_result(tmp_path) == result
 
 
+@pytest.mark.slow
 def test_same_config_same_digest_other_seed_other_digest(tmp_path):
     a = run_trial(_cfg(), tmp_path / "a")
     b = run_trial(_cfg(), tmp_path / "b")
@@ -60,6 +62,7 @@ def test_same_config_same_digest_other_seed_other_digest(tmp_path):
     assert c.digest != a.digest
 
 
+@pytest.mark.slow
 def test_huge_lr_is_a_diverged_result_not_a_crash(tmp_path):
     result = run_trial(_cfg(optimizer="sgd", lr=1e6, wd=1e-5, epochs=3), tmp_path)
     assert result.status == "diverged"

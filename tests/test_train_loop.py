@@ -65,6 +65,7 @@ def reference(tmp_path_factory, one_thread) -> tuple[dict, list[dict]]:
     return comparable(out)
 
 
+@pytest.mark.slow
 def test_same_config_same_result_and_metrics(tmp_path, reference):
     result = run_trial(config(), tmp_path)
     assert comparable(tmp_path) == reference
@@ -114,6 +115,7 @@ def recorded_signals():
         signal.signal(s, handler)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "step, signum", [(7, signal.SIGUSR2), (4, signal.SIGTERM)], ids=["mid-epoch", "epoch-end"]
 )
@@ -155,6 +157,7 @@ print("not reached")
 """
 
 
+@pytest.mark.slow
 def test_without_a_handler_the_signal_ends_the_process_after_the_checkpoint(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
@@ -169,6 +172,7 @@ def test_without_a_handler_the_signal_ends_the_process_after_the_checkpoint(tmp_
     assert (tmp_path / CHECKPOINT_FILE).is_file() and read_result(tmp_path) is None
 
 
+@pytest.mark.slow
 def test_resume_refuses_a_checkpoint_of_another_config(tmp_path, monkeypatch, recorded_signals):
     interrupt_at(monkeypatch, 2, signal.SIGUSR2)
     with pytest.raises(TrialInterrupted):
@@ -179,6 +183,7 @@ def test_resume_refuses_a_checkpoint_of_another_config(tmp_path, monkeypatch, re
     assert (tmp_path / CHECKPOINT_FILE).is_file()  # refused, not deleted
 
 
+@pytest.mark.slow
 def test_divergence_ends_the_trial_with_its_epoch(tmp_path):
     result = run_trial(config(diverge_loss=0.5), tmp_path)
     assert result.status == "diverged" and result.diverged_epoch == 1
@@ -186,12 +191,14 @@ def test_divergence_ends_the_trial_with_its_epoch(tmp_path):
     assert len(read_metrics(tmp_path)) == 1
 
 
+@pytest.mark.slow
 def test_raw_report_without_ema(tmp_path):
     result = run_trial(config(epochs=2, ema=False, report="raw_best"), tmp_path)
     assert result.ema_final_error is None
     assert result.final_error == result.best_error == result.raw_best_error
 
 
+@pytest.mark.slow
 def test_deit_recipe_reports_the_raw_model_and_records_the_ema(tmp_path):
     # DHVT's main.py evaluates `model`, never `model_ema`: deit reports the raw model's error
     result = run_trial(config(epochs=2, preset="deit"), tmp_path)
@@ -263,6 +270,7 @@ def cli_train(out: Path, *extra: str, interrupt: bool = False) -> subprocess.Com
     )
 
 
+@pytest.mark.slow
 def test_cli_sigterm_checkpoints_and_resume_finishes_identically(tmp_path, reference):
     stopped = cli_train(tmp_path, interrupt=True)
     assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr
@@ -319,6 +327,7 @@ def run_ddp(script: str, *args: object, world: int = 2) -> list[tuple[int, str, 
     return [(p.returncode, out, err) for p, (out, err) in zip(procs, outputs, strict=True)]
 
 
+@pytest.mark.slow
 def test_ddp_two_cpu_processes_train_one_trial(tmp_path):
     ranks = run_ddp(DDP_SCRIPT, tmp_path)
     outputs = [(out, err) for _, out, err in ranks]
@@ -360,6 +369,7 @@ except TrialInterrupted as stopped:
 """
 
 
+@pytest.mark.slow
 def test_ddp_a_signal_on_one_rank_stops_every_rank_at_the_same_step_and_resumes_identically(
     tmp_path,
 ):
@@ -482,6 +492,7 @@ def test_a_torchvision_built_for_another_torch_is_one_line_with_the_fix(tmp_path
     assert "pip install --force-reinstall torch torchvision --index-url" in line
 
 
+@pytest.mark.slow
 def test_each_epoch_is_in_a_tensorboard_event_file_too(tmp_path, monkeypatch):
     from services import needs_extra
 

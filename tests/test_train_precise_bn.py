@@ -87,6 +87,7 @@ def spied(monkeypatch):
     return events
 
 
+@pytest.mark.slow
 def test_evaluation_of_the_model_and_the_ema_sees_the_recomputed_statistics(tmp_path, spied):
     torch.set_num_threads(1)
     assert run_trial(config(), tmp_path).status == "finished"
@@ -103,6 +104,7 @@ def test_evaluation_of_the_model_and_the_ema_sees_the_recomputed_statistics(tmp_
         assert not torch.allclose(before, after)  # precise BN changed them
 
 
+@pytest.mark.slow
 def test_without_precise_bn_nothing_is_recomputed(tmp_path, spied):
     torch.set_num_threads(1)
     assert run_trial(config(precise_bn_images=0), tmp_path).status == "finished"

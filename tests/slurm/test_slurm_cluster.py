@@ -38,7 +38,7 @@ from optbench.train.results import METRICS_FILE, read_result
 
 # One cluster, some of whose tests stop its daemons: under pytest-xdist (--dist loadgroup) one
 # worker runs these tests one after another while the others run the rest of the suite.
-pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group("slurm")]
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.xdist_group("slurm")]
 
 
 def _study(tiny: dict, *, models: int = 2, samples: int = 1, epochs: int = 1, **slurm) -> dict:
