@@ -46,7 +46,7 @@ def quickstart_model() -> torch.nn.Module:
     return timm.create_model("vit_c_w64_16px", num_classes=10, in_chans=1, img_size=16)
 
 
-# pycls (branch vitconfigs) as /work/shared/reference/pycls-recipe.md states it, by pycls's own
+# pycls (branch vitconfigs) as the project's pycls recipe notes state it, by pycls's own
 # config names (its "Schedule", "EMA", "Optimizer", "Data" and "Configs" sections); the test
 # maps each onto the recipe key that carries it, so a preset edit that drifts from pycls fails.
 PYCLS_VIT = {
