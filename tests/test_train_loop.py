@@ -228,7 +228,7 @@ def test_the_gpu_settings_bf16_channels_last_and_compile_train_through_the_loop_
     compiled, compile_ = [], torch.compile
     monkeypatch.setattr(torch, "compile", lambda m: compiled.append(m) or compile_(m))
     cfg = config(epochs=2)
-    result = loop._train(cfg, tmp_path, compute, StopRequest(), resume=False)
+    result = loop._train(cfg, tmp_path, tmp_path, compute, StopRequest(), resume=False)
     assert result.status == "finished" and len(compiled) == 1
     assert 0 <= result.ema_final_error <= 100 and 0 <= result.raw_final_error <= 100
     assert all(m["train_loss"] > 0 for m in read_metrics(tmp_path))
