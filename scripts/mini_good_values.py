@@ -1,6 +1,6 @@
 """Good values for the mini studies from the calibration search (studies/mini/mini_calibrate.yaml).
 
-Usage: python scripts/mini_good_values.py reports/mini/mini_calibrate/trials.csv
+Usage: python scripts/mini_good_values.py docs/reference/mini/mini_calibrate/trials.csv
 Prints the `good_values` block the mini studies use. The rule, the same for every model and
 optimizer: the geometric mean of the (lr, wd) of the 2 finished trials with the lowest error
 (final-epoch top-1). The stem ablations S1, S2 take ViT_C's values, as the paper's Table 3 runs

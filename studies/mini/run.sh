@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The paper's measurements in miniature (docs/mini.md): the three studies in turn, then their
-# reports under reports/mini/ and the claims of all three in reports/mini/claims.md.
+# reports under reports/mini/ and the claims of all three in reports/mini/claims.md (git ignores
+# reports/; the committed reference is docs/reference/mini/, compare a run with
+# `optbench compare reports/mini/mini_edf docs/reference/mini/mini_edf`).
 # --calibrate first reruns the search whose good values the studies use (mini_calibrate.yaml) and
 # prints them. Prints the wall seconds of training and of the whole run as one JSON line.
 set -euo pipefail
