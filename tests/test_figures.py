@@ -195,6 +195,25 @@ def test_the_edf_legend_gives_each_models_best_error_and_explains_the_band():
     assert any(text.startswith("shaded: pointwise 95% bootstrap band") for text in legend)
 
 
+def test_the_scatters_tick_labels_never_overlap_over_many_decades():
+    trials = synthetic_trials(MODELS, ["adamw"], [5], 40, seed=4)
+    span = np.random.default_rng(0).uniform(-6.0, 0.0, len(trials))
+    trials["lr"] = 10.0**span  # six decades of lr, and lr*wd with it
+    fig = figures.scatter_figure(trials, n_boot=20)
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    for ax in [a for a in fig.axes if a.get_visible()]:
+        low, high = ax.get_xlim()
+        boxes = sorted(
+            (t.get_window_extent(renderer) for t in ax.get_xticklabels()
+             if t.get_text() and low <= t.get_position()[0] <= high),
+            key=lambda b: b.x0,
+        )  # fmt: skip
+        assert len(boxes) >= 2
+        assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:])), [b.x0 for b in boxes]
+
+
 def test_the_scatter_reads_at_page_width_with_labelled_ticks_and_its_best_values_inside():
     trials = synthetic_trials(MODELS, ["adamw", "sgd"], [5], 12, seed=3)
     fig = figures.scatter_figure(trials, n_boot=20)

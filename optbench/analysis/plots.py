@@ -235,6 +235,18 @@ def _scatter_limits(ax: Axes, values: list[np.ndarray], ranges: list[Interval]) 
         ax.set_xlim(10 ** (low - pad), 10 ** (high + pad))
 
 
+def _log_tick_steps(low: float, high: float, most: int = 6) -> tuple[float, ...]:
+    """The densest of the 1-2-5, 1-3 and 1 steps per decade with at most `most` ticks in
+    [low, high], so every tick can carry a label that does not run into its neighbour's
+    (searched ranges often span less than two decades, products of two ranges four or more)."""
+    for steps in ((1.0, 2.0, 5.0), (1.0, 3.0)):
+        decades = range(int(np.floor(np.log10(low))), int(np.ceil(np.log10(high))) + 1)
+        ticks = [s * 10.0**d for d in decades for s in steps]
+        if sum(low <= t <= high for t in ticks) <= most:
+            return steps
+    return (1.0,)
+
+
 def plot_scatter(panels: Sequence[ScatterPanel], colors: dict[str, str]) -> Figure:
     """Rows: cells; columns: lr, wd, lr*wd (log x). A dot per finished trial, a vertical line
     at each model's best value and its bootstrap good range, shaded and hatched per model."""
@@ -262,8 +274,7 @@ def plot_scatter(panels: Sequence[ScatterPanel], colors: dict[str, str]) -> Figu
                                edgecolor=to_rgba(color, 0.7), hatch=hatch[s.model], lw=0.8)  # fmt: skip
             ax.set_xscale("log")
             _scatter_limits(ax, [s.values[name] for s in panel.series], ranges)
-            # 1-2-5 steps, each labelled: searched ranges often span less than two decades
-            ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+            ax.xaxis.set_major_locator(LogLocator(subs=_log_tick_steps(*ax.get_xlim())))
             ax.xaxis.set_major_formatter(FuncFormatter(_log_tick_label))
             ax.xaxis.set_minor_formatter(NullFormatter())
             ax.tick_params(labelsize=SCATTER_FONT)
