@@ -4,6 +4,7 @@ missing, whole-number epochs."""
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import numpy as np
@@ -211,7 +212,7 @@ def test_the_scatters_tick_labels_never_overlap_over_many_decades():
             key=lambda b: b.x0,
         )  # fmt: skip
         assert len(boxes) >= 2
-        assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:])), [b.x0 for b in boxes]
+        assert all(a.x1 < b.x0 for a, b in itertools.pairwise(boxes)), [b.x0 for b in boxes]
 
 
 def test_the_scatter_reads_at_page_width_with_labelled_ticks_and_its_best_values_inside():
