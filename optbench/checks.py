@@ -74,7 +74,7 @@ def check_spec(
         check_batch(spec.dataset, spec.batch_size, f"{origin('batch_size')}: batch_size")
     if data:
         check_writable_folder(spec.study_dir, f"{source}: output")
-        check_storage(spec.storage_url, f"{source}: storage")
+        check_storage(spec.storage_url, f"{source}: storage", study_dir=spec.study_dir)
 
 
 def check_batch(dataset: Dataset, batch_size: int, what: str) -> None:
@@ -91,7 +91,8 @@ def check_batch(dataset: Dataset, batch_size: int, what: str) -> None:
 
 def check_writable_folder(path: Path, what: str) -> None:
     """`path` is a folder, or can be made one: no part of it is a file, and the deepest part
-    that exists is a folder this process may write into."""
+    that exists is a folder this process may write into, on a file system that stores files
+    (not /proc or /sys, where even root's writes fail after the folders above were made)."""
     path = Path(path)
     existing = path
     while not (existing.exists() or existing.is_symlink()):
@@ -104,19 +105,30 @@ def check_writable_folder(path: Path, what: str) -> None:
         raise UsageError(f"{what}: {existing} is {kind}, not a folder{inside}")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise UsageError(f"{what}: {existing} is not writable{inside}")
+    if os.statvfs(existing).f_blocks == 0:  # proc, sysfs, devpts: no blocks to store a file in
+        raise UsageError(f"{what}: {existing} is on a file system that stores no files{inside}")
 
 
-def check_storage(url: str, what: str) -> None:
-    """The storage can be opened for writing: a SQLite or journal file whose folder can be
-    written and which is a study database if it exists, or a server whose driver is
-    installed. Connects to nothing."""
+def check_storage(url: str, what: str, study_dir: Path) -> None:
+    """The storage can be opened for writing: a SQLite or journal file whose folder exists (or
+    lies in the study folder, which the run makes) and can be written, and which is a study
+    database if it exists; or a server whose driver is installed. Connects to nothing."""
     from optbench.storage_url import check_storage_file, server_url, storage_file
 
     path = storage_file(url)
     if path is not None:
         if path.exists() and path.is_dir():
             raise UsageError(f"{what}: {path} is a folder, not a database file")
-        check_writable_folder(path.parent, what)
+        folder = path.parent
+        check_writable_folder(folder, what)
+        # A missing folder elsewhere is a typo or a shared file system not mounted: making it
+        # would start an empty database where no other run looks.
+        inside = Path(os.path.abspath(folder)).is_relative_to(os.path.abspath(study_dir))
+        if not (folder.exists() or inside):
+            raise UsageError(
+                f"{what}: {folder} does not exist; optbench makes a storage's folder only "
+                "inside the study folder"
+            )
         try:
             check_storage_file(url)
         except UsageError as err:

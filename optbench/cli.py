@@ -2,6 +2,8 @@
 
 Bad input (a spec that does not validate, an unknown model, a missing dataset folder) raises
 `UsageError`; `main` prints it as one message and exits with code 2, before anything is written.
+So does a flag that click refuses (a bad value, a missing argument): one `error:` line naming
+it, not typer's usage box.
 """
 
 from __future__ import annotations
@@ -335,14 +337,17 @@ def status(
 ) -> None:
     """Print a study's counts per cell without running or writing anything."""
     from optbench.executors import jobs_executor
+    from optbench.plan import plan
+    from optbench.store import Store
     from optbench.study_tables import status_table, trials_table
 
     spec = _load(study, data=False, overrides=set_)
     running, summary = jobs_executor(spec).status()
     table, mixed_code = status_table(spec, running=running)
     console.print(table)
-    if mixed_code:
-        console.print(mixed_code, markup=False, highlight=False)
+    for note in (mixed_code, Store(spec, create=False).earlier_note(plan(spec))):
+        if note:
+            console.print(note, markup=False, highlight=False, soft_wrap=True)
     if summary:  # the study has been on SLURM: its jobs' states
         console.print(summary, markup=False, highlight=False)
     if trials:
@@ -469,10 +474,14 @@ def report(
             )
         specs = [_load(path, data=False, overrides=set_) for path in saved]
     for spec in specs:
-        trials = Store(spec, create=False).frame(plan(spec))
+        store, planned = Store(spec, create=False), plan(spec)
+        trials = store.frame(planned)
         wanted = [f.strip() for f in formats.split(",") if f.strip()]
         summary = write_report(spec, trials, out / spec.name, figures, metric, formats=wanted)
         typer.echo(format_table(summary))
+        earlier = store.earlier_note(planned)
+        if earlier:
+            typer.echo(earlier)
         typer.echo(f"wrote {out / spec.name}/index.html")
 
 
@@ -491,9 +500,19 @@ def compare(
 
 def main() -> None:
     try:
-        # standalone: click's own usage errors already exit with code 2; the name fixes the
-        # completion variable (_OPTBENCH_COMPLETE) and the usage line under `python -m` too
-        app(prog_name="optbench")
+        # Not standalone: click's errors (a bad flag value, a missing argument) come here to be
+        # one line, not typer's usage box. The name fixes the completion variable
+        # (_OPTBENCH_COMPLETE) and the usage line under `python -m` too.
+        code = app(prog_name="optbench", standalone_mode=False)
+        sys.exit(code or 0)  # typer.Exit(code) and Ctrl-C (130) come back as an exit code
+    except typer.TyperException as err:  # click's errors (typer vendors click): usage, files
+        if type(err).__name__ == "NoArgsIsHelpError":  # bare `optbench`: typer printed the help
+            sys.exit(2)
+        typer.echo(f"error: {click_error_line(err)}", err=True)
+        sys.exit(err.exit_code)  # 2 for a usage error, as in click's standalone mode
+    except typer.Abort:  # Ctrl-D at a prompt (Ctrl-C is typer's exit 130)
+        typer.echo("error: aborted", err=True)
+        sys.exit(1)
     except UsageError as err:
         typer.echo(f"error: {err}", err=True)
         sys.exit(2)
@@ -506,6 +525,14 @@ def main() -> None:
             raise
         typer.echo(f"error: {mismatch}", err=True)
         sys.exit(1)
+
+
+def click_error_line(err: typer.TyperException) -> str:
+    """A click error as one line: click's message (a usage error's names the option or
+    argument) and, for a command's usage error, where that command's help is."""
+    message = " ".join(err.format_message().split())
+    ctx = getattr(err, "ctx", None)
+    return f"{message} (see `{ctx.command_path} --help`)" if ctx is not None else message
 
 
 if __name__ == "__main__":

@@ -73,9 +73,16 @@ def torch_mismatch(err: BaseException) -> str | None:
 
 
 def did_you_mean(word: str, choices: Sequence[str], prefix: str = "") -> str:
-    """ "; did you mean <prefix>X?" for the closest of `choices` (difflib), or ""."""
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f"; did you mean {prefix}{close[0]}?" if close else ""
+    """ "; did you mean <prefix>X?" for the closest of `choices` ignoring case (difflib), or "";
+    a choice that differs from `word` only by case is named as such (names are case-sensitive)."""
+    by_lower: dict[str, str] = {}
+    for choice in choices:
+        by_lower.setdefault(choice.lower(), choice)
+    same = by_lower.get(word.lower())
+    if same is not None and same != word:
+        return f"; did you mean {prefix}{same}? (only the case differs: names are case-sensitive)"
+    close = difflib.get_close_matches(word.lower(), list(by_lower), n=1, cutoff=0.6)
+    return f"; did you mean {prefix}{by_lower[close[0]]}?" if close else ""
 
 
 def format_errors(

@@ -142,12 +142,9 @@ def run_study(
         safefs.write_text(spec.study_dir / "spec.yaml", spec.output, dump_spec(spec))
         _catch_up(store, trials, executor, console)
         stored = store.prepare(trials, retries=spec.executor.retries)
-        unused = store.unused_trials(trials)
-        if unused:
-            console.print(
-                f"note: {unused} trial(s) from earlier configurations of {spec.name!r} "
-                "stay in the database and are not used"
-            )
+        earlier = store.earlier_note(trials)
+        if earlier:
+            console.print(earlier, markup=False, highlight=False, soft_wrap=True)
         todo = {s.trial.key: s for s in stored if s.status == "pending"}
         progress = StudyProgress(stored, flops_of=flops_counter(spec))
         if not todo:

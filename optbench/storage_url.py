@@ -165,12 +165,13 @@ def make_storage(url: str) -> optuna.storages.BaseStorage:
 
 
 def _open_storage(url: str) -> optuna.storages.BaseStorage:
+    file = storage_file(url)
+    if file is not None:  # checks.check_storage let only a folder in the study folder be missing
+        file.parent.mkdir(parents=True, exist_ok=True)
     if url.startswith("journal://"):
         from optuna.storages.journal import JournalFileBackend, JournalStorage
 
-        path = url.removeprefix("journal://")
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        return JournalStorage(JournalFileBackend(path))
+        return JournalStorage(JournalFileBackend(str(file)))
     if not url.startswith("sqlite"):
         return _server_storage(url)
     # optuna sets up a new database's schema in several statements: a second process opening the

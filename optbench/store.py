@@ -148,17 +148,32 @@ class Store:
         ]
 
     @_storage_errors
-    def unused_trials(self, trials: list[Trial]) -> int:
-        """Trials of this study's earlier configurations: kept in the storage, never mixed in."""
+    def earlier_cells(self, trials: list[Trial]) -> tuple[int, int]:
+        """(trials, cells) of this study's earlier cells: cells in the storage under this
+        study's name that the plan `trials` no longer has (a setting changed, so its config
+        hash did; or a model, optimizer or length no longer listed). Kept, never mixed in."""
         if self.storage is None:
-            return 0
+            return 0, 0
         prefix = f"{self.spec.name}/"
         current = {f"{prefix}{cell_id}" for cell_id in _by_cell(trials)}
-        total = 0
-        for summary in optuna.get_all_study_summaries(self.storage, include_best_trial=False):
-            if summary.study_name.startswith(prefix) and summary.study_name not in current:
-                total += summary.n_trials
-        return total
+        counts = [
+            summary.n_trials
+            for summary in optuna.get_all_study_summaries(self.storage, include_best_trial=False)
+            if summary.study_name.startswith(prefix) and summary.study_name not in current
+        ]
+        return sum(counts), sum(n > 0 for n in counts)
+
+    def earlier_note(self, trials: list[Trial]) -> str | None:
+        """The line `run`, `status` and `report` print when the storage holds earlier cells
+        (earlier_cells); None when it holds none."""
+        n_trials, n_cells = self.earlier_cells(trials)
+        if not n_trials:
+            return None
+        return (
+            f"note: {n_trials} trial(s) of {n_cells} earlier cell(s) of {self.spec.name!r} "
+            "(configurations this study no longer plans) are in the study database, not shown "
+            "and never mixed in"
+        )
 
     # --- writing (driver only) ----------------------------------------------------------------
 

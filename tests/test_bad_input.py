@@ -92,6 +92,11 @@ CASES = [
     Case("epochs duplicated", "duplicate entries", study=_study(epochs=[1, 1])),
     Case("no models", "models", study=_study(models=[])),
     Case("unknown model", "no_such_model", study=_study(models=["no_such_model"])),
+    Case(
+        "model name in another case",  # the suggestion ignores case, and says it is only that
+        "did you mean vit_c_w64_16px? (only the case differs",
+        study=_study(models=["ViT_C_w64_16px"]),
+    ),
     Case("unknown optimizer", "optimizers.0", study=_study(optimizers=["lion"])),
     Case("no optimizers", "optimizers", study=_study(optimizers=[])),
     Case("n_samples 0", "n_samples", study={"search.n_samples": 0}),
@@ -221,6 +226,28 @@ CASES = [
         study=_study(storage="journal:///TMP/afile/journal.log"),
     ),
     Case("storage a folder", "is a folder", study=_study(storage="sqlite:///TMP/adir")),
+    # a missing folder outside the study folder is a typo or an unmounted file system
+    Case(
+        "storage in a missing folder",
+        "/nowhere does not exist",
+        study=_study(storage="sqlite:///TMP/nowhere/study.db"),
+    ),
+    Case(
+        "journal in a missing folder",
+        "/nowhere does not exist",
+        study=_study(storage="journal:///TMP/nowhere/journal.log"),
+    ),
+    # /proc and /sys take no new file, even from root, to whom they look writable
+    Case(
+        "storage in /proc",
+        "/proc is on a file system",
+        study=_study(storage="sqlite:////proc/s.db"),
+    ),
+    Case(
+        "journal in /proc", "/proc is on a file system", study=_study(storage="journal:///proc/x")
+    ),
+    Case("journal in /sys", "/sys is on a file system", study=_study(storage="journal:///sys/x/j")),
+    Case("output in /proc", "/proc is on a file system", study=_study(output="/proc/results")),
     Case(
         "storage a binary file",
         "not an SQLite database",
@@ -261,6 +288,25 @@ CASES = [
     Case("--workers -1", "--workers", ("run", "STUDY", "--workers", "-1")),
     Case("--workers 1000", "between 1 and", ("run", "STUDY", "--workers", "1000")),
     Case("--executor cloud", "--executor", ("run", "STUDY", "--executor", "cloud")),
+    # --- flags that click refuses: one line naming the flag, not typer's usage box
+    Case(
+        "--workers abc",
+        "'--workers': Input should be a valid integer",
+        ("run", "STUDY", "--workers", "abc"),
+    ),
+    Case("an unknown flag", "No such option: --bogus", ("run", "STUDY", "--bogus")),
+    Case("run without a study", "Missing argument 'study'", ("run",)),
+    Case(
+        "a flag without its value",
+        "'--workers' requires an argument",
+        ("run", "STUDY", "--workers"),
+    ),
+    Case("an unknown command", "No such command 'rnu'", ("rnu", "STUDY")),
+    Case(
+        "status --set without a value", "'--set' requires an argument", ("status", "STUDY", "--set")
+    ),
+    Case("report --format jpg", "--format: 'jpg'", ("report", "STUDY", "--format", "jpg")),
+    Case("report --metric foo", "--metric: 'foo'", ("report", "STUDY", "--metric", "foo")),
     # --- optbench train's flags
     Case("train --lr inf", "lr", train(lr="inf")),
     Case("train --lr nan", "lr", train(lr="nan")),
@@ -283,6 +329,14 @@ CASES = [
     Case("train --ref-batch 0", "ref_batch", train("--ref-batch", "0")),
     Case("train --optimizer lion", "--optimizer", train(optimizer="lion")),
     Case("train unknown model", "unknown model", train()[:1] + ("nope",) + train()[2:]),
+    Case(
+        "train model in another case",
+        "did you mean vit_c_w64_16px? (only the case differs",
+        train()[:1] + ("ViT_C_w64_16px",) + train()[2:],
+    ),
+    Case("train --lr abc", "'--lr': Input should be a valid number", train(lr="abc")),
+    Case("train --epochs 1.5", "'--epochs'", train(epochs="1.5")),
+    Case("train without --out", "Missing option '--out'", train()[:-2]),
     Case("train --dataset mnist", "unknown dataset", train(dataset="mnist")),
     Case("train --data-root for digits", "takes no root", train("--data-root", "TMP/adir")),
     Case("train --set broken YAML", "--set warmup_epochs", train("--set", "warmup_epochs=[1")),
@@ -367,6 +421,13 @@ def test_the_good_study_of_the_corpus_is_good(tmp_path, monkeypatch, capsys):
     code, out, err = run_cli(["run", "study.yaml", "--dry-run"], tmp_path, monkeypatch, capsys)
     assert code == 0, err
     assert not (tmp_path / "results").exists()
+
+
+def test_help_still_shows_and_a_bare_command_shows_it_too(tmp_path, monkeypatch, capsys):
+    code, out, err = run_cli(["run", "--help"], tmp_path, monkeypatch, capsys)
+    assert code == 0 and "Usage: optbench run" in out and "--dry-run" in out, err
+    code, out, err = run_cli([], tmp_path, monkeypatch, capsys)  # click's exit 2, with the help
+    assert code == 2 and "Usage: optbench" in out + err and "error" not in err, err
 
 
 @pytest.mark.parametrize("storage", ["sqlite:///TMP/elsewhere/study.db", "journal:///TMP/j/x.log"])

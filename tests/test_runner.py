@@ -120,12 +120,53 @@ def test_changed_configuration_makes_new_trials_never_mixes(tiny_dict):
     spec2 = parse_spec(changed)
     store2 = Store(spec2, create=False)
     assert {s.status for s in store2.read(plan(spec2))} == {"pending"}
-    assert store2.unused_trials(plan(spec2)) == 4
+    assert store2.earlier_cells(plan(spec2)) == (4, 2)  # 2 models x 2 samples, kept apart
     grown = copy.deepcopy(tiny_dict)
     grown["search"]["n_samples"] = 3  # more samples: same cells, old trials still count
     spec3 = parse_spec(grown)
     stored3 = Store(spec3, create=False).read(plan(spec3))
     assert Counter(s.status for s in stored3) == {"finished": 4, "pending": 2}
+
+
+EARLIER = (
+    "note: {} trial(s) of {} earlier cell(s) of 'tiny' (configurations this study no longer "
+    "plans) are in the study database, not shown and never mixed in"
+)
+
+
+@pytest.fixture
+def earlier_cells(tiny_dict, tmp_path):
+    """A store holding the tiny study's 2 cells x 2 samples (prepared, not trained), and study
+    files beside it: the same study, one with a recipe setting changed (so every cell's hash
+    changes) and one with a model dropped."""
+    spec = parse_spec(tiny_dict)
+    Store(spec, create=True).prepare(plan(spec), retries=0)
+    changed = {**tiny_dict, "recipe": {**tiny_dict["recipe"], "label_smoothing": 0.0}}
+    fewer = {**tiny_dict, "models": tiny_dict["models"][:1]}
+    for name, data in (("same", tiny_dict), ("changed", changed), ("fewer", fewer)):
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(data))
+    return spec, parse_spec(changed)
+
+
+def _earlier_notes(cli, *args: str) -> list[str]:
+    code, out, err = cli(*args)
+    assert code == 0, err
+    return [line for line in out.splitlines() if "earlier cell" in line]
+
+
+def test_status_counts_the_trials_of_earlier_cells_in_one_line(earlier_cells, cli):
+    # Trials under cells the study no longer plans are not shown, but said to be there.
+    spec, changed = earlier_cells
+    assert _earlier_notes(cli, "status", "same.yaml") == []
+    assert _earlier_notes(cli, "status", "changed.yaml") == [EARLIER.format(4, 2)]
+    assert _earlier_notes(cli, "status", "fewer.yaml") == [EARLIER.format(2, 1)]
+    frame = Store(changed, create=False).frame(plan(changed))
+    assert set(frame.cell_id).isdisjoint(t.cell_id for t in plan(spec))  # none mixed in
+
+
+@pytest.mark.slow  # the report's imports (matplotlib, scipy) take ~10 s on a loaded 2-core VM
+def test_report_counts_the_trials_of_earlier_cells_in_one_line(earlier_cells, cli):
+    assert _earlier_notes(cli, "report", "changed.yaml", "--peak") == [EARLIER.format(4, 2)]
 
 
 def test_a_reader_racing_the_databases_creation_waits_and_opens_it(tmp_path, monkeypatch):

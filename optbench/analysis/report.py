@@ -429,7 +429,7 @@ def write_report(
     if not formats or set(formats) - set(FORMATS):
         raise UsageError(f"--format: {','.join(formats)!r}: choose from {','.join(FORMATS)}")
     if metric not in METRICS:
-        raise UsageError(f"metric: {metric!r} is not one of {list(METRICS)}")
+        raise UsageError(f"--metric: {metric!r} is not one of {list(METRICS)}")
     options = Options(metric=metric, n_boot=n_boot, seed=seed)
 
     trials = _ordered(trials, spec)
