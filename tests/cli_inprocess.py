@@ -1,6 +1,7 @@
 """Run `optbench ARGS` inside the test process (fast: no interpreter or torch start-up), the
-command line of a small `optbench train` run, and a small study. (Test modules import these
-from here: `from conftest import ...` is ambiguous beside tests/slurm/conftest.py.)"""
+command line of a small `optbench train` run and its TrainConfig (`tiny_config`), and a small
+study. (Test modules import these from here: `from conftest import ...` is ambiguous beside
+tests/slurm/conftest.py.)"""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from optbench.cli import main
+from optbench.recipe import Dataset, Recipe
+from optbench.train.config import TrainConfig
 
 
 def run_cli(args: list[str], cwd: Path, monkeypatch, capsys) -> tuple[int, str, str]:
@@ -55,6 +58,26 @@ def train_args(*extra: str, **replace: str) -> tuple[str, ...]:
     for flag, value in replace.items():
         args[args.index("--" + flag.replace("_", "-")) + 1] = value
     return (*args, *extra)
+
+
+# The tests' TrainConfig, built in one place: by default the trial `optbench train` builds from
+# TRAIN (ref_batch: the basic preset's). A test passes every value it depends on by name; a
+# `recipe` given replaces the default one whole.
+TINY_TRIAL = {
+    "model": "vit_p_w64_16px",
+    "dataset": Dataset(name="digits", img_size=16),
+    "optimizer": "adamw",
+    "lr": 3e-3,
+    "wd": 0.05,
+    "epochs": 2,
+    "batch_size": 128,
+    "recipe": Recipe(warmup_epochs=0),
+}
+
+
+def tiny_config(**changes) -> TrainConfig:
+    """TINY_TRIAL with `changes` (TrainConfig's fields, by name): tiny_config(lr=0.5, epochs=1)."""
+    return TrainConfig(**{**TINY_TRIAL, **changes})
 
 
 # The tests' tiny study, defined once: digits at 16 px, the two smallest ViTs (P and C), one

@@ -1,5 +1,7 @@
 """Shared fixtures: the tiny digits study (cli_inprocess.TINY) that trains in seconds on one CPU
-core, with its own output folder per test."""
+core, with its own output folder per test. The tests' TrainConfig comes from one factory,
+cli_inprocess.tiny_config (a function, not a fixture: module helpers build configs too, and
+`from conftest import` is ambiguous beside tests/slurm/conftest.py)."""
 
 from __future__ import annotations
 

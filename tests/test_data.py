@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from cli_inprocess import tiny_config
 from PIL import Image
 
 from optbench.errors import UsageError
 from optbench.recipe import Dataset, Recipe
 from optbench.train.batches import DeviceBatches, FolderBatches, Shard, _val_transform, epoch_order
-from optbench.train.config import TrainConfig
 from optbench.train.datasets import check_dataset, dataset_info, load_dataset, model_input
 from optbench.train.loop import run_trial
 
@@ -265,13 +265,12 @@ def test_a_trial_trains_on_fixture_data(tmp_path, name):
         make_cifar(tmp_path / "data", name)
     else:
         make_folders(tmp_path / "data")
-    cfg = TrainConfig(
+    cfg = tiny_config(
         model="vit_c_w64_16px",
         dataset=Dataset(name=name, root=tmp_path / "data", img_size=16),
         optimizer="sgd",
         lr=0.5,
         wd=1e-4,
-        epochs=2,
         batch_size=4,
         recipe=Recipe(preset="paper", warmup_epochs=0.5),
     )

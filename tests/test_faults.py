@@ -20,7 +20,7 @@ import optuna
 import pytest
 import torch
 import yaml
-from cli_inprocess import ONE_MODEL_STUDY, run_cli, train_args
+from cli_inprocess import ONE_MODEL_STUDY, run_cli, tiny_config, train_args
 from rich.console import Console
 
 import optbench.train.epoch as epoch
@@ -29,7 +29,6 @@ import optbench.train.state as trial_state
 from optbench.executors.base import JobEvent
 from optbench.executors.local import LocalExecutor
 from optbench.plan import plan
-from optbench.recipe import Dataset, Recipe
 from optbench.runner import run_study
 from optbench.spec import parse_spec
 from optbench.store import Store
@@ -238,19 +237,6 @@ def _train_args(out: Path, *extra: str) -> list[str]:
     return list(train_args("--threads", "1", *extra, out=str(out)))
 
 
-def _train_config(epochs: int = 2) -> TrainConfig:
-    return TrainConfig(
-        model="vit_p_w64_16px",
-        dataset=Dataset(name="digits", img_size=16),
-        optimizer="adamw",
-        lr=3e-3,
-        wd=0.05,
-        epochs=epochs,
-        batch_size=128,
-        recipe=Recipe(warmup_epochs=0),
-    )
-
-
 class _RunsCode:
     """Unpickling this runs a shell command (what a crafted checkpoint can do)."""
 
@@ -266,7 +252,7 @@ def _checkpoint_bytes(kind: str, tmp_path: Path) -> bytes:
     if kind == "runs code":
         torch.save({"format": 2, "config": _RunsCode(tmp_path / "pwned")}, path)
     elif kind == "another config":
-        other = _train_config(epochs=3).model_dump(mode="json")
+        other = tiny_config(epochs=3).model_dump(mode="json")
         state = {"config": other, "model": {}, "ema": None, "optimizer": {}, "schedule": {}}
         torch.save({"format": 2, **state, "progress": {}}, path)
     elif kind == "old format with numpy state":
@@ -276,7 +262,7 @@ def _checkpoint_bytes(kind: str, tmp_path: Path) -> bytes:
     elif kind == "not a dict":
         torch.save([1, 2, 3], path)
     else:
-        good = {"format": 2, "config": _train_config().model_dump(mode="json")}
+        good = {"format": 2, "config": tiny_config().model_dump(mode="json")}
         torch.save({**good, "model": {"w": torch.zeros(1000)}}, path)
         data = path.read_bytes()
         return {"truncated": data[: len(data) // 2], "empty": b"", "garbage": b"\x80junk" * 50}[
@@ -319,7 +305,7 @@ def test_a_worker_fails_the_attempt_on_a_bad_checkpoint_and_keeps_it(kind, tmp_p
     out.mkdir()
     (out / CHECKPOINT_FILE).write_bytes(_checkpoint_bytes(kind, tmp_path))
     kept = (out / CHECKPOINT_FILE).read_bytes()
-    result = loop.run_trial(_train_config(), out, resume=True)
+    result = loop.run_trial(tiny_config(), out, resume=True)
     assert result.status == "failed" and str(out / CHECKPOINT_FILE) in result.message
     assert (out / CHECKPOINT_FILE).read_bytes() == kept
     assert not (tmp_path / "pwned").exists()
@@ -329,7 +315,7 @@ def test_train_resume_into_another_configurations_result_is_refused(tmp_path, mo
     out = tmp_path / "out"
     write_result(
         out,
-        TrialResult(status="finished", final_error=1.0, epochs=3, config=_train_config(epochs=3)),
+        TrialResult(status="finished", final_error=1.0, epochs=3, config=tiny_config(epochs=3)),
     )
     before = _tree(tmp_path)
     code, stdout, err = run_cli(_train_args(out, "--resume"), tmp_path, monkeypatch, capsys)
@@ -352,7 +338,7 @@ def test_a_real_checkpoint_loads_with_weights_only(tmp_path, monkeypatch):
     previous = signal.signal(signal.SIGUSR2, lambda *a: None)
     try:
         with pytest.raises(loop.TrialInterrupted):
-            loop.run_trial(_train_config(), tmp_path)
+            loop.run_trial(tiny_config(), tmp_path)
     finally:
         signal.signal(signal.SIGUSR2, previous)
     state = torch.load(tmp_path / CHECKPOINT_FILE, weights_only=True)  # raises on any pickle
@@ -369,9 +355,9 @@ def test_links_planted_in_a_trial_folder_are_replaced_never_followed(tmp_path):
         victim.write_text("precious\n")
         (out / name).symlink_to(victim)
         victims.append(victim)
-    crash = _train_config(epochs=1).model_copy(update={"batch_size": 5000})
+    crash = tiny_config(epochs=1).model_copy(update={"batch_size": 5000})
     assert loop.run_trial(crash, out).status == "failed"  # writes error.log and result.json
-    assert loop.run_trial(_train_config(epochs=1), out, keep_checkpoint=True).status == "finished"
+    assert loop.run_trial(tiny_config(epochs=1), out, keep_checkpoint=True).status == "finished"
     assert all(v.read_text() == "precious\n" for v in victims)
     assert not any((out / v.name.removeprefix("victim-")).is_symlink() for v in victims)
 
@@ -656,7 +642,7 @@ def test_a_result_records_threads_versions_and_device(tmp_path):
 
     torch.set_num_threads(2)  # not the autouse fixture's 1: the result must read it
     try:
-        result = loop.run_trial(_train_config(epochs=1), tmp_path)
+        result = loop.run_trial(tiny_config(epochs=1), tmp_path)
     finally:
         torch.set_num_threads(1)
     on_disk = json.loads((tmp_path / RESULT_FILE).read_text())

@@ -9,6 +9,7 @@ import math
 
 import pytest
 import torch
+from cli_inprocess import tiny_config
 from torch import nn
 
 from optbench.models import create_model
@@ -183,7 +184,6 @@ def test_recipe_weight_init_reaches_the_model_and_the_cell_id():
 
     from optbench.spec import parse_spec
     from optbench.train.build import build_model
-    from optbench.train.config import TrainConfig
 
     batches = SimpleNamespace(num_classes=10, in_chans=1, img_size=16)
     compute = SimpleNamespace(
@@ -191,17 +191,7 @@ def test_recipe_weight_init_reaches_the_model_and_the_cell_id():
     )
     cls_tokens = {}
     for init in ("reference", "timm"):
-        cfg = TrainConfig(
-            model="vit_p_w64_16px",
-            dataset={"name": "digits", "img_size": 16},
-            optimizer="adamw",
-            lr=1e-3,
-            wd=0.05,
-            epochs=10,
-            batch_size=32,
-            ref_batch=32,
-            recipe=Recipe(weight_init=init),
-        )
+        cfg = tiny_config(epochs=10, recipe=Recipe(weight_init=init))  # basic: 5 warmup epochs
         cls_tokens[init] = build_model(cfg, batches, compute).cls_token
     assert not cls_tokens["reference"].any() and cls_tokens["timm"].any()
     assert Recipe().weight_init == "reference"

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from cli_inprocess import tiny_config
 from PIL import Image
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as TF
@@ -174,7 +175,7 @@ def test_a_corrupt_jpeg_fails_the_trial_naming_the_file(tmp_path, pipeline):
 
 
 def folder_config(root: Path, epochs: int = 2, seed: int = 0, **recipe) -> TrainConfig:
-    return TrainConfig(
+    return tiny_config(
         model="vit_c_w64_16px",
         dataset=Dataset(name="imagefolder", root=root, img_size=16),
         optimizer="sgd",
@@ -280,12 +281,9 @@ def test_input_wait_is_the_host_time_spent_getting_batches():
 
 
 def digits_config(seed: int = 0) -> TrainConfig:
-    return TrainConfig(
+    return tiny_config(
         model="vit_c_w64_16px",
-        dataset=Dataset(name="digits", img_size=16),
-        optimizer="adamw",
         lr=4e-3,
-        wd=0.05,
         epochs=1,
         batch_size=256,
         seed=seed,

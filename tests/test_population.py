@@ -17,6 +17,7 @@ import types
 import pytest
 import torch
 import yaml
+from cli_inprocess import tiny_config
 from driver_process import start_driver
 
 from optbench.executors.base import PopulationJob, TrialJob
@@ -39,7 +40,7 @@ BATCH = 64
 
 def members(model, optimizer, pairs, epochs, **recipe) -> list[TrainConfig]:
     return [
-        TrainConfig(
+        tiny_config(
             model=model,
             dataset=DIGITS,
             optimizer=optimizer,

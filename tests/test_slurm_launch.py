@@ -19,6 +19,7 @@ import optuna
 import pytest
 import submitit
 import yaml
+from cli_inprocess import tiny_config
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -88,10 +89,7 @@ class FakeSlurm:
 
 
 def _config(**kw) -> TrainConfig:
-    base = dict(model="vit_p_w64_16px", dataset={"name": "digits", "img_size": 16},
-                optimizer="adamw", lr=1e-3, wd=0.05, epochs=1, batch_size=128, ref_batch=128,
-                recipe={"warmup_epochs": 0})  # fmt: skip
-    return TrainConfig(**{**base, **kw})
+    return tiny_config(**{"lr": 1e-3, "epochs": 1, "ref_batch": 128, **kw})
 
 
 def test_slurm_settings_in_the_study_yaml(tiny_dict):

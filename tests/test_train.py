@@ -7,26 +7,18 @@ import math
 
 import pytest
 import torch
+from cli_inprocess import tiny_config
 
-from optbench.recipe import Dataset, Recipe
+from optbench.recipe import Recipe
 from optbench.train.config import TrainConfig
 from optbench.train.loop import run_trial
 from optbench.train.results import read_result
 
 
 def _cfg(**kw) -> TrainConfig:
-    base = dict(
-        model="vit_c_w64_16px",
-        dataset=Dataset(name="digits", img_size=16),
-        optimizer="adamw",
-        lr=3e-3,
-        wd=0.05,
-        epochs=2,
-        batch_size=128,
-        ref_batch=128,
-        recipe=Recipe(warmup_epochs=0.5, hflip=False, translate=2),
-    )
-    return TrainConfig(**{**base, **kw})
+    """The tiny trial on ViT_C (BatchNorm in its stem) with the tiny study's recipe."""
+    recipe = Recipe(warmup_epochs=0.5, hflip=False, translate=2)
+    return tiny_config(**{"model": "vit_c_w64_16px", "ref_batch": 128, "recipe": recipe, **kw})
 
 
 @pytest.mark.slow

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from cli_inprocess import tiny_config
 from torch import nn
 
 from optbench.recipe import Dataset, Recipe
@@ -19,7 +20,7 @@ def small_model() -> nn.Module:
 
 
 def config(epochs: int, batch_size: int, **recipe) -> TrainConfig:
-    return TrainConfig(
+    return tiny_config(
         model="any",
         dataset=Dataset(name="digits"),
         optimizer="sgd",

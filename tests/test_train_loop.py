@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_inprocess import tiny_config
 
 import optbench.train.epoch as epoch
 import optbench.train.loop as loop
@@ -40,12 +41,10 @@ TIMING = {"wall_s", "images_per_s", "epoch_s", "input_wait"}
 def config(epochs: int = 3, **recipe) -> TrainConfig:
     """digits at 16 px, batch 256: 5 steps per epoch. The paper preset exercises every random
     part of the loop (AutoAugment, mixup/CutMix, EMA)."""
-    return TrainConfig(
+    return tiny_config(
         model="vit_c_w64_16px",
         dataset=Dataset(name="digits", img_size=16),
-        optimizer="adamw",
         lr=4e-3,
-        wd=0.05,
         epochs=epochs,
         batch_size=256,
         recipe=Recipe(**{"preset": "paper", **recipe}),

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from cli_inprocess import tiny_config
 from torch import nn
 
 import optbench.train.evaluation as evaluation
-from optbench.recipe import Dataset, Recipe
+from optbench.recipe import Recipe
 from optbench.train.config import TrainConfig
 from optbench.train.distributed import DistContext
 from optbench.train.loop import run_trial
@@ -45,9 +46,8 @@ def test_precise_bn_takes_pyclss_number_of_batches():
 
 
 def config(**recipe) -> TrainConfig:
-    return TrainConfig(
+    return tiny_config(
         model="vit_c_w64_16px",  # BatchNorm in its conv stem
-        dataset=Dataset(name="digits", img_size=16),
         optimizer="sgd",
         lr=0.5,
         wd=1e-4,

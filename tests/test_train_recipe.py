@@ -12,10 +12,11 @@ import math
 import pytest
 import timm
 import torch
+from cli_inprocess import tiny_config
 from pydantic import ValidationError
 
 from optbench import models  # noqa: F401  (registers the quickstart models)
-from optbench.recipe import Dataset, Recipe
+from optbench.recipe import Recipe
 from optbench.train.config import TrainConfig
 from optbench.train.optim import LrSchedule, build_optimizer, weight_decay_groups
 
@@ -29,9 +30,8 @@ def config(
     ref_batch: int = 2048,
     **recipe,
 ) -> TrainConfig:
-    return TrainConfig(
+    return tiny_config(
         model="vit_c_w64_16px",
-        dataset=Dataset(name="digits", img_size=16),
         optimizer=optimizer,
         lr=lr,
         wd=0.1,
