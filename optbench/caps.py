@@ -18,6 +18,7 @@ MAX_STUDY_BYTES = 1 << 20  # a study file is a few KB
 MAX_YAML_NODES = 100_000  # a study has a few hundred; aliases could make billions
 MAX_YAML_DEPTH = 64  # a study nests 4 levels; deeper would exhaust Python's stack
 MAX_EPOCHS = 10_000  # 25x the paper's longest schedule (400 epochs)
+MAX_STALL_TIMEOUT_S = 7 * 86_400  # a week: longer than SLURM's usual longest job time limits
 SEED_BOUND = 2**63  # torch.manual_seed takes 64 bits; seeds are 0 .. 2**63 - 1
 
 CAP_REASONS = {
@@ -28,10 +29,11 @@ CAP_REASONS = {
     "translate": "each batch is padded by it on every side: memory grows with its square",
     "augment_ops": "each operation runs on every image of every step (the usual is 2)",
     "epochs": "a schedule this long never ends (the paper's longest is 400)",
+    "stall_timeout_s": "a trial is never waited on for longer (a week; null turns the timeout off)",
 }
 
 
-def check_cap(value: int, cap: int, what: str, unit: str = "") -> int:
+def check_cap(value: float, cap: float, what: str, unit: str = "") -> int:
     """`value` if it is at most `cap`, else a ValueError (for a pydantic validator) that gives
     the cap and its reason (CAP_REASONS[what])."""
     if value > cap:

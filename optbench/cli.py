@@ -331,7 +331,8 @@ def run(
 def status(
     study: Annotated[Path, typer.Argument(help="study YAML file")],
     trials: Annotated[
-        bool, typer.Option("--trials", help="also list trials in progress (epoch k/N)")
+        bool,
+        typer.Option("--trials", help="also list trials in progress (epoch k/N, left or stalled)"),
     ] = False,
     set_: Overrides = None,
 ) -> None:
@@ -351,7 +352,7 @@ def status(
     if summary:  # the study has been on SLURM: its jobs' states
         console.print(summary, markup=False, highlight=False)
     if trials:
-        table = trials_table(spec)
+        table = trials_table(spec, running=running)
         console.print(table if table is not None else "no trial in progress")
 
 

@@ -2,7 +2,8 @@
 
 Two lock files in the study folder (flock, released by the kernel when a process dies):
 - `.lock`: the driver (`optbench run`) holds it exclusively for its whole run; a second driver
-  fails at once.
+  fails at once. It holds the driver's pid and a token naming this run (`driver_lock` yields
+  it); `running_driver` reads it only while a driver holds the lock (`optbench status`).
 - `.workers.lock`: each local worker holds it shared for its whole life. A driver that takes
   over a study first waits until nobody holds it: workers of a driver that was killed (they
   stop within seconds of its death, see executors/local.py) may still be writing a checkpoint,
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import secrets
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -27,6 +29,10 @@ WORKERS_LOCK = ".workers.lock"
 # How long a new driver waits for the workers of a dead one: they stop within one optimizer step
 # and a checkpoint write of their driver's death.
 WORKERS_EXIT_S = 120.0
+# `optbench status` takes the driver lock shared for an instant to see whether a driver holds
+# it: a driver starting in that instant tries again for this long before it gives up.
+TAKE_S = 1.0
+MAX_LOCK_BYTES = 200
 
 
 def _open_lock(path: Path) -> int:
@@ -34,20 +40,46 @@ def _open_lock(path: Path) -> int:
 
 
 @contextmanager
-def driver_lock(study_dir: Path, on_wait: Callable[[str], None] = print) -> Iterator[None]:
+def driver_lock(study_dir: Path, on_wait: Callable[[str], None] = print) -> Iterator[str]:
     """Hold the study for this driver: fail if another driver holds it, wait (up to
-    WORKERS_EXIT_S) for workers of an earlier driver to exit."""
+    WORKERS_EXIT_S) for workers of an earlier driver to exit. Yields this run's token."""
     study_dir.mkdir(parents=True, exist_ok=True)
     fd = _open_lock(study_dir / DRIVER_LOCK)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise UsageError(f"{study_dir}: another optbench run is driving this study") from None
+        deadline = time.monotonic() + TAKE_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise UsageError(
+                        f"{study_dir}: another optbench run is driving this study"
+                    ) from None
+                time.sleep(0.05)
+        token = secrets.token_hex(8)
         os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
+        os.write(fd, f"{os.getpid()} {token}".encode())
         _wait_for_workers(study_dir, on_wait)
-        yield
+        yield token
+    finally:
+        os.close(fd)
+
+
+def running_driver(study_dir: Path) -> str | None:
+    """The token of the driver run that holds the study's lock now, None if no driver runs.
+    Reads only (the lock is taken shared for an instant, never created; a link is refused)."""
+    try:
+        fd = os.open(study_dir / DRIVER_LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None  # no driver ever ran here (or a link: none of ours)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:  # a driver holds it: read its token
+            words = os.read(fd, MAX_LOCK_BYTES).decode(errors="replace").split()
+            return words[1] if len(words) == 2 else None
+        return None  # nobody held it (released with the fd below)
     finally:
         os.close(fd)
 

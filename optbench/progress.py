@@ -3,7 +3,9 @@
 `StudyProgress` counts trial states per cell (a trial is "running" once its executor says it
 started: a worker took it, or SLURM runs its job), keeps the best error per cell, and reads the
 epochs of running trials from their metrics.jsonl, a line per finished epoch. From those timings
-it estimates the time left (`eta_s`). Two views print it: `LiveView`, a table redrawn in place
+it estimates the time left (`eta_s`) and tells a stalled trial (`stalled_s`, defined once here):
+a running trial whose metrics file has not grown for STALL_EPOCHS times its median epoch time,
+and at least STALL_FLOOR_S. Two views print it: `LiveView`, a table redrawn in place
 (a terminal), and `EventLog`, one line per event and a summary line every few minutes (a log
 file, sbatch's output, a pipe).
 """
@@ -32,6 +34,16 @@ STATES = ("finished", "diverged", "failed", "running", "pending")
 SUMMARY_EVERY_S = 180.0  # a log's summary line, every this many seconds
 READ_EVERY_S = 2.0  # running trials' metrics files are read at most this often
 MAX_TRIAL_ROWS = 12  # running trials listed in the live view
+# A trial is stalled after this many times its median epoch (training) time without a new
+# metrics line: a line's interval also holds the evaluation and the checkpoint write (a few
+# percent to a third of the training time) and a shared machine can halve the pace, so a
+# healthy trial stays within 2.6x; 4x leaves margin and still flags a frozen worker within a
+# few epochs' time.
+STALL_EPOCHS = 4.0
+# ... and never before this many seconds: a shared file system shows a file's modification
+# time up to 60 s late (NFS's attribute cache), and a trial of one-second epochs that waits
+# for a slow disk or a busy core a few seconds is not stalled.
+STALL_FLOOR_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -73,6 +85,39 @@ def read_trial_epochs(out_dir: Path, root: Path | None = None) -> TrialEpochs:
         last.get("images_per_s"),
         last.get("input_wait"),
     )
+
+
+def idle_s(epochs: TrialEpochs, since: float | None, now: float) -> float | None:
+    """Seconds since a running trial last made progress: its metrics file's last write (a line
+    per epoch; a worker writes it when the trial starts, too) or its start (`since`, time.time),
+    whichever is later; None where neither is known."""
+    known = [t for t in (epochs.updated, since) if t is not None]
+    return max(0.0, now - max(known)) if known else None
+
+
+def stalled_s(epochs: TrialEpochs, since: float | None, now: float) -> float | None:
+    """How long a running trial has been stalled: its idle time (`idle_s`) once that passes
+    STALL_EPOCHS x its median epoch time and STALL_FLOOR_S, else None (also before its first
+    epoch: there is no pace to compare with yet; executor.stall_timeout_s still applies)."""
+    idle = idle_s(epochs, since, now)
+    if idle is None or not epochs.epoch_s:
+        return None
+    limit = max(STALL_EPOCHS * statistics.median(epochs.epoch_s), STALL_FLOOR_S)
+    return idle if idle >= limit else None
+
+
+def stalled_words(seconds: float) -> str:
+    """'stalled 4 min' (or '45 s' under a minute)."""
+    return f"stalled {seconds // 60:.0f} min" if seconds >= 60 else f"stalled {seconds:.0f} s"
+
+
+def time_left_s(epochs: TrialEpochs, total: int, since: float | None, now: float) -> float | None:
+    """A running trial's time left at its own pace (wall seconds per epoch since its start:
+    start-up, training and evaluation), None before its first epoch."""
+    if not epochs.done or since is None or epochs.updated is None:
+        return None
+    per_epoch = max(epochs.updated - since, 0.0) / epochs.done
+    return max(0.0, (total - epochs.done) * per_epoch - (now - epochs.updated))
 
 
 def clock(seconds: float) -> str:
@@ -119,6 +164,12 @@ class StudyProgress:
         self.epochs.pop(key, None)
         self.started_at.pop(key, None)
         self.ran += 1
+
+    def queued(self, key: str) -> None:
+        """The trial's job went back to the queue (SLURM requeued it): not running for now."""
+        self.running.discard(key)
+        self.epochs.pop(key, None)
+        self.started_at.pop(key, None)
 
     def read_epochs(self, force: bool = False) -> None:
         """Read the running trials' metrics files (at most every READ_EVERY_S seconds)."""
@@ -175,6 +226,18 @@ class StudyProgress:
             timings.setdefault((c.model, c.optimizer, c.epochs), []).append(max(seconds, 0.0))
         return {cell: statistics.median(s) for cell, s in timings.items() if s}
 
+    def idle_s(self, key: str, now: float) -> float | None:
+        """Seconds since the running trial `key` last made progress (module `idle_s`)."""
+        return idle_s(self.epochs.get(key, TrialEpochs()), self.started_at.get(key), now)
+
+    def stalled(self, now: float) -> dict[str, float]:
+        """The running trials that are stalled (module `stalled_s`): key -> seconds."""
+        found = {
+            key: stalled_s(self.epochs.get(key, TrialEpochs()), self.started_at.get(key), now)
+            for key in self.running
+        }
+        return {key: s for key, s in found.items() if s is not None}
+
     def eta_s(self) -> float | None:
         """Seconds until every pending trial has ended, or None before the first timed epoch.
 
@@ -230,21 +293,35 @@ class StudyProgress:
         return table
 
     def caption(self) -> str:
+        """Elapsed time and time left; no estimate while a running trial is stalled (its
+        trial would not end in the time left)."""
+        elapsed = f"elapsed {clock(time.monotonic() - self.started)}"
+        stalled = self.stalled(time.time())
+        if stalled:
+            longest = stalled_words(max(stalled.values())).removeprefix("stalled ")
+            return (
+                f"{elapsed}, time left unknown: {len(stalled)} trial(s) stalled (no progress "
+                f"for up to {longest}; docs/faults.md)"
+            )
         eta = self.eta_s()
         left = "after the first epoch" if eta is None else clock(eta)
-        return f"elapsed {clock(time.monotonic() - self.started)}, time left {left}"
+        return f"{elapsed}, time left {left}"
 
     def running_table(self) -> Table | None:
-        """The running trials: epochs done, last validation error, seconds per epoch."""
+        """The running trials: epochs done, last validation error, seconds per epoch, and the
+        time left at the trial's pace or how long it has been stalled."""
         running = [item for item in self.trials if item.trial.key in self.running]
         if not running:
             return None
         table = Table(title="running")
-        for col in ("trial", "epoch", "val error", "s/epoch"):
+        for col in ("trial", "epoch", "val error", "s/epoch", "left"):
             table.add_column(col, justify="left" if col == "trial" else "right")
+        now = time.time()
         for item in running[:MAX_TRIAL_ROWS]:
-            epochs = self.epochs.get(item.trial.key, TrialEpochs())
-            table.add_row(trial_label(item), *epoch_cells(epochs, item.trial.cell.epochs))
+            key, total = item.trial.key, item.trial.cell.epochs
+            epochs = self.epochs.get(key, TrialEpochs())
+            left = left_cell(epochs, total, self.started_at.get(key), now)
+            table.add_row(trial_label(item), *epoch_cells(epochs, total), left)
         if len(running) > MAX_TRIAL_ROWS:
             table.caption = f"and {len(running) - MAX_TRIAL_ROWS} more"
         return table
@@ -265,6 +342,15 @@ def epoch_cells(epochs: TrialEpochs, total: int) -> tuple[str, str, str]:
     error = "–" if epochs.last_error is None else f"{epochs.last_error:.2f}%"
     seconds = f"{statistics.median(epochs.epoch_s):.1f}" if epochs.epoch_s else "–"
     return f"{epochs.done}/{total}", error, seconds
+
+
+def left_cell(epochs: TrialEpochs, total: int, since: float | None, now: float) -> str:
+    """A running trial's 'left' cell: 'stalled N min' (stalled_s), else its time left."""
+    stalled = stalled_s(epochs, since, now)
+    if stalled is not None:
+        return stalled_words(stalled)
+    left = time_left_s(epochs, total, since, now)
+    return "–" if left is None else clock(left)
 
 
 INPUT_BOUND = 0.2  # a trial waiting more than this fraction of its training time is input-bound

@@ -6,16 +6,20 @@ files (workers) -> store (record). `run_study` runs in named phases: `_catch_up`
 ended while no driver followed), one `Store.prepare`, `_submit`, `_follow`.
 The driver is the only writer of the database. A finished result is recorded once; results
 already on disk but not yet recorded (a driver killed at the wrong moment) are recorded
-before anything runs; Ctrl-C stops the workers and the same command resumes. What the user
-sees meanwhile is progress.py's.
+before anything runs; Ctrl-C stops the workers and the same command resumes. While following,
+the driver notes in the store which trials a worker runs (what `optbench status` counts as
+running) and, with executor.stall_timeout_s, ends a trial that made no progress for that long
+(`_end_stalled`). What the user sees meanwhile is progress.py's.
 """
 
 from __future__ import annotations
 
 import functools
 import signal
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
 
 from optuna.trial import TrialState
 from rich.console import Console
@@ -137,7 +141,7 @@ def run_study(
     trials = plan(spec)  # pure: a spec that cannot be planned stops here, before any write
     refuse_links(spec, trials)  # before any write, too
     # one driver per study, and none while an earlier driver's workers still write (locks.py)
-    with write_faults_as_one_line(), driver_lock(spec.study_dir, on_wait=console.print):
+    with write_faults_as_one_line(), driver_lock(spec.study_dir, on_wait=console.print) as run:
         store = Store(spec, create=True)
         safefs.write_text(spec.study_dir / "spec.yaml", spec.output, dump_spec(spec))
         _catch_up(store, trials, executor, console)
@@ -161,7 +165,8 @@ def run_study(
             )
             return progress
         view = LiveView(progress, spec.name) if live and console.is_terminal else None
-        _follow(store, executor, todo, progress, view, log, console)
+        following = Following(run, spec.executor.stall_timeout_s)
+        _follow(store, executor, todo, progress, view, log, console, following)
         if not view:
             console.print(progress.table(spec.name))
         for note in input_notes(progress.trials):
@@ -214,6 +219,16 @@ def _submit(
     console.print(executor.submit(jobs), markup=False, highlight=False)
 
 
+@dataclass
+class Following:
+    """What `_follow` needs beside the trials: this driver run's token (locks.driver_lock), with
+    which it marks the trials its workers run, and executor.stall_timeout_s (None: off)."""
+
+    run: str
+    stall_timeout_s: float | None = None
+    ended: set[str] = field(default_factory=set)  # trials ended for a stall, not yet recorded
+
+
 def _follow(
     store: Store,
     executor: Executor,
@@ -222,10 +237,12 @@ def _follow(
     view: LiveView | None,
     log: EventLog,
     console: Console,
+    following: Following,
 ) -> None:
-    """Record each trial as its job ends, until none is left (`todo` empties). Ctrl-C, or a
-    storage that stops answering, stops the jobs where they die with the driver and leaves them
-    running where they outlive it (SLURM: the next run follows them)."""
+    """Record each trial as its job ends, until none is left (`todo` empties); mark in the
+    store the trials that run (and those SLURM requeued), and end stalled ones (_end_stalled).
+    Ctrl-C, or a storage that stops answering, stops the jobs where they die with the driver
+    and leaves them running where they outlive it (SLURM: the next run follows them)."""
     outlive = executor.jobs_outlive_driver
     try:
         with (
@@ -240,14 +257,22 @@ def _follow(
                         continue
                     if event.kind == "running":
                         progress.start(event.key)
+                        store.mark_running(item, following.run, progress.started_at[event.key])
                         if not view:
                             log.started(item)
                         continue
+                    if event.kind == "queued":  # SLURM requeued it: not running, not stalled
+                        progress.queued(event.key)
+                        store.mark_running(item, None)
+                        continue
                     _record_end(store, item, event.message)
+                    following.ended.discard(event.key)
                     progress.end(event.key)
                     del todo[event.key]
                     if not view or item.status == "failed":  # a failure shows on a terminal too
                         log.ended(item)
+                if following.stall_timeout_s is not None:
+                    _end_stalled(executor, todo, progress, following)
                 if view:
                     display.update(view.render())
                 else:
@@ -264,6 +289,30 @@ def _follow(
         executor.close(cancel=not outlive)
         raise
     executor.close(cancel=False)
+
+
+def _end_stalled(
+    executor: Executor,
+    todo: dict[str, StoredTrial],
+    progress: StudyProgress,
+    following: Following,
+) -> None:
+    """End, through the executor, each running trial that made no progress (progress.idle_s:
+    no new metrics line, or since its start) for executor.stall_timeout_s; its error.log says
+    why in one line, and its job's end is recorded as a failed attempt with that line (retried
+    like any failure)."""
+    progress.read_epochs()
+    now, limit = time.time(), following.stall_timeout_s
+    for key in sorted(progress.running - following.ended):
+        idle = progress.idle_s(key, now)
+        if idle is None or idle < limit or key not in todo:
+            continue
+        why = f"stalled: no progress for {idle:.0f} s (executor.stall_timeout_s is {limit:g})"
+        for ended in executor.end(key, why):  # the job's trials: a population's members too
+            following.ended.add(ended)
+            if ended in todo:
+                job = todo[ended].trial.job
+                safefs.write_text(job.out_dir / "error.log", job.root, why + "\n")
 
 
 def flops_counter(spec: StudySpec) -> Callable[[str], float]:

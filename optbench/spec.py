@@ -27,6 +27,7 @@ from optbench.caps import (
     MAX_EPOCHS,
     MAX_NAME,
     MAX_POPULATION,
+    MAX_STALL_TIMEOUT_S,
     MAX_TRIALS,
     SEED_BOUND,
     check_cap,
@@ -168,6 +169,9 @@ class ExecutorSettings(StrictModel):
     # trials of one cell and seed trained together in one process (train/population.py); an
     # execution setting: not part of the cell id (docs/population.md)
     population: int = Field(default=1, ge=1, le=MAX_POPULATION)
+    # a running trial without a new metrics line for this long is ended by the driver and
+    # recorded as failed ("stalled", docs/faults.md); null: never (a stall is only shown)
+    stall_timeout_s: float | None = Field(default=None, gt=0)
     slurm: SlurmSettings = SlurmSettings()
 
     @model_validator(mode="after")
@@ -179,6 +183,11 @@ class ExecutorSettings(StrictModel):
                 "set population 1 or one task"
             )
         return self
+
+    @field_validator("stall_timeout_s")
+    @classmethod
+    def _stall_timeout(cls, v: float | None) -> float | None:
+        return v if v is None else check_cap(v, MAX_STALL_TIMEOUT_S, "stall_timeout_s", " s")
 
     @field_validator("workers")
     @classmethod

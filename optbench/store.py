@@ -6,6 +6,8 @@ trial per attempt at a (sample, seed), with params lr and wd and user attrs key,
 optimizer, epochs, sample, seed, attempt; once recorded also status, the errors, wall_s,
 images_per_s, input_wait, device, pipeline and population (the resolved execution settings),
 digest, provenance (which code made it) and the per-epoch metrics (also as intermediate values).
+While an attempt runs, user attr "running" says which driver's worker runs it and since when
+(`mark_running`, `running_marks`): what `optbench status` counts as running.
 
 States: COMPLETE = finished (value = final top-1 error); FAIL with status "diverged" = diverged
 (a result); FAIL otherwise = failed (a crash, retried by the next run); RUNNING = pending.
@@ -48,6 +50,8 @@ RESULT_ATTRS = (
     "digest",
     "message",
 )
+
+RUNNING_ATTR = "running"  # {"run": driver token, "since": time.time()} while a worker runs it
 
 # which code made a result (TrialResult.provenance): columns of the trials frame and trials.csv
 PROVENANCE_COLUMNS = ("version", "commit", "code_fingerprint")
@@ -242,6 +246,18 @@ class Store:
         item.record, item.status = frozen, result.status
         return True
 
+    @_storage_errors
+    def mark_running(self, item: StoredTrial, run: str | None, since: float | None = None) -> None:
+        """Note on the item's latest attempt that a worker of the driver run `run`
+        (locks.driver_lock's token) runs it since `since` (time.time); None: it went back to
+        the queue (SLURM requeue). Changes nothing on an attempt already finished."""
+        study = self._study(item.trial.cell_id, False)
+        current = study.trials[item.record.number]
+        if current.state.is_finished():
+            return
+        mark = None if run is None else {"run": run, "since": since}
+        optuna.trial.Trial(study, current._trial_id).set_user_attr(RUNNING_ATTR, mark)
+
     # --- for the report -----------------------------------------------------------------------
 
     def frame(self, trials: list[Trial]) -> pd.DataFrame:
@@ -280,6 +296,19 @@ class Store:
                 }
             )
         return pd.DataFrame(rows)
+
+
+def running_since(item: StoredTrial, run: str | None) -> float | None:
+    """When a worker of the driver run `run` (the one holding the study's lock now; None: no
+    driver runs) started the item's pending attempt, or None if none runs it. A mark of an
+    earlier run (its driver died) is not running: its workers died with it."""
+    if run is None or item.status != "pending" or item.record is None:
+        return None
+    mark = item.record.user_attrs.get(RUNNING_ATTR)
+    if not isinstance(mark, dict) or mark.get("run") != run:
+        return None
+    since = mark.get("since")
+    return float(since) if isinstance(since, int | float) and math.isfinite(since) else None
 
 
 def _by_cell(trials: list[Trial]) -> dict[str, list[Trial]]:

@@ -1,7 +1,10 @@
 """What a study would run and how far it is, as terminal tables: its plan with the compute it
 needs (`optbench run --dry-run`, `plan_table`), its trial counts per cell (`optbench status`,
 `status_table`) and its trials in progress (`optbench status --trials`, `trials_table`). They
-only read the spec, the store and the trials' metrics files; nothing here runs or writes.
+only read the spec, the store, the study's lock and the trials' metrics files; nothing here
+runs or writes. A trial counts as running where its SLURM job runs (the executor's answer) or
+where the driver that holds the study's lock now marked it as run by one of its workers
+(`running_trials`).
 """
 
 from __future__ import annotations
@@ -13,30 +16,49 @@ from dataclasses import dataclass
 
 from rich.table import Table
 
+from optbench.locks import running_driver
 from optbench.plan import plan, populations
 from optbench.progress import (
     StudyProgress,
     clock,
     epoch_cells,
     input_notes,
+    left_cell,
     read_trial_epochs,
     trial_label,
 )
 from optbench.provenance import mixed_code_warning
 from optbench.spec import StudySpec
-from optbench.store import Store, refuse_links
+from optbench.store import Store, StoredTrial, refuse_links, running_since
+
+
+def running_trials(
+    spec: StudySpec, stored: list[StoredTrial], jobs_running: set[str] = frozenset()
+) -> dict[str, float | None]:
+    """The trials running now, each with since when (time.time; None where unknown): those
+    whose SLURM job runs (`jobs_running`, the executor's answer) and those the driver that
+    holds the study's lock marked as started by its workers (store.running_since). A mark left
+    by a driver that died is not running: its workers died with it."""
+    run = running_driver(spec.study_dir)
+    found: dict[str, float | None] = dict.fromkeys(jobs_running)
+    for item in stored:
+        since = running_since(item, run)
+        if since is not None:
+            found[item.trial.key] = since
+    return found
 
 
 def status_table(spec: StudySpec, running: set[str] = frozenset()) -> tuple[Table, str | None]:
     """Counts per cell, read from the store without running or writing anything, and the
     one-line warning when a cell mixes results of different training code (None if none);
-    `running`: the keys of trials whose job is running (SLURM). The table's caption adds
-    progress.input_notes (cells that mix input pipelines; input-bound trials). A link in the
-    study folder is refused (store.refuse_links)."""
+    `running`: the keys of trials whose job is running (SLURM); running_trials adds those a
+    driver runs now. The table's caption adds progress.input_notes (cells that mix input
+    pipelines; input-bound trials). A link in the study folder is refused (store.refuse_links)."""
     trials = plan(spec)
     refuse_links(spec, trials)
     stored = Store(spec, create=False).read(trials)
-    table = StudyProgress(stored, running=set(running)).table(
+    now_running = set(running_trials(spec, stored, set(running)))
+    table = StudyProgress(stored, running=now_running).table(
         f"{spec.name}: {sum(s.is_result for s in stored)} of {len(stored)} trials done"
     )
     notes = input_notes(stored)
@@ -50,27 +72,35 @@ def status_table(spec: StudySpec, running: set[str] = frozenset()) -> tuple[Tabl
     return table, mixed_code_warning(fingerprints)
 
 
-def trials_table(spec: StudySpec) -> Table | None:
-    """The trials without a result whose metrics file has epochs (`optbench status --trials`):
-    epoch k/N, last validation error, seconds per epoch, the last epoch's training images/s
-    and fraction of it waiting for input, and when the file last grew. A trial whose worker
-    died shows its last epoch and an old update time."""
+def trials_table(spec: StudySpec, running: set[str] = frozenset()) -> Table | None:
+    """The trials without a result that run now (running_trials; `running`: SLURM's) or whose
+    metrics file has epochs (`optbench status --trials`): epoch k/N, last validation error,
+    seconds per epoch, the last epoch's training images/s and fraction of it waiting for input,
+    when the file last grew, and `left`: a running trial's time left at its pace or "stalled
+    N min" (progress.stalled_s), "not running" for the others (a worker that died)."""
     trials = plan(spec)
     stored = Store(spec, create=False).read(trials)
+    now_running = running_trials(spec, stored, set(running))
     table = Table(title=f"{spec.name}: trials in progress (read from their metrics files)")
-    for col in ("trial", "epoch", "val error", "s/epoch", "img/s", "input wait", "updated"):
+    columns = ("trial", "epoch", "val error", "s/epoch", "img/s", "input wait", "updated", "left")
+    for col in columns:
         table.add_column(col, justify="left" if col == "trial" else "right")
     now = time.time()
     for item in stored:
+        key, total = item.trial.key, item.trial.cell.epochs
         if item.is_result:
             continue
         epochs = read_trial_epochs(item.trial.out_dir, item.trial.job.root)
-        if epochs.updated is None:
+        if epochs.updated is None and key not in now_running:
             continue
-        cells = epoch_cells(epochs, item.trial.cell.epochs)
+        cells = epoch_cells(epochs, total)
         speed = "–" if epochs.images_per_s is None else f"{epochs.images_per_s:.0f}"
         wait = "–" if epochs.input_wait is None else f"{epochs.input_wait:.0%}"
-        table.add_row(trial_label(item), *cells, speed, wait, f"{clock(now - epochs.updated)} ago")
+        updated = "–" if epochs.updated is None else f"{clock(now - epochs.updated)} ago"
+        left = "not running"
+        if key in now_running:
+            left = left_cell(epochs, total, now_running[key], now)
+        table.add_row(trial_label(item), *cells, speed, wait, updated, left)
     return table if table.row_count else None
 
 

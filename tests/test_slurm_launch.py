@@ -638,3 +638,48 @@ def test_status_counts_trials_whose_job_runs_as_running(tiny_dict, tmp_path, mon
     [row] = rows
     assert [c.strip() for c in row[4:9]] == ["0", "0", "0", "1", "1"]
     assert "1 RUNNING, 1 PENDING" in out.output
+
+
+def test_a_stalled_trial_is_cancelled_by_its_array_element_and_ends_saying_why(
+    tmp_path, monkeypatch
+):
+    # two trials in one job (trials_per_job 2), a third in another: the stalled trial's job is
+    # scancelled, both its trials end lost saying why, the other job runs on
+    slurm = FakeSlurm(monkeypatch)
+    jobs = [TrialJob(f"cell/s00{i}-seed0", _config(), tmp_path / f"t{i}") for i in range(3)]
+    records = [
+        JobRecord(job.key, job_id, config_hash(job.config), f"/l/{job_id}.err", 0.0)
+        for job, job_id in zip(jobs, ["7_0", "7_0", "7_1"], strict=True)
+    ]
+    append_records(tmp_path, records)
+    slurm.sacct_out = "JobID|State\n7_0|RUNNING\n7_1|RUNNING\n"
+    executor = SlurmExecutor(SlurmSettings(poll_s=2), tmp_path, "tiny", notify=print)
+    executor.submit(jobs)
+    executor._last_sacct = float("-inf")
+    assert sorted(e.kind for e in executor.poll(0)) == ["running"] * 3
+
+    why = "stalled: no progress for 300 s (executor.stall_timeout_s is 300)"
+    assert executor.end(jobs[0].key, why) == [jobs[0].key, jobs[1].key]
+    assert ["scancel", "7_0"] in slurm.calls
+    slurm.sacct_out = "JobID|State\n7_0|CANCELLED\n7_1|RUNNING\n"
+    executor._last_sacct = float("-inf")
+    ended = {e.key: e for e in executor.poll(0)}
+    assert set(ended) == {jobs[0].key, jobs[1].key}
+    assert ended[jobs[0].key].kind == "lost" and ended[jobs[0].key].message == why
+    assert ended[jobs[1].key].message == f"SLURM job 7_0 cancelled: its trial {jobs[0].key} {why}"
+
+
+def test_a_requeued_job_is_not_running_until_it_runs_again(tmp_path, monkeypatch):
+    # a time limit or a preemption puts a running job back in the queue: its trial is neither
+    # running nor stalled meanwhile (the driver's stall clock starts again when it runs)
+    slurm = FakeSlurm(monkeypatch)
+    job = TrialJob("cell/s000-seed0", _config(), tmp_path / "trial")
+    append_records(tmp_path, [JobRecord(job.key, "42", config_hash(job.config), "/l/42.err", 0.0)])
+    executor = SlurmExecutor(SlurmSettings(poll_s=2), tmp_path, "tiny", notify=print)
+    executor.submit([job])
+    kinds = []
+    for state in ("PENDING", "RUNNING", "RUNNING", "REQUEUED", "PENDING", "RUNNING"):
+        slurm.sacct_out = f"JobID|State\n42|{state}\n"
+        executor._last_sacct = float("-inf")
+        kinds += [e.kind for e in executor.poll(0)]
+    assert kinds == ["running", "queued", "running"]

@@ -92,8 +92,12 @@ def described(jobs: Sequence[Job]) -> str:
 
 @dataclass(frozen=True)
 class JobEvent:
+    """What happened to a trial's job: it runs, it ended (the driver reads the result file), it
+    was lost (ended without one; `message` says how), or it went back to the queue (SLURM
+    requeued it after a time limit or a preemption: it runs again later)."""
+
     key: str
-    kind: Literal["running", "ended", "lost"]
+    kind: Literal["running", "ended", "lost", "queued"]
     message: str | None = None
 
 
@@ -119,6 +123,11 @@ class Executor(Protocol):
     def close(self, cancel: bool) -> None:
         """Release resources; with cancel, stop every job that has not ended."""
 
+    def end(self, key: str, why: str) -> list[str]:
+        """Stop the job that runs trial `key` (the driver found it stalled): its trials then end
+        as lost with `why` as their message. Returns the keys of the trials that job runs
+        (a population's members, a SLURM job's other trials), [] if no job of it runs."""
+
     def status(self) -> tuple[set[str], str | None]:
         """Without a driver (`optbench status`): the keys of the study's trials whose job runs
         now, and one line about its jobs for the user (None: nothing to say)."""
@@ -142,3 +151,6 @@ class DiesWithDriver:
 
     def cancel(self) -> tuple[list[str], bool]:
         return ["no job of this study is queued or running (only SLURM jobs outlive a run)"], True
+
+    def end(self, key: str, why: str) -> list[str]:
+        return []  # the debug executor runs its job in the driver: it cannot end it

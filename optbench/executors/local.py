@@ -148,6 +148,7 @@ class _Worker:
     ready: bool = False
     job: Job | None = None
     started: bool = False  # the worker said it started `job`
+    ending: str | None = None  # why the driver killed it (a stall): its trials' message
 
 
 @dataclass
@@ -267,7 +268,7 @@ class LocalExecutor(DiesWithDriver):
         worker.conn.close()
         del self._pool.workers[slot]
         events = []
-        why = _death(worker.process)
+        why = worker.ending or _death(worker.process)
         if worker.job is not None:
             if worker.started:
                 events += [JobEvent(key, "lost", why) for key in worker.job.keys]
@@ -282,6 +283,19 @@ class LocalExecutor(DiesWithDriver):
         elif self._queue:
             self._start(slot)
         return events
+
+    def end(self, key: str, why: str) -> list[str]:
+        """Kill (SIGKILL: a stopped or hung process acts on nothing else) the worker that runs
+        trial `key`; its death is then reported as its job's trials lost with `why`, and a new
+        worker takes its place. Its trial resumes from its last epoch's checkpoint when retried."""
+        if self._pool is None:
+            return []
+        for worker in self._pool.workers.values():
+            if worker.job is not None and worker.started and key in worker.job.keys:
+                worker.ending = why
+                worker.process.kill()
+                return list(worker.job.keys)
+        return []
 
     def close(self, cancel: bool) -> None:
         """Stop the workers: idle ones are told to exit; with `cancel`, busy ones get SIGTERM

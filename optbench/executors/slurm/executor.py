@@ -41,6 +41,9 @@ from optbench.executors.slurm.journal import (
 from optbench.executors.slurm.study import cancel_study_jobs, jobs_status
 from optbench.spec import SlurmSettings
 
+# states of a job that ran and waits again (requeued after a time limit, preempted, suspended):
+# its trial is not running, so it is not stalled either
+WAITING_AGAIN = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED"})
 VANISH_S = 300.0  # a job neither sacct nor squeue has known for this long is gone (purged)
 NOTE_EVERY_S = 300.0  # while SLURM does not answer, the follower says so at most this often
 
@@ -79,6 +82,7 @@ class _Tracked:
     job: TrialJob
     first_seen: float
     running: bool = False
+    ending: str | None = None  # why the driver cancelled it (a stall): its end's message
 
 
 @dataclass
@@ -230,12 +234,33 @@ class SlurmExecutor:
             if not ended and result_written(tracked.job):
                 ended = True  # one of several trials of a job that is still running
             if ended:
-                events.append(end_event(self.folder, tracked.job, tracked.record, state))
+                event = end_event(self.folder, tracked.job, tracked.record, state)
+                if event.kind == "lost" and tracked.ending:
+                    event = JobEvent(key, "lost", tracked.ending)
+                events.append(event)
                 del self._tracked[key]
             elif state == "RUNNING" and not tracked.running:
                 tracked.running = True
                 events.append(JobEvent(key, "running"))
+            elif state in WAITING_AGAIN and tracked.running:
+                tracked.running = False
+                events.append(JobEvent(key, "queued"))
         return events
+
+    def end(self, key: str, why: str) -> list[str]:
+        """scancel the job (or job-array element) that runs trial `key`: its trials, and the
+        other trials of that job (trials_per_job), end as lost saying why."""
+        tracked = self._tracked.get(key)
+        if tracked is None:
+            return []
+        job_id = tracked.record.job_id
+        keys = [k for k, t in self._tracked.items() if t.record.job_id == job_id]
+        for k in keys:
+            self._tracked[k].ending = (
+                why if k == key else f"SLURM job {job_id} cancelled: its trial {key} {why}"
+            )
+        scancel({job_id})
+        return keys
 
     def job_ids(self) -> set[str]:
         return {t.record.job_id for t in self._tracked.values()}
