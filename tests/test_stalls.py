@@ -21,6 +21,7 @@ import yaml
 from rich.console import Console
 
 import optbench.progress as progress_module
+import optbench.runner as runner
 from optbench.executors.base import JobEvent
 from optbench.executors.local import LocalExecutor
 from optbench.locks import driver_lock, running_driver
@@ -32,7 +33,7 @@ from optbench.progress import (
     TrialEpochs,
     stalled_s,
 )
-from optbench.runner import run_study
+from optbench.runner import Following, run_study
 from optbench.spec import parse_spec
 from optbench.store import Store
 from optbench.study_tables import status_table, trials_table
@@ -167,9 +168,10 @@ class FreezesItsWorker(LocalExecutor):
     """The local pool, with SIGSTOP sent to the worker once its trial wrote its first epoch,
     and `optbench status`'s two tables looked at while it is frozen (the driver is this test)."""
 
-    def __init__(self, spec, **kw):
-        super().__init__(1, spec.study_dir, **kw)
-        self.spec, self.frozen, self.seen = spec, None, []
+    def __init__(self, spec, on_freeze=lambda: None):
+        super().__init__(1, spec.study_dir)
+        self.spec, self.frozen, self.seen, self.on_freeze = spec, None, [], on_freeze
+        self.next_look = 0.0
 
     def poll(self, timeout):
         events = super().poll(timeout)
@@ -180,8 +182,10 @@ class FreezesItsWorker(LocalExecutor):
                 if metrics.exists() and metrics.read_text().strip():
                     os.kill(worker.process.pid, signal.SIGSTOP)
                     self.frozen = worker.process.pid
-        if self.frozen is not None and len(self.seen) < 20:
+                    self.on_freeze()
+        if self.frozen is not None and len(self.seen) < 6 and time.time() > self.next_look:
             self.seen.append((_state_counts(self.spec), _text(trials_table(self.spec))))
+            self.next_look = time.time() + 1.5  # few looks: each reads the store (slow, loaded)
         return events
 
 
@@ -192,20 +196,31 @@ def _attempts(spec) -> list[tuple[str, str | None]]:
     return [(t.user_attrs.get("status", "pending"), t.user_attrs.get("message")) for t in trials]
 
 
-TIMEOUT_S = 60
+TIMEOUT_S = 15
 
 
 @pytest.mark.slow
 def test_a_frozen_worker_is_shown_stalled_then_ended_retried_and_finished(one_model, monkeypatch):
     # The definition's values (minutes) are tested above; here its mechanism on a real frozen
-    # process, in seconds: shown stalled after a second or two, ended after TIMEOUT_S (above
-    # the start-up and the first epoch: on a loaded 2-core machine they take up to 30 s).
+    # process, in seconds: shown stalled after a second or two, ended TIMEOUT_S after its last
+    # metrics line. The driver's timeout is armed when the worker is frozen: on a loaded 2-core
+    # machine the start-up and first epoch alone outlast any timeout short enough for a test.
     monkeypatch.setattr(progress_module, "STALL_FLOOR_S", 1.0)
     monkeypatch.setattr(progress_module, "STALL_EPOCHS", 0.05)
     one_model["epochs"] = 2
     one_model["executor"] = {"retries": 1, "stall_timeout_s": TIMEOUT_S}
     spec = parse_spec(one_model)
-    executor = FreezesItsWorker(spec)
+    made = []
+
+    def unarmed(run, stall_timeout_s):
+        made.append(Following(run, None))
+        return made[-1]
+
+    def arm():
+        made[0].stall_timeout_s = spec.executor.stall_timeout_s
+
+    monkeypatch.setattr(runner, "Following", unarmed)
+    executor = FreezesItsWorker(spec, on_freeze=arm)
     live = io.StringIO()
     terminal = Console(file=live, force_terminal=True, width=200)
     try:
