@@ -73,6 +73,7 @@ def run_job(job: Job, device: str) -> None:
             [m.out_dir for m in members],
             device,
             execution=members[0].execution,  # one study's: the same for every member
+            root=members[0].root,
         )
     else:
         from optbench.train.loop import run_trial
