@@ -313,7 +313,7 @@ def run(
         console.print(advice, markup=False, highlight=False, soft_wrap=True)
         return
     from optbench.executors import make_executor
-    from optbench.runner import run_study, stop_signals_as_ctrl_c
+    from optbench.runner import failed_trials, run_study, stop_signals_as_ctrl_c
 
     # The executor says what it submits; SLURM also says when it stops answering and answers again.
     notify = partial(console.print, markup=False, highlight=False)
@@ -322,9 +322,13 @@ def run(
         raise UsageError(f"--detach: only the slurm executor can detach (executor is {kind!r})")
     try:
         with stop_signals_as_ctrl_c():
-            run_study(spec, executor, console=console, detach=detach)
+            progress = run_study(spec, executor, console=console, detach=detach)
     except KeyboardInterrupt as stopped:  # Ctrl-C, or StopSignal: SIGTERM, SIGHUP
         raise typer.Exit(128 + getattr(stopped, "signum", signal.SIGINT)) from None
+    failed = failed_trials(progress, spec.study_dir)
+    if failed:  # the study is not complete: a script running it must see so (docs/faults.md)
+        console.print(failed, markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -64,7 +64,7 @@ from optbench.train.loop import DISK_FAULTS, record_result, trial_result
 from optbench.train.optim import LrSchedule, is_decayed, weight_decay_groups
 from optbench.train.population_optim import PopulationOptimizer
 from optbench.train.precise_bn import has_batchnorm, recompute_stacked_bn_stats
-from optbench.train.results import finished_result, write_metrics
+from optbench.train.results import ERROR_LOG, finished_result, write_metrics
 from optbench.train.seeding import derive_seed, seed_step
 from optbench.train.signals import (
     StopAgreement,
@@ -429,7 +429,7 @@ def run_population(
         keep = keep or isinstance(err, CheckpointError)
         for k, (cfg, out_dir) in enumerate(zip(cfgs, out_dirs, strict=True)):
             if results[k] is None:
-                safefs.write_text(out_dir / "error.log", root or out_dir, traceback.format_exc())
+                safefs.write_text(out_dir / ERROR_LOG, root or out_dir, traceback.format_exc())
                 failed = TrialResult(
                     status="failed",
                     epochs=cfg.epochs,
