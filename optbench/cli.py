@@ -147,12 +147,12 @@ def train(
     import torch
     from pydantic import ValidationError
 
-    from optbench.checks import check_batch
+    from optbench.checks import check_batch, check_input_size
     from optbench.errors import did_you_mean
     from optbench.models import is_model, model_names
     from optbench.overrides import parse_overrides
     from optbench.train.config import Execution, make_train_config
-    from optbench.train.datasets import check_dataset, download_dataset
+    from optbench.train.datasets import check_dataset_files, download_dataset
     from optbench.train.loop import run_trial
     from optbench.train.signals import STOP_SIGNALS, TrialInterrupted
 
@@ -188,7 +188,8 @@ def train(
     _check_train_flags(cfg, out, threads, device, resume)
     if download:
         download_dataset(ds)
-    check_dataset(ds)
+    check_dataset_files(ds)
+    check_input_size(ds, model, "--img-size")
     check_batch(ds, batch_size, "--batch-size")
     if threads:
         torch.set_num_threads(threads)

@@ -132,6 +132,11 @@ CASES = [
     Case("unknown dataset", "unknown dataset 'mnist'", study={"dataset.name": "mnist"}),
     Case("img_size 10000", "above the cap of 1024", study={"dataset.img_size": 10000}),
     Case("img_size 2", "img_size", study={"dataset.img_size": 2}),
+    Case(
+        "img_size the patches cannot tile",
+        "dataset.img_size: 18 is not a multiple of vit_p_w64_16px's patch size 4",
+        study={"dataset.img_size": 18},
+    ),
     Case("a root for digits", "takes no root", study={"dataset.root": "TMP/adir"}),
     Case(
         "cifar10 without its files",
@@ -326,6 +331,7 @@ CASES = [
     Case("train --seed -1", "seed", train("--seed", "-1")),
     Case("train --batch-size > data", "1437 training images", train("--batch-size", "5000")),
     Case("train --img-size 10000", "cap of 1024", train(img_size="10000")),
+    Case("train --img-size 18", "--img-size: 18 is not a multiple", train(img_size="18")),
     Case("train --ref-batch 0", "ref_batch", train("--ref-batch", "0")),
     Case("train --optimizer lion", "--optimizer", train(optimizer="lion")),
     Case("train unknown model", "unknown model", train()[:1] + ("nope",) + train()[2:]),
