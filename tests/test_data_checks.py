@@ -21,7 +21,6 @@ from optbench.recipe import Dataset
 from optbench.train.datasets import check_dataset_files, dataset_info
 
 
-
 def _tree(root: Path) -> dict[str, tuple[int, int]]:
     """Every path below `root` with its mtime and size (lstat: an unreadable file is listed
     too; an unreadable folder's contents are not, and nothing can be written there)."""
@@ -69,9 +68,7 @@ def _folders(root: Path, per_class: int = 2) -> dict:
     return {"name": "imagefolder", "root": str(root), "img_size": 16}
 
 
-def test_a_batch_larger_than_the_images_among_other_files_is_refused(
-    tmp_path, monkeypatch, capsys
-):
+def test_a_batch_larger_than_the_images_among_other_files_is_refused(tmp_path, monkeypatch, capsys):
     dataset = _folders(tmp_path / "data")  # 3 classes x 2 images
     for c in ("cat", "dog", "fox"):
         for i in range(20):
@@ -148,9 +145,7 @@ def test_cifar100_labels_are_checked_against_its_100_classes(tmp_path):
     READS_ANYTHING, reason=f"uid {os.geteuid()} reads a chmod 000 folder anyway (root's override)"
 )
 @pytest.mark.parametrize("which", ["root", "train", "a class folder", "a cifar batch"])
-def test_an_unreadable_dataset_folder_or_file_is_one_line(
-    tmp_path, monkeypatch, capsys, which
-):
+def test_an_unreadable_dataset_folder_or_file_is_one_line(tmp_path, monkeypatch, capsys, which):
     if which == "a cifar batch":
         make_cifar(tmp_path / "data", "cifar10")
         dataset = {"name": "cifar10", "root": str(tmp_path / "data")}
