@@ -479,6 +479,10 @@ def report(
                 f"--results: no studies under {results} (no */spec.yaml); run one first"
             )
         specs = [_load(path, data=False, overrides=set_) for path in saved]
+    from optbench.checks import check_writable_folder
+
+    for spec in specs:  # before any report is written: the last could not be
+        check_writable_folder(out / spec.name, "--out")
     for spec in specs:
         store, planned = Store(spec, create=False), plan(spec)
         trials = store.frame(planned)

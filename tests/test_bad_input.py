@@ -312,6 +312,23 @@ CASES = [
     ),
     Case("report --format jpg", "--format: 'jpg'", ("report", "STUDY", "--format", "jpg")),
     Case("report --metric foo", "--metric: 'foo'", ("report", "STUDY", "--metric", "foo")),
+    # --- optbench report's flags
+    Case(
+        "report --out a file",
+        "--out: TMP/afile is a file",
+        ("report", "STUDY", "--out", "TMP/afile"),
+    ),
+    Case(
+        "report --out beneath a file",
+        "afile is a file",
+        ("report", "STUDY", "--out", "TMP/afile/r"),
+    ),
+    Case(
+        "report into a study's file",
+        "afile is a file",
+        ("report", "STUDY", "--out", "TMP"),
+        study=_study(name="afile"),
+    ),
     # --- optbench train's flags
     Case("train --lr inf", "lr", train(lr="inf")),
     Case("train --lr nan", "lr", train(lr="nan")),
@@ -416,7 +433,7 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(case, tmp_path, monk
     lines = err.strip().splitlines()
     assert code == 2, err
     assert len(lines) == 1, err
-    assert lines[0].startswith("error: ") and case.needle in lines[0], lines[0]
+    assert lines[0].startswith("error: ") and _in_tmp(case.needle, tmp_path) in lines[0], lines[0]
     assert _tree(tmp_path) == before
 
 
