@@ -62,7 +62,7 @@ class TrialBatch:
                         [m.out_dir for m in members],
                         device,
                         execution=members[0].execution,
-                        root=members[0].root,
+                        root=job.root,
                     )
                 else:
                     results = [
