@@ -1,7 +1,7 @@
 """What a study (or `optbench train`) needs from this install and this machine: its models
-registered, its dataset known and big enough for its batch and, for a real run, the dataset's
-files where `dataset.root` says, folders it can write, a storage it can open, a device that is
-there. The spec is pure data (spec.py); the CLI calls these with what each command needs,
+registered, its dataset known and big enough for its batch, its images' size one its models
+can take and, for a real run, the dataset's files where `dataset.root` says (with what is cheap
+to see of their contents), folders it can write, a storage it can open, a device that is there. The spec is pure data (spec.py); the CLI calls these with what each command needs,
 before it writes anything. Every check only reads. Checking a study's names (status, report)
 imports neither torch nor timm; sizes, data files and devices do.
 """
@@ -33,9 +33,11 @@ def check_spec(
 ) -> None:
     """Raise SpecError naming `source` and the field if a model or the dataset is unknown (with
     the closest known name); with `sized` or `data`, a UsageError if the batch is larger than
-    the training set (where its size is known without the files); with `data` (a real run on
-    this machine), a UsageError naming the path if the dataset's files are not where it says,
-    the study's folder cannot be written, or its storage cannot be opened. `sources` maps
+    the training set (where its size is known without the files) or the images' side not a
+    multiple of a model's patch size; with `data` (a real run on this machine), a UsageError
+    naming the path if the dataset's files are not where it says or are not what they should
+    be (datasets.check_dataset_files), the study's folder cannot be written, or its storage
+    cannot be opened. `sources` maps
     dotted keys to what set them ("--set models=[...]")."""
     from optbench.models import is_model, model_names
 
@@ -64,12 +66,15 @@ def check_spec(
     if problems:
         raise SpecError("\n".join(problems))
     if data:
-        from optbench.train.datasets import check_dataset  # torch: only for a real run
+        from optbench.train.datasets import check_dataset_files  # torch: only for a real run
 
         try:
-            check_dataset(spec.dataset)
+            check_dataset_files(spec.dataset)
         except UsageError as err:
             raise UsageError(f"{source}: {err}") from None
+    if data or sized:
+        for model in spec.models:
+            check_input_size(spec.dataset, model, f"{origin('dataset.img_size')}: dataset.img_size")
     if data or (sized and spec.dataset.name in _SIZED_WITHOUT_DATA):
         check_batch(spec.dataset, spec.batch_size, f"{origin('batch_size')}: batch_size")
     if data:
@@ -86,6 +91,21 @@ def check_batch(dataset: Dataset, batch_size: int, what: str) -> None:
         raise UsageError(
             f"{what}: {batch_size} is larger than the {n_train} training images of "
             f"{dataset.name}, so an epoch would have no batch"
+        )
+
+
+def check_input_size(dataset: Dataset, model: str, what: str) -> None:
+    """The images' side is a multiple of what `model` needs (its patch size; models.
+    input_multiple): else every trial of it would fail at its first batch."""
+    from optbench.models import input_multiple
+    from optbench.train.datasets import input_size
+
+    size, multiple = input_size(dataset, model), input_multiple(model)
+    if size % multiple:
+        own = "" if dataset.img_size is not None else f" ({dataset.name}'s own; not set)"
+        raise UsageError(
+            f"{what}: {size}{own} is not a multiple of {model}'s patch size {multiple}, so its "
+            "patches cannot tile the image"
         )
 
 

@@ -147,12 +147,12 @@ def train(
     import torch
     from pydantic import ValidationError
 
-    from optbench.checks import check_batch
+    from optbench.checks import check_batch, check_input_size
     from optbench.errors import did_you_mean
     from optbench.models import is_model, model_names
     from optbench.overrides import parse_overrides
     from optbench.train.config import Execution, make_train_config
-    from optbench.train.datasets import check_dataset, download_dataset
+    from optbench.train.datasets import check_dataset_files, download_dataset
     from optbench.train.loop import run_trial
     from optbench.train.signals import STOP_SIGNALS, TrialInterrupted
 
@@ -188,7 +188,8 @@ def train(
     _check_train_flags(cfg, out, threads, device, resume)
     if download:
         download_dataset(ds)
-    check_dataset(ds)
+    check_dataset_files(ds)
+    check_input_size(ds, model, "--img-size")
     check_batch(ds, batch_size, "--batch-size")
     if threads:
         torch.set_num_threads(threads)
@@ -313,7 +314,7 @@ def run(
         console.print(advice, markup=False, highlight=False, soft_wrap=True)
         return
     from optbench.executors import make_executor
-    from optbench.runner import run_study, stop_signals_as_ctrl_c
+    from optbench.runner import failed_trials, run_study, stop_signals_as_ctrl_c
 
     # The executor says what it submits; SLURM also says when it stops answering and answers again.
     notify = partial(console.print, markup=False, highlight=False)
@@ -322,9 +323,13 @@ def run(
         raise UsageError(f"--detach: only the slurm executor can detach (executor is {kind!r})")
     try:
         with stop_signals_as_ctrl_c():
-            run_study(spec, executor, console=console, detach=detach)
+            progress = run_study(spec, executor, console=console, detach=detach)
     except KeyboardInterrupt as stopped:  # Ctrl-C, or StopSignal: SIGTERM, SIGHUP
         raise typer.Exit(128 + getattr(stopped, "signum", signal.SIGINT)) from None
+    failed = failed_trials(progress, spec.study_dir)
+    if failed:  # the study is not complete: a script running it must see so (docs/faults.md)
+        console.print(failed, markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -474,6 +479,10 @@ def report(
                 f"--results: no studies under {results} (no */spec.yaml); run one first"
             )
         specs = [_load(path, data=False, overrides=set_) for path in saved]
+    from optbench.checks import check_writable_folder
+
+    for spec in specs:  # before any report is written: the last could not be
+        check_writable_folder(out / spec.name, "--out")
     for spec in specs:
         store, planned = Store(spec, create=False), plan(spec)
         trials = store.frame(planned)

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from optuna.trial import TrialState
 from rich.console import Console
@@ -36,6 +37,7 @@ from optbench.spec import StudySpec, dump_spec
 from optbench.store import Store, StoredTrial, refuse_links
 from optbench.train.config import TrialResult
 from optbench.train.results import (
+    ERROR_LOG,
     RESULT_FILE,
     InvalidResultFile,
     config_difference,
@@ -145,7 +147,7 @@ def run_study(
         store = Store(spec, create=True)
         safefs.write_text(spec.study_dir / "spec.yaml", spec.output, dump_spec(spec))
         _catch_up(store, trials, executor, console)
-        stored = store.prepare(trials, retries=spec.executor.retries)
+        stored = _prepare(store, trials, spec.executor.retries, console)
         earlier = store.earlier_note(trials)
         if earlier:
             console.print(earlier, markup=False, highlight=False, soft_wrap=True)
@@ -173,6 +175,64 @@ def run_study(
             console.print(note, markup=False, highlight=False)
         console.print(f"\nrecorded {progress.ran} trial(s); study folder {spec.study_dir}")
         return progress
+
+
+def repeats_itself(item: StoredTrial) -> bool:
+    """Whether the trial's latest attempt failed with the same one-line reason (exception type
+    and message, TrialResult.message) as the attempt before it: another would fail the same way
+    (a corrupt image, an input the model cannot take), so it is not retried."""
+    if item.status != "failed" or item.earlier is None or item.earlier.state != TrialState.FAIL:
+        return False
+    message = item.record.user_attrs.get("message")
+    return message is not None and message == item.earlier.user_attrs.get("message")
+
+
+def _prepare(
+    store: Store, trials: list[Trial], retries: int, console: Console
+) -> list[StoredTrial]:
+    """store.prepare, retrying failed trials within `retries` unless they repeat themselves
+    (each such trial is named, with its reason)."""
+    held: list[StoredTrial] = []
+
+    def retry(item: StoredTrial) -> bool:
+        if repeats_itself(item):
+            held.append(item)
+            return False
+        return True
+
+    stored = store.prepare(trials, retries=retries, retry=retry)
+    for item in held:
+        console.print(
+            f"not retried: {item.trial.key} failed twice the same way: "
+            f"{item.record.user_attrs['message']}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+    return stored
+
+
+def failed_trials(progress: StudyProgress, study_dir: Path) -> str | None:
+    """One line for a run that leaves failed trials: how many, and their error.log files (or
+    the trials folder, where none wrote one: a worker that died). None if none failed."""
+    failed = [s for s in progress.trials if s.status == "failed"]
+    if not failed:
+        return None
+    logs = [s.trial.out_dir / ERROR_LOG for s in failed if _error_log(s)]
+    if logs:
+        more = f" and {len(logs) - 3} more" if len(logs) > 3 else ""
+        where = f"tracebacks in {', '.join(map(str, logs[:3]))}{more}"
+    else:
+        where = f"their folders are in {study_dir / 'trials'}"
+    return f"{len(failed)} trial(s) failed; {where}"
+
+
+def _error_log(item: StoredTrial) -> bool:
+    """Whether the trial's folder holds an error.log (a link there is not one)."""
+    try:
+        return safefs.stat(item.trial.out_dir / ERROR_LOG, item.trial.job.root) is not None
+    except safefs.UnsafePath:
+        return False
 
 
 def _catch_up(store: Store, trials: list[Trial], executor: Executor, console: Console) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -65,6 +66,7 @@ class StoredTrial:
     status: str = "pending"  # finished | diverged | failed | pending
     attempts: int = 0
     record: FrozenTrial | None = None  # the latest attempt
+    earlier: FrozenTrial | None = None  # the attempt before it
 
     @property
     def is_result(self) -> bool:
@@ -139,7 +141,7 @@ class Store:
             if item is None:
                 continue  # a sample or seed the spec no longer asks for: kept, not used
             item.attempts += 1
-            item.record, item.status = record, _status(record)
+            item.earlier, item.record, item.status = item.record, record, _status(record)
         return list(stored.values())
 
     @_storage_errors
@@ -182,9 +184,15 @@ class Store:
     # --- writing (driver only) ----------------------------------------------------------------
 
     @_storage_errors
-    def prepare(self, trials: list[Trial], retries: int) -> list[StoredTrial]:
+    def prepare(
+        self,
+        trials: list[Trial],
+        retries: int,
+        retry: Callable[[StoredTrial], bool] = lambda item: True,
+    ) -> list[StoredTrial]:
         """Create the optuna trials for planned trials that have none yet, and a new attempt for
-        failed ones with attempts left. Returns every planned trial with its state."""
+        failed ones with attempts left that `retry` (the driver's decision) tries again. Returns
+        every planned trial with its state."""
         self.spec.study_dir.mkdir(parents=True, exist_ok=True)
         prepared = []
         for cell_id, cell_trials in _by_cell(trials).items():
@@ -198,7 +206,8 @@ class Store:
                 study.ask(dists)
             items = self._attach(cell_trials, study)
             for item in items:
-                if item.attempts == 0 or (item.status == "failed" and item.attempts <= retries):
+                again = item.status == "failed" and item.attempts <= retries and retry(item)
+                if item.attempts == 0 or again:
                     t = item.trial
                     attrs = {
                         "key": t.key,

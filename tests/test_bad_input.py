@@ -132,6 +132,11 @@ CASES = [
     Case("unknown dataset", "unknown dataset 'mnist'", study={"dataset.name": "mnist"}),
     Case("img_size 10000", "above the cap of 1024", study={"dataset.img_size": 10000}),
     Case("img_size 2", "img_size", study={"dataset.img_size": 2}),
+    Case(
+        "img_size the patches cannot tile",
+        "dataset.img_size: 18 is not a multiple of vit_p_w64_16px's patch size 4",
+        study={"dataset.img_size": 18},
+    ),
     Case("a root for digits", "takes no root", study={"dataset.root": "TMP/adir"}),
     Case(
         "cifar10 without its files",
@@ -307,6 +312,23 @@ CASES = [
     ),
     Case("report --format jpg", "--format: 'jpg'", ("report", "STUDY", "--format", "jpg")),
     Case("report --metric foo", "--metric: 'foo'", ("report", "STUDY", "--metric", "foo")),
+    # --- optbench report's flags
+    Case(
+        "report --out a file",
+        "--out: TMP/afile is a file",
+        ("report", "STUDY", "--out", "TMP/afile"),
+    ),
+    Case(
+        "report --out beneath a file",
+        "afile is a file",
+        ("report", "STUDY", "--out", "TMP/afile/r"),
+    ),
+    Case(
+        "report into a study's file",
+        "afile is a file",
+        ("report", "STUDY", "--out", "TMP"),
+        study=_study(name="afile"),
+    ),
     # --- optbench train's flags
     Case("train --lr inf", "lr", train(lr="inf")),
     Case("train --lr nan", "lr", train(lr="nan")),
@@ -326,6 +348,7 @@ CASES = [
     Case("train --seed -1", "seed", train("--seed", "-1")),
     Case("train --batch-size > data", "1437 training images", train("--batch-size", "5000")),
     Case("train --img-size 10000", "cap of 1024", train(img_size="10000")),
+    Case("train --img-size 18", "--img-size: 18 is not a multiple", train(img_size="18")),
     Case("train --ref-batch 0", "ref_batch", train("--ref-batch", "0")),
     Case("train --optimizer lion", "--optimizer", train(optimizer="lion")),
     Case("train unknown model", "unknown model", train()[:1] + ("nope",) + train()[2:]),
@@ -410,7 +433,7 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(case, tmp_path, monk
     lines = err.strip().splitlines()
     assert code == 2, err
     assert len(lines) == 1, err
-    assert lines[0].startswith("error: ") and case.needle in lines[0], lines[0]
+    assert lines[0].startswith("error: ") and _in_tmp(case.needle, tmp_path) in lines[0], lines[0]
     assert _tree(tmp_path) == before
 
 

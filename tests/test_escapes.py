@@ -162,6 +162,29 @@ def test_a_worker_writes_nothing_through_a_linked_folder(one_model, tmp_path):
     assert _tree(outside) == {}
 
 
+def test_a_population_writes_nothing_through_a_linked_member_folder(one_model, tmp_path):
+    from optbench.executors.base import PopulationJob, run_job
+    from optbench.plan import jobs
+
+    one_model["search"]["n_samples"] = 2
+    one_model["executor"] = {"population": 2}
+    spec = parse_spec(one_model)
+    trials = plan(spec)
+    (job,) = jobs(trials, {t.key for t in trials}, spec.executor.population)
+    assert isinstance(job, PopulationJob)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    linked = job.members[1].out_dir
+    linked.parent.mkdir(parents=True)
+    linked.symlink_to(outside, target_is_directory=True)
+    with pytest.raises(safefs.UnsafePath) as refused:
+        run_job(job, "cpu")
+    assert str(linked) in str(refused.value) and "a symbolic link" in str(refused.value)
+    assert "\n" not in str(refused.value)
+    assert _tree(outside) == {}
+    assert not (job.members[0].out_dir / RESULT_FILE).exists()  # refused before any write
+
+
 # --- 3. crafted result files ------------------------------------------------------------------------
 
 

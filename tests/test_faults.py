@@ -669,3 +669,69 @@ def test_pool_workers_run_the_threads_of_the_workers_setting_not_of_the_trials_l
     [trial] = plan(spec)
     # auto: one worker per core and so one thread each, however many trials remain
     assert read_result(trial.out_dir).threads == 1
+
+
+# --- 6. a failure that repeats itself ---------------------------------------------------------------
+
+
+class FailingExecutor(WritingExecutor):
+    """Its 'workers' write a failed result whose message is the next of `messages` (and an
+    error.log, as a crashed trial's worker does)."""
+
+    def __init__(self, messages: list[str]):
+        super().__init__()
+        self.messages = iter(messages)
+
+    def poll(self, timeout):
+        if not self.queue:
+            return []
+        job = self.queue.pop(0)
+        message = next(self.messages)
+        failed = TrialResult(status="failed", epochs=1, config=job.config, message=message)
+        write_result(job.out_dir, failed)
+        (job.out_dir / "error.log").write_text(f"Traceback ...\n{message}\n")
+        return [JobEvent(job.key, "ended")]
+
+
+def test_a_failure_that_repeats_itself_is_not_retried_again(one_model, tmp_path):
+    one_model["executor"] = {"retries": 5}
+    spec = parse_spec(one_model)
+    same = "UnreadableImage: /data/train/a/x.jpg: not a readable image (truncated)"
+    console = Console(file=(log := (tmp_path / "log.txt")).open("w"), width=300)
+    for _ in range(3):
+        run_study(spec, FailingExecutor([same]), console=console, live=False)
+    console.file.close()
+    (attempts,) = _attempts(spec).values()
+    assert attempts == [("failed", same)] * 2  # the third run tried it no more
+    key = plan(spec)[0].key
+    assert f"not retried: {key} failed twice the same way: {same}" in log.read_text()
+
+
+def test_failures_that_differ_are_retried_up_to_the_limit(one_model):
+    one_model["executor"] = {"retries": 2}
+    spec = parse_spec(one_model)
+    for n in range(4):
+        run_study(spec, FailingExecutor([f"RuntimeError: {n}"]), console=_quiet(), live=False)
+    (attempts,) = _attempts(spec).values()
+    assert [m for _, m in attempts] == ["RuntimeError: 0", "RuntimeError: 1", "RuntimeError: 2"]
+
+
+def test_run_exits_1_after_failed_trials_saying_how_many_and_where_the_logs_are(
+    one_model, tmp_path, monkeypatch, capsys
+):
+    import optbench.executors
+
+    one_model["search"]["n_samples"] = 2
+    one_model["executor"] = {"retries": 0}
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(one_model))
+    messages = ["ValueError: first", "ValueError: second"]
+    monkeypatch.setattr(
+        optbench.executors, "make_executor", lambda *a, **k: FailingExecutor(messages)
+    )
+    code, out, _ = run_cli(["run", "study.yaml"], tmp_path, monkeypatch, capsys)
+    logs = [t.out_dir / "error.log" for t in plan(parse_spec(one_model))]
+    assert code == 1
+    assert f"2 trial(s) failed; tracebacks in {logs[0]}, {logs[1]}" in out
+    # the same command again: nothing left to run (no retries), and the study is still not whole
+    code, out, _ = run_cli(["run", "study.yaml"], tmp_path, monkeypatch, capsys)
+    assert code == 1 and "2 trial(s) failed" in out

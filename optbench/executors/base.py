@@ -58,6 +58,13 @@ class PopulationJob:
     def keys(self) -> tuple[str, ...]:
         return tuple(m.key for m in self.members)
 
+    @property
+    def root(self) -> Path | None:
+        """The members' common root (TrialJob.root: the study folder); None where they have
+        none (folders outside a study's layout): each member's own folder is its root then."""
+        roots = {m.root for m in self.members}
+        return roots.pop() if len(roots) == 1 else None
+
 
 Job = TrialJob | PopulationJob
 
@@ -73,6 +80,7 @@ def run_job(job: Job, device: str) -> None:
             [m.out_dir for m in members],
             device,
             execution=members[0].execution,  # one study's: the same for every member
+            root=job.root,
         )
     else:
         from optbench.train.loop import run_trial

@@ -89,6 +89,26 @@ def takes_img_size(name: str) -> bool:
     return bool(cfg is not None and cfg.fixed_input_size)
 
 
+def input_multiple(name: str) -> int:
+    """What the side of `name`'s input must be a multiple of: the model's own patch size (the
+    zoo's transformers' `patch_size`, which their stems' strides multiply to; timm's
+    `patch_embed.patch_size` where it refuses other sizes), 1 for a model that takes any size
+    (RegNetY, ResNet). Read from the model built on torch's meta device: no weights are made."""
+    import timm
+    import torch
+
+    register_zoo()
+    with torch.device("meta"):
+        model = timm.create_model(name)
+    size = getattr(model, "patch_size", None)
+    embed = getattr(model, "patch_embed", None)
+    if size is None and getattr(embed, "strict_img_size", False):
+        size = None if getattr(embed, "dynamic_img_pad", False) else embed.patch_size
+    if isinstance(size, tuple | list):  # timm's (h, w): the zoo's inputs are square
+        size = max(size)
+    return int(size or 1)
+
+
 def create_model(
     name: str,
     *,

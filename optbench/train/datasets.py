@@ -9,7 +9,9 @@
   round(size / crop_pct) and center-cropping size (pycls: 256 and 224).
 
 On-disk layouts (`check_dataset` verifies them without reading images; the CLI calls it, through
-`checks.check_spec`, before a command that needs the data, so it must stay cheap):
+`checks.check_spec`, before a command that needs the data, so it must stay cheap; before a run
+it also calls `check_dataset_files`: each CIFAR batch read once, its arrays' shapes and labels,
+and the images of each class folder counted by name, none decoded):
 
 - cifar10:  ROOT/cifar-10-batches-py/{data_batch_1..5, test_batch}   (torchvision's python pickles)
 - cifar100: ROOT/cifar-100-python/{train, test}                      (torchvision's python pickles)
@@ -27,7 +29,8 @@ import codecs
 import functools
 import os
 import pickle
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +45,7 @@ from optbench.train.augment import IMAGENET_MEAN, IMAGENET_STD
 # Class-folder datasets, for a model whose pretrained cfg gives no input size or crop_pct:
 FOLDER_IMG_SIZE = 224  # train (and evaluate) at this size
 EVAL_CROP_PCT = 0.875  # val images: resize the shorter side to img_size / 0.875, center crop
+CIFAR_SIDE = 32  # CIFAR's images: 32x32 RGB, a batch row holds 3 * 32 * 32 bytes
 
 
 # --- in-memory datasets -----------------------------------------------------------------------
@@ -220,30 +224,58 @@ def _text_keys(entry):
     return {k.decode("latin1") if isinstance(k, bytes) else k: v for k, v in entry.items()}
 
 
-def _read_cifar_batches(folder: Path, files: tuple[str, ...], label_key: str):
-    xs, ys = [], []
-    for name in files:
-        path = folder / name
-        try:
-            with open(path, "rb") as f:  # torchvision's protocol-2 pickles of Python 2 str
-                entry = _text_keys(CifarUnpickler(f, encoding="latin1").load())
-            data, labels = entry["data"], entry[label_key]
-        except (pickle.UnpicklingError, EOFError, KeyError, TypeError, ValueError) as err:
-            raise UsageError(
-                f"dataset.root: {path} is not a CIFAR pickle batch with 'data' and "
-                f"'{label_key}' ({type(err).__name__}: {err})"
-            ) from None
-        xs.append(np.asarray(data, dtype=np.uint8).reshape(-1, 3, 32, 32))
-        ys.append(np.asarray(labels, dtype=np.int64))
+def _read_cifar_batch(path: Path, layout: CifarLayout) -> tuple[np.ndarray, np.ndarray]:
+    """One batch file's images (N, 3, 32, 32) uint8 and labels (N,) int64; a UsageError naming
+    the file if it is not a batch of this dataset: no dict of 'data' and labels, data not N rows
+    of 3 * 32 * 32 bytes, labels not N integers in [0, num_classes)."""
+    key, row = layout.label_key, 3 * CIFAR_SIDE * CIFAR_SIDE
+    try:
+        with open(path, "rb") as f:  # torchvision's protocol-2 pickles of Python 2 str
+            entry = _text_keys(CifarUnpickler(f, encoding="latin1").load())
+        data, labels = np.asarray(entry["data"]), np.asarray(entry[key])
+    except (pickle.UnpicklingError, EOFError, KeyError, TypeError, ValueError) as err:
+        raise UsageError(
+            f"dataset.root: {path} is not a CIFAR pickle batch with 'data' and "
+            f"'{key}' ({type(err).__name__}: {err})"
+        ) from None
+    if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != row:
+        raise UsageError(
+            f"dataset.root: {path}: its 'data' is {data.dtype} of shape {data.shape}, not rows "
+            f"of {row} uint8 ({CIFAR_SIDE}x{CIFAR_SIDE} RGB images)"
+        )
+    if labels.dtype.kind not in "iu" or labels.shape != (len(data),):
+        raise UsageError(
+            f"dataset.root: {path}: its '{key}' are {labels.dtype} of shape {labels.shape}, "
+            f"not {len(data)} integers (one per image)"
+        )
+    outside = labels[(labels < 0) | (labels >= layout.num_classes)]
+    if len(outside):
+        raise UsageError(
+            f"dataset.root: {path}: label {outside[0]} is outside 0..{layout.num_classes - 1} "
+            f"({layout.folder} has {layout.num_classes} classes)"
+        )
+    return data.reshape(-1, 3, CIFAR_SIDE, CIFAR_SIDE), labels.astype(np.int64)
+
+
+def _read_cifar_batches(folder: Path, files: tuple[str, ...], layout: CifarLayout):
+    batches = [_read_cifar_batch(folder / name, layout) for name in files]
+    xs, ys = zip(*batches, strict=True)
     return torch.from_numpy(np.concatenate(xs)), torch.from_numpy(np.concatenate(ys))
+
+
+def _check_cifar_files(spec: Dataset) -> None:
+    layout = _cifar_layout(spec.name)
+    folder = Path(spec.root) / layout.folder
+    for name in layout.train_files + layout.val_files:
+        _read_cifar_batch(folder / name, layout)
 
 
 def load_cifar(spec: Dataset) -> DeviceData:
     """CIFAR-10 / CIFAR-100 from torchvision's pickles; validation = the test set."""
     layout = _cifar_layout(spec.name)
     folder = Path(spec.root) / layout.folder
-    train_x, train_y = _read_cifar_batches(folder, layout.train_files, layout.label_key)
-    val_x, val_y = _read_cifar_batches(folder, layout.val_files, layout.label_key)
+    train_x, train_y = _read_cifar_batches(folder, layout.train_files, layout)
+    val_x, val_y = _read_cifar_batches(folder, layout.val_files, layout)
     train_x, val_x = _resize_uint8(train_x, spec.img_size), _resize_uint8(val_x, spec.img_size)
     mean, std = _channel_stats(train_x)
     return DeviceData(train_x, train_y, val_x, val_y, layout.num_classes, mean, std)
@@ -307,6 +339,39 @@ def _check_folders(spec: Dataset) -> None:
         )
 
 
+def _raise(err: OSError) -> None:
+    raise err
+
+
+@functools.cache  # a plan asks once per model; walking an ImageNet-sized tree takes seconds
+def class_images(split: Path, classes: tuple[str, ...]) -> dict[str, int]:
+    """How many files of each class folder of `split` the loaders read as images: those whose
+    name ends in one of torchvision's IMG_EXTENSIONS, in subfolders too (ImageFolder's
+    make_dataset). Counted by name: nothing is opened (a bad image fails only its trial)."""
+    from torchvision.datasets.folder import IMG_EXTENSIONS, has_file_allowed_extension
+
+    return {
+        c: sum(
+            has_file_allowed_extension(name, IMG_EXTENSIONS)
+            for _, _, names in os.walk(split / c, onerror=_raise, followlinks=True)
+            for name in names
+        )
+        for c in classes
+    }
+
+
+def _check_folder_files(spec: Dataset) -> None:
+    root = Path(spec.root)
+    classes = tuple(_class_dirs(root / "train"))
+    for split in ("train", "val"):
+        empty = [c for c, n in class_images(root / split, classes).items() if n == 0]
+        if empty:
+            raise UsageError(
+                f"dataset.root: {root / split / empty[0]} holds no image (no file named "
+                f"*.jpg, *.png, ...: torchvision's IMG_EXTENSIONS); every class folder needs one"
+            )
+
+
 @dataclass(frozen=True)
 class FolderData:
     """A class-folder dataset, read image by image by DataLoader workers."""
@@ -356,13 +421,43 @@ DATASETS: dict[str, tuple[Callable[[Dataset], None], Callable[..., DeviceData | 
     "imagenet": (_check_folders, load_folders),
     "imagefolder": (_check_folders, load_folders),
 }
+# name -> the cheap checks of the files' contents (check_dataset_files)
+_FILE_CHECKS: dict[str, Callable[[Dataset], None]] = {
+    "cifar10": _check_cifar_files,
+    "cifar100": _check_cifar_files,
+    "imagenet": _check_folder_files,
+    "imagefolder": _check_folder_files,
+}
+
+
+@contextmanager
+def _readable(spec: Dataset) -> Iterator[None]:
+    """A dataset file or folder this process may not read (chmod 000): one line naming it. Only
+    PermissionError: any other exception of a check is a bug, and shows as one."""
+    try:
+        yield
+    except PermissionError as err:
+        path = err.filename or spec.root
+        raise UsageError(f"dataset.root: {path} cannot be read ({err.strerror})") from None
 
 
 def check_dataset(spec: Dataset) -> None:
     """Raise UsageError naming the path and expected layout if `spec` cannot be loaded."""
     if spec.name not in DATASETS:
         raise UsageError(f"dataset.name: unknown dataset {spec.name!r}; known: {sorted(DATASETS)}")
-    DATASETS[spec.name][0](spec)
+    with _readable(spec):
+        DATASETS[spec.name][0](spec)
+
+
+def check_dataset_files(spec: Dataset) -> None:
+    """check_dataset, then what can be seen of the files' contents cheaply, before anything
+    runs: each CIFAR batch read once (the shape of its images, its labels in range), each class
+    folder holding images (counted by name). A UsageError names the file or folder. What only
+    decoding shows (a corrupt JPEG) fails its trial, naming the file (UnreadableImage)."""
+    check_dataset(spec)
+    if spec.name in _FILE_CHECKS:
+        with _readable(spec):
+            _FILE_CHECKS[spec.name](spec)
 
 
 @dataclass(frozen=True)
@@ -377,28 +472,35 @@ class DatasetInfo:
 
 # Published sizes, so a plan or a complexity table needs no copy of the data on this machine.
 _KNOWN_SIZES = {  # name: (num_classes, native img_size, training images)
-    "cifar10": (10, 32, 50_000),
-    "cifar100": (100, 32, 50_000),
+    "cifar10": (10, CIFAR_SIDE, 50_000),
+    "cifar100": (100, CIFAR_SIDE, 50_000),
     "imagenet": (1000, FOLDER_IMG_SIZE, 1_281_167),
 }
 
 
-@functools.cache  # a plan asks once per model; walking an ImageNet-sized tree takes seconds
-def _count_files(folder: Path) -> int:
-    return sum(len(files) for _, _, files in os.walk(folder))
+def input_size(spec: Dataset, model: str | None = None) -> int:
+    """The side of the square images a trial of `model` trains on: dataset.img_size if set,
+    else the dataset's own (class folders: the model's input size, model_input). Reads no
+    dataset files."""
+    if spec.img_size is not None:
+        return spec.img_size
+    if spec.name in ("imagenet", "imagefolder"):
+        return model_input(model)[0]
+    if spec.name in _KNOWN_SIZES:
+        return _KNOWN_SIZES[spec.name][1]
+    return load_digits(spec).img_size  # bundled: nothing to find
 
 
 def dataset_info(spec: Dataset, model: str | None = None) -> DatasetInfo:
     """Shape and size of a dataset (for compute estimates and complexity tables); class-folder
     datasets at `model`'s input size when the spec sets none."""
     if spec.name in _KNOWN_SIZES:
-        classes, size, n_train = _KNOWN_SIZES[spec.name]
-        if spec.name == "imagenet" and spec.img_size is None:
-            size = model_input(model)[0]
-        return DatasetInfo(classes, 3, spec.img_size or size, n_train)
+        classes, _, n_train = _KNOWN_SIZES[spec.name]
+        return DatasetInfo(classes, 3, input_size(spec, model), n_train)
     data = load_dataset(spec, model)  # digits: bundled and small; imagefolder: its folders
     if isinstance(data, FolderData):
-        n_train = _count_files(data.root / "train")
+        with _readable(spec):
+            n_train = sum(class_images(data.root / "train", data.classes).values())
         return DatasetInfo(data.num_classes, data.in_chans, data.img_size, n_train)
     return DatasetInfo(data.num_classes, data.in_chans, data.img_size, len(data.train_y))
 

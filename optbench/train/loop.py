@@ -61,6 +61,7 @@ from optbench.train.distributed import (
 from optbench.train.epoch import train_one_epoch
 from optbench.train.evaluation import evaluate_epoch
 from optbench.train.results import (
+    ERROR_LOG,
     finished_result,
     runtime_info,
     write_metrics,
@@ -235,7 +236,7 @@ def run_trial(
         # a refused checkpoint stays where it is for the user to look at
         keep_checkpoint = keep_checkpoint or isinstance(err, CheckpointError)
         if ctx.is_main:
-            safefs.write_text(out_dir / "error.log", root, traceback.format_exc())
+            safefs.write_text(out_dir / ERROR_LOG, root, traceback.format_exc())
         result = TrialResult(
             status="failed", epochs=cfg.epochs, config=cfg, message=f"{type(err).__name__}: {err}"
         )

@@ -64,7 +64,7 @@ from optbench.train.loop import DISK_FAULTS, record_result, trial_result
 from optbench.train.optim import LrSchedule, is_decayed, weight_decay_groups
 from optbench.train.population_optim import PopulationOptimizer
 from optbench.train.precise_bn import has_batchnorm, recompute_stacked_bn_stats
-from optbench.train.results import finished_result, write_metrics
+from optbench.train.results import ERROR_LOG, finished_result, write_metrics
 from optbench.train.seeding import derive_seed, seed_step
 from optbench.train.signals import (
     StopAgreement,
@@ -273,7 +273,9 @@ def _checkpoint_config(cfgs: list[TrainConfig]) -> dict:
     return {"population": [c.model_dump(mode="json") for c in cfgs]}
 
 
-def save_population(path: Path, pop: Population, states: list[TrialState]) -> None:
+def save_population(
+    path: Path, pop: Population, states: list[TrialState], root: Path | None = None
+) -> None:
     save_checkpoint(
         path,
         {
@@ -283,13 +285,14 @@ def save_population(path: Path, pop: Population, states: list[TrialState]) -> No
             "optimizer": pop.optimizer.state_dict(),
             "progress": {"members": [s.__dict__ for s in states], "active": list(pop.active)},
         },
+        root,
     )
 
 
-def restore_population(path: Path, pop: Population) -> list[TrialState]:
+def restore_population(path: Path, pop: Population, root: Path | None = None) -> list[TrialState]:
     """Load the population checkpoint at `path` into `pop` and return the members' states;
     fresh states when there is none or it is another population's."""
-    saved = load_checkpoint(path)
+    saved = load_checkpoint(path, root=root)
     fresh = [TrialState() for _ in pop.cfgs]
     if saved is None or saved["config"] != _checkpoint_config(pop.cfgs):
         return fresh
@@ -312,20 +315,21 @@ def _train(
     compute: Compute,
     stop: StopRequest,
     ended: Callable[[int, TrialResult], None],
+    root: Path | None,
 ) -> None:
     """Train the active members to the last epoch, each to its divergence at the latest; call
     `ended(k, result)` when member k ends. An agreed stop checkpoints and raises."""
     cfg, ckpt = pop.cfgs[0], out_dirs[0] / POPULATION_CHECKPOINT
-    states = restore_population(ckpt, pop)
+    states = restore_population(ckpt, pop, root)
     for k, out_dir in enumerate(out_dirs):
         if pop.active[k]:
-            write_metrics(out_dir, states[k].history)
+            write_metrics(out_dir, states[k].history, root)
     images_per_epoch = len(pop.parts.batches) * cfg.batch_size
     while any(pop.active) and states[pop.active.index(True)].epoch < cfg.epochs:
         epoch = states[pop.active.index(True)].epoch
         ran = train_population_epoch(pop, compute, states, stop)
         if not ran.complete:
-            save_population(ckpt, pop, states)
+            save_population(ckpt, pop, states, root)
             raise TrialInterrupted(ran.stop)
         members = [k for k, on in enumerate(pop.active) if on]
         losses = {k: ran.train_losses[k] for k in members}
@@ -345,13 +349,13 @@ def _train(
             if k not in diverged:
                 line.update(errors[k])
             states[k] = states[k].after_epoch(line, ran.seconds, images_per_epoch, ran.wait_s)
-            write_metrics(out_dirs[k], states[k].history)
+            write_metrics(out_dirs[k], states[k].history, root)
             if k in diverged:
                 pop.active[k] = False  # frozen: its rows are no longer updated
                 ended(k, _result(pop, k, states[k], epoch + 1))
         if not any(pop.active):
             break
-        save_population(ckpt, pop, states)
+        save_population(ckpt, pop, states, root)
         if ran.stop and epoch + 1 < cfg.epochs:
             raise TrialInterrupted(ran.stop)
     for k, on in enumerate(pop.active):
@@ -373,6 +377,7 @@ def run_population(
     handle_signals: bool = True,
     keep_checkpoint: bool = False,
     execution: Execution = Execution(),
+    root: Path | None = None,
 ) -> list[TrialResult]:
     """Train the members `cfgs` (configs equal but for lr and wd) together, member k into
     `out_dirs[k]`, resuming from the population checkpoint if there is one, and write each
@@ -382,17 +387,18 @@ def run_population(
     its error.log); it raises only for DISK_FAULTS; on SIGTERM / SIGUSR2 it checkpoints, then
     passes the signal on. One process, no DDP. `execution` (its pipeline) is resolved
     for the device as `run_trial` resolves it; each result.json records it with `population`
-    the number of members."""
+    the number of members. No link below `root` (the study folder; default each member's own
+    folder) is followed (safefs): a linked member folder raises UnsafePath before any write."""
     if len({c.population_key() for c in cfgs}) != 1:
         raise ValueError("a population's members must differ in lr and wd only")
     out_dirs = [Path(d) for d in out_dirs]
+    for d in out_dirs:
+        safefs.make_dirs(d, root or d)
     results: list[TrialResult | None] = [
-        finished_result(c, d) for c, d in zip(cfgs, out_dirs, strict=True)
+        finished_result(c, d, root) for c, d in zip(cfgs, out_dirs, strict=True)
     ]
     if all(r is not None for r in results):
         return results
-    for d in out_dirs:
-        d.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     compute = Compute.for_trial(cfgs[0].recipe, device, DistContext(), None)
     execution = execution.resolved(compute.device.type).model_copy(update={"population": len(cfgs)})
@@ -402,7 +408,7 @@ def run_population(
 
     def ended(k: int, result: TrialResult) -> None:
         result.execution = execution
-        record_result(out_dirs[k], result, start, compute.device, keep_checkpoint=True)
+        record_result(out_dirs[k], result, start, compute.device, keep_checkpoint=True, root=root)
         results[k] = result
 
     keep = keep_checkpoint
@@ -411,17 +417,19 @@ def run_population(
             warnings.filterwarnings("ignore", message=_NO_BATCHING_RULE)
             pop = build_population(cfgs, compute, execution.pipeline)
             pop.active = [not d for d in done]
-            _train(pop, out_dirs, compute, stop, ended)
+            _train(pop, out_dirs, compute, stop, ended, root)
     except TrialInterrupted as stopped:
         pass_on(stopped.signum, replaced)
         raise
     except Exception as err:  # noqa: BLE001 - any crash is every unfinished member's failure
         if isinstance(err, OSError) and err.errno in DISK_FAULTS:
             raise
+        if isinstance(err, safefs.UnsafePath):
+            raise  # a link in a member's folder: no result can be written there (the driver says so)
         keep = keep or isinstance(err, CheckpointError)
         for k, (cfg, out_dir) in enumerate(zip(cfgs, out_dirs, strict=True)):
             if results[k] is None:
-                safefs.write_text(out_dir / "error.log", out_dir, traceback.format_exc())
+                safefs.write_text(out_dir / ERROR_LOG, root or out_dir, traceback.format_exc())
                 failed = TrialResult(
                     status="failed",
                     epochs=cfg.epochs,
@@ -430,5 +438,5 @@ def run_population(
                 )
                 ended(k, failed)
     if not keep:
-        (out_dirs[0] / POPULATION_CHECKPOINT).unlink(missing_ok=True)
+        safefs.remove(out_dirs[0] / POPULATION_CHECKPOINT, root or out_dirs[0])
     return results

@@ -28,6 +28,7 @@ from optbench.train.config import TrainConfig, TrialResult
 
 RESULT_FILE = "result.json"
 METRICS_FILE = "metrics.jsonl"
+ERROR_LOG = "error.log"  # a failed trial's traceback (its result says the one-line reason)
 # A result.json is a few KB and a metrics line ~300 bytes: anything larger is not ours.
 MAX_RESULT_BYTES = 1 << 20
 MAX_METRICS_BYTES = 64 << 20

@@ -62,6 +62,7 @@ class TrialBatch:
                         [m.out_dir for m in members],
                         device,
                         execution=members[0].execution,
+                        root=job.root,
                     )
                 else:
                     results = [
