@@ -179,12 +179,17 @@ def run_study(
 
 def repeats_itself(item: StoredTrial) -> bool:
     """Whether the trial's latest attempt failed with the same one-line reason (exception type
-    and message, TrialResult.message) as the attempt before it: another would fail the same way
-    (a corrupt image, an input the model cannot take), so it is not retried."""
+    and message, TrialResult.message) as the attempt before it, both reported by the worker
+    itself: another would fail the same way (a corrupt image, an input the model cannot take),
+    so it is not retried. A job that ended without its result (killed, stalled, preempted,
+    out of time: the driver's message, no provenance) is retried as before: its cause may not
+    be the trial's."""
     if item.status != "failed" or item.earlier is None or item.earlier.state != TrialState.FAIL:
         return False
-    message = item.record.user_attrs.get("message")
-    return message is not None and message == item.earlier.user_attrs.get("message")
+    latest, earlier = item.record.user_attrs, item.earlier.user_attrs
+    if "provenance" not in latest or "provenance" not in earlier:  # not the worker's own report
+        return False
+    return latest.get("message") is not None and latest.get("message") == earlier.get("message")
 
 
 def _prepare(

@@ -29,11 +29,12 @@ import optbench.train.state as trial_state
 from optbench.executors.base import JobEvent
 from optbench.executors.local import LocalExecutor
 from optbench.plan import plan
+from optbench.provenance import provenance
 from optbench.runner import run_study
 from optbench.spec import parse_spec
 from optbench.store import Store
 from optbench.train.checkpoint import CHECKPOINT_FILE
-from optbench.train.config import TrainConfig, TrialResult
+from optbench.train.config import Provenance, TrainConfig, TrialResult
 from optbench.train.results import RESULT_FILE, read_result, write_result
 
 REPO = Path(__file__).resolve().parents[1]
@@ -688,6 +689,7 @@ class FailingExecutor(WritingExecutor):
         job = self.queue.pop(0)
         message = next(self.messages)
         failed = TrialResult(status="failed", epochs=1, config=job.config, message=message)
+        failed.provenance = Provenance(**provenance())  # as a worker stamps its result
         write_result(job.out_dir, failed)
         (job.out_dir / "error.log").write_text(f"Traceback ...\n{message}\n")
         return [JobEvent(job.key, "ended")]
@@ -705,6 +707,27 @@ def test_a_failure_that_repeats_itself_is_not_retried_again(one_model, tmp_path)
     assert attempts == [("failed", same)] * 2  # the third run tried it no more
     key = plan(spec)[0].key
     assert f"not retried: {key} failed twice the same way: {same}" in log.read_text()
+
+
+class LosingExecutor(FailingExecutor):
+    """Its jobs end without a result file, each with the next of `messages` (a killed, stalled
+    or preempted job, as the driver learns of it)."""
+
+    def poll(self, timeout):
+        if not self.queue:
+            return []
+        return [JobEvent(self.queue.pop(0).key, "lost", next(self.messages))]
+
+
+def test_a_job_lost_the_same_way_twice_is_still_retried(one_model):
+    # the cause (a stall, a preemption, a dead node) may not be the trial's: the limit decides
+    one_model["executor"] = {"retries": 2}
+    spec = parse_spec(one_model)
+    same = "stalled: no progress for 300 s (executor.stall_timeout_s is 300)"
+    for _ in range(4):
+        run_study(spec, LosingExecutor([same]), console=_quiet(), live=False)
+    (attempts,) = _attempts(spec).values()
+    assert attempts == [("failed", same)] * 3  # the first try and both retries
 
 
 def test_failures_that_differ_are_retried_up_to_the_limit(one_model):

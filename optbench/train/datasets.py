@@ -344,6 +344,7 @@ def _raise(err: OSError) -> None:
 
 
 @functools.cache  # a plan asks once per model; walking an ImageNet-sized tree takes seconds
+@functools.cache  # a plan asks once per model; walking an ImageNet-sized tree takes seconds
 def class_images(split: Path, classes: tuple[str, ...]) -> dict[str, int]:
     """How many files of each class folder of `split` the loaders read as images: those whose
     name ends in one of torchvision's IMG_EXTENSIONS, in subfolders too (ImageFolder's
