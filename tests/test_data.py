@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import shutil
 import struct
 from pathlib import Path
 
@@ -16,7 +17,13 @@ from PIL import Image
 from optbench.errors import UsageError
 from optbench.recipe import Dataset, Recipe
 from optbench.train.batches import DeviceBatches, FolderBatches, Shard, _val_transform, epoch_order
-from optbench.train.datasets import check_dataset, dataset_info, load_dataset, model_input
+from optbench.train.datasets import (
+    check_dataset,
+    dataset_info,
+    folder_samples,
+    load_dataset,
+    model_input,
+)
 from optbench.train.loop import run_trial
 
 CIFAR = {
@@ -231,6 +238,24 @@ def test_folder_batches_stream_uint8_and_replay_per_image_augmentation(tmp_path)
     assert sum(len(y) for _, y in val) == 12
 
 
+def test_a_dot_folder_beside_the_classes_is_no_class_in_either_pipeline(tmp_path):
+    # e.g. .ipynb_checkpoints: torchvision's ImageFolder would take it as the first class and
+    # shift every label by one; the dataset's classes leave it out, and so must both readers
+    make_folders(tmp_path)
+    for split in ("train", "val"):
+        (tmp_path / split / ".ipynb_checkpoints").mkdir()
+        shutil.copy(tmp_path / split / "cat" / "0.png", tmp_path / split / ".ipynb_checkpoints")
+    data = load_dataset(Dataset(name="imagefolder", root=tmp_path, img_size=16))
+    assert data.classes == ("cat", "dog", "fox")
+    dev = torch.device("cpu")
+    batches = FolderBatches(data, 4, Recipe(preset="paper"), seed=0, device=dev, workers=0)
+    labels = torch.cat([y for _, y in batches.val()]).tolist()
+    assert labels == [0] * 4 + [1] * 4 + [2] * 4  # 12 images, none from the dot-folder
+    pil = [(Path(p).parent.name, y) for p, y in batches.train_set.samples]
+    tensor = [(Path(p).parent.name, y) for p, y in folder_samples(tmp_path / "train", data.classes)]
+    assert pil == tensor and {name for name, _ in pil} == {"cat", "dog", "fox"}
+
+
 def test_evaluation_resizes_the_shorter_side_to_size_over_crop_pct_then_center_crops():
     # pycls evaluates at TEST.IM_SIZE (shorter side) then crops TRAIN.IM_SIZE: 256/224 for the
     # ViTs, 262/232 for RegNetY-1.0GF; optbench's crop_pct is train / test size
@@ -251,7 +276,7 @@ def test_folder_datasets_take_the_models_input_size_and_crop_pct(tmp_path):
     batches = FolderBatches(data, 4, Recipe(), seed=0, device=torch.device("cpu"), workers=0)
     x, _ = next(iter(batches.val()))
     assert x.shape == (4, 3, 224, 224)
-    assert batches.val_set.images.transform.transforms[0].size == [round(224 / 0.95)]
+    assert batches.val_set.transform.transforms[0].size == [round(224 / 0.95)]
     set_size = load_dataset(Dataset(name="imagefolder", root=tmp_path, img_size=32), "resnet18")
     assert (set_size.img_size, set_size.crop_pct) == (32, 0.875)  # the study's size wins
     assert dataset_info(Dataset(name="imagenet", root=tmp_path), "resnet18").img_size == 224

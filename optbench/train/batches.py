@@ -39,7 +39,7 @@ from torch.utils.data import Dataset as TorchDataset
 
 from optbench.recipe import Recipe
 from optbench.train.augment import build_policy, per_image, random_crop_flip
-from optbench.train.datasets import DeviceData, FolderData, UnreadableImage
+from optbench.train.datasets import DeviceData, FolderData, UnreadableImage, folder_samples
 from optbench.train.seeding import derive_seed
 
 
@@ -270,18 +270,24 @@ def _val_transform(img_size: int, crop_pct: float, interpolation: str = "bilinea
 
 
 class _SeededImages(TorchDataset):
-    """An ImageFolder read by keys (epoch, index, stream): each image's random transform is
-    seeded by (seed, stream, epoch, index), so it does not depend on which worker reads it or
-    when; stream "image" is training, another name draws other augmentations of the image."""
+    """A split's images (datasets.folder_samples: the dataset's classes, as ImageFolder would
+    read them but without its dot-folders) read by keys (epoch, index, stream): each image's
+    random transform is seeded by (seed, stream, epoch, index), so it does not depend on which
+    worker reads it or when; stream "image" is training, another name draws other
+    augmentations of the image."""
 
-    def __init__(self, folder: Path, transform, seed: int):
-        from torchvision.datasets import ImageFolder
-
-        self.images = ImageFolder(str(folder), transform=transform)
-        self.seed = seed
+    def __init__(self, folder: Path, classes: tuple[str, ...], transform, seed: int):
+        self.samples = folder_samples(folder, classes)
+        self.transform, self.seed = transform, seed
 
     def __len__(self) -> int:
-        return len(self.images)
+        return len(self.samples)
+
+    def _load(self, index: int):
+        from torchvision.datasets.folder import default_loader  # PIL, converted to RGB
+
+        path, label = self.samples[index]
+        return self.transform(default_loader(path)), label
 
     def __getitem__(self, key: tuple[int, int, str]):
         epoch, index, stream = key
@@ -290,9 +296,9 @@ class _SeededImages(TorchDataset):
         np.random.seed(s % 2**32)  # timm's RandAugment picks its ops with numpy
         torch.manual_seed(s)
         try:
-            return self.images[index]
+            return self._load(index)
         except (OSError, ValueError, SyntaxError) as err:  # what PIL raises for a broken file
-            raise UnreadableImage.of(self.images.samples[index][0], str(err)) from None
+            raise UnreadableImage.of(self.samples[index][0], str(err)) from None
 
 
 def _epoch_keys(
@@ -335,10 +341,11 @@ class FolderBatches:
         self.img_size, self.mean, self.std = data.img_size, data.mean, data.std
         self.pca_lighting = data.in_chans == 3
         self.train_set = _SeededImages(
-            data.root / "train", _train_transform(recipe, data.img_size), seed
+            data.root / "train", data.classes, _train_transform(recipe, data.img_size), seed
         )
         self.val_set = _SeededImages(
             data.root / "val",
+            data.classes,
             _val_transform(data.img_size, data.crop_pct, recipe.interpolation),
             seed,
         )

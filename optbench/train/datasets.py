@@ -29,7 +29,7 @@ import codecs
 import functools
 import os
 import pickle
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -359,6 +359,16 @@ def class_images(split: Path, classes: tuple[str, ...]) -> dict[str, int]:
         )
         for c in classes
     }
+
+
+def folder_samples(split: Path, classes: Sequence[str]) -> list[tuple[str, int]]:
+    """(path, class index) of every image of one split's class folders `classes` (the dataset's,
+    dot-folders left out), in torchvision ImageFolder's order: both pipelines read these, so
+    an index means the same file and label in each."""
+    from torchvision.datasets.folder import IMG_EXTENSIONS, make_dataset
+
+    class_to_idx = {c: i for i, c in enumerate(classes)}
+    return make_dataset(str(split), class_to_idx, extensions=IMG_EXTENSIONS)
 
 
 def _check_folder_files(spec: Dataset) -> None:

@@ -20,7 +20,6 @@ import math
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
 
 import torch
 from torchvision.io import ImageReadMode, decode_image, decode_jpeg
@@ -30,7 +29,7 @@ from torchvision.transforms.v2 import functional as TF
 from optbench.recipe import TORCHVISION_POLICIES, Recipe
 from optbench.train.augment import build_policy
 from optbench.train.batches import Shard, epoch_order
-from optbench.train.datasets import FolderData, UnreadableImage
+from optbench.train.datasets import FolderData, UnreadableImage, folder_samples
 from optbench.train.seeding import derive_seed
 from optbench.train.tensor_policy import tensor_policy
 
@@ -39,15 +38,6 @@ CROP_SCALE = (0.08, 1.0)
 CROP_RATIO = (3 / 4, 4 / 3)
 PREFETCH_BATCHES = 4  # batches whose bytes are being read ahead of the one decoded
 JPEG_MAGIC = b"\xff\xd8"
-
-
-def folder_samples(split: Path, classes: Sequence[str]) -> list[tuple[str, int]]:
-    """(path, class index) of every image of one split, in torchvision ImageFolder's order
-    (the PIL pipeline's order: an index means the same file in both pipelines)."""
-    from torchvision.datasets.folder import IMG_EXTENSIONS, make_dataset
-
-    class_to_idx = {c: i for i, c in enumerate(classes)}
-    return make_dataset(str(split), class_to_idx, extensions=IMG_EXTENSIONS)
 
 
 def crop_params(
