@@ -377,7 +377,7 @@ def _end_stalled(
             following.ended.add(ended)
             if ended in todo:
                 job = todo[ended].trial.job
-                safefs.write_text(job.out_dir / "error.log", job.root, why + "\n")
+                safefs.write_text(job.out_dir / ERROR_LOG, job.root, why + "\n")
 
 
 def flops_counter(spec: StudySpec) -> Callable[[str], float]:
