@@ -1,7 +1,8 @@
 """What a study (or `optbench train`) needs from this install and this machine: its models
 registered, its dataset known and big enough for its batch, its images' size one its models
 can take and, for a real run, the dataset's files where `dataset.root` says (with what is cheap
-to see of their contents), folders it can write, a storage it can open, a device that is there. The spec is pure data (spec.py); the CLI calls these with what each command needs,
+to see of their contents), folders it can write, a storage it can open, a device that is
+there. The spec is pure data (spec.py); the CLI calls these with what each command needs,
 before it writes anything. Every check only reads. Checking a study's names (status, report)
 imports neither torch nor timm; sizes, data files and devices do.
 """
