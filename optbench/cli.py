@@ -504,8 +504,9 @@ def compare(
     sample, seed): equal weights digests and error differences. Writes nothing."""
     from optbench.analysis.compare import compare_trials, format_comparison, read_trials
 
-    table = compare_trials(read_trials(run_report), read_trials(reference))
-    typer.echo(format_comparison(table, run_report, reference))
+    run_trials, reference_trials = read_trials(run_report), read_trials(reference)
+    table = compare_trials(run_trials, reference_trials)
+    typer.echo(format_comparison(table, run_report, reference, run_trials, reference_trials))
 
 
 def main() -> None:

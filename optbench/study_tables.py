@@ -142,6 +142,15 @@ def recorded_speed(stored: list, model: str, n_train: int) -> RecordedSpeed | No
     )
 
 
+def _lr_wd_columns(spec: StudySpec, cell, bounds) -> tuple[str, str]:
+    """The plan's lr and wd columns: the box pairs are drawn from, or under `sampler: good`
+    the one value every trial of the cell trains at."""
+    if spec.search.sampler == "good":
+        good = spec.search.good_values[cell.model][cell.optimizer]
+        return f"{good.lr:.3g} (fixed)", f"{good.wd:.3g} (fixed)"
+    return f"{bounds.lr[0]:.3g} .. {bounds.lr[1]:.3g}", f"{bounds.wd[0]:.3g} .. {bounds.wd[1]:.3g}"
+
+
 def plan_table(spec: StudySpec) -> Table:
     """The trial plan of `optbench run --dry-run`: what would run, per cell, and its compute:
     training images x forward multiply-adds per image (backward adds about 2x), each model at
@@ -204,8 +213,7 @@ def plan_table(spec: StudySpec) -> Table:
             str(cell.epochs),
             str(len(items)),
             str(todo),
-            f"{b.lr[0]:.3g} .. {b.lr[1]:.3g}",
-            f"{b.wd[0]:.3g} .. {b.wd[1]:.3g}",
+            *_lr_wd_columns(spec, cell, b),
             str(shape.img_size),
             f"{flops / 1e9:.3g}",
             f"{cell_flops / 1e15:.3g}",

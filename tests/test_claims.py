@@ -136,7 +136,10 @@ def test_optimizer_gap_claim_counts_a_diverged_trial_at_100_percent():
     row = _row(_claims(rows), "c")
     gap_p = ((140 / 3 - 20) + (25 - 15)) / 2
     assert row["estimate"] == pytest.approx(gap_p - 1.0)
-    assert row["verdict"] == "holds" and row["diverged"] == 1
+    # per seed: ((0 + 10) / 2 - 1) twice and ((80 + 10) / 2 - 1) once: one seed carries the
+    # effect, so three seeds do not show it
+    assert row["verdict"] == "not shown" and row["low"] < 0 < row["high"]
+    assert row["diverged"] == 1
 
 
 def test_stem_claim_needs_every_step_to_grow():
@@ -237,12 +240,39 @@ def test_report_with_pycls_best_reads_the_per_epoch_ema_errors(tmp_path):
     assert best == pytest.approx(trials["final_error"].min() - 3)
 
 
-def test_a_claim_without_replicate_seeds_gets_no_row():
-    # one seed per cell: the seed bootstrap would give an interval of width 0
+@pytest.mark.parametrize("k", [1, 2])
+def test_a_seed_claim_below_three_seeds_is_not_tested(k):
+    # A t interval of 2 seeds has 1 degree of freedom, a bootstrap of 2 seeds 3 distinct means
+    # (an interval 8x narrower than Welch's on real trials): no interval, no power, and a
+    # verdict that says so, however large the effect looks.
     rows = []
     for model, short, long in ((P, 30.0, 10.0), (C, 12.0, 8.0)):
-        rows += _good(model, "adamw", 4, [short]) + _good(model, "adamw", 32, [long])
-    assert "b" not in set(_claims(rows)["claim"])
+        rows += _good(model, "adamw", 4, [short + s for s in range(k)])
+        rows += _good(model, "adamw", 32, [long - s for s in range(k)])
+    row = _row(_claims(rows), "b")
+    assert row["verdict"] == "not tested" and np.isnan(row["low"]) and np.isnan(row["high"])
+    assert row["power_now"] is None and row["n_needed"] is None
+    assert row["advice"] == f"too few seeds ({k}): needs at least 3 for an interval"
+    assert row["estimate"] == pytest.approx(16.0)  # every seed's contrast: (30-10) - (12-8)
+
+
+def test_a_three_seed_claim_gets_the_t_interval_of_its_per_seed_contrasts():
+    # Seed s of every cell gives one contrast (P_short - P_long) - (C_short - C_long); the
+    # interval is Student's t on those three values (scipy's), never narrower than it.
+    from scipy import stats as scipy_stats
+
+    p_short, p_long = [30.0, 26.0, 35.0], [10.0, 11.0, 9.0]
+    c_short, c_long = [12.0, 13.0, 11.0], [8.0, 8.5, 7.0]
+    rows = _good(P, "adamw", 4, p_short) + _good(P, "adamw", 16, p_long)
+    rows += _good(C, "adamw", 4, c_short) + _good(C, "adamw", 16, c_long)
+    contrasts = (np.subtract(p_short, p_long)) - (np.subtract(c_short, c_long))
+    low, high = scipy_stats.t.interval(
+        0.95, 2, loc=contrasts.mean(), scale=scipy_stats.sem(contrasts)
+    )
+    row = _row(_claims(rows), "b")
+    assert row["interval"] == "t" and row["n_now"] == 3
+    assert (row["low"], row["high"]) == pytest.approx((low, high))
+    assert row["verdict"] == ("holds" if low > 0 else "not shown")
 
 
 def test_the_claims_and_the_figures_read_the_same_cell_errors():

@@ -33,3 +33,23 @@ def test_a_run_is_compared_with_the_committed_reference(cli, tmp_path):
 
     code, _, err = cli("compare", str(tmp_path / "nowhere"), str(REFERENCE))
     assert code == 2 and "no trials.csv" in err
+
+
+def test_when_no_digest_matches_compare_says_what_differs(cli, tmp_path):
+    trials = pd.read_csv(REFERENCE / "trials.csv")
+    run = tmp_path / "run"
+    run.mkdir()
+    mine = trials.copy()
+    mine["digest"] = "2" * 64  # every trial trained on another machine
+    mine["device"] = "cpu: Some Other CPU"
+    mine.to_csv(run / "trials.csv", index=False)
+    code, out, err = cli("compare", str(run), str(REFERENCE))
+    assert code == 0, err
+    why = out.splitlines()[1]
+    assert why.startswith("no digest matches: the device (cpu: Some Other CPU here; ")
+    assert "training code" not in why  # the fingerprints are the same
+
+    mine["device"] = trials["device"]
+    mine.to_csv(run / "trials.csv", index=False)
+    code, out, _ = cli("compare", str(run), str(REFERENCE))
+    assert "not recorded on both sides: torch" in out.splitlines()[1]

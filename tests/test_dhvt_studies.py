@@ -73,3 +73,17 @@ def test_the_deit_edf_box_is_the_papers_range_around_dhvts_value():
         assert box.lr == pytest.approx((DHVT["lr"] / 8, DHVT["lr"] * 4))
         assert box.wd == pytest.approx((DHVT["wd"] / 8, DHVT["wd"] * 4))
     assert spec.search.n_samples == 64
+
+
+def test_the_plan_of_a_fixed_value_study_shows_the_value_it_trains(tmp_path, monkeypatch, capsys):
+    # sampler: good: every trial trains the good value; the plan's lr/wd columns show it, not
+    # the box the sampler would draw from (0.000125 .. 0.004 here)
+    path = STUDIES[0]
+    spec = load_spec(path)
+    assert spec.search.sampler == "good"
+    monkeypatch.setenv("COLUMNS", "250")  # the table's columns unwrapped
+    code, out, err = run_cli(["run", str(path), "--dry-run"], tmp_path, monkeypatch, capsys)
+    assert code == 0, err
+    good = spec.search.good_values["dhvt_tiny_cifar_p4"]["adamw"]
+    assert f"{good.lr:.3g} (fixed)" in out and f"{good.wd:.3g} (fixed)" in out
+    assert " .. " not in out

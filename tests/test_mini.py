@@ -43,7 +43,7 @@ def test_mini_study_validates_and_plans(path):
 @pytest.mark.parametrize("path", MEASUREMENTS, ids=lambda p: p.name)
 def test_every_measurement_replicates_what_its_claims_resample(path):
     spec = load_spec(path)
-    if spec.search.sampler == "good":  # one (lr, wd) per cell: claims (b)-(d) resample seeds
+    if spec.search.sampler == "good":  # one (lr, wd) per cell: claims (b)-(d) are over seeds
         assert len(spec.seeds) >= claims.MIN_SEEDS
     else:  # claim (a) resamples (lr, wd) samples, one run each as the paper's
         assert spec.search.n_samples >= 32  # half the paper's 64

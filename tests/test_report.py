@@ -119,7 +119,7 @@ def test_write_report_files_and_page(tmp_path: Path, monkeypatch):
     spec = _spec(optimizers=("adamw", "sgd"), epochs=(5, 10))
     trials = synthetic_trials(MODELS, ["adamw", "sgd"], [5, 10], 6, pending_fraction=0.1, seed=2)
     summary = write_report(spec, trials, tmp_path, n_boot=100)
-    assert len(tables_made) == 1 and summary["claims"] == tables_made[0].to_dict(orient="records")
+    assert len(tables_made) == 1 and summary["claims"] == claims.records(tables_made[0])
     on_disk = json.loads((tmp_path / "summary.json").read_text())
     assert on_disk == summary and len(summary["cells"]) == 8
     figures = ["edf", "edf_raw", "scatter", "length", "optimizer", "curves"]
@@ -217,7 +217,9 @@ def test_optimizer_figure_draws_a_substituted_cell_dashed():
     )
     trials.loc[dead, ["status", "final_error"]] = ["diverged", np.nan]
     sections = build_sections(spec, trials, {"optimizer"}, FAST)
-    (section,) = sections
+    # one seed: the claims section says claim (c) is not tested; the figure's section follows
+    assert [s.key for s in sections] == ["claims", "optimizer"]
+    section = sections[1]
     p_axes, c_axes = _visible_axes(_figure(sections, "optimizer"))
     dashed = [line for line in data_lines(p_axes) if line.get_linestyle() == "--"]
     assert len(dashed) == 1 and "diverged" in dashed[0].get_label()
@@ -259,7 +261,7 @@ def test_no_results_yet(tmp_path: Path):
 
 
 def test_complexity_table_counts_each_models_parameters():
-    trials = synthetic_trials(MODELS, ["adamw"], [5], 3)
+    trials = synthetic_trials(MODELS, ["adamw"], [5], 4)
     (section,) = build_sections(_spec(), trials, {"complexity"}, FAST, data_shape=(10, 1, 16))
     ((title, table),) = section.tables
     assert "16x16, 1 channel, 10 classes" in title  # one channel, not "1 channels"
@@ -282,7 +284,7 @@ def test_the_complexity_table_measures_each_model_at_the_input_size_it_trains_at
     spec = _spec().model_copy(
         update={"dataset": Dataset(name="imagenet", root=root), "models": models}
     )
-    trials = synthetic_trials(models, ["adamw"], [5], 3)
+    trials = synthetic_trials(models, ["adamw"], [5], 4)
     (section,) = build_sections(spec, trials, {"complexity"}, FAST)
     ((title, table),) = section.tables
     assert "each model's input size, 3 channels, 1000 classes" in title
@@ -303,7 +305,7 @@ def test_the_report_leaves_the_users_matplotlib_backend_alone(tmp_path):
         "from optbench.analysis.synthetic import synthetic_trials\n"
         "from optbench.spec import parse_spec\n"
         f"spec = parse_spec({_spec().model_dump(mode='json')!r})\n"
-        f"trials = synthetic_trials({MODELS!r}, ['adamw'], [5], 3)\n"
+        f"trials = synthetic_trials({MODELS!r}, ['adamw'], [5], 4)\n"
         f"write_report(spec, trials, {str(tmp_path)!r}, {{'edf'}}, n_boot=20)\n"
         "print(matplotlib.get_backend())\n"
     )
@@ -330,3 +332,25 @@ def test_vector_figures_keep_their_text_editable(tmp_path: Path, cli):
         write_report(spec, trials, tmp_path, figures={"edf"}, formats=["png", "eps"])
     code, _, err = cli("report", "--results", str(tmp_path / "none"), "--format", "gif")
     assert code == 2
+
+
+def test_a_study_at_fixed_lr_wd_gets_seed_tables_and_no_edf(tmp_path: Path):
+    # sampler: good trains one (lr, wd) per cell: an EDF, a KS test or an EDF-evidence line of
+    # its seeds would describe seed noise as lr/wd stability. The page says why in one line
+    # and shows every seed's error instead.
+    spec = _spec(optimizers=("adamw",), epochs=(5, 10))
+    trials = synthetic_trials(MODELS, ["adamw"], [5, 10], 1, seeds=(0, 1, 2), seed=3)
+    summary = write_report(spec, trials, tmp_path, n_boot=50)
+    assert not list(tmp_path.glob("edf*.png")) and not (tmp_path / "scatter.png").exists()
+    assert summary["comparisons"] == []
+    page = (tmp_path / "index.html").read_text()
+    assert "not drawn: no cell has 4 or more sampled (lr, wd) pairs" in page
+    assert "Errors per seed" in page and "seed 2 (%)" in page
+    assert "KS D" not in page
+    sections = build_sections(spec, trials, None, FAST)
+    seeds = next(s for s in sections if s.key == "seeds")
+    ((_, table),) = seeds.tables
+    assert len(table) == len(MODELS) * 2  # one row per cell's only pair
+    row = table.iloc[0]
+    errors = [row[f"seed {s} (%)"] for s in range(3)]
+    assert row["mean (%)"] == pytest.approx(np.mean(errors), abs=0.01)

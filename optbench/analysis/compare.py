@@ -19,6 +19,8 @@ from optbench.errors import UsageError
 
 TRIAL_KEY: list[str] = ["model", "optimizer", "epochs", "sample", "seed"]
 NEEDED = [*TRIAL_KEY, "status", "final_error", "digest"]
+# what a digest depends on besides the config, as trials.csv records it (older files lack some)
+MAKERS = {"device": "the device", "code_fingerprint": "the training code", "torch": "torch"}
 
 
 def read_trials(folder: Path) -> pd.DataFrame:
@@ -33,7 +35,34 @@ def read_trials(folder: Path) -> pd.DataFrame:
     missing = [c for c in NEEDED if c not in trials.columns]
     if missing:
         raise UsageError(f"{path}: lacks the columns {missing}")
-    return trials[NEEDED]
+    return trials[NEEDED + [c for c in MAKERS if c in trials.columns]]
+
+
+def _values(trials: pd.DataFrame, column: str) -> list[str]:
+    if column not in trials:
+        return []
+    return sorted({str(v) for v in trials[column] if isinstance(v, str)})
+
+
+def why_digests_differ(run: pd.DataFrame, reference: pd.DataFrame) -> str:
+    """One line saying what differs between the machines and code that made the two sides
+    (device, training-code fingerprint, torch version, as recorded), for when no digest
+    matches; or that none of those differs, or which were not recorded."""
+    differ, unknown = [], []
+    for column, name in MAKERS.items():
+        mine, theirs = _values(run, column), _values(reference, column)
+        if not mine or not theirs:
+            unknown.append(name)
+        elif mine != theirs:
+            differ.append(f"{name} ({', '.join(mine)} here; {', '.join(theirs)} in the reference)")
+    if differ:
+        return "no digest matches: " + "; ".join(differ) + " differ(s) (docs/faults.md)"
+    if unknown:
+        return f"no digest matches; not recorded on both sides: {', '.join(unknown)}"
+    return (
+        "no digest matches although device, training code and torch are the same: another "
+        "thread count or library (docs/faults.md)"
+    )
 
 
 def compare_trials(run: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
@@ -66,9 +95,16 @@ def _per_model(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def format_comparison(table: pd.DataFrame, run: Path, reference: Path) -> str:
-    """The terminal text: counts, then per cell the errors of both sides (%), then each trial
-    whose digest differs or that one side lacks."""
+def format_comparison(
+    table: pd.DataFrame,
+    run: Path,
+    reference: Path,
+    run_trials: pd.DataFrame | None = None,
+    reference_trials: pd.DataFrame | None = None,
+) -> str:
+    """The terminal text: counts (and, when no digest matches, why, from `run_trials` and
+    `reference_trials`, the two read_trials), then per cell the errors of both sides (%), then
+    each trial whose digest differs or that one side lacks."""
     matched = table["same_digest"].notna()
     equal = int((table["same_digest"] == True).sum())  # noqa: E712
     only_run = int(table["status_ref"].isna().sum())
@@ -81,6 +117,8 @@ def format_comparison(table: pd.DataFrame, run: Path, reference: Path) -> str:
         _per_model(table).to_string(index=False, float_format=lambda v: f"{v:.2f}"),
     ]
     unequal = table[table["same_digest"] == False]  # noqa: E712
+    if matched.any() and equal == 0 and run_trials is not None and reference_trials is not None:
+        lines.insert(1, why_digests_differ(run_trials, reference_trials))
     if len(unequal):
         cols = [*TRIAL_KEY, "final_error_run", "final_error_ref", "error_diff"]
         text = unequal[cols].to_string(index=False, float_format=lambda v: f"{v:.2f}")

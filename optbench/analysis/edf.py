@@ -13,6 +13,9 @@ import numpy as np
 
 FRAC_WITHIN_POINTS: tuple[int, ...] = (1, 2, 4, 8)
 AUC_MAX_POINTS = 10.0
+# An EDF over (lr, wd) needs sampled pairs: a cell with fewer (a `sampler: good` cell trains one
+# fixed pair) gets no EDF figure, KS test or EDF claim; its seeds are compared instead.
+MIN_EDF_SAMPLES = 4
 
 
 def trial_errors(statuses: Sequence[str], errors: Sequence[float]) -> np.ndarray:

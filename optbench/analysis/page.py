@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from optbench.analysis.edf import AUC_MAX_POINTS, FRAC_WITHIN_POINTS
+from optbench.analysis.edf import AUC_MAX_POINTS, FRAC_WITHIN_POINTS, MIN_EDF_SAMPLES
 from optbench.analysis.summary import near_chance_warning
 from optbench.spec import StudySpec, dump_spec
 
@@ -24,6 +24,7 @@ class Section:
     key: str
     title: str
     caption: str = ""
+    lead: list[str] = field(default_factory=list)  # sentences opening the section (the verdicts)
     figures: list[tuple[str, Figure]] = field(default_factory=list)
     tables: list[tuple[str, pd.DataFrame]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -133,6 +134,7 @@ def _section_html(section: Section, images: dict[str, str]) -> list[str]:
     """A section's heading, caption, figures (embedded PNGs), tables and notes."""
     esc = html.escape
     parts = [f"<h2 id='{section.key}'>{esc(section.title)}</h2>"]
+    parts += [f"<p class='lead'>{esc(line)}</p>" for line in section.lead]
     if section.caption and (section.figures or section.tables):
         parts.append(f"<p>{esc(section.caption)}</p>")
     for name, _ in section.figures:
@@ -177,7 +179,9 @@ def render_html(
     parts.append(
         _table_html(comparisons)
         if not comparisons.empty
-        else "<p class='note'>Fewer than two models with results per cell: no comparison.</p>"
+        else "<p class='note'>No panel has two models whose cells sample (lr, wd) (at least "
+        f"{MIN_EDF_SAMPLES} pairs each): no EDF comparison. Cells at fixed (lr, wd) are compared "
+        "by seed in the claims.</p>"
     )
     for section in sections:
         if section.key != "claims":

@@ -24,6 +24,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from optbench.analysis import claims, figures, plots, tables
+from optbench.analysis.edf import MIN_EDF_SAMPLES
 from optbench.analysis.page import Section, render_html
 from optbench.analysis.stats import N_BOOT
 from optbench.analysis.summary import Options, summarize
@@ -110,6 +111,13 @@ def _edf_section(
         "the best run's value over resamples). Dotted: a cell whose best error is near chance "
         "level (its trials barely learned: a steep EDF there is not stability).",
     )
+    if not tables.sampled_cells(tables.with_errors(trials, options.metric)):
+        section.notes.append(
+            f"edf, edf_raw, scatter: not drawn: no cell has {MIN_EDF_SAMPLES} or more sampled "
+            "(lr, wd) pairs (a study at fixed values, sampler: good, trains one); an EDF over "
+            "(lr, wd) needs sampled pairs. The per-seed table and the seed claims compare it."
+        )
+        return section
     common = dict(metric=options.metric, n_boot=options.n_boot, seed=options.seed, colors=colors)
     edf = dict(common, num_classes=num_classes)
     _figure(section, "edf", lambda: figures.edf_figure(trials, **edf))
@@ -167,6 +175,23 @@ def _stem_section(trials: pd.DataFrame, metric: str) -> Section:
         "conv stem, then patchify stems S1, S2, ... of growing patch size, then ViT_P.",
     )
     _figure(section, "stem", lambda: figures.stem_figure(trials, metric=metric))
+    return section
+
+
+def _seeds_section(results: pd.DataFrame) -> Section | None:
+    """Every seed's error of the cells that train fewer than MIN_EDF_SAMPLES (lr, wd) pairs
+    (what their claims compare); None when every cell samples (lr, wd)."""
+    table = tables.seed_table(results)
+    if table.empty:
+        return None
+    section = Section(
+        "seeds",
+        "Errors per seed",
+        "Cells at fixed (lr, wd) (fewer than "
+        f"{MIN_EDF_SAMPLES} sampled pairs): each pair's error per training seed, their mean "
+        f"(a diverged seed counted as {tables.DIVERGED_ERROR:g}%) and standard deviation.",
+    )
+    section.tables.append(("Errors per seed", table))
     return section
 
 
@@ -379,8 +404,9 @@ def build_sections(
     sections = [builders[key]() for key in FIGURES if key in wanted]
     if claims_table is None:
         claims_table = claims.claims_table(results, options, spec.name)
-    # the verdicts first: the claims whose figures this page draws
-    return claims.sections(claims_table, options, wanted) + sections
+    seeds = _seeds_section(results)
+    # the verdicts first (the claims whose figures this page draws), then what they compare
+    return claims.sections(claims_table, options, wanted) + ([seeds] if seeds else []) + sections
 
 
 def study_summary(

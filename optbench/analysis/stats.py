@@ -1,6 +1,7 @@
 """Resampling statistics for EDFs: seeded bootstrap bands and CIs (pointwise and simultaneous),
 BCa intervals with their percentile fallback, bootstrap power (how many samples would show an
-effect), the KS test, good ranges.
+effect), the KS test, good ranges; and for statistics of training seeds, Student-t intervals of
+per-seed contrasts with their power (`t_interval`, `seed_power`).
 
 Every bootstrap resamples a cell's trials with replacement and recomputes the cell's best
 error inside each resample, so bands and CIs include the uncertainty of the best itself.
@@ -402,3 +403,64 @@ def sup_band(
     95% for this one (tests/test_evidence.py measures the latter)."""
     q = float(np.quantile(np.abs(replicates - curve).max(axis=1), level))
     return curve - q, curve + q
+
+
+# --- statistics of training seeds: Student-t intervals of per-seed contrasts -------------------
+#
+# A seed claim compares cells trained with the same seeds; seed s of every cell gives one value
+# of the claim's contrast, and those k values are independent draws. A bootstrap of k = 2 or 3
+# values has 3 or 10 distinct means and intervals far narrower than the spread of the seeds
+# (bench/replicates.py measured it); Student's t on the k per-seed values is exact for normal
+# contrasts and honest about k - 1 degrees of freedom.
+
+
+def t_interval(values: np.ndarray, level: float = LEVEL) -> GroupInterval:
+    """Student-t interval of the mean of `values` (one per training seed; at least 2)."""
+    values = np.asarray(values, dtype=float)
+    k = values.size
+    mean = float(values.mean())
+    half = float(stats.t.ppf((1 + level) / 2, k - 1) * values.std(ddof=1) / np.sqrt(k))
+    return GroupInterval(mean, mean - half, mean + half, "t")
+
+
+SEED_POWER_DRAWS = 4000  # simulated studies per candidate seed count (power within ~1 point)
+
+
+def seed_power(
+    contrasts: np.ndarray,
+    k_max: int,
+    *,
+    seed: int | list[int] = 0,
+    level: float = LEVEL,
+    target: float = POWER_TARGET,
+) -> Power:
+    """Power of a seed claim: the probability that a study of k seeds shows it, for k from the
+    present count up (power_grid), if the per-seed contrasts are normal with the observed means
+    and covariance. `contrasts` is (steps, k): a claim that needs every step above 0 (a chain
+    such as S1 < S2 < P) holds in a simulated study when every step's t interval lies above 0
+    (or below, for a negative estimate); one contrast is one step. Estimated means make this
+    the power "if the effect is as estimated", as `power` is for samples."""
+    contrasts = np.atleast_2d(np.asarray(contrasts, dtype=float))
+    steps, k_now = contrasts.shape
+    mean = contrasts.mean(axis=1)
+    smallest = mean[np.argmin(np.abs(mean))]
+    direction = int(np.sign(smallest)) if np.all(np.sign(mean) == np.sign(smallest)) else 0
+    if k_now > k_max:
+        return Power((), (), None, direction)
+    cov = np.atleast_2d(np.cov(contrasts, ddof=1))
+    rng = _rng(seed)
+    grid, found, needed = [], [], None
+    for k in power_grid(k_now, k_max):
+        hits = 0.0
+        if direction != 0:
+            draws = rng.multivariate_normal(mean, cov, size=(SEED_POWER_DRAWS, k))  # (D, k, steps)
+            m = draws.mean(axis=1)
+            half = stats.t.ppf((1 + level) / 2, k - 1) * draws.std(axis=1, ddof=1) / np.sqrt(k)
+            shown = (m - half > 0) if direction > 0 else (m + half < 0)
+            hits = float(shown.all(axis=1).mean())
+        grid.append(k)
+        found.append(hits)
+        if hits >= target:
+            needed = k
+            break
+    return Power(tuple(grid), tuple(found), needed, direction)

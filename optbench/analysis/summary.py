@@ -142,9 +142,16 @@ def code_summary(results: pd.DataFrame) -> dict[str, Any]:
 
 
 def _comparisons(results: pd.DataFrame, options: Options) -> list[dict[str, Any]]:
+    """KS test and frac_within 4 difference between the models of each panel whose cells
+    sample (lr, wd) (tables.sampled_cells: an EDF of a fixed pair's seeds is no lr/wd EDF)."""
     rows = []
+    sampled = tables.sampled_cells(results)
     for (optimizer, epochs), panel in tables.panels(results):
-        by_model = {m: g["error"].to_numpy() for m, g in panel.groupby("model", sort=False)}
+        by_model = {
+            m: g["error"].to_numpy()
+            for m, g in panel.groupby("model", sort=False)
+            if (m, optimizer, epochs) in sampled
+        }
         for model_a, model_b in combinations(by_model, 2):
             errors_a, errors_b = by_model[model_a], by_model[model_b]
             ks_stat, ks_p = ks_test(dtop1(errors_a), dtop1(errors_b))
@@ -203,7 +210,7 @@ def advice_line(power: stats.Power, shown: bool, n_now: int, unit: str, n_max: i
     if power.needed is None:
         size = "~0" if power.power[-1] < 0.2 else "small"
         return (
-            f"not shown with {n_now} {unit}; no sample size up to {n_max} {unit} would show it "
+            f"not shown with {n_now} {unit}; no study of up to {n_max} {unit} would show it "
             f"({_pct(power.power[-1])} at {power.sizes[-1]}): the estimated effect is {size} "
             "against its spread"
         )

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from optbench.analysis.edf import trial_errors
+from optbench.analysis.edf import MIN_EDF_SAMPLES, trial_errors
 
 RESULT_STATUSES: tuple[str, ...] = ("finished", "diverged")
 CELL_KEYS: list[str] = ["model", "optimizer", "epochs"]
@@ -216,3 +216,36 @@ def curve_picks(results: pd.DataFrame) -> pd.DataFrame:
     if not picks:
         return finished.assign(rank=pd.Series(dtype=str))
     return pd.concat(picks, ignore_index=True)
+
+
+def sampled_cells(results: pd.DataFrame) -> set[tuple]:
+    """The cells (model, optimizer, epochs) with at least MIN_EDF_SAMPLES distinct (lr, wd)
+    samples among their results: the ones an EDF over (lr, wd) describes."""
+    counts = results.groupby(CELL_KEYS, sort=False)["sample"].nunique()
+    return {cell for cell, n in counts.items() if n >= MIN_EDF_SAMPLES}
+
+
+def seed_table(results: pd.DataFrame) -> pd.DataFrame:
+    """Each (lr, wd) pair of the cells with fewer than MIN_EDF_SAMPLES samples, one row: its
+    error per seed ("diverged" for a diverged seed), their mean (a diverged seed counted as
+    DIVERGED_ERROR, as the cell error) and standard deviation."""
+    sampled = sampled_cells(results)
+    keep = [tuple(k) not in sampled for k in results[CELL_KEYS].itertuples(index=False)]
+    rows = []
+    for (*cell, _sample), group in results[keep].groupby([*CELL_KEYS, "sample"], sort=False):
+        errors = group["error"].where(np.isfinite(group["error"]), DIVERGED_ERROR)
+        seeds = {
+            f"seed {int(seed)} (%)": round(float(e), 2) if np.isfinite(e) else "diverged"
+            for seed, e in zip(group["seed"], group["error"], strict=True)
+        }
+        rows.append(
+            {
+                **dict(zip(CELL_KEYS, cell, strict=True)),
+                "lr": group["lr"].iloc[0] if "lr" in group else np.nan,
+                "wd": group["wd"].iloc[0] if "wd" in group else np.nan,
+                **seeds,
+                "mean (%)": round(float(errors.mean()), 2),
+                "sd (points)": round(float(errors.std(ddof=1)), 2) if len(errors) > 1 else np.nan,
+            }
+        )
+    return pd.DataFrame(rows)

@@ -1,0 +1,140 @@
+"""Replicate bench: do the claims' intervals, verdicts and power advice hold on real replicate
+studies? (issue 31; results in bench/RESULTS.md, raw trials in docs/reference/replicates/).
+
+`python bench/replicates.py train OUT` trains the replicate studies (about an hour on 2 cores):
+- claim (a): R studies of ViT_P vs ViT_C on digits, AdamW, 40 random (lr, wd) samples each
+  (the mini's sample count) in the mini's boxes, one training seed per study; each replicate
+  has a fresh sampler seed and a fresh training seed. The first 10 samples of each are exactly
+  a 10-sample study with the same seeds (sampling keeps the first n pairs), so the same
+  trainings give R replicates at the quickstart's size too. 4 epochs, not the mini's 8, so the
+  whole bench fits an hour (stated in RESULTS.md).
+- claim (b): ViT_P and ViT_C at their good values, AdamW, 4 and 16 epochs, 3 * R training
+  seeds in one study; R disjoint groups of 3 seeds are R replicate 3-seed studies (and disjoint
+  pairs, 2-seed studies), each seed trained in all four cells as a study would.
+It writes OUT/trials_a.csv and OUT/trials_b.csv (one row per trial, with its replicate).
+
+`python bench/replicates.py analyse DIR` reads those files and prints one JSON line: per claim
+and study size, the share of replicate intervals covering the estimand, the share of
+verdicts agreeing with the pooled verdict, and the gap between the mean predicted power and
+the observed share of replicates where the claim holds. The estimand of a claim at a study
+size is the mean of the statistic over replicate studies of that size (its expectation under
+the design): the statistic's own value depends on the size (a cell's best error is a minimum
+over its samples), so no single "true" value serves every size.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+R = 20
+N_SAMPLES_A = 40  # the mini's EDF study
+N_SAMPLES_QUICK = 10  # the quickstart's
+EPOCHS_A = 4
+LENGTHS_B = [4, 16]
+SEEDS_PER_REPLICATE_B = 3
+MODELS = ["vit_p_w64_16px", "vit_c_w64_16px"]
+GOOD = {  # studies/mini/mini_edf.yaml (from mini_calibrate)
+    "vit_p_w64_16px": {"adamw": {"lr": 0.068, "wd": 0.028}},
+    "vit_c_w64_16px": {"adamw": {"lr": 0.13, "wd": 0.023}},
+}
+RECIPE = {  # studies/mini/mini_edf.yaml's
+    "preset": "paper",
+    "warmup_epochs": 1,
+    "ema_rule": "horizon",
+    "precise_bn_images": 512,
+    "auto_augment": "none",
+    "mixup_alpha": 0.0,
+    "cutmix_alpha": 0.0,
+    "translate": 2,
+    "hflip": False,
+}
+COLUMNS = ["model", "optimizer", "epochs", "sample", "seed", "lr", "wd", "status"]
+COLUMNS += ["final_error", "best_error", "digest"]
+
+
+def _base(name: str, results: Path) -> dict:
+    return {
+        "name": name,
+        "dataset": {"name": "digits", "img_size": 16},
+        "models": MODELS,
+        "optimizers": ["adamw"],
+        "batch_size": 64,
+        "ref_batch": 2048,
+        "recipe": RECIPE,
+        "output": str(results),
+    }
+
+
+def study_a(replicate: int, results: Path) -> dict:
+    spec = _base(f"replicate_a_r{replicate:02d}", results)
+    spec["epochs"] = EPOCHS_A
+    spec["search"] = {
+        "n_samples": N_SAMPLES_A,
+        "sampler": "random",
+        "seed": 1000 + replicate,  # fresh sampler seed per replicate
+        "good_values": GOOD,
+        "good_range": [0.125, 4.0],
+    }
+    spec["seeds"] = [1000 + replicate]  # fresh training seed per replicate
+    return spec
+
+
+def study_b(results: Path) -> dict:
+    spec = _base("replicate_b", results)
+    spec["epochs"] = LENGTHS_B
+    spec["search"] = {"n_samples": 1, "sampler": "good", "good_values": GOOD}
+    spec["seeds"] = list(range(2000, 2000 + SEEDS_PER_REPLICATE_B * R))
+    return spec
+
+
+def _run(spec: dict, folder: Path) -> pd.DataFrame:
+    from optbench import load_trials
+
+    path = folder / f"{spec['name']}.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    subprocess.run(["optbench", "run", str(path), "--workers", "2"], check=True)
+    return load_trials(path)[COLUMNS]
+
+
+def train(out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    studies, results = out / "studies", out / "results"
+    studies.mkdir(exist_ok=True)
+    started = time.time()
+    frame = _run(study_b(results), studies)
+    frame["replicate"] = (frame["seed"] - 2000) // SEEDS_PER_REPLICATE_B
+    frame.to_csv(out / "trials_b.csv", index=False)
+    parts = []
+    for r in range(R):
+        part = _run(study_a(r, results), studies)
+        part.insert(0, "replicate", r)
+        parts.append(part)
+        pd.concat(parts).to_csv(out / "trials_a.csv", index=False)  # usable while it runs
+    print(
+        json.dumps({"bench": "replicates-train", "replicates": R, "wall_s": time.time() - started})
+    )
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2 or argv[0] not in ("train", "analyse"):
+        print(__doc__.split("\n\n")[0], file=sys.stderr)
+        print("usage: python bench/replicates.py train|analyse DIR", file=sys.stderr)
+        return 2
+    if argv[0] == "train":
+        train(Path(argv[1]))
+        return 0
+    from replicates_analysis import analyse  # bench/replicates_analysis.py
+
+    print(json.dumps(analyse(Path(argv[1]))))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
