@@ -11,7 +11,8 @@ studies? (issue 31; results in bench/RESULTS.md, raw trials in docs/reference/re
 - claim (b): ViT_P and ViT_C at their good values, AdamW, 4 and 16 epochs, 3 * R training
   seeds in one study; R disjoint groups of 3 seeds are R replicate 3-seed studies (and disjoint
   pairs, 2-seed studies), each seed trained in all four cells as a study would.
-It writes OUT/trials_a.csv and OUT/trials_b.csv (one row per trial, with its replicate).
+It writes OUT/trials_b.csv, OUT/trials_a_10.csv and OUT/trials_a_40.csv (one row per trial, with
+its replicate).
 
 `python bench/replicates.py analyse DIR` reads those files and prints one JSON line: per claim
 and study size, the share of replicate intervals covering the estimand, the share of
@@ -72,11 +73,11 @@ def _base(name: str, results: Path) -> dict:
     }
 
 
-def study_a(replicate: int, results: Path) -> dict:
+def study_a(replicate: int, results: Path, n_samples: int = N_SAMPLES_A) -> dict:
     spec = _base(f"replicate_a_r{replicate:02d}", results)
     spec["epochs"] = EPOCHS_A
     spec["search"] = {
-        "n_samples": N_SAMPLES_A,
+        "n_samples": n_samples,
         "sampler": "random",
         "seed": 1000 + replicate,  # fresh sampler seed per replicate
         "good_values": GOOD,
@@ -111,12 +112,16 @@ def train(out: Path) -> None:
     frame = _run(study_b(results), studies)
     frame["replicate"] = (frame["seed"] - 2000) // SEEDS_PER_REPLICATE_B
     frame.to_csv(out / "trials_b.csv", index=False)
-    parts = []
-    for r in range(R):
-        part = _run(study_a(r, results), studies)
-        part.insert(0, "replicate", r)
-        parts.append(part)
-        pd.concat(parts).to_csv(out / "trials_a.csv", index=False)  # usable while it runs
+    # Every replicate at the quickstart's size first, then grown to the mini's: a study's first
+    # n pairs stay when it grows (n_samples is not in the cell id), so the 10-sample replicates
+    # are the 40-sample ones' first 10 samples and the bench is usable half-way.
+    for n_samples in (N_SAMPLES_QUICK, N_SAMPLES_A):
+        parts = []
+        for r in range(R):
+            part = _run(study_a(r, results, n_samples), studies)
+            part.insert(0, "replicate", r)
+            parts.append(part)
+            pd.concat(parts).to_csv(out / f"trials_a_{n_samples}.csv", index=False)
     print(
         json.dumps({"bench": "replicates-train", "replicates": R, "wall_s": time.time() - started})
     )

@@ -102,6 +102,8 @@ def _summary(rows: list[dict], extra: dict[str, list[tuple[float, float]]]) -> d
         holds = float(np.mean([r["verdict"] == "holds" for r in rows]))
         out["predicted_power"] = round(float(np.mean(predicted)), 3)
         out["observed_holds"] = round(holds, 3)
+        # the observed share's own binomial standard error: the gap is read against it
+        out["observed_holds_se"] = round(float(np.sqrt(holds * (1 - holds) / len(rows))), 3)
         out["advice_gap"] = round(abs(float(np.mean(predicted)) - holds), 3)
     out["methods"] = {
         name: {
@@ -156,6 +158,21 @@ def _seed_bootstrap(frame: pd.DataFrame, seed) -> tuple[float, float]:
     return found.low, found.high
 
 
+def _contrasts(trials: pd.DataFrame) -> np.ndarray:
+    """Claim (b)'s contrast of every seed: (P_s - P_l) - (C_s - C_l), seed by seed."""
+    wide = trials.pivot_table(index="seed", columns=["model", "epochs"], values="final_error")
+    (p, c), (short, long) = claims_models(), (min(trials["epochs"]), max(trials["epochs"]))
+    return ((wide[(p, short)] - wide[(p, long)]) - (wide[(c, short)] - wide[(c, long)])).to_numpy()
+
+
+def reference_power(contrasts: np.ndarray, k: int) -> float:
+    """The power of a k-seed study from every seed's contrast at once (noncentral t with the
+    pooled mean and sd): a steadier figure than the share of R replicates that hold."""
+    nc = contrasts.mean() / (contrasts.std(ddof=1) / np.sqrt(k))
+    crit = scipy_stats.t.ppf(0.975, k - 1)
+    return float(scipy_stats.nct.sf(crit, k - 1, nc) + scipy_stats.nct.cdf(-crit, k - 1, nc))
+
+
 def analyse_b(trials: pd.DataFrame, seeds_per_study: int) -> dict:
     seeds = sorted(set(trials["seed"]))
     groups = {s: i // seeds_per_study for i, s in enumerate(seeds)}
@@ -167,20 +184,24 @@ def analyse_b(trials: pd.DataFrame, seeds_per_study: int) -> dict:
         if seeds_per_study >= 2:
             extra["welch"].append(_welch(frame))
             extra["bootstrap_before_issue_31"].append(_seed_bootstrap(frame, [0, int(group)]))
-    return _summary(rows, extra)
+    out = _summary(rows, extra)
+    if seeds_per_study >= 2:
+        out["reference_power"] = round(reference_power(_contrasts(trials), seeds_per_study), 3)
+    return out
 
 
 def analyse(folder: Path) -> dict:
     out: dict = {"bench": "replicates"}
-    a_file, b_file = folder / "trials_a.csv", folder / "trials_b.csv"
+    b_file = folder / "trials_b.csv"
     if b_file.exists():
         b = pd.read_csv(b_file)
         for k in (3, 2):
             out[f"b_{k}_seeds"] = analyse_b(b, k)
-    if a_file.exists():
-        a = pd.read_csv(a_file)
-        for n in (40, 10):
-            out[f"a_{n}_samples"] = analyse_a(a, n)
+    for n in (40, 10):  # trials_a_40.csv holds the 10-sample replicates too (their first 10)
+        files = [folder / f"trials_a_{m}.csv" for m in (40, 10) if m >= n]
+        found = next((f for f in files if f.exists()), None)
+        if found is not None:
+            out[f"a_{n}_samples"] = analyse_a(pd.read_csv(found), n)
     parts = [k for k in out if k != "bench"]
     out["replicates"] = {k: out[k]["replicates"] for k in parts}
     out["coverage"] = {k: out[k].get("coverage") for k in parts}
