@@ -310,7 +310,7 @@ def run(
             console.print(f"note: a real run would stop here: {err}")
         from optbench.analysis.summary import earlier_advice
 
-        advice = earlier_advice(reports / spec.name / "summary.json")
+        advice = earlier_advice(reports / spec.name / "summary.json", reports)
         console.print(advice, markup=False, highlight=False, soft_wrap=True)
         return
     from optbench.executors import make_executor

@@ -49,7 +49,9 @@ class UnsafePath(UsageError):
 
 
 def _link(path: Path) -> UnsafePath:
-    return UnsafePath(f"{path}: a symbolic link; optbench never follows links in a study folder")
+    return UnsafePath(
+        f"{path}: a symbolic link; optbench never follows links in a study or report folder"
+    )
 
 
 def _below(path: Path, root: Path) -> tuple[str, ...]:
