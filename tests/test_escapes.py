@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 from cli_inprocess import run_cli
+from fifos import fifo_never_waited_on
 from test_faults import WritingExecutor, _quiet, _valid_result_json
 
 from optbench import safefs
@@ -183,6 +184,45 @@ def test_a_population_writes_nothing_through_a_linked_member_folder(one_model, t
     assert "\n" not in str(refused.value)
     assert _tree(outside) == {}
     assert not (job.members[0].out_dir / RESULT_FILE).exists()  # refused before any write
+
+
+def _plant_at(path: Path, kind: str, outside: Path) -> None:
+    """A FIFO, a folder or a link to the regular file `outside` at `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "folder":
+        path.mkdir()
+    else:
+        outside.write_text("theirs")
+        path.symlink_to(outside)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder", "link"])
+@pytest.mark.parametrize("lock", [".lock", ".workers.lock"])
+def test_a_lock_file_that_is_not_a_regular_file_is_refused_in_one_line(
+    one_model, tmp_path, monkeypatch, capsys, lock, kind
+):
+    one_model["output"] = "results"
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(one_model))
+    study_dir = tmp_path / "results" / one_model["name"]
+    _plant_at(study_dir / lock, kind, tmp_path / "outside")
+    code, _, err = run_cli(["run", "study.yaml"], tmp_path, monkeypatch, capsys)
+    says = "a symbolic link" if kind == "link" else "not a regular file"
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"{Path('results', one_model['name'], lock)}: {says}" in err
+    assert not (study_dir / "spec.yaml").exists() and not (study_dir / "study.db").exists()
+    assert kind != "link" or (tmp_path / "outside").read_text() == "theirs"
+
+
+def test_status_never_waits_on_a_fifo_in_place_of_the_driver_lock(
+    one_model, tmp_path, monkeypatch, capsys
+):
+    one_model["output"] = "results"
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(one_model))
+    with fifo_never_waited_on(tmp_path / "results" / one_model["name"] / ".lock"):
+        code, _, err = run_cli(["status", "study.yaml"], tmp_path, monkeypatch, capsys)
+    assert code == 0, err
 
 
 # --- 3. crafted result files ------------------------------------------------------------------------

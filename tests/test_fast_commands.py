@@ -8,11 +8,11 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 import yaml
+from fifos import fifo_never_waited_on
 
 from optbench.checks import DATASET_NAMES
 from optbench.models import cache
@@ -115,34 +115,16 @@ def test_the_cache_gives_the_counted_numbers_and_forgets_them_when_the_code_chan
         cache.cached_counts("vit_p_w64_16px", **shape)
 
 
-def _unblock_a_reader(fifo: Path, rescued: list) -> None:
-    """Open the FIFO's other end (only if a reader waits on it) so that the reader returns."""
-    try:
-        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-        rescued.append(True)
-    except OSError:  # ENXIO: nobody waits to read it
-        pass
-
-
 def test_a_fifo_in_place_of_the_cache_is_ignored_never_waited_on(cli, empty_cache, monkeypatch):
-    path = cache.cache_path()
-    path.parent.mkdir(parents=True)
-    os.mkfifo(path)
     import optbench.models.complexity as complexity
 
     fake = {"flops": 1, "params": 2, "acts": 3}
     monkeypatch.setattr(complexity, "model_complexity", lambda name, **shape: dict(fake))
-    rescued: list = []
-    rescue = threading.Timer(10, _unblock_a_reader, [path, rescued])  # else it would hang here
-    rescue.start()
-    try:
+    with fifo_never_waited_on(cache.cache_path()):
         code, out, err = cli("models", "vit_p_w64_16px", "--json")
-    finally:
-        rescue.cancel()
-    assert not rescued, "the command waited on the FIFO"
     assert code == 0, err
     assert {k: json.loads(out)[0][k] for k in fake} == fake
-    assert path.is_file()  # the next write replaced the FIFO by a cache
+    assert cache.cache_path().is_file()  # the next write replaced the FIFO by a cache
 
 
 @pytest.mark.parametrize(
