@@ -14,7 +14,7 @@ block or never end) and at most `limit` bytes.
     check(path, root)                    refuse a link (or a non-folder) on the way; missing is fine
     make_dirs(path, root)                create the folders down to `path`, refusing links
     open_file(path, root)                a regular file opened for reading, or None
-    open_rw(path, root)                  a regular file opened read-write, created if missing
+    open_rw(path, root, append)          a regular file opened read-write, created if missing
     read_bytes(path, root, limit)        the file's bytes (at most `limit`), or None
     stat(path, root)                     lstat of `path` (None if missing)
     atomic_open(path, root, mode)        write a temporary file, fsync, rename it over `path`
@@ -147,14 +147,16 @@ def open_file(path: Path, root: Path) -> IO[bytes] | None:
     return os.fdopen(_regular(fd, path), "rb")
 
 
-def open_rw(path: Path, root: Path) -> int:
-    """A descriptor of the regular file `path` opened for reading and writing, created (0644)
-    with its folders if missing: a lock file's (the caller closes it). UnsafePath for a link,
-    a FIFO, a device or a folder; OSError if it cannot be opened."""
+def open_rw(path: Path, root: Path, append: bool = False) -> int:
+    """A descriptor of the regular file `path` opened for reading and writing (every write at
+    its end, with `append`), created (0644) with its folders if missing: a lock file's or a
+    journal's (the caller closes it). UnsafePath for a link, a FIFO, a device or a folder;
+    OSError if it cannot be opened."""
     path = Path(path)
+    flags = _RW | (os.O_APPEND if append else 0)
     try:
         with _folder(path.parent, root, create=True) as dir_fd:
-            fd = os.open(path.name, _RW, 0o644, dir_fd=dir_fd)
+            fd = os.open(path.name, flags, 0o644, dir_fd=dir_fd)
     except OSError as err:
         raise _refused(err, path) from None
     return _regular(fd, path)

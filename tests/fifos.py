@@ -1,6 +1,7 @@
-"""A guard for the tests that plant a FIFO where optbench reads a file: an open of a FIFO for
-reading waits for a writer forever, so the guard plays the writer after a while. The test then
-fails (the code under test waited) instead of hanging the whole run."""
+"""A guard for the tests that plant a FIFO where optbench reads or writes a file: an open of a
+FIFO waits for its other end forever (a reader for a writer, a writer for a reader), so the
+guard opens both ends after a while. The test then fails (the code under test waited) instead
+of hanging the whole run."""
 
 from __future__ import annotations
 
@@ -11,26 +12,27 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
-def _unblock_a_reader(fifo: Path, rescued: list) -> None:
-    """Open the FIFO's other end, which succeeds only while a reader waits on it."""
-    try:
-        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-        rescued.append(fifo)
-    except OSError:  # ENXIO: nobody waits to read it
-        pass
+def _release(fifo: Path, held: list[int]) -> None:
+    """Let whoever waits in an open of `fifo` go on: a writer (a read end is now open; it stays
+    open, so the writer's data has somewhere to go) or a reader (it reads end of file)."""
+    held.append(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
+    os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
 
 
 @contextmanager
 def fifo_never_waited_on(fifo: Path, after_s: float = 10.0) -> Iterator[None]:
-    """Make `fifo` a FIFO; fail if the code inside the block was still waiting on it after
-    `after_s` (then it is released, so the block ends)."""
+    """Make `fifo` a FIFO; fail if the code inside the block still ran after `after_s` (then
+    its ends are opened, so that the block ends)."""
     fifo.parent.mkdir(parents=True, exist_ok=True)
     os.mkfifo(fifo)
-    rescued: list = []
-    rescue = threading.Timer(after_s, _unblock_a_reader, [fifo, rescued])
+    held: list[int] = []
+    rescue = threading.Timer(after_s, _release, [fifo, held])
     rescue.start()
     try:
         yield
     finally:
         rescue.cancel()
-    assert not rescued, f"{fifo}: waited on a FIFO"
+        rescue.join()
+        for fd in held:
+            os.close(fd)
+    assert not held, f"{fifo}: waited on a FIFO for {after_s:g} s"
