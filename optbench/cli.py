@@ -455,7 +455,7 @@ def report(
     set_: Overrides = None,
 ) -> None:
     """Write figures, trials.csv, summary.json and index.html for each study."""
-    from optbench.analysis.report import write_report
+    from optbench.analysis.report import refuse_links, write_report
     from optbench.analysis.summary import format_table
     from optbench.plan import plan
     from optbench.store import Store
@@ -483,11 +483,14 @@ def report(
 
     for spec in specs:  # before any report is written: the last could not be
         check_writable_folder(out / spec.name, "--out")
+        refuse_links(out / spec.name, out)
     for spec in specs:
         store, planned = Store(spec, create=False), plan(spec)
         trials = store.frame(planned)
         wanted = [f.strip() for f in formats.split(",") if f.strip()]
-        summary = write_report(spec, trials, out / spec.name, figures, metric, formats=wanted)
+        summary = write_report(
+            spec, trials, out / spec.name, figures, metric, formats=wanted, root=out
+        )
         typer.echo(format_table(summary))
         earlier = store.earlier_note(planned)
         if earlier:

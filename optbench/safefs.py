@@ -1,5 +1,6 @@
 """No-follow file access below a root folder: how optbench reads, writes and deletes the files
-of a study folder (result.json, metrics.jsonl, checkpoint.pt, error.log, spec.yaml, study.db).
+of a study folder (result.json, metrics.jsonl, checkpoint.pt, error.log, spec.yaml, study.db,
+the lock files, SLURM's jobs.jsonl), of a report folder (below `--out`) and its model cache.
 
 A study folder is untrusted ground: a trial folder, `trials/`, the study folder itself or a
 file in them may have been replaced by a symbolic link (to another study, to a home folder).
