@@ -338,7 +338,7 @@ def run(
     try:
         with stop_signals_as_ctrl_c():
             progress = run_study(spec, executor, console=console, detach=detach)
-    except KeyboardInterrupt as stopped:  # Ctrl-C, or StopSignal: SIGTERM, SIGHUP
+    except KeyboardInterrupt as stopped:  # StopSignal: Ctrl-C, SIGTERM, SIGHUP
         raise typer.Exit(128 + getattr(stopped, "signum", signal.SIGINT)) from None
     failed = failed_trials(progress, spec.study_dir)
     if failed:  # the study is not complete: a script running it must see so (docs/faults.md)

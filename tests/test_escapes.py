@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,8 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 from cli_inprocess import run_cli
+from driver_process import driver_command, run_again, stoppable_study
 from fifos import fifo_never_waited_on
-from test_faults import WritingExecutor, _quiet, _valid_result_json
+from test_faults import WritingExecutor, _finished_counts, _quiet, _valid_result_json
 
 from optbench import safefs
 from optbench.executors.base import JobEvent
@@ -388,6 +390,42 @@ def test_sigterm_and_sighup_stop_the_driver_as_ctrl_c_does(one_model, tmp_path, 
         assert "Traceback" not in err, err
         records[sent], replies[sent] = _records(parse_spec(data)), out
     assert records[signum] == records[signal.SIGINT]  # the same records as after Ctrl-C
+
+
+def _first_trial_started(study_dir: Path) -> bool:
+    """Whether a worker has begun a trial (it writes the trial's metrics file as it starts)."""
+    return any((study_dir / "trials").rglob("metrics.jsonl"))
+
+
+BURST = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
+
+@pytest.mark.slow
+def test_three_stop_signals_at_once_stop_the_driver_cleanly_and_it_resumes(one_model, tmp_path):
+    """SIGTERM, SIGHUP and SIGINT within 0.3 s of each other to a real driver mid-trial: it
+    stops as on the first (the workers checkpoint, the stop line, 128 + its number) without
+    being killed by a later one, and the same command completes the study."""
+    study, spec = stoppable_study(one_model, tmp_path)
+    driver = subprocess.Popen(
+        driver_command(study), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 300
+    while not _first_trial_started(spec.study_dir):
+        assert driver.poll() is None, driver.communicate()
+        assert time.monotonic() < deadline, "no trial started"
+        time.sleep(0.1)
+    for signum in BURST:
+        driver.send_signal(signum)
+        time.sleep(0.1)
+    out, err = driver.communicate(timeout=120)
+    assert driver.returncode == 128 + BURST[0], (driver.returncode, out, err)
+    assert re.search(r"stopped: \d trial\(s\) recorded, \d left; run the same command", out), out
+    assert "Traceback" not in err, err
+    resumed = run_again(study, tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    finished = _finished_counts(spec)
+    assert len(finished) == 2 and set(finished.values()) == {1}
 
 
 # --- 5. caps ----------------------------------------------------------------------------------------
