@@ -74,16 +74,29 @@ Overrides = Annotated[
 
 
 def _load(
-    path: Path, *, data: bool, sized: bool = False, overrides: list[str] | None = None
+    path: Path,
+    *,
+    data: bool,
+    sized: bool = False,
+    overrides: list[str] | None = None,
+    flags: dict[str, tuple[str, object]] | None = None,
 ) -> StudySpec:
     """A study file with its overrides, validated, with its models and dataset checked (and its
-    batch against the dataset's size, with sized; its files, with data)."""
+    batch against the dataset's size, with sized; its files, with data). `flags`: dotted key ->
+    (flag, value) of the flags that set a study key (`--executor slurm` is executor.kind), None
+    values left out: applied after the --set overrides (a flag wins), so that the whole study
+    is validated once with every override, and named in errors as the flag was typed."""
     from optbench.checks import check_spec
     from optbench.overrides import load_study, override_sources, parse_overrides
 
     parsed = parse_overrides(overrides or [])
-    spec = load_study(path, parsed)
-    check_spec(spec, data=data, sized=sized, source=path, sources=override_sources(parsed))
+    spelled = {}
+    for key, (flag, value) in (flags or {}).items():
+        if value is not None:
+            parsed[key], spelled[key] = value, f"{flag} {value}"
+    spec = load_study(path, parsed, spelled)
+    sources = {**override_sources(parsed), **spelled}
+    check_spec(spec, data=data, sized=sized, source=path, sources=sources)
     return spec
 
 
@@ -292,13 +305,13 @@ def run(
     set_: Overrides = None,
 ) -> None:
     """Run every unfinished trial of a study, recording results as they end."""
-    if workers is not None and workers < 1:
-        raise UsageError(f"--workers: must be at least 1, got {workers}")
-    spec = _load(study, data=not dry_run, sized=True, overrides=set_)
-    kind = executor_kind or spec.executor.kind
-    if kind not in ("slurm", "local", "debug"):
-        raise UsageError(f"--executor: must be slurm, local or debug, got {kind!r}")
-    spec = spec.model_copy(update={"executor": spec.executor.model_copy(update={"kind": kind})})
+    # The executor flags are study keys: validated with the study and every --set, as one
+    # (a DDP study with a population is refused however its executor kind is given).
+    flags = {
+        "executor.kind": ("--executor", executor_kind),
+        "executor.workers": ("--workers", workers),
+    }
+    spec = _load(study, data=not dry_run, sized=True, overrides=set_, flags=flags)
     if dry_run:  # a plan needs no data on this machine: say so if a real run would stop
         from optbench.checks import check_spec
         from optbench.study_tables import plan_table
@@ -310,7 +323,7 @@ def run(
             console.print(f"note: a real run would stop here: {err}")
         from optbench.analysis.summary import earlier_advice
 
-        advice = earlier_advice(reports / spec.name / "summary.json")
+        advice = earlier_advice(reports / spec.name / "summary.json", reports)
         console.print(advice, markup=False, highlight=False, soft_wrap=True)
         return
     from optbench.executors import make_executor
@@ -318,13 +331,14 @@ def run(
 
     # The executor says what it submits; SLURM also says when it stops answering and answers again.
     notify = partial(console.print, markup=False, highlight=False)
-    executor = make_executor(spec, workers=workers, notify=notify)
+    executor = make_executor(spec, notify=notify)
     if detach and not executor.jobs_outlive_driver:
+        kind = spec.executor.kind
         raise UsageError(f"--detach: only the slurm executor can detach (executor is {kind!r})")
     try:
         with stop_signals_as_ctrl_c():
             progress = run_study(spec, executor, console=console, detach=detach)
-    except KeyboardInterrupt as stopped:  # Ctrl-C, or StopSignal: SIGTERM, SIGHUP
+    except KeyboardInterrupt as stopped:  # StopSignal: Ctrl-C, SIGTERM, SIGHUP
         raise typer.Exit(128 + getattr(stopped, "signum", signal.SIGINT)) from None
     failed = failed_trials(progress, spec.study_dir)
     if failed:  # the study is not complete: a script running it must see so (docs/faults.md)
@@ -455,7 +469,7 @@ def report(
     set_: Overrides = None,
 ) -> None:
     """Write figures, trials.csv, summary.json and index.html for each study."""
-    from optbench.analysis.report import write_report
+    from optbench.analysis.report import refuse_links, write_report
     from optbench.analysis.summary import format_table
     from optbench.plan import plan
     from optbench.store import Store
@@ -483,11 +497,14 @@ def report(
 
     for spec in specs:  # before any report is written: the last could not be
         check_writable_folder(out / spec.name, "--out")
+        refuse_links(out / spec.name, out)
     for spec in specs:
         store, planned = Store(spec, create=False), plan(spec)
         trials = store.frame(planned)
         wanted = [f.strip() for f in formats.split(",") if f.strip()]
-        summary = write_report(spec, trials, out / spec.name, figures, metric, formats=wanted)
+        summary = write_report(
+            spec, trials, out / spec.name, figures, metric, formats=wanted, root=out
+        )
         typer.echo(format_table(summary))
         earlier = store.earlier_note(planned)
         if earlier:

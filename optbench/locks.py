@@ -9,7 +9,9 @@ Two lock files in the study folder (flock, released by the kernel when a process
   stop within seconds of its death, see executors/local.py) may still be writing a checkpoint,
   and the same trial must never train twice in one folder.
 
-Both are opened without following a symbolic link.
+Both are opened through safefs: a symbolic link, a FIFO, a device or a folder in their place is
+refused in one line (exit 2), never followed or waited on (an open of a FIFO blocks until its
+other end is opened).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from optbench import safefs
 from optbench.errors import UsageError
 
 DRIVER_LOCK = ".lock"
@@ -36,7 +39,7 @@ MAX_LOCK_BYTES = 200
 
 
 def _open_lock(path: Path) -> int:
-    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    return safefs.open_rw(path, path.parent)
 
 
 @contextmanager
@@ -70,23 +73,23 @@ def running_driver(study_dir: Path) -> str | None:
     """The token of the driver run that holds the study's lock now, None if no driver runs.
     Reads only (the lock is taken shared for an instant, never created; a link is refused)."""
     try:
-        fd = os.open(study_dir / DRIVER_LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return None  # no driver ever ran here (or a link: none of ours)
-    try:
+        f = safefs.open_file(study_dir / DRIVER_LOCK, study_dir)
+    except (OSError, UsageError):
+        return None  # unreadable, a link or not a regular file: none of ours
+    if f is None:
+        return None  # no driver ever ran here
+    with f:
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            fcntl.flock(f.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:  # a driver holds it: read its token
-            words = os.read(fd, MAX_LOCK_BYTES).decode(errors="replace").split()
+            words = f.read(MAX_LOCK_BYTES).decode(errors="replace").split()
             return words[1] if len(words) == 2 else None
-        return None  # nobody held it (released with the fd below)
-    finally:
-        os.close(fd)
+        return None  # nobody held it (released as the file closes)
 
 
 def _wait_for_workers(study_dir: Path, on_wait: Callable[[str], None]) -> None:
     path = study_dir / WORKERS_LOCK
-    if not path.exists():
+    if safefs.stat(path, study_dir) is None:
         return
     fd = _open_lock(path)
     try:

@@ -65,10 +65,14 @@ def override_sources(overrides: dict[str, Any]) -> dict[str, str]:
 
 
 def validate_study(
-    data: Any, source: Path | str, overrides: dict[str, Any] | None = None
+    data: Any,
+    source: Path | str,
+    overrides: dict[str, Any] | None = None,
+    spelled: dict[str, str] | None = None,
 ) -> StudySpec:
     """The study mapping `data` with `overrides` applied, validated. A SpecError names the file
-    and field, or the override where the field is overridden."""
+    and field, or the override where the field is overridden: "--set KEY=VALUE", or as
+    `spelled` says for an override the command line gave as a flag ("--executor slurm")."""
     overrides = overrides or {}
     if not isinstance(data, dict):
         raise SpecError(f"{source}: a study must be a YAML mapping, got {type(data).__name__}")
@@ -76,11 +80,14 @@ def validate_study(
     try:
         return StudySpec.model_validate(data)
     except ValidationError as err:
-        raise SpecError(
-            format_errors(source, err, schema=StudySpec, sources=override_sources(overrides))
-        ) from None
+        sources = {**override_sources(overrides), **(spelled or {})}
+        raise SpecError(format_errors(source, err, schema=StudySpec, sources=sources)) from None
 
 
-def load_study(path: Path | str, overrides: dict[str, Any] | None = None) -> StudySpec:
+def load_study(
+    path: Path | str,
+    overrides: dict[str, Any] | None = None,
+    spelled: dict[str, str] | None = None,
+) -> StudySpec:
     """Read a study YAML, apply `overrides` (parse_overrides) and validate. Writes nothing."""
-    return validate_study(read_study_yaml(path), path, overrides)
+    return validate_study(read_study_yaml(path), path, overrides, spelled)

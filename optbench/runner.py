@@ -98,7 +98,7 @@ def _record_from_disk(store: Store, item: StoredTrial) -> bool:
 
 
 class StopSignal(KeyboardInterrupt):
-    """SIGTERM or SIGHUP to the driver: the run stops exactly as on Ctrl-C (the workers are
+    """SIGINT, SIGTERM or SIGHUP to the driver: the run stops as on Ctrl-C (the workers are
     stopped, what ended is recorded, the same command resumes); exit code 128 + `signum`."""
 
     def __init__(self, signum: int):
@@ -106,24 +106,36 @@ class StopSignal(KeyboardInterrupt):
         self.signum = signum
 
 
+# Ctrl-C, `kill`, a closed terminal or ssh session: each one stops the run the same way.
+DRIVER_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 @contextmanager
 def stop_signals_as_ctrl_c() -> Iterator[None]:
-    """While inside, SIGTERM and SIGHUP (a `kill`, a closed terminal or ssh session) raise
-    StopSignal in the main thread, as SIGINT raises KeyboardInterrupt; a second one while the
-    run stops is ignored. The handlers before are restored on the way out."""
-    stops = (signal.SIGTERM, signal.SIGHUP)
+    """While inside, the first of SIGINT, SIGTERM and SIGHUP raises StopSignal in the main
+    thread, and every later one is ignored until the process exits: a stop takes seconds (the
+    workers checkpoint), and signals come in bursts (a closing terminal sends SIGHUP, a
+    supervisor SIGTERM, an impatient user Ctrl-C), so a second one must neither interrupt the
+    stop nor, once handlers were restored, kill the process by its default action before it
+    says how it stopped. Without a stop the previous handlers are restored on the way out.
+    A SIGINT that this process inherited ignored (a shell's background job) stays ignored."""
+    stopping: list[int] = []
 
     def stop(signum: int, frame) -> None:
-        for s in stops:
-            signal.signal(s, signal.SIG_IGN)
+        if stopping:
+            return  # the stop that the first signal began is under way
+        stopping.append(signum)
         raise StopSignal(signum)
 
-    before = {s: signal.signal(s, stop) for s in stops}
+    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    taken = [s for s in DRIVER_STOP_SIGNALS if not (s == signal.SIGINT and ignored)]
+    before = {s: signal.signal(s, stop) for s in taken}
     try:
         yield
     finally:
-        for s, handler in before.items():
-            signal.signal(s, handler)
+        if not stopping:  # after a stop `stop` stays: the process exits with the stop's code
+            for s, handler in before.items():
+                signal.signal(s, handler)
 
 
 def run_study(

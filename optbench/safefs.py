@@ -1,5 +1,6 @@
 """No-follow file access below a root folder: how optbench reads, writes and deletes the files
-of a study folder (result.json, metrics.jsonl, checkpoint.pt, error.log, spec.yaml, study.db).
+of a study folder (result.json, metrics.jsonl, checkpoint.pt, error.log, spec.yaml, study.db,
+the lock files, SLURM's jobs.jsonl), of a report folder (below `--out`) and its model cache.
 
 A study folder is untrusted ground: a trial folder, `trials/`, the study folder itself or a
 file in them may have been replaced by a symbolic link (to another study, to a home folder).
@@ -14,6 +15,7 @@ block or never end) and at most `limit` bytes.
     check(path, root)                    refuse a link (or a non-folder) on the way; missing is fine
     make_dirs(path, root)                create the folders down to `path`, refusing links
     open_file(path, root)                a regular file opened for reading, or None
+    open_rw(path, root, append)          a regular file opened read-write, created if missing
     read_bytes(path, root, limit)        the file's bytes (at most `limit`), or None
     stat(path, root)                     lstat of `path` (None if missing)
     atomic_open(path, root, mode)        write a temporary file, fsync, rename it over `path`
@@ -41,6 +43,7 @@ _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_RW = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 class UnsafePath(UsageError):
@@ -49,7 +52,9 @@ class UnsafePath(UsageError):
 
 
 def _link(path: Path) -> UnsafePath:
-    return UnsafePath(f"{path}: a symbolic link; optbench never follows links in a study folder")
+    return UnsafePath(
+        f"{path}: a symbolic link; optbench never follows links in a study or report folder"
+    )
 
 
 def _below(path: Path, root: Path) -> tuple[str, ...]:
@@ -139,14 +144,43 @@ def open_file(path: Path, root: Path) -> IO[bytes] | None:
     except FileNotFoundError:
         return None
     except OSError as err:
-        if err.errno == errno.ELOOP:
-            raise _link(path) from None
-        raise OSError(err.errno, err.strerror, str(path)) from None
+        raise _refused(err, path) from None
+    return os.fdopen(_regular(fd, path), "rb")
+
+
+def open_rw(path: Path, root: Path, append: bool = False) -> int:
+    """A descriptor of the regular file `path` opened for reading and writing (every write at
+    its end, with `append`), created (0644) with its folders if missing: a lock file's or a
+    journal's (the caller closes it). UnsafePath for a link, a FIFO, a device or a folder;
+    OSError if it cannot be opened."""
+    path = Path(path)
+    flags = _RW | (os.O_APPEND if append else 0)
+    try:
+        with _folder(path.parent, root, create=True) as dir_fd:
+            fd = os.open(path.name, flags, 0o644, dir_fd=dir_fd)
+    except OSError as err:
+        raise _refused(err, path) from None
+    return _regular(fd, path)
+
+
+def _refused(err: OSError, path: Path) -> OSError | UnsafePath:
+    """Why opening the file `path` failed: a link there (ELOOP from O_NOFOLLOW), a folder, or
+    the OSError itself naming `path`."""
+    if err.errno == errno.ELOOP:
+        return _link(path)
+    if err.errno == errno.EISDIR:
+        return UnsafePath(f"{path}: not a regular file")
+    return OSError(err.errno, err.strerror, str(path))
+
+
+def _regular(fd: int, path: Path) -> int:
+    """`fd` made blocking again if it is a regular file's; else closed and refused. It was
+    opened with O_NONBLOCK, so that a FIFO there did not wait for a writer (or a reader)."""
     if not stat_mod.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise UnsafePath(f"{path}: not a regular file")
     os.set_blocking(fd, True)
-    return os.fdopen(fd, "rb")
+    return fd
 
 
 def read_bytes(path: Path, root: Path, limit: int) -> bytes | None:

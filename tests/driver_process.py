@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import subprocess
 import sys
 from pathlib import Path
+
+import yaml
+
+from optbench.spec import StudySpec, parse_spec
 
 # A shell starts background jobs with SIGINT ignored (nohup ... &), and Python then keeps
 # ignoring it, so under such a CI launcher Ctrl-C would not reach the driver at all: give it
@@ -39,3 +44,26 @@ def start_driver(study: Path, cwd: Path) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def run_again(study: Path, cwd: Path) -> subprocess.CompletedProcess:
+    """`optbench run STUDY` once more, to its end: what resumes a stopped study."""
+    return subprocess.run(
+        [sys.executable, "-m", "optbench", "run", str(study)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=900,  # a loaded 2-core machine trains a trial in minutes
+    )
+
+
+def stoppable_study(data: dict, folder: Path) -> tuple[Path, StudySpec]:
+    """`data` made a study of 2-epoch trials, two samples per cell, on one worker (a stop comes
+    while a trial trains, and its resume has an epoch left), written to folder/study.yaml."""
+    data = copy.deepcopy(data)
+    data["epochs"] = 2
+    data["search"]["n_samples"] = 2
+    data["executor"] = {"workers": 1}
+    study = folder / "study.yaml"
+    study.write_text(yaml.safe_dump(data))
+    return study, parse_spec(data)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,7 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 from cli_inprocess import run_cli
-from test_faults import WritingExecutor, _quiet, _valid_result_json
+from driver_process import driver_command, run_again, stoppable_study
+from fifos import fifo_never_waited_on
+from test_faults import WritingExecutor, _finished_counts, _quiet, _valid_result_json
 
 from optbench import safefs
 from optbench.executors.base import JobEvent
@@ -185,6 +188,45 @@ def test_a_population_writes_nothing_through_a_linked_member_folder(one_model, t
     assert not (job.members[0].out_dir / RESULT_FILE).exists()  # refused before any write
 
 
+def _plant_at(path: Path, kind: str, outside: Path) -> None:
+    """A FIFO, a folder or a link to the regular file `outside` at `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "folder":
+        path.mkdir()
+    else:
+        outside.write_text("theirs")
+        path.symlink_to(outside)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder", "link"])
+@pytest.mark.parametrize("lock", [".lock", ".workers.lock"])
+def test_a_lock_file_that_is_not_a_regular_file_is_refused_in_one_line(
+    one_model, tmp_path, monkeypatch, capsys, lock, kind
+):
+    one_model["output"] = "results"
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(one_model))
+    study_dir = tmp_path / "results" / one_model["name"]
+    _plant_at(study_dir / lock, kind, tmp_path / "outside")
+    code, _, err = run_cli(["run", "study.yaml"], tmp_path, monkeypatch, capsys)
+    says = "a symbolic link" if kind == "link" else "not a regular file"
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"{Path('results', one_model['name'], lock)}: {says}" in err
+    assert not (study_dir / "spec.yaml").exists() and not (study_dir / "study.db").exists()
+    assert kind != "link" or (tmp_path / "outside").read_text() == "theirs"
+
+
+def test_status_never_waits_on_a_fifo_in_place_of_the_driver_lock(
+    one_model, tmp_path, monkeypatch, capsys
+):
+    one_model["output"] = "results"
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(one_model))
+    with fifo_never_waited_on(tmp_path / "results" / one_model["name"] / ".lock"):
+        code, _, err = run_cli(["status", "study.yaml"], tmp_path, monkeypatch, capsys)
+    assert code == 0, err
+
+
 # --- 3. crafted result files ------------------------------------------------------------------------
 
 
@@ -348,6 +390,42 @@ def test_sigterm_and_sighup_stop_the_driver_as_ctrl_c_does(one_model, tmp_path, 
         assert "Traceback" not in err, err
         records[sent], replies[sent] = _records(parse_spec(data)), out
     assert records[signum] == records[signal.SIGINT]  # the same records as after Ctrl-C
+
+
+def _first_trial_started(study_dir: Path) -> bool:
+    """Whether a worker has begun a trial (it writes the trial's metrics file as it starts)."""
+    return any((study_dir / "trials").rglob("metrics.jsonl"))
+
+
+BURST = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
+
+@pytest.mark.slow
+def test_three_stop_signals_at_once_stop_the_driver_cleanly_and_it_resumes(one_model, tmp_path):
+    """SIGTERM, SIGHUP and SIGINT within 0.3 s of each other to a real driver mid-trial: it
+    stops as on the first (the workers checkpoint, the stop line, 128 + its number) without
+    being killed by a later one, and the same command completes the study."""
+    study, spec = stoppable_study(one_model, tmp_path)
+    driver = subprocess.Popen(
+        driver_command(study), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 300
+    while not _first_trial_started(spec.study_dir):
+        assert driver.poll() is None, driver.communicate()
+        assert time.monotonic() < deadline, "no trial started"
+        time.sleep(0.1)
+    for signum in BURST:
+        driver.send_signal(signum)
+        time.sleep(0.1)
+    out, err = driver.communicate(timeout=120)
+    assert driver.returncode == 128 + BURST[0], (driver.returncode, out, err)
+    assert re.search(r"stopped: \d trial\(s\) recorded, \d left; run the same command", out), out
+    assert "Traceback" not in err, err
+    resumed = run_again(study, tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    finished = _finished_counts(spec)
+    assert len(finished) == 2 and set(finished.values()) == {1}
 
 
 # --- 5. caps ----------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ the bootstrap power advice, on synthetic data whose truth is known by constructi
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pandas as pd
@@ -211,6 +212,38 @@ def test_dry_run_prints_the_advice_of_an_earlier_report(tmp_path, monkeypatch, c
     code, out, _ = run_cli(["run", str(study), "--dry-run"], tmp_path, monkeypatch, capsys)
     assert code == 0 and "not a summary.json optbench wrote" in out
     assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("plant", ["nested", "fifo", "linked-file", "linked-folder"])
+def test_the_dry_run_reads_no_crafted_or_linked_summary(tmp_path, monkeypatch, capsys, plant):
+    """The earlier report's summary.json is data: one that is nested too deep for the parser,
+    a FIFO, or reached through a link gives a note, never a traceback or a wait."""
+    from cli_inprocess import run_cli
+
+    study = tmp_path / "s.yaml"
+    study.write_text(
+        "name: s\ndataset: {name: digits, img_size: 16}\nmodels: [vit_p_w64_16px]\n"
+        "optimizers: [adamw]\nepochs: 1\nbatch_size: 64\n"
+        "search: {n_samples: 2, ranges: {adamw: {lr: [1.0e-4, 1.0e-2], wd: [0.01, 0.5]}}}\n"
+    )
+    folder, elsewhere = tmp_path / "reports" / "s", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "summary.json").write_text(json.dumps({"study": "s", "claims": []}))
+    folder.parent.mkdir()
+    if plant == "linked-folder":
+        folder.symlink_to(elsewhere)
+    else:
+        folder.mkdir()
+    if plant == "nested":
+        (folder / "summary.json").write_text("[" * 100_000)
+    elif plant == "fifo":
+        os.mkfifo(folder / "summary.json")
+    elif plant == "linked-file":
+        (folder / "summary.json").symlink_to(elsewhere / "summary.json")
+    code, out, err = run_cli(["run", str(study), "--dry-run"], tmp_path, monkeypatch, capsys)
+    assert code == 0, err
+    said = {"nested": "not a summary.json optbench wrote", "fifo": "not a regular file"}
+    assert said.get(plant, "a symbolic link") in out
 
 
 def test_a_cell_past_the_search_end_is_not_searched_and_says_so():

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from fifos import fifo_never_waited_on
 
 from optbench.checks import DATASET_NAMES
 from optbench.models import cache
@@ -112,3 +113,68 @@ def test_the_cache_gives_the_counted_numbers_and_forgets_them_when_the_code_chan
     cache.CACHE.clear()
     with pytest.raises(AssertionError, match="counted again"):
         cache.cached_counts("vit_p_w64_16px", **shape)
+
+
+def test_a_fifo_in_place_of_the_cache_is_ignored_never_waited_on(cli, empty_cache, monkeypatch):
+    import optbench.models.complexity as complexity
+
+    fake = {"flops": 1, "params": 2, "acts": 3}
+    monkeypatch.setattr(complexity, "model_complexity", lambda name, **shape: dict(fake))
+    with fifo_never_waited_on(cache.cache_path()):
+        code, out, err = cli("models", "vit_p_w64_16px", "--json")
+    assert code == 0, err
+    assert {k: json.loads(out)[0][k] for k in fake} == fake
+    assert cache.cache_path().is_file()  # the next write replaced the FIFO by a cache
+
+
+@pytest.mark.parametrize(
+    "entries",
+    [
+        [],  # not an object
+        {"counts/vit_p_w64_16px/10/1/16": "many"},
+        {"counts/vit_p_w64_16px/10/1/16": {"flops": "1", "params": 2, "acts": 3}},
+        {"counts/vit_p_w64_16px/10/1/16": {"flops": True, "params": 2, "acts": 3}},
+        {"counts/vit_p_w64_16px/10/1/16": {"flops": 1.5, "params": 2, "acts": 3}},
+        {"counts/vit_p_w64_16px/10/1/16": {"flops": -1, "params": 2, "acts": 3}},
+        {"counts/vit_p_w64_16px/10/1/16": {"flops": 1, "params": 2}},
+        {"defaults/vit_p_w64_16px": ["img_size", 16]},
+        {"defaults/vit_p_w64_16px": {"img_size": None, "in_chans": 1, "num_classes": 10}},
+    ],
+    ids=[
+        "entries-list",
+        "string",
+        "string-count",
+        "bool-count",
+        "float-count",
+        "negative",
+        "missing-key",
+        "defaults-list",
+        "defaults-null",
+    ],
+)
+def test_wrongly_typed_cache_entries_are_counted_again(cli, empty_cache, monkeypatch, entries):
+    cache_json = json.dumps({"fingerprint": cache.fingerprint(), "entries": entries})
+    _counted_again_despite(cache_json, cli, monkeypatch)
+
+
+@pytest.mark.parametrize(
+    "text", ["[" * 100_000, " " * (1 << 20) + "{}"], ids=["nested", "oversized"]
+)
+def test_a_cache_file_nested_too_deep_or_too_large_is_ignored(cli, empty_cache, monkeypatch, text):
+    _counted_again_despite(text, cli, monkeypatch)
+
+
+def _counted_again_despite(cache_text: str, cli, monkeypatch) -> None:
+    """`optbench models` with `cache_text` in the cache file counts the model again."""
+    path = cache.cache_path()
+    path.parent.mkdir(parents=True)
+    path.write_text(cache_text)
+    import optbench.models.complexity as complexity
+
+    fake = {"flops": 7, "params": 8, "acts": 9}
+    monkeypatch.setattr(complexity, "model_complexity", lambda name, **shape: dict(fake))
+    code, out, err = cli("models", "vit_p_w64_16px", "--json")
+    assert code == 0 and "Traceback" not in err, err
+    [row] = json.loads(out)
+    assert (row["img_size"], row["num_classes"]) == (16, 10)
+    assert {k: row[k] for k in fake} == fake  # counted again, not read from the bad entry

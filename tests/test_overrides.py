@@ -94,6 +94,54 @@ def test_a_bad_override_is_one_line_naming_it_exit_2_nothing_written(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.yaml"]
 
 
+DDP_POPULATION = (
+    "error: tiny.yaml: executor: population 4 trains in one process: it cannot use DDP (slurm "
+    "nodes x tasks_per_node is 2); set population 1 or one task"
+)
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [["--set", "executor.kind=slurm"], ["--executor", "slurm"], []],
+    ids=["set", "flag", "yaml"],
+)
+def test_a_ddp_population_is_refused_with_one_line_however_slurm_is_spelled(
+    cli, tiny_dict, tmp_path, spelling
+):
+    """`--executor` is a study key like any other: validated with the whole study, so the
+    DDP + population study is refused the same way by flag, --set or in the file (issue 34)."""
+    tiny_dict["output"] = "results"
+    kind = "local" if spelling else "slurm"
+    tiny_dict["executor"] = {"kind": kind, "population": 4, "slurm": {"nodes": 2}}
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(tiny_dict))
+    for dry_run in (["--dry-run"], []):
+        code, _, err = cli("run", "tiny.yaml", *spelling, *dry_run)
+        assert (code, err.strip()) == (2, DDP_POPULATION), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.yaml"]
+
+
+@pytest.mark.parametrize(
+    ("spelling", "named"),
+    [(["--workers", "0"], "--workers 0"), (["--set", "executor.workers=0"], "--set executor.workers=0")],
+    ids=["flag", "set"],
+)  # fmt: skip
+def test_workers_are_validated_with_the_study_whichever_way_they_are_given(
+    cli, study, tmp_path, spelling, named
+):
+    for dry_run in (["--dry-run"], []):
+        code, _, err = cli("run", "tiny.yaml", *spelling, *dry_run)
+        assert (code, err.strip()) == (2, f"error: {named}: workers must be >= 1 or 'auto'"), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.yaml"]
+
+
+def test_an_executor_flag_wins_over_a_set_of_the_same_key(study):
+    from optbench.cli import _load
+
+    flags = {"executor.kind": ("--executor", "debug"), "executor.workers": ("--workers", None)}
+    spec = _load(study, data=False, overrides=["executor.kind=slurm"], flags=flags)
+    assert spec.executor.kind == "debug" and spec.executor.workers == "auto"
+
+
 def test_file_errors_suggest_keys_and_say_what_a_union_field_takes(tiny_dict):
     bad = copy.deepcopy(tiny_dict)
     bad["recipe"]["warmup_epoch"] = 1

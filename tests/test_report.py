@@ -354,3 +354,84 @@ def test_a_study_at_fixed_lr_wd_gets_seed_tables_and_no_edf(tmp_path: Path):
     row = table.iloc[0]
     errors = [row[f"seed {s} (%)"] for s in range(3)]
     assert row["mean (%)"] == pytest.approx(np.mean(errors), abs=0.01)
+
+
+# --- links planted in the report folder (issue 32, item 11) ---------------------------------------
+
+
+def _every_file(root: Path) -> dict[str, bytes | None]:
+    """Every path below `root` with its bytes (a link's: where it points), links not followed."""
+    out = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_symlink():
+            out[str(path.relative_to(root))] = str(path.readlink()).encode()
+        else:
+            out[str(path.relative_to(root))] = path.read_bytes() if path.is_file() else None
+    return out
+
+
+@pytest.mark.parametrize(
+    "linked", ["index.html", "trials.csv", "summary.json", "edf.png", "scatter.pdf", "folder"]
+)
+def test_report_refuses_a_planted_link_in_one_line_and_writes_nothing(
+    tmp_path, monkeypatch, capsys, linked
+):
+    from cli_inprocess import run_cli
+
+    study = tmp_path / "study.yaml"
+    study.write_text(
+        "name: s\ndataset: {name: digits, img_size: 16}\nmodels: [vit_p_w64_16px]\n"
+        "optimizers: [adamw]\nepochs: 1\nbatch_size: 64\noutput: results\n"
+        "search: {n_samples: 2, ranges: {adamw: {lr: [1.0e-4, 1.0e-2], wd: [0.01, 0.5]}}}\n"
+    )
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "precious").write_text("theirs")
+    folder = tmp_path / "reports" / "s"
+    if linked == "folder":
+        folder.parent.mkdir()
+        folder.symlink_to(theirs, target_is_directory=True)
+    else:
+        folder.mkdir(parents=True)
+        (folder / linked).symlink_to(theirs / "precious")
+    before = _every_file(tmp_path / "reports"), _every_file(theirs)
+    code, _, err = run_cli(["report", "study.yaml"], tmp_path, monkeypatch, capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    named = folder if linked == "folder" else folder / linked
+    assert f"{named.relative_to(tmp_path)}: a symbolic link" in err
+    assert (_every_file(tmp_path / "reports"), _every_file(theirs)) == before
+
+
+def test_a_link_planted_after_the_check_is_replaced_never_written_through(tmp_path, monkeypatch):
+    """Every file, the figures matplotlib saves included, goes to a temporary file renamed into
+    place: a link planted between refuse_links and the writes is replaced, its target kept."""
+    import optbench.analysis.report as report
+
+    spec = _spec(optimizers=("adamw", "sgd"), epochs=(5, 10))
+    trials = synthetic_trials(MODELS, ["adamw", "sgd"], [5, 10], 4)
+    theirs = tmp_path / "theirs"
+    theirs.write_text("theirs")
+    out = tmp_path / "report"
+    out.mkdir()
+    names = ["length.png", "length.svg", "length.pdf", "trials.csv", "summary.json", "index.html"]
+    for name in names:
+        (out / name).symlink_to(theirs)
+    monkeypatch.setattr(report, "refuse_links", lambda out_dir, root: None)  # planted too late
+    write_report(spec, trials, out, figures={"length"}, n_boot=50, formats=("png", "svg", "pdf"))
+    assert theirs.read_text() == "theirs"
+    for name in names:
+        assert not (out / name).is_symlink() and (out / name).stat().st_size > 0, name
+    assert (out / "length.svg").read_bytes().startswith(b"<?xml")
+    assert (out / "length.pdf").read_bytes().startswith(b"%PDF")
+    assert sorted(p.name for p in out.iterdir()) == sorted(names)  # no temporary file left
+
+
+def test_every_figure_a_report_draws_is_one_refuse_links_looks_for(tmp_path):
+    from optbench.analysis.report import FIGURE_NAMES
+
+    spec = _spec(optimizers=("adamw", "sgd"), epochs=(5, 10))
+    trials = synthetic_trials(MODELS, ["adamw", "sgd"], [5, 10], 4)
+    drawn = {
+        n for s in build_sections(spec, trials, options=Options(n_boot=20)) for n, _ in s.figures
+    }
+    assert drawn and drawn <= set(FIGURE_NAMES)

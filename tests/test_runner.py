@@ -5,14 +5,13 @@ from __future__ import annotations
 import copy
 import os
 import subprocess
-import sys
 from collections import Counter
 
 import optuna
 import pytest
 import sqlalchemy
 import yaml
-from driver_process import driver_command
+from driver_process import driver_command, run_again, stoppable_study
 from rich.console import Console
 
 from optbench.errors import UsageError
@@ -272,13 +271,7 @@ def test_real_process_pool_runs_a_tiny_study(tiny_dict):
 
 @pytest.mark.slow
 def test_ctrl_c_then_resume_gives_each_trial_exactly_once(tmp_path, tiny_dict):
-    data = copy.deepcopy(tiny_dict)
-    data["epochs"] = 2
-    data["search"]["n_samples"] = 2
-    data["executor"] = {"workers": 1}
-    study = tmp_path / "study.yaml"
-    study.write_text(yaml.safe_dump(data))
-    spec = parse_spec(data)
+    study, spec = stoppable_study(tiny_dict, tmp_path)
     # the driver presses Ctrl-C itself once it has recorded its first trial (driver_process.py)
     proc = subprocess.run(
         driver_command(study, ctrl_c_after_first_end=True),
@@ -290,13 +283,7 @@ def test_ctrl_c_then_resume_gives_each_trial_exactly_once(tmp_path, tiny_dict):
     assert proc.returncode == 130, proc.stderr
     assert "stopped: 1 trial(s) recorded, 3 left" in " ".join(proc.stdout.split()), proc.stdout
     assert _recorded(spec) == 1  # the one recorded before the Ctrl-C, and no other
-    resumed = subprocess.run(
-        [sys.executable, "-m", "optbench", "run", str(study)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=900,  # a loaded 2-core machine trains a trial in minutes
-    )
+    resumed = run_again(study, tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     counts = _finished_per_key(spec)
     assert len(counts) == 4 and set(counts.values()) == {1}

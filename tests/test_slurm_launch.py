@@ -20,6 +20,7 @@ import pytest
 import submitit
 import yaml
 from cli_inprocess import tiny_config
+from fifos import fifo_never_waited_on
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -593,6 +594,44 @@ def test_a_line_cut_short_by_a_killed_driver_is_skipped(tmp_path):
     with open(tmp_path / JOBS_FILE, "a") as f:
         f.write('{"key": "cell/s001-seed0", "job_id": "1')
     assert read_records(tmp_path) == {rec.key: rec}
+
+
+NOT_OURS = [
+    "[1, 2]",
+    "5",
+    '"text"',
+    '{"batches": 3, "token": "t"}',
+    '{"batches": [[1]], "token": "t", "configs": {}, "time": 1.0}',
+    '{"key": 1, "job_id": "2", "config": "h", "log": "l", "submitted": 1.0}',
+    '{"key": "k", "job_id": ["2"], "config": "h", "log": "l", "submitted": 1.0}',
+    '{"key": "k"}',
+    '{"resolved": 5}',
+    "[" * 100_000,
+]
+
+
+def test_journal_lines_that_are_not_ours_are_skipped(tmp_path):
+    rec = JobRecord("cell/s000-seed0", "10_0", "h", "log0", 1.0)
+    append_records(tmp_path, [rec])
+    with open(tmp_path / JOBS_FILE, "a") as f:
+        f.write("".join(line + "\n" for line in NOT_OURS))
+    assert read_journal(tmp_path) == ({rec.key: rec}, [])
+
+
+def test_the_journal_is_never_followed_through_a_link_nor_waited_on_as_a_fifo(tmp_path):
+    (tmp_path / "theirs").write_text("theirs\n")
+    (tmp_path / JOBS_FILE).symlink_to(tmp_path / "theirs")
+    rec = JobRecord("cell/s000-seed0", "10_0", "h", "log0", 1.0)
+    for act in (lambda: read_journal(tmp_path), lambda: append_records(tmp_path, [rec])):
+        with pytest.raises(UsageError, match=f"{JOBS_FILE}: a symbolic link"):
+            act()
+    assert (tmp_path / "theirs").read_text() == "theirs\n"
+    (tmp_path / JOBS_FILE).unlink()
+    with fifo_never_waited_on(tmp_path / JOBS_FILE):  # an open to append would wait for a reader
+        with pytest.raises(UsageError, match="not a regular file"):
+            append_records(tmp_path, [rec])
+        with pytest.raises(UsageError, match="not a regular file"):
+            read_journal(tmp_path)
 
 
 # --- smaller points -----------------------------------------------------------------------------

@@ -6,6 +6,11 @@ numbers of summary.json come from summary.py, the page from page.py.
 Input is the store's trials table (one row per trial of the study as currently specified).
 Only "finished" and "diverged" rows are results; "failed" and "pending" rows make the report
 "partial: n of N". summary.json keeps the keys of issue 2 unchanged and adds new ones beside them.
+
+The report folder is written as a study folder is (safefs): below the reports root nothing is
+followed. A link at the report folder, on the way to it or at any file a report writes there is
+refused (`refuse_links`) before anything is written; each file is then written to a temporary
+file renamed into place, so a link planted meanwhile is replaced, never written through.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from optbench import safefs
 from optbench.analysis import claims, figures, plots, tables
 from optbench.analysis.edf import MIN_EDF_SAMPLES
 from optbench.analysis.page import Section, render_html
@@ -47,6 +53,10 @@ UNITS = {
     "gap": "gap (points)",
 }
 FORMATS: tuple[str, ...] = ("png", "svg", "pdf")
+# Every figure a section may draw (its file is NAME.FORMAT) and the report's other files: the
+# names a planted link is looked for at (refuse_links).
+FIGURE_NAMES = ("edf", "edf_raw", "scatter", "length", "optimizer", "stem", "curves")
+DATA_FILES: tuple[str, ...] = ("trials.csv", "trials.parquet", "summary.json", "index.html")
 DEFAULT_FORMATS: tuple[str, ...] = ("png", "svg")
 # Vector figures keep their text as text, editable in Inkscape or Illustrator for a paper: SVG
 # <text> elements instead of glyph paths, and TrueType (Type 42) fonts embedded in the PDF.
@@ -336,37 +346,56 @@ def csv_cell(value):
         return "'" + value
 
 
-def write_trials(trials: pd.DataFrame, out_dir: Path) -> list[str]:
+def write_trials(trials: pd.DataFrame, out_dir: Path, root: Path | None = None) -> list[str]:
     """trials.csv (no per-epoch metrics, but pycls_best computed from them; no cell can start a
-    formula), and trials.parquet when pyarrow is installed."""
+    formula), and trials.parquet when pyarrow is installed; through safefs below `root`
+    (default: `out_dir` itself)."""
+    root = out_dir if root is None else root
     trials = tables.with_pycls_best(trials)
     first = [c for c in CSV_FIRST_COLUMNS if c in trials.columns]
     rest = [c for c in trials.columns if c not in first and c != "metrics"]
     table = trials[first + rest].map(csv_cell)
-    table.to_csv(out_dir / "trials.csv", index=False)
+    with safefs.atomic_open(out_dir / "trials.csv", root, "wb") as f:
+        table.to_csv(f, index=False, encoding="utf-8")  # as pandas writes a path
     written = ["trials.csv"]
     if importlib.util.find_spec("pyarrow") is not None:
-        trials.to_parquet(out_dir / "trials.parquet", index=False)
+        with safefs.atomic_open(out_dir / "trials.parquet", root, "wb") as f:
+            trials.to_parquet(f, index=False)
         written.append("trials.parquet")
     return written
 
 
-def _save(fig: Figure, out_dir: Path, name: str, formats: Sequence[str] = DEFAULT_FORMATS) -> str:
-    """Save the figure in each of `formats`; return its PNG as base64 for the page (drawn
-    whether or not a PNG file is wanted)."""
+def _save(fig: Figure, out_dir: Path, name: str, formats: Sequence[str], root: Path) -> str:
+    """Save the figure in each of `formats` (through safefs below `root`: matplotlib writes
+    into the temporary file's handle); return its PNG as base64 for the page (drawn whether or
+    not a PNG file is wanted)."""
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=PNG_DPI)
     if "png" in formats:
-        (out_dir / f"{name}.png").write_bytes(buffer.getvalue())
+        with safefs.atomic_open(out_dir / f"{name}.png", root, "wb") as f:
+            f.write(buffer.getvalue())
     fig.set_layout_engine("none")  # the layout is settled: do not solve it again
     for vector in ("svg", "pdf"):
         if vector in formats:
             # No date and fixed SVG ids: the same numbers give the same bytes, so a regenerated
             # report differs (in git, say) only where a measurement did.
             undated = {"CreationDate": None} if vector == "pdf" else {"Date": None}
-            with matplotlib.rc_context({**EDITABLE_TEXT, "svg.hashsalt": f"optbench-{name}"}):
-                fig.savefig(out_dir / f"{name}.{vector}", metadata=undated)
+            with (
+                matplotlib.rc_context({**EDITABLE_TEXT, "svg.hashsalt": f"optbench-{name}"}),
+                safefs.atomic_open(out_dir / f"{name}.{vector}", root, "wb") as f,
+            ):
+                fig.savefig(f, format=vector, metadata=undated)
     return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def refuse_links(out_dir: Path, root: Path) -> None:
+    """UnsafePath (one line, exit 2) if the report folder `out_dir`, a folder between `root`
+    and it, or any file a report writes there (every figure in every format, the data files)
+    is a symbolic link: `optbench report` would otherwise overwrite what it points to."""
+    safefs.check(out_dir, root)
+    names = [f"{n}.{fmt}" for n in FIGURE_NAMES for fmt in FORMATS] + list(DATA_FILES)
+    for name in names:
+        safefs.check(out_dir / name, root)
 
 
 def build_sections(
@@ -440,6 +469,7 @@ def write_report(
     seed: int = 0,
     data_shape: tuple[int, int, int] | None = None,
     formats: Sequence[str] = DEFAULT_FORMATS,
+    root: Path | None = None,
 ) -> dict[str, Any]:
     """Write the study's report into `out_dir` and return the summary.
 
@@ -447,7 +477,8 @@ def write_report(
     section without data gets a note instead of an empty figure). `data_shape` is
     (num_classes, in_chans, img_size) for the complexity table and the near-chance check,
     looked up when None (and left unknown where that needs the dataset's files). `formats`:
-    the figure files, any of FORMATS (the page embeds PNGs whatever they are).
+    the figure files, any of FORMATS (the page embeds PNGs whatever they are). `root`: the
+    folder below which no link is followed (`refuse_links`; default: `out_dir` itself).
     """
     unknown = set(figures or ()) - set(FIGURES)
     if unknown:
@@ -465,13 +496,16 @@ def write_report(
     sections = build_sections(spec, trials, figures, options, data_shape, claims_table)
 
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    root = out_dir if root is None else Path(root)
+    refuse_links(out_dir, root)
+    safefs.make_dirs(out_dir, root)
     images = {
-        name: _save(fig, out_dir, name, formats)
+        name: _save(fig, out_dir, name, formats, root)
         for section in sections
         for name, fig in section.figures
     }
-    write_trials(trials, out_dir)
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n")
-    (out_dir / "index.html").write_text(render_html(spec, summary, sections, images))
+    write_trials(trials, out_dir, root)
+    text = json.dumps(summary, indent=2, allow_nan=False) + "\n"
+    safefs.write_text(out_dir / "summary.json", root, text)
+    safefs.write_text(out_dir / "index.html", root, render_html(spec, summary, sections, images))
     return summary

@@ -21,9 +21,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from optbench import safefs
 from optbench.analysis import stats, tables
 from optbench.analysis.edf import AUC_MAX_POINTS, FRAC_WITHIN_POINTS, dtop1, edf_auc, frac_within
 from optbench.analysis.stats import N_BOOT, frac_within_diff, ks_test
+from optbench.errors import UsageError
 from optbench.provenance import mixed_code_warning
 
 MAX_TRIALS = 256  # the power search's largest cell for the comparisons (trials per model)
@@ -288,16 +290,20 @@ def _fmt(value: float | None, spec: str) -> str:
 MAX_SUMMARY_BYTES = 16 * 2**20
 
 
-def earlier_advice(path: Path) -> str:
+def earlier_advice(path: Path, root: Path) -> str:
     """The evidence lines of an earlier report's summary.json (`format_advice`), or one line
-    saying why there are none; never raises: `optbench run --dry-run` prints it as a note."""
-    if path.is_symlink() or not path.is_file():
+    saying why there are none; never raises: `optbench run --dry-run` prints it as a note.
+    `root` is the reports root: below it no link is followed (safefs), and a FIFO, a device or
+    a file beyond MAX_SUMMARY_BYTES is not read."""
+    try:
+        raw = safefs.read_bytes(path, root, MAX_SUMMARY_BYTES)
+    except (OSError, UsageError) as err:
+        return f"{err}: no evidence advice"
+    if raw is None:
         return f"no earlier report at {path}: no evidence advice yet (optbench report writes it)"
     try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_SUMMARY_BYTES + 1)
-        summary = json.loads(raw) if len(raw) <= MAX_SUMMARY_BYTES else None
-    except (OSError, ValueError):
+        summary = json.loads(raw)
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes
         summary = None
     if not isinstance(summary, dict) or not isinstance(summary.get("claims", []), list):
         return f"{path}: not a summary.json optbench wrote: no evidence advice"

@@ -5,8 +5,13 @@ Counting runs each model's forward pass op by op through Python (complexity.py):
 second a model, 25 s for the zoo, after 5-10 s of importing torch and timm. A count is a pure
 function of the model's code, its arguments and the installed torch and timm, so the cache is
 keyed by a fingerprint of optbench/models/*.py and those two versions and starts afresh when any
-of them changes. It lives in $XDG_CACHE_HOME/optbench/ (default ~/.cache/optbench/); a cache
-that cannot be read or written is ignored.
+of them changes. It lives in $XDG_CACHE_HOME/optbench/ (default ~/.cache/optbench/).
+
+A cache never hangs or crashes a command: it is read and written through safefs (a link, a FIFO
+or a device in its place is not opened for reading, only replaced on the next write), a file
+that cannot be read, is not JSON or is too large is ignored, and an entry that is not the
+numbers it should be (counts and defaults are non-negative integers under their names) is
+treated as missing and counted again.
 """
 
 from __future__ import annotations
@@ -17,7 +22,14 @@ import os
 from importlib import metadata
 from pathlib import Path
 
+from optbench import safefs
+from optbench.errors import UsageError
+
 CACHE_FILE = "models.json"
+# A zoo's entries take a few KB; a larger file is none of ours (and is not read into memory).
+MAX_CACHE_BYTES = 1 << 20
+COUNT_FIELDS = ("flops", "params", "acts")
+DEFAULT_FIELDS = ("img_size", "in_chans", "num_classes")
 
 
 def cache_path() -> Path:
@@ -48,32 +60,45 @@ class _Cache:
     def _load(self) -> dict[str, dict]:
         if self.entries is None:
             self.key = fingerprint()
-            try:
-                data = json.loads(cache_path().read_text())
-            except (OSError, ValueError):
-                data = {}
+            data = _read(cache_path())
             ok = isinstance(data, dict) and data.get("fingerprint") == self.key
-            self.entries = data.get("entries", {}) if ok else {}
+            entries = data.get("entries") if ok else None
+            self.entries = entries if isinstance(entries, dict) else {}
         return self.entries
 
-    def get(self, key: str) -> dict | None:
-        return self._load().get(key)
+    def get(self, key: str, fields: tuple[str, ...]) -> dict[str, int] | None:
+        """The entry `key` if it is {field: non-negative int} for exactly `fields`; None (to
+        be counted again) if it is missing or anything else."""
+        entry = self._load().get(key)
+        if not isinstance(entry, dict) or set(entry) != set(fields):
+            return None
+        numbers = all(type(v) is int and v >= 0 for v in entry.values())  # not bool, not float
+        return entry if numbers else None
 
     def put(self, key: str, value: dict) -> None:
         entries = self._load()
         entries[key] = value
         path = cache_path()
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps({"fingerprint": self.key, "entries": entries}))
-            os.replace(tmp, path)
-        except OSError:
-            tmp.unlink(missing_ok=True)
+        text = json.dumps({"fingerprint": self.key, "entries": entries})
+        try:  # a temporary file renamed over the cache: a link or FIFO there is replaced
+            safefs.write_text(path, path.parent, text)
+        except (OSError, UsageError):
+            pass  # a cache that cannot be written is only slower next time
 
     def clear(self) -> None:
         """Forget what was read (tests change XDG_CACHE_HOME or the code between calls)."""
         self.entries = None
+
+
+def _read(path: Path) -> object:
+    """The cache file's JSON, or None where there is none to trust: missing, unreadable, not a
+    regular file (a FIFO would block an open for reading forever), too large, not JSON, or
+    nested too deep for the parser."""
+    try:
+        raw = safefs.read_bytes(path, path.parent, MAX_CACHE_BYTES)
+        return None if raw is None else json.loads(raw)
+    except (OSError, UsageError, ValueError, RecursionError):
+        return None
 
 
 CACHE = _Cache()
@@ -83,7 +108,7 @@ def cached_counts(name: str, *, num_classes: int, in_chans: int, img_size: int) 
     """{"flops", "params", "acts"} for one image of `name` (complexity.model_complexity), from
     the cache when this code has counted them before on this install."""
     key = f"counts/{name}/{num_classes}/{in_chans}/{img_size}"
-    counts = CACHE.get(key)
+    counts = CACHE.get(key, COUNT_FIELDS)
     if counts is None:
         from optbench.models.complexity import model_complexity
 
@@ -98,7 +123,7 @@ def cached_defaults(name: str, compute) -> dict[str, int]:
     """The default input and classes of `name` ({"img_size", "in_chans", "num_classes"}), from
     the cache, or `compute()` (which reads the model's timm cfg) the first time."""
     key = f"defaults/{name}"
-    defaults = CACHE.get(key)
+    defaults = CACHE.get(key, DEFAULT_FIELDS)
     if defaults is None:
         defaults = compute()
         CACHE.put(key, defaults)

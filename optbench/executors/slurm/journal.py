@@ -1,6 +1,11 @@
 """The journal of a study's SLURM jobs, `<folder>/jobs.jsonl`: only the driver writes it, and it
 outlives the driver. An intent (`Submission`) before each sbatch, a `JobRecord` per trial after;
 a submission whose driver was killed in between is adopted from squeue by its comment.
+
+It is read and appended through safefs below its folder: a link, a FIFO or a device in its
+place is refused in one line, never followed or waited on. A line that is not a record, an
+intent or a resolution of the types below (cut short by a killed driver, or not optbench's)
+is skipped, never a traceback.
 """
 
 from __future__ import annotations
@@ -13,14 +18,19 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from pydantic import TypeAdapter
 from submitit.core.utils import JobPaths
 
+from optbench import safefs
 from optbench.errors import UsageError
 from optbench.executors.base import TrialJob
 from optbench.executors.slurm.client import SlurmCommandError, Survey, squeue_jobs, survey
 from optbench.train.config import TrainConfig
 
 JOBS_FILE = "jobs.jsonl"
+# Two lines of ~300 bytes per attempt (its record, then its end): the largest study (10,000
+# trials) with a few retries each takes tens of MB. A larger file is none of ours.
+MAX_JOURNAL_BYTES = 256 << 20
 COMMENT_TAG = "optbench:"  # + a submission's token: each job's --comment
 
 
@@ -59,26 +69,40 @@ def job_log(folder: Path, job_id: str) -> str:
 def read_journal(folder: Path) -> tuple[dict[str, JobRecord], list[Submission]]:
     """The latest record per trial key (later lines win: a resubmission replaces a record), and
     the submissions whose jobs were never recorded (their driver was killed around sbatch)."""
-    path = Path(folder) / JOBS_FILE
-    if not path.is_file():
-        return {}, []
+    raw = safefs.read_bytes(Path(folder) / JOBS_FILE, folder, MAX_JOURNAL_BYTES)
     records: dict[str, JobRecord] = {}
     intents: dict[str, Submission] = {}
-    settled: set[str] = set()
-    for line in path.read_text().splitlines():
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # empty, or cut short by a driver killed while writing it
-        if "batches" in data:
-            intents[data["token"]] = Submission(**data)
-        elif "resolved" in data:
-            settled.add(data["resolved"])
-        else:
-            rec = JobRecord(**data)
-            records[rec.key] = rec
-            settled.add(rec.submission)
+    settled: set[str | None] = set()
+    for line in (raw or b"").splitlines():
+        entry = _entry(line)
+        if isinstance(entry, Submission):
+            intents[entry.token] = entry
+        elif isinstance(entry, JobRecord):
+            records[entry.key] = entry
+            settled.add(entry.submission)
+        elif entry is not None:
+            settled.add(entry)  # a resolved submission's token
     return records, [s for token, s in intents.items() if token not in settled]
+
+
+_RECORD, _SUBMISSION = TypeAdapter(JobRecord), TypeAdapter(Submission)
+
+
+def _entry(line: bytes) -> JobRecord | Submission | str | None:
+    """One journal line: a job record, a submission, or the token of a resolved submission;
+    None for anything else (empty, cut short by a driver killed while writing it, not JSON,
+    or not of these fields and types)."""
+    try:
+        data = json.loads(line)
+        if not isinstance(data, dict):
+            return None
+        if "batches" in data:
+            return _SUBMISSION.validate_python(data)
+        if "resolved" in data:
+            return data["resolved"] if isinstance(data["resolved"], str) else None
+        return _RECORD.validate_python(data)
+    except (ValueError, RecursionError):  # pydantic's ValidationError is a ValueError
+        return None
 
 
 def read_records(folder: Path) -> dict[str, JobRecord]:
@@ -87,7 +111,7 @@ def read_records(folder: Path) -> dict[str, JobRecord]:
 
 def append_lines(folder: Path, items: Iterable[dict]) -> None:
     text = "".join(json.dumps(item) + "\n" for item in items)
-    with open(Path(folder) / JOBS_FILE, "a") as f:
+    with os.fdopen(safefs.open_rw(Path(folder) / JOBS_FILE, folder, append=True), "a") as f:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())  # the journal must survive the driver
