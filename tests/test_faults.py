@@ -8,6 +8,7 @@ import copy
 import errno
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -26,12 +27,15 @@ from rich.console import Console
 import optbench.train.epoch as epoch
 import optbench.train.loop as loop
 import optbench.train.state as trial_state
+from optbench.api import load_trials
+from optbench.errors import UsageError
 from optbench.executors.base import JobEvent
 from optbench.executors.local import LocalExecutor
 from optbench.plan import plan
 from optbench.provenance import provenance
 from optbench.runner import run_study
 from optbench.spec import parse_spec
+from optbench.storage_url import OPTUNA_TABLES
 from optbench.store import Store
 from optbench.train.checkpoint import CHECKPOINT_FILE
 from optbench.train.config import Provenance, TrainConfig, TrialResult
@@ -169,7 +173,7 @@ def test_an_invalid_result_left_on_disk_is_recorded_as_failed_and_retried_in_the
     assert str(path) in attempts[0][1]
 
 
-DB_FAULTS = ["garbage", "foreign sqlite", "truncated sqlite", "folder"]
+DB_FAULTS = ["garbage", "foreign sqlite", "truncated sqlite", "folder", "a table dropped"]
 
 
 def _bad_database(kind: str, path: Path, good: Path | None) -> None:
@@ -183,6 +187,12 @@ def _bad_database(kind: str, path: Path, good: Path | None) -> None:
     elif kind == "truncated sqlite":
         data = good.read_bytes()
         path.write_bytes(data[: len(data) // 3])
+    elif kind == "a table dropped":  # optuna's RDBStorage would make it again, empty
+        shutil.copy(good, path)
+        con = sqlite3.connect(path)
+        con.execute("DROP TABLE trials")
+        con.commit()
+        con.close()
     else:
         path.mkdir()
 
@@ -198,21 +208,77 @@ def a_study_database(tmp_path_factory) -> Path:
     return spec.study_dir / "study.db"
 
 
+def test_the_tables_a_study_database_must_have_are_those_optuna_makes(a_study_database):
+    con = sqlite3.connect(f"file:{a_study_database}?mode=ro", uri=True)
+    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    con.close()
+    assert tables == OPTUNA_TABLES
+
+
+def _study_folder(study: dict, folder: Path) -> Path:
+    """folder/study.yaml of `study` with its output in folder/results; its database path (its
+    folder made, the file not)."""
+    db = folder / "results" / "tiny" / "study.db"
+    db.parent.mkdir(parents=True)
+    (folder / "study.yaml").write_text(yaml.safe_dump({**study, "output": "results"}))
+    return db
+
+
+# Every command that only reads a study's database, and the Python API's reader.
+READERS = {
+    "status": ["status", "study.yaml"],
+    "report": ["report", "study.yaml"],
+    "dry run": ["run", "study.yaml", "--dry-run"],
+    "load_trials": None,
+}
+
+
+def _read_by(reader: str, cwd: Path, monkeypatch, capsys) -> tuple[int, str]:
+    """The exit code and stderr of a reader run in `cwd`; load_trials' UsageError as exit 2."""
+    if READERS[reader] is not None:
+        code, _, err = run_cli(READERS[reader], cwd, monkeypatch, capsys)
+        return code, err
+    monkeypatch.chdir(cwd)
+    try:
+        load_trials("study.yaml")
+    except UsageError as err:
+        return 2, f"error: {err}\n"
+    return 0, ""
+
+
 @pytest.mark.parametrize("kind", DB_FAULTS)
 def test_an_invalid_study_database_is_one_line_and_never_touched(
     kind, one_model, tmp_path, monkeypatch, capsys, a_study_database
 ):
-    one_model["output"] = "results"
-    (tmp_path / "study.yaml").write_text(yaml.safe_dump(one_model))
-    db = tmp_path / "results" / "tiny" / "study.db"
-    db.parent.mkdir(parents=True)
+    db = _study_folder(one_model, tmp_path)
     _bad_database(kind, db, a_study_database)
-    before = _tree(tmp_path)
-    for command in (["run", "study.yaml"], ["status", "study.yaml"], ["report", "study.yaml"]):
-        code, _, err = run_cli(command, tmp_path, monkeypatch, capsys)
+    before = _as_left(tmp_path)
+    for command in ("run", *READERS):
+        if command == "run":
+            code, _, err = run_cli(["run", "study.yaml"], tmp_path, monkeypatch, capsys)
+        else:
+            code, err = _read_by(command, tmp_path, monkeypatch, capsys)
         assert code == 2, (command, err)
         assert len(err.strip().splitlines()) == 1 and str(db) in err, err
-    assert _tree(tmp_path) == before  # not overwritten, nothing else written
+    assert _as_left(tmp_path) == before  # not written, nothing else either
+
+
+@pytest.mark.parametrize("reader", READERS)
+def test_a_reader_of_a_wal_database_makes_no_file_beside_it(
+    reader, one_model, tmp_path, monkeypatch, capsys, a_study_database
+):
+    # A WAL database that no process has open is whole in its file: SQLite's read-only
+    # connections would still make its -wal and -shm files.
+    db = _study_folder(one_model, tmp_path)
+    shutil.copy(a_study_database, db)
+    con = sqlite3.connect(db)
+    assert con.execute("PRAGMA journal_mode=WAL").fetchone() == ("wal",)
+    con.close()
+    results = tmp_path / "results"
+    before = _tree(results), _mtimes(results)
+    code, err = _read_by(reader, tmp_path, monkeypatch, capsys)
+    assert code == 0, err
+    assert (_tree(results), _mtimes(results)) == before  # (report writes its report)
 
 
 def _tree(root: Path) -> dict[str, bytes | None]:
@@ -229,6 +295,22 @@ def _tree(root: Path) -> dict[str, bytes | None]:
             else:
                 out[rel] = p.read_bytes()
     return out
+
+
+def _as_left(root: Path) -> tuple[dict, dict]:
+    """What a reader must leave as it is below `root`: every path's bytes and modification time,
+    but for a WAL database's index (-shm), which SQLite's readers write (docs/faults.md)."""
+    tree, mtimes = _tree(root), _mtimes(root)
+    return (
+        {k: v for k, v in tree.items() if not k.endswith("-shm")},
+        {k: v for k, v in mtimes.items() if not k.endswith("-shm")},
+    )
+
+
+def _mtimes(root: Path) -> dict[str, int]:
+    """Every file under `root` with its modification time (ns): one written with the same
+    bytes changes it too."""
+    return {str(p.relative_to(root)): p.lstat().st_mtime_ns for p in root.rglob("*") if p.is_file()}
 
 
 # --- checkpoints ----------------------------------------------------------------------------------

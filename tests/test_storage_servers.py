@@ -88,12 +88,12 @@ def test_an_unusable_database_server_is_refused_with_the_password_masked(monkeyp
 
     url = "postgresql://optbench:s3cret@db.example:5432/studies"
 
-    def refuse(_url):
+    def refuse(_url, _writer):
         raise RuntimeError(f"cannot upgrade the schema of {url}")
 
     monkeypatch.setattr(storage_url, "_open_storage", refuse)
     with pytest.raises(UsageError) as refused:
-        storage_url.make_storage(url)
+        storage_url.make_storage(url, writer=True)
     assert "s3cret" not in str(refused.value) and "***" in str(refused.value)
 
 
