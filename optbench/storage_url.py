@@ -1,14 +1,15 @@
 """Storage URLs: which study databases optbench opens, and how. One home for parsing a URL
 (`storage_file`, `server_url`), checking it (its form, for the schema: `check_storage_url`; an
 existing file: `check_storage_file`; a server's driver: `server_url`), printing it with its
-password masked (`masked`), opening it (`make_storage`: read-only for every command but the
-study's one driver) and turning a storage that stops answering into one line
-(`storage_errors`). Whether this machine can write
+password masked (`masked`), opening it (`make_storage`: for the study's one driver, after
+recovering what a killed driver left unfinished; for every other command, read-only) and turning
+a storage that stops answering into one line (`storage_errors`). Whether this machine can write
 where it points is checks.check_storage's (folders are checks.py's).
 
 A URL is journal:///path (optuna's journal file, for shared file systems) or an SQLAlchemy URL
 of a known database kind: sqlite:///path (the default, in the study folder) or a server such as
-postgresql://user@host/db (psycopg 3). docs/study.md lists them; docs/faults.md what is refused.
+postgresql://user@host/db (psycopg 3). docs/study.md lists them; docs/faults.md what is refused
+and what each promises after a crash.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 import optuna
 import sqlalchemy
 
-from optbench.errors import StorageUnavailable, UsageError
+from optbench.errors import StorageUnavailable, UnfinishedWrite, UsageError
 
 
 def check_storage_url(url: str) -> str:
@@ -85,8 +86,10 @@ def storage_file(url: str) -> Path | None:
 
 def check_storage_file(url: str) -> None:
     """Raise UsageError naming the file if `url` names a file that exists but is not an optuna
-    storage (garbage, a damaged or foreign SQLite database). Reads only, and SQLite read-only:
-    optuna would otherwise write its tables into it or stop with a traceback."""
+    storage (garbage, a damaged or foreign SQLite database), or
+    UnfinishedWrite if it holds a killed writer's unfinished write (SQLite's hot journal:
+    recoverable, by `make_storage(writer=True)`). Reads only, and SQLite read-only, which
+    recovers nothing: optuna would otherwise write its tables into it or stop with a traceback."""
     _check_file(url)
 
 
@@ -155,8 +158,8 @@ def _is_wal(path: Path) -> bool:
 
 
 def _read_only(path: Path) -> sqlite3.Connection:
-    """A read-only connection. SQLite's mode=ro writes neither the database nor its journal. A
-    WAL database is read through
+    """A read-only connection. SQLite's mode=ro writes neither the database nor its journal, so
+    it rolls no hot journal back (and refuses to read past one). A WAL database is read through
     its -wal and its index, -shm, which SQLite's readers write (read marks, the index rebuilt
     after a crash); one without a -wal is whole in its file and open nowhere: read as immutable,
     since mode=ro would make the -wal and -shm files beside it (a driver that starts meanwhile
@@ -176,11 +179,33 @@ def _sqlite_contents(path: Path) -> tuple[set[str], int]:
         if "studies" in tables:
             studies = con.execute("SELECT count(*) FROM studies").fetchone()[0]
     except sqlite3.DatabaseError as err:
-        raise UsageError(f"{path}: a damaged SQLite database ({err}); {LEFT}") from None
+        raise _sqlite_refusal(path, err) from None
     finally:
         if con is not None:
             con.close()
     return tables, studies
+
+
+# SQLite's answers to a read-only read that would have to write first to recover: a hot rollback
+# journal, or a WAL index that only a writer may rebuild.
+_RECOVERY_NEEDED = ("SQLITE_READONLY_ROLLBACK", "SQLITE_READONLY_RECOVERY")
+
+
+def _sqlite_refusal(path: Path, err: sqlite3.DatabaseError) -> Exception:
+    """What a read-only read's error means: a killed writer's unfinished write (recoverable), a
+    database locked for longer than SQLite waits (busy, not damaged), or damage. Python 3.10
+    has no error names: a connection that only reads is refused as read-only only to recover."""
+    name = getattr(err, "sqlite_errorname", None)
+    unfinished = name in _RECOVERY_NEEDED if name else "readonly database" in str(err)
+    busy = name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) if name else "locked" in str(err)
+    if unfinished:
+        return UnfinishedWrite(
+            f"{path}: holds the unfinished write of a driver that was killed (SQLite's journal "
+            "beside it); run `optbench run` to recover it"
+        )
+    if busy:
+        return StorageUnavailable(f"{path}: cannot read or write the study database: {err}")
+    return UsageError(f"{path}: a damaged SQLite database ({err}); {LEFT}")
 
 
 def masked(url: str) -> str:
@@ -235,12 +260,13 @@ def make_storage(url: str, *, writer: bool) -> optuna.storages.BaseStorage | Non
     journal:///path/to/file for optuna's journal file storage (for shared file systems).
     postgresql:// means psycopg 3 (`pip install 'optbench[postgres]'`), on any SQLAlchemy 2.
 
-    `writer` is the study's one driver (runner.run_study, holding locks.driver_lock): it may
-    create the schema. Every other opener (status, report, a dry run, the Python API) is a
-    reader: it opens the storage read-only, creates nothing, and gets None where nothing is
-    recorded yet (no file, an empty one, no study in it). A file that is not a study database
-    is refused with one line naming it (UsageError), untouched."""
-    if not _check_file(url) and not writer:
+    `writer` is the study's one driver (runner.run_study, holding locks.driver_lock): it first
+    recovers what a killed writer left unfinished and may create the schema. Every other opener
+    (status, report, a dry run, the Python API) is a reader: it opens the storage read-only,
+    recovers and creates nothing, and gets None where nothing is recorded yet (no file, an empty
+    one, no study in it). A file that is not a study database is refused with one line naming
+    it (UsageError), untouched; to a reader, one that needs recovering too (UnfinishedWrite)."""
+    if not _checked(url, writer) and not writer:
         return None
     try:
         return _open_storage(url, writer)
@@ -251,6 +277,34 @@ def make_storage(url: str, *, writer: bool) -> optuna.storages.BaseStorage | Non
         raise UsageError(
             f"{where}: not a usable study database ({_first_line(err, url)})"
         ) from None
+
+
+def _checked(url: str, writer: bool) -> bool:
+    """_check_file's answer; for the writer, after rolling a killed writer's write back."""
+    try:
+        return _check_file(url)
+    except UnfinishedWrite:
+        if not writer:
+            raise
+    _roll_back(storage_file(url))
+    return _check_file(url)
+
+
+def _roll_back(path: Path) -> None:
+    """Roll a killed writer's hot journal back, as SQLite does on a read-write connection's
+    first read (a WAL is merged into the database when that connection closes). The driver
+    does it under the study's lock; SQLite's own locks keep it off a live writer's journal."""
+    con = None
+    try:
+        con = sqlite3.connect(path)
+        con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.DatabaseError as err:  # a read-only file system, a full disk
+        raise StorageUnavailable(
+            f"{path}: cannot read or write the study database: {err}"
+        ) from None
+    finally:
+        if con is not None:
+            con.close()
 
 
 def _open_storage(url: str, writer: bool) -> optuna.storages.BaseStorage:

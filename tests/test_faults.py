@@ -5,6 +5,7 @@ ENOSPC). Each time: nothing recorded is lost, nothing runs twice, the user gets 
 from __future__ import annotations
 
 import copy
+import datetime
 import errno
 import json
 import os
@@ -23,6 +24,7 @@ import torch
 import yaml
 from cli_inprocess import ONE_MODEL_STUDY, run_cli, tiny_config, train_args
 from rich.console import Console
+from writing_driver import WritingExecutor
 
 import optbench.train.epoch as epoch
 import optbench.train.loop as loop
@@ -57,44 +59,6 @@ def _attempts(spec) -> dict[str, list[tuple[str, str | None]]]:
             a = t.user_attrs
             out.setdefault(a["key"], []).append((a.get("status", "pending"), a.get("message")))
     return out
-
-
-class WritingExecutor:
-    """An executor whose 'workers' only write the given bytes as each job's result.json (or a
-    valid finished result where none is given): the driver's handling of what it reads back,
-    without training anything."""
-
-    jobs_outlive_driver = False
-
-    def __init__(self, payload: bytes | None = None):
-        self.payload, self.queue = payload, []
-
-    def settle(self, jobs):
-        return []
-
-    def submit(self, jobs):
-        self.queue += jobs
-        return "test"
-
-    def poll(self, timeout):
-        if not self.queue:
-            return []
-        job = self.queue.pop(0)
-        path = job.out_dir / RESULT_FILE
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if self.payload is None:
-            write_result(
-                job.out_dir,
-                TrialResult(
-                    status="finished", final_error=7.0, best_error=6.0, epochs=1, config=job.config
-                ),
-            )
-        else:
-            path.write_bytes(self.payload)
-        return [JobEvent(job.key, "ended")]
-
-    def close(self, cancel):
-        pass
 
 
 def _valid_result_json(config: TrainConfig, **changes) -> bytes:
@@ -215,12 +179,16 @@ def test_the_tables_a_study_database_must_have_are_those_optuna_makes(a_study_da
     assert tables == OPTUNA_TABLES
 
 
-def _study_folder(study: dict, folder: Path) -> Path:
+def _study_folder(study: dict, folder: Path, *, wal: bool = False) -> Path:
     """folder/study.yaml of `study` with its output in folder/results; its database path (its
-    folder made, the file not)."""
+    folder made; with `wal`, the file too: empty, in SQLite's WAL mode, which it keeps)."""
     db = folder / "results" / "tiny" / "study.db"
     db.parent.mkdir(parents=True)
     (folder / "study.yaml").write_text(yaml.safe_dump({**study, "output": "results"}))
+    if wal:
+        con = sqlite3.connect(db)
+        assert con.execute("PRAGMA journal_mode=WAL").fetchone() == ("wal",)
+        con.close()
     return db
 
 
@@ -279,6 +247,137 @@ def test_a_reader_of_a_wal_database_makes_no_file_beside_it(
     code, err = _read_by(reader, tmp_path, monkeypatch, capsys)
     assert code == 0, err
     assert (_tree(results), _mtimes(results)) == before  # (report writes its report)
+
+
+def _killed_mid_write(good: Path, db: Path) -> None:
+    """`db`: the study database `good` as a driver killed inside a write leaves it: pages of the
+    write already in the file, SQLite's hot journal beside it (both copied while it was open)."""
+    shutil.copy(good, db)
+    con = sqlite3.connect(db, isolation_level=None)
+    con.execute("PRAGMA cache_size=1")  # the changed pages spill into the file before a commit
+    con.execute("BEGIN")
+    con.execute("UPDATE trial_user_attributes SET value_json = ?", (json.dumps("x" * 100_000),))
+    left = {path: path.read_bytes() for path in (db, Path(f"{db}-journal"))}
+    con.execute("ROLLBACK")
+    con.close()
+    for path, data in left.items():
+        path.write_bytes(data)
+    assert db.read_bytes() != good.read_bytes()
+
+
+def _unfinished_write_line(db: Path) -> str:
+    return (
+        f"error: {db}: holds the unfinished write of a driver that was killed (SQLite's journal "
+        "beside it); run `optbench run` to recover it"
+    )
+
+
+@pytest.mark.parametrize("reader", READERS)
+def test_a_reader_names_a_killed_drivers_unfinished_write_and_recovers_nothing(
+    reader, one_model, tmp_path, monkeypatch, capsys, a_study_database
+):
+    db = _study_folder(one_model, tmp_path)
+    _killed_mid_write(a_study_database, db)
+    before = _as_left(tmp_path)
+    code, err = _read_by(reader, tmp_path, monkeypatch, capsys)
+    assert (code, err.strip().splitlines()) == (2, [_unfinished_write_line(db)])
+    assert _as_left(tmp_path) == before
+
+
+def _run_on(executor: WritingExecutor, cwd: Path, monkeypatch, capsys) -> tuple[int, str, str]:
+    """`optbench run study.yaml` in `cwd`, its trials 'trained' by `executor`."""
+    from optbench import executors
+
+    monkeypatch.setattr(executors, "make_executor", lambda spec, **_: executor)
+    return run_cli(["run", "study.yaml"], cwd, monkeypatch, capsys)
+
+
+def test_run_rolls_a_killed_drivers_unfinished_write_back_and_loses_nothing(
+    one_model, tmp_path, monkeypatch, capsys, a_study_database
+):
+    db = _study_folder(one_model, tmp_path)
+    _killed_mid_write(a_study_database, db)
+    executor = WritingExecutor()
+    code, _, err = _run_on(executor, tmp_path, monkeypatch, capsys)
+    assert code == 0, err
+    assert executor.submitted == [] and not Path(f"{db}-journal").exists()
+    [attempts] = _attempts(parse_spec({**one_model, "output": "results"})).values()
+    assert attempts == [("finished", None)]  # the recorded trial, as it was before the write
+
+
+KILLS = 20  # issue 32's acceptance: the driver killed at 20 points resumes 20 times of 20
+
+
+def _killed_drivers(runs: dict[int, Path]) -> tuple[dict[int, int], str]:
+    """For each n: the driver of runs[n]/study.yaml killed by SIGKILL just before its n-th
+    database write, in a child process (tests/writing_driver.py; 0: never). Their exit codes,
+    and what they printed."""
+    args = [str(a) for n, folder in runs.items() for a in (n, folder)]
+    driver = [sys.executable, str(REPO / "tests" / "writing_driver.py"), *args]
+    proc = subprocess.run(driver, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    ends = [line.split() for line in proc.stdout.splitlines() if not line.startswith("writes")]
+    return {int(n): int(code) for n, code in ends}, proc.stdout
+
+
+def _kill_points(study: dict, folder: Path, kills: int) -> list[int]:
+    """`kills` points spread over the database writes of a whole run of `study` (in `folder`),
+    its first and last among them."""
+    _study_folder(study, folder)
+    codes, out = _killed_drivers({0: folder})
+    assert codes == {0: 0}, out
+    writes = int(out.split("writes: ")[1].split()[0])
+    points = sorted({1 + (writes - 1) * i // (kills - 1) for i in range(kills)})
+    assert len(points) == kills, writes
+    return points
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("wal, kills", [(False, KILLS), (True, 5)], ids=["rollback", "WAL"])
+def test_a_driver_killed_inside_a_database_write_resumes_with_nothing_lost_or_counted_twice(
+    wal, kills, tmp_path, monkeypatch, capsys
+):
+    # The driver is killed inside its n-th write (of its schema, a trial, a result), for 20 n:
+    # with SQLite's default rollback journal, most leave it hot beside a half-written file, the
+    # first a half-made schema; in WAL mode the log holds the unfinished write. `status` touches
+    # nothing; the same command then resumes.
+    study = copy.deepcopy(ONE_MODEL_STUDY)
+    folders = {n: tmp_path / f"kill-{n}" for n in _kill_points(study, tmp_path / "whole", kills)}
+    dbs = {n: _study_folder(study, folder, wal=wal) for n, folder in folders.items()}
+    codes, out = _killed_drivers(folders)
+    assert codes == {n: -signal.SIGKILL for n in folders}, out
+    hot = 0
+    for n, folder in folders.items():
+        recorded = folder / "recorded.txt"
+        recorded = set(recorded.read_text().split()) if recorded.exists() else set()
+        before = _as_left(folder)
+        code, _, err = run_cli(["status", "study.yaml"], folder, monkeypatch, capsys)
+        assert _as_left(folder) == before, n  # recovers nothing, writes nothing
+        if code:
+            assert (code, err.strip().splitlines()) == (2, [_unfinished_write_line(dbs[n])]), n
+            hot += 1
+        resumed_at = datetime.datetime.now()
+        executor = WritingExecutor()
+        code, _, err = _run_on(executor, folder, monkeypatch, capsys)
+        assert code == 0, (n, err)
+        trials = _recorded_trials(parse_spec({**study, "output": str(folder / "results")}))
+        assert len(trials) == 2 and all(len(t) == 1 for t in trials.values()), n  # once each
+        assert all(t[0].value == 7.0 for t in trials.values()), n
+        assert not recorded & set(executor.submitted), n  # what was recorded is not run again
+        assert all(trials[key][0].datetime_complete < resumed_at for key in recorded), n
+    # A hot rollback journal stops a reader (the fault under test) after most kills; a WAL
+    # reader reads the last commit past an unfinished one.
+    assert hot == 0 if wal else hot >= kills // 2
+
+
+def _recorded_trials(spec) -> dict[str, list[optuna.trial.FrozenTrial]]:
+    """key -> every recorded attempt at it, in order."""
+    storage = optuna.storages.RDBStorage(spec.storage_url)
+    out: dict[str, list] = {}
+    for s in optuna.get_all_study_summaries(storage):
+        for t in optuna.load_study(study_name=s.study_name, storage=storage).trials:
+            out.setdefault(t.user_attrs["key"], []).append(t)
+    return out
 
 
 def _tree(root: Path) -> dict[str, bytes | None]:
