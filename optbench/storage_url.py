@@ -15,12 +15,14 @@ and what each promises after a crash.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
+from typing import BinaryIO
 
 import optuna
 import sqlalchemy
@@ -86,7 +88,7 @@ def storage_file(url: str) -> Path | None:
 
 def check_storage_file(url: str) -> None:
     """Raise UsageError naming the file if `url` names a file that exists but is not an optuna
-    storage (garbage, a damaged or foreign SQLite database), or
+    storage (garbage, a damaged or foreign SQLite database, a journal optuna cannot replay), or
     UnfinishedWrite if it holds a killed writer's unfinished write (SQLite's hot journal:
     recoverable, by `make_storage(writer=True)`). Reads only, and SQLite read-only, which
     recovers nothing: optuna would otherwise write its tables into it or stop with a traceback."""
@@ -108,13 +110,38 @@ def _check_file(url: str) -> bool:
     return _check_sqlite(path)
 
 
+# How optuna starts every line of a journal (compact JSON, the operation's code first).
+JOURNAL_LINE_START = b'{"op_code":'
+
+
 def _check_journal(path: Path) -> bool:
-    """An optuna journal's first line is a JSON object."""
+    """An optuna journal's first line is a JSON object, and optuna can replay every line. An
+    unterminated last line is a killed writer's unfinished append, which optuna skips: as the
+    only line, the start of one of optuna's lines means nothing is recorded yet."""
     with open(path, "rb") as f:
         first = f.readline(1 << 20)
+    start = first[: len(JOURNAL_LINE_START)]
+    if not first.endswith(b"\n") and JOURNAL_LINE_START.startswith(start):
+        return False  # empty, or only an unfinished first append
     if not _is_json_object(first):
         raise UsageError(f"{path}: not an optuna journal, so not a study database; {LEFT}")
-    return bool(first.strip())
+    _replay(path)
+    return True
+
+
+def _replay(path: Path) -> None:
+    """Replay the journal as optuna does when it opens one (reading only): a line that is JSON but
+    not one of its operations stops optuna with a KeyError, a TypeError or, for an unknown
+    operation, its own AssertionError."""
+    from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+    try:
+        JournalStorage(JournalFileBackend(str(path)))
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, AssertionError) as err:
+        raise UsageError(
+            f"{path}: not an optuna journal, so not a study database (optuna cannot replay it: "
+            f"{type(err).__name__}: {err}); {LEFT}"
+        ) from None
 
 
 def _is_json_object(line: bytes) -> bool:
@@ -312,7 +339,7 @@ def _open_storage(url: str, writer: bool) -> optuna.storages.BaseStorage:
     if file is not None and writer:  # checks.check_storage: only a folder in the study folder
         file.parent.mkdir(parents=True, exist_ok=True)  # may be missing
     if url.startswith("journal://"):
-        return _journal_storage(file)
+        return _journal_storage(file, writer)
     if file is None:
         return _server_storage(url)
     opener = partial(optuna.storages.RDBStorage, url) if writer else partial(_sqlite_reader, file)
@@ -334,11 +361,52 @@ def _sqlite_reader(path: Path) -> optuna.storages.RDBStorage:
     )
 
 
-def _journal_storage(path: Path) -> optuna.storages.BaseStorage:
-    """optuna's journal storage on the file (which optuna only reads until it is written to)."""
+def _journal_storage(path: Path, writer: bool) -> optuna.storages.BaseStorage:
+    """optuna's journal storage on the file (which _check_journal replayed); the writer first cuts
+    a killed writer's unfinished append."""
     from optuna.storages.journal import JournalFileBackend, JournalStorage
 
+    if writer:
+        _cut_unfinished_append(path)
     return JournalStorage(JournalFileBackend(str(path)))
+
+
+def _cut_unfinished_append(path: Path) -> None:
+    """Cut a journal's unterminated last line, a killed writer's unfinished append. optuna skips
+    it when it reads, but appends after it: its next operation would be glued to it, and lost.
+    Under optuna's own lock on the file (the one its appends take)."""
+    if not path.exists() or _ends_a_line(path):
+        return
+    from optuna.storages.journal import JournalFileSymlinkLock
+
+    lock = JournalFileSymlinkLock(str(path))  # a killed writer's is taken over after 30 s
+    lock.acquire()
+    try:
+        with open(path, "r+b") as f:
+            f.truncate(_end_of_last_line(f))
+    finally:
+        lock.release()
+
+
+def _ends_a_line(path: Path) -> bool:
+    with open(path, "rb") as f:
+        if f.seek(0, os.SEEK_END) == 0:
+            return True
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) == b"\n"
+
+
+def _end_of_last_line(f: BinaryIO, chunk: int = 1 << 16) -> int:
+    """The offset just past the file's last newline (0 if it has none), read from its end."""
+    end = f.seek(0, os.SEEK_END)
+    while end > 0:
+        start = max(0, end - chunk)
+        f.seek(start)
+        at = f.read(end - start).rfind(b"\n")
+        if at >= 0:
+            return start + at + 1
+        end = start
+    return 0
 
 
 def server_url(url: str) -> sqlalchemy.engine.URL:

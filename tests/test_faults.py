@@ -201,10 +201,15 @@ READERS = {
 }
 
 
-def _read_by(reader: str, cwd: Path, monkeypatch, capsys) -> tuple[int, str]:
-    """The exit code and stderr of a reader run in `cwd`; load_trials' UsageError as exit 2."""
-    if READERS[reader] is not None:
-        code, _, err = run_cli(READERS[reader], cwd, monkeypatch, capsys)
+# ... and `optbench run`, which writes.
+COMMANDS = {"run": ["run", "study.yaml"], **READERS}
+
+
+def _exit_and_stderr(command: str, cwd: Path, monkeypatch, capsys) -> tuple[int, str]:
+    """The exit code and stderr of a command of COMMANDS run in `cwd`; load_trials' UsageError as
+    exit 2."""
+    if COMMANDS[command] is not None:
+        code, _, err = run_cli(COMMANDS[command], cwd, monkeypatch, capsys)
         return code, err
     monkeypatch.chdir(cwd)
     try:
@@ -221,11 +226,8 @@ def test_an_invalid_study_database_is_one_line_and_never_touched(
     db = _study_folder(one_model, tmp_path)
     _bad_database(kind, db, a_study_database)
     before = _as_left(tmp_path)
-    for command in ("run", *READERS):
-        if command == "run":
-            code, _, err = run_cli(["run", "study.yaml"], tmp_path, monkeypatch, capsys)
-        else:
-            code, err = _read_by(command, tmp_path, monkeypatch, capsys)
+    for command in COMMANDS:
+        code, err = _exit_and_stderr(command, tmp_path, monkeypatch, capsys)
         assert code == 2, (command, err)
         assert len(err.strip().splitlines()) == 1 and str(db) in err, err
     assert _as_left(tmp_path) == before  # not written, nothing else either
@@ -244,7 +246,7 @@ def test_a_reader_of_a_wal_database_makes_no_file_beside_it(
     con.close()
     results = tmp_path / "results"
     before = _tree(results), _mtimes(results)
-    code, err = _read_by(reader, tmp_path, monkeypatch, capsys)
+    code, err = _exit_and_stderr(reader, tmp_path, monkeypatch, capsys)
     assert code == 0, err
     assert (_tree(results), _mtimes(results)) == before  # (report writes its report)
 
@@ -279,7 +281,7 @@ def test_a_reader_names_a_killed_drivers_unfinished_write_and_recovers_nothing(
     db = _study_folder(one_model, tmp_path)
     _killed_mid_write(a_study_database, db)
     before = _as_left(tmp_path)
-    code, err = _read_by(reader, tmp_path, monkeypatch, capsys)
+    code, err = _exit_and_stderr(reader, tmp_path, monkeypatch, capsys)
     assert (code, err.strip().splitlines()) == (2, [_unfinished_write_line(db)])
     assert _as_left(tmp_path) == before
 
@@ -378,6 +380,55 @@ def _recorded_trials(spec) -> dict[str, list[optuna.trial.FrozenTrial]]:
         for t in optuna.load_study(study_name=s.study_name, storage=storage).trials:
             out.setdefault(t.user_attrs["key"], []).append(t)
     return out
+
+
+# Journal files of JSON lines that are not optuna's operations.
+JOURNAL_FAULTS = {
+    "not an operation": '{"a": 1}\n',
+    "an operation without its fields": '{"op_code": 0}\n',
+    "an unknown operation": '{"op_code": 99, "worker_id": "w"}\n',
+    "a wrong value": '{"op_code": 0, "worker_id": "w", "study_name": "s", "directions": [7]}\n',
+}
+
+
+@pytest.mark.parametrize("kind", JOURNAL_FAULTS)
+def test_a_journal_of_lines_that_are_not_optunas_is_one_line_and_never_touched(
+    kind, one_model, tmp_path, monkeypatch, capsys
+):
+    journal = tmp_path / "study.log"
+    journal.write_text(JOURNAL_FAULTS[kind])
+    _study_folder({**one_model, "storage": f"journal://{journal}"}, tmp_path)
+    before = _as_left(tmp_path)
+    for command in COMMANDS:
+        code, err = _exit_and_stderr(command, tmp_path, monkeypatch, capsys)
+        assert code == 2, (command, err)
+        [line] = err.strip().splitlines()
+        assert f"{journal}: not an optuna journal" in line, line
+    assert _as_left(tmp_path) == before
+
+
+def test_an_unfinished_append_to_a_journal_is_cut_by_the_next_run_and_nothing_is_lost(
+    one_model, tmp_path, monkeypatch, capsys
+):
+    # A driver killed inside an append leaves an unterminated line. optuna skips it, but glues
+    # its next append to it, and loses that operation.
+    journal = tmp_path / "study.log"
+    study = {**one_model, "storage": f"journal://{journal}"}
+    _study_folder(study, tmp_path)
+    assert _run_on(WritingExecutor(), tmp_path, monkeypatch, capsys)[0] == 0
+    with open(journal, "ab") as f:
+        f.write(b'{"op_code":6,"worker_id":"w","trial_id":0,"sta')
+    before = _as_left(tmp_path)
+    code, _, err = run_cli(["status", "study.yaml"], tmp_path, monkeypatch, capsys)
+    assert code == 0 and _as_left(tmp_path) == before, err  # readers skip it, cut nothing
+    study["seeds"] = [0, 1]  # a second trial: appends after the unfinished line
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump({**study, "output": "results"}))
+    code, _, err = _run_on(WritingExecutor(), tmp_path, monkeypatch, capsys)
+    assert code == 0, err
+    assert all(json.loads(line) for line in journal.read_bytes().splitlines())
+    spec = parse_spec({**study, "output": str(tmp_path / "results")})
+    stored = Store(spec, create=False).read(plan(spec))
+    assert [(s.status, s.attempts) for s in stored] == [("finished", 1)] * 2
 
 
 def _tree(root: Path) -> dict[str, bytes | None]:
