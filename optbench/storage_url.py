@@ -334,14 +334,14 @@ def _roll_back(path: Path) -> None:
             con.close()
 
 
-def _open_storage(url: str, writer: bool) -> optuna.storages.BaseStorage:
+def _open_storage(url: str, writer: bool) -> optuna.storages.BaseStorage | None:
     file = storage_file(url)
     if file is not None and writer:  # checks.check_storage: only a folder in the study folder
         file.parent.mkdir(parents=True, exist_ok=True)  # may be missing
     if url.startswith("journal://"):
         return _journal_storage(file, writer)
     if file is None:
-        return _server_storage(url)
+        return _server_storage(url, writer)
     opener = partial(optuna.storages.RDBStorage, url) if writer else partial(_sqlite_reader, file)
     # optuna sets up a new database's schema in several statements, and a reader may find the
     # file locked by a writer for longer than SQLite waits. That is transient: wait, open again.
@@ -428,12 +428,35 @@ def server_url(url: str) -> sqlalchemy.engine.URL:
     return parsed
 
 
-def _server_storage(url: str) -> optuna.storages.RDBStorage:
-    """RDBStorage on a database server, with a bounded connect time (a clear error, no hang)."""
+def _server_storage(url: str, writer: bool) -> optuna.storages.RDBStorage | None:
+    """RDBStorage on a database server, with a bounded connect time (a clear error, no hang).
+    A reader's sessions are read-only where the server can make them so (PostgreSQL's
+    default_transaction_read_only), it makes no tables, and None where no study is recorded."""
     parsed = server_url(url)
     engine_kwargs = {}
     if parsed.get_backend_name() == "postgresql":
-        engine_kwargs["connect_args"] = {"connect_timeout": 10}
+        connect_args = {"connect_timeout": 10}
+        if not writer:
+            connect_args["options"] = "-c default_transaction_read_only=on"
+        engine_kwargs["connect_args"] = connect_args
+    rendered = parsed.render_as_string(hide_password=False)
+    if not writer and not _server_holds_a_study(rendered, engine_kwargs):
+        return None
     return optuna.storages.RDBStorage(
-        parsed.render_as_string(hide_password=False), engine_kwargs=engine_kwargs
+        rendered, engine_kwargs=engine_kwargs, skip_table_creation=not writer
     )
+
+
+def _server_holds_a_study(url: str, engine_kwargs: dict) -> bool:
+    """Whether the database has optuna's studies table with a study in it (optuna's first
+    opening makes its tables in several statements: none, or some and no study, is a database
+    where nothing has run)."""
+    engine = sqlalchemy.create_engine(url, **engine_kwargs)
+    try:
+        with engine.connect() as connection:
+            if not sqlalchemy.inspect(connection).has_table("studies"):
+                return False
+            count = connection.execute(sqlalchemy.text("SELECT count(*) FROM studies"))
+            return count.scalar() > 0
+    finally:
+        engine.dispose()
