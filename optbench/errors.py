@@ -29,9 +29,10 @@ class SpecError(UsageError):
 
 
 class UnfinishedWrite(UsageError):
-    """A study database that holds the unfinished write of a writer that was killed (SQLite's
+    """A study database that holds the unfinished write of a driver that was killed (SQLite's
     hot journal). Not damage: the study's one writer, `optbench run`, rolls it back under the
-    study's lock; a command that only reads says so in one line (exit code 2) and touches it not."""
+    study's lock; a command that only reads says so in one line (exit code 2), leaving it as it
+    is."""
 
 
 class WriteError(Exception):

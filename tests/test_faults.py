@@ -186,10 +186,15 @@ def _study_folder(study: dict, folder: Path, *, wal: bool = False) -> Path:
     db.parent.mkdir(parents=True)
     (folder / "study.yaml").write_text(yaml.safe_dump({**study, "output": "results"}))
     if wal:
-        con = sqlite3.connect(db)
-        assert con.execute("PRAGMA journal_mode=WAL").fetchone() == ("wal",)
-        con.close()
+        _to_wal(db)
     return db
+
+
+def _to_wal(db: Path) -> None:
+    """Put the SQLite database `db` (made if missing) in WAL mode, which it keeps."""
+    con = sqlite3.connect(db)
+    assert con.execute("PRAGMA journal_mode=WAL").fetchone() == ("wal",)
+    con.close()
 
 
 # Every command that only reads a study's database, and the Python API's reader.
@@ -241,9 +246,7 @@ def test_a_reader_of_a_wal_database_makes_no_file_beside_it(
     # connections would still make its -wal and -shm files.
     db = _study_folder(one_model, tmp_path)
     shutil.copy(a_study_database, db)
-    con = sqlite3.connect(db)
-    assert con.execute("PRAGMA journal_mode=WAL").fetchone() == ("wal",)
-    con.close()
+    _to_wal(db)
     results = tmp_path / "results"
     before = _tree(results), _mtimes(results)
     code, err = _exit_and_stderr(reader, tmp_path, monkeypatch, capsys)
