@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from optbench.errors import SpecError, UsageError, did_you_mean, source_of
+from optbench.errors import SpecError, UnfinishedWrite, UsageError, did_you_mean, source_of
 from optbench.recipe import Dataset
 from optbench.spec import StudySpec
 
@@ -133,7 +133,8 @@ def check_writable_folder(path: Path, what: str) -> None:
 def check_storage(url: str, what: str, study_dir: Path) -> None:
     """The storage can be opened for writing: a SQLite or journal file whose folder exists (or
     lies in the study folder, which the run makes) and can be written, and which is a study
-    database if it exists; or a server whose driver is installed. Connects to nothing."""
+    database if it exists (one holding a killed driver's unfinished write is: the run recovers
+    it); or a server whose driver is installed. Connects to nothing."""
     from optbench.storage_url import check_storage_file, server_url, storage_file
 
     path = storage_file(url)
@@ -152,6 +153,8 @@ def check_storage(url: str, what: str, study_dir: Path) -> None:
             )
         try:
             check_storage_file(url)
+        except UnfinishedWrite:
+            pass  # a killed driver's: the run rolls it back under the study's lock
         except UsageError as err:
             raise UsageError(f"{what}: {err}") from None
         return

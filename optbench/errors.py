@@ -1,7 +1,8 @@
 """The errors a user can cause, and how a validation error becomes one line per field.
 
 `UsageError` is bad input (a study file, a flag, a dataset path): `optbench` prints it as one
-message and exits with code 2, before anything is written. `WriteError` is the machine's fault
+message and exits with code 2, before anything is written (`UnfinishedWrite`, a database that
+`optbench run` must recover first, is one too). `WriteError` is the machine's fault
 (disk full, I/O error): one message, exit code 1. `StorageUnavailable` is a study database that
 does not answer: one line, exit code 1. Every module raises these; this one
 imports nothing from optbench.
@@ -25,6 +26,13 @@ class UsageError(Exception):
 
 class SpecError(UsageError):
     """A study YAML that does not validate."""
+
+
+class UnfinishedWrite(UsageError):
+    """A study database that holds the unfinished write of a driver that was killed (SQLite's
+    hot journal). Not damage: the study's one writer, `optbench run`, rolls it back under the
+    study's lock; a command that only reads says so in one line (exit code 2), leaving it as it
+    is."""
 
 
 class WriteError(Exception):

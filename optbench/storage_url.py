@@ -1,28 +1,33 @@
 """Storage URLs: which study databases optbench opens, and how. One home for parsing a URL
 (`storage_file`, `server_url`), checking it (its form, for the schema: `check_storage_url`; an
 existing file: `check_storage_file`; a server's driver: `server_url`), printing it with its
-password masked (`masked`), opening it (`make_storage`) and turning a storage that stops
-answering into one line (`storage_errors`). Whether this machine can write where it points is
-checks.check_storage's (folders are checks.py's).
+password masked (`masked`), opening it (`make_storage`: for the study's one driver, after
+recovering what a killed driver left unfinished; for every other command, read-only) and turning
+a storage that stops answering into one line (`storage_errors`). Whether this machine can write
+where it points is checks.check_storage's (folders are checks.py's).
 
 A URL is journal:///path (optuna's journal file, for shared file systems) or an SQLAlchemy URL
 of a known database kind: sqlite:///path (the default, in the study folder) or a server such as
-postgresql://user@host/db (psycopg 3). docs/study.md lists them; docs/faults.md what is refused.
+postgresql://user@host/db (psycopg 3). docs/study.md lists them; docs/faults.md what is refused
+and what each promises after a crash.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
+from typing import BinaryIO
 
 import optuna
 import sqlalchemy
 
-from optbench.errors import StorageUnavailable, UsageError
+from optbench.errors import StorageUnavailable, UnfinishedWrite, UsageError
 
 
 def check_storage_url(url: str) -> str:
@@ -49,6 +54,26 @@ def check_storage_url(url: str) -> str:
 
 
 SQLITE_HEADER = b"SQLite format 3\x00"
+# The tables of an optuna study database: optuna's RDBStorage schema and alembic's version stamp
+# (tests/test_faults.py checks the list against a database the installed optuna made).
+OPTUNA_TABLES = frozenset(
+    {
+        "alembic_version",
+        "studies",
+        "study_directions",
+        "study_system_attributes",
+        "study_user_attributes",
+        "trial_heartbeats",
+        "trial_intermediate_values",
+        "trial_params",
+        "trial_system_attributes",
+        "trial_user_attributes",
+        "trial_values",
+        "trials",
+        "version_info",
+    }
+)
+LEFT = "it is left as it is: move it away, or set `storage:` to another file"
 
 
 def storage_file(url: str) -> Path | None:
@@ -63,41 +88,151 @@ def storage_file(url: str) -> Path | None:
 
 def check_storage_file(url: str) -> None:
     """Raise UsageError naming the file if `url` names a file that exists but is not an optuna
-    storage (garbage, a damaged or foreign SQLite database). Reads only: optuna would otherwise
-    write its tables into it or stop with a traceback."""
+    storage (garbage, a damaged or foreign SQLite database, a journal optuna cannot replay), or
+    UnfinishedWrite if it holds a killed writer's unfinished write (SQLite's hot journal:
+    recoverable, by `make_storage(writer=True)`). Reads only, and SQLite read-only, which
+    recovers nothing: optuna would otherwise write its tables into it or stop with a traceback."""
+    _check_file(url)
+
+
+def _check_file(url: str) -> bool:
+    """check_storage_file's checks; True when the file holds something (a study, an operation),
+    False when there is nothing yet (no file, an empty one, a schema without a study)."""
     path = storage_file(url)
-    if path is None or not (path.exists() or path.is_symlink()):
-        return
-    left = "it is left as it is: move it away, or set `storage:` to another file"
+    if path is None:
+        return True
+    if not (path.exists() or path.is_symlink()):
+        return False
     if not path.is_file():
-        raise UsageError(f"{path}: not a file, so not a study database; {left}")
+        raise UsageError(f"{path}: not a file, so not a study database; {LEFT}")
     if url.startswith("journal://"):
-        with open(path, "rb") as f:
-            first = f.readline(1 << 20).strip()
-        try:
-            entry = json.loads(first) if first else {}
-        except ValueError:
-            entry = None
-        if not isinstance(entry, dict):
-            raise UsageError(f"{path}: not an optuna journal, so not a study database; {left}")
-        return
+        return _check_journal(path)
+    return _check_sqlite(path)
+
+
+# How optuna starts every line of a journal (compact JSON, the operation's code first).
+JOURNAL_LINE_START = b'{"op_code":'
+
+
+def _check_journal(path: Path) -> bool:
+    """An optuna journal's first line is a JSON object, and optuna can replay every line. An
+    unterminated last line is a killed writer's unfinished append, which optuna skips: as the
+    only line, the start of one of optuna's lines means nothing is recorded yet."""
+    with open(path, "rb") as f:
+        first = f.readline(1 << 20)
+    start = first[: len(JOURNAL_LINE_START)]
+    if not first.endswith(b"\n") and JOURNAL_LINE_START.startswith(start):
+        return False  # empty, or only an unfinished first append
+    if not _is_json_object(first):
+        raise UsageError(f"{path}: not an optuna journal, so not a study database; {LEFT}")
+    _replay(path)
+    return True
+
+
+def _replay(path: Path) -> None:
+    """Replay the journal as optuna does when it opens one (reading only): a line that is JSON but
+    not one of its operations stops optuna with a KeyError, a TypeError or, for an unknown
+    operation, its own AssertionError."""
+    from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+    try:
+        JournalStorage(JournalFileBackend(str(path)))
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, AssertionError) as err:
+        raise UsageError(
+            f"{path}: not an optuna journal, so not a study database (optuna cannot replay it: "
+            f"{type(err).__name__}: {err}); {LEFT}"
+        ) from None
+
+
+def _is_json_object(line: bytes) -> bool:
+    try:
+        return isinstance(json.loads(line) if line.strip() else {}, dict)
+    except ValueError:
+        return False
+
+
+def _check_sqlite(path: Path) -> bool:
+    """An SQLite file is empty (a new database) or has optuna's tables, all of them once it
+    holds a study: a first run stopped while it made them left some and no study (the next run
+    completes them), while a study without them is damage (a table dropped)."""
     with open(path, "rb") as f:
         head = f.read(len(SQLITE_HEADER))
     if not head:
-        return  # an empty file is an empty SQLite database
+        return False  # an empty file is an empty SQLite database
     if head != SQLITE_HEADER:
-        raise UsageError(f"{path}: not an SQLite database, so not a study database; {left}")
+        raise UsageError(f"{path}: not an SQLite database, so not a study database; {LEFT}")
+    tables, studies = _sqlite_contents(path)
+    if tables and "studies" not in tables:
+        raise UsageError(f"{path}: an SQLite database without optuna's tables; {LEFT}")
+    missing = sorted(OPTUNA_TABLES - tables)
+    if studies and missing:
+        raise UsageError(
+            f"{path}: a damaged study database (without optuna's table(s) {', '.join(missing)}); "
+            f"{LEFT}"
+        )
+    return studies > 0
+
+
+def _beside(path: Path, suffix: str) -> Path:
+    return path.with_name(path.name + suffix)
+
+
+def _is_wal(path: Path) -> bool:
+    """Whether the database is in WAL mode (its header's read and write versions are 2)."""
+    with open(path, "rb") as f:
+        f.seek(18)
+        return f.read(2) == b"\x02\x02"
+
+
+def _read_only(path: Path) -> sqlite3.Connection:
+    """A read-only connection. SQLite's mode=ro writes neither the database nor its journal, so
+    it rolls no hot journal back (and refuses to read past one). A WAL database is read through
+    its -wal and its index, -shm, which SQLite's readers write (read marks, the index rebuilt
+    after a crash); one without a -wal is whole in its file and open nowhere: read as immutable,
+    since mode=ro would make the -wal and -shm files beside it (a driver that starts meanwhile
+    writes into a new -wal, not into the file, until its first checkpoint)."""
+    immutable = _is_wal(path) and not _beside(path, "-wal").exists()
+    flags = "mode=ro&immutable=1" if immutable else "mode=ro"
+    return sqlite3.connect(f"{path.absolute().as_uri()}?{flags}", uri=True)
+
+
+def _sqlite_contents(path: Path) -> tuple[set[str], int]:
+    """The database's table names and how many studies it holds, read read-only."""
     con = None
     try:
-        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        con = _read_only(path)
         tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        studies = 0
+        if "studies" in tables:
+            studies = con.execute("SELECT count(*) FROM studies").fetchone()[0]
     except sqlite3.DatabaseError as err:
-        raise UsageError(f"{path}: a damaged SQLite database ({err}); {left}") from None
+        raise _sqlite_refusal(path, err) from None
     finally:
         if con is not None:
             con.close()
-    if tables and "studies" not in tables:
-        raise UsageError(f"{path}: an SQLite database without optuna's tables; {left}")
+    return tables, studies
+
+
+# SQLite's answers to a read-only read that would have to write first to recover: a hot rollback
+# journal, or a WAL index that only a writer may rebuild.
+_RECOVERY_NEEDED = ("SQLITE_READONLY_ROLLBACK", "SQLITE_READONLY_RECOVERY")
+
+
+def _sqlite_refusal(path: Path, err: sqlite3.DatabaseError) -> Exception:
+    """What a read-only read's error means: a killed writer's unfinished write (recoverable), a
+    database locked for longer than SQLite waits (busy, not damaged), or damage. Python 3.10
+    has no error names: a connection that only reads is refused as read-only only to recover."""
+    name = getattr(err, "sqlite_errorname", None)
+    unfinished = name in _RECOVERY_NEEDED if name else "readonly database" in str(err)
+    busy = name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) if name else "locked" in str(err)
+    if unfinished:
+        return UnfinishedWrite(
+            f"{path}: holds the unfinished write of a driver that was killed (SQLite's journal "
+            "beside it); run `optbench run` to recover it"
+        )
+    if busy:
+        return StorageUnavailable(f"{path}: cannot read or write the study database: {err}")
+    return UsageError(f"{path}: a damaged SQLite database ({err}); {LEFT}")
 
 
 def masked(url: str) -> str:
@@ -147,14 +282,21 @@ def storage_errors(url: str) -> Iterator[None]:
         raise StorageUnavailable(f"storage {masked(url)} is not answering: {why}") from None
 
 
-def make_storage(url: str) -> optuna.storages.BaseStorage:
+def make_storage(url: str, *, writer: bool) -> optuna.storages.BaseStorage | None:
     """An optuna storage from a URL: any SQLAlchemy URL (sqlite:///..., postgresql://...), or
     journal:///path/to/file for optuna's journal file storage (for shared file systems).
-    postgresql:// means psycopg 3 (`pip install 'optbench[postgres]'`), on any SQLAlchemy 2. A
-    file that is not a study database is refused with one line naming it (UsageError), untouched."""
-    check_storage_file(url)
+    postgresql:// means psycopg 3 (`pip install 'optbench[postgres]'`), on any SQLAlchemy 2.
+
+    `writer` is the study's one driver (runner.run_study, holding locks.driver_lock): it first
+    recovers what a killed writer left unfinished and may create the schema. Every other opener
+    (status, report, a dry run, the Python API) is a reader: it opens the storage read-only,
+    recovers and creates nothing, and gets None where nothing is recorded yet (no file, an empty
+    one, no study in it). A file that is not a study database is refused with one line naming
+    it (UsageError), untouched; to a reader, one that needs recovering too (UnfinishedWrite)."""
+    if not _checked(url, writer) and not writer:
+        return None
     try:
-        return _open_storage(url)
+        return _open_storage(url, writer)
     except (sqlalchemy.exc.DatabaseError, ValueError, RuntimeError) as err:
         if isinstance(err, sqlalchemy.exc.OperationalError) and not url.startswith("sqlite"):
             raise  # a database server that does not answer: not bad input
@@ -164,25 +306,107 @@ def make_storage(url: str) -> optuna.storages.BaseStorage:
         ) from None
 
 
-def _open_storage(url: str) -> optuna.storages.BaseStorage:
-    file = storage_file(url)
-    if file is not None:  # checks.check_storage let only a folder in the study folder be missing
-        file.parent.mkdir(parents=True, exist_ok=True)
-    if url.startswith("journal://"):
-        from optuna.storages.journal import JournalFileBackend, JournalStorage
+def _checked(url: str, writer: bool) -> bool:
+    """_check_file's answer; for the writer, after rolling a killed writer's write back."""
+    try:
+        return _check_file(url)
+    except UnfinishedWrite:
+        if not writer:
+            raise
+    _roll_back(storage_file(url))
+    return _check_file(url)
 
-        return JournalStorage(JournalFileBackend(str(file)))
-    if not url.startswith("sqlite"):
-        return _server_storage(url)
-    # optuna sets up a new database's schema in several statements: a second process opening the
-    # SQLite file meanwhile (`optbench status` just after `optbench run` started) can trip over
-    # the first's half-made tables, or find it locked. That is transient: wait, open it again.
+
+def _roll_back(path: Path) -> None:
+    """Roll a killed writer's hot journal back, as SQLite does on a read-write connection's
+    first read (a WAL is merged into the database when that connection closes). The driver
+    does it under the study's lock; SQLite's own locks keep it off a live writer's journal."""
+    con = None
+    try:
+        con = sqlite3.connect(path)
+        con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.DatabaseError as err:  # a read-only file system, a full disk
+        raise StorageUnavailable(
+            f"{path}: cannot read or write the study database: {err}"
+        ) from None
+    finally:
+        if con is not None:
+            con.close()
+
+
+def _open_storage(url: str, writer: bool) -> optuna.storages.BaseStorage | None:
+    file = storage_file(url)
+    if file is not None and writer:  # checks.check_storage: only a folder in the study folder
+        file.parent.mkdir(parents=True, exist_ok=True)  # may be missing
+    if url.startswith("journal://"):
+        return _journal_storage(file, writer)
+    if file is None:
+        return _server_storage(url, writer)
+    opener = partial(optuna.storages.RDBStorage, url) if writer else partial(_sqlite_reader, file)
+    # optuna sets up a new database's schema in several statements, and a reader may find the
+    # file locked by a writer for longer than SQLite waits. That is transient: wait, open again.
     for wait_s in (0.1, 0.3, 1.0, 3.0):
         try:
-            return optuna.storages.RDBStorage(url)
+            return opener()
         except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.OperationalError):
             time.sleep(wait_s)
-    return optuna.storages.RDBStorage(url)
+    return opener()
+
+
+def _sqlite_reader(path: Path) -> optuna.storages.RDBStorage:
+    """optuna's RDBStorage on read-only connections: its reads and none of its writes (it would
+    make missing tables and stamp its version into whatever file it opens)."""
+    return optuna.storages.RDBStorage(
+        "sqlite://", engine_kwargs={"creator": partial(_read_only, path)}, skip_table_creation=True
+    )
+
+
+def _journal_storage(path: Path, writer: bool) -> optuna.storages.BaseStorage:
+    """optuna's journal storage on the file (which _check_journal replayed); the writer first cuts
+    a killed writer's unfinished append."""
+    from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+    if writer:
+        _cut_unfinished_append(path)
+    return JournalStorage(JournalFileBackend(str(path)))
+
+
+def _cut_unfinished_append(path: Path) -> None:
+    """Cut a journal's unterminated last line, a killed writer's unfinished append. optuna skips
+    it when it reads, but appends after it: its next operation would be glued to it, and lost.
+    Under optuna's own lock on the file (the one its appends take)."""
+    if not path.exists() or _ends_a_line(path):
+        return
+    from optuna.storages.journal import JournalFileSymlinkLock
+
+    lock = JournalFileSymlinkLock(str(path))  # a killed writer's is taken over after 30 s
+    lock.acquire()
+    try:
+        with open(path, "r+b") as f:
+            f.truncate(_end_of_last_line(f))
+    finally:
+        lock.release()
+
+
+def _ends_a_line(path: Path) -> bool:
+    with open(path, "rb") as f:
+        if f.seek(0, os.SEEK_END) == 0:
+            return True
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) == b"\n"
+
+
+def _end_of_last_line(f: BinaryIO, chunk: int = 1 << 16) -> int:
+    """The offset just past the file's last newline (0 if it has none), read from its end."""
+    end = f.seek(0, os.SEEK_END)
+    while end > 0:
+        start = max(0, end - chunk)
+        f.seek(start)
+        at = f.read(end - start).rfind(b"\n")
+        if at >= 0:
+            return start + at + 1
+        end = start
+    return 0
 
 
 def server_url(url: str) -> sqlalchemy.engine.URL:
@@ -204,12 +428,35 @@ def server_url(url: str) -> sqlalchemy.engine.URL:
     return parsed
 
 
-def _server_storage(url: str) -> optuna.storages.RDBStorage:
-    """RDBStorage on a database server, with a bounded connect time (a clear error, no hang)."""
+def _server_storage(url: str, writer: bool) -> optuna.storages.RDBStorage | None:
+    """RDBStorage on a database server, with a bounded connect time (a clear error, no hang).
+    A reader's sessions are read-only where the server can make them so (PostgreSQL's
+    default_transaction_read_only), it makes no tables, and None where no study is recorded."""
     parsed = server_url(url)
     engine_kwargs = {}
     if parsed.get_backend_name() == "postgresql":
-        engine_kwargs["connect_args"] = {"connect_timeout": 10}
+        connect_args = {"connect_timeout": 10}
+        if not writer:
+            connect_args["options"] = "-c default_transaction_read_only=on"
+        engine_kwargs["connect_args"] = connect_args
+    rendered = parsed.render_as_string(hide_password=False)
+    if not writer and not _server_holds_a_study(rendered, engine_kwargs):
+        return None
     return optuna.storages.RDBStorage(
-        parsed.render_as_string(hide_password=False), engine_kwargs=engine_kwargs
+        rendered, engine_kwargs=engine_kwargs, skip_table_creation=not writer
     )
+
+
+def _server_holds_a_study(url: str, engine_kwargs: dict) -> bool:
+    """Whether the database has optuna's studies table with a study in it (optuna's first
+    opening makes its tables in several statements: none, or some and no study, is a database
+    where nothing has run)."""
+    engine = sqlalchemy.create_engine(url, **engine_kwargs)
+    try:
+        with engine.connect() as connection:
+            if not sqlalchemy.inspect(connection).has_table("studies"):
+                return False
+            count = connection.execute(sqlalchemy.text("SELECT count(*) FROM studies"))
+            return count.scalar() > 0
+    finally:
+        engine.dispose()

@@ -30,7 +30,7 @@ from optbench import safefs
 from optbench.plan import Trial
 from optbench.sampling import distributions
 from optbench.spec import StudySpec
-from optbench.storage_url import make_storage, storage_errors, storage_file
+from optbench.storage_url import make_storage, storage_errors
 from optbench.train.config import TrialResult
 
 if TYPE_CHECKING:
@@ -102,20 +102,20 @@ def refuse_links(spec: StudySpec, trials: list[Trial]) -> None:
 
 
 class Store:
-    """Read and write one study's trials. `Store(spec, create=False)` never writes anything
-    (a default SQLite file that does not exist yet just means "nothing has run")."""
+    """Read and write one study's trials. `Store(spec, create=True)` is the driver's, under the
+    study's lock (runner.run_study): it recovers a killed driver's unfinished write and makes
+    the database. `Store(spec, create=False)` never writes anything: it opens the storage
+    read-only (storage_url.make_storage), and a storage without anything recorded yet (no file)
+    just means "nothing has run"."""
 
     def __init__(self, spec: StudySpec, *, create: bool):
         self.spec = spec
-        self.storage: optuna.storages.BaseStorage | None = None
-        file = storage_file(spec.storage_url)
         if spec.storage is None:  # the default file in the study folder: SQLite follows links
             safefs.check(spec.study_dir / "study.db", spec.output)
         if create:
             safefs.make_dirs(spec.study_dir, spec.output)
-        if create or file is None or file.exists():  # reading creates no file
-            with storage_errors(spec.storage_url):
-                self.storage = make_storage(spec.storage_url)
+        with storage_errors(spec.storage_url):
+            self.storage = make_storage(spec.storage_url, writer=create)
 
     # --- reading ------------------------------------------------------------------------------
 

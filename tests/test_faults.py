@@ -5,9 +5,11 @@ ENOSPC). Each time: nothing recorded is lost, nothing runs twice, the user gets 
 from __future__ import annotations
 
 import copy
+import datetime
 import errno
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -22,16 +24,20 @@ import torch
 import yaml
 from cli_inprocess import ONE_MODEL_STUDY, run_cli, tiny_config, train_args
 from rich.console import Console
+from writing_driver import WritingExecutor
 
 import optbench.train.epoch as epoch
 import optbench.train.loop as loop
 import optbench.train.state as trial_state
+from optbench.api import load_trials
+from optbench.errors import UsageError
 from optbench.executors.base import JobEvent
 from optbench.executors.local import LocalExecutor
 from optbench.plan import plan
 from optbench.provenance import provenance
 from optbench.runner import run_study
 from optbench.spec import parse_spec
+from optbench.storage_url import OPTUNA_TABLES
 from optbench.store import Store
 from optbench.train.checkpoint import CHECKPOINT_FILE
 from optbench.train.config import Provenance, TrainConfig, TrialResult
@@ -53,44 +59,6 @@ def _attempts(spec) -> dict[str, list[tuple[str, str | None]]]:
             a = t.user_attrs
             out.setdefault(a["key"], []).append((a.get("status", "pending"), a.get("message")))
     return out
-
-
-class WritingExecutor:
-    """An executor whose 'workers' only write the given bytes as each job's result.json (or a
-    valid finished result where none is given): the driver's handling of what it reads back,
-    without training anything."""
-
-    jobs_outlive_driver = False
-
-    def __init__(self, payload: bytes | None = None):
-        self.payload, self.queue = payload, []
-
-    def settle(self, jobs):
-        return []
-
-    def submit(self, jobs):
-        self.queue += jobs
-        return "test"
-
-    def poll(self, timeout):
-        if not self.queue:
-            return []
-        job = self.queue.pop(0)
-        path = job.out_dir / RESULT_FILE
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if self.payload is None:
-            write_result(
-                job.out_dir,
-                TrialResult(
-                    status="finished", final_error=7.0, best_error=6.0, epochs=1, config=job.config
-                ),
-            )
-        else:
-            path.write_bytes(self.payload)
-        return [JobEvent(job.key, "ended")]
-
-    def close(self, cancel):
-        pass
 
 
 def _valid_result_json(config: TrainConfig, **changes) -> bytes:
@@ -169,7 +137,7 @@ def test_an_invalid_result_left_on_disk_is_recorded_as_failed_and_retried_in_the
     assert str(path) in attempts[0][1]
 
 
-DB_FAULTS = ["garbage", "foreign sqlite", "truncated sqlite", "folder"]
+DB_FAULTS = ["garbage", "foreign sqlite", "truncated sqlite", "folder", "a table dropped"]
 
 
 def _bad_database(kind: str, path: Path, good: Path | None) -> None:
@@ -183,6 +151,12 @@ def _bad_database(kind: str, path: Path, good: Path | None) -> None:
     elif kind == "truncated sqlite":
         data = good.read_bytes()
         path.write_bytes(data[: len(data) // 3])
+    elif kind == "a table dropped":  # optuna's RDBStorage would make it again, empty
+        shutil.copy(good, path)
+        con = sqlite3.connect(path)
+        con.execute("DROP TABLE trials")
+        con.commit()
+        con.close()
     else:
         path.mkdir()
 
@@ -198,21 +172,266 @@ def a_study_database(tmp_path_factory) -> Path:
     return spec.study_dir / "study.db"
 
 
+def test_the_tables_a_study_database_must_have_are_those_optuna_makes(a_study_database):
+    con = sqlite3.connect(f"file:{a_study_database}?mode=ro", uri=True)
+    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    con.close()
+    assert tables == OPTUNA_TABLES
+
+
+def _study_folder(study: dict, folder: Path, *, wal: bool = False) -> Path:
+    """folder/study.yaml of `study` with its output in folder/results; its database path (its
+    folder made; with `wal`, the file too: empty, in SQLite's WAL mode, which it keeps)."""
+    db = folder / "results" / "tiny" / "study.db"
+    db.parent.mkdir(parents=True)
+    (folder / "study.yaml").write_text(yaml.safe_dump({**study, "output": "results"}))
+    if wal:
+        _to_wal(db)
+    return db
+
+
+def _to_wal(db: Path) -> None:
+    """Put the SQLite database `db` (made if missing) in WAL mode, which it keeps."""
+    con = sqlite3.connect(db)
+    assert con.execute("PRAGMA journal_mode=WAL").fetchone() == ("wal",)
+    con.close()
+
+
+# Every command that only reads a study's database, and the Python API's reader.
+READERS = {
+    "status": ["status", "study.yaml"],
+    "report": ["report", "study.yaml"],
+    "dry run": ["run", "study.yaml", "--dry-run"],
+    "load_trials": None,
+}
+
+
+# ... and `optbench run`, which writes.
+COMMANDS = {"run": ["run", "study.yaml"], **READERS}
+
+
+def _exit_and_stderr(command: str, cwd: Path, monkeypatch, capsys) -> tuple[int, str]:
+    """The exit code and stderr of a command of COMMANDS run in `cwd`; load_trials' UsageError as
+    exit 2."""
+    if COMMANDS[command] is not None:
+        code, _, err = run_cli(COMMANDS[command], cwd, monkeypatch, capsys)
+        return code, err
+    monkeypatch.chdir(cwd)
+    try:
+        load_trials("study.yaml")
+    except UsageError as err:
+        return 2, f"error: {err}\n"
+    return 0, ""
+
+
 @pytest.mark.parametrize("kind", DB_FAULTS)
 def test_an_invalid_study_database_is_one_line_and_never_touched(
     kind, one_model, tmp_path, monkeypatch, capsys, a_study_database
 ):
-    one_model["output"] = "results"
-    (tmp_path / "study.yaml").write_text(yaml.safe_dump(one_model))
-    db = tmp_path / "results" / "tiny" / "study.db"
-    db.parent.mkdir(parents=True)
+    db = _study_folder(one_model, tmp_path)
     _bad_database(kind, db, a_study_database)
-    before = _tree(tmp_path)
-    for command in (["run", "study.yaml"], ["status", "study.yaml"], ["report", "study.yaml"]):
-        code, _, err = run_cli(command, tmp_path, monkeypatch, capsys)
+    before = _as_left(tmp_path)
+    for command in COMMANDS:
+        code, err = _exit_and_stderr(command, tmp_path, monkeypatch, capsys)
         assert code == 2, (command, err)
         assert len(err.strip().splitlines()) == 1 and str(db) in err, err
-    assert _tree(tmp_path) == before  # not overwritten, nothing else written
+    assert _as_left(tmp_path) == before  # not written, nothing else either
+
+
+@pytest.mark.parametrize("reader", READERS)
+def test_a_reader_of_a_wal_database_makes_no_file_beside_it(
+    reader, one_model, tmp_path, monkeypatch, capsys, a_study_database
+):
+    # A WAL database that no process has open is whole in its file: SQLite's read-only
+    # connections would still make its -wal and -shm files.
+    db = _study_folder(one_model, tmp_path)
+    shutil.copy(a_study_database, db)
+    _to_wal(db)
+    results = tmp_path / "results"
+    before = _tree(results), _mtimes(results)
+    code, err = _exit_and_stderr(reader, tmp_path, monkeypatch, capsys)
+    assert code == 0, err
+    assert (_tree(results), _mtimes(results)) == before  # (report writes its report)
+
+
+def _killed_mid_write(good: Path, db: Path) -> None:
+    """`db`: the study database `good` as a driver killed inside a write leaves it: pages of the
+    write already in the file, SQLite's hot journal beside it (both copied while it was open)."""
+    shutil.copy(good, db)
+    con = sqlite3.connect(db, isolation_level=None)
+    con.execute("PRAGMA cache_size=1")  # the changed pages spill into the file before a commit
+    con.execute("BEGIN")
+    con.execute("UPDATE trial_user_attributes SET value_json = ?", (json.dumps("x" * 100_000),))
+    left = {path: path.read_bytes() for path in (db, Path(f"{db}-journal"))}
+    con.execute("ROLLBACK")
+    con.close()
+    for path, data in left.items():
+        path.write_bytes(data)
+    assert db.read_bytes() != good.read_bytes()
+
+
+def _unfinished_write_line(db: Path) -> str:
+    return (
+        f"error: {db}: holds the unfinished write of a driver that was killed (SQLite's journal "
+        "beside it); run `optbench run` to recover it"
+    )
+
+
+@pytest.mark.parametrize("reader", READERS)
+def test_a_reader_names_a_killed_drivers_unfinished_write_and_recovers_nothing(
+    reader, one_model, tmp_path, monkeypatch, capsys, a_study_database
+):
+    db = _study_folder(one_model, tmp_path)
+    _killed_mid_write(a_study_database, db)
+    before = _as_left(tmp_path)
+    code, err = _exit_and_stderr(reader, tmp_path, monkeypatch, capsys)
+    assert (code, err.strip().splitlines()) == (2, [_unfinished_write_line(db)])
+    assert _as_left(tmp_path) == before
+
+
+def _run_on(executor: WritingExecutor, cwd: Path, monkeypatch, capsys) -> tuple[int, str, str]:
+    """`optbench run study.yaml` in `cwd`, its trials 'trained' by `executor`."""
+    from optbench import executors
+
+    monkeypatch.setattr(executors, "make_executor", lambda spec, **_: executor)
+    return run_cli(["run", "study.yaml"], cwd, monkeypatch, capsys)
+
+
+def test_run_rolls_a_killed_drivers_unfinished_write_back_and_loses_nothing(
+    one_model, tmp_path, monkeypatch, capsys, a_study_database
+):
+    db = _study_folder(one_model, tmp_path)
+    _killed_mid_write(a_study_database, db)
+    executor = WritingExecutor()
+    code, _, err = _run_on(executor, tmp_path, monkeypatch, capsys)
+    assert code == 0, err
+    assert executor.submitted == [] and not Path(f"{db}-journal").exists()
+    [attempts] = _attempts(parse_spec({**one_model, "output": "results"})).values()
+    assert attempts == [("finished", None)]  # the recorded trial, as it was before the write
+
+
+KILLS = 20  # issue 32's acceptance: the driver killed at 20 points resumes 20 times of 20
+
+
+def _killed_drivers(runs: dict[int, Path]) -> tuple[dict[int, int], str]:
+    """For each n: the driver of runs[n]/study.yaml killed by SIGKILL just before its n-th
+    database write, in a child process (tests/writing_driver.py; 0: never). Their exit codes,
+    and what they printed."""
+    args = [str(a) for n, folder in runs.items() for a in (n, folder)]
+    driver = [sys.executable, str(REPO / "tests" / "writing_driver.py"), *args]
+    proc = subprocess.run(driver, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    ends = [line.split() for line in proc.stdout.splitlines() if not line.startswith("writes")]
+    return {int(n): int(code) for n, code in ends}, proc.stdout
+
+
+def _kill_points(study: dict, folder: Path, kills: int) -> list[int]:
+    """`kills` points spread over the database writes of a whole run of `study` (in `folder`),
+    its first and last among them."""
+    _study_folder(study, folder)
+    codes, out = _killed_drivers({0: folder})
+    assert codes == {0: 0}, out
+    writes = int(out.split("writes: ")[1].split()[0])
+    points = sorted({1 + (writes - 1) * i // (kills - 1) for i in range(kills)})
+    assert len(points) == kills, writes
+    return points
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("wal, kills", [(False, KILLS), (True, 5)], ids=["rollback", "WAL"])
+def test_a_driver_killed_inside_a_database_write_resumes_with_nothing_lost_or_counted_twice(
+    wal, kills, tmp_path, monkeypatch, capsys
+):
+    # The driver is killed inside its n-th write (of its schema, a trial, a result), for 20 n:
+    # with SQLite's default rollback journal, most leave it hot beside a half-written file, the
+    # first a half-made schema; in WAL mode the log holds the unfinished write. `status` touches
+    # nothing; the same command then resumes.
+    study = copy.deepcopy(ONE_MODEL_STUDY)
+    folders = {n: tmp_path / f"kill-{n}" for n in _kill_points(study, tmp_path / "whole", kills)}
+    dbs = {n: _study_folder(study, folder, wal=wal) for n, folder in folders.items()}
+    codes, out = _killed_drivers(folders)
+    assert codes == {n: -signal.SIGKILL for n in folders}, out
+    hot = 0
+    for n, folder in folders.items():
+        recorded = folder / "recorded.txt"
+        recorded = set(recorded.read_text().split()) if recorded.exists() else set()
+        before = _as_left(folder)
+        code, _, err = run_cli(["status", "study.yaml"], folder, monkeypatch, capsys)
+        assert _as_left(folder) == before, n  # recovers nothing, writes nothing
+        if code:
+            assert (code, err.strip().splitlines()) == (2, [_unfinished_write_line(dbs[n])]), n
+            hot += 1
+        resumed_at = datetime.datetime.now()
+        executor = WritingExecutor()
+        code, _, err = _run_on(executor, folder, monkeypatch, capsys)
+        assert code == 0, (n, err)
+        trials = _recorded_trials(parse_spec({**study, "output": str(folder / "results")}))
+        assert len(trials) == 2 and all(len(t) == 1 for t in trials.values()), n  # once each
+        assert all(t[0].value == 7.0 for t in trials.values()), n
+        assert not recorded & set(executor.submitted), n  # what was recorded is not run again
+        assert all(trials[key][0].datetime_complete < resumed_at for key in recorded), n
+    # A hot rollback journal stops a reader (the fault under test) after most kills; a WAL
+    # reader reads the last commit past an unfinished one.
+    assert hot == 0 if wal else hot >= kills // 2
+
+
+def _recorded_trials(spec) -> dict[str, list[optuna.trial.FrozenTrial]]:
+    """key -> every recorded attempt at it, in order."""
+    storage = optuna.storages.RDBStorage(spec.storage_url)
+    out: dict[str, list] = {}
+    for s in optuna.get_all_study_summaries(storage):
+        for t in optuna.load_study(study_name=s.study_name, storage=storage).trials:
+            out.setdefault(t.user_attrs["key"], []).append(t)
+    return out
+
+
+# Journal files of JSON lines that are not optuna's operations.
+JOURNAL_FAULTS = {
+    "not an operation": '{"a": 1}\n',
+    "an operation without its fields": '{"op_code": 0}\n',
+    "an unknown operation": '{"op_code": 99, "worker_id": "w"}\n',
+    "a wrong value": '{"op_code": 0, "worker_id": "w", "study_name": "s", "directions": [7]}\n',
+}
+
+
+@pytest.mark.parametrize("kind", JOURNAL_FAULTS)
+def test_a_journal_of_lines_that_are_not_optunas_is_one_line_and_never_touched(
+    kind, one_model, tmp_path, monkeypatch, capsys
+):
+    journal = tmp_path / "study.log"
+    journal.write_text(JOURNAL_FAULTS[kind])
+    _study_folder({**one_model, "storage": f"journal://{journal}"}, tmp_path)
+    before = _as_left(tmp_path)
+    for command in COMMANDS:
+        code, err = _exit_and_stderr(command, tmp_path, monkeypatch, capsys)
+        assert code == 2, (command, err)
+        [line] = err.strip().splitlines()
+        assert f"{journal}: not an optuna journal" in line, line
+    assert _as_left(tmp_path) == before
+
+
+def test_an_unfinished_append_to_a_journal_is_cut_by_the_next_run_and_nothing_is_lost(
+    one_model, tmp_path, monkeypatch, capsys
+):
+    # A driver killed inside an append leaves an unterminated line. optuna skips it, but glues
+    # its next append to it, and loses that operation.
+    journal = tmp_path / "study.log"
+    study = {**one_model, "storage": f"journal://{journal}"}
+    _study_folder(study, tmp_path)
+    assert _run_on(WritingExecutor(), tmp_path, monkeypatch, capsys)[0] == 0
+    with open(journal, "ab") as f:
+        f.write(b'{"op_code":6,"worker_id":"w","trial_id":0,"sta')
+    before = _as_left(tmp_path)
+    code, _, err = run_cli(["status", "study.yaml"], tmp_path, monkeypatch, capsys)
+    assert code == 0 and _as_left(tmp_path) == before, err  # readers skip it, cut nothing
+    study["seeds"] = [0, 1]  # a second trial: appends after the unfinished line
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump({**study, "output": "results"}))
+    code, _, err = _run_on(WritingExecutor(), tmp_path, monkeypatch, capsys)
+    assert code == 0, err
+    assert all(json.loads(line) for line in journal.read_bytes().splitlines())
+    spec = parse_spec({**study, "output": str(tmp_path / "results")})
+    stored = Store(spec, create=False).read(plan(spec))
+    assert [(s.status, s.attempts) for s in stored] == [("finished", 1)] * 2
 
 
 def _tree(root: Path) -> dict[str, bytes | None]:
@@ -229,6 +448,22 @@ def _tree(root: Path) -> dict[str, bytes | None]:
             else:
                 out[rel] = p.read_bytes()
     return out
+
+
+def _as_left(root: Path) -> tuple[dict, dict]:
+    """What a reader must leave as it is below `root`: every path's bytes and modification time,
+    but for a WAL database's index (-shm), which SQLite's readers write (docs/faults.md)."""
+    tree, mtimes = _tree(root), _mtimes(root)
+    return (
+        {k: v for k, v in tree.items() if not k.endswith("-shm")},
+        {k: v for k, v in mtimes.items() if not k.endswith("-shm")},
+    )
+
+
+def _mtimes(root: Path) -> dict[str, int]:
+    """Every file under `root` with its modification time (ns): one written with the same
+    bytes changes it too."""
+    return {str(p.relative_to(root)): p.lstat().st_mtime_ns for p in root.rglob("*") if p.is_file()}
 
 
 # --- checkpoints ----------------------------------------------------------------------------------

@@ -182,7 +182,7 @@ def test_a_reader_racing_the_databases_creation_waits_and_opens_it(tmp_path, mon
             super().__init__(u, **kw)
 
     monkeypatch.setattr(optuna.storages, "RDBStorage", Racing)
-    storage = make_storage(url)
+    storage = make_storage(url, writer=True)
     assert calls == [url, url] and optuna.get_all_study_summaries(storage) == []
 
 

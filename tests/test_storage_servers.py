@@ -8,13 +8,19 @@ import subprocess
 import sys
 import uuid
 
+import optuna
 import pytest
+import sqlalchemy
 import yaml
+from cli_inprocess import run_cli
+from writing_driver import WritingExecutor
 
+from optbench.api import load_trials
 from optbench.executors.local import InlineExecutor
 from optbench.plan import plan
 from optbench.runner import run_study
 from optbench.spec import parse_spec
+from optbench.storage_url import server_url
 from optbench.store import Store
 
 
@@ -68,6 +74,36 @@ def test_a_postgresql_server_that_is_down_is_one_line_with_the_password_masked(
         assert password not in proc.stderr + proc.stdout
 
 
+def _tables(url: str) -> list[str]:
+    engine = sqlalchemy.create_engine(server_url(url))
+    try:
+        return sqlalchemy.inspect(engine).get_table_names()
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.slow
+def test_commands_that_only_read_make_no_table_on_a_database_server_and_cannot_write(
+    tiny_dict, tmp_path, private_postgres, monkeypatch, capsys
+):
+    # optuna's RDBStorage makes its tables wherever it opens: `status` on an empty database
+    # made them.
+    url = private_postgres.url
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump({**tiny_dict, "storage": url}))
+    for command in (["status", str(study)], ["run", str(study), "--dry-run"]):
+        code, _, err = run_cli(command, tmp_path, monkeypatch, capsys)
+        assert code == 0, err
+    assert (load_trials(study).status == "pending").all()
+    assert _tables(url) == []
+    spec = parse_spec({**tiny_dict, "storage": url})
+    run_study(spec, WritingExecutor(), console=_quiet(), live=False)
+    reader = Store(spec, create=False)
+    assert {s.status for s in reader.read(plan(spec))} == {"finished"}
+    with pytest.raises(optuna.exceptions.StorageInternalError):  # its sessions are read-only
+        optuna.create_study(study_name="another", storage=reader.storage)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(
     importlib.util.find_spec("psycopg2") is not None, reason="psycopg2 is installed here"
@@ -88,12 +124,12 @@ def test_an_unusable_database_server_is_refused_with_the_password_masked(monkeyp
 
     url = "postgresql://optbench:s3cret@db.example:5432/studies"
 
-    def refuse(_url):
+    def refuse(_url, _writer):
         raise RuntimeError(f"cannot upgrade the schema of {url}")
 
     monkeypatch.setattr(storage_url, "_open_storage", refuse)
     with pytest.raises(UsageError) as refused:
-        storage_url.make_storage(url)
+        storage_url.make_storage(url, writer=True)
     assert "s3cret" not in str(refused.value) and "***" in str(refused.value)
 
 
