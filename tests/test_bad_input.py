@@ -211,6 +211,19 @@ CASES = [
     Case("unknown executor", "executor.kind", study={"executor": {"kind": "cloud"}}),
     Case("retries -1", "retries", study={"executor": {"retries": -1}}),
     Case("slurm memory inf", "finite", study={"executor": {"slurm": {"mem_gb": float("inf")}}}),
+    # a switch where a number is meant (YAML 1.1 reads yes and on as true): not 1 (issue 32)
+    *(
+        Case(
+            f"stall_timeout_s {word}",
+            "executor.stall_timeout_s: Input should be a valid number (got True)",
+            raw=yaml.safe_dump(GOOD).encode() + f"executor:\n  stall_timeout_s: {word}\n".encode(),
+        )
+        for word in ("true", "yes", "on")
+    ),
+    Case("population true", "executor.population", study={"executor": {"population": True}}),
+    Case("epochs true", "should be an int or a list of ints", study=_study(epochs=True)),
+    Case("n_samples a string", "search.n_samples", study={"search.n_samples": "2"}),
+    Case("ema 1", "recipe.ema: Input should be a valid boolean", study={"recipe.ema": 1}),
     # --- where results go
     Case("output naming a file", "afile is a file", study=_study(output="TMP/afile")),
     Case("output beneath a file", "afile is a file", study=_study(output="TMP/afile/results")),
