@@ -230,6 +230,8 @@ def test_status_never_waits_on_a_fifo_in_place_of_the_driver_lock(
 # --- 3. crafted result files ------------------------------------------------------------------------
 
 
+FP = "0123456789abcdef"  # a code fingerprint of the right form
+FP_KEY = {"code_fingerprint": FP}
 CRAFTED_RESULTS = {
     "a formula as digest": {"digest": '=HYPERLINK("http://x","y")'},
     "a digest of the wrong length": {"digest": "ab" * 16},
@@ -240,6 +242,13 @@ CRAFTED_RESULTS = {
     "another schedule length": {"epochs": 7},
     "epochs_run beyond epochs": {"epochs_run": 9},
     "an unknown reported metric": {"reported": "=1+1"},
+    # strictly typed and capped as docs/outputs.md says (issue 32)
+    "a string for an error": {"final_error": "5.0"},
+    "a switch for a count": {"epochs_run": True},
+    "a float for a count": {"threads": 2.0},
+    "a huge provenance version": {"provenance": {"version": "v" * 200_000, "code_fingerprint": FP}},
+    "a provenance commit of markup": {"provenance": {"version": "1", "commit": "[/]", **FP_KEY}},
+    "a provenance fingerprint of markup": {"provenance": {"version": "1", "code_fingerprint": "x"}},
 }
 
 
