@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
+from optbench.console import text_console
 from optbench.errors import (
     StorageUnavailable,
     UsageError,
@@ -34,8 +34,9 @@ app = typer.Typer(
 )
 
 
-# Piped output (CI logs, files) gets wide tables instead of rich's 80-column default.
-console = Console(width=None if sys.stdout.isatty() else 160)
+# Piped output (CI logs, files) gets wide tables instead of rich's 80-column default. What it
+# prints is text, never markup: lines and tables show data from files (progress.text_console).
+console = text_console(width=None if sys.stdout.isatty() else 160)
 
 
 def _print_version(value: bool) -> None:
@@ -320,7 +321,7 @@ def run(
         try:
             check_spec(spec, data=True, source=study)
         except UsageError as err:
-            console.print(f"note: a real run would stop here: {err}")
+            console.print(f"note: a real run would stop here: {err}", soft_wrap=True)
         from optbench.analysis.summary import earlier_advice
 
         advice = earlier_advice(reports / spec.name / "summary.json", reports)

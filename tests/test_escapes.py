@@ -324,6 +324,52 @@ def test_no_csv_cell_starts_a_formula(tmp_path):
     assert csv_cell("\r=1") == "'\r=1" and csv_cell(-2.0) == -2.0
 
 
+# --- data from files is shown as text, never as rich markup (issue 32) -------------------------------
+
+MARKUP = "[/] [red]x[/red] :smile:"  # a MarkupError, a style and an emoji, were they markup
+
+
+def test_a_recorded_device_name_of_markup_is_shown_as_text(
+    one_model, tmp_path, monkeypatch, capsys
+):
+    spec = parse_spec(one_model)
+    config = plan(spec)[0].config
+    speed = {"images_per_s": 100.0, "wall_s": 10.0, "epochs_run": 1}
+    payload = _valid_result_json(config, device=f"cpu: {MARKUP}", **speed)
+    run_study(spec, WritingExecutor(payload), console=_quiet(), live=False)
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(one_model))
+    for command in (["run", "study.yaml", "--dry-run"], ["status", "study.yaml", "--trials"]):
+        code, out, err = run_cli(command, tmp_path, monkeypatch, capsys)
+        assert code == 0 and "Traceback" not in err, err
+    code, out, _ = run_cli(["run", "study.yaml", "--dry-run"], tmp_path, monkeypatch, capsys)
+    assert MARKUP in " ".join(out.split())  # the plan's caption names the device as recorded
+
+
+def test_a_path_of_markup_is_shown_as_text(one_model, tmp_path, monkeypatch, capsys):
+    one_model["dataset"] = {"name": "cifar10", "root": str(tmp_path / MARKUP)}
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(one_model))
+    code, out, err = run_cli(["run", "study.yaml", "--dry-run"], tmp_path, monkeypatch, capsys)
+    assert code == 0 and "Traceback" not in err, err
+    assert f"dataset.root: {tmp_path / MARKUP}/cifar-10-batches-py is not a folder" in out
+
+
+def test_a_text_table_is_text_in_any_console():
+    import io
+
+    from rich.console import Console
+
+    from optbench.console import TextTable
+
+    table = TextTable(title=MARKUP)
+    table.add_column("a")
+    table.add_row(MARKUP)
+    table.caption = MARKUP
+    table.add_caption(MARKUP)
+    out = io.StringIO()
+    Console(file=out, width=200).print(table)  # a caller's console, markup and emoji on
+    assert out.getvalue().count(MARKUP) == 4, out.getvalue()
+
+
 # --- 4. signals to the driver ---------------------------------------------------------------------
 
 # The driver under test: `optbench run` whose executor starts every job and never ends one (so
