@@ -163,6 +163,17 @@ def parse_metrics_line(raw: str | bytes) -> tuple[dict, str | None]:
     return line, None
 
 
+def failure_line(err: BaseException) -> str:
+    """A crash as its result's one line, "Type: message" (its traceback goes to error.log). An
+    exception raised in a DataLoader worker reaches the trial re-raised with the worker's whole
+    traceback in its message (30 lines on the console): its last line is the worker's own
+    "Type: message"."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    if len(lines) > 1 and lines[1].startswith("Original Traceback"):
+        return lines[-1]
+    return f"{type(err).__name__}: {' '.join(lines)}"
+
+
 def config_difference(expected: TrainConfig | dict, found: TrainConfig | dict) -> str:
     """Where two training configs differ, e.g. "epochs: 4 here, 3 there; seed: 0 here, 1
     there" (at most three keys, dotted paths)."""
