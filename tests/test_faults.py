@@ -312,6 +312,75 @@ def test_a_worker_fails_the_attempt_on_a_bad_checkpoint_and_keeps_it(kind, tmp_p
     assert not (tmp_path / "pwned").exists()
 
 
+@pytest.fixture(scope="module")
+def trained_state(tmp_path_factory) -> dict:
+    """The checkpoint of the tiny trial `_train_args` trains (2 epochs), after its last epoch."""
+    out = tmp_path_factory.mktemp("trained")
+    assert loop.run_trial(tiny_config(), out, keep_checkpoint=True).status == "finished"
+    return torch.load(out / CHECKPOINT_FILE, weights_only=True)
+
+
+def _first(tensors: dict) -> str:
+    return next(k for k, v in tensors.items() if torch.is_tensor(v) and v.ndim)
+
+
+def _misfit(state: dict, kind: str) -> dict:
+    """The trained state, back at the end of its first epoch, with one misfit of `kind`."""
+    state = copy.deepcopy(state)
+    progress = state["progress"]
+    state["progress"] = {**progress, "epoch": 1, "history": progress["history"][:1]}
+    if kind == "a model tensor of another shape":
+        state["model"][_first(state["model"])] = torch.zeros(3, 3)
+    elif kind == "a model tensor missing":
+        del state["model"][_first(state["model"])]
+    elif kind == "an EMA tensor of another shape":
+        state["ema"][_first(state["ema"])] = torch.zeros(3, 3)
+    elif kind == "an optimizer state that is not one":
+        state["optimizer"] = "adamw"
+    else:  # torch's load_state_dict does not look at the shapes of an optimizer's state
+        moments = state["optimizer"]["state"][0]
+        moments[_first(moments)] = torch.zeros(3, 3)
+    return state
+
+
+MISFITS = [
+    "a model tensor of another shape",
+    "a model tensor missing",
+    "an EMA tensor of another shape",
+    "an optimizer state that is not one",
+    "an optimizer state of another shape",
+]
+
+
+@pytest.mark.parametrize("kind", MISFITS)
+def test_train_resume_refuses_a_checkpoint_that_does_not_fit_in_one_line(
+    kind, trained_state, tmp_path, monkeypatch, capsys
+):
+    # it was exit 1 and a failed result.json (issue 32): refused inside the trial, not before
+    out = tmp_path / "out"
+    out.mkdir()
+    torch.save(_misfit(trained_state, kind), out / CHECKPOINT_FILE)
+    before = _tree(tmp_path)
+    code, stdout, err = run_cli(_train_args(out, "--resume"), tmp_path, monkeypatch, capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and stdout == "", err
+    assert f"{out / CHECKPOINT_FILE}: does not fit this trial" in err
+    assert _tree(tmp_path) == before  # kept, and nothing written
+
+
+@pytest.mark.parametrize("kind", MISFITS)
+def test_a_worker_fails_the_attempt_on_a_checkpoint_that_does_not_fit_and_keeps_it(
+    kind, trained_state, tmp_path
+):
+    out = tmp_path / "trial"
+    out.mkdir()
+    torch.save(_misfit(trained_state, kind), out / CHECKPOINT_FILE)
+    kept = (out / CHECKPOINT_FILE).read_bytes()
+    result = loop.run_trial(tiny_config(), out, resume=True)
+    assert result.status == "failed", result
+    assert f"{out / CHECKPOINT_FILE}: does not fit this trial" in result.message
+    assert (out / CHECKPOINT_FILE).read_bytes() == kept
+
+
 def test_train_resume_into_another_configurations_result_is_refused(tmp_path, monkeypatch, capsys):
     out = tmp_path / "out"
     write_result(
