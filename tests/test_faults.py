@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import copy
 import errno
+import io
 import json
 import os
 import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -664,6 +666,69 @@ def test_a_database_that_cannot_be_written_is_one_line_and_the_result_is_kept(
     code, out, err = run_cli(["run", "study.yaml"], tmp_path, monkeypatch, capsys)
     assert code == 0 and "recorded 1 result(s) found on disk" in out, err
     assert [s for s, _ in _attempts(spec)[trial.key]] == ["finished"]
+
+
+def _enospc(*args, **kwargs):
+    """A write on a full disk, as os.write and a file's write report it: no file named."""
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+class _FullDiskFile(io.StringIO):
+    write = staticmethod(_enospc)
+
+
+class _FullDiskOs:
+    """The os module, but its writes find the disk full."""
+
+    write = staticmethod(_enospc)
+
+    @staticmethod
+    def fdopen(fd: int, *args, **kwargs) -> _FullDiskFile:
+        os.close(fd)
+        return _FullDiskFile()
+
+    def __getattr__(self, name):
+        return getattr(os, name)
+
+
+NO_SPACE = "cannot write: No space left on device"
+
+
+def test_a_full_disk_at_the_study_lock_names_it(one_model, tmp_path, monkeypatch, capsys):
+    # it was "error: cannot write: No space left on device", no path (issue 32)
+    import optbench.locks as locks
+
+    one_model["output"] = "results"
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(one_model))
+    monkeypatch.setattr(locks, "os", _FullDiskOs())
+    code, _, err = run_cli(["run", "study.yaml"], tmp_path, monkeypatch, capsys)
+    assert code == 1, err
+    assert err.strip() == f"error: results/tiny/.lock: {NO_SPACE}"
+
+
+def test_a_full_disk_at_the_slurm_journal_names_it(tmp_path, monkeypatch):
+    from optbench.executors.slurm import journal
+
+    monkeypatch.setattr(journal, "os", _FullDiskOs())
+    with pytest.raises(OSError) as full:
+        journal.append_lines(tmp_path, [{"job": 1}])
+    assert full.value.filename == str(tmp_path / journal.JOBS_FILE)
+
+
+def test_a_full_disk_at_the_tensorboard_events_is_one_line_naming_them(
+    tmp_path, monkeypatch, capsys
+):
+    pytest.importorskip("tensorboard")
+    from tensorboard.summary.writer.record_writer import RecordWriter
+
+    thread_errors = []  # what a thread's uncaught error would print (20 lines)
+    monkeypatch.setattr(threading, "excepthook", thread_errors.append)
+    monkeypatch.setattr(RecordWriter, "write", _enospc)  # in tensorboard's writer thread
+    out = tmp_path / "out"
+    code, _, err = run_cli(_train_args(out), tmp_path, monkeypatch, capsys)
+    events = out / "events.out.tfevents.*"
+    assert code == 1 and err.strip().splitlines()[-1] == f"error: {events}: {NO_SPACE}", err
+    assert thread_errors == []
 
 
 def _mount_tmpfs(path: Path, size: str) -> bool:
