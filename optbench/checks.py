@@ -192,6 +192,16 @@ def check_device(device: str, what: str = "--device") -> None:
         raise UsageError(f"{what}: {device!r}: optbench trains on cpu, cuda or mps")
 
 
+def check_environment() -> None:
+    """The variables a trial reads to join a process group (torchrun's RANK, WORLD_SIZE,
+    LOCAL_RANK, MASTER_PORT; SLURM's task ids): each is checked before anything is written, a
+    bad one a UsageError naming it (train.distributed.env_int)."""
+    from optbench.train.distributed import context_from_env, master_port
+
+    if context_from_env().enabled:
+        master_port()
+
+
 def check_resume(config, out: Path) -> None:
     """What `optbench train --resume` would continue from in `out` is this config's: a
     result.json or checkpoint.pt of another configuration, one that cannot be read or one whose

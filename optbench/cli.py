@@ -273,12 +273,20 @@ def epoch_line(line: dict, epochs: int) -> str:
 
 def _check_train_flags(cfg, out: Path, threads: int | None, device: str, resume: bool) -> None:
     """`optbench train`'s flags against this machine, before anything is written: threads,
-    device, the output folder and what --resume would continue from."""
-    from optbench.checks import check_device, check_resume, check_threads, check_writable_folder
+    device, the process group's environment, the output folder and what --resume would
+    continue from."""
+    from optbench.checks import (
+        check_device,
+        check_environment,
+        check_resume,
+        check_threads,
+        check_writable_folder,
+    )
 
     if threads is not None:
         check_threads(threads)
     check_device(device)
+    check_environment()
     check_writable_folder(out, "--out")
     if resume:
         check_resume(cfg, out)
