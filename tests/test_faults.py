@@ -396,6 +396,18 @@ def test_train_resume_into_another_configurations_result_is_refused(tmp_path, mo
     assert _tree(tmp_path) == before
 
 
+def test_a_crafted_configuration_is_named_in_a_short_line(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    result = TrialResult(status="finished", final_error=7.0, epochs=2, config=tiny_config())
+    crafted = json.loads(result.model_dump_json())
+    crafted["config"]["model"] = "x" * 200_000  # another configuration, 200,000 characters long
+    (out / RESULT_FILE).write_text(json.dumps(crafted))
+    code, _, err = run_cli(_train_args(out, "--resume"), tmp_path, monkeypatch, capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err[:300]
+    assert "model: 'vit_p_w64_16px' here, 'xxx" in err and len(err) < 500, err[:300]
+
+
 def test_a_real_checkpoint_loads_with_weights_only(tmp_path, monkeypatch):
     calls = {"n": 0}
     seed_step = epoch.seed_step

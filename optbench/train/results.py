@@ -174,6 +174,11 @@ def failure_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {' '.join(lines)}"
 
 
+def _short(text: str, limit: int = 80) -> str:
+    """`text` cut to `limit` characters: a crafted file's value may be 200,000 long."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def config_difference(expected: TrainConfig | dict, found: TrainConfig | dict) -> str:
     """Where two training configs differ, e.g. "epochs: 4 here, 3 there; seed: 0 here, 1
     there" (at most three keys, dotted paths)."""
@@ -188,10 +193,13 @@ def config_difference(expected: TrainConfig | dict, found: TrainConfig | dict) -
             return out
         return {prefix.rstrip("."): node}
 
+    def value(config: dict, key: str) -> str:
+        return _short(repr(config.get(key, "(none)")))
+
     a, b = flat(expected), flat(found)
     missing = object()
     keys = [k for k in sorted(set(a) | set(b)) if a.get(k, missing) != b.get(k, missing)]
-    shown = [f"{k}: {a.get(k, '(none)')!r} here, {b.get(k, '(none)')!r} there" for k in keys[:3]]
+    shown = [f"{_short(k)}: {value(a, k)} here, {value(b, k)} there" for k in keys[:3]]
     more = f" (and {len(keys) - 3} more)" if len(keys) > 3 else ""
     return "; ".join(shown) + more if shown else "the same configuration"
 
