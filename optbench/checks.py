@@ -195,12 +195,24 @@ def check_device(device: str, what: str = "--device") -> None:
         raise UsageError(f"{what}: {device!r}: optbench trains on cpu, cuda or mps")
 
 
+def check_environment() -> None:
+    """The variables a trial reads to join a process group (torchrun's RANK, WORLD_SIZE,
+    LOCAL_RANK, MASTER_PORT; SLURM's task ids): each is checked before anything is written, a
+    bad one a UsageError naming it (train.distributed.env_int)."""
+    from optbench.train.distributed import context_from_env, master_port
+
+    if context_from_env().enabled:
+        master_port()
+
+
 def check_resume(config, out: Path) -> None:
     """What `optbench train --resume` would continue from in `out` is this config's: a
-    result.json or checkpoint.pt of another configuration, or one that cannot be read, is a
-    UsageError naming the file (and the difference). Reads only; deletes nothing."""
-    from optbench.train.checkpoint import CHECKPOINT_FILE, load_checkpoint
+    result.json or checkpoint.pt of another configuration, one that cannot be read or one whose
+    tensors do not fit the model or optimizer is a UsageError naming the file (and the
+    difference). Reads only; deletes nothing."""
+    from optbench.train.checkpoint import CHECKPOINT_FILE
     from optbench.train.results import finished_result
+    from optbench.train.state import check_resumable
 
     if finished_result(config, out) is None:
-        load_checkpoint(out / CHECKPOINT_FILE, config.model_dump(mode="json"))
+        check_resumable(out / CHECKPOINT_FILE, config)

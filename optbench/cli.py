@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
+from optbench.console import text_console
 from optbench.errors import (
     StorageUnavailable,
     UsageError,
@@ -34,8 +34,9 @@ app = typer.Typer(
 )
 
 
-# Piped output (CI logs, files) gets wide tables instead of rich's 80-column default.
-console = Console(width=None if sys.stdout.isatty() else 160)
+# Piped output (CI logs, files) gets wide tables instead of rich's 80-column default. What it
+# prints is text, never markup: lines and tables show data from files (progress.text_console).
+console = text_console(width=None if sys.stdout.isatty() else 160)
 
 
 def _print_version(value: bool) -> None:
@@ -272,12 +273,20 @@ def epoch_line(line: dict, epochs: int) -> str:
 
 def _check_train_flags(cfg, out: Path, threads: int | None, device: str, resume: bool) -> None:
     """`optbench train`'s flags against this machine, before anything is written: threads,
-    device, the output folder and what --resume would continue from."""
-    from optbench.checks import check_device, check_resume, check_threads, check_writable_folder
+    device, the process group's environment, the output folder and what --resume would
+    continue from."""
+    from optbench.checks import (
+        check_device,
+        check_environment,
+        check_resume,
+        check_threads,
+        check_writable_folder,
+    )
 
     if threads is not None:
         check_threads(threads)
     check_device(device)
+    check_environment()
     check_writable_folder(out, "--out")
     if resume:
         check_resume(cfg, out)
@@ -320,7 +329,7 @@ def run(
         try:
             check_spec(spec, data=True, source=study)
         except UsageError as err:
-            console.print(f"note: a real run would stop here: {err}")
+            console.print(f"note: a real run would stop here: {err}", soft_wrap=True)
         from optbench.analysis.summary import earlier_advice
 
         advice = earlier_advice(reports / spec.name / "summary.json", reports)

@@ -62,7 +62,10 @@ def driver_lock(study_dir: Path, on_wait: Callable[[str], None] = print) -> Iter
                 time.sleep(0.05)
         token = secrets.token_hex(8)
         os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()} {token}".encode())
+        try:
+            os.write(fd, f"{os.getpid()} {token}".encode())
+        except OSError as err:  # a full disk: os.write's error names no file (docs/faults.md)
+            raise OSError(err.errno, err.strerror, str(study_dir / DRIVER_LOCK)) from None
         _wait_for_workers(study_dir, on_wait)
         yield token
     finally:

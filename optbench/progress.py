@@ -25,6 +25,7 @@ from rich.console import Console, Group
 from rich.table import Table
 
 from optbench import safefs
+from optbench.console import TextTable
 from optbench.train.results import METRICS_FILE, read_metrics
 
 if TYPE_CHECKING:
@@ -283,7 +284,7 @@ class StudyProgress:
 
     def table(self, title: str) -> Table:
         """Counts and best error per cell; the caption says elapsed time and time left."""
-        table = Table(title=title)
+        table = TextTable(title=title)
         for col in ("model", "optimizer", "epochs", *STATES, "best error"):
             table.add_column(col, justify="left" if col in ("model", "optimizer") else "right")
         best = self.best_errors()
@@ -313,7 +314,7 @@ class StudyProgress:
         running = [item for item in self.trials if item.trial.key in self.running]
         if not running:
             return None
-        table = Table(title="running")
+        table = TextTable(title="running")
         for col in ("trial", "epoch", "val error", "s/epoch", "left"):
             table.add_column(col, justify="left" if col == "trial" else "right")
         now = time.time()

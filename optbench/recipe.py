@@ -13,7 +13,16 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    field_validator,
+    model_validator,
+)
 
 from optbench.caps import MAX_AUGMENT_OPS, MAX_IMG_SIZE, MAX_TRANSLATE, check_cap
 
@@ -22,7 +31,12 @@ OPTIMIZERS: tuple[str, ...] = ("adamw", "sgd")
 
 
 class StrictModel(BaseModel):
-    """The base of every settings model: unknown keys, non-finite numbers and edits are errors."""
+    """The base of every settings model: unknown keys, non-finite numbers and edits are errors.
+
+    Its numbers and switches are pydantic's StrictInt, StrictFloat and StrictBool: the default
+    (lax) types read `true` (YAML's yes and on too) as 1, "5" as 5 and 1 as true, so
+    `stall_timeout_s: yes` would be a timeout of one second. A StrictFloat takes an int.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -39,7 +53,7 @@ class Dataset(StrictModel):
 
     name: str
     root: Path | None = None
-    img_size: int | None = Field(default=None, ge=4)
+    img_size: StrictInt | None = Field(default=None, ge=4)
 
     @field_validator("img_size")
     @classmethod
@@ -176,50 +190,50 @@ class Recipe(StrictModel):
     # schedule (train/optim.py); min_lr and warmup_factor are fractions of the peak lr
     schedule: Literal["cosine", "pycls", "deit"] = "cosine"
     schedule_step: Literal["iteration", "epoch"] = "iteration"
-    warmup_epochs: float = Field(default=5.0, ge=0)
-    warmup_ref_epochs: int | None = Field(default=None, ge=1)
-    warmup_factor: float = Field(default=0.0, ge=0, le=1)
-    min_lr: float = Field(default=0.0, ge=0, le=1)
+    warmup_epochs: StrictFloat = Field(default=5.0, ge=0)
+    warmup_ref_epochs: StrictInt | None = Field(default=None, ge=1)
+    warmup_factor: StrictFloat = Field(default=0.0, ge=0, le=1)
+    min_lr: StrictFloat = Field(default=0.0, ge=0, le=1)
     # optimizer
-    momentum: float = Field(default=0.9, ge=0, lt=1)
-    nesterov: bool = False
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = Field(default=1e-8, gt=0)
+    momentum: StrictFloat = Field(default=0.9, ge=0, lt=1)
+    nesterov: StrictBool = False
+    betas: tuple[StrictFloat, StrictFloat] = (0.9, 0.999)
+    eps: StrictFloat = Field(default=1e-8, gt=0)
     wd_exclude: tuple[str, ...] = ()
     # loss, weights average (train/ema.py), BN statistics and what is reported
-    label_smoothing: float = Field(default=0.1, ge=0, lt=1)
-    ema: bool = True
+    label_smoothing: StrictFloat = Field(default=0.1, ge=0, lt=1)
+    ema: StrictBool = True
     ema_rule: Literal["horizon", "pycls", "decay"] = "horizon"
-    ema_horizon: float | None = Field(default=None, gt=0, le=1)
-    ema_period: int | None = Field(default=None, ge=1)
-    ema_alpha: float | None = Field(default=None, gt=0)
-    ema_decay: float | None = Field(default=None, ge=0, lt=1)
-    precise_bn_images: int = Field(default=0, ge=0)
+    ema_horizon: StrictFloat | None = Field(default=None, gt=0, le=1)
+    ema_period: StrictInt | None = Field(default=None, ge=1)
+    ema_alpha: StrictFloat | None = Field(default=None, gt=0)
+    ema_decay: StrictFloat | None = Field(default=None, ge=0, lt=1)
+    precise_bn_images: StrictInt = Field(default=0, ge=0)
     report: Literal["ema_final", "ema_best", "raw_final", "raw_best"] = "ema_final"
-    diverge_loss: float = Field(default=1e4, gt=0)
+    diverge_loss: StrictFloat = Field(default=1e4, gt=0)
     # augmentation (train/augment.py)
     normalize: Literal["dataset", "imagenet"] = "dataset"
-    hflip: bool = True
-    translate: int = Field(default=4, ge=0)
+    hflip: StrictBool = True
+    translate: StrictInt = Field(default=4, ge=0)
     auto_augment: str = "none"
     autoaugment_policy: Literal["imagenet", "cifar10", "svhn"] = "imagenet"
-    randaugment_n: int = Field(default=2, ge=1)
-    randaugment_m: int = Field(default=9, ge=0, le=30)
-    augment_group: int = Field(default=8, ge=1)
-    lighting_std: float = Field(default=0.0, ge=0)
-    mixup_alpha: float = Field(default=0.0, ge=0)
-    cutmix_alpha: float = Field(default=0.0, ge=0)
-    random_erasing: float = Field(default=0.0, ge=0, le=1)
-    repeated_aug: int = Field(default=1, ge=1)
+    randaugment_n: StrictInt = Field(default=2, ge=1)
+    randaugment_m: StrictInt = Field(default=9, ge=0, le=30)
+    augment_group: StrictInt = Field(default=8, ge=1)
+    lighting_std: StrictFloat = Field(default=0.0, ge=0)
+    mixup_alpha: StrictFloat = Field(default=0.0, ge=0)
+    cutmix_alpha: StrictFloat = Field(default=0.0, ge=0)
+    random_erasing: StrictFloat = Field(default=0.0, ge=0, le=1)
+    repeated_aug: StrictInt = Field(default=1, ge=1)
     # model
-    drop_path: float = Field(default=0.0, ge=0, lt=1)
+    drop_path: StrictFloat = Field(default=0.0, ge=0, lt=1)
     # class-folder datasets: how the training crop and the evaluation resize resample
     interpolation: Literal["bilinear_antialias", "bilinear", "bicubic"] = "bilinear_antialias"
     weight_init: Literal["reference", "timm"] = "reference"
     # speed (each is off or harmless on CPU)
-    amp: bool = True
-    channels_last: bool = True
-    compile: bool = False
+    amp: StrictBool = True
+    channels_last: StrictBool = True
+    compile: StrictBool = False
 
     @model_validator(mode="before")
     @classmethod

@@ -27,6 +27,7 @@ from rich.console import Console
 from rich.live import Live
 
 from optbench import safefs
+from optbench.console import text_console
 from optbench.errors import StorageUnavailable, WriteError
 from optbench.executors.base import Executor, Job
 from optbench.locks import driver_lock
@@ -151,7 +152,7 @@ def run_study(
     result files on disk), prepare the store once (so a failure among those is retried in this
     run), submit, and follow until every job has ended. With `detach`, an executor whose jobs
     outlive the driver (SLURM) returns right after submitting: a later run follows them."""
-    console = console or Console()
+    console = console or text_console()
     trials = plan(spec)  # pure: a spec that cannot be planned stops here, before any write
     refuse_links(spec, trials)  # before any write, too
     # one driver per study, and none while an earlier driver's workers still write (locks.py)
@@ -185,7 +186,9 @@ def run_study(
             console.print(progress.table(spec.name))
         for note in input_notes(progress.trials):
             console.print(note, markup=False, highlight=False)
-        console.print(f"\nrecorded {progress.ran} trial(s); study folder {spec.study_dir}")
+        console.print(
+            f"\nrecorded {progress.ran} trial(s); study folder {spec.study_dir}", markup=False
+        )
         return progress
 
 

@@ -19,7 +19,15 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from optbench.caps import (
     CAP_REASONS,
@@ -57,8 +65,8 @@ def _check_range(value: tuple[float, float], what: str) -> tuple[float, float]:
 class Range(StrictModel):
     """Explicit log-uniform bounds for lr (normalized to ref_batch) and weight decay."""
 
-    lr: tuple[float, float]
-    wd: tuple[float, float]
+    lr: tuple[StrictFloat, StrictFloat]
+    wd: tuple[StrictFloat, StrictFloat]
 
     @field_validator("lr", "wd")
     @classmethod
@@ -69,19 +77,19 @@ class Range(StrictModel):
 class GoodValue(StrictModel):
     """A model's good (lr, wd) for one optimizer, as in the paper's Table 4."""
 
-    lr: float = Field(gt=0)
-    wd: float = Field(gt=0)
+    lr: StrictFloat = Field(gt=0)
+    wd: StrictFloat = Field(gt=0)
 
 
 class Search(StrictModel):
     """How (lr, wd) pairs are drawn: n_samples log-uniform draws per (model, optimizer)."""
 
-    n_samples: int = Field(ge=1)
+    n_samples: StrictInt = Field(ge=1)
     sampler: Literal["random", "qmc", "good"] = "random"
-    seed: int = Field(default=0, ge=0, lt=SEED_BOUND)
+    seed: StrictInt = Field(default=0, ge=0, lt=SEED_BOUND)
     ranges: dict[Optimizer, Range] = Field(default_factory=dict)
     good_values: dict[str, dict[Optimizer, GoodValue]] = Field(default_factory=dict)
-    good_range: tuple[float, float] = (0.125, 4.0)
+    good_range: tuple[StrictFloat, StrictFloat] = (0.125, 4.0)
 
     @field_validator("n_samples")
     @classmethod
@@ -116,24 +124,24 @@ class SlurmSettings(StrictModel):
     partition: str | None = None
     account: str | None = None
     qos: str | None = None
-    time_min: int = Field(default=60, ge=1, description="job time limit in minutes")
-    nodes: int = Field(default=1, ge=1)
-    gpus_per_node: int = Field(default=0, ge=0)
-    tasks_per_node: int | None = Field(
+    time_min: StrictInt = Field(default=60, ge=1, description="job time limit in minutes")
+    nodes: StrictInt = Field(default=1, ge=1)
+    gpus_per_node: StrictInt = Field(default=0, ge=0)
+    tasks_per_node: StrictInt | None = Field(
         default=None, ge=1, description="DDP processes per node; default one per GPU (at least 1)"
     )
-    cpus_per_task: int = Field(default=1, ge=1)
-    mem_gb: float | None = Field(default=None, gt=0, description="memory per node")
+    cpus_per_task: StrictInt = Field(default=1, ge=1)
+    mem_gb: StrictFloat | None = Field(default=None, gt=0, description="memory per node")
     constraint: str | None = None
-    array_parallelism: int = Field(default=64, ge=1)
+    array_parallelism: StrictInt = Field(default=64, ge=1)
     setup: list[str] = Field(default_factory=list, description="shell lines run before the trial")
-    sbatch: dict[str, str | int | bool] = Field(
+    sbatch: dict[str, str | StrictInt | StrictBool] = Field(
         default_factory=dict, description="extra sbatch flags, e.g. {mail-type: END}"
     )
-    trials_per_job: int = Field(default=1, ge=1)
-    signal_delay_s: int = Field(default=120, ge=10)
-    max_requeues: int = Field(default=3, ge=0)
-    poll_s: float = Field(default=10.0, ge=2.0)
+    trials_per_job: StrictInt = Field(default=1, ge=1)
+    signal_delay_s: StrictInt = Field(default=120, ge=10)
+    max_requeues: StrictInt = Field(default=3, ge=0)
+    poll_s: StrictFloat = Field(default=10.0, ge=2.0)
     folder: Path | None = Field(
         default=None, description="job files and logs; default <study folder>/slurm (shared FS)"
     )
@@ -164,14 +172,14 @@ class ExecutorSettings(StrictModel):
     them one by one in the driver, `slurm` submits them as SLURM job arrays (see `slurm`)."""
 
     kind: Literal["local", "debug", "slurm"] = "local"
-    workers: int | Literal["auto"] = "auto"
-    retries: int = Field(default=2, ge=0)
+    workers: StrictInt | Literal["auto"] = "auto"
+    retries: StrictInt = Field(default=2, ge=0)
     # trials of one cell and seed trained together in one process (train/population.py); an
     # execution setting: not part of the cell id (docs/population.md)
-    population: int = Field(default=1, ge=1, le=MAX_POPULATION)
+    population: StrictInt = Field(default=1, ge=1, le=MAX_POPULATION)
     # a running trial without a new metrics line for this long is ended by the driver and
     # recorded as failed ("stalled", docs/faults.md); null: never (a stall is only shown)
-    stall_timeout_s: float | None = Field(default=None, gt=0)
+    stall_timeout_s: StrictFloat | None = Field(default=None, gt=0)
     slurm: SlurmSettings = SlurmSettings()
 
     @model_validator(mode="after")
@@ -204,11 +212,11 @@ class StudySpec(StrictModel):
     dataset: StudyDataset
     models: list[str] = Field(min_length=1)
     optimizers: list[Optimizer] = Field(min_length=1)
-    epochs: list[int] = Field(min_length=1)
-    batch_size: int = Field(ge=1)
-    ref_batch: int = Field(ge=1)  # default: the recipe preset's (PRESET_REF_BATCH)
+    epochs: list[StrictInt] = Field(min_length=1)
+    batch_size: StrictInt = Field(ge=1)
+    ref_batch: StrictInt = Field(ge=1)  # default: the recipe preset's (PRESET_REF_BATCH)
     search: Search
-    seeds: list[int] = Field(default=[0], min_length=1)
+    seeds: list[StrictInt] = Field(default=[0], min_length=1)
     recipe: Recipe = Recipe()
     output: Path = Path("results")
     storage: str | None = None
@@ -395,7 +403,7 @@ class Cell(StrictModel):
 
     model: str
     optimizer: Optimizer
-    epochs: int
+    epochs: StrictInt
 
 
 def parse_spec(data: dict, source: Path | str = "<spec>") -> StudySpec:

@@ -14,8 +14,7 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from rich.table import Table
-
+from optbench.console import TextTable
 from optbench.locks import running_driver
 from optbench.plan import plan, populations
 from optbench.progress import (
@@ -48,7 +47,7 @@ def running_trials(
     return found
 
 
-def status_table(spec: StudySpec, running: set[str] = frozenset()) -> tuple[Table, str | None]:
+def status_table(spec: StudySpec, running: set[str] = frozenset()) -> tuple[TextTable, str | None]:
     """Counts per cell, read from the store without running or writing anything, and the
     one-line warning when a cell mixes results of different training code (None if none);
     `running`: the keys of trials whose job is running (SLURM); running_trials adds those a
@@ -61,9 +60,8 @@ def status_table(spec: StudySpec, running: set[str] = frozenset()) -> tuple[Tabl
     table = StudyProgress(stored, running=now_running).table(
         f"{spec.name}: {sum(s.is_result for s in stored)} of {len(stored)} trials done"
     )
-    notes = input_notes(stored)
-    if notes:
-        table.caption = "\n".join([table.caption or "", *notes]).strip()
+    for note in input_notes(stored):
+        table.add_caption(note)
     fingerprints = (
         (s.trial.cell_id, (s.record.user_attrs.get("provenance") or {}).get("code_fingerprint"))
         for s in stored
@@ -72,7 +70,7 @@ def status_table(spec: StudySpec, running: set[str] = frozenset()) -> tuple[Tabl
     return table, mixed_code_warning(fingerprints)
 
 
-def trials_table(spec: StudySpec, running: set[str] = frozenset()) -> Table | None:
+def trials_table(spec: StudySpec, running: set[str] = frozenset()) -> TextTable | None:
     """The trials without a result that run now (running_trials; `running`: SLURM's) or whose
     metrics file has epochs (`optbench status --trials`): epoch k/N, last validation error,
     seconds per epoch, the last epoch's training images/s and fraction of it waiting for input,
@@ -81,7 +79,7 @@ def trials_table(spec: StudySpec, running: set[str] = frozenset()) -> Table | No
     trials = plan(spec)
     stored = Store(spec, create=False).read(trials)
     now_running = running_trials(spec, stored, set(running))
-    table = Table(title=f"{spec.name}: trials in progress (read from their metrics files)")
+    table = TextTable(title=f"{spec.name}: trials in progress (read from their metrics files)")
     columns = ("trial", "epoch", "val error", "s/epoch", "img/s", "input wait", "updated", "left")
     for col in columns:
         table.add_column(col, justify="left" if col == "trial" else "right")
@@ -151,7 +149,7 @@ def _lr_wd_columns(spec: StudySpec, cell, bounds) -> tuple[str, str]:
     return f"{bounds.lr[0]:.3g} .. {bounds.lr[1]:.3g}", f"{bounds.wd[0]:.3g} .. {bounds.wd[1]:.3g}"
 
 
-def plan_table(spec: StudySpec) -> Table:
+def plan_table(spec: StudySpec) -> TextTable:
     """The trial plan of `optbench run --dry-run`: what would run, per cell, and its compute:
     training images x forward multiply-adds per image (backward adds about 2x), each model at
     the input size it would train at (`px`: a class-folder dataset takes it from the model
@@ -163,7 +161,7 @@ def plan_table(spec: StudySpec) -> Table:
     n_train = info[spec.models[0]].n_train
     trials = plan(spec)
     stored = Store(spec, create=False).read(trials)
-    table = Table(title=f"{spec.name}: plan ({spec.dataset.name}, {n_train} training images)")
+    table = TextTable(title=f"{spec.name}: plan ({spec.dataset.name}, {n_train} training images)")
     for col in (
         "model",
         "optimizer",
@@ -230,8 +228,8 @@ def plan_table(spec: StudySpec) -> Table:
         devices = sorted({v.device for v in measured.values()})
         per_job = spec.executor.slurm.trials_per_job
         minutes = math.ceil(1.25 * per_job * longest_s / 60) + 5  # 25% and 5 min of margin
-        table.caption += (
-            f"\nimg/s: median of this study's finished trials of the model on {', '.join(devices)}; "
+        table.add_caption(
+            f"img/s: median of this study's finished trials of the model on {', '.join(devices)}; "
             f"{hours:.3g} device-hours to run the cells measured (device-h: trials x processes); "
             f"a SLURM job of {per_job} trial(s) needs time_min >= {minutes} "
             f"(executor.slurm.time_min is {spec.executor.slurm.time_min})"

@@ -32,6 +32,7 @@ class Case:
     study: dict = field(default_factory=dict)
     raw: bytes | None = None
     skip: str | None = None
+    env: dict[str, str] = field(default_factory=dict)  # environment variables set for the command
 
 
 def _study(**changes) -> dict:
@@ -211,6 +212,19 @@ CASES = [
     Case("unknown executor", "executor.kind", study={"executor": {"kind": "cloud"}}),
     Case("retries -1", "retries", study={"executor": {"retries": -1}}),
     Case("slurm memory inf", "finite", study={"executor": {"slurm": {"mem_gb": float("inf")}}}),
+    # a switch where a number is meant (YAML 1.1 reads yes and on as true): not 1 (issue 32)
+    *(
+        Case(
+            f"stall_timeout_s {word}",
+            "executor.stall_timeout_s: Input should be a valid number (got True)",
+            raw=yaml.safe_dump(GOOD).encode() + f"executor:\n  stall_timeout_s: {word}\n".encode(),
+        )
+        for word in ("true", "yes", "on")
+    ),
+    Case("population true", "executor.population", study={"executor": {"population": True}}),
+    Case("epochs true", "should be an int or a list of ints", study=_study(epochs=True)),
+    Case("n_samples a string", "search.n_samples", study={"search.n_samples": "2"}),
+    Case("ema 1", "recipe.ema: Input should be a valid boolean", study={"recipe.ema": 1}),
     # --- where results go
     Case("output naming a file", "afile is a file", study=_study(output="TMP/afile")),
     Case("output beneath a file", "afile is a file", study=_study(output="TMP/afile/results")),
@@ -372,6 +386,25 @@ CASES = [
     Case("train --set translate", "above the cap of 64", train("--set", "translate=100000")),
     Case("train --set ema_rule", "ema_rule", train("--set", "ema_rule=swa")),
     Case("train --set schedule", "schedule", train("--set", "schedule=linear")),
+    # --- optbench train's environment: a process group's variables (issue 32)
+    *(
+        Case(f"train {' '.join(f'{k}={v}' for k, v in env.items())}", needle, train(), env=env)
+        for env, needle in [
+            ({"WORLD_SIZE": "abc", "RANK": "0"}, "environment variable WORLD_SIZE='abc'"),
+            ({"WORLD_SIZE": "0", "RANK": "0"}, "environment variable WORLD_SIZE='0'"),
+            ({"WORLD_SIZE": "2", "RANK": "-1"}, "environment variable RANK='-1'"),
+            ({"WORLD_SIZE": "2", "RANK": "2"}, "RANK=2: not below WORLD_SIZE=2"),
+            ({"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "x"}, "LOCAL_RANK='x'"),
+            ({"WORLD_SIZE": "2", "RANK": "0", "MASTER_PORT": "http"}, "MASTER_PORT='http'"),
+            ({"WORLD_SIZE": "2", "RANK": "0", "MASTER_PORT": "99999"}, "at most 65535"),
+            ({"SLURM_STEP_NUM_TASKS": "two"}, "SLURM_STEP_NUM_TASKS='two'"),
+            ({"SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "first"}, "SLURM_PROCID='first'"),
+            (
+                {"SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "0", "SLURM_JOB_ID": "x"},
+                "SLURM_JOB_ID",
+            ),
+        ]
+    ),
 ]
 
 
@@ -428,6 +461,8 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(case, tmp_path, monk
             _set(data, key, _in_tmp(value, tmp_path))
         study.write_text(yaml.safe_dump(data, allow_unicode=True))
     args = [_in_tmp(a, tmp_path).replace("STUDY", str(study)) for a in case.args]
+    for name, value in case.env.items():
+        monkeypatch.setenv(name, value)
     before = _tree(tmp_path)
     code, _, err = run_cli(args, tmp_path, monkeypatch, capsys)
     lines = err.strip().splitlines()

@@ -230,6 +230,8 @@ def test_status_never_waits_on_a_fifo_in_place_of_the_driver_lock(
 # --- 3. crafted result files ------------------------------------------------------------------------
 
 
+FP = "0123456789abcdef"  # a code fingerprint of the right form
+FP_KEY = {"code_fingerprint": FP}
 CRAFTED_RESULTS = {
     "a formula as digest": {"digest": '=HYPERLINK("http://x","y")'},
     "a digest of the wrong length": {"digest": "ab" * 16},
@@ -240,6 +242,13 @@ CRAFTED_RESULTS = {
     "another schedule length": {"epochs": 7},
     "epochs_run beyond epochs": {"epochs_run": 9},
     "an unknown reported metric": {"reported": "=1+1"},
+    # strictly typed and capped as docs/outputs.md says (issue 32)
+    "a string for an error": {"final_error": "5.0"},
+    "a switch for a count": {"epochs_run": True},
+    "a float for a count": {"threads": 2.0},
+    "a huge provenance version": {"provenance": {"version": "v" * 200_000, "code_fingerprint": FP}},
+    "a provenance commit of markup": {"provenance": {"version": "1", "commit": "[/]", **FP_KEY}},
+    "a provenance fingerprint of markup": {"provenance": {"version": "1", "code_fingerprint": "x"}},
 }
 
 
@@ -313,6 +322,52 @@ def test_no_csv_cell_starts_a_formula(tmp_path):
     ]
     assert rows[0][error] == "-1.5"  # numbers stay numbers
     assert csv_cell("\r=1") == "'\r=1" and csv_cell(-2.0) == -2.0
+
+
+# --- data from files is shown as text, never as rich markup (issue 32) -------------------------------
+
+MARKUP = "[/] [red]x[/red] :smile:"  # a MarkupError, a style and an emoji, were they markup
+
+
+def test_a_recorded_device_name_of_markup_is_shown_as_text(
+    one_model, tmp_path, monkeypatch, capsys
+):
+    spec = parse_spec(one_model)
+    config = plan(spec)[0].config
+    speed = {"images_per_s": 100.0, "wall_s": 10.0, "epochs_run": 1}
+    payload = _valid_result_json(config, device=f"cpu: {MARKUP}", **speed)
+    run_study(spec, WritingExecutor(payload), console=_quiet(), live=False)
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(one_model))
+    for command in (["run", "study.yaml", "--dry-run"], ["status", "study.yaml", "--trials"]):
+        code, out, err = run_cli(command, tmp_path, monkeypatch, capsys)
+        assert code == 0 and "Traceback" not in err, err
+    code, out, _ = run_cli(["run", "study.yaml", "--dry-run"], tmp_path, monkeypatch, capsys)
+    assert MARKUP in " ".join(out.split())  # the plan's caption names the device as recorded
+
+
+def test_a_path_of_markup_is_shown_as_text(one_model, tmp_path, monkeypatch, capsys):
+    one_model["dataset"] = {"name": "cifar10", "root": str(tmp_path / MARKUP)}
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(one_model))
+    code, out, err = run_cli(["run", "study.yaml", "--dry-run"], tmp_path, monkeypatch, capsys)
+    assert code == 0 and "Traceback" not in err, err
+    assert f"dataset.root: {tmp_path / MARKUP}/cifar-10-batches-py is not a folder" in out
+
+
+def test_a_text_table_is_text_in_any_console():
+    import io
+
+    from rich.console import Console
+
+    from optbench.console import TextTable
+
+    table = TextTable(title=MARKUP)
+    table.add_column("a")
+    table.add_row(MARKUP)
+    table.caption = MARKUP
+    table.add_caption(MARKUP)
+    out = io.StringIO()
+    Console(file=out, width=200).print(table)  # a caller's console, markup and emoji on
+    assert out.getvalue().count(MARKUP) == 4, out.getvalue()
 
 
 # --- 4. signals to the driver ---------------------------------------------------------------------

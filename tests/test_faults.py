@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import datetime
 import errno
+import io
 import json
 import os
 import shutil
@@ -14,6 +15,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -547,6 +549,75 @@ def test_a_worker_fails_the_attempt_on_a_bad_checkpoint_and_keeps_it(kind, tmp_p
     assert not (tmp_path / "pwned").exists()
 
 
+@pytest.fixture(scope="module")
+def trained_state(tmp_path_factory) -> dict:
+    """The checkpoint of the tiny trial `_train_args` trains (2 epochs), after its last epoch."""
+    out = tmp_path_factory.mktemp("trained")
+    assert loop.run_trial(tiny_config(), out, keep_checkpoint=True).status == "finished"
+    return torch.load(out / CHECKPOINT_FILE, weights_only=True)
+
+
+def _first(tensors: dict) -> str:
+    return next(k for k, v in tensors.items() if torch.is_tensor(v) and v.ndim)
+
+
+def _misfit(state: dict, kind: str) -> dict:
+    """The trained state, back at the end of its first epoch, with one misfit of `kind`."""
+    state = copy.deepcopy(state)
+    progress = state["progress"]
+    state["progress"] = {**progress, "epoch": 1, "history": progress["history"][:1]}
+    if kind == "a model tensor of another shape":
+        state["model"][_first(state["model"])] = torch.zeros(3, 3)
+    elif kind == "a model tensor missing":
+        del state["model"][_first(state["model"])]
+    elif kind == "an EMA tensor of another shape":
+        state["ema"][_first(state["ema"])] = torch.zeros(3, 3)
+    elif kind == "an optimizer state that is not one":
+        state["optimizer"] = "adamw"
+    else:  # torch's load_state_dict does not look at the shapes of an optimizer's state
+        moments = state["optimizer"]["state"][0]
+        moments[_first(moments)] = torch.zeros(3, 3)
+    return state
+
+
+MISFITS = [
+    "a model tensor of another shape",
+    "a model tensor missing",
+    "an EMA tensor of another shape",
+    "an optimizer state that is not one",
+    "an optimizer state of another shape",
+]
+
+
+@pytest.mark.parametrize("kind", MISFITS)
+def test_train_resume_refuses_a_checkpoint_that_does_not_fit_in_one_line(
+    kind, trained_state, tmp_path, monkeypatch, capsys
+):
+    # it was exit 1 and a failed result.json (issue 32): refused inside the trial, not before
+    out = tmp_path / "out"
+    out.mkdir()
+    torch.save(_misfit(trained_state, kind), out / CHECKPOINT_FILE)
+    before = _tree(tmp_path)
+    code, stdout, err = run_cli(_train_args(out, "--resume"), tmp_path, monkeypatch, capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and stdout == "", err
+    assert f"{out / CHECKPOINT_FILE}: does not fit this trial" in err
+    assert _tree(tmp_path) == before  # kept, and nothing written
+
+
+@pytest.mark.parametrize("kind", MISFITS)
+def test_a_worker_fails_the_attempt_on_a_checkpoint_that_does_not_fit_and_keeps_it(
+    kind, trained_state, tmp_path
+):
+    out = tmp_path / "trial"
+    out.mkdir()
+    torch.save(_misfit(trained_state, kind), out / CHECKPOINT_FILE)
+    kept = (out / CHECKPOINT_FILE).read_bytes()
+    result = loop.run_trial(tiny_config(), out, resume=True)
+    assert result.status == "failed", result
+    assert f"{out / CHECKPOINT_FILE}: does not fit this trial" in result.message
+    assert (out / CHECKPOINT_FILE).read_bytes() == kept
+
+
 def test_train_resume_into_another_configurations_result_is_refused(tmp_path, monkeypatch, capsys):
     out = tmp_path / "out"
     write_result(
@@ -558,6 +629,18 @@ def test_train_resume_into_another_configurations_result_is_refused(tmp_path, mo
     assert code == 2 and "epochs: 2 here, 3 there" in err and "another configuration" in err
     assert len(err.strip().splitlines()) == 1 and stdout == ""  # no stale result printed
     assert _tree(tmp_path) == before
+
+
+def test_a_crafted_configuration_is_named_in_a_short_line(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    result = TrialResult(status="finished", final_error=7.0, epochs=2, config=tiny_config())
+    crafted = json.loads(result.model_dump_json())
+    crafted["config"]["model"] = "x" * 200_000  # another configuration, 200,000 characters long
+    (out / RESULT_FILE).write_text(json.dumps(crafted))
+    code, _, err = run_cli(_train_args(out, "--resume"), tmp_path, monkeypatch, capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err[:300]
+    assert "model: 'vit_p_w64_16px' here, 'xxx" in err and len(err) < 500, err[:300]
 
 
 def test_a_real_checkpoint_loads_with_weights_only(tmp_path, monkeypatch):
@@ -830,6 +913,69 @@ def test_a_database_that_cannot_be_written_is_one_line_and_the_result_is_kept(
     code, out, err = run_cli(["run", "study.yaml"], tmp_path, monkeypatch, capsys)
     assert code == 0 and "recorded 1 result(s) found on disk" in out, err
     assert [s for s, _ in _attempts(spec)[trial.key]] == ["finished"]
+
+
+def _enospc(*args, **kwargs):
+    """A write on a full disk, as os.write and a file's write report it: no file named."""
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+class _FullDiskFile(io.StringIO):
+    write = staticmethod(_enospc)
+
+
+class _FullDiskOs:
+    """The os module, but its writes find the disk full."""
+
+    write = staticmethod(_enospc)
+
+    @staticmethod
+    def fdopen(fd: int, *args, **kwargs) -> _FullDiskFile:
+        os.close(fd)
+        return _FullDiskFile()
+
+    def __getattr__(self, name):
+        return getattr(os, name)
+
+
+NO_SPACE = "cannot write: No space left on device"
+
+
+def test_a_full_disk_at_the_study_lock_names_it(one_model, tmp_path, monkeypatch, capsys):
+    # it was "error: cannot write: No space left on device", no path (issue 32)
+    import optbench.locks as locks
+
+    one_model["output"] = "results"
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(one_model))
+    monkeypatch.setattr(locks, "os", _FullDiskOs())
+    code, _, err = run_cli(["run", "study.yaml"], tmp_path, monkeypatch, capsys)
+    assert code == 1, err
+    assert err.strip() == f"error: results/tiny/.lock: {NO_SPACE}"
+
+
+def test_a_full_disk_at_the_slurm_journal_names_it(tmp_path, monkeypatch):
+    from optbench.executors.slurm import journal
+
+    monkeypatch.setattr(journal, "os", _FullDiskOs())
+    with pytest.raises(OSError) as full:
+        journal.append_lines(tmp_path, [{"job": 1}])
+    assert full.value.filename == str(tmp_path / journal.JOBS_FILE)
+
+
+def test_a_full_disk_at_the_tensorboard_events_is_one_line_naming_them(
+    tmp_path, monkeypatch, capsys
+):
+    pytest.importorskip("tensorboard")
+    from tensorboard.summary.writer.record_writer import RecordWriter
+
+    thread_errors = []  # what a thread's uncaught error would print (20 lines)
+    monkeypatch.setattr(threading, "excepthook", thread_errors.append)
+    monkeypatch.setattr(RecordWriter, "write", _enospc)  # in tensorboard's writer thread
+    out = tmp_path / "out"
+    code, _, err = run_cli(_train_args(out), tmp_path, monkeypatch, capsys)
+    events = out / "events.out.tfevents.*"
+    assert code == 1 and err.strip().splitlines()[-1] == f"error: {events}: {NO_SPACE}", err
+    assert thread_errors == []
 
 
 def _mount_tmpfs(path: Path, size: str) -> bool:

@@ -10,7 +10,9 @@ import json
 import math
 import os
 import signal
+import struct
 import time
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -169,6 +171,54 @@ def test_a_corrupt_jpeg_fails_the_trial_naming_the_file(tmp_path, pipeline):
     result = run_trial(cfg, tmp_path / "out", workers=1, execution=Execution(pipeline=pipeline))
     assert result.status == "failed" and str(bad) in result.message
     assert "\n" not in result.message
+
+
+def bomb_png(width: int = 30_000, height: int = 30_000) -> bytes:
+    """A PNG whose header claims width x height (PIL's decompression-bomb limit is 2 x
+    89,478,485 pixels) over a few bytes of pixel data."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        crc = zlib.crc32(kind + data)
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", crc)
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit RGB
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(b"\0" * 1000))
+        + chunk(b"IEND", b"")
+    )
+
+
+@pytest.mark.parametrize("pipeline", ["pil", "tensor"])
+def test_a_decompression_bomb_fails_the_trial_in_one_line_naming_the_file(tmp_path, pipeline):
+    # PIL's DecompressionBombError is no OSError: the PIL pipeline's DataLoader worker raised it
+    # as a 31-line traceback without the file's name; torchvision's decoder (the tensor
+    # pipeline) has no limit, and libpng crashed the process on this header (issue 32)
+    make_jpeg_folders(tmp_path / "data")
+    (tmp_path / "data" / "train" / "b" / "3.jpg").unlink()
+    bomb = tmp_path / "data" / "train" / "b" / "3.png"
+    bomb.write_bytes(bomb_png())
+    cfg = folder_config(tmp_path / "data", epochs=1)
+    result = run_trial(cfg, tmp_path / "out", workers=1, execution=Execution(pipeline=pipeline))
+    assert result.status == "failed" and "\n" not in result.message
+    assert result.message.startswith(f"UnreadableImage: {bomb}: not a readable image (Image size")
+
+
+def test_a_dataloader_workers_exception_is_one_line_in_the_result():
+    from torch._utils import ExceptionWrapper
+
+    from optbench.train.results import failure_line
+
+    try:
+        raise KeyError("no such key")
+    except KeyError:
+        wrapped = ExceptionWrapper(where="in DataLoader worker process 0")
+    with pytest.raises(KeyError) as raised:
+        wrapped.reraise()  # as a DataLoader re-raises it: the worker's traceback in its message
+    assert len(str(raised.value).splitlines()) > 3
+    assert failure_line(raised.value) == "KeyError: 'no such key'"
+    assert failure_line(ValueError("one\ntwo")) == "ValueError: one two"
 
 
 # --- whole trials -----------------------------------------------------------------------------

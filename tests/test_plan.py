@@ -78,7 +78,7 @@ def test_the_plan_counts_each_model_at_the_input_size_it_trains_at(tiny_dict, tm
     tiny_dict["dataset"] = {"name": "imagenet", "root": str(root)}
     tiny_dict["models"] = ["vit_c_1gf", "regnety_1gf"]
     table = plan_table(parse_spec(tiny_dict))
-    column = {c.header: list(c._cells) for c in table.columns}
+    column = {c.header: [str(cell) for cell in c._cells] for c in table.columns}  # Text cells
     rows = {m: i for i, m in enumerate(column["model"])}
     sizes = {}
     for model, i in rows.items():

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import copy
 import sys
+import types
+import typing
 from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import BaseModel
 
 from optbench.checks import check_spec
 from optbench.cli import main
 from optbench.errors import SpecError
-from optbench.spec import load_spec, parse_spec
+from optbench.spec import StudySpec, load_spec, parse_spec
 
 
 def _mutate(data: dict, path: str, value) -> dict:
@@ -190,3 +193,67 @@ def test_only_a_real_run_needs_the_data_folder(run_cli, tmp_path, tiny_dict):
     code, err = run_cli(["run", "away.yaml"], tmp_path)
     assert code == 2 and "nowhere" in err
     assert not (tmp_path / "results").exists()
+
+
+# --- a number is a number, a switch a switch (issue 32) --------------------------------------------
+
+
+def _base_type(annotation):
+    """int, float, bool or a model class behind Optional, Annotated (StrictInt) and unions with a
+    Literal ("auto"); None for anything else (str, Path, Literal, dict of scalars)."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return _base_type(args[0])
+    if origin in (typing.Union, types.UnionType):
+        found = {_base_type(a) for a in args} - {None}
+        return found.pop() if len(found) == 1 else None
+    if annotation in (int, float, bool):
+        return annotation
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return None
+
+
+def _scalar_fields(annotation, data, key: str = ""):
+    """(dotted key, kind, whether in a list) of every int, float and bool field of the schema
+    `annotation` and of the models below it, as far as `data` (a valid study's mapping) holds
+    them: models in a dict are walked at the keys `data` gives them (search.ranges.adamw)."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (list, tuple):
+        if (kind := _base_type(args[0])) in (int, float, bool):
+            yield key, kind, True
+    elif origin is dict:  # slurm.sbatch, a dict of strings, numbers and switches, is empty here
+        for name, value in (data or {}).items():
+            yield from _scalar_fields(args[1], value, f"{key}.{name}")
+    elif (kind := _base_type(annotation)) in (int, float, bool):
+        yield key, kind, False
+    elif kind is not None:
+        for name, field in kind.model_fields.items():
+            below = f"{key}.{name}" if key else name
+            yield from _scalar_fields(field.annotation, (data or {}).get(name), below)
+
+
+def _every_section(data: dict) -> dict:
+    """The tiny study with each nested model spelled out, so the walk reaches them all."""
+    data = copy.deepcopy(data)
+    data["search"]["good_values"] = {"vit_p_w64_16px": {"adamw": {"lr": 1e-3, "wd": 0.05}}}
+    data["executor"] = {"slurm": {}}
+    return data
+
+
+def test_every_number_and_switch_of_a_study_refuses_the_other_kind(tiny_dict):
+    # pydantic's lax types read true (YAML's yes, on) as 1 and 1 as true: stall_timeout_s: yes
+    # was a one-second timeout that killed healthy trials as stalled.
+    data = _every_section(tiny_dict)
+    parse_spec(data)  # the base is valid
+    fields = list(_scalar_fields(StudySpec, data))
+    assert len(fields) > 55 and ("executor.stall_timeout_s", float, False) in fields
+    assert ("search.good_values.vit_p_w64_16px.adamw.lr", float, False) in fields
+    for key, kind, in_list in fields:
+        wrong = 1 if kind is bool else True
+        value = [wrong, 2] if in_list else wrong
+        with pytest.raises(SpecError) as err:
+            parse_spec(_mutate(data, key, value), "study.yaml")
+        line = str(err.value)
+        assert line.startswith(f"study.yaml: {key}") and f"(got {wrong!r})" in line, (key, line)
+        assert "\n" not in line, line

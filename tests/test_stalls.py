@@ -157,7 +157,7 @@ def test_status_counts_a_trial_a_live_drivers_worker_runs_and_not_a_dead_drivers
 def _state_counts(spec) -> dict[str, int]:
     table, _ = status_table(spec)
     header = [c.header for c in table.columns]
-    cells = {h: col._cells[0] for h, col in zip(header, table.columns, strict=True)}
+    cells = {h: str(col._cells[0]) for h, col in zip(header, table.columns, strict=True)}
     return {state: int(cells[state]) for state in ("running", "pending")}
 
 

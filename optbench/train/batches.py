@@ -39,7 +39,13 @@ from torch.utils.data import Dataset as TorchDataset
 
 from optbench.recipe import Recipe
 from optbench.train.augment import build_policy, per_image, random_crop_flip
-from optbench.train.datasets import DeviceData, FolderData, UnreadableImage, folder_samples
+from optbench.train.datasets import (
+    IMAGE_ERRORS,
+    DeviceData,
+    FolderData,
+    UnreadableImage,
+    folder_samples,
+)
 from optbench.train.seeding import derive_seed
 
 
@@ -297,7 +303,7 @@ class _SeededImages(TorchDataset):
         torch.manual_seed(s)
         try:
             return self._load(index)
-        except (OSError, ValueError, SyntaxError) as err:  # what PIL raises for a broken file
+        except IMAGE_ERRORS as err:  # a broken file, or a decompression bomb
             raise UnreadableImage.of(self.samples[index][0], str(err)) from None
 
 

@@ -83,18 +83,23 @@ def build_batches(cfg: TrainConfig, compute: Compute, pipeline: str = "pil") -> 
     return batches
 
 
-def build_model(cfg: TrainConfig, batches: TrainBatches, compute: Compute) -> nn.Module:
+def new_model(cfg: TrainConfig, num_classes: int, in_chans: int, img_size: int) -> nn.Module:
+    """The trial's model for data of this shape, initialized from its seed, on the CPU."""
     torch.manual_seed(cfg.seed)
     # The recipe decides stochastic depth: drop_path 0 means none, whatever the model's own
     # default (DHVT's is 0.1).
-    model = create_model(
+    return create_model(
         cfg.model,
-        num_classes=batches.num_classes,
-        in_chans=batches.in_chans,
-        img_size=batches.img_size,
+        num_classes=num_classes,
+        in_chans=in_chans,
+        img_size=img_size,
         drop_path_rate=cfg.recipe.drop_path,
         weight_init=cfg.recipe.weight_init,
     )
+
+
+def build_model(cfg: TrainConfig, batches: TrainBatches, compute: Compute) -> nn.Module:
+    model = new_model(cfg, batches.num_classes, batches.in_chans, batches.img_size)
     if compute.dist.enabled and compute.device.type == "cuda":  # torch's SyncBatchNorm is CUDA-only
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     model = model.to(compute.device)

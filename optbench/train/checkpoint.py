@@ -94,7 +94,7 @@ def restoring(path: Path) -> Iterator[None]:
     optimizer or schedule is a CheckpointError naming `path`."""
     try:
         yield
-    except (RuntimeError, KeyError, TypeError, ValueError, IndexError) as err:
+    except (RuntimeError, KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
         raise CheckpointError(
             f"{path}: does not fit this trial ({_why(err)}); it is left in place; "
             "remove it to restart the trial"

@@ -10,6 +10,8 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictFloat,
+    StrictInt,
     StringConstraints,
     ValidationError,
     field_validator,
@@ -18,6 +20,7 @@ from pydantic import (
 
 from optbench.caps import MAX_EPOCHS, SEED_BOUND
 from optbench.errors import SpecError, format_errors
+from optbench.provenance import COMMIT_PATTERN, FINGERPRINT_PATTERN
 from optbench.recipe import Dataset, Optimizer, Pipeline, Recipe, fill_ref_batch
 
 Status = Literal["finished", "diverged", "failed"]
@@ -25,8 +28,12 @@ Status = Literal["finished", "diverged", "failed"]
 # A result file is untrusted input to the driver: each field is checked by type and form, so a
 # crafted one cannot smuggle a formula, a huge string or a NaN into the store and the tables.
 MAX_MESSAGE = 2000  # characters of a failure's message kept (the traceback is in error.log)
+# Numbers are StrictInt and StrictFloat, as in the study schema (recipe.StrictModel): a JSON
+# "5.0" or true is not an error percentage or a count.
 Digest = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]  # sha256, hex
 Short = Annotated[str, StringConstraints(max_length=200)]
+Commit = Annotated[str, StringConstraints(pattern=f"^{COMMIT_PATTERN}$")]
+Fingerprint = Annotated[str, StringConstraints(pattern=f"^{FINGERPRINT_PATTERN}$")]
 
 
 class TrainConfig(BaseModel):
@@ -37,12 +44,12 @@ class TrainConfig(BaseModel):
     model: str
     dataset: Dataset
     optimizer: Optimizer
-    lr: float = Field(gt=0)
-    wd: float = Field(ge=0)
-    epochs: int = Field(ge=1, le=MAX_EPOCHS)  # caps.py: a longer schedule never ends
-    batch_size: int = Field(ge=1)
-    ref_batch: int = Field(ge=1)  # default: the recipe preset's (recipe.PRESET_REF_BATCH)
-    seed: int = Field(default=0, ge=0, lt=SEED_BOUND)
+    lr: StrictFloat = Field(gt=0)
+    wd: StrictFloat = Field(ge=0)
+    epochs: StrictInt = Field(ge=1, le=MAX_EPOCHS)  # caps.py: a longer schedule never ends
+    batch_size: StrictInt = Field(ge=1)
+    ref_batch: StrictInt = Field(ge=1)  # default: the recipe preset's (recipe.PRESET_REF_BATCH)
+    seed: StrictInt = Field(default=0, ge=0, lt=SEED_BOUND)
     recipe: Recipe = Recipe()
 
     @model_validator(mode="before")
@@ -89,9 +96,9 @@ class Provenance(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    version: str
-    commit: str | None = None
-    code_fingerprint: str
+    version: Short
+    commit: Commit | None = None
+    code_fingerprint: Fingerprint
 
 
 class Execution(BaseModel):
@@ -105,7 +112,7 @@ class Execution(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     pipeline: Pipeline = "auto"  # the input pipeline (batches.py); auto: tensor on CUDA
-    population: int = Field(default=1, ge=1)
+    population: StrictInt = Field(default=1, ge=1)
 
     def resolved(self, device_type: str) -> Execution:
         """These settings on a device of `device_type` ("cpu", "cuda"): no "auto" left."""
@@ -127,29 +134,29 @@ class TrialResult(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     status: Status
-    final_error: float | None = None
-    best_error: float | None = None
-    epochs: int = Field(ge=1)
-    epochs_run: int = Field(default=0, ge=0)
-    diverged_epoch: int | None = Field(default=None, ge=1)
-    wall_s: float = Field(default=0.0, ge=0)
-    images_per_s: float | None = Field(default=None, ge=0)
+    final_error: StrictFloat | None = None
+    best_error: StrictFloat | None = None
+    epochs: StrictInt = Field(ge=1)
+    epochs_run: StrictInt = Field(default=0, ge=0)
+    diverged_epoch: StrictInt | None = Field(default=None, ge=1)
+    wall_s: StrictFloat = Field(default=0.0, ge=0)
+    images_per_s: StrictFloat | None = Field(default=None, ge=0)
     # fraction of the training time spent waiting for input (epoch.py: InputClock), over the run
-    input_wait: float | None = Field(default=None, ge=0, le=1)
+    input_wait: StrictFloat | None = Field(default=None, ge=0, le=1)
     digest: Digest | None = None
     message: str | None = None
     config: TrainConfig
     execution: Execution | None = None  # the resolved settings it ran with (None: failed early)
     reported: Literal["ema_final", "ema_best", "raw_final", "raw_best"] | None = None
-    raw_final_error: float | None = None
-    raw_best_error: float | None = None
-    raw_final_top5_error: float | None = None
-    ema_final_error: float | None = None
-    ema_best_error: float | None = None
-    ema_final_top5_error: float | None = None
-    world_size: int = Field(default=1, ge=1, le=1_000_000)
+    raw_final_error: StrictFloat | None = None
+    raw_best_error: StrictFloat | None = None
+    raw_final_top5_error: StrictFloat | None = None
+    ema_final_error: StrictFloat | None = None
+    ema_best_error: StrictFloat | None = None
+    ema_final_top5_error: StrictFloat | None = None
+    world_size: StrictInt = Field(default=1, ge=1, le=1_000_000)
     # what the digest depends on besides the config (train.results.runtime_info)
-    threads: int | None = Field(default=None, ge=1, le=1_000_000)
+    threads: StrictInt | None = Field(default=None, ge=1, le=1_000_000)
     device: Short | None = None
     versions: Annotated[dict[Short, Short], Field(max_length=20)] | None = None
     # which code made it (None in result files written before it was recorded)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import codecs
 import functools
+import io
 import os
 import pickle
 from collections.abc import Callable, Iterator, Sequence
@@ -37,6 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from PIL import Image
 
 from optbench.errors import UsageError
 from optbench.recipe import Dataset
@@ -311,6 +313,26 @@ class UnreadableImage(RuntimeError):
         """The worker's own line out of the traceback a DataLoader re-raises it with."""
         line = str(err).strip().splitlines()[-1]
         return cls(line.removeprefix(f"{cls.__module__}.{cls.__qualname__}: "))
+
+
+# What PIL raises for a file it cannot decode. DecompressionBombError, a header claiming more
+# than 2 x Image.MAX_IMAGE_PIXELS pixels (about 179 million: a few bytes that would decode to
+# gigabytes), is not an OSError.
+IMAGE_ERRORS = (OSError, ValueError, SyntaxError, Image.DecompressionBombError)
+
+
+def refuse_bomb(path: str | Path, data: bytes) -> None:
+    """PIL's decompression-bomb limit for an image's bytes before another decoder takes them
+    (the tensor pipeline's torchvision has none: a PNG header claiming 30000 x 30000 crashed
+    the process in libpng): read from the header alone, as the PIL pipeline applies it.
+    UnreadableImage naming the file; a file PIL does not know is left to the decoder."""
+    try:
+        with Image.open(io.BytesIO(data)):  # lazy: the header only, nothing decoded
+            pass
+    except Image.DecompressionBombError as err:
+        raise UnreadableImage.of(path, str(err)) from None
+    except IMAGE_ERRORS:
+        pass
 
 
 FOLDER_LAYOUT = "ROOT/train/<class>/<image> and ROOT/val/<class>/<image> (same classes in both)"

@@ -62,6 +62,7 @@ from optbench.train.epoch import train_one_epoch
 from optbench.train.evaluation import evaluate_epoch
 from optbench.train.results import (
     ERROR_LOG,
+    failure_line,
     finished_result,
     runtime_info,
     write_metrics,
@@ -238,7 +239,7 @@ def run_trial(
         if ctx.is_main:
             safefs.write_text(out_dir / ERROR_LOG, root, traceback.format_exc())
         result = TrialResult(
-            status="failed", epochs=cfg.epochs, config=cfg, message=f"{type(err).__name__}: {err}"
+            status="failed", epochs=cfg.epochs, config=cfg, message=failure_line(err)
         )
     finally:
         destroy_process_group(ctx)

@@ -64,7 +64,7 @@ from optbench.train.loop import DISK_FAULTS, record_result, trial_result
 from optbench.train.optim import LrSchedule, is_decayed, weight_decay_groups
 from optbench.train.population_optim import PopulationOptimizer
 from optbench.train.precise_bn import has_batchnorm, recompute_stacked_bn_stats
-from optbench.train.results import ERROR_LOG, finished_result, write_metrics
+from optbench.train.results import ERROR_LOG, failure_line, finished_result, write_metrics
 from optbench.train.seeding import derive_seed, seed_step
 from optbench.train.signals import (
     StopAgreement,
@@ -434,7 +434,7 @@ def run_population(
                     status="failed",
                     epochs=cfg.epochs,
                     config=cfg,
-                    message=f"{type(err).__name__}: {err}",
+                    message=failure_line(err),
                 )
                 ended(k, failed)
     if not keep:

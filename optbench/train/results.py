@@ -163,6 +163,22 @@ def parse_metrics_line(raw: str | bytes) -> tuple[dict, str | None]:
     return line, None
 
 
+def failure_line(err: BaseException) -> str:
+    """A crash as its result's one line, "Type: message" (its traceback goes to error.log). An
+    exception raised in a DataLoader worker reaches the trial re-raised with the worker's whole
+    traceback in its message (30 lines on the console): its last line is the worker's own
+    "Type: message"."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    if len(lines) > 1 and lines[1].startswith("Original Traceback"):
+        return lines[-1]
+    return f"{type(err).__name__}: {' '.join(lines)}"
+
+
+def _short(text: str, limit: int = 80) -> str:
+    """`text` cut to `limit` characters: a crafted file's value may be 200,000 long."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def config_difference(expected: TrainConfig | dict, found: TrainConfig | dict) -> str:
     """Where two training configs differ, e.g. "epochs: 4 here, 3 there; seed: 0 here, 1
     there" (at most three keys, dotted paths)."""
@@ -177,10 +193,13 @@ def config_difference(expected: TrainConfig | dict, found: TrainConfig | dict) -
             return out
         return {prefix.rstrip("."): node}
 
+    def value(config: dict, key: str) -> str:
+        return _short(repr(config.get(key, "(none)")))
+
     a, b = flat(expected), flat(found)
     missing = object()
     keys = [k for k in sorted(set(a) | set(b)) if a.get(k, missing) != b.get(k, missing)]
-    shown = [f"{k}: {a.get(k, '(none)')!r} here, {b.get(k, '(none)')!r} there" for k in keys[:3]]
+    shown = [f"{_short(k)}: {value(a, k)} here, {value(b, k)} there" for k in keys[:3]]
     more = f" (and {len(keys) - 3} more)" if len(keys) > 3 else ""
     return "; ".join(shown) + more if shown else "the same configuration"
 

@@ -1,6 +1,7 @@
 """A trial's position and what it has measured so far (`TrialState`), and how that, with the
 model, the EMA and the optimizer, is saved to OUT/checkpoint.pt (`save_state`, rank 0 only) and
-restored from it (`restore_state`). The file itself is written atomically by checkpoint.py, at
+restored from it (`restore_state`; `check_resumable` finds what it would refuse before a trial
+starts). The file itself is written atomically by checkpoint.py, at
 each epoch end and when a stop signal arrives (signals.py).
 """
 
@@ -9,10 +10,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from optbench.train.build import TrialParts
+import torch
+from torch import nn
+from torch.optim import Optimizer
+
+from optbench.train.build import TrialParts, new_model
 from optbench.train.checkpoint import load_checkpoint, restoring, save_checkpoint
 from optbench.train.config import TrainConfig
+from optbench.train.datasets import dataset_info
 from optbench.train.distributed import DistContext
+from optbench.train.ema import WeightAverage
+from optbench.train.optim import build_optimizer
 
 
 @dataclass
@@ -50,11 +58,49 @@ def restore_state(
     if saved is None:
         return TrialState()
     with restoring(path):
-        parts.model.load_state_dict(saved["model"])
-        parts.optimizer.load_state_dict(saved["optimizer"])
-        if parts.ema is not None:
-            parts.ema.load_state_dict(saved["ema"])
-        return TrialState(**saved["progress"])
+        return _restore(saved, parts.model, parts.optimizer, parts.ema)
+
+
+def check_resumable(path: Path, cfg: TrainConfig) -> None:
+    """What restore_state would refuse in `path`, found before the trial starts (`optbench
+    train --resume`, which then exits with 2 and writes nothing, where a refusal inside the
+    trial is a failed result): the checkpoint is restored into a model, an optimizer and an
+    EMA built for `cfg` on the CPU. CheckpointError naming the file; reads only."""
+    saved = load_checkpoint(path, cfg.model_dump(mode="json"))
+    if saved is None:
+        return
+    shape = dataset_info(cfg.dataset, cfg.model)
+    model = new_model(cfg, shape.num_classes, shape.in_chans, shape.img_size)
+    ema = WeightAverage(model, cfg, steps_per_epoch=1) if cfg.recipe.ema else None
+    with restoring(path):
+        _restore(saved, model, build_optimizer(model, cfg), ema)
+
+
+def _restore(
+    saved: dict, model: nn.Module, optimizer: Optimizer, ema: WeightAverage | None
+) -> TrialState:
+    """Load a checkpoint into a trial's parts; what torch raises for a key or tensor that does
+    not fit is turned into CheckpointError by the caller (checkpoint.restoring)."""
+    model.load_state_dict(saved["model"])
+    optimizer.load_state_dict(saved["optimizer"])
+    _optimizer_fits(optimizer)
+    if ema is not None:
+        ema.load_state_dict(saved["ema"])
+    return TrialState(**saved["progress"])
+
+
+def _optimizer_fits(optimizer: Optimizer) -> None:
+    """Each loaded state tensor (momentum, running averages) has its parameter's shape: torch's
+    load_state_dict checks only how many parameters there are, and a misfit would crash the
+    trial's first step as a failure that deletes the checkpoint."""
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            for name, value in optimizer.state.get(param, {}).items():
+                if torch.is_tensor(value) and value.ndim and value.shape != param.shape:
+                    raise ValueError(
+                        f"optimizer state {name!r} of shape {tuple(value.shape)} for a "
+                        f"parameter of shape {tuple(param.shape)}"
+                    )
 
 
 def save_state(

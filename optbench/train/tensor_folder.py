@@ -29,7 +29,7 @@ from torchvision.transforms.v2 import functional as TF
 from optbench.recipe import TORCHVISION_POLICIES, Recipe
 from optbench.train.augment import build_policy
 from optbench.train.batches import Shard, epoch_order
-from optbench.train.datasets import FolderData, UnreadableImage, folder_samples
+from optbench.train.datasets import FolderData, UnreadableImage, folder_samples, refuse_bomb
 from optbench.train.seeding import derive_seed
 from optbench.train.tensor_policy import tensor_policy
 
@@ -103,6 +103,7 @@ def _read(path: str) -> torch.Tensor:
             data = f.read()
     except OSError as err:
         raise UnreadableImage.of(path, err.strerror or str(err)) from None
+    refuse_bomb(path, data)  # in the reader threads: ~30 us a JPEG, against ~1.5 ms to decode it
     return torch.frombuffer(bytearray(data), dtype=torch.uint8)
 
 

@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 from collections.abc import Sequence
 
@@ -46,11 +45,12 @@ class TrialBatch:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR2})
         import torch
 
+        from optbench.train.distributed import env_int
         from optbench.train.loop import TrialInterrupted, run_trial
         from optbench.train.population import run_population
 
         # task/none and some clusters do not bind CPUs: keep torch within the task's share.
-        torch.set_num_threads(int(os.environ.get("SLURM_CPUS_PER_TASK", "1")))
+        torch.set_num_threads(env_int("SLURM_CPUS_PER_TASK", 1, minimum=1))
         device = "cuda" if torch.cuda.is_available() else "cpu"
         statuses = []
         for job in self.jobs:

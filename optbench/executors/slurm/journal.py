@@ -111,10 +111,14 @@ def read_records(folder: Path) -> dict[str, JobRecord]:
 
 def append_lines(folder: Path, items: Iterable[dict]) -> None:
     text = "".join(json.dumps(item) + "\n" for item in items)
-    with os.fdopen(safefs.open_rw(Path(folder) / JOBS_FILE, folder, append=True), "a") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())  # the journal must survive the driver
+    path = Path(folder) / JOBS_FILE
+    try:
+        with os.fdopen(safefs.open_rw(path, folder, append=True), "a") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())  # the journal must survive the driver
+    except OSError as err:  # a full disk: a failed write's error names no file (docs/faults.md)
+        raise OSError(err.errno, err.strerror, str(path)) from None
 
 
 def append_records(folder: Path, records: Iterable[JobRecord]) -> None:
