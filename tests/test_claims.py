@@ -289,3 +289,14 @@ def test_the_claims_and_the_figures_read_the_same_cell_errors():
     length = tables.length_stability(tables.best_by_cell(results)).set_index(["model", "epochs"])
     figure_b = length.loc[(P, 4), "dtop1"] - length.loc[(C, 4), "dtop1"]
     assert _row(_claims(rows), "b")["estimate"] == pytest.approx(figure_b)
+
+
+def test_a_stem_chain_whose_steps_point_both_ways_is_not_shown_and_gets_no_power():
+    # S2 beats S1 while P is far worse: "error grows at every step" is neither shown nor its
+    # opposite, and no number of seeds would show it; the advice says why, without a power
+    rows = []
+    for model, error in ((S1, 10.0), (S2, 5.0), (P, 36.0)):
+        rows += _good(model, "adamw", 8, [error - 0.5, error, error + 0.7])
+    row = _row(_claims(rows), "d")
+    assert row["verdict"] == "not shown" and row["estimate"] == pytest.approx(-5.0, abs=0.1)
+    assert "steps point both ways" in row["advice"] and "%" not in row["advice"]

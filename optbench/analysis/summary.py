@@ -209,6 +209,11 @@ def advice_line(power: stats.Power, shown: bool, n_now: int, unit: str, n_max: i
         if power.needed is not None and power.needed > n_now:
             line += f", about {power.needed} {unit} for {_pct(stats.POWER_TARGET)}"
         return line
+    if power.direction == 0:  # an estimate of 0, or a chain whose steps point both ways
+        return (
+            f"not shown with {n_now} {unit}; its estimate is 0 or its steps point both ways: "
+            "no study size would show it, if the effects are as estimated"
+        )
     if power.needed is None:
         size = "~0" if power.power[-1] < 0.2 else "small"
         return (
