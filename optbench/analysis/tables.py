@@ -220,15 +220,20 @@ def curve_picks(results: pd.DataFrame) -> pd.DataFrame:
 
 def sampled_cells(results: pd.DataFrame) -> set[tuple]:
     """The cells (model, optimizer, epochs) with at least MIN_EDF_SAMPLES distinct (lr, wd)
-    samples among their results: the ones an EDF over (lr, wd) describes."""
-    counts = results.groupby(CELL_KEYS, sort=False)["sample"].nunique()
+    samples among their results: the ones an EDF over (lr, wd) describes. Rows without a
+    `sample` column are each their own sample (as in best_by_cell)."""
+    cells = results.groupby(CELL_KEYS, sort=False)
+    counts = cells["sample"].nunique() if "sample" in results else cells.size()
     return {cell for cell, n in counts.items() if n >= MIN_EDF_SAMPLES}
 
 
 def seed_table(results: pd.DataFrame) -> pd.DataFrame:
     """Each (lr, wd) pair of the cells with fewer than MIN_EDF_SAMPLES samples, one row: its
     error per seed ("diverged" for a diverged seed), their mean (a diverged seed counted as
-    DIVERGED_ERROR, as the cell error) and standard deviation."""
+    DIVERGED_ERROR, as the cell error) and standard deviation. Empty without sample and seed
+    columns (every row its own sample: nothing to show per seed)."""
+    if not {"sample", "seed"} <= set(results.columns):
+        return pd.DataFrame()
     sampled = sampled_cells(results)
     keep = [tuple(k) not in sampled for k in results[CELL_KEYS].itertuples(index=False)]
     rows = []
