@@ -40,7 +40,7 @@ N_SAMPLES_QUICK = 10  # the quickstart's
 EPOCHS_A = 4
 LENGTHS_B = [4, 16]
 SEEDS_PER_REPLICATE_B = 3
-MODELS = ["vit_p_w64_16px", "vit_c_w64_16px"]
+MODELS = ["vit_p_w64_16px", "vit_c_w64_16px"]  # ViT_P, ViT_C (replicates_analysis.py reads them so)
 GOOD = {  # studies/mini/mini_edf.yaml (from mini_calibrate)
     "vit_p_w64_16px": {"adamw": {"lr": 0.068, "wd": 0.028}},
     "vit_c_w64_16px": {"adamw": {"lr": 0.13, "wd": 0.023}},

@@ -28,6 +28,8 @@ from optbench.analysis import claims, stats, tables
 from optbench.analysis.summary import Options
 
 OPTIONS = Options()  # the report's defaults: 1000 resamples, seed 0
+MIN_REPLICATES = 20  # the issue's R; below it a share of intervals says too little
+MODELS = ("vit_p_w64_16px", "vit_c_w64_16px")  # ViT_P, ViT_C: bench/replicates.py's MODELS
 
 
 def _claim_row(frame: pd.DataFrame, claim: str) -> dict:
@@ -37,10 +39,6 @@ def _claim_row(frame: pd.DataFrame, claim: str) -> dict:
     return rows.iloc[0].to_dict()
 
 
-def _auc(errors: np.ndarray) -> np.ndarray:
-    return claims._auc(errors)
-
-
 def _matrix(frame: pd.DataFrame, model: str) -> np.ndarray:
     cell = frame[frame["model"] == model].sort_values("sample")
     return np.where(cell["status"] == "finished", cell["final_error"], np.inf).astype(float)
@@ -48,14 +46,14 @@ def _matrix(frame: pd.DataFrame, model: str) -> np.ndarray:
 
 def _edf_candidates(frame: pd.DataFrame, seed: list[int]) -> dict[str, tuple[float, float]]:
     """Claim (a)'s interval by other methods than the report's, on one replicate."""
-    p, c = _matrix(frame, claims_models()[0]), _matrix(frame, claims_models()[1])
+    p, c = (_matrix(frame, model) for model in MODELS)
     n = p.size
 
     def paired(idx):
-        return _auc(c[idx]) - _auc(p[idx])
+        return claims._auc(c[idx]) - claims._auc(p[idx])
 
     def unpaired(idx_p, idx_c):
-        return _auc(c[idx_c]) - _auc(p[idx_p])
+        return claims._auc(c[idx_c]) - claims._auc(p[idx_p])
 
     out = {}
     for name, statistic, sizes in (("paired", paired, (n,)), ("unpaired", unpaired, (n, n))):
@@ -72,12 +70,6 @@ def _edf_candidates(frame: pd.DataFrame, seed: list[int]) -> dict[str, tuple[flo
     scale = np.sqrt(m / n)
     out["m_out_of_n_unpaired"] = (estimate - scale * high_q, estimate - scale * low_q)
     return out
-
-
-def claims_models() -> tuple[str, str]:
-    from replicates import MODELS  # bench/replicates.py
-
-    return MODELS[0], MODELS[1]
 
 
 def _summary(rows: list[dict], extra: dict[str, list[tuple[float, float]]]) -> dict:
@@ -132,7 +124,7 @@ def _welch(frame: pd.DataFrame) -> tuple[float, float]:
     """Welch-Satterthwaite t interval of (P_s - P_l) - (C_s - C_l) from the four cells' seeds
     taken as independent samples (the interval the issue compared the bootstrap with)."""
     means, variances, ks = [], [], []
-    for model in claims_models():
+    for model in MODELS:
         for epochs in sorted(set(frame["epochs"])):
             e = frame[(frame["model"] == model) & (frame["epochs"] == epochs)]["final_error"]
             means.append(e.mean())
@@ -150,7 +142,7 @@ def _seed_bootstrap(frame: pd.DataFrame, seed) -> tuple[float, float]:
     """The report's method before issue 31: BCa over each cell's seeds, resampled on its own."""
     cells = [
         frame[(frame["model"] == m) & (frame["epochs"] == e)]["final_error"].to_numpy(float)
-        for m in claims_models()
+        for m in MODELS
         for e in sorted(set(frame["epochs"]))
     ]
 
@@ -165,7 +157,7 @@ def _seed_bootstrap(frame: pd.DataFrame, seed) -> tuple[float, float]:
 def _contrasts(trials: pd.DataFrame) -> np.ndarray:
     """Claim (b)'s contrast of every seed: (P_s - P_l) - (C_s - C_l), seed by seed."""
     wide = trials.pivot_table(index="seed", columns=["model", "epochs"], values="final_error")
-    (p, c), (short, long) = claims_models(), (min(trials["epochs"]), max(trials["epochs"]))
+    (p, c), (short, long) = MODELS, (min(trials["epochs"]), max(trials["epochs"]))
     return ((wide[(p, short)] - wide[(p, long)]) - (wide[(c, short)] - wide[(c, long)])).to_numpy()
 
 
@@ -201,13 +193,14 @@ def analyse(folder: Path) -> dict:
         b = pd.read_csv(b_file)
         for k in (3, 2):
             out[f"b_{k}_seeds"] = analyse_b(b, k)
-    for n in (40, 10):  # trials_a_40.csv holds the 10-sample replicates too (their first 10)
-        files = [folder / f"trials_a_{m}.csv" for m in (40, 10) if m >= n]
-        found = next((f for f in files if f.exists()), None)
-        if found is not None:
+    for n in (40, 10):  # each stage's own file: the 40-sample stage may have stopped early
+        found = folder / f"trials_a_{n}.csv"
+        if found.exists():
             out[f"a_{n}_samples"] = analyse_a(pd.read_csv(found), n)
     parts = [k for k in out if k != "bench"]
     out["replicates"] = {k: out[k]["replicates"] for k in parts}
-    out["coverage"] = {k: out[k].get("coverage") for k in parts}
-    out["advice_gap"] = {k: out[k].get("advice_gap") for k in parts}
+    # fewer than MIN_REPLICATES replicates are listed, not read as a coverage or a gap
+    read = [k for k in parts if out[k]["replicates"] >= MIN_REPLICATES]
+    out["coverage"] = {k: out[k].get("coverage") for k in read}
+    out["advice_gap"] = {k: out[k].get("advice_gap") for k in read}
     return out

@@ -181,12 +181,16 @@ def curve_verdict(low: np.ndarray, high: np.ndarray) -> str:
 # --- data: a cell as a (samples x seeds) array -------------------------------------------------
 
 
-def _cell_matrix(results: pd.DataFrame, diverged_as: float) -> tuple[np.ndarray, np.ndarray]:
-    """(sample ids, samples x seeds errors) of one cell; incomplete samples are dropped.
-    Diverged trials (error +inf) become `diverged_as`."""
+def _wide(results: pd.DataFrame, diverged_as: float) -> pd.DataFrame:
+    """One cell's errors as a samples x seeds frame (NaN where a trial has no result);
+    diverged trials (error +inf) become `diverged_as`."""
     errors = results["error"].where(np.isfinite(results["error"]), diverged_as)
-    wide = errors.groupby([results["sample"], results["seed"]]).first().unstack("seed")
-    wide = wide.dropna()
+    return errors.groupby([results["sample"], results["seed"]]).first().unstack("seed")
+
+
+def _cell_matrix(results: pd.DataFrame, diverged_as: float) -> tuple[np.ndarray, np.ndarray]:
+    """(sample ids, samples x seeds errors) of one cell; incomplete samples are dropped."""
+    wide = _wide(results, diverged_as).dropna()
     return wide.index.to_numpy(), wide.to_numpy(float)
 
 
@@ -227,11 +231,7 @@ class _Claims:
         """The seeds that every cell has (k) and, per cell, the errors of those seeds (k,) at
         the cell's sample with the lowest mean over them (module docstring); a diverged seed is
         DIVERGED_ERROR. Empty vectors when the cells share no seed."""
-        wides = []
-        for cell in cells:
-            r = self.cell(*cell)
-            errors = r["error"].where(np.isfinite(r["error"]), tables.DIVERGED_ERROR)
-            wides.append(errors.groupby([r["sample"], r["seed"]]).first().unstack("seed"))
+        wides = [_wide(self.cell(*cell), tables.DIVERGED_ERROR) for cell in cells]
         seeds = sorted(set.intersection(*(set(w.columns) for w in wides)))
         vectors = []
         for wide in wides:
@@ -301,16 +301,17 @@ class _Claims:
             return
         steps = [stats.t_interval(step) for step in np.atleast_2d(contrasts)]
         low, high = min(i.low for i in steps), min(i.high for i in steps)
+        largest_high = max(i.high for i in steps)  # below 0: every step is
         seed = self.options.rng_seed("claims", claim, optimizer, epochs)
         power = stats.seed_power(contrasts, MAX_SEEDS, seed=seed)
-        shown = low > 0 or max(i.high for i in steps) < 0
+        shown = low > 0 or largest_high < 0
         self.rows.append(
             row
             | {
                 "estimate": min(i.estimate for i in steps),
                 "low": low,
                 "high": high,
-                "verdict": verdict(low, high, max(i.high for i in steps)),
+                "verdict": verdict(low, high, largest_high),
                 "interval": "t",
                 "power_now": power.power[0] if power.power else None,
                 "n_needed": power.needed,
