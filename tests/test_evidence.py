@@ -13,7 +13,7 @@ from scipy import stats as scipy_stats
 
 from optbench.analysis import stats, tables
 from optbench.analysis.claims import claims_table
-from optbench.analysis.claims import records as claims_records
+from optbench.analysis.claims_page import records as claims_records
 from optbench.analysis.summary import Options, format_advice, summarize
 
 FAST = Options(n_boot=400)
