@@ -29,7 +29,8 @@ def read_trials(folder: Path) -> pd.DataFrame:
     if not path.is_file():
         raise UsageError(f"{path}: no trials.csv (a folder `optbench report` wrote?)")
     try:
-        trials = pd.read_csv(path)
+        # a digest is text even where its hex digits are all decimal ones
+        trials = pd.read_csv(path, dtype={"digest": str})
     except (ValueError, OSError) as err:
         raise UsageError(f"{path}: not a readable trials.csv ({err})") from None
     missing = [c for c in NEEDED if c not in trials.columns]
