@@ -7,6 +7,7 @@ import json
 import sys
 
 import pytest
+import torch
 import yaml
 
 from optbench.cli import main
@@ -40,6 +41,10 @@ def test_run_then_report(tmp_path, monkeypatch, tiny_dict):
     rows = list(csv.DictReader((out / "trials.csv").open()))
     assert len(rows) == 4 and {r["status"] for r in rows} == {"finished"}
     assert {r["model"] for r in rows} == {"vit_p_w64_16px", "vit_c_w64_16px"}
+    # what a digest depends on, recorded for `optbench compare` to name
+    assert {r["torch"] for r in rows} == {torch.__version__} and {r["threads"] for r in rows} == {
+        "1"
+    }
     summary = json.loads((out / "summary.json").read_text())
     assert summary["study"] == "tiny"
     cells = {c["model"]: c for c in summary["cells"]}
