@@ -17,12 +17,16 @@ from __future__ import annotations
 
 import json
 from math import ceil
+from pathlib import Path
 
 import numpy as np
 import torch
 from PIL import Image
 
+from optbench.recipe import Recipe
 from optbench.train.batches import _val_transform
+from optbench.train.datasets import FolderData
+from optbench.train.input_plan import input_plan
 
 
 def fixture(h: int = 375, w: int = 500, seed: int = 0) -> np.ndarray:
@@ -74,7 +78,9 @@ def pycls_eval(img: np.ndarray, scale_size: int, crop_size: int, offsets=ceil) -
 
 
 def _ours(img: np.ndarray, interpolation: str, size: int, crop_pct: float) -> np.ndarray:
-    out = _val_transform(size, crop_pct, interpolation)(Image.fromarray(img))
+    data = FolderData(Path("."), (), size, crop_pct)
+    plan = input_plan(Recipe(interpolation=interpolation), data, "pil", "cpu")
+    out = _val_transform(plan)(Image.fromarray(img))
     return out.permute(1, 2, 0).numpy().astype(float)
 
 

@@ -20,6 +20,7 @@ import pytest
 import torch
 from cli_inprocess import tiny_config
 from PIL import Image
+from test_interpolation import folder_plan
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as TF
 
@@ -106,8 +107,9 @@ def test_tensor_resizing_is_within_one_level_of_pils():
         a = np.asarray(TF.resized_crop(pil, top, left, h, w, [224, 224], antialias=True))
         b = TF.resized_crop(t, top, left, h, w, [224, 224], antialias=True)
         diffs.append(np.abs(a.astype(int) - b.permute(1, 2, 0).numpy()))
-    ours = val_images([t], 224, 224 / 256).squeeze(0).numpy().astype(int)
-    theirs = _val_transform(224, 224 / 256)(pil).numpy().astype(int)  # PIL, then to a tensor
+    plan = folder_plan(Recipe(), 224, 224 / 256)
+    ours = val_images([t], plan).squeeze(0).numpy().astype(int)
+    theirs = _val_transform(plan)(pil).numpy().astype(int)  # PIL, then to a tensor
     diffs.append(np.abs(theirs - ours).transpose(1, 2, 0))
     d = np.stack(diffs)
     # measured on this CPU: at most 1 grey level, on under 0.5% of the pixels
@@ -153,19 +155,24 @@ def test_prepared_batches_are_the_same_for_any_number_of_workers():
 # --- a broken file fails its trial with one line naming it ---------------------------------
 
 
-@pytest.mark.parametrize("pipeline", ["pil", "tensor"])
-def test_a_corrupt_jpeg_fails_the_trial_naming_the_file(tmp_path, pipeline):
-    make_jpeg_folders(tmp_path / "data")
-    bad = tmp_path / "data" / "train" / "b" / "3.jpg"
-    bad.write_bytes(bad.read_bytes()[:200])  # truncated mid-scan
-    data = load_dataset(Dataset(name="imagefolder", root=tmp_path / "data", img_size=16))
+def unreadable_line(root: Path, pipeline: str) -> str:
+    """The UnreadableImage line that an epoch of the class folders at `root` raises."""
+    data = load_dataset(Dataset(name="imagefolder", root=root, img_size=16))
     if pipeline == "pil":
         batches = FolderBatches(data, 4, Recipe(), seed=0, device=CPU, workers=1)
     else:
         batches = TensorFolderBatches(data, 4, Recipe(), seed=0, device=CPU)
     with pytest.raises(UnreadableImage) as err:
         list(batches.train(epoch=0))
-    line = str(err.value)
+    return str(err.value)
+
+
+@pytest.mark.parametrize("pipeline", ["pil", "tensor"])
+def test_a_corrupt_jpeg_fails_the_trial_naming_the_file(tmp_path, pipeline):
+    make_jpeg_folders(tmp_path / "data")
+    bad = tmp_path / "data" / "train" / "b" / "3.jpg"
+    bad.write_bytes(bad.read_bytes()[:200])  # truncated mid-scan
+    line = unreadable_line(tmp_path / "data", pipeline)
     assert line.startswith(f"{bad}: not a readable image (") and "\n" not in line
     cfg = folder_config(tmp_path / "data", epochs=1)
     result = run_trial(cfg, tmp_path / "out", workers=1, execution=Execution(pipeline=pipeline))
