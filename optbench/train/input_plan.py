@@ -3,8 +3,10 @@ resolved once from the recipe, the dataset, the pipeline asked for and the devic
 both pipelines (batches.py's PIL transforms, tensor_folder.py's tensor ops) and by
 augment.BatchAugment: the pipeline (`auto` resolved, `resolve_pipeline`), the training crop
 (RandomResizedCrop's scale and ratio) and flip, the evaluation resize and centre crop, the
-resampling, the policy and how it is grouped, and the normalization. What the two pipelines'
-pixels differ by is measured in docs/recipes.md (tests/test_input_pipeline.py).
+resampling, where the policy runs, and the normalization. How a torchvision policy's draws are
+grouped is one rule, `augment.policy_group`, which BatchAugment and tensor_folder.device_policy
+both apply. What the two pipelines' pixels differ by is measured in docs/recipes.md
+(tests/test_interpolation.py, tests/test_image_formats.py).
 """
 
 from __future__ import annotations
@@ -79,8 +81,6 @@ class InputPlan:
     crop_ratio: tuple[float, float]
     resampling: Resampling
     hflip: bool
-    policy: str  # recipe.auto_augment
-    policy_group: int | None  # torchvision's policies: images sharing one draw; else None
     policy_per_sample: bool  # a timm / pycls policy in the tensor pipeline (tensor_policy.py)
     mean: tuple[float, ...]  # the normalization (augment.input_stats)
     std: tuple[float, ...]
@@ -92,7 +92,7 @@ def input_plan(recipe: Recipe, data, pipeline: str, device_type: str) -> InputPl
     `device_type`."""
     resolved = resolve_pipeline(pipeline, device_type, recipe)
     crop_pct = getattr(data, "crop_pct", 1.0)
-    group = policy_group(recipe)
+    per_image = recipe.auto_augment != "none" and policy_group(recipe) is None
     mean, std = input_stats(recipe, data.mean, data.std)
     return InputPlan(
         pipeline=resolved,
@@ -102,9 +102,7 @@ def input_plan(recipe: Recipe, data, pipeline: str, device_type: str) -> InputPl
         crop_ratio=CROP_RATIO,
         resampling=resampling(recipe.interpolation),
         hflip=recipe.hflip,
-        policy=recipe.auto_augment,
-        policy_group=group,
-        policy_per_sample=resolved == "tensor" and recipe.auto_augment != "none" and not group,
+        policy_per_sample=resolved == "tensor" and per_image,
         mean=mean,
         std=std,
     )
