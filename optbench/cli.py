@@ -161,7 +161,7 @@ def train(
     import torch
     from pydantic import ValidationError
 
-    from optbench.checks import check_batch, check_input_size
+    from optbench.checks import check_batch, check_input_size, check_pipeline
     from optbench.errors import did_you_mean
     from optbench.models import is_model, model_names
     from optbench.overrides import parse_overrides
@@ -200,6 +200,7 @@ def train(
     )
     ds = cfg.dataset
     _check_train_flags(cfg, out, threads, device, resume)
+    check_pipeline(cfg.recipe, pipeline, "--recipe/--set", "--pipeline")
     if download:
         download_dataset(ds)
     check_dataset_files(ds)
@@ -314,6 +315,8 @@ def run(
     set_: Overrides = None,
 ) -> None:
     """Run every unfinished trial of a study, recording results as they end."""
+    from optbench.checks import pipeline_note
+
     # The executor flags are study keys: validated with the study and every --set, as one
     # (a DDP study with a population is refused however its executor kind is given).
     flags = {
@@ -321,6 +324,8 @@ def run(
         "executor.workers": ("--workers", workers),
     }
     spec = _load(study, data=not dry_run, sized=True, overrides=set_, flags=flags)
+    if note := pipeline_note(spec):
+        console.print(note, markup=False, highlight=False, soft_wrap=True)
     if dry_run:  # a plan needs no data on this machine: say so if a real run would stop
         from optbench.checks import check_spec
         from optbench.study_tables import plan_table

@@ -13,6 +13,7 @@ import pytest
 import torch
 from cli_inprocess import tiny_config
 from PIL import Image
+from test_interpolation import folder_plan
 
 from optbench.errors import UsageError
 from optbench.recipe import Dataset, Recipe
@@ -260,7 +261,7 @@ def test_evaluation_resizes_the_shorter_side_to_size_over_crop_pct_then_center_c
     # pycls evaluates at TEST.IM_SIZE (shorter side) then crops TRAIN.IM_SIZE: 256/224 for the
     # ViTs, 262/232 for RegNetY-1.0GF; optbench's crop_pct is train / test size
     for train, test in ((224, 256), (232, 262), (240, 272), (256, 292)):
-        resize, crop = _val_transform(train, train / test).transforms[:2]
+        resize, crop = _val_transform(folder_plan(Recipe(), train, train / test)).transforms[:2]
         assert (resize.size, tuple(crop.size)) == ([test], (train, train))
 
 

@@ -13,7 +13,7 @@ from timm.loss import SoftTargetCrossEntropy
 from torch import nn
 
 from optbench.models import create_model
-from optbench.train.augment import BatchAugment, input_stats, uses_pil_policy
+from optbench.train.augment import BatchAugment, uses_pil_policy
 from optbench.train.batches import (
     DeviceBatches,
     FolderBatches,
@@ -25,6 +25,7 @@ from optbench.train.compute import Compute, loader_workers
 from optbench.train.config import TrainConfig
 from optbench.train.datasets import DeviceData, load_dataset
 from optbench.train.ema import WeightAverage
+from optbench.train.input_plan import input_plan
 from optbench.train.optim import LrSchedule, build_optimizer
 from optbench.train.tensor_folder import TensorFolderBatches, device_policy
 
@@ -44,7 +45,8 @@ class TrialParts:
 
 
 def build_batches(cfg: TrainConfig, compute: Compute, pipeline: str = "pil") -> TrainBatches:
-    """The trial's batches through the `pipeline` ("pil" or "tensor", batches.py)."""
+    """The trial's batches through `pipeline` (batches.py; "auto" resolved by its input plan,
+    input_plan.py, which the batches of class folders read)."""
     if cfg.batch_size % compute.dist.world:
         raise ValueError(
             f"batch_size {cfg.batch_size} is not divisible by {compute.dist.world} processes"
@@ -58,16 +60,20 @@ def build_batches(cfg: TrainConfig, compute: Compute, pipeline: str = "pil") -> 
     shard = Shard(compute.dist.rank, compute.dist.world)
     workers = compute.workers if compute.workers is not None else loader_workers()
     common = dict(seed=cfg.seed, shard=shard)
+    pipeline = input_plan(cfg.recipe, data, pipeline, compute.device.type).pipeline
     batches: TrainBatches
     if isinstance(data, DeviceData) and pipeline == "pil" and uses_pil_policy(cfg.recipe):
         batches = PreparedBatches(
             data, cfg.batch_size, cfg.recipe, device=compute.device, workers=workers, **common
         )
-    elif isinstance(data, DeviceData):
+    elif isinstance(data, DeviceData):  # the policy, if any, runs on the device (BatchAugment)
         batches = DeviceBatches(
-            data.to(compute.device), cfg.batch_size, repeated_aug=cfg.recipe.repeated_aug, **common
+            data.to(compute.device),
+            cfg.batch_size,
+            repeated_aug=cfg.recipe.repeated_aug,
+            pipeline=pipeline,
+            **common,
         )
-        batches.pipeline = pipeline  # the policy, if any, runs on the device (BatchAugment)
     elif pipeline == "tensor":
         batches = TensorFolderBatches(
             data, cfg.batch_size, cfg.recipe, device=compute.device, readers=workers, **common
@@ -116,12 +122,12 @@ def build_parts(cfg: TrainConfig, compute: Compute, pipeline: str = "pil") -> Tr
     steps_per_epoch = len(batches)
     schedule = LrSchedule(optimizer, cfg, steps_per_epoch)
     ema = WeightAverage(model, cfg, steps_per_epoch) if recipe.ema else None
-    mean, std = input_stats(recipe, batches.mean, batches.std)
+    plan = input_plan(recipe, batches.data, batches.pipeline, compute.device.type)
     augment = BatchAugment(
         recipe,
         num_classes=batches.num_classes,
-        mean=mean,
-        std=std,
+        mean=plan.mean,
+        std=plan.std,
         device=compute.device,
         in_chans=batches.in_chans,
         img_size=batches.img_size,
@@ -129,7 +135,7 @@ def build_parts(cfg: TrainConfig, compute: Compute, pipeline: str = "pil") -> Tr
         pca_lighting=batches.pca_lighting,
         device_policy=(
             device_policy(recipe, batches.in_chans, batches.img_size)
-            if batches.pipeline == "tensor" and uses_pil_policy(recipe)
+            if plan.policy_per_sample and batches.geometric_on_device
             else None
         ),
     )

@@ -403,6 +403,16 @@ def _check_folder_files(spec: Dataset) -> None:
                 f"dataset.root: {root / split / empty[0]} holds no image (no file named "
                 f"*.jpg, *.png, ...: torchvision's IMG_EXTENSIONS); every class folder needs one"
             )
+        _refuse_empty_images(root / split, classes)
+
+
+def _refuse_empty_images(split: Path, classes: tuple[str, ...]) -> None:
+    """No image file of the split is empty (a copy cut short): PIL's pipeline would fail its
+    trial, the tensor pipeline too or, where the file never reached a batch, train without a
+    word. One stat per file (the folders' listing is read anyway)."""
+    for path, _ in folder_samples(split, classes):
+        if os.stat(path).st_size == 0:
+            raise UsageError(f"dataset.root: {path} is an empty file, not an image")
 
 
 @dataclass(frozen=True)

@@ -212,7 +212,7 @@ def run_trial(
     start = time.perf_counter()
     ctx = context_from_env() if distributed else DistContext()
     compute = Compute.for_trial(cfg.recipe, device, ctx, workers)
-    execution = execution.resolved(compute.device.type)
+    execution = execution.resolved(compute.device.type, cfg.recipe)
     stop = StopRequest()
     replaced: dict = {}
     events = EpochEvents(out_dir, root) if ctx.is_main else None  # TensorBoard, if installed

@@ -401,7 +401,9 @@ def run_population(
         return results
     start = time.perf_counter()
     compute = Compute.for_trial(cfgs[0].recipe, device, DistContext(), None)
-    execution = execution.resolved(compute.device.type).model_copy(update={"population": len(cfgs)})
+    execution = execution.resolved(compute.device.type, cfgs[0].recipe).model_copy(
+        update={"population": len(cfgs)}
+    )
     stop = StopRequest()
     replaced: dict = {}
     done = [r is not None for r in results]
