@@ -52,6 +52,7 @@ RESULT_ATTRS = (
     "versions",
     "digest",
     "message",
+    "origin",
 )
 
 RUNNING_ATTR = "running"  # {"run": driver token, "since": time.time()} while a worker runs it

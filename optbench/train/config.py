@@ -163,6 +163,9 @@ class TrialResult(BaseModel):
     versions: Annotated[dict[Short, Short], Field(max_length=20)] | None = None
     # which code made it (None in result files written before it was recorded)
     provenance: Provenance | None = None
+    # who wrote it: the worker that trained the trial, or the driver for a job that ended
+    # without a usable result (killed, lost, an invalid result file): retry policy reads it
+    origin: Literal["worker", "driver"] = "worker"
 
     @field_validator("message")
     @classmethod
