@@ -24,6 +24,7 @@ from optbench.errors import (
     format_errors,
     torch_mismatch,
 )
+from optbench.pack import data_app
 from optbench.recipe import OPTIMIZERS, Recipe
 from optbench.spec import StudySpec
 
@@ -32,6 +33,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Benchmark how easy vision models are to optimize.",
 )
+app.add_typer(data_app, name="data")  # optbench data pack (pack.py)
 
 
 # Piped output (CI logs, files) gets wide tables instead of rich's 80-column default. What it

@@ -29,7 +29,6 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
 import numpy as np
@@ -44,9 +43,10 @@ from optbench.train.datasets import (
     DeviceData,
     FolderData,
     UnreadableImage,
-    folder_samples,
+    split_samples,
 )
 from optbench.train.seeding import derive_seed
+from optbench.train.shards import load_rgb
 
 
 @dataclass(frozen=True)
@@ -276,24 +276,22 @@ def _val_transform(img_size: int, crop_pct: float, interpolation: str = "bilinea
 
 
 class _SeededImages(TorchDataset):
-    """A split's images (datasets.folder_samples: the dataset's classes, as ImageFolder would
-    read them but without its dot-folders) read by keys (epoch, index, stream): each image's
+    """A split's images (datasets.split_samples: files of class folders, as ImageFolder would
+    read them but without dot-folders, or shard members) read by keys (epoch, index, stream): each image's
     random transform is seeded by (seed, stream, epoch, index), so it does not depend on which
     worker reads it or when; stream "image" is training, another name draws other
     augmentations of the image."""
 
-    def __init__(self, folder: Path, classes: tuple[str, ...], transform, seed: int):
-        self.samples = folder_samples(folder, classes)
+    def __init__(self, data: FolderData, split: str, transform, seed: int):
+        self.samples = split_samples(data, split)
         self.transform, self.seed = transform, seed
 
     def __len__(self) -> int:
         return len(self.samples)
 
     def _load(self, index: int):
-        from torchvision.datasets.folder import default_loader  # PIL, converted to RGB
-
-        path, label = self.samples[index]
-        return self.transform(default_loader(path)), label
+        sample, label = self.samples[index]
+        return self.transform(load_rgb(sample)), label  # PIL, converted to RGB
 
     def __getitem__(self, key: tuple[int, int, str]):
         epoch, index, stream = key
@@ -346,12 +344,10 @@ class FolderBatches:
         self.num_classes, self.in_chans = data.num_classes, data.in_chans
         self.img_size, self.mean, self.std = data.img_size, data.mean, data.std
         self.pca_lighting = data.in_chans == 3
-        self.train_set = _SeededImages(
-            data.root / "train", data.classes, _train_transform(recipe, data.img_size), seed
-        )
+        self.train_set = _SeededImages(data, "train", _train_transform(recipe, data.img_size), seed)
         self.val_set = _SeededImages(
-            data.root / "val",
-            data.classes,
+            data,
+            "val",
             _val_transform(data.img_size, data.crop_pct, recipe.interpolation),
             seed,
         )

@@ -29,8 +29,9 @@ from torchvision.transforms.v2 import functional as TF
 from optbench.recipe import TORCHVISION_POLICIES, Recipe
 from optbench.train.augment import build_policy
 from optbench.train.batches import Shard, epoch_order
-from optbench.train.datasets import FolderData, UnreadableImage, folder_samples, refuse_bomb
+from optbench.train.datasets import FolderData, UnreadableImage, refuse_bomb, split_samples
 from optbench.train.seeding import derive_seed
+from optbench.train.shards import read_bytes
 from optbench.train.tensor_policy import tensor_policy
 
 # torchvision's RandomResizedCrop defaults, which the PIL pipeline uses too
@@ -97,10 +98,9 @@ def device_policy(
     return lambda x, generator: policy(x, generator)[0]
 
 
-def _read(path: str) -> torch.Tensor:
+def _read(path) -> torch.Tensor:  # a file's path or a shard member (datasets.split_samples)
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = read_bytes(path)
     except OSError as err:
         raise UnreadableImage.of(path, err.strerror or str(err)) from None
     refuse_bomb(path, data)  # in the reader threads: ~30 us a JPEG, against ~1.5 ms to decode it
@@ -207,8 +207,8 @@ class TensorFolderBatches:
         self.num_classes, self.in_chans = data.num_classes, data.in_chans
         self.img_size, self.mean, self.std = data.img_size, data.mean, data.std
         self.pca_lighting = data.in_chans == 3
-        self.train_samples = folder_samples(data.root / "train", data.classes)
-        self.val_samples = folder_samples(data.root / "val", data.classes)
+        self.train_samples = split_samples(data, "train")
+        self.val_samples = split_samples(data, "val")
         self.policy = device_policy(recipe, data.in_chans, data.img_size)
         self.readers = max(1, readers)
         self._pool: ThreadPoolExecutor | None = None
