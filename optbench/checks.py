@@ -65,7 +65,7 @@ def check_spec(
         from optbench.train.datasets import check_dataset_files  # torch: only for a real run
 
         try:
-            check_dataset_files(spec.dataset)
+            check_dataset_files(spec.dataset, spec.study_dir)  # a shard index it may cache
         except UsageError as err:
             raise UsageError(f"{source}: {err}") from None
     if data or sized:

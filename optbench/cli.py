@@ -129,6 +129,9 @@ def train(
         Path | None, typer.Option(help="dataset folder (on-disk datasets)")
     ] = None,
     img_size: Annotated[int | None, typer.Option(help="resize images to this size")] = None,
+    layout: Annotated[
+        str, typer.Option(help="image datasets: folders or wds (shards)")
+    ] = "folders",
     warmup_epochs: Annotated[
         float | None, typer.Option(help="override recipe.warmup_epochs")
     ] = None,
@@ -190,7 +193,7 @@ def train(
     cfg = make_train_config(
         "train",
         model=model,
-        dataset={"name": dataset, "root": data_root, "img_size": img_size},
+        dataset={"name": dataset, "root": data_root, "img_size": img_size, "layout": layout},
         optimizer=optimizer,
         lr=lr,
         wd=wd,

@@ -262,18 +262,22 @@ def _check_shards(spec: Dataset) -> None:
     shards.check_manifest(root, shards.shard_files(root))
 
 
-def _check_shard_files(spec: Dataset) -> None:
+def _check_shard_files(spec: Dataset, cache_dir: Path | None) -> None:
     root = Path(spec.root)
-    index = shards.open_index(root)[0]
+    index = shards.open_index(root, cache_dir)[0]
     shards.check_manifest(root, shards.shard_files(root), index)
     shards.check_index(index)
 
 
-# format -> layout -> (check the location without loading, check the files' contents cheaply)
-_CHECKS: dict[tuple[str, str], tuple[Callable[[Dataset], None], Callable[[Dataset], None]]] = {
-    ("bundled", "folders"): (_check_nothing, lambda spec: None),
-    ("cifar", "folders"): (check_cifar, check_cifar_files),
-    ("images", "folders"): (folders.check_folders, folders.check_folder_files),
+# (format, layout) -> (check the location without loading, check the files' contents cheaply;
+# the latter also takes where a shard index may be cached)
+_CHECKS: dict[tuple[str, str], tuple[Callable, Callable]] = {
+    ("bundled", "folders"): (_check_nothing, lambda spec, cache_dir: None),
+    ("cifar", "folders"): (check_cifar, lambda spec, cache_dir: check_cifar_files(spec)),
+    ("images", "folders"): (
+        folders.check_folders,
+        lambda spec, cache_dir: folders.check_folder_files(spec),
+    ),
     ("images", "wds"): (_check_shards, _check_shard_files),
 }
 
@@ -289,7 +293,7 @@ def _readable(spec: Dataset) -> Iterator[None]:
         raise UsageError(f"dataset.root: {path} cannot be read ({err.strerror})") from None
 
 
-def _checks(spec: Dataset) -> tuple[Callable[[Dataset], None], Callable[[Dataset], None]]:
+def _checks(spec: Dataset) -> tuple[Callable, Callable]:
     if spec.name not in CATALOGUE:
         known = sorted(CATALOGUE)
         raise UsageError(f"dataset.name: unknown dataset {spec.name!r}; known: {known}")
@@ -303,16 +307,17 @@ def check_dataset(spec: Dataset) -> None:
         check(spec)
 
 
-def check_dataset_files(spec: Dataset) -> None:
+def check_dataset_files(spec: Dataset, cache_dir: Path | None = None) -> None:
     """check_dataset, then what can be seen of the files' contents cheaply, before anything
     runs: each CIFAR batch read once (the shape of its images, its labels in range), each class
     folder holding images (counted by name), the shards' index (built from their headers, or
     read from its cache) with an image and a class for every sample and every class in both
-    splits. A UsageError names the file or folder. Writes nothing. What only decoding shows (a
-    corrupt JPEG) fails its trial, naming the file (UnreadableImage)."""
+    splits (an index cached in `cache_dir`, the study folder, read too). A UsageError names the
+    file or folder. Writes nothing. What only decoding shows (a corrupt JPEG) fails its trial,
+    naming the file (UnreadableImage)."""
     check_dataset(spec)
     with _readable(spec):
-        _checks(spec)[1](spec)
+        _checks(spec)[1](spec, cache_dir)
 
 
 @dataclass(frozen=True)

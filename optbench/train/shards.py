@@ -107,7 +107,8 @@ class ShardIndex:
 
 def shard_files(root: Path) -> dict[str, list[Path]]:
     """The shards of each split (sorted by name); a UsageError if a split has none, a name
-    matches both splits, or a shard is not a regular file."""
+    matches both splits, or a shard is not a regular file (a link to one is: the data root is
+    the user's, as a Hugging Face download's links to its blobs)."""
     found = {split: sorted(root.glob(pattern)) for split, pattern in SPLITS.items()}
     for split, paths in found.items():
         if not paths:
@@ -118,7 +119,7 @@ def shard_files(root: Path) -> dict[str, list[Path]]:
     if both:
         raise UsageError(f"dataset.root: {min(both)} matches both *train* and *val*: rename it")
     for path in found["train"] + found["val"]:
-        if path.is_symlink() or not path.is_file():
+        if not path.is_file():
             raise UsageError(f"dataset.root: {path} is not a regular file (a shard must be one)")
     return found
 
