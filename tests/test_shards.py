@@ -11,6 +11,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+import torch
 from test_data import make_folders
 from test_input_pipeline import folder_config, make_jpeg_folders, stop_mid_epoch
 
@@ -225,3 +226,37 @@ def test_a_study_on_packed_shards_records_the_trials_of_the_study_on_the_folder(
         }
     assert len(digests["on-folder"]) == 2 and None not in digests["on-folder"].values()
     assert digests["on-folder"] == digests["on-shards"]  # same trial keys, same weights
+
+
+def test_optbench_train_on_a_bad_shard_stops_in_one_line_and_writes_nothing(packed, cli):
+    _, root = packed
+    (root / "manifest.json").unlink()
+    _tar(root / "val-000009.tar", {"x/1.webp": b"RIFF", "x/1.cls": b"0", "x/2.cls": b"1"})
+    code, _, err = cli(
+        *("train", "vit_c_w64_16px", "--dataset", "imagefolder", "--data-root", "shards"),
+        *("--layout", "wds", "--img-size", "16", "--optimizer", "sgd", "--lr", "0.1"),
+        *("--wd", "0", "--epochs", "1", "--batch-size", "4", "--out", "out"),
+    )
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "val-000009.tar: sample 'x/2' has no image member" in err
+    assert not (root.parent / "out").exists()
+
+
+def test_a_member_that_is_no_image_fails_its_trial_naming_shard_and_member(packed):
+    from optbench.recipe import Recipe
+    from optbench.train.batches import FolderBatches
+    from optbench.train.datasets import UnreadableImage
+    from optbench.train.tensor_folder import _read, decode
+
+    _, root = packed
+    (root / "manifest.json").unlink()
+    _tar(root / "train-000009.tar", {"bad.png": b"not a png", "bad.cls": b"1"})
+    data = load_dataset(wds(root, img_size=16))
+    last = len(split_samples(data, "train")) - 1
+    cpu = torch.device("cpu")
+    pil = FolderBatches(data, 4, Recipe(), seed=0, device=cpu, workers=0)
+    with pytest.raises(UnreadableImage, match=r"train-000009.tar:bad.png: not a readable image"):
+        pil.train_set[(0, last, "image")]
+    member = split_samples(data, "train")[last][0]  # as the reader threads and decoder see it
+    with pytest.raises(UnreadableImage, match=r"train-000009.tar:bad.png: not a readable image"):
+        decode([_read(member)], [member], cpu)
