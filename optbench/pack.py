@@ -26,11 +26,11 @@ from typing import Annotated
 import typer
 
 from optbench.errors import UsageError
+from optbench.train.shards import INDEX_NAME, MANIFEST, build_index, shard_files
 
 data_app = typer.Typer(
     no_args_is_help=True, help="Prepare datasets (pack class folders into shards)."
 )
-MANIFEST = "manifest.json"
 PER_SHARD = 5000  # images per shard by default (ImageNet's train split: 257 shards of ~0.5 GB)
 
 
@@ -97,8 +97,6 @@ def _samples(folder: Path) -> tuple[tuple[str, ...], dict[str, list[tuple[str, i
 
 def pack_folder(folder: Path, out: Path, per_shard: int = PER_SHARD) -> dict:
     """Pack `folder` into shards in `out` (module docstring); the manifest."""
-    from optbench.train import shards
-
     if per_shard < 1:
         raise UsageError(f"--per-shard: {per_shard} must be at least 1")
     _check_out(out)
@@ -117,8 +115,8 @@ def pack_folder(folder: Path, out: Path, per_shard: int = PER_SHARD) -> dict:
                 "shards": _write_split(split_samples, split, work, per_shard),
             }
         (work / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
-        index = shards.build_index(work, shards.shard_files(work))
-        (work / shards.INDEX_NAME).write_text(index.to_json())
+        index = build_index(work, shard_files(work))
+        (work / INDEX_NAME).write_text(index.to_json())
         os.replace(work, out)  # an empty `out` is replaced; the index names shards, not paths
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)

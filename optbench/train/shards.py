@@ -30,6 +30,7 @@ from optbench import safefs
 from optbench.errors import UsageError
 
 INDEX_NAME = ".optbench-wds-index.json"
+MANIFEST = "manifest.json"  # written by `optbench data pack` (pack.py)
 INDEX_VERSION = 1
 SPLITS = {"train": "*train*.tar", "val": "*val*.tar"}  # glob under ROOT, sorted by name
 WDS_LAYOUT = (
@@ -124,16 +125,24 @@ def shard_files(root: Path) -> dict[str, list[Path]]:
     return found
 
 
+def _manifest(root: Path) -> dict | None:
+    """`optbench data pack`'s manifest.json, parsed (None where there is none): a regular
+    file of at most _INDEX_LIMIT bytes (a FIFO or a link there is refused, not waited on)."""
+    text = safefs.read_bytes(root / MANIFEST, root, _INDEX_LIMIT)
+    return None if text is None else json.loads(text)
+
+
 def check_manifest(root: Path, found: dict[str, list[Path]], index: ShardIndex | None = None):
     """The shards `optbench data pack`'s manifest.json lists are all there (and, with the
     index, hold the images it counts); nothing to compare without a manifest."""
     try:
-        splits = json.loads((root / "manifest.json").read_text())["splits"]
+        manifest = _manifest(root)
+        if manifest is None:
+            return
+        splits = manifest["splits"]
         listed = {s: [(e["name"], e["images"]) for e in splits[s]["shards"]] for s in SPLITS}
-    except FileNotFoundError:
-        return
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise UsageError(f"dataset.root: {root / 'manifest.json'} cannot be read ({err})") from None
+    except (OSError, ValueError, KeyError, TypeError) as err:  # UnsafePath: a UsageError
+        raise UsageError(f"dataset.root: {root / MANIFEST} cannot be read ({err})") from None
     for split, entries in listed.items():
         names = {p.name for p in found[split]}
         missing = [n for n, _ in entries if n not in names]
@@ -325,7 +334,7 @@ def check_index(index: ShardIndex) -> None:
 def class_names(root: Path, k: int) -> tuple[str, ...]:
     """The classes' names from `optbench data pack`'s manifest.json, else their indices."""
     try:
-        names = json.loads((root / "manifest.json").read_text())["classes"]
+        names = (_manifest(root) or {})["classes"]
         if isinstance(names, list) and len(names) == k and all(isinstance(n, str) for n in names):
             return tuple(names)
     except (OSError, ValueError, KeyError, TypeError):
