@@ -24,6 +24,7 @@ from optbench.errors import (
     format_errors,
     torch_mismatch,
 )
+from optbench.pack import data_app
 from optbench.recipe import OPTIMIZERS, Recipe
 from optbench.spec import StudySpec
 
@@ -32,6 +33,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Benchmark how easy vision models are to optimize.",
 )
+app.add_typer(data_app, name="data")  # optbench data pack (pack.py)
 
 
 # Piped output (CI logs, files) gets wide tables instead of rich's 80-column default. What it
@@ -127,6 +129,9 @@ def train(
         Path | None, typer.Option(help="dataset folder (on-disk datasets)")
     ] = None,
     img_size: Annotated[int | None, typer.Option(help="resize images to this size")] = None,
+    layout: Annotated[
+        str, typer.Option(help="image datasets: folders or wds (shards)")
+    ] = "folders",
     warmup_epochs: Annotated[
         float | None, typer.Option(help="override recipe.warmup_epochs")
     ] = None,
@@ -188,7 +193,7 @@ def train(
     cfg = make_train_config(
         "train",
         model=model,
-        dataset={"name": dataset, "root": data_root, "img_size": img_size},
+        dataset={"name": dataset, "root": data_root, "img_size": img_size, "layout": layout},
         optimizer=optimizer,
         lr=lr,
         wd=wd,

@@ -5,7 +5,7 @@ Each field declares what it is to a cell:
 - "cell": its value names the cell; editing it makes new cells instead of mixing with old
   results;
 - "cell_if_folder": names the cell only where the data are image files resized one by one
-  (spec.FOLDER_DATASETS); elsewhere it changes nothing and stays out of the id;
+  (catalogue.is_image_dataset); elsewhere it changes nothing and stays out of the id;
 - "location": where the data are read from; the same trials from any copy;
 - "execution": how the trials are fed, recorded in result.json's `execution` block, not a cell.
 
@@ -76,6 +76,7 @@ DATASET_IDENTITY: dict[str, Identity] = {
     "name": "cell",
     "img_size": "cell",
     "root": "location",
+    "layout": "location",  # class folders or WebDataset shards of the same images
     "pipeline": "execution",
 }
 

@@ -40,6 +40,7 @@ from optbench.caps import (
     SEED_BOUND,
     check_cap,
 )
+from optbench.catalogue import is_image_dataset
 from optbench.errors import SpecError, format_errors
 from optbench.identity import DATASET_IDENTITY, RECIPE_IDENTITY, cell_fields
 from optbench.recipe import (
@@ -364,7 +365,7 @@ class StudySpec(StrictModel):
         """Everything that gives one cell's results their meaning. Its hash names the cell, so
         editing any of it makes new cells instead of mixing with old results."""
         bounds = self.search.bounds(cell.model, cell.optimizer)
-        folder = self.dataset.name in FOLDER_DATASETS
+        folder = is_image_dataset(self.dataset.name)
         return {
             "model": cell.model,
             "optimizer": cell.optimizer,
@@ -383,12 +384,6 @@ class StudySpec(StrictModel):
         blob = json.dumps(self.cell_config(cell), sort_keys=True).encode()
         digest = hashlib.sha256(blob).hexdigest()[:8]
         return f"{cell.model}-{cell.optimizer}-e{cell.epochs}-{digest}"
-
-
-# Datasets read as image files, each image resized on its own (train/batches.py); the others
-# are whole tensors at a fixed size, where `recipe.interpolation` changes nothing
-# (identity.py: "cell_if_folder").
-FOLDER_DATASETS: tuple[str, ...] = ("imagenet", "imagefolder")
 
 
 class Cell(StrictModel):

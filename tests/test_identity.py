@@ -9,10 +9,14 @@ import typing
 
 import pytest
 
+from optbench.catalogue import CATALOGUE
 from optbench.errors import SpecError
 from optbench.identity import DATASET_IDENTITY, RECIPE_IDENTITY, cell_fields
 from optbench.recipe import Recipe, StudyDataset
-from optbench.spec import FOLDER_DATASETS, parse_spec
+from optbench.spec import parse_spec
+
+# an image dataset (read image by image: where interpolation and the layout apply)
+IMAGE_DATASET = next(k.name for k in CATALOGUE.values() if k.format == "images")
 
 
 def _with(data: dict, section: str, field: str, value) -> dict:
@@ -81,7 +85,7 @@ def test_a_recipe_field_changes_the_cell_id_exactly_when_declared(
     data = copy.deepcopy(tiny_dict)
     data.setdefault("recipe", {}).update(COMPANIONS.get(field, {}))
     if folder:
-        data["dataset"] = {"name": FOLDER_DATASETS[-1], "root": str(tmp_path), "img_size": 16}
+        data["dataset"] = {"name": IMAGE_DATASET, "root": str(tmp_path), "img_size": 16}
     base = parse_spec(data)
     edited = _an_edit(data, field)
     assert edited is not None, f"no other valid value found for recipe.{field}"
@@ -94,11 +98,19 @@ def test_a_recipe_field_changes_the_cell_id_exactly_when_declared(
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("name", "cifar10"), ("img_size", 32), ("root", "/another/copy"), ("pipeline", "tensor")],
+    [
+        ("name", "cifar10"),
+        ("img_size", 32),
+        ("root", "/another/copy"),
+        ("pipeline", "tensor"),
+        ("layout", "wds"),
+    ],
 )
 def test_a_dataset_field_changes_the_cell_id_exactly_when_declared(tiny_dict, field, value):
-    base = parse_spec(tiny_dict)
-    edited = parse_spec(_with(tiny_dict, "dataset", field, value))
+    image = {"name": IMAGE_DATASET, "root": "data", "img_size": 16}  # every field applies
+    data = {**tiny_dict, "dataset": image} if field in ("layout", "root") else tiny_dict
+    base = parse_spec(data)
+    edited = parse_spec(_with(data, "dataset", field, value))
     assert str(getattr(edited.dataset, field)) != str(getattr(base.dataset, field))
     cell = base.cells()[0]
     assert (edited.cell_id(cell) != base.cell_id(cell)) == (DATASET_IDENTITY[field] == "cell")

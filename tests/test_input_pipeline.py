@@ -228,17 +228,12 @@ def folder_config(root: Path, epochs: int = 2, seed: int = 0, **recipe) -> Train
     )
 
 
-@pytest.mark.slow
-def test_tensor_pipeline_trial_is_reproducible_and_resumes_mid_epoch_exactly(tmp_path, monkeypatch):
-    make_jpeg_folders(tmp_path / "data")
-    cfg, tensor = folder_config(tmp_path / "data"), Execution(pipeline="tensor")
-    whole = run_trial(cfg, tmp_path / "whole", workers=2, execution=tensor)
-    again = run_trial(cfg, tmp_path / "again", workers=1, execution=tensor)
-    assert whole.status == "finished", whole.message
-    assert whole.digest == again.digest and whole.execution == tensor
+def stop_mid_epoch(cfg: TrainConfig, out: Path, monkeypatch, **run) -> None:
+    """Run `cfg` into `out` and stop it (SIGUSR2, as a scheduler's warning) at step 4: mid-epoch
+    2 of a 3-step epoch, with its checkpoint written."""
     seed_step, calls = epoch_mod.seed_step, []
 
-    def stop_at_step_4(seed, device):  # mid-epoch 2 (3 steps per epoch)
+    def stop_at_step_4(seed, device):
         if len(calls) == 4:
             os.kill(os.getpid(), signal.SIGUSR2)
         calls.append(seed)
@@ -248,11 +243,22 @@ def test_tensor_pipeline_trial_is_reproducible_and_resumes_mid_epoch_exactly(tmp
     previous = signal.signal(signal.SIGUSR2, lambda *_: None)  # what run_trial passes it on to
     try:
         with pytest.raises(TrialInterrupted):
-            run_trial(cfg, tmp_path / "stopped", workers=1, execution=tensor)
+            run_trial(cfg, out, workers=1, **run)
     finally:
         signal.signal(signal.SIGUSR2, previous)
-    assert (tmp_path / "stopped" / CHECKPOINT_FILE).is_file()
+    assert (out / CHECKPOINT_FILE).is_file()
     monkeypatch.undo()
+
+
+@pytest.mark.slow
+def test_tensor_pipeline_trial_is_reproducible_and_resumes_mid_epoch_exactly(tmp_path, monkeypatch):
+    make_jpeg_folders(tmp_path / "data")
+    cfg, tensor = folder_config(tmp_path / "data"), Execution(pipeline="tensor")
+    whole = run_trial(cfg, tmp_path / "whole", workers=2, execution=tensor)
+    again = run_trial(cfg, tmp_path / "again", workers=1, execution=tensor)
+    assert whole.status == "finished", whole.message
+    assert whole.digest == again.digest and whole.execution == tensor
+    stop_mid_epoch(cfg, tmp_path / "stopped", monkeypatch, execution=tensor)
     resumed = run_trial(cfg, tmp_path / "stopped", resume=True, workers=1, execution=tensor)
     assert resumed.digest == whole.digest
     lines = read_metrics(tmp_path / "whole")

@@ -29,7 +29,6 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
 import numpy as np
@@ -44,10 +43,11 @@ from optbench.train.datasets import (
     DeviceData,
     FolderData,
     UnreadableImage,
-    folder_samples,
+    split_samples,
 )
 from optbench.train.input_plan import InputPlan, input_plan
 from optbench.train.seeding import derive_seed
+from optbench.train.shards import load_rgb
 
 
 @dataclass(frozen=True)
@@ -287,24 +287,22 @@ def _val_transform(plan: InputPlan):
 
 
 class _SeededImages(TorchDataset):
-    """A split's images (datasets.folder_samples: the dataset's classes, as ImageFolder would
-    read them but without its dot-folders) read by keys (epoch, index, stream): each image's
+    """A split's images (datasets.split_samples: files of class folders, as ImageFolder would
+    read them but without dot-folders, or shard members) read by keys (epoch, index, stream): each image's
     random transform is seeded by (seed, stream, epoch, index), so it does not depend on which
     worker reads it or when; stream "image" is training, another name draws other
     augmentations of the image."""
 
-    def __init__(self, folder: Path, classes: tuple[str, ...], transform, seed: int):
-        self.samples = folder_samples(folder, classes)
+    def __init__(self, data: FolderData, split: str, transform, seed: int):
+        self.samples = split_samples(data, split)
         self.transform, self.seed = transform, seed
 
     def __len__(self) -> int:
         return len(self.samples)
 
     def _load(self, index: int):
-        from torchvision.datasets.folder import default_loader  # PIL, converted to RGB
-
-        path, label = self.samples[index]
-        return self.transform(default_loader(path)), label
+        sample, label = self.samples[index]
+        return self.transform(load_rgb(sample)), label  # PIL, converted to RGB
 
     def __getitem__(self, key: tuple[int, int, str]):
         epoch, index, stream = key
@@ -358,12 +356,8 @@ class FolderBatches:
         self.img_size, self.mean, self.std = data.img_size, data.mean, data.std
         self.pca_lighting = data.in_chans == 3
         self.plan = input_plan(recipe, data, self.pipeline, device.type)
-        self.train_set = _SeededImages(
-            data.root / "train", data.classes, _train_transform(self.plan, recipe), seed
-        )
-        self.val_set = _SeededImages(
-            data.root / "val", data.classes, _val_transform(self.plan), seed
-        )
+        self.train_set = _SeededImages(data, "train", _train_transform(self.plan, recipe), seed)
+        self.val_set = _SeededImages(data, "val", _val_transform(self.plan), seed)
         self._train_keys, self._val_keys = _Keys(), _Keys()
         self._train_loader = self._loader(self.train_set, self._train_keys)
         self._val_loader = self._loader(self.val_set, self._val_keys)

@@ -56,7 +56,7 @@ def build_batches(cfg: TrainConfig, compute: Compute, pipeline: str = "pil") -> 
         raise ValueError(
             "mixup/CutMix pair each image with the batch reversed: the batch per process must be even"
         )
-    data = load_dataset(cfg.dataset, cfg.model)
+    data = load_dataset(cfg.dataset, cfg.model, compute.data_cache)
     shard = Shard(compute.dist.rank, compute.dist.world)
     workers = compute.workers if compute.workers is not None else loader_workers()
     common = dict(seed=cfg.seed, shard=shard)

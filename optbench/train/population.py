@@ -400,7 +400,9 @@ def run_population(
     if all(r is not None for r in results):
         return results
     start = time.perf_counter()
-    compute = Compute.for_trial(cfgs[0].recipe, device, DistContext(), None)
+    compute = Compute.for_trial(
+        cfgs[0].recipe, device, DistContext(), None, data_cache=root or out_dirs[0]
+    )
     execution = execution.resolved(compute.device.type, cfgs[0].recipe).model_copy(
         update={"population": len(cfgs)}
     )

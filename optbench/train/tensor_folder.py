@@ -37,11 +37,12 @@ from optbench.train.datasets import (
     IMAGE_ERRORS,
     FolderData,
     UnreadableImage,
-    folder_samples,
     refuse_bomb,
+    split_samples,
 )
 from optbench.train.input_plan import CROP_RATIO, CROP_SCALE, InputPlan, input_plan
 from optbench.train.seeding import derive_seed
+from optbench.train.shards import read_bytes
 from optbench.train.tensor_policy import tensor_policy
 
 PREFETCH_BATCHES = 4  # batches whose bytes are being read ahead of the one decoded
@@ -120,13 +121,12 @@ def pil_decode(path: str, data: bytes) -> torch.Tensor:
     return torch.from_numpy(rgb).permute(2, 0, 1).contiguous()
 
 
-def _read(path: str) -> torch.Tensor:
-    """In a reader thread: a JPEG's bytes (1-D uint8, decoded later on the device, in
-    batches), any other image (PNG, BMP, TIFF, PPM/PGM, WebP, ...) decoded here with PIL
+def _read(path) -> torch.Tensor:
+    """In a reader thread, of a file's path or a shard member (datasets.split_samples): a
+    JPEG's bytes (1-D uint8, decoded later on the device, in batches), any other image (PNG, BMP, TIFF, PPM/PGM, WebP, ...) decoded here with PIL
     (`pil_decode`: (3, H, W)). UnreadableImage names a file that cannot be read or is empty."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = read_bytes(path)
     except OSError as err:
         raise UnreadableImage.of(path, err.strerror or str(err)) from None
     if not data:
@@ -218,8 +218,8 @@ class TensorFolderBatches:
         self.num_classes, self.in_chans = data.num_classes, data.in_chans
         self.img_size, self.mean, self.std = data.img_size, data.mean, data.std
         self.pca_lighting = data.in_chans == 3
-        self.train_samples = folder_samples(data.root / "train", data.classes)
-        self.val_samples = folder_samples(data.root / "val", data.classes)
+        self.train_samples = split_samples(data, "train")
+        self.val_samples = split_samples(data, "val")
         self.policy = device_policy(recipe, data.in_chans, data.img_size)
         self.readers = max(1, readers)
         self._pool: ThreadPoolExecutor | None = None
