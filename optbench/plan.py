@@ -37,11 +37,12 @@ class Trial:
     config: TrainConfig
     out_dir: Path
     execution: Execution = Execution()  # how the study runs it (not part of config or key)
+    study_dir: Path | None = None  # the study folder: no link below it is followed (safefs)
 
     @property
     def job(self) -> TrialJob:
         """What an executor runs for this trial."""
-        return TrialJob(self.key, self.config, self.out_dir, self.execution)
+        return TrialJob(self.key, self.config, self.out_dir, self.execution, self.study_dir)
 
 
 def plan(spec: StudySpec) -> list[Trial]:
@@ -56,7 +57,19 @@ def plan(spec: StudySpec) -> list[Trial]:
                 config = _train_config(spec, cell, lr, wd, seed)
                 out_dir = spec.study_dir / "trials" / key
                 trials.append(
-                    Trial(cell, cell_id, sample, seed, lr, wd, key, config, out_dir, execution)
+                    Trial(
+                        cell,
+                        cell_id,
+                        sample,
+                        seed,
+                        lr,
+                        wd,
+                        key,
+                        config,
+                        out_dir,
+                        execution,
+                        spec.study_dir,
+                    )
                 )
     return trials
 

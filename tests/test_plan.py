@@ -88,3 +88,15 @@ def test_the_plan_counts_each_model_at_the_input_size_it_trains_at(tiny_dict, tm
         flops = model_complexity(model, num_classes=1000, in_chans=3, img_size=trains_at)["flops"]
         assert column["GF/img"][i] == f"{flops / 1e9:.3g}"
     assert sizes["regnety_1gf"] != sizes["vit_c_1gf"]  # each model at its own size
+
+
+def test_every_job_carries_the_study_folder_the_plan_put_it_in(tiny_dict, tmp_path):
+    """The worker's link boundary (safefs root) is what the plan says, not read back from the
+    shape of a folder path: a job of no study guards its own folder only."""
+    from optbench.executors.base import TrialJob
+
+    spec = parse_spec(tiny_dict)
+    assert {t.job.root for t in plan(spec)} == {spec.study_dir}
+    trial = plan(spec)[0]
+    lone = TrialJob(trial.key, trial.config, trial.out_dir)  # the same path, no study
+    assert lone.root == trial.out_dir

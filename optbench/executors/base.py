@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path, PurePath
+from pathlib import Path
 from typing import Literal, Protocol
 
 from optbench.train.config import Execution, TrainConfig
@@ -27,6 +27,7 @@ class TrialJob:
     config: TrainConfig
     out_dir: Path
     execution: Execution = Execution()  # how to run it (the study's execution settings)
+    study_dir: Path | None = None  # the study folder the plan put it in (None: none)
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -34,13 +35,9 @@ class TrialJob:
 
     @property
     def root(self) -> Path:
-        """The folder below which the worker follows no link (safefs): the study folder when
-        `out_dir` is <study folder>/trials/<key> (plan.py's layout), else `out_dir` itself."""
-        parts = PurePath(self.key).parts
-        tail = self.out_dir.parts[-len(parts) - 1 :]
-        if tail == ("trials", *parts):
-            return self.out_dir.parents[len(parts)]
-        return self.out_dir
+        """The folder below which the worker follows no link (safefs): the study folder the
+        plan gave, else (a trial of no study) `out_dir` itself."""
+        return self.study_dir or self.out_dir
 
 
 @dataclass(frozen=True)
