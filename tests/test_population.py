@@ -24,7 +24,7 @@ from optbench.executors.base import PopulationJob, TrialJob
 from optbench.plan import jobs, plan, populations
 from optbench.recipe import Dataset, Recipe
 from optbench.spec import SlurmSettings, parse_spec
-from optbench.train import loop, population
+from optbench.train import epoch, population, stepper
 from optbench.train.config import TrainConfig
 from optbench.train.datasets import load_dataset
 from optbench.train.loop import run_trial
@@ -193,7 +193,7 @@ def test_each_member_trains_as_its_solo_trial(tmp_path, monkeypatch, model):
 
     monkeypatch.setattr(population, "member_losses", recorded)
     results = run_population(cfgs, [tmp_path / f"m{k}" for k in range(len(cfgs))])
-    build_parts = loop.build_parts
+    build_parts = stepper.build_parts
     for k, cfg in enumerate(cfgs):
         seen: list[float] = []
 
@@ -202,7 +202,7 @@ def test_each_member_trains_as_its_solo_trial(tmp_path, monkeypatch, model):
             parts.criterion = StepLosses(parts.criterion, seen)
             return parts
 
-        monkeypatch.setattr(loop, "build_parts", with_recorded_loss)
+        monkeypatch.setattr(stepper, "build_parts", with_recorded_loss)
         solo = run_trial(cfg, tmp_path / f"s{k}")
         member = [step[k] for step in pop_losses]
         assert len(seen) == len(member) >= 50
@@ -253,7 +253,7 @@ def test_a_stopped_population_resumes_every_member_exactly(tmp_path, monkeypatch
     ref = [tmp_path / f"ref{k}" for k in range(3)]
     run_population(cfgs, ref)
     calls = {"n": 0}
-    seed_step = population.seed_step
+    seed_step = epoch.seed_step
 
     def seed_and_maybe_signal(seed, device):
         if calls["n"] == step:
@@ -263,7 +263,7 @@ def test_a_stopped_population_resumes_every_member_exactly(tmp_path, monkeypatch
 
     previous = signal.signal(signal.SIGUSR2, lambda *_: None)  # the signal passed on: ignored
     try:
-        monkeypatch.setattr(population, "seed_step", seed_and_maybe_signal)
+        monkeypatch.setattr(epoch, "seed_step", seed_and_maybe_signal)
         out = [tmp_path / f"m{k}" for k in range(3)]
         with pytest.raises(TrialInterrupted):
             run_population(cfgs, out)
