@@ -233,6 +233,49 @@ def test_a_diverging_member_is_recorded_diverged_and_frozen_while_the_others_go_
     assert not (tmp_path / "m0" / POPULATION_CHECKPOINT).exists()
 
 
+def file_kinds(folder) -> list[str]:
+    """The files a trial folder holds, event files by kind (their names carry host and time)."""
+    return sorted(
+        "events" if f.name.startswith("events.out.tfevents.") else f.name for f in folder.iterdir()
+    )
+
+
+@pytest.mark.slow
+def test_each_member_writes_what_a_solo_trial_writes_tensorboard_events_included(tmp_path):
+    from services import needs_extra
+
+    needs_extra("tensorboard", "tensorboard", "tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    pairs = [(1e-3, 0.05), (30.0, 0.0), (2e-3, 0.1)]  # member 1 diverges
+    cfgs = members("vit_p_w64_16px", "adamw", pairs, 2, warmup_epochs=0, diverge_loss=3.0)
+    out = [tmp_path / f"m{k}" for k in range(3)]
+    results = run_population(cfgs, out)
+    assert [r.status for r in results] == ["finished", "diverged", "finished"]
+    solo = tmp_path / "solo"
+    assert run_trial(cfgs[0], solo).status == "finished"
+    assert file_kinds(solo) == ["events", "metrics.jsonl", "result.json"]
+    for k, folder in enumerate(out):
+        assert file_kinds(folder) == file_kinds(solo), f"member {k}"
+        events = EventAccumulator(str(folder))
+        events.Reload()
+        metrics = read_metrics(folder)
+        keys = ("lr", "val_error", "train_loss", "ema_top1") if k != 1 else ("lr",)
+        for key in keys:
+            scalars = events.Scalars(key)
+            assert [s.step for s in scalars] == [m["epoch"] for m in metrics], (k, key)
+            assert [s.value for s in scalars] == pytest.approx([m[key] for m in metrics], rel=1e-6)
+    assert len(read_metrics(out[1])) == results[1].diverged_epoch < 2  # no events once frozen
+    # members done before a population starts get nothing more, no event file either
+    extra = members("vit_p_w64_16px", "adamw", [(5e-4, 0.0)], 2, warmup_epochs=0, diverge_loss=3.0)
+    before = {d: sorted(f.name for f in d.iterdir()) for d in out}
+    again = run_population([*cfgs, *extra], [*out, tmp_path / "m3"])
+    assert [(r.status, r.digest) for r in again[:3]] == [(r.status, r.digest) for r in results]
+    assert again[3].status == "finished"
+    assert {d: sorted(f.name for f in d.iterdir()) for d in out} == before
+    assert file_kinds(tmp_path / "m3") == file_kinds(solo)
+
+
 def comparable(out) -> tuple[dict, list[dict]]:
     result = json.loads((out / "result.json").read_text())
     lines = [{k: v for k, v in m.items() if k not in TIMING} for m in read_metrics(out)]

@@ -136,8 +136,8 @@ class Members:
         self.results = list(results) if results is not None else [None] * len(cfgs)
         self.start = time.perf_counter() if start is None else start  # for wall_s
         self.sinks = [
-            epoch_sinks(d, r, on_epoch) if is_main and done is None else None
-            for d, r, done in zip(out_dirs, self.roots, self.results, strict=True)
+            epoch_sinks(c, d, r, on_epoch) if is_main and done is None else None
+            for c, d, r, done in zip(cfgs, out_dirs, self.roots, self.results, strict=True)
         ]
 
     def metrics(self, k: int, history: list[dict]) -> None:

@@ -110,14 +110,13 @@ def run_trial(
     ctx = context_from_env() if distributed else DistContext()
     compute = Compute.for_trial(cfg.recipe, device, ctx, workers)
     execution = execution.resolved(compute.device.type)
-    is_main = ctx.is_main
     members = Members(
         [cfg],
         [out_dir],
         root,
         compute.device,
         execution,
-        is_main=is_main,
+        is_main=ctx.is_main,
         on_epoch=on_epoch,
         start=start,
     )

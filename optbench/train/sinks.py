@@ -10,6 +10,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
+from optbench.train.config import TrainConfig
 from optbench.train.tensorboard import EpochEvents
 
 
@@ -40,10 +41,14 @@ class EpochSinks:
 
 
 def epoch_sinks(
-    out_dir: Path, root: Path | None = None, on_epoch: Callable[[dict], None] | None = None
+    cfg: TrainConfig,
+    out_dir: Path,
+    root: Path | None = None,
+    on_epoch: Callable[[dict], None] | None = None,
 ) -> EpochSinks:
-    """The sinks of the trial in `out_dir` (no link below `root` followed): TensorBoard events
-    where tensorboard is installed (tensorboard.py), then `on_epoch` if given."""
+    """The sinks of the trial `cfg` in `out_dir` (no link below `root` followed): TensorBoard
+    events where tensorboard is installed (tensorboard.py), then `on_epoch` if given. A new
+    sink is one more entry here (`cfg` is for those that record the trial's settings)."""
     sinks: list = [EpochEvents(out_dir, root)]
     if on_epoch is not None:
         sinks.append(_Callback(on_epoch))
