@@ -10,6 +10,9 @@ compressible like photographs) generated into a temporary ImageNet-layout folder
 CIFAR-sized data (`--cifar` uint8 32x32 images in memory) with the `deit` recipe
 (translate, flip, rand-m9-mstd0.5-inc1): pil = worker processes preparing batches
 (PreparedBatches), tensor = the policy per sample on the device (BatchAugment).
+Shards: the same JPEGs packed into WebDataset tar shards (`optbench data pack`, `--per-shard`),
+read through both pipelines by their member index (`wds_224px_paper`, with the pack's and the
+index scan's seconds).
 Model: training images/s (forward, backward, SGD step; models.zoo.measure_throughput) of
 `--model` (224 px) and `--cifar-model` (32 px).
 
@@ -106,8 +109,8 @@ def rate(batches, n_batches: int, sync) -> float:
     return images / (time.perf_counter() - t0)
 
 
-def folder_rates(root: Path, args, devices: list[torch.device]) -> dict:
-    data = load_dataset(Dataset(name="imagefolder", root=root, img_size=224))
+def folder_rates(dataset: Dataset, args, devices: list[torch.device]) -> dict:
+    data = load_dataset(dataset)
     recipe = Recipe(preset="paper")
     out = {}
     cpu = torch.device("cpu")
@@ -120,6 +123,41 @@ def folder_rates(root: Path, args, devices: list[torch.device]) -> dict:
         )
         out[f"tensor_{dev.type}"] = round(rate(b.train(0), args.batches, sync_of(dev)), 1)
     return out
+
+
+def shard_rates(folder: Path, args, devices: list[torch.device]) -> dict:
+    """The same images packed into WebDataset shards (`optbench data pack`), read through both
+    pipelines as `folder_rates` reads the folder; with the pack's and the index scan's times."""
+    from optbench.pack import pack_folder
+    from optbench.train import shards
+
+    out_dir = folder / "shards"
+    t = time.perf_counter()
+    pack_folder(folder, out_dir, per_shard=args.per_shard)
+    pack_s = time.perf_counter() - t
+    t = time.perf_counter()
+    shards.build_index(out_dir, shards.shard_files(out_dir))
+    index_s = time.perf_counter() - t
+    dataset = Dataset(name="imagefolder", root=out_dir, img_size=224, layout="wds")
+    rates = folder_rates(dataset, args, devices)
+    folder_data = Dataset(name="imagefolder", root=folder, img_size=224)
+    reads = {  # the bytes alone: what the layouts change (decode and crop are the same)
+        f"read_us_per_image_{name}": read_us(d)
+        for name, d in (("folder", folder_data), ("shards", dataset))
+    }
+    return {**rates, **reads, "pack_s": round(pack_s, 2), "index_scan_s": round(index_s, 3)}
+
+
+def read_us(dataset: Dataset) -> float:
+    """Microseconds to read one training image's encoded bytes (shards.read_bytes), all of them."""
+    from optbench.train.datasets import split_samples
+    from optbench.train.shards import read_bytes
+
+    samples = split_samples(load_dataset(dataset), "train")
+    t = time.perf_counter()
+    for sample, _ in samples:
+        read_bytes(sample)
+    return round((time.perf_counter() - t) / len(samples) * 1e6, 1)
 
 
 def cifar_rates(args, devices: list[torch.device]) -> dict:
@@ -188,6 +226,8 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--batches", type=int, default=8, help="timed batches per measurement")
     p.add_argument("--workers", type=int, default=usable_cores())
+    p.add_argument("--per-shard", type=int, default=500, help="images per shard")
+    p.add_argument("--no-cifar", action="store_true", help="skip the CIFAR-sized measurement")
     p.add_argument("--cifar", type=int, default=10_000)
     p.add_argument("--cifar-batch", type=int, default=256)
     p.add_argument("--model", default="vit_c_1gf")
@@ -218,8 +258,9 @@ def main() -> None:
         t = time.perf_counter()
         write_jpegs(Path(tmp), args.images, jobs=args.jobs)
         generate_s = time.perf_counter() - t
-        folder = folder_rates(Path(tmp), args, devices)
-    cifar = cifar_rates(args, devices)
+        folder = folder_rates(Dataset(name="imagefolder", root=tmp, img_size=224), args, devices)
+        shards = shard_rates(Path(tmp), args, devices)
+    cifar = {} if args.no_cifar else cifar_rates(args, devices)
     models = {} if args.no_model else model_rates(args, devices)
     done = os.times()
     print(
@@ -228,6 +269,7 @@ def main() -> None:
                 "bench": "input_pipeline",
                 "unit": "images/s",
                 "imagefolder_224px_paper": folder,
+                "wds_224px_paper": shards,
                 "cifar_32px_deit": cifar,
                 "model_training": models,
                 "images": args.images,

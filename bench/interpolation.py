@@ -10,19 +10,28 @@ filter, through torchvision / timm). The fixture is a seeded synthetic 375x500 R
 (smooth gradients, edges and noise). Each case compares optbench's transform with the
 reference, in uint8 levels (0-255). The last line is JSON.
 
-    PYTHONPATH=. python bench/interpolation.py
+`--pipelines`: the two input pipelines against each other instead (batches.py's PIL transforms,
+tensor_folder.py's tensor ops, the same input plan), per interpolation, at 224 px from the
+fixture and from a uniform-noise image of its size: the evaluation resize + centre crop, and
+`--crops` training crops per image (each drawn as the same box in both pipelines, no flip).
+
+    PYTHONPATH=. python bench/interpolation.py [--pipelines [--crops 30]]
 """
 
 from __future__ import annotations
 
 import json
 from math import ceil
+from pathlib import Path
 
 import numpy as np
 import torch
 from PIL import Image
 
+from optbench.recipe import Recipe
 from optbench.train.batches import _val_transform
+from optbench.train.datasets import FolderData
+from optbench.train.input_plan import input_plan
 
 
 def fixture(h: int = 375, w: int = 500, seed: int = 0) -> np.ndarray:
@@ -74,8 +83,47 @@ def pycls_eval(img: np.ndarray, scale_size: int, crop_size: int, offsets=ceil) -
 
 
 def _ours(img: np.ndarray, interpolation: str, size: int, crop_pct: float) -> np.ndarray:
-    out = _val_transform(size, crop_pct, interpolation)(Image.fromarray(img))
+    data = FolderData(Path("."), (), size, crop_pct)
+    plan = input_plan(Recipe(interpolation=interpolation), data, "pil", "cpu")
+    out = _val_transform(plan)(Image.fromarray(img))
     return out.permute(1, 2, 0).numpy().astype(float)
+
+
+def pipeline_diffs(img: np.ndarray, interpolation: str, crops: int, size: int = 224) -> dict:
+    """|PIL pipeline - tensor pipeline| in levels, as flat int tensors: "eval" (one evaluation
+    image) and "train" (`crops` training crops, seeds 0..crops-1)."""
+    from optbench.train.batches import _train_transform
+    from optbench.train.tensor_folder import train_images, val_images
+
+    recipe = Recipe(interpolation=interpolation, hflip=False)
+    plan = input_plan(recipe, FolderData(Path("."), ("a",), size, 0.875), "pil", "cpu")
+    pil, t = Image.fromarray(img), torch.from_numpy(img).permute(2, 0, 1).contiguous()
+    evals = _val_transform(plan)(pil).int() - val_images([t], plan)[0].int()
+    train, crop = [], _train_transform(plan, recipe)
+    for seed in range(crops):  # the same box: crop_params draws as torchvision does
+        torch.manual_seed(seed)
+        theirs = crop(pil).int()
+        ours = train_images([t], plan, torch.Generator().manual_seed(seed), None)[0].int()
+        train.append((theirs - ours).flatten())
+    return {"eval": evals.abs().flatten(), "train": torch.cat(train).abs()}
+
+
+def noise(shape=(375, 500, 3)) -> np.ndarray:
+    return np.random.default_rng(1).integers(0, 256, shape, dtype=np.uint8)
+
+
+def measure_pipelines(crops: int) -> dict:
+    out = {}
+    for kind, img in (("fixture", fixture()), ("noise", noise())):
+        for interpolation in ("bilinear_antialias", "bilinear", "bicubic"):
+            for split, d in pipeline_diffs(img, interpolation, crops).items():
+                out[f"{interpolation}_{kind}_{split}"] = {
+                    "max": int(d.max()),
+                    "pct_off": round(100 * float((d > 0).float().mean()), 3),
+                    "pct_off_by_more_than_1": round(100 * float((d > 1).float().mean()), 3),
+                }
+    out["crops"], out["torch_threads"] = crops, torch.get_num_threads()
+    return out
 
 
 def measure() -> dict:
@@ -102,4 +150,10 @@ def measure() -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps(measure()))
+    import argparse
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--pipelines", action="store_true", help="the two pipelines, not OpenCV")
+    p.add_argument("--crops", type=int, default=30, help="--pipelines: training crops per image")
+    args = p.parse_args()
+    print(json.dumps(measure_pipelines(args.crops) if args.pipelines else measure()))

@@ -13,15 +13,10 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from optbench.catalogue import CATALOGUE, DATASET_NAMES
 from optbench.errors import SpecError, UnfinishedWrite, UsageError, did_you_mean, source_of
-from optbench.recipe import Dataset
+from optbench.recipe import Dataset, Recipe
 from optbench.spec import StudySpec
-
-# The datasets train/datasets.py reads (its DATASETS), named here so that checking a study needs
-# no torch; tests/test_fast_commands.py checks that the two agree.
-DATASET_NAMES: tuple[str, ...] = ("digits", "cifar10", "cifar100", "imagenet", "imagefolder")
-# Datasets whose size is known without their files (bundled, or published sizes).
-_SIZED_WITHOUT_DATA = ("digits", "cifar10", "cifar100", "imagenet")
 
 
 def check_spec(
@@ -70,17 +65,48 @@ def check_spec(
         from optbench.train.datasets import check_dataset_files  # torch: only for a real run
 
         try:
-            check_dataset_files(spec.dataset)
+            check_dataset_files(spec.dataset, spec.study_dir)  # a shard index it may cache
         except UsageError as err:
             raise UsageError(f"{source}: {err}") from None
     if data or sized:
+        check_pipeline(spec.recipe, spec.dataset.pipeline, origin("recipe.auto_augment"))
         for model in spec.models:
             check_input_size(spec.dataset, model, f"{origin('dataset.img_size')}: dataset.img_size")
-    if data or (sized and spec.dataset.name in _SIZED_WITHOUT_DATA):
+    if data or (sized and CATALOGUE[spec.dataset.name].sized_without_data):
         check_batch(spec.dataset, spec.batch_size, f"{origin('batch_size')}: batch_size")
     if data:
         check_writable_folder(spec.study_dir, f"{source}: output")
         check_storage(spec.storage_url, f"{source}: storage", study_dir=spec.study_dir)
+
+
+def check_pipeline(recipe: Recipe, pipeline: str, where: str, flag: str = "dataset.pipeline"):
+    """The input pipeline can run the recipe's policy: `tensor` with a policy op that has no
+    tensor version (`3a`'s Desaturate) would fail every trial at its first batch, so it is a
+    UsageError naming recipe.auto_augment (`auto` feeds such a study through pil:
+    `pipeline_note`)."""
+    from optbench.train.input_plan import missing_tensor_ops
+
+    missing = missing_tensor_ops(recipe) if pipeline == "tensor" else ()
+    if missing:
+        raise UsageError(
+            f"{where}: recipe.auto_augment: {recipe.auto_augment!r} has ops without a tensor "
+            f"version ({', '.join(missing)}), which {flag} tensor needs; use pil or auto"
+        )
+
+
+def pipeline_note(spec: StudySpec) -> str | None:
+    """One line when `dataset.pipeline: auto` feeds the study through pil on CUDA too, because
+    its policy has an op without a tensor version (input_plan.resolve_pipeline); else None."""
+    from optbench.train.input_plan import missing_tensor_ops
+
+    missing = missing_tensor_ops(spec.recipe) if spec.dataset.pipeline == "auto" else ()
+    if not missing:
+        return None
+    return (
+        f"note: recipe.auto_augment {spec.recipe.auto_augment!r} has ops without a tensor "
+        f"version ({', '.join(missing)}): dataset.pipeline auto feeds this study through pil, "
+        "on CUDA too"
+    )
 
 
 def check_batch(dataset: Dataset, batch_size: int, what: str) -> None:

@@ -24,6 +24,7 @@ from optbench.errors import (
     format_errors,
     torch_mismatch,
 )
+from optbench.pack import data_app
 from optbench.recipe import OPTIMIZERS, Recipe
 from optbench.spec import StudySpec
 
@@ -32,6 +33,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Benchmark how easy vision models are to optimize.",
 )
+app.add_typer(data_app, name="data")  # optbench data pack (pack.py)
 
 
 # Piped output (CI logs, files) gets wide tables instead of rich's 80-column default. What it
@@ -127,6 +129,9 @@ def train(
         Path | None, typer.Option(help="dataset folder (on-disk datasets)")
     ] = None,
     img_size: Annotated[int | None, typer.Option(help="resize images to this size")] = None,
+    layout: Annotated[
+        str, typer.Option(help="image datasets: folders or wds (shards)")
+    ] = "folders",
     warmup_epochs: Annotated[
         float | None, typer.Option(help="override recipe.warmup_epochs")
     ] = None,
@@ -161,7 +166,7 @@ def train(
     import torch
     from pydantic import ValidationError
 
-    from optbench.checks import check_batch, check_input_size
+    from optbench.checks import check_batch, check_input_size, check_pipeline
     from optbench.errors import did_you_mean
     from optbench.models import is_model, model_names
     from optbench.overrides import parse_overrides
@@ -188,7 +193,7 @@ def train(
     cfg = make_train_config(
         "train",
         model=model,
-        dataset={"name": dataset, "root": data_root, "img_size": img_size},
+        dataset={"name": dataset, "root": data_root, "img_size": img_size, "layout": layout},
         optimizer=optimizer,
         lr=lr,
         wd=wd,
@@ -200,6 +205,7 @@ def train(
     )
     ds = cfg.dataset
     _check_train_flags(cfg, out, threads, device, resume)
+    check_pipeline(cfg.recipe, pipeline, "--recipe/--set", "--pipeline")
     if download:
         download_dataset(ds)
     check_dataset_files(ds)
@@ -314,6 +320,8 @@ def run(
     set_: Overrides = None,
 ) -> None:
     """Run every unfinished trial of a study, recording results as they end."""
+    from optbench.checks import pipeline_note
+
     # The executor flags are study keys: validated with the study and every --set, as one
     # (a DDP study with a population is refused however its executor kind is given).
     flags = {
@@ -321,6 +329,8 @@ def run(
         "executor.workers": ("--workers", workers),
     }
     spec = _load(study, data=not dry_run, sized=True, overrides=set_, flags=flags)
+    if note := pipeline_note(spec):
+        console.print(note, markup=False, highlight=False, soft_wrap=True)
     if dry_run:  # a plan needs no data on this machine: say so if a real run would stop
         from optbench.checks import check_spec
         from optbench.study_tables import plan_table

@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from optbench.caps import MAX_AUGMENT_OPS, MAX_IMG_SIZE, MAX_TRANSLATE, check_cap
+from optbench.catalogue import CATALOGUE, Layout
 
 Optimizer = Literal["adamw", "sgd"]
 OPTIMIZERS: tuple[str, ...] = ("adamw", "sgd")
@@ -49,11 +50,23 @@ def plain_path(v: Path | None) -> Path | None:
 
 
 class Dataset(StrictModel):
-    """Which data to train on. `root` is required for on-disk datasets, unused for digits."""
+    """Which data to train on. `root` is required for on-disk datasets, unused for digits;
+    `layout` says how an image dataset lies under it (catalogue.LAYOUTS): like `root`, where
+    the data is, never part of a cell id."""
 
     name: str
     root: Path | None = None
     img_size: StrictInt | None = Field(default=None, ge=4)
+    layout: Layout = "folders"
+
+    @model_validator(mode="after")
+    def _layout_fits(self) -> Dataset:
+        kind = CATALOGUE.get(self.name)  # an unknown name is checks.check_spec's to refuse
+        if kind is not None and self.layout not in kind.layouts:
+            raise ValueError(
+                f"layout {self.layout!r}: {self.name} is read only as {list(kind.layouts)}"
+            )
+        return self
 
     @field_validator("img_size")
     @classmethod
@@ -80,7 +93,7 @@ class StudyDataset(Dataset):
     @property
     def data(self) -> Dataset:
         """The dataset alone, as a trial's config holds it."""
-        return Dataset(name=self.name, root=self.root, img_size=self.img_size)
+        return Dataset(name=self.name, root=self.root, img_size=self.img_size, layout=self.layout)
 
 
 # Named recipes. A study picks one with `recipe.preset` and may override any key; every key's

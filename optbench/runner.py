@@ -69,7 +69,9 @@ def _read_files(item: StoredTrial) -> tuple[TrialResult | None, list[dict]]:
 
 def _failed(item: StoredTrial, why: str) -> TrialResult:
     config = item.trial.config
-    return TrialResult(status="failed", epochs=config.epochs, config=config, message=why)
+    return TrialResult(
+        status="failed", epochs=config.epochs, config=config, message=why, origin="driver"
+    )
 
 
 def _written_during(item: StoredTrial) -> bool:
@@ -197,12 +199,12 @@ def repeats_itself(item: StoredTrial) -> bool:
     and message, TrialResult.message) as the attempt before it, both reported by the worker
     itself: another would fail the same way (a corrupt image, an input the model cannot take),
     so it is not retried. A job that ended without its result (killed, stalled, preempted,
-    out of time: the driver's message, no provenance) is retried as before: its cause may not
-    be the trial's."""
+    out of time: the driver's message, origin "driver"; or recorded before origins were) is
+    retried as before: its cause may not be the trial's."""
     if item.status != "failed" or item.earlier is None or item.earlier.state != TrialState.FAIL:
         return False
     latest, earlier = item.record.user_attrs, item.earlier.user_attrs
-    if "provenance" not in latest or "provenance" not in earlier:  # not the worker's own report
+    if latest.get("origin") != "worker" or earlier.get("origin") != "worker":
         return False
     return latest.get("message") is not None and latest.get("message") == earlier.get("message")
 

@@ -40,9 +40,10 @@ from optbench.caps import (
     SEED_BOUND,
     check_cap,
 )
+from optbench.catalogue import is_image_dataset
 from optbench.errors import SpecError, format_errors
+from optbench.identity import DATASET_IDENTITY, RECIPE_IDENTITY, cell_fields
 from optbench.recipe import (
-    Dataset,
     Optimizer,
     Recipe,
     StrictModel,
@@ -364,14 +365,15 @@ class StudySpec(StrictModel):
         """Everything that gives one cell's results their meaning. Its hash names the cell, so
         editing any of it makes new cells instead of mixing with old results."""
         bounds = self.search.bounds(cell.model, cell.optimizer)
+        folder = is_image_dataset(self.dataset.name)
         return {
             "model": cell.model,
             "optimizer": cell.optimizer,
             "epochs": cell.epochs,
-            "dataset": {"name": self.dataset.name, "img_size": self.dataset.img_size},
+            "dataset": cell_fields(DATASET_IDENTITY, dict(self.dataset), folder),
             "batch_size": self.batch_size,
             "ref_batch": self.ref_batch,
-            "recipe": _recipe_config(self.recipe, self.dataset),
+            "recipe": cell_fields(RECIPE_IDENTITY, self.recipe.model_dump(mode="json"), folder),
             "sampler": self.search.sampler,
             "search_seed": self.search.seed,
             "lr_bounds": list(bounds.lr),
@@ -382,20 +384,6 @@ class StudySpec(StrictModel):
         blob = json.dumps(self.cell_config(cell), sort_keys=True).encode()
         digest = hashlib.sha256(blob).hexdigest()[:8]
         return f"{cell.model}-{cell.optimizer}-e{cell.epochs}-{digest}"
-
-
-# Datasets read as image files, each image resized on its own (train/batches.py); the others
-# are whole tensors at a fixed size, where `recipe.interpolation` changes nothing.
-FOLDER_DATASETS: tuple[str, ...] = ("imagenet", "imagefolder")
-
-
-def _recipe_config(recipe: Recipe, dataset: Dataset) -> dict:
-    """The recipe as it names a cell: without `interpolation` where it changes nothing, so
-    the cells of digits and CIFAR studies keep the ids they had before the key existed."""
-    config = recipe.model_dump(mode="json")
-    if dataset.name not in FOLDER_DATASETS:
-        del config["interpolation"]
-    return config
 
 
 class Cell(StrictModel):

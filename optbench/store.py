@@ -48,8 +48,11 @@ RESULT_ATTRS = (
     "images_per_s",
     "input_wait",
     "device",
+    "threads",
+    "versions",
     "digest",
     "message",
+    "origin",
 )
 
 RUNNING_ATTR = "running"  # {"run": driver token, "since": time.time()} while a worker runs it
@@ -298,13 +301,18 @@ class Store:
                     "pipeline": attrs.get("pipeline"),
                     "population": _num(attrs.get("population")),
                     "device": attrs.get("device"),
+                    "threads": attrs.get("threads"),
+                    "torch": (attrs.get("versions") or {}).get("torch"),
                     "diverged_epoch": _num(attrs.get("diverged_epoch")),
                     "digest": attrs.get("digest"),
                     **{key: code.get(key) for key in PROVENANCE_COLUMNS},
                     "metrics": attrs.get("metrics", []),
                 }
             )
-        return pd.DataFrame(rows)
+        frame = pd.DataFrame(rows)
+        if "threads" in frame:  # a count: 1 in trials.csv, not 1.0 (empty while pending)
+            frame["threads"] = frame["threads"].astype("Int64")
+        return frame
 
 
 def running_since(item: StoredTrial, run: str | None) -> float | None:

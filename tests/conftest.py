@@ -20,6 +20,16 @@ import torch
 from cli_inprocess import TINY
 from services import PrivatePostgres, needs_extra, skip_or_fail
 
+# A fast test that takes this long hangs or belongs in the slow lane; the slow lane's limit is
+# pyproject.toml's `timeout`. Generous: a loaded 2-core machine runs tests several times slower.
+FAST_TEST_TIMEOUT_S = 120
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.get_closest_marker("slow") is None and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(FAST_TEST_TIMEOUT_S))
+
 
 @pytest.fixture(autouse=True, scope="session")
 def _own_model_cache(tmp_path_factory):

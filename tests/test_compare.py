@@ -53,3 +53,13 @@ def test_when_no_digest_matches_compare_says_what_differs(cli, tmp_path):
     mine.to_csv(run / "trials.csv", index=False)
     code, out, _ = cli("compare", str(run), str(REFERENCE))
     assert "not recorded on both sides: torch" in out.splitlines()[1]
+
+    # both sides record torch and threads (trials.csv from this version on): a thread count
+    # that differs is named
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    theirs = trials.assign(torch="2.14.1", threads=1)
+    theirs.to_csv(reference / "trials.csv", index=False)
+    mine.assign(torch="2.14.1", threads=2).to_csv(run / "trials.csv", index=False)
+    code, out, _ = cli("compare", str(run), str(reference))
+    assert out.splitlines()[1].startswith("no digest matches: the thread count (2 here; 1 in ")

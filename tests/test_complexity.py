@@ -89,6 +89,7 @@ def test_counts_scale_with_batch_and_leave_the_model_alone():
     assert model.training and all(p.device.type == "cpu" for p in model.parameters())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["vit_c_4gf", "dhvt_tiny_cifar_p4", "resnet18"])
 def test_params_equal_the_sum_of_parameter_sizes(name):
     from optbench.models import create_model

@@ -13,17 +13,13 @@ import pytest
 import torch
 from cli_inprocess import tiny_config
 from PIL import Image
+from test_interpolation import folder_plan
 
 from optbench.errors import UsageError
 from optbench.recipe import Dataset, Recipe
 from optbench.train.batches import DeviceBatches, FolderBatches, Shard, _val_transform, epoch_order
-from optbench.train.datasets import (
-    check_dataset,
-    dataset_info,
-    folder_samples,
-    load_dataset,
-    model_input,
-)
+from optbench.train.datasets import check_dataset, dataset_info, load_dataset, model_input
+from optbench.train.folders import folder_samples
 from optbench.train.loop import run_trial
 
 CIFAR = {
@@ -256,11 +252,32 @@ def test_a_dot_folder_beside_the_classes_is_no_class_in_either_pipeline(tmp_path
     assert pil == tensor and {name for name, _ in pil} == {"cat", "dog", "fox"}
 
 
+def test_dot_folders_inside_a_class_hold_no_image_of_it_in_either_pipeline(tmp_path):
+    # a class's own .ipynb_checkpoints (or a .git deeper down) is left out at any depth: its
+    # copies are neither counted, nor trained, nor evaluated as that class
+    from optbench.train.tensor_folder import TensorFolderBatches
+
+    make_folders(tmp_path)
+    for hidden in ("train/cat/.ipynb_checkpoints", "train/dog/sub/.git", "val/fox/.cache"):
+        (tmp_path / hidden).mkdir(parents=True)
+        shutil.copy(tmp_path / "train" / "cat" / "0.png", tmp_path / hidden / "0-copy.png")
+    shutil.copy(tmp_path / "train" / "dog" / "1.png", tmp_path / "train/dog/sub")  # is read
+    spec = Dataset(name="imagefolder", root=tmp_path, img_size=16)
+    data = load_dataset(spec)
+    assert dataset_info(spec).n_train == 13
+    dev, recipe = torch.device("cpu"), Recipe(preset="paper")
+    pil = FolderBatches(data, 4, recipe, seed=0, device=dev, workers=0)
+    tensor = TensorFolderBatches(data, 4, recipe, seed=0, device=dev)
+    for samples in (pil.train_set.samples, tensor.train_samples):
+        assert len(samples) == 13 and not [p for p, _ in samples if "/." in p]
+    assert len(pil.val_set.samples) == len(tensor.val_samples) == 12
+
+
 def test_evaluation_resizes_the_shorter_side_to_size_over_crop_pct_then_center_crops():
     # pycls evaluates at TEST.IM_SIZE (shorter side) then crops TRAIN.IM_SIZE: 256/224 for the
     # ViTs, 262/232 for RegNetY-1.0GF; optbench's crop_pct is train / test size
     for train, test in ((224, 256), (232, 262), (240, 272), (256, 292)):
-        resize, crop = _val_transform(train, train / test).transforms[:2]
+        resize, crop = _val_transform(folder_plan(Recipe(), train, train / test)).transforms[:2]
         assert (resize.size, tuple(crop.size)) == ([test], (train, train))
 
 

@@ -17,7 +17,7 @@ from cli_inprocess import ONE_MODEL_STUDY, run_cli
 from test_data import CIFAR, make_cifar, make_folders, py2_pickle
 
 from optbench.models import input_multiple
-from optbench.recipe import Dataset
+from optbench.recipe import Dataset, Recipe
 from optbench.train.datasets import check_dataset_files, dataset_info
 
 
@@ -187,3 +187,58 @@ def test_the_patch_size_is_read_from_each_model_of_the_zoo():
         timm.create_model(model, img_size=4 * patch, num_classes=10)
         with pytest.raises(ValueError, match="not a multiple"):
             timm.create_model(model, img_size=4 * patch + 1, num_classes=10)
+
+
+@pytest.mark.parametrize("split", ["train", "val"])
+def test_an_empty_image_file_is_refused(tmp_path, monkeypatch, capsys, split):
+    # before: it passed, and failed or was silently skipped mid-training (issue 35)
+    dataset = _folders(tmp_path / "data")
+    empty = tmp_path / "data" / split / "dog" / "1.png"
+    empty.write_bytes(b"")
+    line = _refused(tmp_path, monkeypatch, capsys, dataset, batch_size=4)
+    assert line == f"error: study.yaml: dataset.root: {empty} is an empty file, not an image"
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_a_policy_the_tensor_pipeline_cannot_run_is_refused_there(
+    tmp_path, monkeypatch, capsys, dry_run
+):
+    # `3a` (Desaturate, GaussianBlurRand): before, --dry-run passed and every trial failed
+    extra = ("--dry-run",) if dry_run else ()
+    dataset = {"name": "digits", "pipeline": "tensor"}
+    line = _refused(tmp_path, monkeypatch, capsys, dataset, *extra, recipe={"auto_augment": "3a"})
+    assert line.startswith("error: study.yaml: recipe.auto_augment: '3a' has ops without a")
+    assert "(Desaturate, GaussianBlurRand)" in line and "dataset.pipeline tensor" in line
+
+
+def test_auto_feeds_a_policy_without_a_tensor_version_through_pil_and_says_so(
+    tmp_path, monkeypatch, capsys
+):
+    from optbench.train.config import Execution
+
+    study = {
+        **copy.deepcopy(ONE_MODEL_STUDY),
+        "output": "results",
+        "recipe": {"auto_augment": "3a"},
+    }
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(study))
+    code, out, _ = run_cli(["run", "study.yaml", "--dry-run"], tmp_path, monkeypatch, capsys)
+    notes = [line for line in out.splitlines() if "no tensor" in line or "tensor ver" in line]
+    assert code == 0 and len(notes) == 1, out
+    assert "dataset.pipeline auto feeds this study through pil, on CUDA too" in notes[0]
+    assert Execution().resolved("cuda", Recipe(auto_augment="3a")).pipeline == "pil"
+    assert Execution().resolved("cuda", Recipe(auto_augment="v0")).pipeline == "tensor"
+    assert Execution(pipeline="tensor").resolved("cuda", Recipe(auto_augment="3a")).pipeline == (
+        "tensor"  # an explicit choice is kept: refused before it runs
+    )
+
+
+def test_optbench_train_refuses_the_tensor_pipeline_for_such_a_policy(
+    tmp_path, monkeypatch, capsys
+):
+    args = ["train", ONE_MODEL_STUDY["models"][0], "--dataset", "digits", "--optimizer", "sgd"]
+    args += ["--lr", "0.1", "--wd", "0", "--epochs", "1", "--out", "out", "--pipeline", "tensor"]
+    code, _, err = run_cli([*args, "--set", "auto_augment=3a"], tmp_path, monkeypatch, capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "--pipeline tensor needs" in lines[0], err
+    assert "recipe.auto_augment: '3a'" in lines[0] and not (tmp_path / "out").exists()

@@ -41,6 +41,7 @@ DHVT = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", STUDIES, ids=lambda p: p.stem)
 def test_dhvt_study_dry_run_validates(path, tmp_path, monkeypatch, capsys):
     code, out, err = run_cli(["run", str(path), "--dry-run"], tmp_path, monkeypatch, capsys)
@@ -75,6 +76,7 @@ def test_the_deit_edf_box_is_the_papers_range_around_dhvts_value():
     assert spec.search.n_samples == 64
 
 
+@pytest.mark.slow
 def test_the_plan_of_a_fixed_value_study_shows_the_value_it_trains(tmp_path, monkeypatch, capsys):
     # sampler: good: every trial trains the good value; the plan's lr/wd columns show it, not
     # the box the sampler would draw from (0.000125 .. 0.004 here)

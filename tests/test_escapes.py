@@ -252,6 +252,7 @@ CRAFTED_RESULTS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CRAFTED_RESULTS)
 def test_a_crafted_result_field_is_a_failed_attempt_naming_it(one_model, name):
     one_model["executor"] = {"retries": 0}

@@ -13,7 +13,7 @@ from scipy import stats as scipy_stats
 
 from optbench.analysis import stats, tables
 from optbench.analysis.claims import claims_table
-from optbench.analysis.claims import records as claims_records
+from optbench.analysis.claims_page import records as claims_records
 from optbench.analysis.summary import Options, format_advice, summarize
 
 FAST = Options(n_boot=400)
@@ -148,6 +148,7 @@ def _edf_study(c_spread: float, n_samples: int = 6) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+@pytest.mark.slow
 def test_claim_advice_shrinks_as_the_effect_grows_and_is_honest_at_zero():
     needed = {}
     for c_spread in (30.0, 12.0, 6.0, 2.0):
@@ -188,6 +189,7 @@ def test_summary_comparisons_carry_advice_and_format_advice_prints_it():
     assert "claim (a) adamw, 8 ep" in text and "within 4" in text
 
 
+@pytest.mark.slow
 def test_dry_run_prints_the_advice_of_an_earlier_report(tmp_path, monkeypatch, capsys):
     from cli_inprocess import run_cli
 

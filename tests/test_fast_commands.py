@@ -14,9 +14,11 @@ import pytest
 import yaml
 from fifos import fifo_never_waited_on
 
-from optbench.checks import DATASET_NAMES
+from optbench.catalogue import CATALOGUE
+from optbench.errors import UsageError
 from optbench.models import cache
-from optbench.train.datasets import DATASETS
+from optbench.recipe import Dataset
+from optbench.train.datasets import check_dataset
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -53,8 +55,17 @@ def test_importing_optbench_loads_neither_torch_nor_timm():
     assert out.stdout.strip() == "[]"
 
 
-def test_checking_a_study_knows_the_datasets_without_torch():
-    assert set(DATASET_NAMES) == set(DATASETS)
+def test_every_catalogued_dataset_and_layout_is_checked_and_refused_without_its_files(tmp_path):
+    # the catalogue (read without torch by spec and checks) is what the loaders know: each
+    # name in each of its layouts has a check, which names the missing root in one line
+    for kind in CATALOGUE.values():
+        for layout in kind.layouts:
+            if kind.format == "bundled":
+                check_dataset(Dataset(name=kind.name))
+                continue
+            missing = tmp_path / "absent"
+            with pytest.raises(UsageError, match=f"dataset.root: {missing}"):
+                check_dataset(Dataset(name=kind.name, root=missing, layout=layout))
 
 
 @pytest.fixture

@@ -36,13 +36,12 @@ from optbench.errors import UsageError
 from optbench.executors.base import JobEvent
 from optbench.executors.local import LocalExecutor
 from optbench.plan import plan
-from optbench.provenance import provenance
 from optbench.runner import run_study
 from optbench.spec import parse_spec
 from optbench.storage_url import OPTUNA_TABLES
 from optbench.store import Store
 from optbench.train.checkpoint import CHECKPOINT_FILE
-from optbench.train.config import Provenance, TrainConfig, TrialResult
+from optbench.train.config import TrainConfig, TrialResult
 from optbench.train.results import RESULT_FILE, read_result, write_result
 from optbench.train.signals import TrialInterrupted
 
@@ -1071,7 +1070,6 @@ class FailingExecutor(WritingExecutor):
         job = self.queue.pop(0)
         message = next(self.messages)
         failed = TrialResult(status="failed", epochs=1, config=job.config, message=message)
-        failed.provenance = Provenance(**provenance())  # as a worker stamps its result
         write_result(job.out_dir, failed)
         (job.out_dir / "error.log").write_text(f"Traceback ...\n{message}\n")
         return [JobEvent(job.key, "ended")]

@@ -14,11 +14,18 @@ from PIL import Image
 from optbench.recipe import Recipe
 from optbench.spec import parse_spec
 from optbench.train.batches import _train_transform, _val_transform
+from optbench.train.datasets import FolderData
+from optbench.train.input_plan import InputPlan, input_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("interp", ROOT / "bench" / "interpolation.py")
 interp = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(interp)
+
+
+def folder_plan(recipe: Recipe, size: int, crop_pct: float = 0.875, pipeline="pil") -> InputPlan:
+    """The input plan of `recipe` on a class-folder dataset of `size` (no files needed)."""
+    return input_plan(recipe, FolderData(Path("."), ("a",), size, crop_pct), pipeline, "cpu")
 
 
 def test_opencv_transcription_on_a_hand_case():
@@ -44,7 +51,8 @@ def test_paper_preset_resizes_as_opencv_linear_within_rounding(scale, size):
 def test_deit_preset_resizes_as_pil_bicubic():
     img = Image.fromarray(interp.fixture())
     want = np.asarray(img.resize((341, 256), Image.BICUBIC).crop((58, 16, 282, 240)))
-    ours = _val_transform(224, 224 / 256, "bicubic")(img).permute(1, 2, 0).numpy()
+    ours = _val_transform(folder_plan(Recipe(preset="deit"), 224, 224 / 256))(img)
+    ours = ours.permute(1, 2, 0).numpy()
     np.testing.assert_array_equal(ours, want)
 
 
@@ -55,7 +63,7 @@ def test_presets_carry_their_codes_interpolation_and_the_crop_uses_it():
     assert Recipe(preset="deit").interpolation == "bicubic"
     assert Recipe().interpolation == "bilinear_antialias"
     crops = {
-        p: next(t for t in _train_transform(Recipe(preset=p), 32).transforms
+        p: next(t for t in _train_transform(folder_plan(Recipe(preset=p), 32), Recipe()).transforms
                 if isinstance(t, v2.RandomResizedCrop))
         for p in ("basic", "paper", "deit")
     }  # fmt: skip
@@ -91,3 +99,25 @@ def test_interpolation_names_a_cell_only_where_images_are_resized():
     folder = {"name": "imagefolder", "root": "data"}
     assert cell_id(cifar, "bicubic") == cell_id(cifar, "bilinear_antialias")
     assert cell_id(folder, "bicubic") != cell_id(folder, "bilinear_antialias")
+
+
+# The bound docs/recipes.md states for the tensor pipeline against the PIL one (the tensor
+# policy's table, resampling row), from `python bench/interpolation.py --pipelines` (30
+# training crops per image); here 4 per image. split: (max levels, % of pixels that differ,
+# % that differ by more than 1 level)
+PIPELINE_BOUNDS = {
+    "bilinear": {"eval": (0, 0, 0), "train": (0, 0, 0)},  # both resample the uint8 tensor
+    "bilinear_antialias": {"eval": (1, 0.5, 0), "train": (1, 3, 0)},
+    "bicubic": {"eval": (1, 1, 0), "train": (32, 3, 0.5)},
+}
+
+
+@pytest.mark.parametrize("interpolation", sorted(PIPELINE_BOUNDS))
+@pytest.mark.parametrize("image", ["fixture", "noise"])
+def test_both_pipelines_resample_within_the_documented_bound(interpolation, image):
+    img = interp.fixture() if image == "fixture" else interp.noise()
+    for split, d in interp.pipeline_diffs(img, interpolation, crops=4).items():
+        most, pct_off, pct_far = PIPELINE_BOUNDS[interpolation][split]
+        assert d.max() <= most, split
+        assert 100 * (d > 0).float().mean() <= pct_off, split
+        assert 100 * (d > 1).float().mean() <= pct_far, split

@@ -32,6 +32,7 @@ def _script():
     return module
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", MINI, ids=lambda p: p.name)
 def test_mini_study_validates_and_plans(path):
     spec = load_spec(path)

@@ -166,6 +166,7 @@ def test_stem_ablations_have_the_stride_1_convs_that_bring_flops_nearest_vit_c(n
         assert abs(mine - target) <= abs(mine - extra - target)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("p_name", "c_name"), PAIRS)
 def test_vit_c_is_vit_p_with_a_conv_stem_and_one_block_fewer(p_name, c_name):
     p, c = build_meta(p_name), build_meta(c_name)

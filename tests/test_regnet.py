@@ -82,6 +82,7 @@ def test_the_4gf_generator_gives_four_stages():
     assert sum(DEFINITIONS["regnety_4gf"]["depths"]) == REGNET_4GF["depth"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(DEFINITIONS))
 def test_stages_match_the_definition(name):
     d = DEFINITIONS[name]

@@ -158,6 +158,7 @@ BUNDLED_STUDIES = [
     [Path(__file__).parent.parent / "studies" / f"{name}.yaml" for name in BUNDLED_STUDIES],
     ids=lambda p: p.name,
 )
+@pytest.mark.slow
 def test_every_bundled_study_validates_and_plans(path, run_cli, tmp_path):
     spec = load_spec(path)
     assert spec.name == path.stem

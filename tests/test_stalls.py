@@ -132,6 +132,7 @@ def test_stall_timeout_is_off_by_default(tiny_dict):
 # --- what status counts as running ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_status_counts_a_trial_a_live_drivers_worker_runs_and_not_a_dead_drivers(one_model):
     spec = parse_spec(one_model)
     trials = plan(spec)
@@ -309,6 +310,7 @@ class RequeuesOnce:
         pass
 
 
+@pytest.mark.slow
 def test_a_requeued_trial_counts_as_pending_until_it_runs_again(one_model):
     spec = parse_spec(one_model)
     executor = RequeuesOnce(spec)

@@ -17,7 +17,8 @@ from scipy import stats
 from timm.data import auto_augment as timm_aa
 
 from optbench.recipe import Recipe
-from optbench.train import augment
+from optbench.train import augment, tensor_ops
+from optbench.train import tensor_draws as td
 from optbench.train import tensor_policy as tp
 
 PIL_RESAMPLE = {"bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC}
@@ -102,11 +103,11 @@ def op_differences(name: str, shape: tuple[int, int, int]) -> tuple[int, float]:
     x = batch(images)
     fill = (124, 116, 104)[: shape[2]] if shape[2] == 3 else (120,)
     worst, off, total = 0, 0, 0
-    for resample in tp.RESAMPLE if name in tp.AFFINE_OPS else ("bilinear",):
+    for resample in tensor_ops.RESAMPLE if name in tensor_ops.AFFINE_OPS else ("bilinear",):
         for arg in ARGS[name]:
             args = torch.full((len(x),), float(arg), dtype=torch.float64)
-            which = torch.full((len(x),), tp.RESAMPLE.index(resample))
-            out = tp.apply_op(name, x, args, which, fill).permute(0, 2, 3, 1).numpy()
+            which = torch.full((len(x),), tensor_ops.RESAMPLE.index(resample))
+            out = tensor_ops.apply_op(name, x, args, which, fill).permute(0, 2, 3, 1).numpy()
             for im, got in zip(images, out, strict=True):
                 want = from_pil(pil_op(name, to_pil(im), arg, resample, fill))
                 diff = np.abs(got.astype(int) - want.astype(int))
@@ -133,11 +134,13 @@ def test_each_op_equals_timms_pil_op_at_224(name):
 def test_the_ops_cover_timms_policies_and_the_tests_every_op():
     policies = ("v0", "v0r", "original", "originalr", "rand-m9", "rand-m9-inc1", "pycls_v0")
     used = {op.name for name in policies for op in augment._ops(augment.timm_policy(name))}
-    assert used <= set(tp.OPS)
-    assert {n.replace("Increasing", "").replace("Original", "") for n in tp.OPS} == set(ARGS)
+    assert used <= set(tensor_ops.OPS)
+    assert {n.replace("Increasing", "").replace("Original", "") for n in tensor_ops.OPS} == set(
+        ARGS
+    )
 
 
-@pytest.mark.parametrize("rule", sorted(tp.LEVELS))
+@pytest.mark.parametrize("rule", sorted(td.LEVELS))
 def test_level_rules_equal_timms_level_functions(rule, monkeypatch):
     hparams = {"translate_const": 100, "translate_pct": 0.45}
     policy = tp.tensor_policy("rand-m9-mstd0.5-inc1", 224)
@@ -149,20 +152,20 @@ def test_level_rules_equal_timms_level_functions(rule, monkeypatch):
     for flip in (False, True):
         monkeypatch.setattr(random, "random", lambda f=flip: 0.75 if f else 0.25)
         want = [level_fn(v, hparams)[0] for v in m.tolist()]
-        got = tp.LEVELS[rule](m, torch.full_like(m, flip, dtype=torch.bool), policy)
+        got = td.LEVELS[rule](m, torch.full_like(m, flip, dtype=torch.bool), policy)
         assert got.tolist() == [float(v) for v in want]
 
 
 # (c) Whole batches: each image's drawn ops, replayed through timm's PIL ops, give its output.
 
 
-def replay(policy: tp.TensorPolicy, im: np.ndarray, draws: tp.PolicyDraws, i: int):
+def replay(policy: tp.TensorPolicy, im: np.ndarray, draws: td.PolicyDraws, i: int):
     img = to_pil(im)
     for slot in range(draws.op.shape[1]):
         k = int(draws.op[i, slot])
         if k >= 0:
             r = int(draws.resample[i, slot])
-            resample = tp.RESAMPLE[r] if r >= 0 else None
+            resample = tensor_ops.RESAMPLE[r] if r >= 0 else None
             img = pil_op(draws.op_names[k], img, float(draws.arg[i, slot]), resample, policy.fill)
     return from_pil(img)
 
@@ -220,7 +223,7 @@ def test_the_recipes_policies_are_read_from_timms_objects():
 
 N_IMAGES = 10_000
 NEUTRAL = {f"{op}Increasing": 1.0 for op in ("Color", "Contrast", "Brightness", "Sharpness")}
-SIGNED = {"Rotate", "ShearX", "ShearY", *tp.AFFINE_OPS, *NEUTRAL}
+SIGNED = {"Rotate", "ShearX", "ShearY", *tensor_ops.AFFINE_OPS, *NEUTRAL}
 
 
 DISCRETE = ("Posterize", "Solarize")  # integer arguments (SolarizeAdd's too)
@@ -302,7 +305,7 @@ def tensor_draws(policy: tp.TensorPolicy, n: int, seed: int) -> list[list[tuple]
     augments n small images."""
     g = torch.Generator().manual_seed(seed)
     noisy = policy.magnitude_std > 0
-    no_level = {op.name for entry in policy.choices for op in entry if op.level not in tp.LEVELS}
+    no_level = {op.name for entry in policy.choices for op in entry if op.level not in td.LEVELS}
     per_image = []
     for start in range(0, n, 2500):
         x = torch.randint(0, 256, (min(2500, n - start), 3, 8, 8), dtype=torch.uint8)
@@ -316,7 +319,7 @@ def tensor_draws(policy: tp.TensorPolicy, n: int, seed: int) -> list[list[tuple]
                     r = int(draws.resample[i, slot])
                     magnitude = None if name in no_level else float(draws.magnitude[i, slot])
                     arg = float(draws.arg[i, slot])
-                    resample = tp.RESAMPLE[r] if r >= 0 else None
+                    resample = tensor_ops.RESAMPLE[r] if r >= 0 else None
                     events.append(event(name, magnitude, arg, resample, noisy))
             per_image.append(events)
     return per_image

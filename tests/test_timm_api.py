@@ -45,6 +45,7 @@ def test_the_zoo_is_in_timm_whichever_is_imported_first(order):
     assert out.stdout.strip() == "VisionTransformer"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", TINY)
 def test_classifier_api(name):
     torch.manual_seed(0)

@@ -20,7 +20,12 @@ from optbench.errors import UsageError
 TRIAL_KEY: list[str] = ["model", "optimizer", "epochs", "sample", "seed"]
 NEEDED = [*TRIAL_KEY, "status", "final_error", "digest"]
 # what a digest depends on besides the config, as trials.csv records it (older files lack some)
-MAKERS = {"device": "the device", "code_fingerprint": "the training code", "torch": "torch"}
+MAKERS = {
+    "device": "the device",
+    "code_fingerprint": "the training code",
+    "torch": "torch",
+    "threads": "the thread count",
+}
 
 
 def read_trials(folder: Path) -> pd.DataFrame:
@@ -29,7 +34,8 @@ def read_trials(folder: Path) -> pd.DataFrame:
     if not path.is_file():
         raise UsageError(f"{path}: no trials.csv (a folder `optbench report` wrote?)")
     try:
-        trials = pd.read_csv(path)
+        # a digest is text even where its hex digits are all decimal ones
+        trials = pd.read_csv(path, dtype={"digest": str})
     except (ValueError, OSError) as err:
         raise UsageError(f"{path}: not a readable trials.csv ({err})") from None
     missing = [c for c in NEEDED if c not in trials.columns]
@@ -41,7 +47,8 @@ def read_trials(folder: Path) -> pd.DataFrame:
 def _values(trials: pd.DataFrame, column: str) -> list[str]:
     if column not in trials:
         return []
-    return sorted({str(v) for v in trials[column] if isinstance(v, str)})
+    values = trials[column].dropna()
+    return sorted({f"{v:g}" if isinstance(v, int | float) else str(v) for v in values})
 
 
 def why_digests_differ(run: pd.DataFrame, reference: pd.DataFrame) -> str:
@@ -60,8 +67,8 @@ def why_digests_differ(run: pd.DataFrame, reference: pd.DataFrame) -> str:
     if unknown:
         return f"no digest matches; not recorded on both sides: {', '.join(unknown)}"
     return (
-        "no digest matches although device, training code and torch are the same: another "
-        "thread count or library (docs/faults.md)"
+        "no digest matches although device, training code, torch and thread count are the "
+        "same: another library (docs/faults.md)"
     )
 
 

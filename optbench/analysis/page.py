@@ -103,10 +103,12 @@ def _summary_frames(summary: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame
                 "best (%)": c["best_error"],
                 "median (%)": c["median_error"],
                 **{
-                    f"within {k} pts (fraction)": c["frac_within"][str(k)]
+                    f"within {k} pts (fraction)": (c["frac_within"] or {}).get(str(k), MISSING)
                     for k in FRAC_WITHIN_POINTS
                 },
-                f"EDF area to {int(AUC_MAX_POINTS)} pts (0-1)": c[auc_key],
+                f"EDF area to {int(AUC_MAX_POINTS)} pts (0-1)": c[auc_key]
+                if c[auc_key] is not None
+                else MISSING,
             }
             for c in summary["cells"]
         ]
@@ -173,6 +175,12 @@ def render_html(
         "<h2>Summary per cell</h2>",
         _table_html(cells) if not cells.empty else "<p>No cells.</p>",
     ]
+    if any(c["frac_within"] is None for c in summary["cells"]):
+        parts.append(
+            f"<p class='note'>– in the within and EDF area columns: the cell trains fewer than "
+            f"{MIN_EDF_SAMPLES} (lr, wd) pairs, where dtop-1 measures seed noise, not lr/wd "
+            "sensitivity; its errors per seed are in the per-seed table.</p>"
+        )
     parts.append(
         "<h2>Between models (KS test on dtop-1; bootstrap CI of the difference in fraction within 4 points)</h2>"
     )

@@ -29,7 +29,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from optbench import safefs
-from optbench.analysis import claims, figures, plots, tables
+from optbench.analysis import claims, claims_page, figures, plots, tables
 from optbench.analysis.edf import MIN_EDF_SAMPLES
 from optbench.analysis.page import Section, render_html
 from optbench.analysis.stats import N_BOOT
@@ -435,7 +435,9 @@ def build_sections(
         claims_table = claims.claims_table(results, options, spec.name)
     seeds = _seeds_section(results)
     # the verdicts first (the claims whose figures this page draws), then what they compare
-    return claims.sections(claims_table, options, wanted) + ([seeds] if seeds else []) + sections
+    return (
+        claims_page.sections(claims_table, options, wanted) + ([seeds] if seeds else []) + sections
+    )
 
 
 def study_summary(
@@ -454,7 +456,7 @@ def study_summary(
         claims_table = claims.claims_table(
             tables.with_errors(trials, options.metric), options, spec.name
         )
-    summary["claims"] = claims.records(claims_table)
+    summary["claims"] = claims_page.records(claims_table)
     return summary
 
 

@@ -74,6 +74,7 @@ def summarize(
     KS test and a bootstrap CI of the difference in frac_within 4."""
     results = tables.with_errors(trials, options.metric)
     planned = trials.groupby(tables.CELL_KEYS, sort=False).size()
+    sampled = tables.sampled_cells(results)
     cells = []
     for (model, optimizer, epochs), n_planned in planned.items():
         cell = results[
@@ -85,6 +86,8 @@ def summarize(
         finite = errors[np.isfinite(errors)]
         dtop = dtop1(errors)
         best = _json_float(finite.min()) if finite.size else None
+        # an EDF over (lr, wd) needs sampled pairs: at fixed (lr, wd) dtop-1 is seed noise only
+        edf_cell = (model, optimizer, epochs) in sampled
         cells.append(
             {
                 "model": model,
@@ -94,10 +97,10 @@ def summarize(
                 "n_diverged": int((cell["status"] == "diverged").sum()),
                 "best_error": best,
                 "median_error": _json_float(np.median(finite)) if finite.size else None,
-                "frac_within": frac_within(dtop),
+                "frac_within": frac_within(dtop) if edf_cell else None,
                 "n_finished": int((cell["status"] == "finished").sum()),
                 "n_planned": int(n_planned),
-                f"auc_{int(AUC_MAX_POINTS)}": edf_auc(dtop),
+                f"auc_{int(AUC_MAX_POINTS)}": edf_auc(dtop) if edf_cell else None,
                 "near_chance": near_chance(best, num_classes),
                 "dkw_halfwidth": stats.dkw_halfwidth(len(cell)) if len(cell) else None,
             }
@@ -249,7 +252,7 @@ def format_table(summary: dict[str, Any]) -> str:
     header = ["model", "opt", "epochs", "n", "div", "best", "median", "<=1", "<=2", "<=4", "<=8"]
     lines = []
     for c in summary["cells"]:
-        fw = c["frac_within"]
+        fw = c["frac_within"] or {}
         lines.append(
             [
                 c["model"],
@@ -259,7 +262,7 @@ def format_table(summary: dict[str, Any]) -> str:
                 str(c["n_diverged"]),
                 _fmt(c["best_error"], ".2f"),
                 _fmt(c["median_error"], ".2f"),
-                *(_fmt(fw[str(k)], ".2f") for k in FRAC_WITHIN_POINTS),
+                *(_fmt(fw.get(str(k)), ".2f") for k in FRAC_WITHIN_POINTS),
             ]
         )
     widths = [max(len(row[i]) for row in [header, *lines]) for i in range(len(header))]

@@ -205,6 +205,19 @@ def uses_pil_policy(recipe: Recipe) -> bool:
     return recipe.auto_augment not in ("none", *TORCHVISION_POLICIES)
 
 
+def policy_group(recipe: Recipe) -> int | None:
+    """How many images share one draw of the recipe's policy: `recipe.augment_group` for
+    torchvision's (which apply one sub-policy to the whole tensor they are given), None for a
+    policy drawn per image (timm's, pycls's) or none."""
+    return recipe.augment_group if recipe.auto_augment in TORCHVISION_POLICIES else None
+
+
+def apply_grouped(policy: Callable, x: torch.Tensor, group: int) -> torch.Tensor:
+    """A torchvision policy on consecutive groups of `group` images of a batch, each group
+    drawing its own sub-policy (`policy_group`; module docstring)."""
+    return torch.cat([policy(x[i : i + group]) for i in range(0, len(x), group)])
+
+
 def per_image(policy: Callable, x: torch.Tensor) -> torch.Tensor:
     """Apply a PIL-image policy to each image of a uint8 batch (N, C, H, W), C = 1 or 3."""
     images = x.permute(0, 2, 3, 1).cpu().numpy()
@@ -253,7 +266,7 @@ class BatchAugment:
         the tensor pipeline's policy, per sample on the device (tensor_policy.py), run instead
         of the recipe's PIL policy."""
         self.recipe, self.geometric = recipe, geometric
-        self.grouped = recipe.auto_augment in TORCHVISION_POLICIES  # else per image
+        self.group = policy_group(recipe)  # None: per image
         self.on_device = device_policy is not None
         self.policy = None
         if geometric:
@@ -286,10 +299,9 @@ class BatchAugment:
         if self.on_device:  # its draws from a generator seeded by the global one (the step's)
             seed = int(torch.randint(0, 2**62, (1,)))
             return self.policy(x, torch.Generator().manual_seed(seed))
-        if not self.grouped:
+        if self.group is None:
             return per_image(self.policy, x)
-        group = self.recipe.augment_group
-        return torch.cat([self.policy(x[i : i + group]) for i in range(0, len(x), group)])
+        return apply_grouped(self.policy, x, self.group)
 
     def inputs(self, x: torch.Tensor) -> torch.Tensor:
         """Per-image augmentation of a uint8 batch, up to the normalized float inputs."""

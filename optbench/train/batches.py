@@ -29,7 +29,6 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
 import numpy as np
@@ -44,9 +43,11 @@ from optbench.train.datasets import (
     DeviceData,
     FolderData,
     UnreadableImage,
-    folder_samples,
+    split_samples,
 )
+from optbench.train.input_plan import InputPlan, input_plan
 from optbench.train.seeding import derive_seed
+from optbench.train.shards import load_rgb
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,7 @@ def epoch_order(n: int, seed: int, epoch: int, repeated_aug: int) -> torch.Tenso
 class TrainBatches(Protocol):
     """What the loop needs from a dataset: uint8 batches on the device, in a fixed order."""
 
+    data: DeviceData | FolderData  # what they are read from
     num_classes: int
     in_chans: int
     img_size: int
@@ -101,7 +103,6 @@ class DeviceBatches:
 
     geometric_on_device = True
     pca_lighting = False  # pycls adds none on CIFAR; the eigenvectors are ImageNet's
-    pipeline = "tensor"  # set to "pil" by build_batches where the PIL pipeline was asked for
 
     def __init__(
         self,
@@ -112,8 +113,12 @@ class DeviceBatches:
         repeated_aug: int = 1,
         shard: Shard = Shard(),
         val_chunk: int = 1024,
+        pipeline: str = "tensor",
     ):
+        """`pipeline`: the name recorded; the same batches either way (a policy runs in
+        BatchAugment, per sample on the device in the tensor pipeline)."""
         self.data, self.batch_size, self.seed = data, batch_size, seed
+        self.pipeline = pipeline
         self.repeated_aug, self.shard, self.val_chunk = repeated_aug, shard, val_chunk
         self.local_batch = batch_size // shard.world
         self.num_classes, self.in_chans = data.num_classes, data.in_chans
@@ -194,7 +199,12 @@ class PreparedBatches(DeviceBatches):
     ):
         host = data.to("cpu")
         super().__init__(
-            data.to(device), batch_size, seed=seed, repeated_aug=recipe.repeated_aug, shard=shard
+            data.to(device),
+            batch_size,
+            seed=seed,
+            repeated_aug=recipe.repeated_aug,
+            shard=shard,
+            pipeline=self.pipeline,
         )
         self.device, self.workers = device, workers
         self._keys = _Keys()
@@ -233,67 +243,66 @@ class _Keys:
         return iter(self.keys)
 
 
-def _resampling(interpolation: str, resize) -> list:
-    """`resize` (a v2 transform class with its size bound) as `recipe.interpolation` says:
-    `bilinear_antialias` and `bicubic` resample the PIL image (Pillow's filters, which widen
-    their support when shrinking: antialiased, as DHVT's PIL pipeline); `bilinear` resamples a
-    uint8 tensor without antialiasing (torch's half-pixel bilinear: pycls's cv2 INTER_LINEAR,
-    rounded to uint8; docs/recipes.md measures the difference), then returns to PIL."""
-    from torchvision.transforms import InterpolationMode, v2
+def _resampled(plan: InputPlan, resize) -> list:
+    """`resize` (a v2 transform class with its size bound) as plan.resampling says: Pillow's
+    filters on the PIL image (antialiased: `bilinear_antialias`, `bicubic`, as DHVT's PIL
+    pipeline), or, `bilinear`, the uint8 tensor without antialiasing (torch's half-pixel
+    bilinear: pycls's cv2 INTER_LINEAR, rounded to uint8; docs/recipes.md measures the
+    difference), then back to PIL."""
+    from torchvision.transforms import v2
 
-    if interpolation == "bilinear":
-        return [v2.PILToTensor(), resize(InterpolationMode.BILINEAR, False), v2.ToPILImage()]
-    mode = InterpolationMode.BICUBIC if interpolation == "bicubic" else InterpolationMode.BILINEAR
-    return [resize(mode, True)]
+    r = plan.resampling
+    if r.on_tensor:
+        return [v2.PILToTensor(), resize(r.mode, r.antialias), v2.ToPILImage()]
+    return [resize(r.mode, r.antialias)]
 
 
-def _train_transform(recipe: Recipe, img_size: int):
+def _train_transform(plan: InputPlan, recipe: Recipe):
+    """The training transform of one image: RandomResizedCrop, flip, the recipe's policy."""
     from torchvision.transforms import v2
 
     def crop(mode, antialias):
-        return v2.RandomResizedCrop(img_size, interpolation=mode, antialias=antialias)
+        return v2.RandomResizedCrop(
+            plan.img_size, plan.crop_scale, plan.crop_ratio, interpolation=mode, antialias=antialias
+        )
 
-    steps = _resampling(recipe.interpolation, crop)
-    if recipe.hflip:
+    steps = _resampled(plan, crop)
+    if plan.hflip:
         steps.append(v2.RandomHorizontalFlip())
-    policy = build_policy(recipe, 3, img_size)
+    policy = build_policy(recipe, 3, plan.img_size)
     if policy is not None:
         steps.append(policy)
     steps.append(v2.PILToTensor())
     return v2.Compose(steps)
 
 
-def _val_transform(img_size: int, crop_pct: float, interpolation: str = "bilinear_antialias"):
+def _val_transform(plan: InputPlan):
+    """The evaluation transform: the shorter side to plan.eval_resize, centre crop img_size."""
     from torchvision.transforms import v2
 
-    size = round(img_size / crop_pct)  # shorter side; round: 232 / (232 / 262) is 262
-
     def resize(mode, antialias):
-        return v2.Resize(size, interpolation=mode, antialias=antialias)
+        return v2.Resize(plan.eval_resize, interpolation=mode, antialias=antialias)
 
-    steps = [*_resampling(interpolation, resize), v2.CenterCrop(img_size), v2.PILToTensor()]
-    return v2.Compose(steps)
+    return v2.Compose([*_resampled(plan, resize), v2.CenterCrop(plan.img_size), v2.PILToTensor()])
 
 
 class _SeededImages(TorchDataset):
-    """A split's images (datasets.folder_samples: the dataset's classes, as ImageFolder would
-    read them but without its dot-folders) read by keys (epoch, index, stream): each image's
+    """A split's images (datasets.split_samples: files of class folders, as ImageFolder would
+    read them but without dot-folders, or shard members) read by keys (epoch, index, stream): each image's
     random transform is seeded by (seed, stream, epoch, index), so it does not depend on which
     worker reads it or when; stream "image" is training, another name draws other
     augmentations of the image."""
 
-    def __init__(self, folder: Path, classes: tuple[str, ...], transform, seed: int):
-        self.samples = folder_samples(folder, classes)
+    def __init__(self, data: FolderData, split: str, transform, seed: int):
+        self.samples = split_samples(data, split)
         self.transform, self.seed = transform, seed
 
     def __len__(self) -> int:
         return len(self.samples)
 
     def _load(self, index: int):
-        from torchvision.datasets.folder import default_loader  # PIL, converted to RGB
-
-        path, label = self.samples[index]
-        return self.transform(default_loader(path)), label
+        sample, label = self.samples[index]
+        return self.transform(load_rgb(sample)), label  # PIL, converted to RGB
 
     def __getitem__(self, key: tuple[int, int, str]):
         epoch, index, stream = key
@@ -346,15 +355,9 @@ class FolderBatches:
         self.num_classes, self.in_chans = data.num_classes, data.in_chans
         self.img_size, self.mean, self.std = data.img_size, data.mean, data.std
         self.pca_lighting = data.in_chans == 3
-        self.train_set = _SeededImages(
-            data.root / "train", data.classes, _train_transform(recipe, data.img_size), seed
-        )
-        self.val_set = _SeededImages(
-            data.root / "val",
-            data.classes,
-            _val_transform(data.img_size, data.crop_pct, recipe.interpolation),
-            seed,
-        )
+        self.plan = input_plan(recipe, data, self.pipeline, device.type)
+        self.train_set = _SeededImages(data, "train", _train_transform(self.plan, recipe), seed)
+        self.val_set = _SeededImages(data, "val", _val_transform(self.plan), seed)
         self._train_keys, self._val_keys = _Keys(), _Keys()
         self._train_loader = self._loader(self.train_set, self._train_keys)
         self._val_loader = self._loader(self.val_set, self._val_keys)

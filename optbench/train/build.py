@@ -14,7 +14,7 @@ from timm.loss import SoftTargetCrossEntropy
 from torch import nn
 
 from optbench.models import create_model
-from optbench.train.augment import BatchAugment, input_stats, uses_pil_policy
+from optbench.train.augment import BatchAugment, uses_pil_policy
 from optbench.train.batches import (
     DeviceBatches,
     FolderBatches,
@@ -25,6 +25,7 @@ from optbench.train.batches import (
 from optbench.train.compute import Compute, loader_workers
 from optbench.train.config import TrainConfig
 from optbench.train.datasets import DeviceData, load_dataset
+from optbench.train.input_plan import input_plan
 from optbench.train.tensor_folder import TensorFolderBatches, device_policy
 
 
@@ -41,7 +42,8 @@ class TrialParts:
 
 
 def build_batches(cfg: TrainConfig, compute: Compute, pipeline: str = "pil") -> TrainBatches:
-    """The trial's batches through the `pipeline` ("pil" or "tensor", batches.py)."""
+    """The trial's batches through `pipeline` (batches.py; "auto" resolved by its input plan,
+    input_plan.py, which the batches of class folders read)."""
     if cfg.batch_size % compute.dist.world:
         raise ValueError(
             f"batch_size {cfg.batch_size} is not divisible by {compute.dist.world} processes"
@@ -51,20 +53,24 @@ def build_batches(cfg: TrainConfig, compute: Compute, pipeline: str = "pil") -> 
         raise ValueError(
             "mixup/CutMix pair each image with the batch reversed: the batch per process must be even"
         )
-    data = load_dataset(cfg.dataset, cfg.model)
+    data = load_dataset(cfg.dataset, cfg.model, compute.data_cache)
     shard = Shard(compute.dist.rank, compute.dist.world)
     workers = compute.workers if compute.workers is not None else loader_workers()
     common = dict(seed=cfg.seed, shard=shard)
+    pipeline = input_plan(cfg.recipe, data, pipeline, compute.device.type).pipeline
     batches: TrainBatches
     if isinstance(data, DeviceData) and pipeline == "pil" and uses_pil_policy(cfg.recipe):
         batches = PreparedBatches(
             data, cfg.batch_size, cfg.recipe, device=compute.device, workers=workers, **common
         )
-    elif isinstance(data, DeviceData):
+    elif isinstance(data, DeviceData):  # the policy, if any, runs on the device (BatchAugment)
         batches = DeviceBatches(
-            data.to(compute.device), cfg.batch_size, repeated_aug=cfg.recipe.repeated_aug, **common
+            data.to(compute.device),
+            cfg.batch_size,
+            repeated_aug=cfg.recipe.repeated_aug,
+            pipeline=pipeline,
+            **common,
         )
-        batches.pipeline = pipeline  # the policy, if any, runs on the device (BatchAugment)
     elif pipeline == "tensor":
         batches = TensorFolderBatches(
             data, cfg.batch_size, cfg.recipe, device=compute.device, readers=workers, **common
@@ -109,12 +115,12 @@ def build_parts(cfg: TrainConfig, compute: Compute, pipeline: str = "pil") -> Tr
     recipe = cfg.recipe
     batches = build_batches(cfg, compute, pipeline)
     model = build_model(cfg, batches, compute)
-    mean, std = input_stats(recipe, batches.mean, batches.std)
+    plan = input_plan(recipe, batches.data, batches.pipeline, compute.device.type)
     augment = BatchAugment(
         recipe,
         num_classes=batches.num_classes,
-        mean=mean,
-        std=std,
+        mean=plan.mean,
+        std=plan.std,
         device=compute.device,
         in_chans=batches.in_chans,
         img_size=batches.img_size,
@@ -122,7 +128,7 @@ def build_parts(cfg: TrainConfig, compute: Compute, pipeline: str = "pil") -> Tr
         pca_lighting=batches.pca_lighting,
         device_policy=(
             device_policy(recipe, batches.in_chans, batches.img_size)
-            if batches.pipeline == "tensor" and uses_pil_policy(recipe)
+            if plan.policy_per_sample and batches.geometric_on_device
             else None
         ),
     )

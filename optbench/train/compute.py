@@ -8,6 +8,7 @@ the CPU all of them are off, so CPU results stay exact and comparable.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -36,10 +37,18 @@ class Compute:
     channels_last: bool
     compile: bool = False
     workers: int | None = None  # input workers; None: loader_workers() (the trial's cores)
+    # where a shard index is cached if the shards' folder is not writable (the study folder);
+    # None: nowhere (datasets.load_dataset's cache_dir)
+    data_cache: Path | None = None
 
     @classmethod
     def for_trial(
-        cls, recipe: Recipe, device: str, dist: DistContext, workers: int | None
+        cls,
+        recipe: Recipe,
+        device: str,
+        dist: DistContext,
+        workers: int | None,
+        data_cache: Path | None = None,
     ) -> Compute:
         """This process's share of a trial asked to run on `device` ("cpu", "cuda")."""
         dev = torch.device(device)
@@ -54,6 +63,7 @@ class Compute:
             channels_last=recipe.channels_last and on_gpu,
             compile=recipe.compile and on_gpu,
             workers=workers,
+            data_cache=data_cache,
         )
 
     def autocast(self):

@@ -114,11 +114,13 @@ class Execution(BaseModel):
     pipeline: Pipeline = "auto"  # the input pipeline (batches.py); auto: tensor on CUDA
     population: StrictInt = Field(default=1, ge=1)
 
-    def resolved(self, device_type: str) -> Execution:
-        """These settings on a device of `device_type` ("cpu", "cuda"): no "auto" left."""
-        pipeline = self.pipeline
-        if pipeline == "auto":
-            pipeline = "tensor" if device_type == "cuda" else "pil"
+    def resolved(self, device_type: str, recipe: Recipe | None = None) -> Execution:
+        """These settings on a device of `device_type` ("cpu", "cuda") for `recipe`: no "auto"
+        left (input_plan.resolve_pipeline: tensor on CUDA unless the recipe's policy has an op
+        without a tensor version)."""
+        from optbench.train.input_plan import resolve_pipeline  # torchvision: in a trial only
+
+        pipeline = resolve_pipeline(self.pipeline, device_type, recipe or Recipe())
         return self.model_copy(update={"pipeline": pipeline})
 
 
@@ -161,6 +163,9 @@ class TrialResult(BaseModel):
     versions: Annotated[dict[Short, Short], Field(max_length=20)] | None = None
     # which code made it (None in result files written before it was recorded)
     provenance: Provenance | None = None
+    # who wrote it: the worker that trained the trial, or the driver for a job that ended
+    # without a usable result (killed, lost, an invalid result file): retry policy reads it
+    origin: Literal["worker", "driver"] = "worker"
 
     @field_validator("message")
     @classmethod

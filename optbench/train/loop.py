@@ -108,8 +108,8 @@ def run_trial(
         return done  # ResumeMismatch or InvalidResultFile if it is not this config's result
     start = time.perf_counter()
     ctx = context_from_env() if distributed else DistContext()
-    compute = Compute.for_trial(cfg.recipe, device, ctx, workers)
-    execution = execution.resolved(compute.device.type)
+    compute = Compute.for_trial(cfg.recipe, device, ctx, workers, data_cache=root)
+    execution = execution.resolved(compute.device.type, cfg.recipe)
     members = Members(
         [cfg],
         [out_dir],

@@ -277,8 +277,12 @@ def run_population(
     ]
     if all(r is not None for r in results):
         return results
-    compute = Compute.for_trial(cfgs[0].recipe, device, DistContext(), None)
-    execution = execution.resolved(compute.device.type).model_copy(update={"population": len(cfgs)})
+    compute = Compute.for_trial(
+        cfgs[0].recipe, device, DistContext(), None, data_cache=root or out_dirs[0]
+    )
+    execution = execution.resolved(compute.device.type, cfgs[0].recipe).model_copy(
+        update={"population": len(cfgs)}
+    )
     members = Members(cfgs, out_dirs, root, compute.device, execution, results=results)
     checkpoint = out_dirs[0] / POPULATION_CHECKPOINT
     stop = StopRequest()

@@ -1,7 +1,9 @@
-"""The tensor pipeline of class-folder datasets (`TensorFolderBatches`): file bytes read ahead
-by a few threads, JPEGs decoded in batches on the trial's device (torchvision's `decode_jpeg`:
-nvjpeg on CUDA, libjpeg-turbo on the CPU), then RandomResizedCrop, flip and the recipe's
-policy per image on that device. The same code runs on the CPU and on CUDA.
+"""The tensor pipeline of class-folder datasets (`TensorFolderBatches`): files read ahead by a
+few threads, JPEGs decoded in batches on the trial's device (torchvision's `decode_jpeg`:
+nvjpeg on CUDA, libjpeg-turbo on the CPU), every other format the up-front check counts (PNG,
+BMP, TIFF, PPM/PGM, WebP) decoded by PIL in the reader threads as the PIL pipeline decodes it;
+then RandomResizedCrop, flip and the recipe's policy per image on that device, as the trial's
+input plan (input_plan.py) says. The same code runs on the CPU and on CUDA.
 
 It computes what the PIL pipeline (batches.FolderBatches) computes, in the same order: the
 files of `epoch_order`'s permutation (repeated augmentation included), the crop drawn as
@@ -16,26 +18,33 @@ resumed mid-epoch sees the batches an uninterrupted one sees.
 
 from __future__ import annotations
 
+import io
 import math
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
+import numpy as np
 import torch
-from torchvision.io import ImageReadMode, decode_image, decode_jpeg
-from torchvision.transforms import InterpolationMode
+from PIL import Image
+from torchvision.io import ImageReadMode, decode_jpeg
 from torchvision.transforms.v2 import functional as TF
 
-from optbench.recipe import TORCHVISION_POLICIES, Recipe
-from optbench.train.augment import build_policy
+from optbench.recipe import Recipe
+from optbench.train.augment import apply_grouped, build_policy, policy_group
 from optbench.train.batches import Shard, epoch_order
-from optbench.train.datasets import FolderData, UnreadableImage, folder_samples, refuse_bomb
+from optbench.train.datasets import (
+    IMAGE_ERRORS,
+    FolderData,
+    UnreadableImage,
+    refuse_bomb,
+    split_samples,
+)
+from optbench.train.input_plan import CROP_RATIO, CROP_SCALE, InputPlan, input_plan
 from optbench.train.seeding import derive_seed
+from optbench.train.shards import read_bytes
 from optbench.train.tensor_policy import tensor_policy
 
-# torchvision's RandomResizedCrop defaults, which the PIL pipeline uses too
-CROP_SCALE = (0.08, 1.0)
-CROP_RATIO = (3 / 4, 4 / 3)
 PREFETCH_BATCHES = 4  # batches whose bytes are being read ahead of the one decoded
 JPEG_MAGIC = b"\xff\xd8"
 
@@ -80,105 +89,108 @@ def device_policy(
     the batch's device, each image's draws taken from `generator` (a CPU torch.Generator);
     None without a policy. timm's and pycls's policies: tensor_policy.py, per sample.
     torchvision's: its own tensor ops on groups of `recipe.augment_group` images (as
-    BatchAugment applies them), from the global generator reseeded from `generator`."""
+    BatchAugment applies them, augment.apply_grouped), from the global generator reseeded from
+    `generator`."""
     if recipe.auto_augment == "none":
         return None
-    if recipe.auto_augment in TORCHVISION_POLICIES:
-        policy, group = build_policy(recipe, in_chans, img_size), recipe.augment_group
+    group = policy_group(recipe)
+    if group is not None:
+        policy = build_policy(recipe, in_chans, img_size)
 
         def grouped(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
             seed = int(torch.randint(0, 2**62, (1,), generator=generator))
             with torch.random.fork_rng(devices=[]):  # torchvision draws on the CPU
                 torch.manual_seed(seed)
-                return torch.cat([policy(x[i : i + group]) for i in range(0, len(x), group)])
+                return apply_grouped(policy, x, group)
 
         return grouped
     policy = tensor_policy(recipe.auto_augment, img_size, in_chans=in_chans)
     return lambda x, generator: policy(x, generator)[0]
 
 
-def _read(path: str) -> torch.Tensor:
+def pil_decode(path: str, data: bytes) -> torch.Tensor:
+    """An image's bytes decoded as the PIL pipeline decodes them (torchvision's default_loader:
+    PIL's `convert("RGB")`, so palette, grey, alpha and 16-bit images give its pixels; 16-bit
+    values above 255 clip to 255, as PIL's conversion does): uint8 (3, H, W). UnreadableImage
+    names a file PIL cannot read (a decompression bomb included)."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        with Image.open(io.BytesIO(data)) as im:
+            rgb = np.array(im.convert("RGB"))  # writable: torch takes it without a warning
+    except IMAGE_ERRORS as err:
+        raise UnreadableImage.of(path, str(err)) from None
+    return torch.from_numpy(rgb).permute(2, 0, 1).contiguous()
+
+
+def _read(path) -> torch.Tensor:
+    """In a reader thread, of a file's path or a shard member (datasets.split_samples): a
+    JPEG's bytes (1-D uint8, decoded later on the device, in batches), any other image (PNG, BMP, TIFF, PPM/PGM, WebP, ...) decoded here with PIL
+    (`pil_decode`: (3, H, W)). UnreadableImage names a file that cannot be read or is empty."""
+    try:
+        data = read_bytes(path)
     except OSError as err:
         raise UnreadableImage.of(path, err.strerror or str(err)) from None
-    refuse_bomb(path, data)  # in the reader threads: ~30 us a JPEG, against ~1.5 ms to decode it
+    if not data:
+        raise UnreadableImage.of(path, "an empty file")
+    if data[:2] != JPEG_MAGIC:
+        return pil_decode(path, data)
+    refuse_bomb(path, data)  # ~30 us a JPEG, against ~1.5 ms to decode it
     return torch.frombuffer(bytearray(data), dtype=torch.uint8)
 
 
 def decode(
-    encoded: list[torch.Tensor], paths: Sequence[str], device: torch.device
+    items: list[torch.Tensor], paths: Sequence[str], device: torch.device
 ) -> list[torch.Tensor]:
-    """RGB uint8 images (3, H, W) on `device`: JPEGs decoded together in one call, anything
-    else (PNG, ...) one by one on the CPU. UnreadableImage names a file that fails."""
-    is_jpeg = [bytes(e[:2].tolist()) == JPEG_MAGIC for e in encoded]
-    out: list[torch.Tensor | None] = [None] * len(encoded)
-    jpegs = [i for i, j in enumerate(is_jpeg) if j]
+    """RGB uint8 images (3, H, W) on `device` from what `_read` gave: JPEG bytes decoded
+    together in one call on `device`, images PIL decoded already moved there."""
+    out = [None if e.dim() == 1 else e.to(device) for e in items]
+    jpegs = [i for i, e in enumerate(items) if e.dim() == 1]
     if jpegs:
         try:
-            images = decode_jpeg([encoded[i] for i in jpegs], mode=ImageReadMode.RGB, device=device)
-        except RuntimeError:
-            images = [_decode_one(encoded[i], paths[i], device) for i in jpegs]
+            images = decode_jpeg([items[i] for i in jpegs], mode=ImageReadMode.RGB, device=device)
+        except RuntimeError:  # find the file: one by one
+            images = [_decode_jpeg(items[i], paths[i], device) for i in jpegs]
         for i, im in zip(jpegs, images, strict=True):
             out[i] = im
-    for i, j in enumerate(is_jpeg):
-        if not j:
-            out[i] = _decode_one(encoded[i], paths[i], device)
     return out  # type: ignore[return-value]
 
 
-def _decode_one(data: torch.Tensor, path: str, device: torch.device) -> torch.Tensor:
+def _decode_jpeg(data: torch.Tensor, path: str, device: torch.device) -> torch.Tensor:
+    """One JPEG on `device`; one torchvision cannot decode goes to PIL (UnreadableImage when
+    neither can read it)."""
     try:
-        if bytes(data[:2].tolist()) == JPEG_MAGIC:
-            return decode_jpeg(data, mode=ImageReadMode.RGB, device=device)
-        return decode_image(data, mode=ImageReadMode.RGB).to(device)
-    except RuntimeError as err:
-        raise UnreadableImage.of(path, str(err)) from None
-
-
-def resampling(interpolation: str) -> dict:
-    """`recipe.interpolation` as torchvision's tensor resize arguments: `bilinear` without
-    antialiasing (pycls's cv2 INTER_LINEAR), `bicubic` and `bilinear_antialias` antialiased
-    (torch's kernels; PIL's differ by a grey level or so, docs/recipes.md)."""
-    mode = InterpolationMode.BICUBIC if interpolation == "bicubic" else InterpolationMode.BILINEAR
-    return {"interpolation": mode, "antialias": interpolation != "bilinear"}
+        return decode_jpeg(data, mode=ImageReadMode.RGB, device=device)
+    except RuntimeError:
+        return pil_decode(path, data.numpy().tobytes()).to(device)
 
 
 def train_images(
     images: list[torch.Tensor],
-    img_size: int,
+    plan: InputPlan,
     generator: torch.Generator,
-    hflip: bool,
     policy: Callable | None,
-    interpolation: str = "bilinear_antialias",
 ) -> torch.Tensor:
-    """RandomResizedCrop to img_size (as `recipe.interpolation` says), a flip with
-    probability 1/2, then the policy per sample: a uint8 batch (N, 3, img_size, img_size). Per
-    image the draws are taken in the PIL pipeline's order: crop, then flip."""
-    out = []
-    resample = resampling(interpolation)
+    """RandomResizedCrop to plan.img_size (plan.resampling), a flip with probability 1/2 (if
+    plan.hflip), then the policy per sample: a uint8 batch (N, 3, size, size). Per image the
+    draws are taken in the PIL pipeline's order: crop, then flip."""
+    out, size = [], [plan.img_size, plan.img_size]
     for im in images:
-        top, left, h, w = crop_params(im.shape[-2], im.shape[-1], generator)
-        im = TF.resized_crop(im, top, left, h, w, [img_size, img_size], **resample)
-        if hflip and torch.rand(1, generator=generator).item() < 0.5:
+        top, left, h, w = crop_params(
+            im.shape[-2], im.shape[-1], generator, plan.crop_scale, plan.crop_ratio
+        )
+        im = TF.resized_crop(im, top, left, h, w, size, **plan.resampling.kwargs)
+        if plan.hflip and torch.rand(1, generator=generator).item() < 0.5:
             im = im.flip(-1)
         out.append(im)
     x = torch.stack(out)
     return x if policy is None else policy(x, generator)
 
 
-def val_images(
-    images: list[torch.Tensor],
-    img_size: int,
-    crop_pct: float,
-    interpolation: str = "bilinear_antialias",
-) -> torch.Tensor:
-    """Resize the shorter side to round(img_size / crop_pct), center-crop img_size (as the PIL
+def val_images(images: list[torch.Tensor], plan: InputPlan) -> torch.Tensor:
+    """Resize the shorter side to plan.eval_resize, center-crop plan.img_size (as the PIL
     pipeline's evaluation transform)."""
-    resize, resample = round(img_size / crop_pct), resampling(interpolation)
+    resize, kwargs = [plan.eval_resize], plan.resampling.kwargs
     return torch.stack(
-        [TF.center_crop(TF.resize(im, [resize], **resample), [img_size]) for im in images]
+        [TF.center_crop(TF.resize(im, resize, **kwargs), [plan.img_size]) for im in images]
     )
 
 
@@ -200,15 +212,14 @@ class TensorFolderBatches:
         readers: int = 4,
     ):
         self.data, self.batch_size, self.seed, self.device = data, batch_size, seed, device
-        self.repeated_aug, self.hflip = recipe.repeated_aug, recipe.hflip
-        self.interpolation = recipe.interpolation
-        self.shard = shard
+        self.repeated_aug, self.shard = recipe.repeated_aug, shard
+        self.plan = input_plan(recipe, data, self.pipeline, device.type)
         self.local_batch = batch_size // self.shard.world
         self.num_classes, self.in_chans = data.num_classes, data.in_chans
         self.img_size, self.mean, self.std = data.img_size, data.mean, data.std
         self.pca_lighting = data.in_chans == 3
-        self.train_samples = folder_samples(data.root / "train", data.classes)
-        self.val_samples = folder_samples(data.root / "val", data.classes)
+        self.train_samples = split_samples(data, "train")
+        self.val_samples = split_samples(data, "val")
         self.policy = device_policy(recipe, data.in_chans, data.img_size)
         self.readers = max(1, readers)
         self._pool: ThreadPoolExecutor | None = None
@@ -263,9 +274,7 @@ class TensorFolderBatches:
                 derive_seed(self.seed, stream, epoch, b, self.shard.rank)
             )
             images = decode(encoded, paths, self.device)
-            x = train_images(
-                images, self.img_size, gen, self.hflip, self.policy, self.interpolation
-            )
+            x = train_images(images, self.plan, gen, self.policy)
             yield x, labels.to(self.device, non_blocking=True)
 
     def val(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -274,5 +283,5 @@ class TensorFolderBatches:
         chunks = (mine[j : j + chunk] for j in range(0, len(mine), chunk))
         for paths, encoded, labels in self._read_ahead(chunks):
             images = decode(encoded, paths, self.device)
-            x = val_images(images, self.img_size, self.data.crop_pct, self.interpolation)
+            x = val_images(images, self.plan)
             yield x, labels.to(self.device, non_blocking=True)

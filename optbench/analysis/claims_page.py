@@ -1,0 +1,151 @@
+"""The claims in words and tables (claims.py computes them): one sentence per claim and panel,
+the report page's "claims" section, summary.json's rows and claims.md.
+
+`python -m optbench.analysis.claims_page OUT.md REPORT_DIR...` writes the claims of several
+reports (each folder's trials.csv) as one Markdown table (studies/mini/run.sh's claims.md).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from optbench.analysis import stats, tables
+from optbench.analysis.claims import MIN_SEEDS, claims_table
+from optbench.analysis.page import Section
+from optbench.analysis.summary import Options
+
+
+def _here(row) -> str:
+    if pd.isna(row.low):  # not tested: no interval to show
+        return "–" if pd.isna(row.estimate) else f"{row.estimate:+.3g} (no interval)"
+    return f"{row.estimate:+.3g} [{row.low:+.3g}, {row.high:+.3g}]"
+
+
+def section_table(table: pd.DataFrame) -> pd.DataFrame:
+    """The page's view: claim | paper | here (estimate, 95% interval) | verdict."""
+    return pd.DataFrame(
+        {
+            "claim": table["claim"],
+            "paper": table["paper"],
+            "panel": [f"{r.optimizer}, {r.epochs} ep" for r in table.itertuples()],
+            "models": table["models"],
+            "statistic (unit)": table["statistic"],
+            "here (estimate, 95% interval)": [_here(r) for r in table.itertuples()],
+            "verdict": table["verdict"],
+            "curve (simultaneous band)": table["curve_verdict"].fillna("–"),
+            "trials (diverged)": [f"{r.trials} ({r.diverged})" for r in table.itertuples()],
+        }
+    )
+
+
+def evidence_lines(table: pd.DataFrame) -> list[str]:
+    """One line per claim and panel: how much evidence it has and would need."""
+    return [f"({r.claim}) {r.optimizer}, {r.epochs} ep: {r.advice}" for r in table.itertuples()]
+
+
+def _panel_words(row) -> str:
+    if row.claim == "c":
+        return f"over {row.epochs} epochs"
+    optimizer = {"adamw": "AdamW", "sgd": "SGD"}.get(row.optimizer, row.optimizer)
+    epochs = f"{row.epochs} epochs" if row.claim == "b" else f"at {row.epochs} epochs"
+    return f"with {optimizer}, {epochs}" if row.claim == "b" else f"with {optimizer} {epochs}"
+
+
+def sentence(row) -> str:
+    """One claim and panel in words a reader can act on: the verdict, the claim, the estimate
+    and interval, and unless it holds what the evidence says would show it, e.g. "holds:
+    ViT_C's lr/wd EDF is steeper than ViT_P's (Figs 4-5), with AdamW at 8 epochs: +0.26 [+0.15,
+    +0.43]"."""
+    line = f"({row.claim}) {row.verdict}: {row.paper}, {_panel_words(row)}: {_here(row)}"
+    if row.verdict == "holds":
+        return line
+    # the advice without its own "not shown with n units; " opening, which the line says
+    advice = row.advice.split("; ", 1)[1] if row.advice.startswith("not shown with") else row.advice
+    return f"{line}; {advice}"
+
+
+def markdown(table: pd.DataFrame) -> str:
+    """The claims as Markdown, for docs and the README: one sentence per claim and panel, then
+    the table."""
+    lines = [f"- {sentence(r)}" for r in table.itertuples()] + [""]
+    lines += [
+        "| claim | paper | study | panel | models | here (estimate, 95% interval) | verdict "
+        "| evidence |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in table.itertuples():
+        lines.append(
+            f"| ({r.claim}) | {r.paper} | {r.study} | {r.optimizer}, {r.epochs} ep | "
+            f"{r.models} | {_here(r)} | {r.verdict} | {r.advice} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+# the report section whose figure each claim reads
+CLAIM_SECTION = {"a": "edf", "b": "length", "c": "optimizer", "d": "stem"}
+
+
+def sections(table: pd.DataFrame, options: Options, drawn: set[str] | None = None) -> list[Section]:
+    """The report page's "claims" section from `claims_table`'s rows (computed once per report:
+    the page and summary.json show the same bootstrap), or nothing when the study tests no
+    claim; with `drawn` (the report's sections), only the claims whose section is drawn."""
+    if drawn is not None:
+        table = table[table["claim"].map(CLAIM_SECTION).isin(drawn)]
+    if table.empty:
+        return []
+    section = Section(
+        "claims",
+        "The paper's claims",
+        "Each claim's statistic on this study, its 95% interval and verdict: holds when the "
+        "interval lies on the claim's side of 0, opposite when on the other, otherwise not "
+        "shown. (a): BCa bootstrap over each model's (lr, wd) samples "
+        f"({options.n_boot} resamples; percentile where BCa degenerates), and the verdict of "
+        "the simultaneous band of the EDF difference on [0, 10] points. (b)-(d): Student's t "
+        f"over the per-seed contrasts; not tested below {MIN_SEEDS} seeds. Evidence: the "
+        "study size at which the interval would show the claim in "
+        f"{stats.POWER_TARGET:.0%} of simulated studies, if the effect is as estimated. "
+        "Definitions: optbench/analysis/claims.py. Cell errors here are means over seeds, a "
+        f"diverged trial counted as {tables.DIVERGED_ERROR:g}%.",
+        lead=[sentence(r) for r in table.itertuples()],
+    )
+    section.tables.append(("Claims", section_table(table)))
+    section.notes += [f"evidence: {line}" for line in evidence_lines(table)]
+    return [section]
+
+
+def records(table: pd.DataFrame) -> list[dict]:
+    """claims_table's rows as summary.json rows (JSON's null where a value is missing)."""
+    rows = table.to_dict(orient="records")
+    for row in rows:
+        row["n_needed"] = None if pd.isna(row["n_needed"]) else int(row["n_needed"])
+        for key in ("curve_verdict", "power_now", "interval", "estimate", "low", "high"):
+            row[key] = None if pd.isna(row[key]) else row[key]
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m optbench.analysis.claims_page OUT.md REPORT_DIR...`: the claims of several reports
+    (each folder's trials.csv) in one Markdown table."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) < 2:
+        print(
+            "usage: python -m optbench.analysis.claims_page OUT.md REPORT_DIR...", file=sys.stderr
+        )
+        return 2
+    out, folders = Path(args[0]), [Path(a) for a in args[1:]]
+    parts = []
+    for folder in folders:
+        trials = pd.read_csv(folder / "trials.csv")
+        study = str(trials["study"].iloc[0]) if len(trials) else folder.name
+        parts.append(claims_table(tables.with_errors(trials), Options(), study))
+    table = pd.concat(parts, ignore_index=True)
+    out.write_text(markdown(table))
+    print(out.read_text(), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

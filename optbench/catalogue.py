@@ -1,0 +1,70 @@
+"""The dataset catalogue: every dataset optbench reads, by name, with its on-disk format, the
+layouts it may take, and what is known of it without its files (published sizes). spec.py,
+checks.py and train/datasets.py all read it, so a dataset is added here once. Pure data: no
+torch, so a study's names are checked without importing it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from optbench.errors import UsageError
+
+Format = Literal["bundled", "cifar", "images"]
+# How an image dataset lies under its root: class folders of image files, or WebDataset tar
+# shards (train/shards.py). Where the data lies, not what it is: no part of a cell id.
+Layout = Literal["folders", "wds"]
+LAYOUTS: tuple[str, ...] = ("folders", "wds")
+
+
+@dataclass(frozen=True)
+class DatasetKind:
+    """One dataset. `format`: bundled (loaded whole, no root), cifar (torchvision's pickles,
+    loaded whole) or images (one image at a time, each resized on its own, in any LAYOUTS).
+    `classes`, `img_size`, `n_train`: published, so a plan needs no copy of the data; None
+    where only the files tell."""
+
+    name: str
+    format: Format
+    classes: int | None = None
+    img_size: int | None = None
+    n_train: int | None = None
+
+    @property
+    def sized_without_data(self) -> bool:
+        return self.format == "bundled" or self.n_train is not None
+
+    @property
+    def layouts(self) -> tuple[str, ...]:
+        return LAYOUTS if self.format == "images" else ("folders",)
+
+
+CIFAR_SIDE = 32  # CIFAR's images: 32x32 RGB
+FOLDER_IMG_SIZE = 224  # image datasets, for a model whose pretrained cfg gives no input size
+
+CATALOGUE: dict[str, DatasetKind] = {
+    d.name: d
+    for d in (
+        DatasetKind("digits", "bundled"),  # scikit-learn's; its size is read from the bundle
+        DatasetKind("cifar10", "cifar", 10, CIFAR_SIDE, 50_000),
+        DatasetKind("cifar100", "cifar", 100, CIFAR_SIDE, 50_000),
+        DatasetKind("imagenet", "images", 1000, FOLDER_IMG_SIZE, 1_281_167),
+        DatasetKind("imagefolder", "images"),  # any class folders (Flowers, Pets, ...)
+    )
+}
+DATASET_NAMES: tuple[str, ...] = tuple(CATALOGUE)
+
+
+def is_image_dataset(name: str) -> bool:
+    """Read image by image (each resized on its own), as opposed to whole tensors."""
+    kind = CATALOGUE.get(name)
+    return kind is not None and kind.format == "images"
+
+
+def require_root(name: str, root: Path | None, layout: str) -> Path:
+    """The dataset's root, or a UsageError saying how it must be laid out."""
+    if root is None:
+        raise UsageError(f"dataset.root: {name} needs a root folder laid out as {layout}")
+    return Path(root)

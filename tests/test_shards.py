@@ -1,0 +1,262 @@
+"""WebDataset shards (`dataset.layout: wds`, train/shards.py) and `optbench data pack`: real tar
+files packed from real class folders, read by both pipelines as the folder itself is read."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+import torch
+from test_data import make_folders
+from test_input_pipeline import folder_config, make_jpeg_folders, stop_mid_epoch
+
+from optbench.errors import UsageError
+from optbench.recipe import Dataset
+from optbench.spec import parse_spec
+from optbench.train import shards
+from optbench.train.config import Execution
+from optbench.train.datasets import check_dataset_files, load_dataset, split_samples
+from optbench.train.loop import run_trial
+
+
+def wds(root: Path, **fields) -> Dataset:
+    return Dataset(name="imagefolder", root=root, layout="wds", **fields)
+
+
+@pytest.fixture
+def packed(tmp_path, cli) -> tuple[Path, Path]:
+    make_folders(tmp_path / "folder")
+    code, out, err = cli("data", "pack", "folder", "shards", "--per-shard", "5")
+    assert code == 0, err
+    assert "train: 12 images in 3 shards" in out
+    return tmp_path / "folder", tmp_path / "shards"
+
+
+def test_pack_writes_shards_a_manifest_and_an_index_in_the_folders_order(packed):
+    folder, root = packed
+    manifest = json.loads((root / "manifest.json").read_text())
+    assert manifest["classes"] == ["cat", "dog", "fox"]
+    assert manifest["splits"]["val"]["per_class"] == [4, 4, 4]
+    for entry in manifest["splits"]["train"]["shards"] + manifest["splits"]["val"]["shards"]:
+        data = (root / entry["name"]).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == entry["sha256"] and len(data) == entry["bytes"]
+    assert (root / shards.INDEX_NAME).is_file()
+    on_folder = load_dataset(Dataset(name="imagefolder", root=folder, img_size=16))
+    on_shards = load_dataset(wds(root, img_size=16))
+    assert on_shards.classes == on_folder.classes
+    for split in ("train", "val"):
+        a, b = split_samples(on_folder, split), split_samples(on_shards, split)
+        assert [c for _, c in a] == [c for _, c in b]
+        assert [Path(p).read_bytes() for p, _ in a] == [shards.read_bytes(m) for m, _ in b]
+
+
+def test_pack_refuses_bad_input_in_one_line_and_writes_nothing(tmp_path, cli):
+    make_folders(tmp_path / "folder")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "keep.txt").write_text("mine")
+    code, _, err = cli("data", "pack", "folder", "full")
+    assert code == 2 and "full is not empty" in err and len(err.strip().splitlines()) == 1
+    assert os.listdir(tmp_path / "full") == ["keep.txt"]
+    (tmp_path / "folder" / "val" / "dog" / "0.png").write_bytes(b"")
+    code, _, err = cli("data", "pack", "folder", "out")
+    assert code == 2 and "0.png is an empty file" in err and len(err.strip().splitlines()) == 1
+    code, _, err = cli("data", "pack", "nowhere", "out")
+    assert code == 2 and "nowhere/train is not a folder" in err
+    assert sorted(os.listdir(tmp_path)) == ["folder", "full"]  # no partial pack left
+
+
+def _tar(path: Path, members: dict[str, bytes]) -> None:
+    with tarfile.open(path, "w") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+def test_bad_shards_are_refused_before_a_run_naming_the_file(packed):
+    _, root = packed
+    spec = wds(root)
+    check_dataset_files(spec)
+    (root / "train-000001.tar").rename(root / "moved.bin")
+    with pytest.raises(UsageError, match=r"train-000001.tar is missing \(manifest.json lists 3"):
+        check_dataset_files(spec)
+    (root / "moved.bin").rename(root / "train-000001.tar")
+    (root / shards.INDEX_NAME).write_text('{"version": 1, "shards": [["x.tar", 1, 1]]}')
+    with pytest.raises(UsageError, match=f"{shards.INDEX_NAME} is not a valid shard index"):
+        check_dataset_files(spec)
+    (root / shards.INDEX_NAME).unlink()
+    (root / "manifest.json").unlink()
+    _tar(root / "train-000009.tar", {"a.txt": b"not an image", "a.cls": b"0"})
+    with pytest.raises(UsageError, match=r"train-000009.tar: sample 'a' has no image member"):
+        check_dataset_files(spec)
+    _tar(root / "train-000009.tar", {"a.png": b"x", "a.cls": b"one"})
+    with pytest.raises(UsageError, match=r"member 'a.cls' is not a class index"):
+        check_dataset_files(spec)
+
+
+def test_a_crafted_index_or_member_name_reads_only_inside_the_shards(packed, tmp_path):
+    _, root = packed
+    # a member named like a path outside: a label only, its bytes read from the shard itself
+    (root / "manifest.json").unlink()
+    _tar(
+        root / "train-000009.tar",
+        {"../../../etc/passwd.png": b"PNG?", "../../../etc/passwd.cls": b"2"},
+    )
+    (root / shards.INDEX_NAME).unlink()
+    samples = split_samples(load_dataset(wds(root, img_size=16), cache_dir=tmp_path), "train")
+    member, label = samples[-1]
+    assert (label, shards.read_bytes(member), member.shard) == (
+        2,
+        b"PNG?",
+        str(root / "train-000009.tar"),
+    )
+    # an index whose row points beyond its shard (to read another file's bytes) is refused
+    index = json.loads((root / shards.INDEX_NAME).read_text())
+    index["train"][0][1] = 10**9
+    (root / shards.INDEX_NAME).write_text(json.dumps(index))
+    with pytest.raises(UsageError, match="not a valid shard index"):
+        check_dataset_files(wds(root))
+
+
+def test_the_index_is_cached_beside_the_shards_or_else_in_the_study_folder(
+    packed, tmp_path, monkeypatch
+):
+    _, root = packed
+    (root / shards.INDEX_NAME).unlink()
+    check_dataset_files(wds(root))
+    assert not (root / shards.INDEX_NAME).exists()  # a check writes nothing
+    write_text = shards.safefs.write_text
+
+    def read_only_shards(path, base, text):  # EACCES where the shards are (root ignores 0555)
+        if Path(base) == root:
+            raise PermissionError(13, "Permission denied", str(path))
+        write_text(path, base, text)
+
+    monkeypatch.setattr(shards.safefs, "write_text", read_only_shards)
+    shards._index.cache_clear()
+    study = tmp_path / "study"
+    load_dataset(wds(root, img_size=16), cache_dir=study)
+    assert not (root / shards.INDEX_NAME).exists()
+    assert [p.name for p in study.iterdir()] == [shards.cache_file(root, study).name]
+    shards._index.cache_clear()
+    assert shards.open_index(root, study)[1]  # read back from the study folder
+    monkeypatch.undo()
+    shards._index.cache_clear()
+    load_dataset(wds(root, img_size=16), cache_dir=tmp_path / "other")  # writable: beside them
+    assert (root / shards.INDEX_NAME).is_file() and not (tmp_path / "other").exists()
+
+
+def test_the_layout_is_no_part_of_a_cell_id():
+    base = {
+        "name": "s",
+        "models": ["vit_c_w64_16px"],
+        "optimizers": ["sgd"],
+        "epochs": [1],
+        "batch_size": 4,
+        "search": {"n_samples": 1, "ranges": {"sgd": {"lr": [0.1, 1.0], "wd": [1e-5, 1e-3]}}},
+    }
+    folder = parse_spec({**base, "dataset": {"name": "imagefolder", "root": "data"}})
+    packed = parse_spec({**base, "dataset": {"name": "imagefolder", "root": "s", "layout": "wds"}})
+    assert [folder.cell_id(c) for c in folder.cells()] == [
+        packed.cell_id(c) for c in packed.cells()
+    ]
+    with pytest.raises(Exception, match="cifar10 is read only as"):
+        parse_spec({**base, "dataset": {"name": "cifar10", "root": "c", "layout": "wds"}})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pipeline", ["pil", "tensor"])
+def test_a_trial_on_packed_shards_equals_the_trial_on_the_folder(tmp_path, cli, pipeline):
+    make_jpeg_folders(tmp_path / "folder")
+    assert cli("data", "pack", "folder", "shards", "--per-shard", "4")[0] == 0
+    run = Execution(pipeline=pipeline)
+    on_folder = folder_config(tmp_path / "folder", epochs=1)
+    on_shards = on_folder.model_copy(update={"dataset": wds(tmp_path / "shards", img_size=16)})
+    a = run_trial(on_folder, tmp_path / "a", workers=1, execution=run)
+    b = run_trial(on_shards, tmp_path / "b", workers=1, execution=run)
+    assert a.status == b.status == "finished", (a.message, b.message)
+    assert a.digest == b.digest and a.final_error == b.final_error
+
+
+@pytest.mark.slow
+def test_a_trial_on_shards_stopped_mid_epoch_resumes_to_the_same_digest(tmp_path, cli, monkeypatch):
+    make_jpeg_folders(tmp_path / "folder")
+    assert cli("data", "pack", "folder", "shards", "--per-shard", "4")[0] == 0
+    cfg = folder_config(tmp_path / "folder").model_copy(
+        update={"dataset": wds(tmp_path / "shards", img_size=16)}
+    )
+    whole = run_trial(cfg, tmp_path / "whole", workers=1)
+    stop_mid_epoch(cfg, tmp_path / "stopped", monkeypatch)
+    resumed = run_trial(cfg, tmp_path / "stopped", resume=True, workers=1)
+    assert whole.status == "finished" and resumed.digest == whole.digest
+
+
+@pytest.mark.slow
+def test_a_study_on_packed_shards_records_the_trials_of_the_study_on_the_folder(
+    tmp_path, cli, tiny_dict
+):
+    make_jpeg_folders(tmp_path / "folder")
+    assert cli("data", "pack", "folder", "shards", "--per-shard", "4")[0] == 0
+    digests = {}
+    for name, dataset in (
+        ("on-folder", {"name": "imagefolder", "root": "folder", "img_size": 16}),
+        ("on-shards", {"name": "imagefolder", "root": "shards", "img_size": 16, "layout": "wds"}),
+    ):
+        study = {
+            **tiny_dict,
+            "name": name,
+            "dataset": dataset,
+            "models": ["vit_c_w64_16px"],
+            "batch_size": 4,
+            "ref_batch": 4,
+            "executor": {"workers": 1},
+        }
+        (tmp_path / f"{name}.yaml").write_text(json.dumps(study))
+        code, _, err = cli("run", f"{name}.yaml")
+        assert code == 0, err
+        results = sorted((Path(study["output"]) / name / "trials").rglob("result.json"))
+        digests[name] = {
+            str(p.relative_to(Path(study["output"]) / name)): json.loads(p.read_text())["digest"]
+            for p in results
+        }
+    assert len(digests["on-folder"]) == 2 and None not in digests["on-folder"].values()
+    assert digests["on-folder"] == digests["on-shards"]  # same trial keys, same weights
+
+
+def test_optbench_train_on_a_bad_shard_stops_in_one_line_and_writes_nothing(packed, cli):
+    _, root = packed
+    (root / "manifest.json").unlink()
+    _tar(root / "val-000009.tar", {"x/1.webp": b"RIFF", "x/1.cls": b"0", "x/2.cls": b"1"})
+    code, _, err = cli(
+        *("train", "vit_c_w64_16px", "--dataset", "imagefolder", "--data-root", "shards"),
+        *("--layout", "wds", "--img-size", "16", "--optimizer", "sgd", "--lr", "0.1"),
+        *("--wd", "0", "--epochs", "1", "--batch-size", "4", "--out", "out"),
+    )
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "val-000009.tar: sample 'x/2' has no image member" in err
+    assert not (root.parent / "out").exists()
+
+
+def test_a_member_that_is_no_image_fails_its_trial_naming_shard_and_member(packed):
+    from optbench.recipe import Recipe
+    from optbench.train.batches import FolderBatches
+    from optbench.train.datasets import UnreadableImage
+    from optbench.train.tensor_folder import _read, decode
+
+    _, root = packed
+    (root / "manifest.json").unlink()
+    _tar(root / "train-000009.tar", {"bad.png": b"not a png", "bad.cls": b"1"})
+    data = load_dataset(wds(root, img_size=16))
+    last = len(split_samples(data, "train")) - 1
+    cpu = torch.device("cpu")
+    pil = FolderBatches(data, 4, Recipe(), seed=0, device=cpu, workers=0)
+    with pytest.raises(UnreadableImage, match=r"train-000009.tar:bad.png: not a readable image"):
+        pil.train_set[(0, last, "image")]
+    member = split_samples(data, "train")[last][0]  # as the reader threads and decoder see it
+    with pytest.raises(UnreadableImage, match=r"train-000009.tar:bad.png: not a readable image"):
+        decode([_read(member)], [member], cpu)
