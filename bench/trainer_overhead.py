@@ -114,7 +114,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
     if args.clock == "cpu":
-        epoch_module.time = CpuClock  # the clock train_one_epoch times its epochs with
+        epoch_module.time = CpuClock  # the clock run_epoch times its epochs with
     cfg, cfg_ema = config(args.epochs, ema=False), config(args.epochs, ema=True)
     plain, ours, ours_ema = [], [], []  # images/s of every epoch of every run
     for _ in range(args.repeats):

@@ -43,6 +43,7 @@ from optbench.store import Store
 from optbench.train.checkpoint import CHECKPOINT_FILE
 from optbench.train.config import TrainConfig, TrialResult
 from optbench.train.results import RESULT_FILE, read_result, write_result
+from optbench.train.signals import TrialInterrupted
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -655,7 +656,7 @@ def test_a_real_checkpoint_loads_with_weights_only(tmp_path, monkeypatch):
     monkeypatch.setattr(epoch, "seed_step", stop_at_step_3)
     previous = signal.signal(signal.SIGUSR2, lambda *a: None)
     try:
-        with pytest.raises(loop.TrialInterrupted):
+        with pytest.raises(TrialInterrupted):
             loop.run_trial(tiny_config(), tmp_path)
     finally:
         signal.signal(signal.SIGUSR2, previous)

@@ -24,7 +24,7 @@ from optbench.executors.base import PopulationJob, TrialJob
 from optbench.plan import jobs, plan, populations
 from optbench.recipe import Dataset, Recipe
 from optbench.spec import SlurmSettings, parse_spec
-from optbench.train import loop, population
+from optbench.train import epoch, population, stepper
 from optbench.train.config import TrainConfig
 from optbench.train.datasets import load_dataset
 from optbench.train.loop import run_trial
@@ -193,7 +193,7 @@ def test_each_member_trains_as_its_solo_trial(tmp_path, monkeypatch, model):
 
     monkeypatch.setattr(population, "member_losses", recorded)
     results = run_population(cfgs, [tmp_path / f"m{k}" for k in range(len(cfgs))])
-    build_parts = loop.build_parts
+    build_parts = stepper.build_parts
     for k, cfg in enumerate(cfgs):
         seen: list[float] = []
 
@@ -202,7 +202,7 @@ def test_each_member_trains_as_its_solo_trial(tmp_path, monkeypatch, model):
             parts.criterion = StepLosses(parts.criterion, seen)
             return parts
 
-        monkeypatch.setattr(loop, "build_parts", with_recorded_loss)
+        monkeypatch.setattr(stepper, "build_parts", with_recorded_loss)
         solo = run_trial(cfg, tmp_path / f"s{k}")
         member = [step[k] for step in pop_losses]
         assert len(seen) == len(member) >= 50
@@ -233,6 +233,49 @@ def test_a_diverging_member_is_recorded_diverged_and_frozen_while_the_others_go_
     assert not (tmp_path / "m0" / POPULATION_CHECKPOINT).exists()
 
 
+def file_kinds(folder) -> list[str]:
+    """The files a trial folder holds, event files by kind (their names carry host and time)."""
+    return sorted(
+        "events" if f.name.startswith("events.out.tfevents.") else f.name for f in folder.iterdir()
+    )
+
+
+@pytest.mark.slow
+def test_each_member_writes_what_a_solo_trial_writes_tensorboard_events_included(tmp_path):
+    from services import needs_extra
+
+    needs_extra("tensorboard", "tensorboard", "tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    pairs = [(1e-3, 0.05), (30.0, 0.0), (2e-3, 0.1)]  # member 1 diverges
+    cfgs = members("vit_p_w64_16px", "adamw", pairs, 2, warmup_epochs=0, diverge_loss=3.0)
+    out = [tmp_path / f"m{k}" for k in range(3)]
+    results = run_population(cfgs, out)
+    assert [r.status for r in results] == ["finished", "diverged", "finished"]
+    solo = tmp_path / "solo"
+    assert run_trial(cfgs[0], solo).status == "finished"
+    assert file_kinds(solo) == ["events", "metrics.jsonl", "result.json"]
+    for k, folder in enumerate(out):
+        assert file_kinds(folder) == file_kinds(solo), f"member {k}"
+        events = EventAccumulator(str(folder))
+        events.Reload()
+        metrics = read_metrics(folder)
+        keys = ("lr", "val_error", "train_loss", "ema_top1") if k != 1 else ("lr",)
+        for key in keys:
+            scalars = events.Scalars(key)
+            assert [s.step for s in scalars] == [m["epoch"] for m in metrics], (k, key)
+            assert [s.value for s in scalars] == pytest.approx([m[key] for m in metrics], rel=1e-6)
+    assert len(read_metrics(out[1])) == results[1].diverged_epoch < 2  # no events once frozen
+    # members done before a population starts get nothing more, no event file either
+    extra = members("vit_p_w64_16px", "adamw", [(5e-4, 0.0)], 2, warmup_epochs=0, diverge_loss=3.0)
+    before = {d: sorted(f.name for f in d.iterdir()) for d in out}
+    again = run_population([*cfgs, *extra], [*out, tmp_path / "m3"])
+    assert [(r.status, r.digest) for r in again[:3]] == [(r.status, r.digest) for r in results]
+    assert again[3].status == "finished"
+    assert {d: sorted(f.name for f in d.iterdir()) for d in out} == before
+    assert file_kinds(tmp_path / "m3") == file_kinds(solo)
+
+
 def comparable(out) -> tuple[dict, list[dict]]:
     result = json.loads((out / "result.json").read_text())
     lines = [{k: v for k, v in m.items() if k not in TIMING} for m in read_metrics(out)]
@@ -253,7 +296,7 @@ def test_a_stopped_population_resumes_every_member_exactly(tmp_path, monkeypatch
     ref = [tmp_path / f"ref{k}" for k in range(3)]
     run_population(cfgs, ref)
     calls = {"n": 0}
-    seed_step = population.seed_step
+    seed_step = epoch.seed_step
 
     def seed_and_maybe_signal(seed, device):
         if calls["n"] == step:
@@ -263,7 +306,7 @@ def test_a_stopped_population_resumes_every_member_exactly(tmp_path, monkeypatch
 
     previous = signal.signal(signal.SIGUSR2, lambda *_: None)  # the signal passed on: ignored
     try:
-        monkeypatch.setattr(population, "seed_step", seed_and_maybe_signal)
+        monkeypatch.setattr(epoch, "seed_step", seed_and_maybe_signal)
         out = [tmp_path / f"m{k}" for k in range(3)]
         with pytest.raises(TrialInterrupted):
             run_population(cfgs, out)

@@ -9,12 +9,12 @@ import torch
 from cli_inprocess import tiny_config
 from torch import nn
 
-import optbench.train.evaluation as evaluation
 from optbench.recipe import Recipe
 from optbench.train.config import TrainConfig
 from optbench.train.distributed import DistContext
 from optbench.train.loop import run_trial
 from optbench.train.precise_bn import precise_bn_batches, recompute_bn_stats
+from optbench.train.stepper import SoloStepper
 
 
 def test_bn_statistics_are_the_mean_of_batch_means_and_unbiased_batch_variances():
@@ -69,21 +69,25 @@ def bn_buffers(model: nn.Module) -> torch.Tensor:
 
 @pytest.fixture
 def spied(monkeypatch):
-    """Record the BN buffers each recomputation leaves, and those each evaluation sees."""
+    """Record the BN buffers each recomputation leaves, and those each evaluation sees (of the
+    raw model or the EMA's, as the step driver asks the solo stepper for them)."""
     events = []
-    recompute, evaluate = evaluation.recompute_bn_stats, evaluation.evaluate
+    recompute, logits_of = SoloStepper.recompute_bn, SoloStepper.logits_of
 
-    def recompute_spy(model, inputs, dist):
+    def recompute_spy(self, kind, inputs):
+        model = self._module(kind)
         before = bn_buffers(model)
-        recompute(model, inputs, dist)
+        recompute(self, kind, inputs)
         events.append(("recomputed", id(model), before, bn_buffers(model)))
 
-    def evaluate_spy(model, *args):
+    def evaluate_spy(self, kind):
+        forward = logits_of(self, kind)
+        model = self._module(kind)
         events.append(("evaluated", id(model), bn_buffers(model), None))
-        return evaluate(model, *args)
+        return forward
 
-    monkeypatch.setattr(evaluation, "recompute_bn_stats", recompute_spy)
-    monkeypatch.setattr(evaluation, "evaluate", evaluate_spy)
+    monkeypatch.setattr(SoloStepper, "recompute_bn", recompute_spy)
+    monkeypatch.setattr(SoloStepper, "logits_of", evaluate_spy)
     return events
 
 

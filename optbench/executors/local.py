@@ -111,7 +111,7 @@ def _worker_main(
         hold_worker_lock(study_dir)  # held until this process exits
     import torch
 
-    from optbench.train.loop import DISK_FAULTS
+    from optbench.train.driver import DISK_FAULTS
 
     torch.set_num_threads(threads)
     conn.send(("ready", None, None))

@@ -1,7 +1,8 @@
-"""What a trial trains with, built from its config (`build_parts`): its batches (batches.py),
-the model (optbench's timm registry), optimizer and lr schedule (optim.py), the EMA (ema.py),
-batched augmentation (augment.py) and the loss; and the model as the steps call it
-(`for_training`: DDP across processes, torch.compile).
+"""What the members of a training program share, built from the first one's config
+(`build_parts`): its batches (batches.py), the model (optbench's timm registry), batched
+augmentation (augment.py) and the loss; and the model as the steps call it (`for_training`: DDP
+across processes, torch.compile). Each stepper (stepper.py, population.py) adds its own
+optimizer, lr schedules and EMA.
 """
 
 from __future__ import annotations
@@ -24,22 +25,18 @@ from optbench.train.batches import (
 from optbench.train.compute import Compute, loader_workers
 from optbench.train.config import TrainConfig
 from optbench.train.datasets import DeviceData, load_dataset
-from optbench.train.ema import WeightAverage
 from optbench.train.input_plan import input_plan
-from optbench.train.optim import LrSchedule, build_optimizer
 from optbench.train.tensor_folder import TensorFolderBatches, device_policy
 
 
 @dataclass
 class TrialParts:
-    """What a trial trains with. `model` is the bare model (its state is checkpointed and
-    evaluated); `for_training(model)` is what the optimizer steps call."""
+    """What the members of a program share. `model` is the bare model: a solo trial's weights
+    (checkpointed and evaluated; `for_training(model)` is what its steps call), a population's
+    structure (population.py stacks the weights)."""
 
     batches: TrainBatches
     model: nn.Module
-    optimizer: torch.optim.Optimizer
-    schedule: LrSchedule
-    ema: WeightAverage | None
     augment: BatchAugment
     criterion: nn.Module
 
@@ -118,10 +115,6 @@ def build_parts(cfg: TrainConfig, compute: Compute, pipeline: str = "pil") -> Tr
     recipe = cfg.recipe
     batches = build_batches(cfg, compute, pipeline)
     model = build_model(cfg, batches, compute)
-    optimizer = build_optimizer(model, cfg, fused=compute.device.type == "cuda")
-    steps_per_epoch = len(batches)
-    schedule = LrSchedule(optimizer, cfg, steps_per_epoch)
-    ema = WeightAverage(model, cfg, steps_per_epoch) if recipe.ema else None
     plan = input_plan(recipe, batches.data, batches.pipeline, compute.device.type)
     augment = BatchAugment(
         recipe,
@@ -144,15 +137,7 @@ def build_parts(cfg: TrainConfig, compute: Compute, pipeline: str = "pil") -> Tr
         if augment.soft_targets
         else nn.CrossEntropyLoss(label_smoothing=recipe.label_smoothing)
     )
-    return TrialParts(
-        batches=batches,
-        model=model,
-        optimizer=optimizer,
-        schedule=schedule,
-        ema=ema,
-        augment=augment,
-        criterion=criterion,
-    )
+    return TrialParts(batches=batches, model=model, augment=augment, criterion=criterion)
 
 
 def for_training(model: nn.Module, compute: Compute) -> nn.Module:

@@ -1,10 +1,12 @@
-"""Training one epoch (`train_one_epoch`): the optimizer steps from the trial's position to the
-epoch's end, or to the step after which every rank agrees to stop (signals.py: under DDP the
-ranks agree every STOP_CHECK_EVERY steps, so a step costs no host sync).
+"""Training one epoch (`run_epoch`), the one epoch skeleton of a solo trial and a population
+(a Stepper of K >= 1 members, stepper.py): the optimizer steps from the members' position to the
+epoch's end, or to the step after which every rank agrees to stop (signals.py: under DDP, solo
+only, the ranks agree every STOP_CHECK_EVERY steps, so a step costs no host sync).
 
-Each step is reseeded from its position (seeding.py), so a resumed epoch replays exactly. The
-loss is summed on the device and read once at the epoch's end, so divergence costs no host sync
-per step.
+Each step is reseeded from its position (seeding.py), so a resumed epoch replays exactly; its
+batch is drawn and augmented once for all members. The losses are summed on the device and read
+once at the epoch's end (summed over the ranks under DDP), so divergence costs no host sync per
+step.
 
 Input wait (`InputClock`): the part of an epoch's training time the steps wait for their
 input. On the CPU, the wall time spent getting the next batch. On CUDA, what the GPU does not
@@ -21,23 +23,22 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 
-from optbench.train.build import TrialParts
 from optbench.train.compute import Compute
-from optbench.train.config import TrainConfig
 from optbench.train.seeding import derive_seed, seed_step
 from optbench.train.signals import StopAgreement, StopRequest
 from optbench.train.state import TrialState
+from optbench.train.stepper import Stepper
 
 
 @dataclass(frozen=True)
 class EpochRun:
-    """How a call of `train_one_epoch` ended."""
+    """How a call of `run_epoch` ended."""
 
-    complete: bool  # the epoch ran to its end (False: stopped mid-epoch, position in state)
+    complete: bool  # the epoch ran to its end (False: stopped mid-epoch, position in states)
     stop: int  # the signal the ranks agreed to stop for after the last step run (0: none)
-    train_loss: float = float("nan")  # mean over the epoch's steps and ranks (complete only)
+    # per member, mean over the epoch's steps and ranks (complete only)
+    train_losses: list[float] | None = None
     seconds: float = 0.0  # the epoch's training time, resumed parts included (complete only)
     wait_s: float = 0.0  # of which waiting for input (InputClock; complete only)
 
@@ -84,48 +85,54 @@ class InputClock:
         return max(0.0, span - busy) / 1000.0
 
 
-def train_one_epoch(
-    trained: nn.Module,
-    parts: TrialParts,
-    cfg: TrainConfig,
-    compute: Compute,
-    state: TrialState,
-    stop: StopRequest,
+def run_epoch(
+    stepper: Stepper, states: list[TrialState], compute: Compute, stop: StopRequest
 ) -> EpochRun:
-    """Run the optimizer steps of epoch `state.epoch` from batch `state.batch`. If the
-    ranks agree to stop before the epoch's last step, record the position in `state`
+    """Run the optimizer steps of epoch `lead.epoch` from batch `lead.batch` (lead: the first
+    active member's state; the active members share their position). If the ranks agree to
+    stop before the epoch's last step, record the position in each active member's state
     (batch, loss_sum, epoch_s, epoch_wait_s) and return an incomplete run."""
-    epoch, steps_per_epoch = state.epoch, len(parts.batches)
-    trained.train()
-    loss_sum = torch.full((), state.loss_sum, device=compute.device, dtype=torch.float64)
+    cfg, parts = stepper.cfgs[0], stepper.parts
+    lead = states[stepper.active.index(True)]
+    epoch, steps_per_epoch = lead.epoch, len(parts.batches)
+    stepper.train()
+    sums = [s.loss_sum for s in states]
+    loss_sum = torch.tensor(sums, device=compute.device, dtype=torch.float64)
     agreement = StopAgreement(stop, compute.dist, compute.device)
     signum = 0
-    t0 = time.perf_counter() - state.epoch_s
+    t0 = time.perf_counter() - lead.epoch_s
     clock = InputClock(compute.device)
-    batches = clock.batches(parts.batches.train(epoch, state.batch))
-    for b, (x, y) in enumerate(batches, start=state.batch):
+    batches = clock.batches(parts.batches.train(epoch, lead.batch))
+    for b, (x, y) in enumerate(batches, start=lead.batch):
         clock.step_started()
         step = epoch * steps_per_epoch + b
         seed_step(derive_seed(cfg.seed, "step", step, compute.dist.rank), compute.device)
         x, y = parts.augment(x, y)
-        parts.schedule.set_lr(step)
+        lrs = [schedule.set_lr(step) for schedule in stepper.schedules]
         with compute.autocast():
-            loss = parts.criterion(trained(compute.layout(x)), y)
-        parts.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        parts.optimizer.step()
-        if parts.ema is not None:
-            parts.ema.after_step(parts.model, epoch, b, step)
-        loss_sum += loss.detach()
+            losses = stepper.losses(compute.layout(x), y)
+        stepper.optimizer.zero_grad(set_to_none=True)
+        losses.sum().backward()  # member k's gradient is d loss_k: the members do not mix
+        stepper.update(lrs)
+        if stepper.ema is not None:
+            stepper.ema.after_step(stepper.weights, epoch, b, step)
+        loss_sum += losses.detach()
         clock.step_ended()
         epoch_end = b + 1 == steps_per_epoch
         signum = agreement.after_step(step, epoch_end)  # every rank stops at the same step
         if signum and not epoch_end:
-            state.batch = b + 1
-            state.loss_sum = compute.dist.sum_(loss_sum).item() / compute.dist.world
-            state.epoch_s = time.perf_counter() - t0
-            state.epoch_wait_s += clock.waited_s()
+            means = _over_ranks(loss_sum, compute)
+            seconds, waited = time.perf_counter() - t0, clock.waited_s()
+            for k, s in enumerate(states):
+                if stepper.active[k]:
+                    s.batch, s.loss_sum, s.epoch_s = b + 1, means[k], seconds
+                    s.epoch_wait_s += waited
             return EpochRun(complete=False, stop=signum)
-    train_loss = compute.dist.sum_(loss_sum).item() / compute.dist.world / steps_per_epoch
+    train_losses = [v / steps_per_epoch for v in _over_ranks(loss_sum, compute)]
     seconds = time.perf_counter() - t0
-    return EpochRun(True, signum, train_loss, seconds, state.epoch_wait_s + clock.waited_s())
+    return EpochRun(True, signum, train_losses, seconds, lead.epoch_wait_s + clock.waited_s())
+
+
+def _over_ranks(loss_sum: torch.Tensor, compute: Compute) -> list[float]:
+    """Each member's loss sum, averaged over the ranks (DDP; one rank: itself)."""
+    return [v / compute.dist.world for v in compute.dist.sum_(loss_sum).tolist()]

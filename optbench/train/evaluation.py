@@ -1,6 +1,7 @@
-"""What an epoch's end measures: first, if the recipe asks, precise BatchNorm statistics of the
-model and its EMA (precise_bn.py); then the top-1 and top-5 error of both on the whole
-validation split (`evaluate`, summed over every rank).
+"""What an epoch's end measures, for each of a Stepper's K >= 1 members (stepper.py) alike
+(`evaluate_members`): first, if the recipe asks, precise BatchNorm statistics of the raw weights
+and of the EMA (precise_bn.py); then the top-1 and top-5 error of both on the whole validation
+split (`count_errors`, summed over every rank under DDP).
 """
 
 from __future__ import annotations
@@ -9,15 +10,14 @@ import itertools
 from collections.abc import Callable, Iterator
 
 import torch
-from torch import nn
 
 from optbench.train.augment import BatchAugment
 from optbench.train.batches import TrainBatches
-from optbench.train.build import TrialParts
 from optbench.train.compute import Compute
 from optbench.train.config import TrainConfig
-from optbench.train.precise_bn import has_batchnorm, precise_bn_batches, recompute_bn_stats
+from optbench.train.precise_bn import has_batchnorm, precise_bn_batches
 from optbench.train.seeding import derive_seed, seed_step
+from optbench.train.stepper import Stepper
 
 
 @torch.no_grad()
@@ -28,8 +28,8 @@ def count_errors(
     compute: Compute,
 ) -> torch.Tensor:
     """(wrong@1, wrong@5, images) over the whole validation split (all ranks), of the logits
-    `logits_of(inputs)` gives: (batch, classes), or (members, batch, classes) for a population
-    (population.py), whose counts are then (members, 3)."""
+    `logits_of(inputs)` gives: (batch, classes), or (members, batch, classes), whose counts are
+    then (members, 3)."""
     counts = None
     k = min(5, batches.num_classes)
     for x, y in batches.val():
@@ -50,14 +50,6 @@ def error_percent(counts: torch.Tensor) -> tuple[float, float]:
     return 100.0 * wrong1 / n, 100.0 * wrong5 / n
 
 
-def evaluate(
-    model: nn.Module, batches: TrainBatches, augment: BatchAugment, compute: Compute
-) -> tuple[float, float]:
-    """Top-1 and top-5 error in percent over the whole validation split (all ranks)."""
-    model.eval()
-    return error_percent(count_errors(model, batches, augment, compute))
-
-
 def precise_bn_inputs(
     batches: TrainBatches, augment: BatchAugment, cfg: TrainConfig, compute: Compute, epoch: int
 ) -> Iterator[torch.Tensor]:
@@ -70,21 +62,24 @@ def precise_bn_inputs(
         yield compute.layout(augment.inputs(x))
 
 
-def evaluate_epoch(parts: TrialParts, cfg: TrainConfig, compute: Compute, epoch: int) -> dict:
-    """The metrics line's errors after `epoch`: raw_top1/5, ema_top1/5 (with an EMA) and
-    val_error, the one the recipe reports."""
-    models = {"raw": parts.model}
-    if parts.ema is not None:
-        models["ema"] = parts.ema.module
-    if cfg.recipe.precise_bn_images:  # each model that has BatchNorm, each over the same images
-        for model in models.values():
-            if has_batchnorm(model):
-                inputs = precise_bn_inputs(parts.batches, parts.augment, cfg, compute, epoch)
-                recompute_bn_stats(model, inputs, compute.dist)
-    line = {}
-    for kind, model in models.items():
-        line[f"{kind}_top1"], line[f"{kind}_top5"] = evaluate(
-            model, parts.batches, parts.augment, compute
-        )
-    line["val_error"] = line[cfg.recipe.report.split("_")[0] + "_top1"]
-    return line
+def evaluate_members(stepper: Stepper, compute: Compute, epoch: int) -> list[dict]:
+    """Each member's metrics line errors after `epoch`: raw_top1/5, ema_top1/5 (with an EMA)
+    and val_error, the one the recipe reports."""
+    cfg, parts = stepper.cfgs[0], stepper.parts
+    kinds = ["raw"] if stepper.ema is None else ["raw", "ema"]
+    if cfg.recipe.precise_bn_images and has_batchnorm(parts.model):
+        for kind in kinds:  # each over the same images
+            inputs = precise_bn_inputs(parts.batches, parts.augment, cfg, compute, epoch)
+            stepper.recompute_bn(kind, inputs)
+    errors = {}
+    for kind in kinds:
+        counts = count_errors(stepper.logits_of(kind), parts.batches, parts.augment, compute)
+        errors[kind] = [error_percent(c) for c in counts]
+    lines = []
+    for k in range(len(stepper.cfgs)):
+        line = {}
+        for kind in kinds:
+            line[f"{kind}_top1"], line[f"{kind}_top5"] = errors[kind][k]
+        line["val_error"] = line[cfg.recipe.report.split("_")[0] + "_top1"]
+        lines.append(line)
+    return lines

@@ -1,6 +1,7 @@
 """Population training (`run_population`): K trials that differ only in (lr, wd) trained together
-in one process, each recorded as its own trial (result.json and metrics.jsonl in its folder, as
-`run_trial` writes them).
+in one process (`PopulationStepper`, a Stepper of stepper.py driven by driver.py as a solo trial
+is), each recorded as its own trial (result.json, metrics.jsonl and epoch sinks, TensorBoard
+events included, in its folder, as `run_trial` writes them).
 
 Such trials share the model, dataset, schedule, recipe and seed, hence the initial weights, the
 data order and every augmentation draw; so each step draws its batch once (build.py's batches
@@ -9,7 +10,7 @@ members as one batched computation: torch.func's `vmap` over `functional_call` o
 with the members' weights and BatchNorm buffers stacked (`StackedWeights`), the input shared.
 Each member then takes its own optimizer step with its own lr (its own schedule, optim.py) and
 weight decay (population_optim.py), and its own EMA (ema.py over the stacked weights). At each
-epoch end every member is measured as evaluation.py measures a solo trial: precise BatchNorm
+epoch end every member is measured by evaluation.py, as a solo trial is: precise BatchNorm
 statistics per member (precise_bn.py), then top-1/top-5 errors of its raw and EMA weights.
 
 Randomness inside the model (drop path) is drawn once per step and shared by the members
@@ -24,10 +25,10 @@ drift apart slowly (tests/test_population.py bounds it: <= 1e-5 relative over 50
 final error within one validation image). The weights digest therefore differs from the solo
 run's; it is reproducible for the same population (result.json's `execution.population`).
 
-Divergence: a member whose epoch loss is non-finite or above `recipe.diverge_loss` is recorded
-"diverged" at that epoch, exactly as a solo trial, and frozen (its optimizer rows are no longer
-updated) while the others go on; a member whose result.json already exists (for its config) is
-frozen from the start and left untouched.
+Divergence (driver.py): a member whose epoch loss is non-finite or above `recipe.diverge_loss`
+is recorded "diverged" at that epoch, exactly as a solo trial, and frozen (its optimizer rows
+are no longer updated) while the others go on; a member whose result.json already exists (for
+its config) is frozen from the start and left untouched.
 
 Checkpoint: one file, POPULATION_CHECKPOINT in the first member's folder, holding every member
 (stacked weights, EMA, optimizer state, per-member position and history), written atomically at
@@ -40,11 +41,8 @@ members' results kept.
 from __future__ import annotations
 
 import math
-import time
-import traceback
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -52,27 +50,18 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from optbench import safefs
-from optbench.train.build import TrialParts, build_parts
-from optbench.train.checkpoint import CheckpointError, load_checkpoint, restoring, save_checkpoint
+from optbench.train.build import build_parts
+from optbench.train.checkpoint import load_checkpoint, restoring, save_checkpoint
 from optbench.train.compute import Compute
 from optbench.train.config import Execution, TrainConfig, TrialResult
 from optbench.train.distributed import DistContext
+from optbench.train.driver import Members, drive, train_members
 from optbench.train.ema import WeightAverage
-from optbench.train.epoch import InputClock
-from optbench.train.evaluation import count_errors, error_percent, precise_bn_inputs
-from optbench.train.loop import DISK_FAULTS, record_result, trial_result
 from optbench.train.optim import LrSchedule, is_decayed, weight_decay_groups
 from optbench.train.population_optim import PopulationOptimizer
-from optbench.train.precise_bn import has_batchnorm, recompute_stacked_bn_stats
-from optbench.train.results import ERROR_LOG, failure_line, finished_result, write_metrics
-from optbench.train.seeding import derive_seed, seed_step
-from optbench.train.signals import (
-    StopAgreement,
-    StopRequest,
-    TrialInterrupted,
-    pass_on,
-    stop_signals_caught,
-)
+from optbench.train.precise_bn import recompute_stacked_bn_stats
+from optbench.train.results import finished_result
+from optbench.train.signals import StopRequest
 from optbench.train.state import TrialState
 
 POPULATION_CHECKPOINT = "population.pt"
@@ -147,123 +136,70 @@ class _LrGroups:
         self.param_groups = [{"lr": lr}]
 
 
-@dataclass
-class Population:
-    """What a population trains with: member 0's parts (batches, model structure, augmentation,
-    loss; build.py), the stacked weights, their optimizer, EMA and per-member schedules."""
+class PopulationStepper:
+    """K members in one batched program (stepper.Stepper): member 0's parts (batches, model
+    structure, augmentation, loss; build.py), the stacked weights, their optimizer, EMA and
+    per-member schedules; `active` as given (False: done before the program starts)."""
 
-    cfgs: list[TrainConfig]
-    parts: TrialParts
-    weights: StackedWeights
-    optimizer: PopulationOptimizer
-    schedules: list[LrSchedule]
-    ema: WeightAverage | None
-    active: list[bool]  # not diverged, not already done
+    def __init__(
+        self,
+        cfgs: list[TrainConfig],
+        compute: Compute,
+        pipeline: str,
+        active: list[bool],
+        checkpoint: Path,
+        root: Path | None = None,
+    ):
+        cfg = cfgs[0]
+        self.cfgs, self.active, self.checkpoint, self.root = cfgs, list(active), checkpoint, root
+        self.parts = parts = build_parts(cfg, compute, pipeline)
+        groups = weight_decay_groups(parts.model, cfg.wd, cfg.recipe.wd_exclude)
+        params = dict(parts.model.named_parameters())
+        names = [g["names"] for g in groups]
+        decays = [is_decayed(g[0], params[g[0]], cfg.recipe.wd_exclude) for g in names]
+        self.weights = StackedWeights(parts.model, names, len(cfgs))
+        steps = len(parts.batches)
+        self.optimizer = PopulationOptimizer(
+            self.weights.flats, decays, [c.wd for c in cfgs], cfg.optimizer, cfg.recipe
+        )
+        self.schedules = [LrSchedule(_LrGroups(c.lr_used), c, steps) for c in cfgs]
+        self.ema = WeightAverage(self.weights, cfg, steps) if cfg.recipe.ema else None
 
+    def begin(self, resume: bool) -> list[TrialState]:
+        if not resume:
+            return [TrialState() for _ in self.cfgs]
+        return restore_population(self.checkpoint, self, self.root)
 
-def build_population(cfgs: list[TrainConfig], compute: Compute, pipeline: str) -> Population:
-    cfg = cfgs[0]
-    parts = build_parts(cfg, compute, pipeline)
-    groups = weight_decay_groups(parts.model, cfg.wd, cfg.recipe.wd_exclude)
-    params = dict(parts.model.named_parameters())
-    names = [g["names"] for g in groups]
-    decays = [is_decayed(g[0], params[g[0]], cfg.recipe.wd_exclude) for g in names]
-    weights = StackedWeights(parts.model, names, len(cfgs))
-    steps = len(parts.batches)
-    optimizer = PopulationOptimizer(
-        weights.flats, decays, [c.wd for c in cfgs], cfg.optimizer, cfg.recipe
-    )
-    schedules = [LrSchedule(_LrGroups(c.lr_used), c, steps) for c in cfgs]
-    ema = WeightAverage(weights, cfg, steps) if cfg.recipe.ema else None
-    return Population(cfgs, parts, weights, optimizer, schedules, ema, [True] * len(cfgs))
+    def train(self) -> None:
+        self.parts.model.train()
 
+    def losses(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        tensors = self.weights.tensors()
+        return member_losses(self.parts.model, self.parts.criterion, tensors, x, y)
 
-@dataclass(frozen=True)
-class PopulationEpoch:
-    """How a call of `train_population_epoch` ended (epoch.EpochRun, per member)."""
+    def update(self, lrs: list[float]) -> None:
+        self.optimizer.step(lrs, self.active)
 
-    complete: bool
-    stop: int
-    train_losses: list[float] | None = None  # per member (complete only)
-    seconds: float = 0.0
-    wait_s: float = 0.0  # of which waiting for input (epoch.InputClock; complete only)
+    def _stack(self, kind: str) -> StackedWeights:
+        return self.weights if kind == "raw" else self.ema.module
 
+    def recompute_bn(self, kind: str, inputs) -> None:
+        model, tensors = self.parts.model, self._stack(kind).tensors()
+        forward = lambda x: member_logits(model, tensors, x)  # noqa: E731
+        recompute_stacked_bn_stats(model, tensors, inputs, forward)
 
-def train_population_epoch(
-    pop: Population, compute: Compute, states: list[TrialState], stop: StopRequest
-) -> PopulationEpoch:
-    """epoch.train_one_epoch for a population: every member steps through epoch
-    `lead.epoch` from batch `lead.batch` (lead: the first active member's state)."""
-    cfg, parts = pop.cfgs[0], pop.parts
-    lead = states[pop.active.index(True)]
-    epoch, steps_per_epoch = lead.epoch, len(parts.batches)
-    parts.model.train()
-    sums = [s.loss_sum for s in states]
-    loss_sum = torch.tensor(sums, device=compute.device, dtype=torch.float64)
-    agreement = StopAgreement(stop, compute.dist, compute.device)
-    signum = 0
-    t0 = time.perf_counter() - lead.epoch_s
-    clock = InputClock(compute.device)
-    batches = clock.batches(parts.batches.train(epoch, lead.batch))
-    for b, (x, y) in enumerate(batches, start=lead.batch):
-        clock.step_started()
-        step = epoch * steps_per_epoch + b
-        seed_step(derive_seed(cfg.seed, "step", step, compute.dist.rank), compute.device)
-        x, y = parts.augment(x, y)
-        lrs = [schedule.set_lr(step) for schedule in pop.schedules]
-        with compute.autocast():
-            tensors = pop.weights.tensors()
-            losses = member_losses(parts.model, parts.criterion, tensors, compute.layout(x), y)
-        pop.optimizer.zero_grad()
-        losses.sum().backward()  # member k's gradient is d loss_k: the members do not mix
-        pop.optimizer.step(lrs, pop.active)
-        if pop.ema is not None:
-            pop.ema.after_step(pop.weights, epoch, b, step)
-        loss_sum += losses.detach()
-        clock.step_ended()
-        epoch_end = b + 1 == steps_per_epoch
-        signum = agreement.after_step(step, epoch_end)
-        if signum and not epoch_end:
-            waited = clock.waited_s()
-            for k, s in enumerate(states):
-                if pop.active[k]:
-                    s.batch, s.loss_sum = b + 1, loss_sum[k].item()
-                    s.epoch_s = time.perf_counter() - t0
-                    s.epoch_wait_s += waited
-            return PopulationEpoch(complete=False, stop=signum)
-    losses_out = [v / steps_per_epoch for v in loss_sum.tolist()]
-    seconds = time.perf_counter() - t0
-    return PopulationEpoch(True, signum, losses_out, seconds, lead.epoch_wait_s + clock.waited_s())
-
-
-def evaluate_population(pop: Population, compute: Compute, epoch: int) -> list[dict]:
-    """evaluation.evaluate_epoch for each member: its metrics line's errors."""
-    cfg, parts, model = pop.cfgs[0], pop.parts, pop.parts.model
-    stacks = {"raw": pop.weights}
-    if pop.ema is not None:
-        stacks["ema"] = pop.ema.module
-    if cfg.recipe.precise_bn_images and has_batchnorm(model):
-        for stack in stacks.values():
-            tensors = stack.tensors()
-            inputs = precise_bn_inputs(parts.batches, parts.augment, cfg, compute, epoch)
-            forward = lambda x, t=tensors: member_logits(model, t, x)  # noqa: E731
-            recompute_stacked_bn_stats(model, tensors, inputs, forward)
-    model.eval()
-    errors = {}
-    for kind, stack in stacks.items():
+    def logits_of(self, kind: str) -> Callable[[torch.Tensor], torch.Tensor]:
+        model = self.parts.model
+        model.eval()
         with torch.no_grad():
-            tensors = stack.tensors()
-        forward = lambda x, t=tensors: member_logits(model, t, x)  # noqa: E731
-        counts = count_errors(forward, parts.batches, parts.augment, compute)
-        errors[kind] = [error_percent(c) for c in counts]
-    lines = []
-    for k in range(len(pop.cfgs)):
-        line = {}
-        for kind in stacks:
-            line[f"{kind}_top1"], line[f"{kind}_top5"] = errors[kind][k]
-        line["val_error"] = line[cfg.recipe.report.split("_")[0] + "_top1"]
-        lines.append(line)
-    return lines
+            tensors = self._stack(kind).tensors()
+        return lambda x: member_logits(model, tensors, x)
+
+    def save(self, states: list[TrialState]) -> None:
+        save_population(self.checkpoint, self, states, self.root)
+
+    def member_weights(self, k: int) -> dict[str, torch.Tensor]:
+        return self.weights.member_state(k)
 
 
 # --- checkpoint ---------------------------------------------------------------------------------
@@ -274,7 +210,7 @@ def _checkpoint_config(cfgs: list[TrainConfig]) -> dict:
 
 
 def save_population(
-    path: Path, pop: Population, states: list[TrialState], root: Path | None = None
+    path: Path, pop: PopulationStepper, states: list[TrialState], root: Path | None = None
 ) -> None:
     save_checkpoint(
         path,
@@ -289,7 +225,9 @@ def save_population(
     )
 
 
-def restore_population(path: Path, pop: Population, root: Path | None = None) -> list[TrialState]:
+def restore_population(
+    path: Path, pop: PopulationStepper, root: Path | None = None
+) -> list[TrialState]:
     """Load the population checkpoint at `path` into `pop` and return the members' states;
     fresh states when there is none or it is another population's."""
     saved = load_checkpoint(path, root=root)
@@ -307,66 +245,6 @@ def restore_population(path: Path, pop: Population, root: Path | None = None) ->
 
 
 # --- the run ------------------------------------------------------------------------------------
-
-
-def _train(
-    pop: Population,
-    out_dirs: list[Path],
-    compute: Compute,
-    stop: StopRequest,
-    ended: Callable[[int, TrialResult], None],
-    root: Path | None,
-) -> None:
-    """Train the active members to the last epoch, each to its divergence at the latest; call
-    `ended(k, result)` when member k ends. An agreed stop checkpoints and raises."""
-    cfg, ckpt = pop.cfgs[0], out_dirs[0] / POPULATION_CHECKPOINT
-    states = restore_population(ckpt, pop, root)
-    for k, out_dir in enumerate(out_dirs):
-        if pop.active[k]:
-            write_metrics(out_dir, states[k].history, root)
-    images_per_epoch = len(pop.parts.batches) * cfg.batch_size
-    while any(pop.active) and states[pop.active.index(True)].epoch < cfg.epochs:
-        epoch = states[pop.active.index(True)].epoch
-        ran = train_population_epoch(pop, compute, states, stop)
-        if not ran.complete:
-            save_population(ckpt, pop, states, root)
-            raise TrialInterrupted(ran.stop)
-        members = [k for k, on in enumerate(pop.active) if on]
-        losses = {k: ran.train_losses[k] for k in members}
-        diverged = {
-            k for k, v in losses.items() if not math.isfinite(v) or v > cfg.recipe.diverge_loss
-        }
-        errors = evaluate_population(pop, compute, epoch) if diverged != set(members) else []
-        for k in members:
-            line = {
-                "epoch": epoch + 1,
-                "lr": pop.schedules[k].optimizer.param_groups[0]["lr"],
-                "train_loss": losses[k] if math.isfinite(losses[k]) else None,
-                "images_per_s": round(images_per_epoch / ran.seconds, 2),
-                "epoch_s": round(ran.seconds, 4),
-                "input_wait": round(ran.wait_s / ran.seconds, 4) if ran.seconds else None,
-            }
-            if k not in diverged:
-                line.update(errors[k])
-            states[k] = states[k].after_epoch(line, ran.seconds, images_per_epoch, ran.wait_s)
-            write_metrics(out_dirs[k], states[k].history, root)
-            if k in diverged:
-                pop.active[k] = False  # frozen: its rows are no longer updated
-                ended(k, _result(pop, k, states[k], epoch + 1))
-        if not any(pop.active):
-            break
-        save_population(ckpt, pop, states, root)
-        if ran.stop and epoch + 1 < cfg.epochs:
-            raise TrialInterrupted(ran.stop)
-    for k, on in enumerate(pop.active):
-        if on:
-            ended(k, _result(pop, k, states[k], None))
-
-
-def _result(pop: Population, k: int, state: TrialState, diverged_epoch: int | None) -> TrialResult:
-    return trial_result(
-        pop.cfgs[k], state, diverged_epoch, pop.weights.member_state(k), DistContext()
-    )
 
 
 def run_population(
@@ -399,48 +277,28 @@ def run_population(
     ]
     if all(r is not None for r in results):
         return results
-    start = time.perf_counter()
     compute = Compute.for_trial(
         cfgs[0].recipe, device, DistContext(), None, data_cache=root or out_dirs[0]
     )
     execution = execution.resolved(compute.device.type, cfgs[0].recipe).model_copy(
         update={"population": len(cfgs)}
     )
+    members = Members(cfgs, out_dirs, root, compute.device, execution, results=results)
+    checkpoint = out_dirs[0] / POPULATION_CHECKPOINT
     stop = StopRequest()
-    replaced: dict = {}
-    done = [r is not None for r in results]
 
-    def ended(k: int, result: TrialResult) -> None:
-        result.execution = execution
-        record_result(out_dirs[k], result, start, compute.device, keep_checkpoint=True, root=root)
-        results[k] = result
-
-    keep = keep_checkpoint
-    try:
-        with stop_signals_caught(stop, handle_signals) as replaced, warnings.catch_warnings():
+    def train() -> None:
+        with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_NO_BATCHING_RULE)
-            pop = build_population(cfgs, compute, execution.pipeline)
-            pop.active = [not d for d in done]
-            _train(pop, out_dirs, compute, stop, ended, root)
-    except TrialInterrupted as stopped:
-        pass_on(stopped.signum, replaced)
-        raise
-    except Exception as err:  # noqa: BLE001 - any crash is every unfinished member's failure
-        if isinstance(err, OSError) and err.errno in DISK_FAULTS:
-            raise
-        if isinstance(err, safefs.UnsafePath):
-            raise  # a link in a member's folder: no result can be written there (the driver says so)
-        keep = keep or isinstance(err, CheckpointError)
-        for k, (cfg, out_dir) in enumerate(zip(cfgs, out_dirs, strict=True)):
-            if results[k] is None:
-                safefs.write_text(out_dir / ERROR_LOG, root or out_dir, traceback.format_exc())
-                failed = TrialResult(
-                    status="failed",
-                    epochs=cfg.epochs,
-                    config=cfg,
-                    message=failure_line(err),
-                )
-                ended(k, failed)
-    if not keep:
-        safefs.remove(out_dirs[0] / POPULATION_CHECKPOINT, root or out_dirs[0])
-    return results
+            active = [r is None for r in results]
+            pop = PopulationStepper(cfgs, compute, execution.pipeline, active, checkpoint, root)
+            train_members(pop, members, compute, stop, resume=True)
+
+    return drive(
+        members,
+        train,
+        stop,
+        handle_signals=handle_signals,
+        checkpoint=checkpoint,
+        keep_checkpoint=keep_checkpoint,
+    )

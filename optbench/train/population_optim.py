@@ -49,9 +49,13 @@ class PopulationOptimizer:
         self.steps = 0  # steps taken (torch's per-parameter `step`, the same for all)
         self.state: list[dict[str, Tensor]] = [{} for _ in flats]
 
-    def zero_grad(self) -> None:
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """torch.optim's zero_grad, as the step driver calls it (epoch.py)."""
         for flat in self.flats:
-            flat.grad = None
+            if set_to_none:
+                flat.grad = None
+            elif flat.grad is not None:
+                flat.grad.zero_()
 
     @torch.no_grad()
     def step(self, lrs: list[float], active: list[bool]) -> None:

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import torch
 from torch import nn
 from torch.optim import Optimizer
 
-from optbench.train.build import TrialParts, new_model
+from optbench.train.build import new_model
 from optbench.train.checkpoint import load_checkpoint, restoring, save_checkpoint
 from optbench.train.config import TrainConfig
 from optbench.train.datasets import dataset_info
@@ -48,17 +49,26 @@ class TrialState:
         )
 
 
+class Trained(Protocol):
+    """What a checkpoint holds besides the position (stepper.SoloStepper has these)."""
+
+    model: nn.Module
+    optimizer: Optimizer
+    ema: WeightAverage | None
+
+
 def restore_state(
-    path: Path, cfg: TrainConfig, parts: TrialParts, root: Path | None = None
+    path: Path, cfg: TrainConfig, trained: Trained, root: Path | None = None
 ) -> TrialState:
-    """Load the checkpoint at `path` into `parts` and return its position; a fresh start when
+    """Load the checkpoint at `path` into `trained` and return its position; a fresh start when
     there is none. A checkpoint that cannot be read, or of another config, or that does not fit
-    `parts`, is refused (checkpoint.CheckpointError) and kept. No link below `root` is followed."""
+    `trained`, is refused (checkpoint.CheckpointError) and kept. No link below `root` is
+    followed."""
     saved = load_checkpoint(path, cfg.model_dump(mode="json"), root)
     if saved is None:
         return TrialState()
     with restoring(path):
-        return _restore(saved, parts.model, parts.optimizer, parts.ema)
+        return _restore(saved, trained.model, trained.optimizer, trained.ema)
 
 
 def check_resumable(path: Path, cfg: TrainConfig) -> None:
@@ -106,7 +116,7 @@ def _optimizer_fits(optimizer: Optimizer) -> None:
 def save_state(
     path: Path,
     cfg: TrainConfig,
-    parts: TrialParts,
+    trained: Trained,
     state: TrialState,
     dist: DistContext,
     root: Path | None = None,
@@ -117,9 +127,9 @@ def save_state(
             path,
             {
                 "config": cfg.model_dump(mode="json"),
-                "model": parts.model.state_dict(),
-                "ema": parts.ema.state_dict() if parts.ema is not None else None,
-                "optimizer": parts.optimizer.state_dict(),
+                "model": trained.model.state_dict(),
+                "ema": trained.ema.state_dict() if trained.ema is not None else None,
+                "optimizer": trained.optimizer.state_dict(),
                 "progress": state.__dict__,
             },
             root,

@@ -46,8 +46,9 @@ class TrialBatch:
         import torch
 
         from optbench.train.distributed import env_int
-        from optbench.train.loop import TrialInterrupted, run_trial
+        from optbench.train.loop import run_trial
         from optbench.train.population import run_population
+        from optbench.train.signals import TrialInterrupted
 
         # task/none and some clusters do not bind CPUs: keep torch within the task's share.
         torch.set_num_threads(env_int("SLURM_CPUS_PER_TASK", 1, minimum=1))
