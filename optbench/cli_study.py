@@ -21,6 +21,8 @@ from optbench.spec import StudySpec
 # prints is text, never markup: lines and tables show data from files (progress.text_console).
 console = text_console(width=None if sys.stdout.isatty() else 160)
 
+MAX_MEASURE_STEPS = 10_000  # --measure-steps and --measure-warmup: a measurement, not a run
+
 # `--set KEY=VALUE` on the commands that read a study: applied to its YAML before validation.
 Overrides = Annotated[
     list[str] | None,
@@ -94,12 +96,24 @@ def run(
     reports: Annotated[
         Path, typer.Option(help="--dry-run: reports root of an earlier report's advice")
     ] = Path("reports"),
+    measure: Annotated[
+        bool,
+        typer.Option(
+            help="--dry-run: time a short training run of each training configuration on this "
+            "machine first (cached in the study folder; docs/slurm.md)"
+        ),
+    ] = False,
+    measure_steps: Annotated[
+        int, typer.Option(help="--measure: timed optimizer steps per configuration")
+    ] = 30,
+    measure_warmup: Annotated[int, typer.Option(help="--measure: untimed steps before them")] = 5,
     set_: Overrides = None,
     profile: ProfileFlag = None,
 ) -> None:
     """Run every unfinished trial of a study, recording results as they end."""
     from optbench.checks import pipeline_note
 
+    _check_measure_flags(dry_run, measure, measure_steps, measure_warmup)
     # The executor flags are study keys: validated with the study and every --set, as one
     # (a DDP study with a population is refused however its executor kind is given).
     flags = {
@@ -107,10 +121,15 @@ def run(
         "executor.workers": ("--workers", workers),
     }
     load = partial(read_study, study, sized=True, overrides=set_, flags=flags, profile=profile)
-    spec = load(data=not dry_run)
+    spec = load(data=not dry_run or measure)  # a measurement trains: it needs the data
     if note := pipeline_note(spec):
         console.print(note, markup=False, highlight=False, soft_wrap=True)
     if dry_run:
+        if measure:
+            from optbench.costs import measure_study
+
+            notify = partial(console.print, markup=False, highlight=False)
+            measure_study(spec, steps=measure_steps, warmup=measure_warmup, notify=notify)
         _dry_run(spec, partial(load, data=True), reports)
         return
     from optbench.executors import make_executor
@@ -131,6 +150,15 @@ def run(
     if failed:  # the study is not complete: a script running it must see so (docs/faults.md)
         console.print(failed, markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(1)
+
+
+def _check_measure_flags(dry_run: bool, measure: bool, steps: int, warmup: int) -> None:
+    if measure and not dry_run:
+        raise UsageError("--measure: only with --dry-run (it plans; `optbench run` trains)")
+    if not 1 <= steps <= MAX_MEASURE_STEPS:
+        raise UsageError(f"--measure-steps: must be 1 .. {MAX_MEASURE_STEPS}, got {steps}")
+    if not 0 <= warmup <= MAX_MEASURE_STEPS:
+        raise UsageError(f"--measure-warmup: must be 0 .. {MAX_MEASURE_STEPS}, got {warmup}")
 
 
 def _dry_run(spec: StudySpec, real_run: Callable[[], StudySpec], reports: Path) -> None:
@@ -158,6 +186,7 @@ def status(
     profile: ProfileFlag = None,
 ) -> None:
     """Print a study's counts per cell without running or writing anything."""
+    from optbench.costs import estimate_note
     from optbench.executors import jobs_executor
     from optbench.plan import plan
     from optbench.store import Store
@@ -167,7 +196,8 @@ def status(
     running, summary = jobs_executor(spec).status()
     table, mixed_code = status_table(spec, running=running)
     console.print(table)
-    for note in (mixed_code, Store(spec, create=False).earlier_note(plan(spec))):
+    stored = Store(spec, create=False)
+    for note in (mixed_code, stored.earlier_note(plan(spec)), estimate_note(spec, stored)):
         if note:
             console.print(note, markup=False, highlight=False, soft_wrap=True)
     if summary:  # the study has been on SLURM: its jobs' states

@@ -156,3 +156,16 @@ def test_a_ddp_population_made_by_a_profile_is_refused_with_the_same_line(cli, t
         assert (code, err.strip()) == (2, DDP_POPULATION), err
     with pytest.raises(SpecError, match="population 4 trains in one process"):
         load_study(tmp_path / "tiny.yaml", profile=read_profile(tmp_path / "site.yaml"))
+
+
+def test_the_slurm_walkthrough_names_the_example_profile_and_its_keys():
+    """docs/slurm.md's walkthrough edits profiles/example-slurm.yaml: every key it tells a user
+    to edit is in the example, and the example loads."""
+    doc = (REPO / "docs" / "slurm.md").read_text()
+    assert "profiles/example-slurm.yaml" in doc
+    site = read_profile(EXAMPLE)
+    slurm = site.layer["executor"]["slurm"]
+    for key in ("partition", "account", "qos", "gpus_per_node", "cpus_per_task", "mem_gb"):
+        assert f"`{key}`" in doc or key in doc.split("## Every SLURM setting")[0], key
+        assert key in slurm, key
+    assert "imagenet" in site.data and "time_min" in slurm and slurm["setup"]
