@@ -66,20 +66,34 @@ def distinct_configs(spec: StudySpec) -> dict[str, Trial]:
 def read_costs(spec: StudySpec) -> dict[str, dict[str, dict]]:
     """The study's cache: device name -> config key -> figures ({} without a cache)."""
     path = spec.study_dir / COSTS_FILE
-    try:
-        raw = safefs.read_bytes(path, spec.output, MAX_COSTS_BYTES)
-    except FileNotFoundError:
-        return {}
+    raw = safefs.read_bytes(path, spec.output, MAX_COSTS_BYTES)
     if raw is None:
         return {}
     try:
         data = json.loads(raw)
-        assert isinstance(data, dict) and all(isinstance(v, dict) for v in data.values())
-    except (ValueError, AssertionError):
-        raise UsageError(
-            f"{path}: not a cost cache optbench wrote; remove it and measure again"
-        ) from None
+    except ValueError:
+        data = None
+    if not _is_cache(data):
+        raise UsageError(f"{path}: not a cost cache optbench wrote; remove it and measure again")
     return data
+
+
+# The figures a cache entry must hold, each a number (measure.measure_config's).
+FIGURES = ("batch", "n_train", "n_val", "step_s", "eval_s_per_image", "checkpoint_s", "start_s")
+
+
+def _is_cache(data) -> bool:
+    def number(v) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+    def entry(e) -> bool:  # a configuration too large at every batch has no figures
+        return isinstance(e, dict) and (
+            e.get("fits") is False or all(number(e.get(k)) for k in FIGURES)
+        )
+
+    return isinstance(data, dict) and all(
+        isinstance(d, dict) and all(entry(e) for e in d.values()) for d in data.values()
+    )
 
 
 def measure_study(spec: StudySpec, *, steps: int, warmup: int, notify=print) -> dict[str, dict]:

@@ -82,13 +82,24 @@ def test_bad_measure_flags_are_one_line_exit_2_nothing_written(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.yaml"]
 
 
-def test_a_damaged_cache_is_one_line(cli, tiny_dict, tmp_path):
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[1, 2",
+        "[]",
+        '{"cpu": {"k": {"fits": true, "step_s": "1"}}}',
+        '{"cpu": {"k": {"fits": true}}}',
+    ],
+)
+def test_a_damaged_cache_is_one_line(cli, tiny_dict, tmp_path, text):
     tiny_dict["output"] = "results"
     (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(tiny_dict))
     (tmp_path / "results" / "tiny").mkdir(parents=True)
-    (tmp_path / "results" / "tiny" / COSTS_FILE).write_text("[1, 2")
-    code, _, err = cli("run", "tiny.yaml", "--dry-run")
-    assert code == 2 and "costs.json: not a cost cache optbench wrote" in err, err
+    (tmp_path / "results" / "tiny" / COSTS_FILE).write_text(text)
+    for command in (["run", "tiny.yaml", "--dry-run"], ["status", "tiny.yaml"]):
+        code, _, err = cli(*command)
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+        assert "costs.json: not a cost cache optbench wrote" in err, err
 
 
 @pytest.mark.slow

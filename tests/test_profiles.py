@@ -169,3 +169,11 @@ def test_the_slurm_walkthrough_names_the_example_profile_and_its_keys():
         assert f"`{key}`" in doc or key in doc.split("## Every SLURM setting")[0], key
         assert key in slurm, key
     assert "imagenet" in site.data and "time_min" in slurm and slurm["setup"]
+
+
+def test_the_python_api_takes_a_profile_as_the_command_line_does():
+    import optbench
+
+    spec = optbench.load_study(PAPER, profile=EXAMPLE)
+    assert spec == load_study(PAPER, profile=read_profile(EXAMPLE))
+    assert spec.executor.kind == "slurm" and optbench.load_study(PAPER).executor.kind == "local"

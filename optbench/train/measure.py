@@ -52,7 +52,7 @@ class StepBudget(StopRequest):
 def device_name(device: torch.device) -> str:
     """The device as result.json names it, with torch's CPU threads on a CPU."""
     name = runtime_info(device)["device"]
-    return f"{name}, {torch.get_num_threads()} threads" if device.type == "cpu" else name
+    return f"{name}, {torch.get_num_threads()} thread(s)" if device.type == "cpu" else name
 
 
 def _run_steps(trained, parts, cfg: TrainConfig, compute: Compute, state, steps: int):
