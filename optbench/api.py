@@ -29,6 +29,7 @@ from optbench.checks import check_spec
 from optbench.overrides import load_study as _load_study
 from optbench.overrides import override_sources, parse_overrides
 from optbench.plan import plan
+from optbench.profiles import read_profile
 from optbench.spec import StudySpec
 from optbench.store import Store
 
@@ -48,19 +49,26 @@ __all__ = [
 Study = str | Path | StudySpec
 
 
-def load_study(study: Study, overrides: Sequence[str] = ()) -> StudySpec:
-    """A study YAML (path) validated, with `overrides` ("key=value", as `--set`) applied and
-    its models and dataset checked; a StudySpec is returned as it is."""
+def load_study(
+    study: Study, overrides: Sequence[str] = (), profile: str | Path | None = None
+) -> StudySpec:
+    """A study YAML (path) over its cluster `profile` (as `--profile`; profiles.py) validated,
+    with `overrides` ("key=value", as `--set`) applied and its models and dataset checked; a
+    StudySpec is returned as it is."""
     if isinstance(study, StudySpec):
         return study
     parsed = parse_overrides(list(overrides))
-    spec = _load_study(study, parsed)
+    spec = _load_study(study, parsed, profile=read_profile(profile) if profile else None)
     check_spec(spec, data=False, source=study, sources=override_sources(parsed))
     return spec
 
 
 def load_trials(
-    study: Study, *, epochs: bool = False, overrides: Sequence[str] = ()
+    study: Study,
+    *,
+    epochs: bool = False,
+    overrides: Sequence[str] = (),
+    profile: str | Path | None = None,
 ) -> pd.DataFrame:
     """The study's trials, one row per trial (pending ones included): study, cell_id, model,
     optimizer, epochs, sample, seed, lr, wd, status, final_error, best_error, wall_s,
@@ -68,7 +76,7 @@ def load_trials(
     With `epochs`, one row per trial and recorded epoch
     instead, each with its trial's columns and the epoch's metrics (epoch, lr, train_loss,
     val_error, raw_top1, ema_top1, epoch_s, ...)."""
-    spec = load_study(study, overrides)
+    spec = load_study(study, overrides, profile)
     trials = Store(spec, create=False).frame(plan(spec))
     return per_epoch(trials) if epochs else trials.drop(columns="metrics")
 
@@ -80,6 +88,7 @@ def load_summary(
     n_boot: int = N_BOOT,
     seed: int = 0,
     overrides: Sequence[str] = (),
+    profile: str | Path | None = None,
 ) -> dict[str, Any]:
     """What `optbench report` writes to summary.json (docs/reports.md): per cell n, best and
     median error, the fraction of trials within 1, 2, 4, 8 points of the best, the EDF area

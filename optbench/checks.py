@@ -67,7 +67,7 @@ def check_spec(
         try:
             check_dataset_files(spec.dataset, spec.study_dir)  # a shard index it may cache
         except UsageError as err:
-            raise UsageError(f"{source}: {err}") from None
+            raise UsageError(f"{origin('dataset.root')}: {err}") from None
     if data or sized:
         check_pipeline(spec.recipe, spec.dataset.pipeline, origin("recipe.auto_augment"))
         for model in spec.models:
@@ -76,7 +76,7 @@ def check_spec(
         check_batch(spec.dataset, spec.batch_size, f"{origin('batch_size')}: batch_size")
     if data:
         check_writable_folder(spec.study_dir, f"{source}: output")
-        check_storage(spec.storage_url, f"{source}: storage", study_dir=spec.study_dir)
+        check_storage(spec.storage_url, f"{origin('storage')}: storage", study_dir=spec.study_dir)
 
 
 def check_pipeline(recipe: Recipe, pipeline: str, where: str, flag: str = "dataset.pipeline"):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import ValidationError
@@ -18,6 +18,9 @@ from pydantic import ValidationError
 from optbench.errors import SpecError, UsageError, format_errors
 from optbench.spec import StudySpec
 from optbench.yamlio import read_study_yaml, read_yaml
+
+if TYPE_CHECKING:
+    from optbench.profiles import Profile
 
 
 def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
@@ -69,14 +72,20 @@ def validate_study(
     source: Path | str,
     overrides: dict[str, Any] | None = None,
     spelled: dict[str, str] | None = None,
+    profile: Profile | None = None,
 ) -> StudySpec:
-    """The study mapping `data` with `overrides` applied, validated. A SpecError names the file
-    and field, or the override where the field is overridden: "--set KEY=VALUE", or as
-    `spelled` says for an override the command line gave as a flag ("--executor slurm")."""
+    """The study mapping `data` over `profile` (profiles.py: the study's keys win), with
+    `overrides` applied, validated. A SpecError names the file and field, or the override where
+    the field is overridden: "--set KEY=VALUE", or as `spelled` says for an override the
+    command line gave as a flag ("--executor slurm"). The profile was validated on its own."""
     overrides = overrides or {}
     if not isinstance(data, dict):
         raise SpecError(f"{source}: a study must be a YAML mapping, got {type(data).__name__}")
+    if profile is not None:
+        data = profile.under(data)
     data = apply_overrides(data, overrides)
+    if profile is not None:
+        data = profile.with_data_root(data)
     try:
         return StudySpec.model_validate(data)
     except ValidationError as err:
@@ -88,6 +97,8 @@ def load_study(
     path: Path | str,
     overrides: dict[str, Any] | None = None,
     spelled: dict[str, str] | None = None,
+    profile: Profile | None = None,
 ) -> StudySpec:
-    """Read a study YAML, apply `overrides` (parse_overrides) and validate. Writes nothing."""
-    return validate_study(read_study_yaml(path), path, overrides, spelled)
+    """Read a study YAML, lay it over `profile`, apply `overrides` (parse_overrides) and
+    validate. Writes nothing."""
+    return validate_study(read_study_yaml(path), path, overrides, spelled, profile)

@@ -182,6 +182,8 @@ class ExecutorSettings(StrictModel):
     # recorded as failed ("stalled", docs/faults.md); null: never (a stall is only shown)
     stall_timeout_s: StrictFloat | None = Field(default=None, gt=0)
     slurm: SlurmSettings = SlurmSettings()
+    # the cluster profile laid under the study (profiles.py), recorded by the loader
+    profile: str | None = Field(default=None, description="the --profile file applied")
 
     @model_validator(mode="after")
     def _population_batches(self) -> ExecutorSettings:

@@ -9,12 +9,12 @@ where the driver that holds the study's lock now marked it as run by one of its 
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from dataclasses import dataclass
 
 from optbench.console import TextTable
+from optbench.costs import cost_plan, job_minutes, plan_notes, processes
 from optbench.locks import running_driver
 from optbench.plan import plan, populations
 from optbench.progress import (
@@ -174,6 +174,7 @@ def plan_table(spec: StudySpec) -> TextTable:
         "GF/img",
         "PF to run",
         "img/s",
+        "peak GB",
         "device-h",
     ):
         table.add_column(col, no_wrap=col == "model")
@@ -181,8 +182,7 @@ def plan_table(spec: StudySpec) -> TextTable:
     flops_of: dict[str, int] = {}
     speeds = {m: recorded_speed(stored, m, n_train) for m in spec.models}
     hours, longest_s = 0.0, 0.0
-    slurm = spec.executor.slurm
-    processes = slurm.nodes * slurm.tasks if spec.executor.kind == "slurm" else 1
+    measured_costs, todo_of = cost_plan(spec), {}
     for cell in spec.cells():
         items = [s for s in stored if s.trial.cell == cell]
         todo = sum(not s.is_result for s in items)
@@ -198,13 +198,17 @@ def plan_table(spec: StudySpec) -> TextTable:
         flops = flops_of[cell.model]
         cell_flops = todo * cell.epochs * n_train * flops
         total += cell_flops
-        speed = speeds[cell.model]
-        cell_h = None
-        if speed is not None:
+        todo_of[cell] = todo
+        speed, figures = speeds[cell.model], measured_costs.figures.get(cell)
+        trial_s = measured_costs.trial_s(spec, cell, n_train)  # measured first, then recorded
+        if trial_s is None and speed is not None and figures is None:
             trial_s = speed.trial_s(cell.epochs, shape.n_train)
-            cell_h = todo * trial_s * processes / 3600
-            hours += cell_h
+            hours += todo * trial_s * processes(spec) / 3600
             longest_s = max(longest_s, trial_s)
+        cell_h = None if trial_s is None else todo * trial_s * processes(spec) / 3600
+        rate = speed and speed.images_per_s
+        if figures is not None and figures.get("images_per_s"):
+            rate = figures["images_per_s"] * processes(spec)
         table.add_row(
             cell.model,
             cell.optimizer,
@@ -215,7 +219,8 @@ def plan_table(spec: StudySpec) -> TextTable:
             str(shape.img_size),
             f"{flops / 1e9:.3g}",
             f"{cell_flops / 1e15:.3g}",
-            "–" if speed is None else f"{speed.images_per_s:.0f}",
+            "–" if not rate else f"{rate:.0f}",
+            "–" if figures is None else f"{figures['peak_memory_bytes'] / 2**30:.2g}",
             "–" if cell_h is None else f"{cell_h:.3g}",
         )
     to_run = sum(not s.is_result for s in stored)
@@ -223,14 +228,17 @@ def plan_table(spec: StudySpec) -> TextTable:
         f"{len(stored)} trials, {to_run} to run: {total / 1e15:.3g} PF of forward "
         f"multiply-adds ({total * 3 / 1e15:.3g} PF with backward)" + execution_note(spec, trials)
     )
+    for line in plan_notes(spec, measured_costs, todo_of, n_train):
+        table.add_caption(line)
     measured = {m: v for m, v in speeds.items() if v is not None}
-    if measured:
+    if measured and longest_s:  # cells without measured costs, from finished trials
         devices = sorted({v.device for v in measured.values()})
         per_job = spec.executor.slurm.trials_per_job
-        minutes = math.ceil(1.25 * per_job * longest_s / 60) + 5  # 25% and 5 min of margin
+        minutes = job_minutes(longest_s, per_job)
         table.add_caption(
             f"img/s: median of this study's finished trials of the model on {', '.join(devices)}; "
-            f"{hours:.3g} device-hours to run the cells measured (device-h: trials x processes); "
+            f"{hours:.3g} device-hours to run the cells without measured costs (device-h: trials "
+            "x processes); "
             f"a SLURM job of {per_job} trial(s) needs time_min >= {minutes} "
             f"(executor.slurm.time_min is {spec.executor.slurm.time_min})"
         )

@@ -1,5 +1,5 @@
-"""The strict YAML reader of every YAML optbench reads from a user: study files and the values
-of `--set KEY=VALUE` (a study's overrides and `optbench train`'s recipe keys).
+"""The strict YAML reader of every YAML optbench reads from a user: study files, cluster
+profiles and the values of `--set KEY=VALUE` (a study's overrides and `optbench train`'s recipe keys).
 
 Strict: a key given twice is an error (YAML's usual rule is that the last one wins), and a
 document whose aliases (*name) expand it beyond MAX_YAML_NODES entries, or nested deeper than
@@ -88,20 +88,21 @@ def read_yaml(text: str, source: Path | str):
         raise SpecError(f"{source}: not valid YAML: {yaml_problem(err)}") from None
 
 
-def read_study_yaml(path: Path | str):
-    """The content of a study YAML file (at most MAX_STUDY_BYTES of UTF-8), not validated yet."""
+def read_study_yaml(path: Path | str, kind: str = "study"):
+    """The content of a study YAML file (at most MAX_STUDY_BYTES of UTF-8), not validated yet;
+    `kind` names what the file is in errors ("profile": a cluster profile, profiles.py)."""
     path = Path(path)
     if not path.is_file():
-        raise SpecError(f"{path}: no such study file")
+        raise SpecError(f"{path}: no such {kind} file")
     try:
         with open(path, "rb") as f:
             raw = f.read(MAX_STUDY_BYTES + 1)
     except OSError as err:
-        raise SpecError(f"{path}: cannot read the study file ({err.strerror})") from None
+        raise SpecError(f"{path}: cannot read the {kind} file ({err.strerror})") from None
     if len(raw) > MAX_STUDY_BYTES:
-        raise SpecError(f"{path}: larger than {MAX_STUDY_BYTES} bytes, not a study file")
+        raise SpecError(f"{path}: larger than {MAX_STUDY_BYTES} bytes, not a {kind} file")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise SpecError(f"{path}: not a text file (a study file is UTF-8 YAML)") from None
+        raise SpecError(f"{path}: not a text file (a {kind} file is UTF-8 YAML)") from None
     return read_yaml(text, path)

@@ -106,8 +106,9 @@ def test_the_trainer_does_not_import_the_study_schema():
 
 def test_the_cli_talks_to_executors_only_through_the_protocol():
     graph = import_graph()
-    assert "optbench.executors" in graph["optbench.cli"]
-    assert not {m for m in graph["optbench.cli"] if m.startswith("optbench.executors.")}
+    commands = [deps for m, deps in graph.items() if m.startswith("optbench.cli")]
+    assert any("optbench.executors" in deps for deps in commands)
+    assert not {m for deps in commands for m in deps if m.startswith("optbench.executors.")}
 
 
 def test_executors_read_no_result_file():

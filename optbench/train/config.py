@@ -113,6 +113,7 @@ class Execution(BaseModel):
 
     pipeline: Pipeline = "auto"  # the input pipeline (batches.py); auto: tensor on CUDA
     population: StrictInt = Field(default=1, ge=1)
+    profile: str | None = Field(default=None, max_length=4096)  # the study's --profile file
 
     def resolved(self, device_type: str, recipe: Recipe | None = None) -> Execution:
         """These settings on a device of `device_type` ("cpu", "cuda") for `recipe`: no "auto"

@@ -1,0 +1,102 @@
+"""`optbench report` and `optbench compare`: figures and tables of finished studies, and two
+reports compared trial by trial (cli.py registers them)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from optbench.cli_study import Overrides, ProfileFlag, read_study
+from optbench.errors import UsageError
+
+
+def report(
+    studies: Annotated[
+        list[Path] | None,
+        typer.Argument(help="study YAML files (default: every study under --results)"),
+    ] = None,
+    edf: Annotated[
+        bool, typer.Option("--edf", help="EDFs of dtop-1 and raw error, lr/wd scatter")
+    ] = False,
+    length: Annotated[bool, typer.Option("--length", help="training-length stability")] = False,
+    optimizer: Annotated[bool, typer.Option("--optimizer", help="optimizer stability")] = False,
+    stem: Annotated[bool, typer.Option("--stem", help="stem ablation")] = False,
+    peak: Annotated[bool, typer.Option("--peak", help="peak error table")] = False,
+    complexity: Annotated[bool, typer.Option("--complexity", help="complexity table")] = False,
+    curves: Annotated[bool, typer.Option("--curves", help="error against epoch")] = False,
+    all_: Annotated[bool, typer.Option("--all", help="every figure (the default)")] = False,
+    out: Annotated[Path, typer.Option(help="reports root: writes OUT/<study name>/")] = Path(
+        "reports"
+    ),
+    results: Annotated[
+        Path, typer.Option(help="results root searched when no study is given")
+    ] = Path("results"),
+    metric: Annotated[
+        str, typer.Option(help="final_error, best_error or pycls_best (docs/reports.md)")
+    ] = "final_error",
+    formats: Annotated[
+        str,
+        typer.Option(
+            "--format", help="figure files, comma-separated: png, svg, pdf (editable text)"
+        ),
+    ] = "png,svg",
+    set_: Overrides = None,
+    profile: ProfileFlag = None,
+) -> None:
+    """Write figures, trials.csv, summary.json and index.html for each study."""
+    from optbench.analysis.report import refuse_links, write_report
+    from optbench.analysis.summary import format_table
+    from optbench.plan import plan
+    from optbench.store import Store
+
+    flags = {
+        "edf": edf,
+        "length": length,
+        "optimizer": optimizer,
+        "stem": stem,
+        "peak": peak,
+        "complexity": complexity,
+        "curves": curves,
+    }
+    figures = None if all_ or not any(flags.values()) else {k for k, v in flags.items() if v}
+    if studies:
+        specs = [read_study(path, data=False, overrides=set_, profile=profile) for path in studies]
+    else:
+        saved = sorted(results.glob("*/spec.yaml"))
+        if not saved:
+            raise UsageError(
+                f"--results: no studies under {results} (no */spec.yaml); run one first"
+            )
+        specs = [read_study(path, data=False, overrides=set_, profile=profile) for path in saved]
+    from optbench.checks import check_writable_folder
+
+    for spec in specs:  # before any report is written: the last could not be
+        check_writable_folder(out / spec.name, "--out")
+        refuse_links(out / spec.name, out)
+    for spec in specs:
+        store, planned = Store(spec, create=False), plan(spec)
+        trials = store.frame(planned)
+        wanted = [f.strip() for f in formats.split(",") if f.strip()]
+        summary = write_report(
+            spec, trials, out / spec.name, figures, metric, formats=wanted, root=out
+        )
+        typer.echo(format_table(summary))
+        earlier = store.earlier_note(planned)
+        if earlier:
+            typer.echo(earlier)
+        typer.echo(f"wrote {out / spec.name}/index.html")
+
+
+def compare(
+    run_report: Annotated[Path, typer.Argument(help="report folder of your run")],
+    reference: Annotated[Path, typer.Argument(help="report folder to compare it with")],
+) -> None:
+    """Compare two reports of a study trial by trial (matched by model, optimizer, epochs,
+    sample, seed): equal weights digests and error differences. Writes nothing."""
+    from optbench.analysis.compare import compare_trials, format_comparison, read_trials
+
+    run_trials, reference_trials = read_trials(run_report), read_trials(reference)
+    table = compare_trials(run_trials, reference_trials)
+    typer.echo(format_comparison(table, run_report, reference, run_trials, reference_trials))

@@ -1,0 +1,262 @@
+"""The measured cost plan: what a study's trials cost on a device, before any of them runs.
+
+`optbench run STUDY --dry-run --measure` times a short training run of each distinct training
+configuration of the study (`distinct_configs`: the model, optimizer, recipe, per-process batch,
+dataset, input pipeline and population; not lr, wd, seed or epochs, which change no step's
+cost) on this machine (train/measure.py), and caches the figures in the study folder
+(`<output>/<name>/costs.json`) per (device name, configuration). The plan (study_tables.
+plan_table) turns the cache into device-hours per cell and in total, the SLURM `time_min` a job
+needs (`job_minutes`: the estimate + 25% + 5 min), and whether a trial fits its device at its
+batch; `optbench status` compares the estimate with the finished trials' wall time
+(`estimate_note`). Without `--measure` the plan reads the cache only and says which cells are
+measured and which are missing.
+
+A trial's estimate (`trial_seconds`): start-up and warm-up as measured, then per epoch the
+training steps at the measured step time, one validation pass and one checkpoint write. Under
+DDP (executor.slurm nodes x tasks) each process runs at the measured speed of its share of the
+batch, and the validation pass is split among them (no all-reduce cost is counted). A
+population (executor.population > 1) is measured as its solo trials are.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import statistics
+from dataclasses import dataclass
+
+from optbench import safefs
+from optbench.errors import UsageError
+from optbench.plan import Trial, plan
+from optbench.spec import StudySpec
+
+COSTS_FILE = "costs.json"
+MAX_COSTS_BYTES = 4 * 2**20
+# Published validation split sizes: a measured copy may be a sample (the eval is per image).
+VAL_IMAGES = {"imagenet": 50_000, "cifar10": 10_000, "cifar100": 10_000}
+MARGIN, MARGIN_MIN = 1.25, 5  # SLURM time_min: the estimate x MARGIN + MARGIN_MIN minutes
+
+
+def processes(spec: StudySpec) -> int:
+    """The processes that train one trial (DDP), 1 off SLURM."""
+    s = spec.executor.slurm
+    return s.nodes * s.tasks if spec.executor.kind == "slurm" else 1
+
+
+def config_key(spec: StudySpec, trial: Trial) -> str:
+    """What a step of `trial` costs depends on, hashed: not lr, wd, seed or epochs."""
+    cfg = trial.config.model_dump(mode="json", exclude={"lr", "wd", "seed", "epochs"})
+    cfg["dataset"].pop("root", None)
+    cfg["per_process_batch"] = max(1, trial.config.batch_size // processes(spec))
+    cfg["pipeline"] = spec.dataset.pipeline
+    cfg["population"] = spec.executor.population
+    blob = json.dumps(cfg, sort_keys=True, default=str).encode()
+    return f"{trial.cell.model}-{trial.cell.optimizer}-{hashlib.sha256(blob).hexdigest()[:12]}"
+
+
+def distinct_configs(spec: StudySpec) -> dict[str, Trial]:
+    """One trial of each distinct training configuration, by config_key, in plan order."""
+    found: dict[str, Trial] = {}
+    for trial in plan(spec):
+        found.setdefault(config_key(spec, trial), trial)
+    return found
+
+
+def read_costs(spec: StudySpec) -> dict[str, dict[str, dict]]:
+    """The study's cache: device name -> config key -> figures ({} without a cache)."""
+    path = spec.study_dir / COSTS_FILE
+    raw = safefs.read_bytes(path, spec.output, MAX_COSTS_BYTES)
+    if raw is None:
+        return {}
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        data = None
+    if not _is_cache(data):
+        raise UsageError(f"{path}: not a cost cache optbench wrote; remove it and measure again")
+    return data
+
+
+# The figures a cache entry must hold, each a number (measure.measure_config's).
+FIGURES = ("batch", "n_train", "n_val", "step_s", "eval_s_per_image", "checkpoint_s", "start_s")
+
+
+def _is_cache(data) -> bool:
+    def number(v) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+    def entry(e) -> bool:  # a configuration too large at every batch has no figures
+        return isinstance(e, dict) and (
+            e.get("fits") is False or all(number(e.get(k)) for k in FIGURES)
+        )
+
+    return isinstance(data, dict) and all(
+        isinstance(d, dict) and all(entry(e) for e in d.values()) for d in data.values()
+    )
+
+
+def measure_study(spec: StudySpec, *, steps: int, warmup: int, notify=print) -> dict[str, dict]:
+    """Time each distinct configuration on this machine (a GPU if there is one) and add the
+    figures to the study's cache; the figures, by config key. Writes only in the study folder."""
+    import torch
+
+    from optbench.train.measure import device_name, measure_config
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu":
+        torch.set_num_threads(cpu_threads(spec))
+    name = device_name(torch.device(device))
+    configs = distinct_configs(spec)
+    safefs.make_dirs(spec.study_dir, spec.output)
+    measured = {}
+    for n, (key, trial) in enumerate(configs.items(), 1):
+        notify(f"measuring {n}/{len(configs)}: {key} ({warmup} + {steps} steps on {name})")
+        cfg = trial.config.model_copy(
+            update={"batch_size": max(1, trial.config.batch_size // processes(spec))}
+        )
+        measured[key] = measure_config(
+            cfg, trial.execution, device, steps=steps, warmup=warmup, scratch=spec.study_dir
+        )
+    cache = read_costs(spec)
+    cache.setdefault(name, {}).update(measured)
+    safefs.write_text(spec.study_dir / COSTS_FILE, spec.output, json.dumps(cache, indent=1))
+    return measured
+
+
+def cpu_threads(spec: StudySpec) -> int:
+    """The torch threads one of the study's CPU trials gets: a local worker's share of the
+    cores, all of them in the debug executor, a SLURM job's cpus_per_task."""
+    from optbench.cores import usable_cores
+    from optbench.executors import pool_size
+
+    if spec.executor.kind == "slurm":
+        return spec.executor.slurm.cpus_per_task
+    if spec.executor.kind == "debug":
+        return usable_cores()
+    return pool_size(spec.executor.workers, usable_cores())[1]
+
+
+def trial_seconds(
+    figures: dict, spec: StudySpec, epochs: int, n_train: int | None = None
+) -> float | None:
+    """One trial's wall time from a configuration's figures (module docstring), at `n_train`
+    training images (default: as many as the measured copy had); None where the figures are
+    of a smaller batch than a process gets (it does not fit)."""
+    if not figures.get("fits"):
+        return None
+    steps = (n_train or figures["n_train"]) // (figures["batch"] * processes(spec)) or 1
+    n_val = VAL_IMAGES.get(spec.dataset.name, figures["n_val"])
+    epoch_s = steps * figures["step_s"] + n_val * figures["eval_s_per_image"] / processes(spec)
+    return figures["start_s"] + epochs * (epoch_s + figures["checkpoint_s"])
+
+
+def job_minutes(trial_s: float, trials_per_job: int) -> int:
+    """The SLURM time_min a job of `trials_per_job` trials of `trial_s` seconds needs."""
+    return math.ceil(MARGIN * trials_per_job * trial_s / 60) + MARGIN_MIN
+
+
+@dataclass(frozen=True)
+class CostPlan:
+    """The cache read for a study: the device chosen and each cell's figures (None: missing)."""
+
+    device: str | None
+    figures: dict  # cell -> figures or None
+
+    def trial_s(self, spec: StudySpec, cell, n_train: int | None = None) -> float | None:
+        figures = self.figures.get(cell)
+        return None if figures is None else trial_seconds(figures, spec, cell.epochs, n_train)
+
+
+def cost_plan(spec: StudySpec) -> CostPlan:
+    """Each cell's measured figures from the cache, on the device with the most of this
+    study's configurations measured."""
+    cache = read_costs(spec)
+    if not cache:
+        return CostPlan(None, {})
+    keys = {}  # every trial of a cell has its configuration (lr, wd and seed cost nothing)
+    for trial in plan(spec):
+        keys.setdefault(trial.cell, config_key(spec, trial))
+    device = max(sorted(cache), key=lambda d: sum(k in cache[d] for k in keys.values()))
+    return CostPlan(device, {cell: cache[device].get(key) for cell, key in keys.items()})
+
+
+def plan_notes(spec: StudySpec, costs: CostPlan, todo: dict, n_train: int) -> list[str]:
+    """The plan's caption lines about measured costs: the device, device-hours, time_min per
+    job, what is missing and what does not fit. `todo`: cell -> trials left to run;
+    `n_train`: the training images of an epoch (the dataset's published size, where known)."""
+    if costs.device is None:
+        return ["no measured costs yet: `optbench run STUDY --dry-run --measure` times each "
+                "training configuration on this machine"]  # fmt: skip
+    lines, hours, longest, missing, too_big = [], 0.0, 0.0, [], []
+    for cell in spec.cells():
+        figures, trial_s = costs.figures.get(cell), costs.trial_s(spec, cell, n_train)
+        label = f"{cell.model}/{cell.optimizer}/e{cell.epochs}"
+        if figures is None:
+            missing.append(label)
+        elif trial_s is None:
+            gpus = -(-figures_batch(spec, cell) // (figures.get("fitting_batch") or 1))
+            too_big.append(
+                f"{label} does not fit at batch {figures_batch(spec, cell)} per process "
+                f"(fits at {figures.get('fitting_batch')}: {gpus * processes(spec)} GPUs per "
+                "trial with DDP)"
+            )
+        else:
+            hours += todo.get(cell, 0) * trial_s * processes(spec) / 3600
+            longest = max(longest, trial_s)
+    per_job = spec.executor.slurm.trials_per_job
+    lines.append(
+        f"measured on {costs.device} (cached in {spec.study_dir / COSTS_FILE}): "
+        f"{hours:.3g} device-hours to run the cells measured"
+        + (
+            f"; a SLURM job of {per_job} trial(s) needs time_min >= "
+            f"{job_minutes(longest, per_job)} (the longest trial, {longest / 60:.3g} min, "
+            f"+{MARGIN - 1:.0%} +{MARGIN_MIN} min; executor.slurm.time_min is "
+            f"{spec.executor.slurm.time_min})"
+            if longest
+            else ""
+        )
+    )
+    if missing:
+        lines.append(f"not measured on it: {', '.join(missing)}")
+    lines.extend(too_big)
+    if spec.executor.population > 1:
+        lines.append("population trials measured as solo trials (their speed-up is not counted)")
+    return lines
+
+
+def figures_batch(spec: StudySpec, cell) -> int:
+    """The batch one process of a trial of `cell` trains at."""
+    return max(1, spec.batch_size // processes(spec))
+
+
+def estimate_note(spec: StudySpec, store) -> str | None:
+    """Estimated vs measured trial time per cell, for the cells with finished trials and a
+    measured estimate (`optbench status`; `store`: the study's Store); None where none."""
+    costs = cost_plan(spec)
+    if costs.device is None:
+        return None
+    stored = store.read(plan(spec))
+    parts = []
+    for cell in spec.cells():
+        estimate = costs.trial_s(spec, cell)
+        walls = [
+            s.record.user_attrs.get("wall_s")
+            for s in stored
+            if s.trial.cell == cell and s.status == "finished" and s.record is not None
+        ]
+        walls = [w for w in walls if isinstance(w, (int, float)) and w > 0]
+        if estimate is None or not walls:
+            continue
+        wall = statistics.median(walls)
+        parts.append(
+            f"{cell.model}/{cell.optimizer}/e{cell.epochs} {_clock(estimate)} vs "
+            f"{_clock(wall)} ({estimate / wall - 1:+.0%}, {len(walls)} trial(s))"
+        )
+    if not parts:
+        return None
+    return f"trial time, estimated on {costs.device} vs measured (median): " + "; ".join(parts)
+
+
+def _clock(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"

@@ -1,0 +1,140 @@
+"""The measured cost plan (`optbench run --dry-run --measure`, issue 34 item 1): a short timed
+run through the trainer's own epoch code, its cache in the study folder, the plan's
+device-hours and time_min, and status's estimated vs measured trial time."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+import yaml
+from cli_inprocess import tiny_config
+
+from optbench.costs import COSTS_FILE, job_minutes, trial_seconds
+from optbench.train.compute import Compute
+from optbench.train.distributed import DistContext
+from optbench.train.measure import _run_steps
+from optbench.train.stepper import SoloStepper
+
+
+def test_the_step_budget_runs_exactly_the_steps_asked_across_epoch_ends(tmp_path):
+    """The timed steps are the trainer's own (epoch.run_epoch over a SoloStepper), as many as
+    asked: a run of 15 steps on 11 steps per epoch ends 4 steps into the second epoch."""
+    cfg = tiny_config(lr=1e-3, epochs=3, ref_batch=128)
+    compute = Compute.for_trial(cfg.recipe, "cpu", DistContext(), 0)
+    stepper = SoloStepper(cfg, compute, "tensor", tmp_path / "checkpoint.pt", tmp_path)
+    steps_per_epoch = len(stepper.parts.batches)
+    calls = []
+    step = stepper.optimizer.step
+    stepper.optimizer.step = lambda *a, **k: (calls.append(1), step(*a, **k))[1]
+    (state,) = stepper.begin(resume=False)
+    seconds, wait, state = _run_steps(stepper, compute, state, 15)
+    assert len(calls) == 15 and steps_per_epoch < 15
+    assert (state.epoch, state.batch) == (1, 15 - steps_per_epoch)
+    assert seconds > 0 and 0 <= wait <= seconds
+    _run_steps(stepper, compute, state, 2)  # goes on from that position
+    assert len(calls) == 17
+
+
+FIGURES = {
+    "batch": 128, "n_train": 1280, "step_s": 1.0, "eval_s_per_image": 0.01, "n_val": 400,
+    "checkpoint_s": 0.5,
+    "start_s": 10.0, "fits": True, "fitting_batch": 128,
+}  # fmt: skip
+
+
+def test_a_trial_estimate_grows_with_its_epochs_and_shrinks_with_its_processes(tiny_dict):
+    spec = load_study_dict(tiny_dict)
+    one, two = (trial_seconds(FIGURES, spec, e) for e in (1, 2))
+    assert two - one == pytest.approx(one - FIGURES["start_s"])  # each epoch costs the same
+    ddp = copy.deepcopy(tiny_dict)
+    ddp["executor"] = {"kind": "slurm", "slurm": {"tasks_per_node": 2}}
+    split = trial_seconds({**FIGURES, "batch": 64}, load_study_dict(ddp), 1)
+    assert split < one  # half the steps per process (and half the validation)
+    assert trial_seconds({**FIGURES, "fits": False}, spec, 1) is None
+    assert job_minutes(600, 2) > job_minutes(600, 1) > 600 / 60
+
+
+def load_study_dict(data: dict):
+    from optbench.spec import parse_spec
+
+    return parse_spec(data)
+
+
+@pytest.mark.parametrize(
+    ("flags", "line"),
+    [
+        (["--measure"], "error: --measure: only with --dry-run"),
+        (["--dry-run", "--measure", "--measure-steps", "0"], "error: --measure-steps: must be 1"),
+        (["--dry-run", "--measure", "--measure-warmup", "-1"], "error: --measure-warmup: must be 0"),
+    ],
+)  # fmt: skip
+def test_bad_measure_flags_are_one_line_exit_2_nothing_written(
+    cli, tiny_dict, tmp_path, flags, line
+):
+    tiny_dict["output"] = "results"
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(tiny_dict))
+    code, _, err = cli("run", "tiny.yaml", *flags)
+    assert code == 2 and err.startswith(line) and len(err.strip().splitlines()) == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.yaml"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[1, 2",
+        "[]",
+        '{"cpu": {"k": {"fits": true, "step_s": "1"}}}',
+        '{"cpu": {"k": {"fits": true}}}',
+    ],
+)
+def test_a_damaged_cache_is_one_line(cli, tiny_dict, tmp_path, text):
+    tiny_dict["output"] = "results"
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(tiny_dict))
+    (tmp_path / "results" / "tiny").mkdir(parents=True)
+    (tmp_path / "results" / "tiny" / COSTS_FILE).write_text(text)
+    for command in (["run", "tiny.yaml", "--dry-run"], ["status", "tiny.yaml"]):
+        code, _, err = cli(*command)
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+        assert "costs.json: not a cost cache optbench wrote" in err, err
+
+
+@pytest.mark.slow
+def test_measure_caches_figures_the_plan_reads_and_status_compares(cli, tiny_dict, tmp_path):
+    tiny_dict["output"] = "results"
+    tiny_dict["models"] = ["vit_p_w64_16px"]
+    tiny_dict["search"]["n_samples"] = 1
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(tiny_dict))
+    small = ["--measure-steps", "3", "--measure-warmup", "1"]
+    code, out, err = cli("run", "tiny.yaml", "--dry-run", "--measure", *small)
+    assert code == 0, err
+    flat = " ".join(out.split())
+    assert "measuring 1/1: vit_p_w64_16px-adamw-" in flat
+    assert "device-hours" in flat and "needs time_min >=" in flat
+    cache = json.loads((tmp_path / "results" / "tiny" / COSTS_FILE).read_text())
+    [(device, entries)] = cache.items()
+    [figures] = entries.values()
+    assert figures["steps"] == 3 and figures["fits"] and figures["images_per_s"] > 0
+    assert figures["peak_memory_bytes"] > 0 and 0 <= figures["input_wait"] < 1
+    assert sorted(p.name for p in (tmp_path / "results" / "tiny").iterdir()) == [COSTS_FILE]
+
+    # without --measure the plan reads the cache; a model not measured is named as missing
+    code, out, err = cli(
+        "run", "tiny.yaml", "--dry-run", "--set", "models=[vit_p_w64_16px, vit_c_w64_16px]"
+    )
+    flat = " ".join(out.split())
+    assert code == 0 and f"measured on {device}" in flat, err
+    assert "not measured on it: vit_c_w64_16px/adamw/e1" in flat
+    # epochs change no step's cost: the cache still covers a longer schedule
+    code, out, _ = cli("run", "tiny.yaml", "--dry-run", "--set", "epochs=3")
+    assert "not measured" not in " ".join(out.split())
+
+    code, _, err = cli("run", "tiny.yaml", "--executor", "debug")
+    assert code == 0, err
+    code, out, err = cli("status", "tiny.yaml")
+    flat = " ".join(out.split())
+    assert code == 0 and f"trial time, estimated on {device} vs measured (median):" in flat, err
+    assert "vit_p_w64_16px/adamw/e1" in flat and "1 trial(s)" in flat
+    torch.set_num_threads(1)
