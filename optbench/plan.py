@@ -47,7 +47,8 @@ class Trial:
 def plan(spec: StudySpec) -> list[Trial]:
     """Every trial of `spec`, cell by cell in the spec's order, then by sample and seed."""
     trials = []
-    execution = Execution(pipeline=spec.dataset.pipeline)
+    tracking = spec.tracking.resolved(spec.study_dir)
+    execution = Execution(pipeline=spec.dataset.pipeline, tracking=tracking)
     for cell in spec.cells():
         cell_id = spec.cell_id(cell)
         for sample, (lr, wd) in enumerate(study_pairs(spec.search, cell.model, cell.optimizer)):

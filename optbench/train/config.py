@@ -22,6 +22,7 @@ from optbench.caps import MAX_EPOCHS, SEED_BOUND
 from optbench.errors import SpecError, format_errors
 from optbench.provenance import COMMIT_PATTERN, FINGERPRINT_PATTERN
 from optbench.recipe import Dataset, Optimizer, Pipeline, Recipe, fill_ref_batch
+from optbench.tracking import Tracking
 
 Status = Literal["finished", "diverged", "failed"]
 
@@ -107,12 +108,14 @@ class Execution(BaseModel):
     records the resolved ones (`resolved`), which the digest promise includes
     (docs/outputs.md). `population`: the number of trials trained together in the trial's
     process (population.py; the study's executor.population, or fewer for a cell's last
-    group), 1 for a solo trial."""
+    group), 1 for a solo trial. `tracking`: the tracker run each trial writes (the study's
+    `tracking:` resolved, optbench/tracking.py; None: none)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     pipeline: Pipeline = "auto"  # the input pipeline (batches.py); auto: tensor on CUDA
     population: StrictInt = Field(default=1, ge=1)
+    tracking: Tracking | None = None
 
     def resolved(self, device_type: str) -> Execution:
         """These settings on a device of `device_type` ("cpu", "cuda"): no "auto" left."""

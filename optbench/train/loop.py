@@ -71,6 +71,7 @@ from optbench.train.results import (
 from optbench.train.signals import StopRequest, TrialInterrupted, pass_on, stop_signals_caught
 from optbench.train.state import TrialState, restore_state, save_state
 from optbench.train.tensorboard import EpochEvents
+from optbench.train.tracking import TrialTracker
 
 # A write that fails for these is the machine's fault, not the trial's: run_trial raises it.
 DISK_FAULTS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS)
@@ -216,9 +217,11 @@ def run_trial(
     stop = StopRequest()
     replaced: dict = {}
     events = EpochEvents(out_dir, root) if ctx.is_main else None  # TensorBoard, if installed
+    tracker = TrialTracker(cfg, out_dir, root, execution.tracking if ctx.is_main else None)
 
     def each_epoch(line: dict) -> None:  # called on the main process only
         events.write(line)
+        tracker.epoch_ended()
         if on_epoch is not None:
             on_epoch(line)
 
@@ -227,6 +230,7 @@ def run_trial(
         with stop_signals_caught(stop, handle_signals) as replaced:
             result = _train(cfg, out_dir, root, compute, stop, resume, each_epoch, execution)
     except TrialInterrupted as stopped:
+        tracker.end(None)
         pass_on(stopped.signum, replaced)
         raise
     except Exception as err:  # noqa: BLE001 - any crash becomes a recorded "failed" result
@@ -246,6 +250,7 @@ def run_trial(
         if events is not None:
             events.close()
     result.execution = execution
+    tracker.end(result)
     if ctx.is_main:
         record_result(out_dir, result, start, compute.device, keep_checkpoint, root)
     else:

@@ -74,6 +74,7 @@ from optbench.train.signals import (
     stop_signals_caught,
 )
 from optbench.train.state import TrialState
+from optbench.train.tracking import TrialTracker
 
 POPULATION_CHECKPOINT = "population.pt"
 # vmap runs an op without a batching rule (e.g. CPU flash attention) member by member; it warns
@@ -405,9 +406,14 @@ def run_population(
     stop = StopRequest()
     replaced: dict = {}
     done = [r is not None for r in results]
+    trackers = [  # each member's own run (train/tracking.py), the done ones none
+        TrialTracker(c, d, root, None if r else execution.tracking)
+        for c, d, r in zip(cfgs, out_dirs, done, strict=True)
+    ]
 
     def ended(k: int, result: TrialResult) -> None:
         result.execution = execution
+        trackers[k].end(result, wait=False)  # the other members train on meanwhile
         record_result(out_dirs[k], result, start, compute.device, keep_checkpoint=True, root=root)
         results[k] = result
 
@@ -419,6 +425,8 @@ def run_population(
             pop.active = [not d for d in done]
             _train(pop, out_dirs, compute, stop, ended, root)
     except TrialInterrupted as stopped:
+        for tracker in trackers:
+            tracker.end(None)
         pass_on(stopped.signum, replaced)
         raise
     except Exception as err:  # noqa: BLE001 - any crash is every unfinished member's failure
@@ -439,4 +447,6 @@ def run_population(
                 ended(k, failed)
     if not keep:
         safefs.remove(out_dirs[0] / POPULATION_CHECKPOINT, root or out_dirs[0])
+    for tracker in trackers:
+        tracker.wait()
     return results
