@@ -15,6 +15,7 @@ from pydantic import (
     StringConstraints,
     ValidationError,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -116,6 +117,14 @@ class Execution(BaseModel):
     pipeline: Pipeline = "auto"  # the input pipeline (batches.py); auto: tensor on CUDA
     population: StrictInt = Field(default=1, ge=1)
     tracking: Tracking | None = None
+
+    @model_serializer(mode="wrap")
+    def _no_tracking_no_key(self, dump):
+        """A study without tracking writes the execution block it wrote before the key existed."""
+        data = dump(self)
+        if self.tracking is None:
+            data.pop("tracking", None)
+        return data
 
     def resolved(self, device_type: str) -> Execution:
         """These settings on a device of `device_type` ("cpu", "cuda"): no "auto" left."""
