@@ -230,11 +230,17 @@ def test_a_resumed_trial_continues_its_run_and_logs_each_epoch_once(
     assert not _tracker_files(tmp_path / "home") and not _tracker_files(tmp_path / "tmp")
 
 
-def test_a_failing_tracker_costs_one_warning_line_and_nothing_else(tmp_path, capfd):
+def _broken_store(tmp_path: Path) -> tuple[Path, Path, Tracking]:
+    """(study folder, trial folder, MLflow settings) of a store that cannot be made: its folder
+    would be below a regular file."""
     study = tmp_path / "study"
-    out = _trial_folder(study)
     (tmp_path / "a-file").write_text("not a folder")
     target = Tracking(kind="mlflow", uri=str(tmp_path / "a-file" / "store")).resolved(study)
+    return study, _trial_folder(study), target
+
+
+def test_a_failing_tracker_costs_one_warning_line_and_nothing_else(tmp_path, capfd):
+    study, out, target = _broken_store(tmp_path)
     cfg = tiny_config(epochs=2)
     done = TrialResult(status="finished", final_error=87.0, epochs=2, config=cfg, epochs_run=2)
     _tracked(cfg, out, study, target, [_line(1), _line(2)], done)
@@ -322,10 +328,7 @@ def test_a_trial_whose_tracker_fails_finishes_with_one_warning_line(tmp_path, ca
     from optbench.train.config import Execution
     from optbench.train.loop import run_trial
 
-    study = tmp_path / "study"
-    out = _trial_folder(study)
-    (tmp_path / "a-file").write_text("not a folder")
-    broken = Tracking(kind="mlflow", uri=str(tmp_path / "a-file" / "store")).resolved(study)
+    study, out, broken = _broken_store(tmp_path)
     cfg = tiny_config(epochs=1)
     result = run_trial(cfg, out, execution=Execution(tracking=broken), root=study, workers=1)
     assert result.status == "finished" and (out / "result.json").exists()
