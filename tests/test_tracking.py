@@ -334,3 +334,24 @@ def test_a_trial_whose_tracker_fails_finishes_with_one_warning_line(tmp_path, ca
     assert result.status == "finished" and (out / "result.json").exists()
     err = capfd.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("optbench: mlflow tracking of "), err
+
+
+@pytest.mark.slow
+def test_wandb_ctrl_c_and_resume_continue_each_trials_run(tmp_path, one_model):
+    one_model["tracking"] = {"kind": "wandb"}
+    one_model["output"] = str(tmp_path / "results")
+    study, spec = stoppable_study(one_model, tmp_path)  # 2 trials of 2 epochs, one worker
+    assert ctrl_c_after_first_end(study, tmp_path).returncode == 130
+    resumed = run_again(study, tmp_path)
+    assert resumed.returncode == 0 and "tracking" not in resumed.stderr, resumed.stderr
+    from wandb_records import offline_runs, read_run
+
+    runs = offline_runs(spec.study_dir)
+    assert len(runs) == 2  # one run per trial, however many sessions it took
+    for trial in plan(spec):
+        run_id, _ = read_run_file(trial.out_dir, spec.study_dir, trial.execution.tracking)
+        got = read_run(runs[run_id])
+        assert [step for step, _ in got["history"]] == [1, 2]  # each epoch once
+        want = _expected_steps(read_metrics(trial.out_dir))["ema_top1"]
+        assert [(s, row["ema_top1"]) for s, row in got["history"]] == want
+        assert got["summary"]["status"] == "finished" and got["exits"][-1] == 0
