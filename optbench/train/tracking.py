@@ -60,7 +60,9 @@ class TrialTracker:
         # root: the study folder (<study>/trials/<key>), the run's experiment or project
         self.cfg, self.out_dir, self.root, self.tracking = cfg, out_dir, root or out_dir, tracking
         self._queue = queue.Queue()
-        self._thread = threading.Thread(target=self._run, name="optbench-tracker", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, args=(self._queue,), name="optbench-tracker", daemon=True
+        )
         self._thread.start()
 
     def epoch_ended(self) -> None:
@@ -87,13 +89,12 @@ class TrialTracker:
             self._warn(f"gave up waiting for {self.tracking.kind} after {self._limit:g} s")
         self._limit = None
 
-    def _run(self) -> None:
-        queue_ = self._queue  # end() lets go of it
+    def _run(self, messages: queue.Queue) -> None:
         try:
             run, logged = self._open()
             while True:
                 try:
-                    message = queue_.get(timeout=POLL_S)
+                    message = messages.get(timeout=POLL_S)
                 except queue.Empty:
                     message = _SYNC
                 logged = self._sync(run, logged)
