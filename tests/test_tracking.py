@@ -211,8 +211,10 @@ def test_a_resumed_trial_continues_its_run_and_logs_each_epoch_once(
         for key, steps in expected.items():
             assert _mlflow_steps(study, first_id, key) == steps
     else:
+        import wandb
         from wandb_records import offline_runs, read_run
 
+        wandb.teardown()  # finish() returns before W&B's service has written all; it ends now
         runs = offline_runs(study)
         assert list(runs) == [first_id] and len(runs[first_id]) == 2  # one run, two sessions
         got = read_run(runs[first_id])
@@ -224,9 +226,6 @@ def test_a_resumed_trial_continues_its_run_and_logs_each_epoch_once(
             assert [(s, row[key]) for s, row in got["history"]] == want
         assert got["summary"]["status"] == "finished" and got["exits"] == [1, 0]
     assert capfd.readouterr().err == ""  # no warning
-    import wandb
-
-    wandb.teardown()  # W&B's service keeps its socket in TMPDIR while it runs (a worker's ends)
     assert not _tracker_files(tmp_path / "home") and not _tracker_files(tmp_path / "tmp")
 
 

@@ -49,9 +49,11 @@ def records(path: Path) -> Iterator[pb.Record]:
 
 
 def offline_runs(study_dir: Path) -> dict[str, list[Path]]:
-    """run id -> its offline run files under <study_dir>/wandb, oldest first (one per resume)."""
+    """run id -> its offline run files under <study_dir>/wandb, oldest first (one per resume;
+    by time written: a second session in the same second is "offline-run-<time>-<id>-1")."""
     runs: dict[str, list[Path]] = {}
-    for path in sorted((study_dir / "wandb").glob("offline-run-*/run-*.wandb")):
+    found = (study_dir / "wandb").glob("offline-run-*/run-*.wandb")
+    for path in sorted(found, key=lambda p: p.stat().st_mtime_ns):
         runs.setdefault(path.stem.removeprefix("run-"), []).append(path)
     return runs
 
