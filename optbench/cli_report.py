@@ -50,6 +50,7 @@ def report(
     from optbench.analysis.summary import format_table
     from optbench.plan import plan
     from optbench.store import Store
+    from optbench.tracking import attach_report
 
     flags = {
         "edf": edf,
@@ -83,6 +84,11 @@ def report(
             spec, trials, out / spec.name, figures, metric, formats=wanted, root=out
         )
         typer.echo(format_table(summary))
+        note = attach_report(
+            spec.tracking.resolved(spec.study_dir), spec.study_dir, out / spec.name
+        )
+        if note:
+            typer.echo(note, err=True)
         earlier = store.earlier_note(planned)
         if earlier:
             typer.echo(earlier)

@@ -48,7 +48,10 @@ class Trial:
 def plan(spec: StudySpec) -> list[Trial]:
     """Every trial of `spec`, cell by cell in the spec's order, then by sample and seed."""
     trials = []
-    execution = Execution(pipeline=spec.dataset.pipeline, profile=spec.executor.profile)
+    tracking = spec.tracking.resolved(spec.study_dir)
+    execution = Execution(
+        pipeline=spec.dataset.pipeline, profile=spec.executor.profile, tracking=tracking
+    )
     for cell in spec.cells():
         cell_id = spec.cell_id(cell)
         for sample, (lr, wd) in enumerate(study_pairs(spec.search, cell.model, cell.optimizer)):

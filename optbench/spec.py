@@ -51,6 +51,7 @@ from optbench.recipe import (
     fill_ref_batch,
     plain_path,
 )
+from optbench.tracking import Tracking, check_installed
 from optbench.yamlio import read_study_yaml
 
 
@@ -224,6 +225,8 @@ class StudySpec(StrictModel):
     output: Path = Path("results")
     storage: str | None = None
     executor: ExecutorSettings = ExecutorSettings()
+    # an execution setting, as executor: not part of the cell id (optbench/tracking.py)
+    tracking: Tracking = Tracking()
 
     @model_validator(mode="before")
     @classmethod
@@ -266,6 +269,12 @@ class StudySpec(StrictModel):
         from optbench.storage_url import check_storage_url  # SQLAlchemy: only for a URL given
 
         return check_storage_url(v)
+
+    @field_validator("tracking")
+    @classmethod
+    def _tracker_installed(cls, v: Tracking) -> Tracking:
+        check_installed(v.kind)
+        return v
 
     @field_validator("epochs", mode="before")
     @classmethod

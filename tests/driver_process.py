@@ -35,6 +35,17 @@ def driver_command(study: Path, *, ctrl_c_after_first_end: bool = False) -> list
     return [sys.executable, "-c", code, "run", str(study)]
 
 
+def ctrl_c_after_first_end(study: Path, cwd: Path) -> subprocess.CompletedProcess:
+    """`optbench run STUDY` that presses Ctrl-C itself once it has recorded a trial, to its end."""
+    return subprocess.run(
+        driver_command(study, ctrl_c_after_first_end=True),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
 def start_driver(study: Path, cwd: Path) -> subprocess.Popen:
     """`optbench run STUDY` in a child process that a SIGINT sent to it reaches as Ctrl-C."""
     return subprocess.Popen(

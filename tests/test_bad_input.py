@@ -222,6 +222,16 @@ CASES = [
         for word in ("true", "yes", "on")
     ),
     Case("population true", "executor.population", study={"executor": {"population": True}}),
+    *[
+        Case(f"tracking {what}", needle, study={"tracking": block})
+        for what, needle, block in [
+            ("kind unknown", "tracking.kind", {"kind": "neptune"}),
+            ("uri for wandb", "uri is MLflow's", {"kind": "wandb", "uri": "x"}),
+            ("mode for mlflow", "W&B's", {"kind": "mlflow", "mode": "online"}),
+            ("uri scheme", "tracking.uri", {"kind": "mlflow", "uri": "s3://b"}),
+            ("project name", "tracking.project", {"kind": "wandb", "project": "a b"}),
+        ]
+    ],
     Case("epochs true", "should be an int or a list of ints", study=_study(epochs=True)),
     Case("n_samples a string", "search.n_samples", study={"search.n_samples": "2"}),
     Case("ema 1", "recipe.ema: Input should be a valid boolean", study={"recipe.ema": 1}),

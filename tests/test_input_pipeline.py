@@ -291,7 +291,7 @@ def test_the_pipeline_is_recorded_outside_the_config_and_not_part_of_a_cell_id(t
     result = run_trial(plans["tensor"][0].config, tmp_path / "t", execution=Execution())
     saved = json.loads((tmp_path / "t" / "result.json").read_text())
     assert (
-        saved["execution"] == {"pipeline": "pil", "population": 1, "profile": None}
+        saved["execution"] == {"pipeline": "pil", "population": 1}
         and "pipeline" not in saved["config"]["dataset"]
     )
     assert result.status == "finished"

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import copy
 import os
-import subprocess
 from collections import Counter
 
 import optuna
 import pytest
 import sqlalchemy
 import yaml
-from driver_process import driver_command, run_again, stoppable_study
+from driver_process import ctrl_c_after_first_end, run_again, stoppable_study
 from rich.console import Console
 
 from optbench.errors import UsageError
@@ -273,13 +272,7 @@ def test_real_process_pool_runs_a_tiny_study(tiny_dict):
 def test_ctrl_c_then_resume_gives_each_trial_exactly_once(tmp_path, tiny_dict):
     study, spec = stoppable_study(tiny_dict, tmp_path)
     # the driver presses Ctrl-C itself once it has recorded its first trial (driver_process.py)
-    proc = subprocess.run(
-        driver_command(study, ctrl_c_after_first_end=True),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = ctrl_c_after_first_end(study, tmp_path)
     assert proc.returncode == 130, proc.stderr
     assert "stopped: 1 trial(s) recorded, 3 left" in " ".join(proc.stdout.split()), proc.stdout
     assert _recorded(spec) == 1  # the one recorded before the Ctrl-C, and no other

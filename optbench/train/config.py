@@ -15,6 +15,7 @@ from pydantic import (
     StringConstraints,
     ValidationError,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -22,6 +23,7 @@ from optbench.caps import MAX_EPOCHS, SEED_BOUND
 from optbench.errors import SpecError, format_errors
 from optbench.provenance import COMMIT_PATTERN, FINGERPRINT_PATTERN
 from optbench.recipe import Dataset, Optimizer, Pipeline, Recipe, fill_ref_batch
+from optbench.tracking import Tracking
 
 Status = Literal["finished", "diverged", "failed"]
 
@@ -107,13 +109,25 @@ class Execution(BaseModel):
     records the resolved ones (`resolved`), which the digest promise includes
     (docs/outputs.md). `population`: the number of trials trained together in the trial's
     process (population.py; the study's executor.population, or fewer for a cell's last
-    group), 1 for a solo trial."""
+    group), 1 for a solo trial. `tracking`: the tracker run each trial writes (the study's
+    `tracking:` resolved, optbench/tracking.py; None: none)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     pipeline: Pipeline = "auto"  # the input pipeline (batches.py); auto: tensor on CUDA
     population: StrictInt = Field(default=1, ge=1)
     profile: str | None = Field(default=None, max_length=4096)  # the study's --profile file
+    tracking: Tracking | None = None
+
+    @model_serializer(mode="wrap")
+    def _unset_no_key(self, dump):
+        """A study without a profile or tracking writes the execution block it wrote before
+        those keys existed."""
+        data = dump(self)
+        for key in ("profile", "tracking"):
+            if getattr(self, key) is None:
+                data.pop(key, None)
+        return data
 
     def resolved(self, device_type: str, recipe: Recipe | None = None) -> Execution:
         """These settings on a device of `device_type` ("cpu", "cuda") for `recipe`: no "auto"

@@ -44,6 +44,7 @@ from optbench.train.signals import StopRequest, TrialInterrupted, pass_on, stop_
 from optbench.train.sinks import epoch_sinks
 from optbench.train.state import TrialState
 from optbench.train.stepper import Stepper
+from optbench.train.tracking import TrialTracker
 
 # A write that fails for these is the machine's fault, not the trial's: `drive` raises it.
 DISK_FAULTS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS)
@@ -139,6 +140,12 @@ class Members:
             epoch_sinks(c, d, r, on_epoch) if is_main and done is None else None
             for c, d, r, done in zip(cfgs, out_dirs, self.roots, self.results, strict=True)
         ]
+        # each unfinished member's experiment-tracker run (tracking.py; none without tracking)
+        tracking = execution.tracking if is_main else None
+        self.trackers = [
+            TrialTracker(c, d, r, tracking if done is None else None)
+            for c, d, r, done in zip(cfgs, out_dirs, self.roots, self.results, strict=True)
+        ]
 
     def metrics(self, k: int, history: list[dict]) -> None:
         """Member k's metrics.jsonl: exactly its completed epochs' lines."""
@@ -150,11 +157,13 @@ class Members:
         if self.is_main:
             self.metrics(k, history)
             self.sinks[k].write(history[-1])
+            self.trackers[k].epoch_ended()
 
     def ended(self, k: int, result: TrialResult) -> None:
         """Member k's result, stamped and written as its result.json (main process)."""
         result.execution = self.execution
         stamp_result(result, self.start, self.device)
+        self.trackers[k].end(result, wait=False)  # the other members train on meanwhile
         if self.is_main:
             write_result(self.out_dirs[k], result, self.roots[k])
         self.results[k] = result
@@ -171,6 +180,10 @@ class Members:
                 self.ended(k, failed)
 
     def close(self) -> None:
+        for tracker in self.trackers:  # a member stopped before its end resumes its run later
+            tracker.end(None, wait=False)
+        for tracker in self.trackers:
+            tracker.wait()
         for sinks in self.sinks:
             if sinks is not None:
                 sinks.close()

@@ -1,0 +1,316 @@
+"""Experiment trackers (MLflow, Weights & Biases): the study's `tracking:` block (`Tracking`)
+and the two backends that write one tracker run (`open_run`), offline first.
+
+Settings. `kind: none | mlflow | wandb`; MLflow takes `uri` (default: a file store in
+<study folder>/mlruns), W&B `project` (default: the study's name) and `mode` (default
+"offline": nothing leaves the machine). An execution setting: not part of any cell id; the plan
+hands the resolved settings (`Tracking.resolved`) to every trial's job, and result.json records
+them under `execution`. The packages are optional extras (`pip install 'optbench[mlflow]'`);
+the study refuses a kind whose package is missing (`check_installed`).
+
+Runs. One tracker run per trial (train/tracking.py feeds it from metrics.jsonl) and one per
+study for the report's files (`attach_report`). Grouping: MLflow's experiment is the study, a
+run's tags name its cell, model, optimizer, epochs, seed and sample; W&B's project is the
+study's (or `project`), group the cell, job_type "trial". A run is reopened by the id kept in
+its folder (RUN_FILE), so a resumed or retried trial continues its run.
+
+Nothing outside the study folder: `tracker_env` points W&B's run, cache, config and data
+folders into <study folder>/wandb and turns MLflow's telemetry off; an MLflow file or SQLite
+store keeps its artifacts in the study folder (`_artifacts`).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import importlib.util
+import json
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from optbench import safefs
+from optbench.provenance import provenance
+from optbench.recipe import StrictModel
+
+RUN_FILE = "tracker.json"  # in a trial (or report) folder: which tracker run it writes to
+WANDB_FOLDER = "wandb"  # in the study folder: W&B's offline runs, cache and config
+MLFLOW_FOLDER = "mlruns"  # in the study folder: the default MLflow file store
+ARTIFACT_FOLDER = "mlartifacts"  # in the study folder: a SQLite store's artifacts
+LOCK_FILE = ".tracking.lock"  # in the study folder: one worker creates the experiment
+URI_SCHEMES = ("file:", "sqlite:", "http://", "https://")
+STATUS = {"finished": "FINISHED", "diverged": "FINISHED", "failed": "FAILED", None: "KILLED"}
+
+
+class Tracking(StrictModel):
+    """The study's `tracking:` block (docs/study.md): where each trial's run is logged."""
+
+    kind: Literal["none", "mlflow", "wandb"] = "none"
+    uri: str | None = Field(default=None, max_length=1000)  # MLflow's tracking URI
+    project: str | None = Field(default=None, max_length=128)  # W&B's project
+    mode: Literal["offline", "online"] | None = None  # W&B's; default offline
+
+    @field_validator("uri")
+    @classmethod
+    def _uri(cls, v: str | None) -> str | None:
+        if v is not None and ":" in v.split("/")[0] and not v.startswith(URI_SCHEMES):
+            raise ValueError(f"{v!r}: give a folder, or a URI starting {', '.join(URI_SCHEMES)}")
+        return v
+
+    @field_validator("project")
+    @classmethod
+    def _project(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", v):
+            raise ValueError(f"{v!r}: a W&B project name uses letters, digits, '_', '.', '-'")
+        return v
+
+    @model_validator(mode="after")
+    def _keys_of_its_kind(self) -> Tracking:
+        if self.uri is not None and self.kind != "mlflow":
+            raise ValueError(f"uri is MLflow's (kind mlflow), not {self.kind}'s")
+        if (self.project, self.mode) != (None, None) and self.kind != "wandb":
+            raise ValueError(f"project and mode are W&B's (kind wandb), not {self.kind}'s")
+        return self
+
+    def resolved(self, study_dir: Path) -> Tracking | None:
+        """These settings with every default filled in for `study_dir` (a local store as an
+        absolute file URI); None for kind none."""
+        if self.kind == "none":
+            return None
+        if self.kind == "wandb":
+            update = {"project": self.project or study_dir.name, "mode": self.mode or "offline"}
+        else:
+            uri = self.uri or str(study_dir / MLFLOW_FOLDER)
+            if not uri.startswith(URI_SCHEMES):  # a folder: a file store
+                uri = Path(uri).resolve().as_uri()
+            update = {"uri": uri}
+        return self.model_copy(update=update)
+
+
+def installed(kind: str) -> bool:
+    """Whether the package of tracker `kind` ("mlflow", "wandb") is installed."""
+    return importlib.util.find_spec(kind) is not None
+
+
+def check_installed(kind: str) -> None:
+    """ValueError naming the extra to install where `kind`'s package is missing."""
+    if kind != "none" and not installed(kind):
+        raise ValueError(f"{kind} is not installed: pip install 'optbench[{kind}]'")
+
+
+def tracker_env(tracking: Tracking, study_dir: Path) -> dict[str, str]:
+    """The environment the tracker libraries read: no telemetry, W&B's folders in the study
+    folder (and offline unless `mode: online`; online keeps the user's login, in W&B's config)."""
+    wandb = study_dir.resolve() / WANDB_FOLDER
+    env = {
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+        "MLFLOW_ALLOW_FILE_STORE": "true",  # MLflow 3 keeps the file store in maintenance mode
+        "WANDB_SILENT": "true",
+        "WANDB_DISABLE_GIT": "true",
+        "WANDB_DISABLE_CODE": "true",
+        "WANDB_DIR": str(study_dir.resolve()),
+        "WANDB_CACHE_DIR": str(wandb / "cache"),
+        "WANDB_DATA_DIR": str(wandb / "data"),
+        "WANDB_ARTIFACT_DIR": str(wandb / "artifacts"),
+    }
+    if tracking.kind == "wandb" and tracking.mode == "offline":
+        env |= {"WANDB_MODE": "offline", "WANDB_CONFIG_DIR": str(wandb / "config")}
+    return env
+
+
+# --- the run file: which run a folder writes to, and how many epochs it holds ----------------
+
+
+def read_run_file(folder: Path, root: Path, tracking: Tracking) -> tuple[str | None, int]:
+    """(run id, epochs already logged) of `folder`'s run in this tracker; (None, 0) where
+    there is none, it is another tracker's, or the file is not ours (untrusted input)."""
+    try:
+        data = json.loads(safefs.read_bytes(folder / RUN_FILE, root, 1 << 16) or b"null")
+        entry = data[_where(tracking)]
+        run_id, logged = entry["run_id"], entry["logged"]
+    except (OSError, ValueError, KeyError, TypeError, safefs.UnsafePath):
+        return None, 0
+    if not (isinstance(run_id, str) and re.fullmatch(r"[A-Za-z0-9_-]{1,64}", run_id)):
+        return None, 0
+    return run_id, logged if type(logged) is int and logged >= 0 else 0
+
+
+def write_run_file(folder: Path, root: Path, tracking: Tracking, run_id: str, logged: int) -> None:
+    """Record `folder`'s run id and epochs logged (atomically, safefs)."""
+    text = json.dumps({_where(tracking): {"run_id": run_id, "logged": logged}})
+    safefs.write_text(folder / RUN_FILE, root, text + "\n")
+
+
+def _where(tracking: Tracking) -> str:
+    return f"{tracking.kind}:{tracking.uri or tracking.project}"
+
+
+def attach_report(tracking: Tracking | None, study_dir: Path, report_dir: Path) -> str | None:
+    """Attach the files of the report in `report_dir` to the study's report run (one per study,
+    its id in the study folder's RUN_FILE: a report drawn again replaces its files). None, or
+    the warning line of a tracker that failed (the report itself is written either way)."""
+    if tracking is None:
+        return None
+    try:
+        run_id, _ = read_run_file(study_dir, study_dir, tracking)
+        tags = {"study": study_dir.name, **{k: str(v) for k, v in provenance().items()}}
+        meta = {"name": "report", "group": "report", "job": "report", "tags": tags, "params": {}}
+        run = open_run(tracking, study_dir, run_id, meta)
+        write_run_file(study_dir, study_dir, tracking, run.run_id, 0)
+        files = [p for p in sorted(report_dir.rglob("*")) if p.is_file() and not p.is_symlink()]
+        run.attach(files, report_dir)
+        run.end("finished", {"status": "report"})
+    except Exception as err:  # noqa: BLE001 - the tracker's failure is never the report's
+        return f"optbench: {tracking.kind}: the report's files were not attached: {one_line(err)}"
+    return None
+
+
+def one_line(err: BaseException) -> str:
+    """An error as one short line: its type and the first line of its message."""
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0][:300] if text else ''}"
+
+
+# --- the backends ------------------------------------------------------------------------------
+
+
+def open_run(tracking: Tracking, study_dir: Path, run_id: str | None, meta: dict) -> TrackerRun:
+    """A tracker run: `run_id`'s continued, or a new one with `meta` (name, group, tags,
+    params). Imports the tracker library: call it off the training thread."""
+    for own in (MLFLOW_FOLDER, WANDB_FOLDER):  # a planted link would lead the tracker out
+        safefs.check(study_dir / own, study_dir)
+    os.environ.update(tracker_env(tracking, study_dir))
+    backend = MlflowRun if tracking.kind == "mlflow" else WandbRun
+    return backend(tracking, study_dir, run_id, meta)
+
+
+class TrackerRun:
+    """What both backends do: log epoch lines, attach files, end with a status."""
+
+    run_id: str
+
+    def log(self, lines: Iterable[dict]) -> None: ...
+
+    def attach(self, files: Iterable[Path], base: Path) -> None: ...
+
+    def end(self, status: str | None, summary: dict) -> None: ...
+
+
+def _numbers(line: dict) -> dict[str, float]:
+    return {k: v for k, v in line.items() if k != "epoch" and type(v) in (int, float)}
+
+
+class MlflowRun(TrackerRun):
+    """One MLflow run in the experiment named after the study (created once, under a lock)."""
+
+    def __init__(self, tracking: Tracking, study_dir: Path, run_id: str | None, meta: dict):
+        from mlflow.entities import Param
+        from mlflow.tracking import MlflowClient
+
+        self.client = MlflowClient(tracking_uri=tracking.uri)
+        if run_id is not None and self._exists(run_id):
+            self.run_id = run_id
+            self.client.update_run(run_id, status="RUNNING")
+            return
+        experiment = self._experiment(study_dir, tracking.uri)
+        tags = {**meta["tags"], "optbench.group": meta["group"], "optbench.job": meta["job"]}
+        run = self.client.create_run(experiment, run_name=meta["name"], tags=tags)
+        self.run_id = run.info.run_id
+        params = [Param(k, str(v)[:6000]) for k, v in meta["params"].items()]
+        for i in range(0, len(params), 100):  # MLflow takes up to 100 params per batch
+            self.client.log_batch(self.run_id, params=params[i : i + 100])
+
+    def _exists(self, run_id: str) -> bool:
+        from mlflow.exceptions import MlflowException
+
+        try:
+            return self.client.get_run(run_id).info.lifecycle_stage == "active"
+        except MlflowException:
+            return False
+
+    def _experiment(self, study_dir: Path, uri: str) -> str:
+        """The study's experiment id; workers that start together create it once (a lock file
+        in the study folder), a local store's artifacts in the study folder."""
+        name = study_dir.name
+        lock = safefs.open_rw(study_dir / LOCK_FILE, study_dir)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            found = self.client.get_experiment_by_name(name)
+            if found is not None:
+                return found.experiment_id
+            return self.client.create_experiment(name, artifact_location=_artifacts(study_dir, uri))
+        finally:
+            os.close(lock)  # and with it the lock
+
+    def log(self, lines: Iterable[dict]) -> None:
+        from mlflow.entities import Metric
+
+        metrics = [
+            Metric(k, float(v), 0, line["epoch"])
+            for line in lines
+            for k, v in _numbers(line).items()
+        ]
+        for i in range(0, len(metrics), 1000):  # MLflow's batch limit
+            self.client.log_batch(self.run_id, metrics=metrics[i : i + 1000])
+
+    def attach(self, files: Iterable[Path], base: Path) -> None:
+        for path in files:
+            folder = path.parent.relative_to(base).as_posix()
+            self.client.log_artifact(self.run_id, str(path), None if folder == "." else folder)
+
+    def end(self, status: str | None, summary: dict) -> None:
+        from mlflow.entities import RunTag
+
+        tags = [RunTag(f"optbench.{k}", str(v)[:5000]) for k, v in summary.items()]
+        self.client.log_batch(self.run_id, tags=tags)
+        self.client.set_terminated(self.run_id, STATUS[status])
+
+
+def _artifacts(study_dir: Path, uri: str) -> str | None:
+    """Where a new experiment keeps its artifacts: a file store's own default (inside it), a
+    SQLite store's in the study folder (MLflow's default is ./mlartifacts in the working
+    folder), a server's where the server says."""
+    if uri.startswith("sqlite:"):
+        return (study_dir.resolve() / ARTIFACT_FOLDER).as_uri()
+    return None
+
+
+class WandbRun(TrackerRun):
+    """One W&B run (offline: a folder of files under <study folder>/wandb, for `wandb sync`)."""
+
+    def __init__(self, tracking: Tracking, study_dir: Path, run_id: str | None, meta: dict):
+        import wandb
+
+        self.run = wandb.init(
+            project=tracking.project,
+            group=meta["group"],
+            job_type=meta["job"],
+            name=meta["name"],
+            id=run_id,
+            resume="allow",
+            reinit="create_new",  # a population's members: runs side by side in one process
+            config=meta["params"],
+            tags=[v for k, v in meta["tags"].items() if k in ("model", "optimizer")],
+            dir=str(study_dir.resolve()),
+            mode=tracking.mode,
+            settings=wandb.Settings(
+                console="off", x_disable_stats=True, x_disable_machine_info=True
+            ),
+        )
+        self.run_id = self.run.id
+        self.run.config.update({"optbench": meta["tags"]}, allow_val_change=True)
+
+    def log(self, lines: Iterable[dict]) -> None:
+        for line in lines:
+            self.run.log(_numbers(line), step=line["epoch"])
+
+    def attach(self, files: Iterable[Path], base: Path) -> None:
+        for path in files:
+            self.run.save(str(path), base_path=str(base), policy="now")
+
+    def end(self, status: str | None, summary: dict) -> None:
+        self.run.summary.update(summary)
+        self.run.finish(exit_code=0 if STATUS[status] == "FINISHED" else 1)

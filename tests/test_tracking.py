@@ -1,0 +1,356 @@
+"""Every trial in MLflow and W&B (optbench/tracking.py, train/tracking.py), read back from the
+trackers' own files: MLflow's file store through MlflowClient, W&B's offline run files through
+their records (wandb_records.py). One run per trial, its params and tags, every metrics.jsonl
+line as a step, no run or step twice after a resume or a rerun, and a failing tracker costs no
+trial. Nothing leaves the machine and nothing is written outside the study folder (HOME and
+TMPDIR are the test's own, and checked)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from cli_inprocess import ONE_MODEL_STUDY, run_cli, tiny_config
+from driver_process import ctrl_c_after_first_end, run_again, stoppable_study
+from services import needs_extra
+
+from optbench import tracking as tracking_mod
+from optbench.plan import plan
+from optbench.spec import parse_spec
+from optbench.tracking import RUN_FILE, Tracking, read_run_file, tracker_env
+from optbench.train import tracking as train_tracking
+from optbench.train.config import TrialResult
+from optbench.train.results import read_metrics, write_metrics
+from optbench.train.tracking import TrialTracker
+
+
+@pytest.fixture(autouse=True)
+def _own_home(tmp_path, monkeypatch) -> None:
+    needs_extra("mlflow", "mlflow", "mlflow")
+    needs_extra("wandb", "wandb", "wandb")
+    """A HOME and a TMPDIR of the test's own, to check that trackers write nothing there; W&B
+    and MLflow told nothing (optbench sets what they read, tracking.tracker_env)."""
+    for name in ("home", "tmp"):
+        (tmp_path / name).mkdir()
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    # what open_run sets in this process is undone after the test (setenv records it unset)
+    offline = Tracking(kind="wandb").resolved(tmp_path)
+    for name in [*tracker_env(offline, tmp_path), "MLFLOW_TRACKING_URI"]:
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+
+
+def _tracker_files(folder: Path) -> list[str]:
+    """Files below `folder` that a tracker wrote (by their or their folder's name). Not empty
+    folders: `import wandb` makes two (tmp*wandb-media, tmp*wandb-artifacts) in TMPDIR, removed
+    at exit, and timm imports wandb wherever it is installed (timm/utils/summary.py), so a
+    worker killed by its stop signal leaves them whatever optbench does."""
+    names = ("mlflow", "wandb", "mlruns")
+    return [
+        str(p)
+        for p in folder.rglob("*")
+        if p.is_file()
+        and any(t in part.lower() for part in p.relative_to(folder).parts for t in names)
+    ]
+
+
+def _client(study_dir: Path):
+    from mlflow.tracking import MlflowClient
+
+    # the reader's own settings (undone after the test, _own_home); a worker sets its own
+    os.environ |= {"MLFLOW_ALLOW_FILE_STORE": "true", "MLFLOW_DISABLE_TELEMETRY": "true"}
+
+    return MlflowClient(tracking_uri=(study_dir / "mlruns").resolve().as_uri())
+
+
+def _mlflow_runs(study_dir: Path) -> dict[str, object]:
+    """run name (the trial's key) -> its runs, of the experiment named after the study."""
+    client = _client(study_dir)
+    experiment = client.get_experiment_by_name(study_dir.name)
+    runs: dict[str, list] = {}
+    for run in client.search_runs([experiment.experiment_id]):
+        runs.setdefault(run.info.run_name, []).append(run)
+    return runs
+
+
+def _mlflow_steps(study_dir: Path, run_id: str, key: str) -> list[tuple[int, float]]:
+    return sorted((m.step, m.value) for m in _client(study_dir).get_metric_history(run_id, key))
+
+
+def _expected_steps(lines: list[dict]) -> dict[str, list[tuple[int, float]]]:
+    """metrics.jsonl as steps: each numeric key -> [(epoch, value), ...]."""
+    steps: dict[str, list] = {}
+    for line in lines:
+        for k, v in line.items():
+            if k != "epoch" and type(v) in (int, float):
+                steps.setdefault(k, []).append((line["epoch"], v))
+    return steps
+
+
+def _check_mlflow_study(spec) -> None:
+    """One finished run per trial, with its params, tags and metrics.jsonl as its steps."""
+    runs = _mlflow_runs(spec.study_dir)
+    trials = plan(spec)
+    assert sorted(runs) == sorted(t.key for t in trials)
+    for trial in trials:
+        [run] = runs[trial.key]  # one run, never two
+        tags, params = run.data.tags, run.data.params
+        assert (tags["cell"], tags["model"], tags["seed"]) == (trial.cell_id, trial.cell.model, "0")
+        assert tags["sample"] == str(trial.sample) and tags["study"] == spec.name
+        assert tags["optbench.status"] == "finished" and run.info.status == "FINISHED"
+        assert float(params["lr"]) == trial.lr and float(params["wd"]) == trial.wd
+        assert float(params["recipe.warmup_epochs"]) == 0 and params["model"] == trial.cell.model
+        result = json.loads((trial.out_dir / "result.json").read_text())
+        assert tags["code_fingerprint"] == result["provenance"]["code_fingerprint"]
+        assert result["execution"]["tracking"]["kind"] == "mlflow"
+        expected = _expected_steps(read_metrics(trial.out_dir))
+        assert "ema_top1" in expected and "input_wait" in expected
+        for key, steps in expected.items():
+            assert _mlflow_steps(spec.study_dir, run.info.run_id, key) == steps, key
+        assert read_run_file(trial.out_dir, spec.study_dir, trial.execution.tracking)[0] == (
+            run.info.run_id
+        )
+
+
+# --- the settings -----------------------------------------------------------------------------
+
+
+def test_tracking_is_an_execution_setting_never_part_of_a_cell_id(tiny_dict):
+    plain = parse_spec(tiny_dict)
+    tracked = parse_spec({**tiny_dict, "tracking": {"kind": "mlflow"}})
+    assert [t.key for t in plan(plain)] == [t.key for t in plan(tracked)]
+    assert plan(plain)[0].execution.tracking is None
+    resolved = plan(tracked)[0].execution.tracking
+    assert resolved.uri == (tracked.study_dir / "mlruns").resolve().as_uri()
+    wandb_spec = parse_spec({**tiny_dict, "tracking": {"kind": "wandb"}})
+    assert plan(wandb_spec)[0].execution.tracking.model_dump() == {
+        "kind": "wandb", "uri": None, "project": "tiny", "mode": "offline"
+    }  # fmt: skip
+
+
+def test_a_tracker_that_is_not_installed_is_refused_with_its_extra(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(tracking_mod, "installed", lambda kind: False)
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump({**ONE_MODEL_STUDY, "output": "results"}))
+    code, _, err = run_cli(
+        ["run", str(study), "--set", "tracking.kind=mlflow"], tmp_path, monkeypatch, capsys
+    )
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "tracking" in err and "pip install 'optbench[mlflow]'" in err
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_run_file_that_is_not_ours_is_no_run(tmp_path):
+    target = Tracking(kind="mlflow").resolved(tmp_path)
+    for text in (
+        "not json",
+        '{"x": 1}',
+        json.dumps({f"mlflow:{target.uri}": {"run_id": "../x", "logged": 3}}),
+    ):
+        (tmp_path / RUN_FILE).write_text(text)
+        assert read_run_file(tmp_path, tmp_path, target) == (None, 0)
+
+
+# --- the tracker thread, on metrics.jsonl files (no training) -----------------------------------
+
+
+def _trial_folder(study_dir: Path) -> Path:
+    out = study_dir / "trials" / "cellid-1234" / "s003-seed0"
+    out.mkdir(parents=True)
+    return out
+
+
+def _line(epoch: int) -> dict:
+    return {
+        "epoch": epoch,
+        "lr": 0.1 / epoch,
+        "train_loss": 2.0 - epoch / 10,
+        "ema_top1": 90.0 - epoch,
+        "input_wait": None,
+    }
+
+
+def _tracked(cfg, out: Path, study: Path, target, lines: list[dict], result) -> None:
+    """A trial that writes `lines` to metrics.jsonl, telling its tracker at each, then ends."""
+    tracker = TrialTracker(cfg, out, study, target)
+    for n in range(1, len(lines) + 1):
+        write_metrics(out, lines[:n], study)
+        tracker.epoch_ended()
+    tracker.end(result)
+
+
+@pytest.mark.parametrize("kind", ["mlflow", "wandb"])
+def test_a_resumed_trial_continues_its_run_and_logs_each_epoch_once(
+    kind, tmp_path, capfd, monkeypatch
+):
+    # a stopped worker exits; this process goes on instead: let the first session end first
+    monkeypatch.setattr(train_tracking, "STOP_WAIT_S", 600.0)
+    study = tmp_path / "study"
+    out = _trial_folder(study)
+    target = Tracking(kind=kind).resolved(study)
+    cfg = tiny_config(epochs=3)
+    lines = [_line(e) for e in (1, 2, 3)]
+    _tracked(cfg, out, study, target, lines[:2], None)  # stopped after 2 epochs
+    first_id = read_run_file(out, study, target)[0]
+    done = TrialResult(status="finished", final_error=87.0, epochs=3, config=cfg, epochs_run=3)
+    _tracked(cfg, out, study, target, lines, done)  # resumed: the file holds 1..3 again
+    assert read_run_file(out, study, target) == (first_id, 3)
+    expected = _expected_steps(lines)
+    assert "input_wait" not in expected  # None is no number: not logged
+    if kind == "mlflow":
+        [[run]] = _mlflow_runs(study).values()
+        assert run.info.run_id == first_id and run.info.run_name == "cellid-1234/s003-seed0"
+        assert run.data.tags["sample"] == "3" and run.data.tags["optbench.status"] == "finished"
+        assert run.data.tags["optbench.final_error"] == "87.0" and run.info.status == "FINISHED"
+        for key, steps in expected.items():
+            assert _mlflow_steps(study, first_id, key) == steps
+    else:
+        import wandb
+        from wandb_records import offline_runs, read_run
+
+        wandb.teardown()  # finish() returns before W&B's service has written all; it ends now
+        runs = offline_runs(study)
+        assert list(runs) == [first_id] and len(runs[first_id]) == 2  # one run, two sessions
+        got = read_run(runs[first_id])
+        assert (got["project"], got["group"], got["job_type"]) == ("study", "cellid-1234", "trial")
+        assert got["config"]["lr"] == cfg.lr and got["config"]["optbench"]["sample"] == "3"
+        steps = [step for step, _ in got["history"]]
+        assert steps == [1, 2, 3]  # each epoch once, across both sessions
+        for key, want in expected.items():
+            assert [(s, row[key]) for s, row in got["history"]] == want
+        assert got["summary"]["status"] == "finished" and got["exits"] == [1, 0]
+    assert capfd.readouterr().err == ""  # no warning
+    assert not _tracker_files(tmp_path / "home") and not _tracker_files(tmp_path / "tmp")
+
+
+def _broken_store(tmp_path: Path) -> tuple[Path, Path, Tracking]:
+    """(study folder, trial folder, MLflow settings) of a store that cannot be made: its folder
+    would be below a regular file."""
+    study = tmp_path / "study"
+    (tmp_path / "a-file").write_text("not a folder")
+    target = Tracking(kind="mlflow", uri=str(tmp_path / "a-file" / "store")).resolved(study)
+    return study, _trial_folder(study), target
+
+
+def test_a_failing_tracker_costs_one_warning_line_and_nothing_else(tmp_path, capfd):
+    study, out, target = _broken_store(tmp_path)
+    cfg = tiny_config(epochs=2)
+    done = TrialResult(status="finished", final_error=87.0, epochs=2, config=cfg, epochs_run=2)
+    _tracked(cfg, out, study, target, [_line(1), _line(2)], done)
+    err = capfd.readouterr().err.strip().splitlines()
+    assert (
+        len(err) == 1 and err[0].startswith("optbench: mlflow tracking of ") and str(out) in err[0]
+    )
+    assert len(read_metrics(out)) == 2  # the trial's own files as they were
+
+
+# --- whole studies ------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_mlflow_ctrl_c_resume_rerun_and_report_give_one_run_per_trial(tmp_path, one_model):
+    one_model["tracking"] = {"kind": "mlflow"}
+    one_model["output"] = str(tmp_path / "results")
+    study, spec = stoppable_study(one_model, tmp_path)  # 2 trials of 2 epochs, one worker
+    proc = ctrl_c_after_first_end(study, tmp_path)
+    assert proc.returncode == 130, proc.stderr
+    assert len(_mlflow_runs(spec.study_dir)) >= 1
+    resumed = run_again(study, tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "tracking" not in resumed.stderr  # no warning
+    _check_mlflow_study(spec)
+    again = run_again(study, tmp_path)  # nothing to run: nothing logged
+    assert again.returncode == 0 and "nothing to run" in again.stdout
+    _check_mlflow_study(spec)
+    report = subprocess.run(
+        [sys.executable, "-m", "optbench", "report", str(study), "--peak"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert report.returncode == 0 and report.stderr == "", report.stderr
+    [report_run] = _mlflow_runs(spec.study_dir)["report"]
+    attached = {a.path for a in _client(spec.study_dir).list_artifacts(report_run.info.run_id)}
+    assert {"index.html", "summary.json", "trials.csv"} <= attached
+    assert not _tracker_files(tmp_path / "home") and not _tracker_files(tmp_path / "tmp")
+    outside = {p.name for p in tmp_path.iterdir()} - {
+        "results",
+        "reports",
+        "study.yaml",
+        "home",
+        "tmp",
+    }
+    assert not outside
+
+
+@pytest.mark.slow
+def test_wandb_offline_population_gives_one_run_per_member_and_a_rerun_none(
+    tmp_path, one_model, monkeypatch, capsys
+):
+    one_model["tracking"] = {"kind": "wandb"}
+    one_model["epochs"] = 2
+    one_model["search"]["n_samples"] = 2
+    one_model["executor"] = {"workers": 1, "population": 2}
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump(one_model))
+    spec = parse_spec(one_model)
+    code, _, err = run_cli(["run", str(study)], tmp_path, monkeypatch, capsys)
+    assert code == 0, err
+    from wandb_records import offline_runs, read_run
+
+    runs = offline_runs(spec.study_dir)
+    trials = plan(spec)
+    assert len(runs) == len(trials) == 2
+    for trial in trials:
+        run_id, logged = read_run_file(trial.out_dir, spec.study_dir, trial.execution.tracking)
+        got = read_run(runs[run_id])
+        assert got["name"] == trial.key and got["group"] == trial.cell_id and logged == 2
+        assert got["config"]["lr"] == trial.lr and got["summary"]["status"] == "finished"
+        expected = _expected_steps(read_metrics(trial.out_dir))
+        for key, want in expected.items():
+            assert [(s, row[key]) for s, row in got["history"] if key in row] == want, key
+    code, out, _ = run_cli(["run", str(study)], tmp_path, monkeypatch, capsys)
+    assert code == 0 and "nothing to run" in out
+    assert {k: len(v) for k, v in offline_runs(spec.study_dir).items()} == {k: 1 for k in runs}
+    assert not _tracker_files(tmp_path / "home") and not _tracker_files(tmp_path / "tmp")
+
+
+@pytest.mark.slow
+def test_a_trial_whose_tracker_fails_finishes_with_one_warning_line(tmp_path, capfd):
+    from optbench.train.config import Execution
+    from optbench.train.loop import run_trial
+
+    study, out, broken = _broken_store(tmp_path)
+    cfg = tiny_config(epochs=1)
+    result = run_trial(cfg, out, execution=Execution(tracking=broken), root=study, workers=1)
+    assert result.status == "finished" and (out / "result.json").exists()
+    err = capfd.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("optbench: mlflow tracking of "), err
+
+
+@pytest.mark.slow
+def test_wandb_ctrl_c_and_resume_continue_each_trials_run(tmp_path, one_model):
+    one_model["tracking"] = {"kind": "wandb"}
+    one_model["output"] = str(tmp_path / "results")
+    study, spec = stoppable_study(one_model, tmp_path)  # 2 trials of 2 epochs, one worker
+    assert ctrl_c_after_first_end(study, tmp_path).returncode == 130
+    resumed = run_again(study, tmp_path)
+    assert resumed.returncode == 0 and "tracking" not in resumed.stderr, resumed.stderr
+    from wandb_records import offline_runs, read_run
+
+    runs = offline_runs(spec.study_dir)
+    assert len(runs) == 2  # one run per trial, however many sessions it took
+    for trial in plan(spec):
+        run_id, _ = read_run_file(trial.out_dir, spec.study_dir, trial.execution.tracking)
+        got = read_run(runs[run_id])
+        assert [step for step, _ in got["history"]] == [1, 2]  # each epoch once
+        want = _expected_steps(read_metrics(trial.out_dir))["ema_top1"]
+        assert [(s, row["ema_top1"]) for s, row in got["history"]] == want
+        assert got["summary"]["status"] == "finished" and got["exits"][-1] == 0
