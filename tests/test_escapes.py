@@ -300,7 +300,7 @@ def test_a_crafted_metrics_line_is_refused_by_both_readers(tmp_path, name):
 def test_no_csv_cell_starts_a_formula(tmp_path):
     import pandas as pd
 
-    from optbench.analysis.report import csv_cell, write_trials
+    from optbench.analysis.trials_file import csv_cell, write_trials
 
     frame = pd.DataFrame(
         {

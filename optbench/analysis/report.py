@@ -16,7 +16,6 @@ file renamed into place, so a link planted meanwhile is replaced, never written 
 from __future__ import annotations
 
 import base64
-import importlib.util
 import io
 import json
 from collections.abc import Callable, Sequence
@@ -29,7 +28,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from optbench import safefs
-from optbench.analysis import claims, claims_page, figures, plots, tables
+from optbench.analysis import claims, claims_page, figures, plots, tables, trials_file
 from optbench.analysis.edf import MIN_EDF_SAMPLES
 from optbench.analysis.page import Section, render_html
 from optbench.analysis.stats import N_BOOT
@@ -61,18 +60,6 @@ DEFAULT_FORMATS: tuple[str, ...] = ("png", "svg")
 # Vector figures keep their text as text, editable in Inkscape or Illustrator for a paper: SVG
 # <text> elements instead of glyph paths, and TrueType (Type 42) fonts embedded in the PDF.
 EDITABLE_TEXT = {"svg.fonttype": "none", "pdf.fonttype": 42}
-CSV_FIRST_COLUMNS = [
-    "model",
-    "optimizer",
-    "epochs",
-    "lr",
-    "wd",
-    "seed",
-    "status",
-    "final_error",
-    "best_error",
-    tables.PYCLS_BEST,
-]
 
 
 # --- ordering ------------------------------------------------------------------------------
@@ -331,40 +318,6 @@ def _curves_section(trials: pd.DataFrame, colors: dict[str, str], metric: str) -
 # --- files ----------------------------------------------------------------------------------
 
 
-FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # what makes a spreadsheet cell a formula
-
-
-def csv_cell(value):
-    """A cell a spreadsheet shows as text: a string that would start a formula gets a leading
-    ' (OWASP's advice against CSV injection); numbers, and strings that are numbers, stay."""
-    if not isinstance(value, str) or not value.startswith(FORMULA_STARTS):
-        return value
-    try:
-        float(value)
-        return value  # "-1.5" is a number, not a formula
-    except ValueError:
-        return "'" + value
-
-
-def write_trials(trials: pd.DataFrame, out_dir: Path, root: Path | None = None) -> list[str]:
-    """trials.csv (no per-epoch metrics, but pycls_best computed from them; no cell can start a
-    formula), and trials.parquet when pyarrow is installed; through safefs below `root`
-    (default: `out_dir` itself)."""
-    root = out_dir if root is None else root
-    trials = tables.with_pycls_best(trials)
-    first = [c for c in CSV_FIRST_COLUMNS if c in trials.columns]
-    rest = [c for c in trials.columns if c not in first and c != "metrics"]
-    table = trials[first + rest].map(csv_cell)
-    with safefs.atomic_open(out_dir / "trials.csv", root, "wb") as f:
-        table.to_csv(f, index=False, encoding="utf-8")  # as pandas writes a path
-    written = ["trials.csv"]
-    if importlib.util.find_spec("pyarrow") is not None:
-        with safefs.atomic_open(out_dir / "trials.parquet", root, "wb") as f:
-            trials.to_parquet(f, index=False)
-        written.append("trials.parquet")
-    return written
-
-
 def _save(fig: Figure, out_dir: Path, name: str, formats: Sequence[str], root: Path) -> str:
     """Save the figure in each of `formats` (through safefs below `root`: matplotlib writes
     into the temporary file's handle); return its PNG as base64 for the page (drawn whether or
@@ -506,7 +459,7 @@ def write_report(
         for section in sections
         for name, fig in section.figures
     }
-    write_trials(trials, out_dir, root)
+    trials_file.write_trials(trials, out_dir, root)
     text = json.dumps(summary, indent=2, allow_nan=False) + "\n"
     safefs.write_text(out_dir / "summary.json", root, text)
     safefs.write_text(out_dir / "index.html", root, render_html(spec, summary, sections, images))
