@@ -102,6 +102,7 @@ def test_params_equal_the_sum_of_parameter_sizes(name):
 
 
 @pytest.mark.parametrize("gf", [1, 4, 18, 36, 72])
+@pytest.mark.slow
 def test_vit_pairs_have_the_flops_their_names_say_and_match_each_other(gf):
     """The paper names models by GF (1e9 multiply-adds); ViT_C's stem + one block fewer keeps
     flops within a few percent of ViT_P."""

@@ -19,6 +19,7 @@ from optbench.train.measure import _run_steps
 from optbench.train.stepper import SoloStepper
 
 
+@pytest.mark.slow
 def test_the_step_budget_runs_exactly_the_steps_asked_across_epoch_ends(tmp_path):
     """The timed steps are the trainer's own (epoch.run_epoch over a SoloStepper), as many as
     asked: a run of 15 steps on 11 steps per epoch ends 4 steps into the second epoch."""

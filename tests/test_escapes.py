@@ -138,6 +138,7 @@ class LinkingExecutor(WritingExecutor):
         return [JobEvent(job.key, "ended")]
 
 
+@pytest.mark.slow
 def test_a_trial_folder_linked_while_running_fails_that_trial_in_one_line(one_model, tmp_path):
     one_model["executor"] = {"retries": 0}
     spec = parse_spec(one_model)
@@ -330,6 +331,7 @@ def test_no_csv_cell_starts_a_formula(tmp_path):
 MARKUP = "[/] [red]x[/red] :smile:"  # a MarkupError, a style and an emoji, were they markup
 
 
+@pytest.mark.slow
 def test_a_recorded_device_name_of_markup_is_shown_as_text(
     one_model, tmp_path, monkeypatch, capsys
 ):

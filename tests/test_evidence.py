@@ -71,6 +71,7 @@ def test_dkw_band_contains_the_true_cdf_everywhere_in_95_percent_of_samples():
     assert inside / 200 >= 0.95
 
 
+@pytest.mark.slow
 def test_bootstrap_sup_band_covers_the_whole_true_cdf_about_95_percent_of_the_time():
     rng = np.random.default_rng(3)
     xs = scipy_stats.norm.ppf(np.linspace(0.05, 0.95, 37))  # the curve between its tails

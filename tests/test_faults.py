@@ -105,6 +105,7 @@ def _number(text: str):
 
 
 @pytest.mark.parametrize("bad", sorted(BAD_RESULTS))
+@pytest.mark.slow
 def test_an_invalid_result_file_is_a_failed_attempt_with_its_reason(one_model, bad):
     spec = parse_spec(one_model)
     trial = plan(spec)[0]
@@ -118,6 +119,7 @@ def test_an_invalid_result_file_is_a_failed_attempt_with_its_reason(one_model, b
 
 
 @pytest.mark.parametrize("bad", ["garbage", "wrong type", "symlink"])
+@pytest.mark.slow
 def test_an_invalid_result_left_on_disk_is_recorded_as_failed_and_retried_in_the_same_run(
     one_model, bad, tmp_path
 ):
@@ -521,6 +523,7 @@ CHECKPOINT_FAULTS = [
 
 
 @pytest.mark.parametrize("kind", CHECKPOINT_FAULTS)
+@pytest.mark.slow
 def test_train_resume_refuses_a_bad_checkpoint_in_one_line_and_keeps_it(
     kind, tmp_path, monkeypatch, capsys
 ):
@@ -590,6 +593,7 @@ MISFITS = [
 
 
 @pytest.mark.parametrize("kind", MISFITS)
+@pytest.mark.slow
 def test_train_resume_refuses_a_checkpoint_that_does_not_fit_in_one_line(
     kind, trained_state, tmp_path, monkeypatch, capsys
 ):
@@ -604,6 +608,7 @@ def test_train_resume_refuses_a_checkpoint_that_does_not_fit_in_one_line(
     assert _tree(tmp_path) == before  # kept, and nothing written
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", MISFITS)
 def test_a_worker_fails_the_attempt_on_a_checkpoint_that_does_not_fit_and_keeps_it(
     kind, trained_state, tmp_path
@@ -794,6 +799,7 @@ def test_a_new_driver_waits_for_the_workers_of_a_dead_one(one_model):
     assert started == [0]  # nothing was submitted before the orphan had exited
 
 
+@pytest.mark.slow
 def test_a_new_driver_gives_up_on_workers_that_do_not_exit(one_model, monkeypatch):
     import optbench.locks as locks
     from optbench.errors import UsageError
@@ -1075,6 +1081,7 @@ class FailingExecutor(WritingExecutor):
         return [JobEvent(job.key, "ended")]
 
 
+@pytest.mark.slow
 def test_a_failure_that_repeats_itself_is_not_retried_again(one_model, tmp_path):
     one_model["executor"] = {"retries": 5}
     spec = parse_spec(one_model)
@@ -1099,6 +1106,7 @@ class LosingExecutor(FailingExecutor):
         return [JobEvent(self.queue.pop(0).key, "lost", next(self.messages))]
 
 
+@pytest.mark.slow
 def test_a_job_lost_the_same_way_twice_is_still_retried(one_model):
     # the cause (a stall, a preemption, a dead node) may not be the trial's: the limit decides
     one_model["executor"] = {"retries": 2}
@@ -1110,6 +1118,7 @@ def test_a_job_lost_the_same_way_twice_is_still_retried(one_model):
     assert attempts == [("failed", same)] * 3  # the first try and both retries
 
 
+@pytest.mark.slow
 def test_failures_that_differ_are_retried_up_to_the_limit(one_model):
     one_model["executor"] = {"retries": 2}
     spec = parse_spec(one_model)
@@ -1119,6 +1128,7 @@ def test_failures_that_differ_are_retried_up_to_the_limit(one_model):
     assert [m for _, m in attempts] == ["RuntimeError: 0", "RuntimeError: 1", "RuntimeError: 2"]
 
 
+@pytest.mark.slow
 def test_run_exits_1_after_failed_trials_saying_how_many_and_where_the_logs_are(
     one_model, tmp_path, monkeypatch, capsys
 ):

@@ -139,6 +139,7 @@ def test_epoch_axes_have_whole_numbers():
         assert ticks and all(float(t).is_integer() for t in ticks)
 
 
+@pytest.mark.slow
 def test_every_figure_is_a_function_of_a_trials_frame():
     trials = synthetic_trials(MODELS, ["adamw", "sgd"], [5, 10], 4, seed=3)
     plain = trials.drop(columns="metrics")
@@ -215,6 +216,7 @@ def test_the_scatters_tick_labels_never_overlap_over_many_decades():
         assert all(a.x1 < b.x0 for a, b in itertools.pairwise(boxes)), [b.x0 for b in boxes]
 
 
+@pytest.mark.slow
 def test_the_scatter_reads_at_page_width_with_labelled_ticks_and_its_best_values_inside():
     trials = synthetic_trials(MODELS, ["adamw", "sgd"], [5], 12, seed=3)
     fig = figures.scatter_figure(trials, n_boot=20)

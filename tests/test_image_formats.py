@@ -107,6 +107,7 @@ def test_a_folder_of_every_format_trains_in_both_pipelines(tmp_path, pipeline):
 
 @pytest.mark.parametrize("pipeline", ["pil", "tensor"])
 @pytest.mark.parametrize("what", ["empty", "garbage"])
+@pytest.mark.slow
 def test_a_file_neither_decoder_reads_fails_its_trial_naming_it(tmp_path, pipeline, what):
     # before: an empty file gave "ValueError: both buffer length (0) and count (-1) must not be
     # 0" in the tensor pipeline, raised outside its error guard, the file not named (the
@@ -119,6 +120,7 @@ def test_a_file_neither_decoder_reads_fails_its_trial_naming_it(tmp_path, pipeli
     assert line.startswith(f"{bad}: not a readable image (") and "\n" not in line
 
 
+@pytest.mark.slow
 def test_a_jpeg_torchvision_cannot_decode_is_read_by_pil_or_named(tmp_path, monkeypatch):
     # the per-file fallback: torchvision's decoder refusing a JPEG hands it to PIL (same pixels
     # where PIL reads it); a JPEG neither reads fails naming the file

@@ -12,6 +12,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parent.parent / "optbench"
 
 
@@ -95,6 +97,7 @@ def test_the_spec_is_data():
     }
 
 
+@pytest.mark.slow
 def test_the_trainer_does_not_import_the_study_schema():
     # A trial's recipe and dataset settings are recipe.py's: the trainer knows no study.
     graph = import_graph()

@@ -116,6 +116,7 @@ def test_tensor_batches_follow_epoch_order_and_replay_any_position(tmp_path):
     assert sum(len(y) for _, y in one.val()) == 12
 
 
+@pytest.mark.slow
 def test_prepared_batches_are_the_same_for_any_number_of_workers():
     data = load_digits(Dataset(name="digits", img_size=16))
     recipe = Recipe(preset="paper")
@@ -149,6 +150,7 @@ def unreadable_line(root: Path, pipeline: str) -> str:
 
 
 @pytest.mark.parametrize("pipeline", ["pil", "tensor"])
+@pytest.mark.slow
 def test_a_corrupt_jpeg_fails_the_trial_naming_the_file(tmp_path, pipeline):
     make_jpeg_folders(tmp_path / "data")
     bad = tmp_path / "data" / "train" / "b" / "3.jpg"
@@ -266,6 +268,7 @@ def test_tensor_pipeline_trial_is_reproducible_and_resumes_mid_epoch_exactly(tmp
     assert 0 <= whole.input_wait <= 1 and whole.images_per_s > 0
 
 
+@pytest.mark.slow
 def test_the_pipeline_is_recorded_outside_the_config_and_not_part_of_a_cell_id(tmp_path):
     base = {
         "name": "s",

@@ -55,6 +55,7 @@ def test_the_zoo_lists_every_model_the_issue_names():
 
 
 @pytest.mark.parametrize("name", ZOO)
+@pytest.mark.slow
 def test_every_model_maps_its_default_input_to_its_classes(name):
     d = model_defaults(name)
     model = build_meta(name)

@@ -117,6 +117,7 @@ def test_population_optimizer_steps_each_row_as_torch_optim_steps_it_alone(opt, 
 # --- one batched forward per step ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_model_runs_once_per_step_for_the_whole_population(tmp_path, monkeypatch):
     calls = {"train": 0, "eval": 0}
     build_parts = population.build_parts

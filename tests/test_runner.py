@@ -152,6 +152,7 @@ def _earlier_notes(cli, *args: str) -> list[str]:
     return [line for line in out.splitlines() if "earlier cell" in line]
 
 
+@pytest.mark.slow
 def test_status_counts_the_trials_of_earlier_cells_in_one_line(earlier_cells, cli):
     # Trials under cells the study no longer plans are not shown, but said to be there.
     spec, changed = earlier_cells

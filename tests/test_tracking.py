@@ -186,6 +186,7 @@ def _tracked(cfg, out: Path, study: Path, target, lines: list[dict], result) -> 
 
 
 @pytest.mark.parametrize("kind", ["mlflow", "wandb"])
+@pytest.mark.slow
 def test_a_resumed_trial_continues_its_run_and_logs_each_epoch_once(
     kind, tmp_path, capfd, monkeypatch
 ):
@@ -238,6 +239,7 @@ def _broken_store(tmp_path: Path) -> tuple[Path, Path, Tracking]:
     return study, _trial_folder(study), target
 
 
+@pytest.mark.slow
 def test_a_failing_tracker_costs_one_warning_line_and_nothing_else(tmp_path, capfd):
     study, out, target = _broken_store(tmp_path)
     cfg = tiny_config(epochs=2)

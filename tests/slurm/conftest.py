@@ -4,6 +4,7 @@ where OPTBENCH_TEST_REQUIRE names slurm, as in CI)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -30,7 +31,8 @@ def _query(*args: str) -> str | None:
     return proc.stdout.strip() if proc.returncode == 0 else None
 
 
-def _find_cluster() -> Cluster | None:
+@functools.cache  # asked once per process, and only by a test that needs the cluster
+def _cluster() -> Cluster | None:
     if shutil.which("sinfo") is None or shutil.which("sbatch") is None:
         return None
     nodes = _query("sinfo", "-h", "-o", "%t|%G")
@@ -45,12 +47,9 @@ def _find_cluster() -> Cluster | None:
     return Cluster(max_array_size=max_array_size(), gpus=gpus)
 
 
-_CLUSTER = _find_cluster()
-
-
 @pytest.fixture(autouse=True)
 def _needs_slurm(request: pytest.FixtureRequest) -> None:
-    if request.node.get_closest_marker("slurm") and _CLUSTER is None:
+    if request.node.get_closest_marker("slurm") and _cluster() is None:
         skip_or_fail(
             "slurm",
             "no SLURM cluster reachable (sinfo); `bash scripts/slurm-local.sh start` makes one",
@@ -59,9 +58,10 @@ def _needs_slurm(request: pytest.FixtureRequest) -> None:
 
 @pytest.fixture
 def slurm_cluster() -> Cluster:
-    if _CLUSTER is None:
+    cluster = _cluster()
+    if cluster is None:
         skip_or_fail("slurm", "no SLURM cluster reachable (sinfo)")
-    return _CLUSTER
+    return cluster
 
 
 class Daemons:
