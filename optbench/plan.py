@@ -10,7 +10,8 @@ group one job (`jobs`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from optbench.executors.base import Job, PopulationJob, TrialJob
@@ -106,16 +107,19 @@ def populations(trials: list[Trial], size: int) -> list[list[Trial]]:
     ]
 
 
-def jobs(trials: list[Trial], pending: set[str], population: int) -> list[Job]:
-    """The jobs that run the `pending` trials (keys): one per trial, or with `population` > 1
-    one per group of `populations` holding a pending trial (the group's other members are done:
-    the population trains them frozen and leaves their results untouched)."""
+def jobs(trials: list[Trial], pending: Mapping[str, int], population: int) -> list[Job]:
+    """The jobs that run the `pending` trials (key -> the store's attempt each one runs, which
+    its result records): one per trial, or with `population` > 1 one per group of
+    `populations` holding a pending trial (the group's other members are done: the population
+    trains them frozen and leaves their results untouched)."""
+
+    def job(t: Trial) -> TrialJob:
+        return replace(t.job, attempt=pending[t.key]) if t.key in pending else t.job
+
     if population == 1:
-        return [t.job for t in trials if t.key in pending]
+        return [job(t) for t in trials if t.key in pending]
     out: list[Job] = []
     for group in populations(trials, population):
         if any(t.key in pending for t in group):
-            out.append(
-                group[0].job if len(group) == 1 else PopulationJob(tuple(t.job for t in group))
-            )
+            out.append(job(group[0]) if len(group) == 1 else PopulationJob(tuple(map(job, group))))
     return out

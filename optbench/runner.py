@@ -70,33 +70,40 @@ def _read_files(item: StoredTrial) -> tuple[TrialResult | None, list[dict]]:
 def _failed(item: StoredTrial, why: str) -> TrialResult:
     config = item.trial.config
     return TrialResult(
-        status="failed", epochs=config.epochs, config=config, message=why, origin="driver"
+        status="failed",
+        epochs=config.epochs,
+        config=config,
+        message=why,
+        origin="driver",
+        attempt=item.attempts,
     )
 
 
-def _written_during(item: StoredTrial) -> bool:
-    """Whether the trial's result file was written after its latest attempt began."""
-    started = item.record.datetime_start  # optuna's: naive local time, like the file's mtime
-    try:
-        found = safefs.stat(item.trial.out_dir / RESULT_FILE, item.trial.job.root)
-    except safefs.UnsafePath:
-        return True  # its folder is a link now: this attempt fails, saying so
-    return started is None or found is None or found.st_mtime >= started.timestamp()
+def _this_attempts(result: TrialResult, item: StoredTrial) -> bool:
+    """Whether `result` (of the trial's config) is its latest attempt's, as the result says. A
+    result written before results recorded their attempt: a failed one is an earlier attempt's
+    crash (a failed attempt's file was left in its folder then), any other the latest's."""
+    if result.attempt is None:
+        return result.status != "failed"
+    return result.attempt == item.attempts
+
+
+def _clear_folder(item: StoredTrial) -> None:
+    """Remove the trial's result file before its next attempt exists (store.prepare's
+    `before_attempt`): a file found while that attempt runs is then its own, even one too
+    broken to say so (an invalid result file)."""
+    safefs.remove(item.trial.out_dir / RESULT_FILE, item.trial.job.root)
 
 
 def _record_from_disk(store: Store, item: StoredTrial) -> bool:
-    """Record a result file a worker already wrote for this attempt, if there is one. An
-    invalid one is recorded as a failed attempt with its reason (and retried as one)."""
+    """Record the result file a worker wrote for the trial's latest attempt, if there is one.
+    An invalid one is recorded as a failed attempt with its reason (and retried as one)."""
     try:
         result, metrics = _read_files(item)
-    except InvalidResultFile as err:
-        if not _written_during(item):
-            return False  # an earlier attempt's, already recorded: removed before this one runs
+    except InvalidResultFile as err:  # its folder was cleared before this attempt began
         return store.record(item, _failed(item, str(err)), [])
-    if result is None or result.config != item.trial.config:
+    if result is None or result.config != item.trial.config or not _this_attempts(result, item):
         return False
-    if result.status == "failed":
-        return False  # a crash of an earlier attempt: this attempt runs again
     return store.record(item, result, metrics)
 
 
@@ -172,7 +179,8 @@ def run_study(
             console.print(progress.table(f"{spec.name}: nothing to run"))
             return progress
         log = EventLog(progress, console)
-        jobs = plan_jobs(trials, set(todo), spec.executor.population)
+        attempts = {key: item.attempts for key, item in todo.items()}
+        jobs = plan_jobs(trials, attempts, spec.executor.population)
         _submit(executor, jobs, todo, log, spec.executor.retries, console)
         if detach and executor.jobs_outlive_driver:
             executor.close(cancel=False)
@@ -222,7 +230,7 @@ def _prepare(
             return False
         return True
 
-    stored = store.prepare(trials, retries=retries, retry=retry)
+    stored = store.prepare(trials, retries=retries, retry=retry, before_attempt=_clear_folder)
     for item in held:
         console.print(
             f"not retried: {item.trial.key} failed twice the same way: "
@@ -290,8 +298,9 @@ def _submit(
     console: Console,
 ) -> None:
     """Hand the jobs of the pending trials (plan.jobs) to the executor, each pending trial's
-    folder cleared of a failed attempt's result file first (else it would be read as this
-    attempt's); a population's members that are done keep theirs."""
+    folder cleared first of a result file that catching up did not record (another
+    configuration's, or written before results recorded their attempt); a population's members
+    that are done keep theirs."""
     for item in todo.values():
         if item.attempts > 1:
             log.retried(item, retries)
@@ -420,6 +429,8 @@ def _record_end(store: Store, item: StoredTrial, lost_message: str | None) -> No
         result, metrics = _read_files(item)
     except InvalidResultFile as err:
         result, metrics, lost_message = None, [], str(err)
+    if result is not None and result.attempt not in (None, item.attempts):
+        result, metrics = None, []  # an earlier attempt's: this one wrote none
     if result is None or result.config != config:
         why = lost_message or (
             f"no {RESULT_FILE} written in {out_dir}"

@@ -192,10 +192,12 @@ class Store:
         trials: list[Trial],
         retries: int,
         retry: Callable[[StoredTrial], bool] = lambda item: True,
+        before_attempt: Callable[[StoredTrial], None] = lambda item: None,
     ) -> list[StoredTrial]:
         """Create the optuna trials for planned trials that have none yet, and a new attempt for
-        failed ones with attempts left that `retry` (the driver's decision) tries again. Returns
-        every planned trial with its state."""
+        failed ones with attempts left that `retry` (the driver's decision) tries again;
+        `before_attempt(item)` is called before each new attempt is created (the driver clears
+        the trial's folder). Returns every planned trial with its state."""
         self.spec.study_dir.mkdir(parents=True, exist_ok=True)
         prepared = []
         for cell_id, cell_trials in _by_cell(trials).items():
@@ -211,6 +213,7 @@ class Store:
             for item in items:
                 again = item.status == "failed" and item.attempts <= retries and retry(item)
                 if item.attempts == 0 or again:
+                    before_attempt(item)
                     t = item.trial
                     attrs = {
                         "key": t.key,

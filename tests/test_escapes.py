@@ -174,7 +174,7 @@ def test_a_population_writes_nothing_through_a_linked_member_folder(one_model, t
     one_model["executor"] = {"population": 2}
     spec = parse_spec(one_model)
     trials = plan(spec)
-    (job,) = jobs(trials, {t.key for t in trials}, spec.executor.population)
+    (job,) = jobs(trials, {t.key: 1 for t in trials}, spec.executor.population)
     assert isinstance(job, PopulationJob)
     outside = tmp_path / "outside"
     outside.mkdir()

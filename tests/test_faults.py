@@ -5,6 +5,7 @@ ENOSPC). Each time: nothing recorded is lost, nothing runs twice, the user gets 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime
 import errno
 import io
@@ -33,7 +34,7 @@ import optbench.train.loop as loop
 import optbench.train.state as trial_state
 from optbench.api import load_trials
 from optbench.errors import UsageError
-from optbench.executors.base import JobEvent
+from optbench.executors.base import JobEvent, PopulationJob, run_job
 from optbench.executors.local import LocalExecutor
 from optbench.plan import plan
 from optbench.runner import run_study
@@ -139,6 +140,105 @@ def test_an_invalid_result_left_on_disk_is_recorded_as_failed_and_retried_in_the
     attempts = _attempts(spec)[item.trial.key]
     assert [s for s, _ in attempts] == ["failed", "finished"]
     assert str(path) in attempts[0][1]
+
+
+# --- 1b. a result file belongs to one attempt -------------------------------------------------
+
+
+def _result_file(item, **fields) -> Path:
+    """Write a worker's result.json for `item`'s trial, as a worker of `fields["attempt"]`."""
+    path = item.trial.out_dir / RESULT_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(_valid_result_json(item.trial.config, **fields))
+    return path
+
+
+def _finished_errors(spec, key: str) -> list[float]:
+    storage = optuna.storages.RDBStorage(spec.storage_url)
+    [summary] = optuna.get_all_study_summaries(storage)
+    study = optuna.load_study(study_name=summary.study_name, storage=storage)
+    return [t.value for t in study.trials if t.user_attrs["key"] == key and t.value is not None]
+
+
+@pytest.mark.slow
+def test_a_worker_records_the_attempt_it_ran_for(one_model):
+    one_model["search"]["n_samples"] = 3
+    trials = plan(parse_spec(one_model))
+    solo = dataclasses.replace(trials[0].job, attempt=3)
+    members = [
+        dataclasses.replace(t.job, attempt=n) for t, n in zip(trials[1:], (1, 2), strict=True)
+    ]
+    for job in (solo, PopulationJob(tuple(members))):
+        run_job(job, "cpu")
+    assert [read_result(t.out_dir).attempt for t in trials] == [3, 1, 2]
+
+
+def test_an_earlier_attempts_result_is_never_recorded_on_a_later_one(one_model):
+    # attempt 1 failed; attempt 2 was created when the driver died; then attempt 1's job (a
+    # straggler the driver gave up on) wrote a finished result: attempt 2 must not take it
+    spec = parse_spec(one_model)
+    store = Store(spec, create=True)
+    [item] = store.prepare(plan(spec), retries=1)
+    store.record(item, TrialResult(status="failed", epochs=1, config=item.trial.config), [])
+    [item] = store.prepare(plan(spec), retries=1)
+    assert item.attempts == 2 and item.status == "pending"
+    _result_file(item, final_error=50.0, attempt=1)
+    run_study(spec, WritingExecutor(), console=_quiet(), live=False)
+    assert [s for s, _ in _attempts(spec)[item.trial.key]] == ["failed", "finished"]
+    assert _finished_errors(spec, item.trial.key) == [7.0]  # attempt 2's own result
+
+
+def test_a_workers_failure_left_on_disk_is_recorded_on_its_attempt(one_model):
+    # a driver killed after a worker wrote a failed result: the next run records it on that
+    # attempt (and retries it), rather than taking it for an earlier attempt's crash
+    spec = parse_spec(one_model)
+    [item] = Store(spec, create=True).prepare(plan(spec), retries=1)
+    _result_file(item, status="failed", final_error=None, best_error=None, message="E", attempt=1)
+    run_study(spec, WritingExecutor(), console=_quiet(), live=False)
+    assert _attempts(spec)[item.trial.key] == [("failed", "E"), ("finished", None)]
+
+
+def test_an_invalid_result_is_its_attempts_whatever_the_clock_of_the_host_that_wrote_it(
+    one_model,
+):
+    # a worker on a host whose clock is an hour behind the driver's: its file's mtime is
+    # before the attempt began, and it is still that attempt's
+    spec = parse_spec(one_model)
+    [item] = Store(spec, create=True).prepare(plan(spec), retries=1)
+    path = item.trial.out_dir / RESULT_FILE
+    path.parent.mkdir(parents=True)
+    path.write_bytes(_bad_result("garbage", item.trial.config))
+    an_hour_ago = time.time() - 3600
+    os.utime(path, (an_hour_ago, an_hour_ago))
+    run_study(spec, WritingExecutor(), console=_quiet(), live=False)
+    attempts = _attempts(spec)[item.trial.key]
+    assert [s for s, _ in attempts] == ["failed", "finished"] and str(path) in attempts[0][1]
+
+
+def test_a_new_attempt_begins_in_a_folder_cleared_of_the_last_ones_file(one_model, monkeypatch):
+    # attempt 1's invalid file is recorded as its failure; the folder is cleared before
+    # attempt 2 exists, so a driver killed right after it created attempt 2 leaves nothing that
+    # the next run could count against attempt 2 (retries: 1, so that would leave it failed)
+    spec = parse_spec(one_model)
+    trial = plan(spec)[0]
+    run_study(spec, WritingExecutor(_bad_result("garbage", trial.config)), console=_quiet(),
+              live=False)  # fmt: skip
+    path = trial.out_dir / RESULT_FILE
+    assert path.exists()  # attempt 1's, recorded as its failure
+
+    def killed(*args):  # the first thing the driver does after Store.prepare
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Store, "earlier_note", killed)
+        with pytest.raises(KeyboardInterrupt):
+            run_study(spec, WritingExecutor(), console=_quiet(), live=False)
+    assert [s for s, _ in _attempts(spec)[trial.key]] == ["failed", "pending"]
+    assert not path.exists()  # attempt 2 exists, in a cleared folder
+    run_study(spec, WritingExecutor(), console=_quiet(), live=False)
+    assert [s for s, _ in _attempts(spec)[trial.key]] == ["failed", "finished"]
+    run_study(spec, WritingExecutor(), console=_quiet(), live=False)
+    assert [s for s, _ in _attempts(spec)[trial.key]] == ["failed", "finished"]
 
 
 DB_FAULTS = ["garbage", "foreign sqlite", "truncated sqlite", "folder", "a table dropped"]

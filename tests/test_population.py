@@ -341,12 +341,15 @@ def test_only_trials_that_differ_in_lr_and_wd_are_grouped(tiny_dict):
         shared = {t.config.model_dump_json(exclude={"lr", "wd"}) for t in group}
         assert len(shared) == 1 and len({(t.lr, t.wd) for t in group}) == len(group)
     done = {t.key for t in groups[0][:3]}  # the first group: 3 of its 4 members done
-    todo = {t.key for t in trials} - done
+    todo = {t.key: 2 for t in trials if t.key not in done}  # each pending one on attempt 2
     made = jobs(trials, todo, 4)
     assert len(made) == len(groups) and isinstance(made[0], PopulationJob)
     assert made[0].keys == tuple(t.key for t in groups[0])
+    assert [m.attempt for m in made[0].members] == [None, None, None, 2]  # done ones: not run
     assert all(isinstance(j, TrialJob) for j in made if len(j.keys) == 1)
-    assert jobs(trials, todo, 1) == [t.job for t in trials if t.key in todo]
+    solo = jobs(trials, todo, 1)
+    assert [j.key for j in solo] == [t.key for t in trials if t.key in todo]
+    assert {j.attempt for j in solo} == {2}
 
 
 def test_population_is_not_part_of_the_cell_id_and_what_it_cannot_batch_is_refused(

@@ -57,7 +57,12 @@ class WritingExecutor:
             write_result(
                 job.out_dir,
                 TrialResult(
-                    status="finished", final_error=7.0, best_error=6.0, epochs=1, config=job.config
+                    status="finished",
+                    final_error=7.0,
+                    best_error=6.0,
+                    epochs=1,
+                    config=job.config,
+                    attempt=job.attempt,  # as a worker records it
                 ),
             )
         else:

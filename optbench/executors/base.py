@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
 
-from optbench.train.config import Execution, TrainConfig
+from optbench.train.config import Execution, TrainConfig, TrialResult
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,7 @@ class TrialJob:
     out_dir: Path
     execution: Execution = Execution()  # how to run it (the study's execution settings)
     study_dir: Path | None = None  # the study folder the plan put it in (None: none)
+    attempt: int | None = None  # the store's attempt it runs (None: a trial of no study)
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -66,26 +67,29 @@ class PopulationJob:
 Job = TrialJob | PopulationJob
 
 
-def run_job(job: Job, device: str) -> None:
-    """Train `job` in this process (resuming from its checkpoint if an earlier run stopped)."""
+def run_job(job: Job, device: str, *, distributed: bool = False) -> list[TrialResult]:
+    """Train `job` in this process (resuming from its checkpoint if an earlier run stopped);
+    each trial's result.json records its attempt. `distributed`: a solo trial joins the DDP
+    group that torchrun's or SLURM's environment describes (a population never does)."""
     if isinstance(job, PopulationJob):
         from optbench.train.population import run_population
 
         members = job.members
-        run_population(
+        return run_population(
             [m.config for m in members],
             [m.out_dir for m in members],
             device,
             execution=members[0].execution,  # one study's: the same for every member
             root=job.root,
+            attempts=[m.attempt for m in members],
         )
-    else:
-        from optbench.train.loop import run_trial
+    from optbench.train.loop import run_trial
 
-        run_trial(
-            job.config, job.out_dir, device, resume=True, distributed=False,
-            execution=job.execution, root=job.root,
-        )  # fmt: skip
+    result = run_trial(
+        job.config, job.out_dir, device, resume=True, distributed=distributed,
+        execution=job.execution, root=job.root, attempt=job.attempt,
+    )  # fmt: skip
+    return [result]
 
 
 def described(jobs: Sequence[Job]) -> str:

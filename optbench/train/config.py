@@ -181,6 +181,9 @@ class TrialResult(BaseModel):
     # who wrote it: the worker that trained the trial, or the driver for a job that ended
     # without a usable result (killed, lost, an invalid result file): retry policy reads it
     origin: Literal["worker", "driver"] = "worker"
+    # the study's attempt it belongs to (store.py counts them): the driver records a result
+    # file only on that attempt (None: trained outside a study, or written before attempts were)
+    attempt: StrictInt | None = Field(default=None, ge=1, le=1_000_000)
 
     @field_validator("message")
     @classmethod

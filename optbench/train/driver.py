@@ -116,7 +116,8 @@ class Members:
     sinks and result.json in `out_dirs[k]`, on the main process only (DDP); no link below
     `root` (default: each member's own folder) is followed. `results[k]` is member k's result
     once it has one (given: a member done before the program starts, which gets no sinks).
-    Its wall_s counts from `start` (default: now)."""
+    Its wall_s counts from `start` (default: now); each result records `attempts[k]`, the
+    study's attempt member k runs (default: none)."""
 
     def __init__(
         self,
@@ -130,8 +131,10 @@ class Members:
         on_epoch: Callable[[dict], None] | None = None,
         results: list[TrialResult | None] | None = None,
         start: float | None = None,
+        attempts: list[int | None] | None = None,
     ):
         self.cfgs, self.out_dirs, self.device = cfgs, out_dirs, device
+        self.attempts = list(attempts) if attempts is not None else [None] * len(cfgs)
         self.execution, self.is_main = execution, is_main
         self.roots = [Path(root or d) for d in out_dirs]
         self.results = list(results) if results is not None else [None] * len(cfgs)
@@ -161,7 +164,7 @@ class Members:
 
     def ended(self, k: int, result: TrialResult) -> None:
         """Member k's result, stamped and written as its result.json (main process)."""
-        result.execution = self.execution
+        result.execution, result.attempt = self.execution, self.attempts[k]
         stamp_result(result, self.start, self.device)
         self.trackers[k].end(result, wait=False)  # the other members train on meanwhile
         if self.is_main:

@@ -89,6 +89,7 @@ def run_trial(
     on_epoch: Callable[[dict], None] | None = None,
     execution: Execution = Execution(),
     root: Path | None = None,
+    attempt: int | None = None,
 ) -> TrialResult:
     """Train `cfg` into `out_dir` and write result.json there. Never raises for a failed trial:
     the failure (with its traceback in error.log) is the result; a refused checkpoint is kept.
@@ -100,7 +101,8 @@ def run_trial(
     result.json). `distributed=False` ignores torchrun's / SLURM's environment and trains in
     this process alone (see distributed.py). `on_epoch(line)` is called with each epoch's
     metrics line (sinks.py). No link below `root` (default `out_dir`; a study's workers pass the
-    study folder) is followed (safefs.UnsafePath)."""
+    study folder) is followed (safefs.UnsafePath). `attempt`: the study's attempt it runs
+    (executors.base.TrialJob), recorded in result.json."""
     out_dir = Path(out_dir)
     root = Path(root or out_dir)
     safefs.make_dirs(out_dir, root)
@@ -119,6 +121,7 @@ def run_trial(
         is_main=ctx.is_main,
         on_epoch=on_epoch,
         start=start,
+        attempts=[attempt],
     )
     stop = StopRequest()
 

@@ -256,6 +256,7 @@ def run_population(
     keep_checkpoint: bool = False,
     execution: Execution = Execution(),
     root: Path | None = None,
+    attempts: list[int | None] | None = None,
 ) -> list[TrialResult]:
     """Train the members `cfgs` (configs equal but for lr and wd) together, member k into
     `out_dirs[k]`, resuming from the population checkpoint if there is one, and write each
@@ -266,7 +267,8 @@ def run_population(
     passes the signal on. One process, no DDP. `execution` (its pipeline) is resolved
     for the device as `run_trial` resolves it; each result.json records it with `population`
     the number of members. No link below `root` (the study folder; default each member's own
-    folder) is followed (safefs): a linked member folder raises UnsafePath before any write."""
+    folder) is followed (safefs): a linked member folder raises UnsafePath before any write.
+    `attempts[k]`: the study's attempt member k runs, recorded in its result.json."""
     if len({c.population_key() for c in cfgs}) != 1:
         raise ValueError("a population's members must differ in lr and wd only")
     out_dirs = [Path(d) for d in out_dirs]
@@ -283,7 +285,9 @@ def run_population(
     execution = execution.resolved(compute.device.type, cfgs[0].recipe).model_copy(
         update={"population": len(cfgs)}
     )
-    members = Members(cfgs, out_dirs, root, compute.device, execution, results=results)
+    members = Members(
+        cfgs, out_dirs, root, compute.device, execution, results=results, attempts=attempts
+    )
     checkpoint = out_dirs[0] / POPULATION_CHECKPOINT
     stop = StopRequest()
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import submitit
 
-from optbench.executors.base import Job, PopulationJob, TrialJob
+from optbench.executors.base import Job, PopulationJob, TrialJob, run_job
 
 # What a job step's Python runs (`python -u -S -c JOB_STEP_CODE -u -m submitit.core._submit
 # <folder>`: submitit appends its own arguments, the last is the job folder). -S: nothing runs
@@ -46,8 +46,6 @@ class TrialBatch:
         import torch
 
         from optbench.train.distributed import env_int
-        from optbench.train.loop import run_trial
-        from optbench.train.population import run_population
         from optbench.train.signals import TrialInterrupted
 
         # task/none and some clusters do not bind CPUs: keep torch within the task's share.
@@ -55,23 +53,8 @@ class TrialBatch:
         device = "cuda" if torch.cuda.is_available() else "cpu"
         statuses = []
         for job in self.jobs:
-            try:
-                if isinstance(job, PopulationJob):  # one process (spec.py refuses DDP for it)
-                    members = job.members
-                    results = run_population(
-                        [m.config for m in members],
-                        [m.out_dir for m in members],
-                        device,
-                        execution=members[0].execution,
-                        root=job.root,
-                    )
-                else:
-                    results = [
-                        run_trial(
-                            job.config, job.out_dir, device=device, resume=True,
-                            execution=job.execution, root=job.root,
-                        )
-                    ]  # fmt: skip
+            try:  # a solo trial may span the job's tasks (DDP); a population is one process
+                results = run_job(job, device, distributed=True)
             except TrialInterrupted as stop:  # checkpoint written; SLURM ends or requeues us
                 raise SystemExit(128 + stop.signum) from None
             statuses += [r.status for r in results]
