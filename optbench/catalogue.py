@@ -23,14 +23,15 @@ LAYOUTS: tuple[str, ...] = ("folders", "wds")
 class DatasetKind:
     """One dataset. `format`: bundled (loaded whole, no root), cifar (torchvision's pickles,
     loaded whole) or images (one image at a time, each resized on its own, in any LAYOUTS).
-    `classes`, `img_size`, `n_train`: published, so a plan needs no copy of the data; None
-    where only the files tell."""
+    `classes`, `img_size`, `n_train`, `n_val` (the training and validation split sizes):
+    published, so a plan needs no copy of the data; None where only the files tell."""
 
     name: str
     format: Format
     classes: int | None = None
     img_size: int | None = None
     n_train: int | None = None
+    n_val: int | None = None
 
     @property
     def sized_without_data(self) -> bool:
@@ -48,9 +49,9 @@ CATALOGUE: dict[str, DatasetKind] = {
     d.name: d
     for d in (
         DatasetKind("digits", "bundled"),  # scikit-learn's; its size is read from the bundle
-        DatasetKind("cifar10", "cifar", 10, CIFAR_SIDE, 50_000),
-        DatasetKind("cifar100", "cifar", 100, CIFAR_SIDE, 50_000),
-        DatasetKind("imagenet", "images", 1000, FOLDER_IMG_SIZE, 1_281_167),
+        DatasetKind("cifar10", "cifar", 10, CIFAR_SIDE, 50_000, 10_000),
+        DatasetKind("cifar100", "cifar", 100, CIFAR_SIDE, 50_000, 10_000),
+        DatasetKind("imagenet", "images", 1000, FOLDER_IMG_SIZE, 1_281_167, 50_000),
         DatasetKind("imagefolder", "images"),  # any class folders (Flowers, Pets, ...)
     )
 }

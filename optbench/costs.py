@@ -27,14 +27,13 @@ import statistics
 from dataclasses import dataclass
 
 from optbench import safefs
+from optbench.catalogue import CATALOGUE
 from optbench.errors import UsageError
 from optbench.plan import Trial, plan
 from optbench.spec import StudySpec
 
 COSTS_FILE = "costs.json"
 MAX_COSTS_BYTES = 4 * 2**20
-# Published validation split sizes: a measured copy may be a sample (the eval is per image).
-VAL_IMAGES = {"imagenet": 50_000, "cifar10": 10_000, "cifar100": 10_000}
 MARGIN, MARGIN_MIN = 1.25, 5  # SLURM time_min: the estimate x MARGIN + MARGIN_MIN minutes
 
 
@@ -146,7 +145,8 @@ def trial_seconds(
     if not figures.get("fits"):
         return None
     steps = (n_train or figures["n_train"]) // (figures["batch"] * processes(spec)) or 1
-    n_val = VAL_IMAGES.get(spec.dataset.name, figures["n_val"])
+    # the published validation size where there is one: a measured copy may be a sample
+    n_val = CATALOGUE[spec.dataset.name].n_val or figures["n_val"]
     epoch_s = steps * figures["step_s"] + n_val * figures["eval_s_per_image"] / processes(spec)
     return figures["start_s"] + epochs * (epoch_s + figures["checkpoint_s"])
 

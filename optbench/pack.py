@@ -89,9 +89,6 @@ def _samples(folder: Path) -> tuple[tuple[str, ...], dict[str, list[tuple[str, i
         raise UsageError(f"FOLDER: {str(err).removeprefix('dataset.root: ')}") from None
     classes = tuple(class_dirs(folder / "train"))
     samples = {split: folder_samples(folder / split, classes) for split in ("train", "val")}
-    for path, _ in samples["train"] + samples["val"]:
-        if os.path.getsize(path) == 0:
-            raise UsageError(f"FOLDER: {path} is empty, not an image")
     return classes, samples
 
 
