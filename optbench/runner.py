@@ -298,16 +298,31 @@ def _submit(
     console: Console,
 ) -> None:
     """Hand the jobs of the pending trials (plan.jobs) to the executor, each pending trial's
-    folder cleared first of a result file that catching up did not record (another
-    configuration's, or written before results recorded their attempt); a population's members
+    folder cleared first of a result file that is not its attempt's (another configuration's,
+    one written before results recorded their attempt, an invalid one); a population's members
     that are done keep theirs."""
     for item in todo.values():
         if item.attempts > 1:
             log.retried(item, retries)
     for item in todo.values():
-        job = item.trial.job
-        safefs.remove(job.out_dir / RESULT_FILE, job.root)
+        if not _own_result(item):
+            safefs.remove(item.trial.out_dir / RESULT_FILE, item.trial.job.root)
     console.print(executor.submit(jobs), markup=False, highlight=False)
+
+
+def _own_result(item: StoredTrial) -> bool:
+    """Whether the trial's folder holds a valid result of its latest attempt: written after
+    catching up read the folder by a job that outlived its driver (SLURM), which the executor
+    follows again; its end records it."""
+    try:
+        result = load_result(item.trial.out_dir, item.trial.job.root)
+    except InvalidResultFile:
+        return False
+    return (
+        result is not None
+        and result.config == item.trial.config
+        and result.attempt == item.attempts
+    )
 
 
 @dataclass

@@ -241,6 +241,35 @@ def test_a_new_attempt_begins_in_a_folder_cleared_of_the_last_ones_file(one_mode
     assert [s for s, _ in _attempts(spec)[trial.key]] == ["failed", "finished"]
 
 
+class _FollowsJobsThatRun(WritingExecutor):
+    """SLURM's way: a job that outlived its driver is followed again; its worker writes its
+    own result.json, this executor only reports that it ended."""
+
+    jobs_outlive_driver = True
+
+    def poll(self, timeout):
+        if not self.queue:
+            return []
+        return [JobEvent(self.queue.pop(0).key, "ended")]
+
+
+def test_a_result_written_while_the_next_driver_prepares_is_recorded(one_model, monkeypatch):
+    # the job of attempt 1 outlived its driver and writes its result after the next driver's
+    # catch-up read the folder, before it hands out the jobs: that result is kept and recorded
+    spec = parse_spec(one_model)
+    [item] = Store(spec, create=True).prepare(plan(spec), retries=1)
+    prepare_note = Store.earlier_note
+
+    def job_writes_now(store, trials):
+        _result_file(item, final_error=42.0, attempt=1)
+        return prepare_note(store, trials)
+
+    monkeypatch.setattr(Store, "earlier_note", job_writes_now)
+    run_study(spec, _FollowsJobsThatRun(), console=_quiet(), live=False)
+    assert _attempts(spec)[item.trial.key] == [("finished", None)]
+    assert _finished_errors(spec, item.trial.key) == [42.0]
+
+
 DB_FAULTS = ["garbage", "foreign sqlite", "truncated sqlite", "folder", "a table dropped"]
 
 
