@@ -49,9 +49,13 @@ def test_when_no_digest_matches_compare_says_what_differs(cli, tmp_path):
     assert why.startswith("no digest matches: the device (cpu: Some Other CPU here; ")
     assert "training code" not in why  # the fingerprints are the same
 
+    # a reference written before trials.csv recorded torch and the thread count
+    older = tmp_path / "older"
+    older.mkdir()
+    trials.drop(columns=["torch", "threads"]).to_csv(older / "trials.csv", index=False)
     mine["device"] = trials["device"]
     mine.to_csv(run / "trials.csv", index=False)
-    code, out, _ = cli("compare", str(run), str(REFERENCE))
+    code, out, _ = cli("compare", str(run), str(older))
     assert "not recorded on both sides: torch" in out.splitlines()[1]
 
     # both sides record torch and threads (trials.csv from this version on): a thread count
