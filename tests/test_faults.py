@@ -237,8 +237,6 @@ def test_a_new_attempt_begins_in_a_folder_cleared_of_the_last_ones_file(one_mode
     assert not path.exists()  # attempt 2 exists, in a cleared folder
     run_study(spec, WritingExecutor(), console=_quiet(), live=False)
     assert [s for s, _ in _attempts(spec)[trial.key]] == ["failed", "finished"]
-    run_study(spec, WritingExecutor(), console=_quiet(), live=False)
-    assert [s for s, _ in _attempts(spec)[trial.key]] == ["failed", "finished"]
 
 
 class _FollowsJobsThatRun(WritingExecutor):
