@@ -1,8 +1,10 @@
 """Cluster profiles: what belongs to a site, not to a study (docs/slurm.md).
 
-A profile is a YAML file with at most three keys: `executor` (any executor key: kind, workers,
-the SLURM settings), `storage` (the study database's URL) and `data` (dataset name -> the
-folder that holds it on this site). `optbench run STUDY --profile site.yaml`, or
+A profile is a YAML file with at most four keys: `executor` (any executor key: kind, workers,
+the SLURM settings), `storage` (the study database's URL), `tracking` (the site's experiment
+tracker, e.g. its MLflow server; a study's own `tracking:` block replaces it whole, since a
+block's keys belong to its kind) and `data` (dataset name -> the folder that holds it on this
+site). `optbench run STUDY --profile site.yaml`, or
 OPTBENCH_PROFILE=site.yaml, lays it under the study's mapping before the one validation of the
 whole study (overrides.validate_study): a key the study sets wins, `--set` and the executor
 flags win over both, and `dataset.root` comes from `data.<dataset name>` where the study gives
@@ -24,6 +26,7 @@ from pydantic import ValidationError, field_validator
 from optbench.errors import SpecError, UsageError, did_you_mean, format_errors
 from optbench.recipe import StrictModel, plain_path
 from optbench.spec import ExecutorSettings, StudySpec
+from optbench.tracking import Tracking, check_installed
 from optbench.yamlio import read_study_yaml
 
 PROFILE_ENV = "OPTBENCH_PROFILE"  # the default profile of `optbench run`, status, cancel, report
@@ -34,6 +37,7 @@ class ProfileSchema(StrictModel):
 
     executor: ExecutorSettings | None = None
     storage: str | None = None
+    tracking: Tracking | None = None
     data: dict[str, Path] = {}
 
     @field_validator("storage")
@@ -42,6 +46,13 @@ class ProfileSchema(StrictModel):
         from optbench.storage_url import check_storage_url  # SQLAlchemy: only for a URL given
 
         return v if v is None else check_storage_url(v)
+
+    @field_validator("tracking")
+    @classmethod
+    def _tracker_installed(cls, v: Tracking | None) -> Tracking | None:
+        if v is not None:
+            check_installed(v.kind)  # here too, so the line names the profile
+        return v
 
     @field_validator("data")
     @classmethod
@@ -56,12 +67,15 @@ class Profile:
     """A validated profile: its file, the study keys it sets (as written) and its data roots."""
 
     path: Path
-    layer: dict[str, Any]  # executor and storage, as the file spells them
+    layer: dict[str, Any]  # executor, storage and tracking, as the file spells them
     data: dict[str, str]
 
     def under(self, study: dict) -> dict:
-        """The study mapping with this profile beneath it: the study's own keys win."""
+        """The study mapping with this profile beneath it: the study's own keys win (its
+        tracking block whole)."""
         merged = _merge(self.layer, study)
+        if "tracking" in study:
+            merged["tracking"] = copy.deepcopy(study["tracking"])
         executor = merged.get("executor")
         if isinstance(executor, dict):  # what ran it, unless the study records one already
             executor.setdefault("profile", str(self.path.resolve()))
@@ -110,8 +124,8 @@ def read_profile(path: Path | str) -> Profile:
     for key in data:
         if key in StudySpec.model_fields and key not in ProfileSchema.model_fields:
             raise SpecError(
-                f"{path}: {key}: a study key, not a site's (a profile holds executor, storage "
-                "and data); set it in the study or with --set"
+                f"{path}: {key}: a study key, not a site's (a profile holds executor, storage, "
+                "tracking and data); set it in the study or with --set"
             )
     try:
         schema = ProfileSchema.model_validate(data)
@@ -121,7 +135,7 @@ def read_profile(path: Path | str) -> Profile:
         if name not in DATASET_NAMES:
             hint = did_you_mean(name, DATASET_NAMES, "data.")
             raise SpecError(f"{path}: data.{name}: unknown dataset{hint}")
-    layer = {k: data[k] for k in ("executor", "storage") if k in data}
+    layer = {k: data[k] for k in ("executor", "storage", "tracking") if k in data}
     return Profile(path, layer, {k: str(v) for k, v in schema.data.items()})
 
 

@@ -9,11 +9,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from services import needs_extra
 
 from optbench.errors import SpecError
 from optbench.overrides import load_study, parse_overrides
 from optbench.plan import plan
 from optbench.profiles import PROFILE_ENV, read_profile
+from optbench.tracking import Tracking
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "profiles" / "example-slurm.yaml"
@@ -83,6 +85,26 @@ def test_a_data_root_fills_only_the_dataset_of_its_name(study, tiny_dict, tmp_pa
     assert str(renamed.dataset.root) == "/mine"
 
 
+def test_a_profile_names_the_sites_tracker_and_a_studys_block_replaces_it_whole(
+    study, tiny_dict, tmp_path
+):
+    needs_extra("mlflow", "mlflow", "mlflow")
+    server = "http://mlflow.site:5000"
+    site = read_profile(
+        _write(tmp_path / "site.yaml", {"tracking": {"kind": "mlflow", "uri": server}})
+    )
+    plain, on_site = load_study(study), load_study(study, profile=site)
+    assert (on_site.tracking.kind, on_site.tracking.uri) == ("mlflow", server)
+    assert plan(on_site)[0].execution.tracking.uri == server  # what each worker logs to
+    assert [on_site.cell_id(c) for c in on_site.cells()] == [
+        plain.cell_id(c) for c in plain.cells()
+    ]
+    tiny_dict["output"] = "results"
+    tiny_dict["tracking"] = {"kind": "none"}  # the site's uri is not merged into it
+    _write(study, tiny_dict)
+    assert load_study(study, profile=site).tracking == Tracking()
+
+
 @pytest.mark.parametrize(
     ("profile", "line"),
     [
@@ -91,14 +113,17 @@ def test_a_data_root_fills_only_the_dataset_of_its_name(study, tiny_dict, tmp_pa
         ({"executor": {"slurm": {"time_min": "60"}}},
          "site.yaml: executor.slurm.time_min: Input should be a valid integer (got '60')"),
         ({"models": ["vit_c_4gf"]},
-         "site.yaml: models: a study key, not a site's (a profile holds executor, storage and data)"),
+         "site.yaml: models: a study key, not a site's (a profile holds executor, storage, "
+         "tracking and data)"),
         ({"dat": {"imagenet": "/x"}}, "site.yaml: dat: unknown key; did you mean data?"),
         ({"data": {"imagenett": "/x"}},
          "site.yaml: data.imagenett: unknown dataset; did you mean data.imagenet?"),
         ({"storage": "sqlite://"}, "site.yaml: storage: "),
+        ({"tracking": {"kind": "mlflow", "project": "p"}},
+         "site.yaml: tracking: project and mode are W&B's (kind wandb), not mlflow's"),
         (["executor"], "site.yaml: a profile must be a YAML mapping, got list"),
     ],
-    ids=["key", "type", "study-key", "top-key", "dataset", "storage", "list"],
+    ids=["key", "type", "study-key", "top-key", "dataset", "storage", "tracking", "list"],
 )  # fmt: skip
 def test_a_bad_profile_is_one_line_naming_file_and_field_exit_2_nothing_written(
     cli, study, tmp_path, profile, line
