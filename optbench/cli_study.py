@@ -38,8 +38,8 @@ ProfileFlag = Annotated[
     Path | None,
     typer.Option(
         "--profile",
-        help="cluster profile YAML: executor, storage, tracking and data roots of this site; the study's "
-        "own keys win (default: $OPTBENCH_PROFILE)",
+        help="cluster profile YAML: executor, storage, tracking and data roots of this site; "
+        "the study's own keys win (default: $OPTBENCH_PROFILE)",
     ),
 ]
 
