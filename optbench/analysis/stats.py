@@ -386,12 +386,6 @@ def dkw_halfwidth(n: int, level: float = LEVEL) -> float:
     return float(np.sqrt(np.log(2.0 / (1.0 - level)) / (2.0 * n)))
 
 
-def dkw_band(curve: np.ndarray, n: int, level: float = LEVEL) -> tuple[np.ndarray, np.ndarray]:
-    """The DKW band around an EDF `curve` of n values, clipped to [0, 1]."""
-    eps = dkw_halfwidth(n, level)
-    return np.clip(curve - eps, 0.0, 1.0), np.clip(curve + eps, 0.0, 1.0)
-
-
 def sup_band(
     curve: np.ndarray, replicates: np.ndarray, level: float = LEVEL
 ) -> tuple[np.ndarray, np.ndarray]:
