@@ -14,6 +14,17 @@ studies? (issue 31; results in bench/RESULTS.md, raw trials in docs/reference/re
 It writes OUT/trials_b.csv, OUT/trials_a_10.csv and OUT/trials_a_40.csv (one row per trial, with
 its replicate).
 
+`python bench/replicates.py train-sequential OUT` trains the replicates that calibrate the
+sequential rule (issue 45), each design trained once to its largest size so that every look is a
+prefix of it (sampling keeps the first n pairs; seeds are added in order):
+- shared: the quickstart's training design (ViT_P vs ViT_C, AdamW, 20 epochs, batch 128, one
+  (lr, wd) box for both models, so both train the same pairs), R studies of up to 40 samples, in
+  stages of 10, 24 and 40 samples so the bench is usable part-way; OUT/trials_shared_<n>.csv.
+- per_model: the mini's EDF design with AdamW (8 epochs, each model's box around its own good
+  value), R studies of 40 samples; OUT/trials_per_model_40.csv.
+- seeds: claim (b)'s design above, seeds 2060 on, so that with trials_b.csv's 60 seeds there are
+  R replicates of up to SEEDS_MAX_B seeds; OUT/trials_b_more.csv.
+
 `python bench/replicates.py analyse DIR` reads those files and prints one JSON line: per claim
 and study size, the share of replicate intervals covering the estimand, the share of
 verdicts agreeing with the pooled verdict, and the gap between the mean predicted power and
@@ -100,7 +111,9 @@ def _run(spec: dict, folder: Path) -> pd.DataFrame:
 
     path = folder / f"{spec['name']}.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    subprocess.run(["optbench", "run", str(path), "--workers", "2"], check=True)
+    # this interpreter's optbench (PYTHONPATH may point at a frozen checkout while main moves on)
+    command = [sys.executable, "-m", "optbench", "run", str(path), "--workers", "2"]
+    subprocess.run(command, check=True)
     return load_trials(path)[COLUMNS]
 
 
@@ -127,13 +140,87 @@ def train(out: Path) -> None:
     )
 
 
+# --- the sequential rule's replicates (issue 45) ------------------------------------------------
+
+N_STAGES_SHARED = (10, 24, 40)
+EPOCHS_SHARED = 20
+SHARED = {  # studies/quickstart.yaml's training design (tests/test_replicates.py keeps them equal)
+    "dataset": {"name": "digits", "img_size": 16},
+    "models": MODELS,
+    "optimizers": ["adamw"],
+    "epochs": EPOCHS_SHARED,
+    "batch_size": 128,
+    "ref_batch": 128,
+    "ranges": {"adamw": {"lr": [2.0e-4, 2.0e-2], "wd": [3.0e-3, 0.5]}},
+    "recipe": {"warmup_epochs": 2, "label_smoothing": 0.1, "hflip": False, "translate": 2},
+}
+EPOCHS_PER_MODEL = 8  # studies/mini/mini_edf.yaml's
+SEEDS_MAX_B = 8  # claim (b)'s replicates with up to 8 seeds: 20 x 8 = 160 seeds in all
+SEEDS_FIRST_MORE_B = 2000 + SEEDS_PER_REPLICATE_B * R  # after trials_b.csv's 60
+
+
+def study_shared(replicate: int, results: Path, n_samples: int) -> dict:
+    spec = {"name": f"replicate_shared_r{replicate:02d}", **SHARED, "output": str(results)}
+    spec["search"] = {
+        "n_samples": n_samples,
+        "sampler": "random",
+        "seed": 3000 + replicate,
+        "ranges": spec.pop("ranges"),
+    }
+    spec["seeds"] = [3000 + replicate]
+    return spec
+
+
+def study_per_model(replicate: int, results: Path, n_samples: int = N_SAMPLES_A) -> dict:
+    spec = study_a(replicate, results, n_samples)
+    spec["name"] = f"replicate_per_model_r{replicate:02d}"
+    spec["epochs"] = EPOCHS_PER_MODEL
+    spec["search"]["seed"] = spec["seeds"][0] = 4000 + replicate
+    return spec
+
+
+def study_b_more(results: Path) -> dict:
+    spec = study_b(results)
+    spec["name"] = "replicate_b_more"
+    spec["seeds"] = list(range(SEEDS_FIRST_MORE_B, 2000 + SEEDS_MAX_B * R))
+    return spec
+
+
+def _replicates(out: Path, design: str, make, n_samples: int) -> None:
+    studies, results = out / "studies", out / "results"
+    parts = []
+    for r in range(R):
+        part = _run(make(r, results, n_samples), studies)
+        part.insert(0, "replicate", r)
+        parts.append(part)
+        pd.concat(parts).to_csv(out / f"trials_{design}_{n_samples}.csv", index=False)
+
+
+def train_sequential(out: Path) -> None:
+    (out / "studies").mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    for n_samples in N_STAGES_SHARED[:2]:
+        _replicates(out, "shared", study_shared, n_samples)
+    _replicates(out, "per_model", study_per_model, N_SAMPLES_A)
+    _run(study_b_more(out / "results"), out / "studies").to_csv(
+        out / "trials_b_more.csv", index=False
+    )
+    _replicates(out, "shared", study_shared, N_STAGES_SHARED[2])
+    wall = time.time() - started
+    print(json.dumps({"bench": "replicates-train-sequential", "replicates": R, "wall_s": wall}))
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 2 or argv[0] not in ("train", "analyse"):
+    commands = ("train", "train-sequential", "analyse")
+    if len(argv) != 2 or argv[0] not in commands:
         print(__doc__.split("\n\n")[0], file=sys.stderr)
-        print("usage: python bench/replicates.py train|analyse DIR", file=sys.stderr)
+        print(f"usage: python bench/replicates.py {'|'.join(commands)} DIR", file=sys.stderr)
         return 2
     if argv[0] == "train":
         train(Path(argv[1]))
+        return 0
+    if argv[0] == "train-sequential":
+        train_sequential(Path(argv[1]))
         return 0
     from replicates_analysis import analyse  # bench/replicates_analysis.py
 
