@@ -26,7 +26,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms as T
 
-from optbench.recipe import Recipe
+from optbench.spec.recipe import Recipe
 from optbench.train.augment import BatchAugment
 from optbench.train.batches import DeviceBatches
 from optbench.train.datasets import DeviceData

@@ -30,7 +30,7 @@ from sklearn.datasets import load_digits
 
 from optbench.executors.base import PopulationJob, TrialJob, run_job
 from optbench.pack import pack_folder
-from optbench.recipe import Dataset, Recipe
+from optbench.spec.recipe import Dataset, Recipe
 from optbench.train.config import Execution, TrainConfig
 
 DIGITS = Dataset(name="digits", img_size=16)

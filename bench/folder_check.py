@@ -44,7 +44,7 @@ def main() -> None:
     parser.add_argument("--val", type=int, default=50_000)
     parser.add_argument("--dir", default=None, help="where to write the tree (default: $TMPDIR)")
     args = parser.parse_args()
-    from optbench.recipe import Dataset
+    from optbench.spec.recipe import Dataset
     from optbench.train.datasets import check_dataset_files
 
     load_before = os.getloadavg()[0]

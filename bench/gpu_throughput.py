@@ -33,7 +33,7 @@ import torch
 
 from optbench import models  # noqa: F401  (registers optbench's models)
 from optbench.models.complexity import count_complexity
-from optbench.recipe import Dataset, Recipe
+from optbench.spec.recipe import Dataset, Recipe
 from optbench.train.config import TrainConfig
 from optbench.train.loop import run_trial
 from optbench.train.optim import build_optimizer

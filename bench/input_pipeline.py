@@ -38,8 +38,8 @@ import numpy as np
 import torch
 from PIL import Image
 
-from optbench.cores import usable_cores
-from optbench.recipe import Dataset, Recipe
+from optbench.host import usable_cores
+from optbench.spec.recipe import Dataset, Recipe
 from optbench.train.augment import BatchAugment
 from optbench.train.batches import DeviceBatches, FolderBatches, PreparedBatches
 from optbench.train.datasets import DeviceData, load_dataset

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from optbench.recipe import Recipe
+from optbench.spec.recipe import Recipe
 from optbench.train.batches import _val_transform
 from optbench.train.datasets import FolderData
 from optbench.train.input_plan import input_plan

@@ -39,7 +39,7 @@ OPTIMIZER = "adamw"
 
 
 def _config(args, lr: float, wd: float):
-    from optbench.recipe import Dataset, Recipe
+    from optbench.spec.recipe import Dataset, Recipe
     from optbench.train.config import TrainConfig
 
     return TrainConfig(

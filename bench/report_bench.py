@@ -10,7 +10,7 @@ from pathlib import Path
 
 from optbench.analysis.report import write_report
 from optbench.analysis.synthetic import synthetic_trials
-from optbench.spec import parse_spec
+from optbench.spec.schema import parse_spec
 
 MODELS = ["vit_p_w64_16px", "vit_c_w64_16px"]
 OPTIMIZERS = ["adamw", "sgd"]

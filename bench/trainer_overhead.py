@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from optbench import models  # noqa: F401  (registers the quickstart models)
-from optbench.recipe import Dataset, Recipe
+from optbench.spec.recipe import Dataset, Recipe
 from optbench.train import epoch as epoch_module
 from optbench.train.config import TrainConfig
 from optbench.train.datasets import load_dataset

@@ -25,13 +25,13 @@ from optbench.analysis.figures import (
 from optbench.analysis.report import study_summary
 from optbench.analysis.stats import N_BOOT
 from optbench.analysis.summary import Options
-from optbench.checks import check_spec
-from optbench.overrides import load_study as _load_study
-from optbench.overrides import override_sources, parse_overrides
-from optbench.plan import plan
-from optbench.profiles import read_profile
-from optbench.spec import StudySpec
-from optbench.store import Store
+from optbench.plan.trials import plan
+from optbench.spec.checks import check_spec
+from optbench.spec.overrides import load_study as _load_study
+from optbench.spec.overrides import override_sources, parse_overrides
+from optbench.spec.profiles import read_profile
+from optbench.spec.schema import StudySpec
+from optbench.store.database import Store
 
 __all__ = [
     "NothingToDraw",
@@ -52,7 +52,7 @@ Study = str | Path | StudySpec
 def load_study(
     study: Study, overrides: Sequence[str] = (), profile: str | Path | None = None
 ) -> StudySpec:
-    """A study YAML (path) over its cluster `profile` (as `--profile`; profiles.py) validated,
+    """A study YAML (path) over its cluster `profile` (as `--profile`; spec/profiles.py) validated,
     with `overrides` ("key=value", as `--set`) applied and its models and dataset checked; a
     StudySpec is returned as it is."""
     if isinstance(study, StudySpec):

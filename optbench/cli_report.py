@@ -48,8 +48,8 @@ def report(
     """Write figures, trials.csv, summary.json and index.html for each study."""
     from optbench.analysis.report import refuse_links, write_report
     from optbench.analysis.summary import format_table
-    from optbench.plan import plan
-    from optbench.store import Store
+    from optbench.plan.trials import plan
+    from optbench.store.database import Store
     from optbench.tracking import attach_report
 
     flags = {
@@ -71,7 +71,7 @@ def report(
                 f"--results: no studies under {results} (no */spec.yaml); run one first"
             )
         specs = [read_study(path, data=False, overrides=set_, profile=profile) for path in saved]
-    from optbench.checks import check_writable_folder
+    from optbench.spec.checks import check_writable_folder
 
     for spec in specs:  # before any report is written: the last could not be
         check_writable_folder(out / spec.name, "--out")

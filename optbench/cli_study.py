@@ -13,9 +13,9 @@ from typing import Annotated
 
 import typer
 
-from optbench.console import text_console
 from optbench.errors import UsageError
-from optbench.spec import StudySpec
+from optbench.run.console import text_console
+from optbench.spec.schema import StudySpec
 
 # Piped output (CI logs, files) gets wide tables instead of rich's 80-column default. What it
 # prints is text, never markup: lines and tables show data from files (progress.text_console).
@@ -33,7 +33,7 @@ Overrides = Annotated[
     ),
 ]
 
-# `--profile FILE`: a cluster profile laid under the study (profiles.py, docs/slurm.md).
+# `--profile FILE`: a cluster profile laid under the study (spec/profiles.py, docs/slurm.md).
 ProfileFlag = Annotated[
     Path | None,
     typer.Option(
@@ -61,9 +61,9 @@ def read_study(
     executor.kind), None values left out: applied after the --set overrides (a flag wins), so
     that the whole study is validated once with every override, and named in errors as the
     flag was typed."""
-    from optbench.checks import check_spec
-    from optbench.overrides import load_study, override_sources, parse_overrides
-    from optbench.profiles import find_profile
+    from optbench.spec.checks import check_spec
+    from optbench.spec.overrides import load_study, override_sources, parse_overrides
+    from optbench.spec.profiles import find_profile
 
     parsed = parse_overrides(overrides or [])
     spelled = {}
@@ -111,7 +111,7 @@ def run(
     profile: ProfileFlag = None,
 ) -> None:
     """Run every unfinished trial of a study, recording results as they end."""
-    from optbench.checks import pipeline_note
+    from optbench.spec.checks import pipeline_note
 
     _check_measure_flags(dry_run, measure, measure_steps, measure_warmup)
     # The executor flags are study keys: validated with the study and every --set, as one
@@ -126,14 +126,14 @@ def run(
         console.print(note, markup=False, highlight=False, soft_wrap=True)
     if dry_run:
         if measure:
-            from optbench.costs import measure_study
+            from optbench.plan.costs import measure_study
 
             notify = partial(console.print, markup=False, highlight=False)
             measure_study(spec, steps=measure_steps, warmup=measure_warmup, notify=notify)
         _dry_run(spec, partial(load, data=True), reports)
         return
     from optbench.executors import make_executor
-    from optbench.runner import failed_trials, run_study, stop_signals_as_ctrl_c
+    from optbench.run.driver import failed_trials, run_study, stop_signals_as_ctrl_c
 
     # The executor says what it submits; SLURM also says when it stops answering and answers again.
     notify = partial(console.print, markup=False, highlight=False)
@@ -186,10 +186,10 @@ def status(
     profile: ProfileFlag = None,
 ) -> None:
     """Print a study's counts per cell without running or writing anything."""
-    from optbench.costs import estimate_note
     from optbench.executors import jobs_executor
-    from optbench.plan import plan
-    from optbench.store import Store
+    from optbench.plan.costs import estimate_note
+    from optbench.plan.trials import plan
+    from optbench.store.database import Store
     from optbench.study_tables import status_table, trials_table
 
     spec = read_study(study, data=False, overrides=set_, profile=profile)

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from optbench.errors import UsageError, WriteError, format_errors
-from optbench.recipe import OPTIMIZERS, Recipe
+from optbench.spec.recipe import OPTIMIZERS, Recipe
 
 
 def _complete_model(incomplete: str) -> list[str]:
@@ -82,10 +82,10 @@ def train(
     import torch
     from pydantic import ValidationError
 
-    from optbench.checks import check_batch, check_input_size, check_pipeline
     from optbench.errors import did_you_mean
     from optbench.models import is_model, model_names
-    from optbench.overrides import parse_overrides
+    from optbench.spec.checks import check_batch, check_input_size, check_pipeline
+    from optbench.spec.overrides import parse_overrides
     from optbench.train.config import Execution, make_train_config
     from optbench.train.datasets import check_dataset_files, download_dataset
     from optbench.train.loop import run_trial
@@ -197,7 +197,7 @@ def _check_train_flags(cfg, out: Path, threads: int | None, device: str, resume:
     """`optbench train`'s flags against this machine, before anything is written: threads,
     device, the process group's environment, the output folder and what --resume would
     continue from."""
-    from optbench.checks import (
+    from optbench.spec.checks import (
         check_device,
         check_environment,
         check_resume,

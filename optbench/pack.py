@@ -67,7 +67,7 @@ def _write_split(samples: list[tuple[str, int]], split: str, out: Path, per_shar
 
 
 def _check_out(out: Path) -> None:
-    from optbench.checks import check_writable_folder
+    from optbench.spec.checks import check_writable_folder
 
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         raise UsageError(f"OUT: {out} exists and is not a folder")
@@ -79,7 +79,7 @@ def _check_out(out: Path) -> None:
 def _samples(folder: Path) -> tuple[tuple[str, ...], dict[str, list[tuple[str, int]]]]:
     """The folder's classes and samples of each split, checked as a study checks them, and
     no empty file among them."""
-    from optbench.recipe import Dataset
+    from optbench.spec.recipe import Dataset
     from optbench.train.datasets import check_dataset_files
     from optbench.train.folders import class_dirs, folder_samples
 

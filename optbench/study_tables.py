@@ -13,11 +13,12 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from optbench.console import TextTable
-from optbench.costs import cost_plan, job_minutes, plan_notes, processes
-from optbench.locks import running_driver
-from optbench.plan import plan, populations
-from optbench.progress import (
+from optbench.plan.costs import cost_plan, job_minutes, plan_notes, processes
+from optbench.plan.trials import plan, populations
+from optbench.provenance import mixed_code_warning
+from optbench.run.console import TextTable
+from optbench.run.locks import running_driver
+from optbench.run.progress import (
     StudyProgress,
     clock,
     epoch_cells,
@@ -26,9 +27,8 @@ from optbench.progress import (
     read_trial_epochs,
     trial_label,
 )
-from optbench.provenance import mixed_code_warning
-from optbench.spec import StudySpec
-from optbench.store import Store, StoredTrial, refuse_links, running_since
+from optbench.spec.schema import StudySpec
+from optbench.store.database import Store, StoredTrial, refuse_links, running_since
 
 
 def running_trials(

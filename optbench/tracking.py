@@ -34,7 +34,7 @@ from pydantic import Field, field_validator, model_validator
 
 from optbench import safefs
 from optbench.provenance import provenance
-from optbench.recipe import StrictModel
+from optbench.spec.recipe import StrictModel
 
 RUN_FILE = "tracker.json"  # in a trial (or report) folder: which tracker run it writes to
 WANDB_FOLDER = "wandb"  # in the study folder: W&B's offline runs, cache and config

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from optbench.cli import main
-from optbench.recipe import Dataset, Recipe
+from optbench.spec.recipe import Dataset, Recipe
 from optbench.train.config import TrainConfig
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from optbench.spec import StudySpec, parse_spec
+from optbench.spec.schema import StudySpec, parse_spec
 
 # A shell starts background jobs with SIGINT ignored (nohup ... &), and Python then keeps
 # ignoring it, so under such a CI launcher Ctrl-C would not reach the driver at all: give it
@@ -18,7 +18,7 @@ FOREGROUND = "import os, signal; signal.signal(signal.SIGINT, signal.default_int
 # A Ctrl-C from a hook, not a race with the driver's poll: once the driver has recorded its
 # first trial and said so, it sends itself SIGINT (as a terminal sends the foreground job).
 CTRL_C_AFTER_FIRST_END = (
-    "from optbench.progress import EventLog\n"
+    "from optbench.run.progress import EventLog\n"
     "said = EventLog.ended\n"
     "def ended_then_ctrl_c(self, item):\n"
     "    said(self, item)\n"

@@ -12,7 +12,7 @@ import torch
 import yaml
 from cli_inprocess import tiny_config
 
-from optbench.costs import COSTS_FILE, job_minutes, trial_seconds
+from optbench.plan.costs import COSTS_FILE, job_minutes, trial_seconds
 from optbench.train.compute import Compute
 from optbench.train.distributed import DistContext
 from optbench.train.measure import _run_steps
@@ -59,7 +59,7 @@ def test_a_trial_estimate_grows_with_its_epochs_and_shrinks_with_its_processes(t
 
 
 def load_study_dict(data: dict):
-    from optbench.spec import parse_spec
+    from optbench.spec.schema import parse_spec
 
     return parse_spec(data)
 

@@ -16,7 +16,7 @@ from PIL import Image
 from test_interpolation import folder_plan
 
 from optbench.errors import UsageError
-from optbench.recipe import Dataset, Recipe
+from optbench.spec.recipe import Dataset, Recipe
 from optbench.train.batches import DeviceBatches, FolderBatches, Shard, _val_transform, epoch_order
 from optbench.train.datasets import check_dataset, dataset_info, load_dataset, model_input
 from optbench.train.folders import folder_samples

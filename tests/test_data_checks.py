@@ -17,7 +17,7 @@ from cli_inprocess import ONE_MODEL_STUDY, run_cli
 from test_data import CIFAR, make_cifar, make_folders, py2_pickle
 
 from optbench.models import input_multiple
-from optbench.recipe import Dataset, Recipe
+from optbench.spec.recipe import Dataset, Recipe
 from optbench.train.datasets import check_dataset_files, dataset_info
 
 

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from optbench import safefs
-from optbench.plan import plan
-from optbench.recipe import Recipe
-from optbench.spec import parse_spec
+from optbench.plan.trials import plan
+from optbench.spec.recipe import Recipe
+from optbench.spec.schema import parse_spec
 from optbench.train.checkpoint import save_checkpoint
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from cli_inprocess import run_cli
 
-from optbench.spec import load_spec
+from optbench.spec.schema import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDIES = [

@@ -56,9 +56,9 @@ def test_every_report_figure_is_exported_and_documented():
 
 
 def test_load_summary_is_what_the_report_writes(tmp_path, monkeypatch, tiny_dict):
-    from optbench import store
     from optbench.analysis.report import write_report
-    from optbench.spec import parse_spec
+    from optbench.spec.schema import parse_spec
+    from optbench.store import database as store
 
     spec = parse_spec(tiny_dict)
     trials = synthetic_trials(list(spec.models), ["adamw"], [1], 8)

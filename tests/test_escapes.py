@@ -22,9 +22,9 @@ from test_faults import WritingExecutor, _finished_counts, _quiet, _valid_result
 
 from optbench import safefs
 from optbench.executors.base import JobEvent
-from optbench.plan import plan
-from optbench.runner import run_study
-from optbench.spec import parse_spec
+from optbench.plan.trials import plan
+from optbench.run.driver import run_study
+from optbench.spec.schema import parse_spec
 from optbench.train.config import TrialResult
 from optbench.train.results import RESULT_FILE, write_result
 
@@ -168,7 +168,7 @@ def test_a_worker_writes_nothing_through_a_linked_folder(one_model, tmp_path):
 
 def test_a_population_writes_nothing_through_a_linked_member_folder(one_model, tmp_path):
     from optbench.executors.base import PopulationJob, run_job
-    from optbench.plan import jobs
+    from optbench.plan.trials import jobs
 
     one_model["search"]["n_samples"] = 2
     one_model["executor"] = {"population": 2}
@@ -288,7 +288,7 @@ BAD_METRICS = {
 
 @pytest.mark.parametrize("name", BAD_METRICS)
 def test_a_crafted_metrics_line_is_refused_by_both_readers(tmp_path, name):
-    from optbench.progress import read_trial_epochs
+    from optbench.run.progress import read_trial_epochs
     from optbench.train.results import InvalidResultFile, read_metrics
 
     good = '{"epoch": 1, "val_error": 50.0, "epoch_s": 2.0, "note": "ok"}'
@@ -361,7 +361,7 @@ def test_a_text_table_is_text_in_any_console():
 
     from rich.console import Console
 
-    from optbench.console import TextTable
+    from optbench.run.console import TextTable
 
     table = TextTable(title=MARKUP)
     table.add_column("a")

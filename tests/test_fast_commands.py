@@ -17,7 +17,7 @@ from fifos import fifo_never_waited_on
 from optbench.catalogue import CATALOGUE
 from optbench.errors import UsageError
 from optbench.models import cache
-from optbench.recipe import Dataset
+from optbench.spec.recipe import Dataset
 from optbench.train.datasets import check_dataset
 
 REPO = Path(__file__).resolve().parent.parent
@@ -47,7 +47,7 @@ def _loaded_after(*args: str, cwd: Path) -> list[str]:
 
 def test_importing_optbench_loads_neither_torch_nor_timm():
     code = (
-        "import sys, optbench, optbench.cli, optbench.models, optbench.checks, optbench.overrides\n"
+        "import sys, optbench, optbench.cli, optbench.models, optbench.spec.checks, optbench.spec.overrides\n"
         "print([m for m in ('torch', 'timm') if m in sys.modules])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)

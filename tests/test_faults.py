@@ -36,11 +36,11 @@ from optbench.api import load_trials
 from optbench.errors import UsageError
 from optbench.executors.base import JobEvent, PopulationJob, run_job
 from optbench.executors.local import LocalExecutor
-from optbench.plan import plan
-from optbench.runner import run_study
-from optbench.spec import parse_spec
-from optbench.storage_url import OPTUNA_TABLES
-from optbench.store import Store
+from optbench.plan.trials import plan
+from optbench.run.driver import run_study
+from optbench.spec.schema import parse_spec
+from optbench.store.database import Store
+from optbench.store.storage_url import OPTUNA_TABLES
 from optbench.train.checkpoint import CHECKPOINT_FILE
 from optbench.train.config import TrainConfig, TrialResult
 from optbench.train.results import RESULT_FILE, read_result, write_result
@@ -893,7 +893,7 @@ def test_kill_9_of_the_driver_ends_its_workers_and_the_rerun_completes(tmp_path,
 HOLD_WORKER_LOCK = """
 import sys, time
 from pathlib import Path
-from optbench.locks import hold_worker_lock
+from optbench.run.locks import hold_worker_lock
 hold_worker_lock(Path(sys.argv[1]))
 print("holding", flush=True)
 time.sleep(float(sys.argv[2]))
@@ -928,7 +928,7 @@ def test_a_new_driver_waits_for_the_workers_of_a_dead_one(one_model):
 
 @pytest.mark.slow
 def test_a_new_driver_gives_up_on_workers_that_do_not_exit(one_model, monkeypatch):
-    import optbench.locks as locks
+    import optbench.run.locks as locks
     from optbench.errors import UsageError
 
     spec = parse_spec(one_model)
@@ -1076,7 +1076,7 @@ NO_SPACE = "cannot write: No space left on device"
 
 def test_a_full_disk_at_the_study_lock_names_it(one_model, tmp_path, monkeypatch, capsys):
     # it was "error: cannot write: No space left on device", no path (issue 32)
-    import optbench.locks as locks
+    import optbench.run.locks as locks
 
     one_model["output"] = "results"
     (tmp_path / "study.yaml").write_text(yaml.safe_dump(one_model))

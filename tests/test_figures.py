@@ -17,7 +17,7 @@ from optbench.analysis.plots import data_lines
 from optbench.analysis.report import build_sections, write_report
 from optbench.analysis.summary import Options, format_table
 from optbench.analysis.synthetic import synthetic_trials
-from optbench.spec import parse_spec
+from optbench.spec.schema import parse_spec
 
 MODELS = ["vit_p_w64_16px", "vit_c_w64_16px"]
 FAST = Options(n_boot=50)

@@ -1,4 +1,4 @@
-"""Every recipe and dataset field declares whether it names a cell (optbench/identity.py), and
+"""Every recipe and dataset field declares whether it names a cell (optbench/spec/identity.py), and
 the cell id behaves as declared: editing a "cell" field gives a new id, editing any other
 field keeps it. A field added without a declaration fails here (and in cell_config)."""
 
@@ -11,9 +11,9 @@ import pytest
 
 from optbench.catalogue import CATALOGUE
 from optbench.errors import SpecError
-from optbench.identity import DATASET_IDENTITY, RECIPE_IDENTITY, cell_fields
-from optbench.recipe import Recipe, StudyDataset
-from optbench.spec import parse_spec
+from optbench.spec.identity import DATASET_IDENTITY, RECIPE_IDENTITY, cell_fields
+from optbench.spec.recipe import Recipe, StudyDataset
+from optbench.spec.schema import parse_spec
 
 # an image dataset (read image by image: where interpolation and the layout apply)
 IMAGE_DATASET = next(k.name for k in CATALOGUE.values() if k.format == "images")
@@ -41,7 +41,7 @@ def _candidates(annotation, current) -> list:
     return [base + 1, base * 0.5, 0.05, 0.5, 2, 8, 1]
 
 
-# keys a field is read with (recipe.py refuses it without them): the base study sets them too
+# keys a field is read with (spec/recipe.py refuses it without them): the base study sets them too
 COMPANIONS = {
     "ema": {"report": "raw_final"},
     "ema_alpha": {"ema_rule": "pycls"},

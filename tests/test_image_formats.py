@@ -15,7 +15,7 @@ from PIL import Image
 from test_input_pipeline import folder_config, make_jpeg_folders, natural_image, unreadable_line
 from torchvision.datasets.folder import IMG_EXTENSIONS, default_loader
 
-from optbench.recipe import Dataset, Recipe
+from optbench.spec.recipe import Dataset, Recipe
 from optbench.train.batches import FolderBatches
 from optbench.train.config import Execution
 from optbench.train.datasets import UnreadableImage, load_dataset

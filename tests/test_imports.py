@@ -84,7 +84,7 @@ def test_the_cycle_finder_finds_a_deferred_import_cycle(tmp_path):
 
 def test_optbench_has_no_import_cycle():
     graph = import_graph()
-    assert "optbench.spec" in graph and graph["optbench.cli"]  # the graph was read
+    assert "optbench.spec.schema" in graph and graph["optbench.cli"]  # the graph was read
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
 
 
@@ -92,18 +92,20 @@ def test_the_spec_is_data():
     # The study schema must not need the models or the trainer (that made a cycle before).
     assert not {
         m
-        for m in import_graph()["optbench.spec"]
+        for m in import_graph()["optbench.spec.schema"]
         if m.startswith(("optbench.models", "optbench.train"))
     }
 
 
 @pytest.mark.slow
 def test_the_trainer_does_not_import_the_study_schema():
-    # A trial's recipe and dataset settings are recipe.py's: the trainer knows no study.
+    # A trial's recipe and dataset settings are spec/recipe.py's: the trainer knows no study.
     graph = import_graph()
     assert any(m.startswith("optbench.train.") for m in graph)  # the trainer was read
     assert not {
-        m for m, deps in graph.items() if m.startswith("optbench.train") and "optbench.spec" in deps
+        m
+        for m, deps in graph.items()
+        if m.startswith("optbench.train") and "optbench.spec.schema" in deps
     }
 
 
@@ -115,7 +117,7 @@ def test_the_cli_talks_to_executors_only_through_the_protocol():
 
 
 def test_executors_read_no_result_file():
-    # executors say that a job ended; the driver (runner.py) alone reads what it wrote
+    # executors say that a job ended; the driver (run/driver.py) alone reads what it wrote
     readers = {"load_result", "read_result", "read_metrics"}
     for path in (PACKAGE / "executors").rglob("*.py"):
         names = {

@@ -14,7 +14,7 @@ from torch import nn
 
 from optbench.models import create_model
 from optbench.models.zoo import model_defaults
-from optbench.recipe import Recipe
+from optbench.spec.recipe import Recipe
 
 # The ViT_P / ViT_C pairs at two widths (d 192 and 384; 32 px, patch 4) and the 1-channel 16 px
 # quickstart pair (d 64).
@@ -182,7 +182,7 @@ def test_timm_is_the_reference_init_for_models_with_one_init(name):
 def test_recipe_weight_init_reaches_the_model_and_the_cell_id():
     from types import SimpleNamespace
 
-    from optbench.spec import parse_spec
+    from optbench.spec.schema import parse_spec
     from optbench.train.build import build_model
 
     batches = SimpleNamespace(num_classes=10, in_chans=1, img_size=16)

@@ -23,9 +23,9 @@ from PIL import Image
 from torchvision.transforms import v2
 
 import optbench.train.epoch as epoch_mod
-from optbench.cores import cgroup_cpu_limit
-from optbench.recipe import Dataset, Recipe
-from optbench.spec import parse_spec
+from optbench.host import cgroup_cpu_limit
+from optbench.spec.recipe import Dataset, Recipe
+from optbench.spec.schema import parse_spec
 from optbench.train.batches import FolderBatches, PreparedBatches, epoch_order
 from optbench.train.checkpoint import CHECKPOINT_FILE
 from optbench.train.compute import loader_workers
@@ -283,7 +283,7 @@ def test_the_pipeline_is_recorded_outside_the_config_and_not_part_of_a_cell_id(t
         p: parse_spec({**base, "dataset": {"name": "digits", "img_size": 16, "pipeline": p}})
         for p in ("auto", "pil", "tensor")
     }
-    from optbench.plan import plan
+    from optbench.plan.trials import plan
 
     plans = {p: plan(s) for p, s in specs.items()}
     assert len({t[0].key for t in plans.values()}) == 1  # one cell, one trial key
@@ -400,7 +400,7 @@ def test_pil_and_tensor_pipelines_train_to_the_same_loss_within_seed_noise(tmp_p
 def test_status_says_when_a_cell_mixes_pipelines_and_when_input_is_the_bottleneck():
     from types import SimpleNamespace
 
-    from optbench.progress import input_notes
+    from optbench.run.progress import input_notes
 
     def item(cell: str, pipeline: str, wait: float):
         record = SimpleNamespace(user_attrs={"pipeline": pipeline, "input_wait": wait})

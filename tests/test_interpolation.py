@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from optbench.recipe import Recipe
-from optbench.spec import parse_spec
+from optbench.spec.recipe import Recipe
+from optbench.spec.schema import parse_spec
 from optbench.train.batches import _train_transform, _val_transform
 from optbench.train.datasets import FolderData
 from optbench.train.input_plan import InputPlan, input_plan

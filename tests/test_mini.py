@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 
 from optbench.analysis import claims
-from optbench.checks import check_spec
-from optbench.plan import plan
-from optbench.spec import load_spec
+from optbench.plan.trials import plan
+from optbench.spec.checks import check_spec
+from optbench.spec.schema import load_spec
 
 ROOT = Path(__file__).parent.parent
 MINI = sorted((ROOT / "studies" / "mini").glob("*.yaml"))

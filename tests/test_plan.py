@@ -9,8 +9,8 @@ import yaml
 
 from optbench.cli import main
 from optbench.errors import SpecError
-from optbench.plan import plan
-from optbench.spec import parse_spec
+from optbench.plan.trials import plan
+from optbench.spec.schema import parse_spec
 
 
 def test_the_plan_is_a_pure_function_of_the_spec(tiny_dict, tmp_path):
@@ -68,7 +68,7 @@ def test_a_spec_that_cannot_be_planned_stops_with_exit_2_and_writes_nothing(
 @pytest.mark.slow
 def test_the_plan_counts_each_model_at_the_input_size_it_trains_at(tiny_dict, tmp_path):
     from optbench.models.complexity import model_complexity
-    from optbench.recipe import Dataset
+    from optbench.spec.recipe import Dataset
     from optbench.study_tables import plan_table
     from optbench.train.datasets import load_dataset
 

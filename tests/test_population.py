@@ -21,9 +21,9 @@ from cli_inprocess import tiny_config
 from driver_process import start_driver
 
 from optbench.executors.base import PopulationJob, TrialJob
-from optbench.plan import jobs, plan, populations
-from optbench.recipe import Dataset, Recipe
-from optbench.spec import SlurmSettings, parse_spec
+from optbench.plan.trials import jobs, plan, populations
+from optbench.spec.recipe import Dataset, Recipe
+from optbench.spec.schema import SlurmSettings, parse_spec
 from optbench.train import epoch, population, stepper
 from optbench.train.config import TrainConfig
 from optbench.train.datasets import load_dataset
@@ -403,8 +403,8 @@ def test_a_population_study_records_the_trials_of_a_solo_study(tiny_dict, tmp_pa
     from rich.console import Console
 
     from optbench.executors import make_executor
-    from optbench.runner import run_study
-    from optbench.store import Store
+    from optbench.run.driver import run_study
+    from optbench.store.database import Store
 
     quiet = Console(file=open(os.devnull, "w"))  # noqa: SIM115
     errors = {}

@@ -12,9 +12,9 @@ import yaml
 from services import needs_extra
 
 from optbench.errors import SpecError
-from optbench.overrides import load_study, parse_overrides
-from optbench.plan import plan
-from optbench.profiles import PROFILE_ENV, read_profile
+from optbench.plan.trials import plan
+from optbench.spec.overrides import load_study, parse_overrides
+from optbench.spec.profiles import PROFILE_ENV, read_profile
 from optbench.tracking import Tracking
 
 REPO = Path(__file__).resolve().parent.parent

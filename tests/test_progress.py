@@ -14,11 +14,11 @@ import yaml
 from rich.console import Console
 
 from optbench.executors.local import InlineExecutor, LocalExecutor
-from optbench.plan import plan
-from optbench.progress import EventLog, StudyProgress, read_trial_epochs
-from optbench.runner import run_study
-from optbench.spec import parse_spec
-from optbench.store import StoredTrial
+from optbench.plan.trials import plan
+from optbench.run.driver import run_study
+from optbench.run.progress import EventLog, StudyProgress, read_trial_epochs
+from optbench.spec.schema import parse_spec
+from optbench.store.database import StoredTrial
 
 
 def _metrics(out_dir, seconds, errors=None, written_at=None):

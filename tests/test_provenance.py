@@ -86,8 +86,8 @@ def test_this_checkout_names_its_commit():
 
 
 def test_old_result_files_without_provenance_still_load(tmp_path, tiny_dict):
-    from optbench.plan import plan
-    from optbench.spec import parse_spec
+    from optbench.plan.trials import plan
+    from optbench.spec.schema import parse_spec
 
     cfg = plan(parse_spec(tiny_dict))[0].job.config
     old = TrialResult(status="finished", final_error=50.0, epochs=1, config=cfg)

@@ -16,7 +16,7 @@ from optbench.analysis.summary import Options, format_table, summarize
 from optbench.analysis.synthetic import synthetic_trials
 from optbench.errors import UsageError
 from optbench.models import create_model
-from optbench.spec import parse_spec
+from optbench.spec.schema import parse_spec
 
 MODELS = ["vit_p_w64_16px", "vit_c_w64_16px"]
 RANGES = {
@@ -279,7 +279,7 @@ def test_complexity_table_counts_each_models_parameters():
 @pytest.mark.slow
 def test_the_complexity_table_measures_each_model_at_the_input_size_it_trains_at(tmp_path):
     from optbench.models.complexity import model_complexity
-    from optbench.recipe import Dataset
+    from optbench.spec.recipe import Dataset
     from optbench.train.datasets import load_dataset
 
     root = tmp_path / "imagenet"  # the layout is all a trial's input size needs
@@ -308,7 +308,7 @@ def test_the_report_leaves_the_users_matplotlib_backend_alone(tmp_path):
         "import matplotlib; matplotlib.use('svg')\n"
         "from optbench.analysis.report import write_report\n"
         "from optbench.analysis.synthetic import synthetic_trials\n"
-        "from optbench.spec import parse_spec\n"
+        "from optbench.spec.schema import parse_spec\n"
         f"spec = parse_spec({_spec().model_dump(mode='json')!r})\n"
         f"trials = synthetic_trials({MODELS!r}, ['adamw'], [5], 4)\n"
         f"write_report(spec, trials, {str(tmp_path)!r}, {{'edf'}}, n_boot=20)\n"

@@ -15,7 +15,7 @@ import pytest
 
 from optbench.analysis.report import write_report
 from optbench.analysis.synthetic import synthetic_trials
-from optbench.spec import parse_spec
+from optbench.spec.schema import parse_spec
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = [

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from optbench.sampling import sample_pairs
-from optbench.spec import Range, Search
+from optbench.plan.sampling import sample_pairs
+from optbench.spec.schema import Range, Search
 
 BOX = Range(lr=(1e-4, 1e-2), wd=(1e-3, 1.0))
 
@@ -48,8 +48,8 @@ def test_models_with_other_boxes_get_the_same_relative_position():
 
 
 def test_good_sampler_trains_exactly_the_good_value():
-    from optbench.sampling import study_pairs
-    from optbench.spec import GoodValue
+    from optbench.plan.sampling import study_pairs
+    from optbench.spec.schema import GoodValue
 
     s = Search(
         n_samples=1, sampler="good", good_values={"m": {"sgd": GoodValue(lr=1.9, wd=1.3e-5)}}

@@ -16,8 +16,8 @@ from test_data import make_folders
 from test_input_pipeline import folder_config, make_jpeg_folders, stop_mid_epoch
 
 from optbench.errors import UsageError
-from optbench.recipe import Dataset
-from optbench.spec import parse_spec
+from optbench.spec.recipe import Dataset
+from optbench.spec.schema import parse_spec
 from optbench.train import shards
 from optbench.train.config import Execution
 from optbench.train.datasets import check_dataset_files, load_dataset, split_samples
@@ -243,7 +243,7 @@ def test_optbench_train_on_a_bad_shard_stops_in_one_line_and_writes_nothing(pack
 
 
 def test_a_member_that_is_no_image_fails_its_trial_naming_shard_and_member(packed):
-    from optbench.recipe import Recipe
+    from optbench.spec.recipe import Recipe
     from optbench.train.batches import FolderBatches
     from optbench.train.datasets import UnreadableImage
     from optbench.train.tensor_folder import _read, decode

@@ -49,10 +49,10 @@ from optbench.executors.slurm.journal import (
     read_journal,
     read_records,
 )
-from optbench.plan import plan
-from optbench.runner import run_study
-from optbench.spec import SlurmSettings, parse_spec
-from optbench.store import Store
+from optbench.plan.trials import plan
+from optbench.run.driver import run_study
+from optbench.spec.schema import SlurmSettings, parse_spec
+from optbench.store.database import Store
 from optbench.train.config import TrainConfig, TrialResult
 from optbench.train.results import write_result
 

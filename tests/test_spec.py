@@ -12,10 +12,10 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from optbench.checks import check_spec
 from optbench.cli import main
 from optbench.errors import SpecError
-from optbench.spec import StudySpec, load_spec, parse_spec
+from optbench.spec.checks import check_spec
+from optbench.spec.schema import StudySpec, load_spec, parse_spec
 
 
 def _mutate(data: dict, path: str, value) -> dict:

@@ -20,22 +20,22 @@ import pytest
 import yaml
 from rich.console import Console
 
-import optbench.progress as progress_module
-import optbench.runner as runner
+import optbench.run.driver as runner
+import optbench.run.progress as progress_module
 from optbench.executors.base import JobEvent
 from optbench.executors.local import LocalExecutor
-from optbench.locks import driver_lock, running_driver
-from optbench.plan import plan
-from optbench.progress import (
+from optbench.plan.trials import plan
+from optbench.run.driver import Following, run_study
+from optbench.run.locks import driver_lock, running_driver
+from optbench.run.progress import (
     STALL_EPOCHS,
     STALL_FLOOR_S,
     StudyProgress,
     TrialEpochs,
     stalled_s,
 )
-from optbench.runner import Following, run_study
-from optbench.spec import parse_spec
-from optbench.store import Store
+from optbench.spec.schema import parse_spec
+from optbench.store.database import Store
 from optbench.study_tables import status_table, trials_table
 
 REPO = Path(__file__).resolve().parents[1]
@@ -106,7 +106,7 @@ def _cells(row: str) -> list[str]:
 
 
 def _stored(trial):
-    from optbench.store import StoredTrial
+    from optbench.store.database import StoredTrial
 
     return StoredTrial(trial)
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from cli_inprocess import tiny_config
 
-from optbench.recipe import Recipe
+from optbench.spec.recipe import Recipe
 from optbench.train.build import build_parts
 from optbench.train.compute import Compute
 from optbench.train.distributed import DistContext

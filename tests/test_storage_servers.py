@@ -17,11 +17,11 @@ from writing_driver import WritingExecutor
 
 from optbench.api import load_trials
 from optbench.executors.local import InlineExecutor
-from optbench.plan import plan
-from optbench.runner import run_study
-from optbench.spec import parse_spec
-from optbench.storage_url import server_url
-from optbench.store import Store
+from optbench.plan.trials import plan
+from optbench.run.driver import run_study
+from optbench.spec.schema import parse_spec
+from optbench.store.database import Store
+from optbench.store.storage_url import server_url
 
 
 def _quiet():
@@ -119,8 +119,8 @@ def test_a_missing_database_driver_names_the_extra(tiny_dict, tmp_path):
 
 def test_an_unusable_database_server_is_refused_with_the_password_masked(monkeypatch):
     # e.g. optuna's schema-version RuntimeError, whose text may quote the URL
-    from optbench import storage_url
     from optbench.errors import UsageError
+    from optbench.store import storage_url
 
     url = "postgresql://optbench:s3cret@db.example:5432/studies"
 

@@ -16,7 +16,7 @@ from PIL import Image
 from scipy import stats
 from timm.data import auto_augment as timm_aa
 
-from optbench.recipe import Recipe
+from optbench.spec.recipe import Recipe
 from optbench.train import augment, tensor_ops
 from optbench.train import tensor_draws as td
 from optbench.train import tensor_policy as tp

@@ -20,8 +20,8 @@ from driver_process import ctrl_c_after_first_end, run_again, stoppable_study
 from services import needs_extra
 
 from optbench import tracking as tracking_mod
-from optbench.plan import plan
-from optbench.spec import parse_spec
+from optbench.plan.trials import plan
+from optbench.spec.schema import parse_spec
 from optbench.tracking import RUN_FILE, Tracking, read_run_file, tracker_env
 from optbench.train import tracking as train_tracking
 from optbench.train.config import TrialResult

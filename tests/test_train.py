@@ -9,7 +9,7 @@ import pytest
 import torch
 from cli_inprocess import tiny_config
 
-from optbench.recipe import Recipe
+from optbench.spec.recipe import Recipe
 from optbench.train.config import TrainConfig
 from optbench.train.loop import run_trial
 from optbench.train.results import read_result

@@ -11,7 +11,7 @@ from PIL import Image
 from pydantic import ValidationError
 from timm.data import auto_augment as timm_aa
 
-from optbench.recipe import Recipe
+from optbench.spec.recipe import Recipe
 from optbench.train.augment import (
     BatchAugment,
     input_stats,

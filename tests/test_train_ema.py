@@ -9,7 +9,7 @@ import torch
 from cli_inprocess import tiny_config
 from torch import nn
 
-from optbench.recipe import Dataset, Recipe
+from optbench.spec.recipe import Dataset, Recipe
 from optbench.train.config import TrainConfig
 from optbench.train.ema import WeightAverage
 

@@ -16,7 +16,7 @@ from cli_inprocess import tiny_config
 
 import optbench.train.epoch as epoch
 import optbench.train.loop as loop
-from optbench.recipe import Dataset, Recipe
+from optbench.spec.recipe import Dataset, Recipe
 from optbench.train.checkpoint import CHECKPOINT_FILE
 from optbench.train.config import TrainConfig
 from optbench.train.loop import run_trial
@@ -140,7 +140,7 @@ import os, signal, sys
 from pathlib import Path
 import optbench.train.epoch as epoch
 import optbench.train.loop as loop
-from optbench.recipe import Dataset, Recipe
+from optbench.spec.recipe import Dataset, Recipe
 from optbench.train.config import TrainConfig
 seed_step = epoch.seed_step
 def seed_and_signal(seed, device, calls=[]):
@@ -289,7 +289,7 @@ def free_port() -> int:
 DDP_SCRIPT = """
 import sys
 from pathlib import Path
-from optbench.recipe import Dataset, Recipe
+from optbench.spec.recipe import Dataset, Recipe
 from optbench.train.config import TrainConfig
 from optbench.train.loop import run_trial
 cfg = TrainConfig(model="vit_p_w64_16px", dataset=Dataset(name="digits", img_size=16),
@@ -343,7 +343,7 @@ DDP_STOP_SCRIPT = """
 import json, os, signal, sys
 from pathlib import Path
 import optbench.train.epoch as epoch
-from optbench.recipe import Dataset, Recipe
+from optbench.spec.recipe import Dataset, Recipe
 from optbench.train.config import TrainConfig
 from optbench.train.loop import run_trial
 from optbench.train.signals import TrialInterrupted

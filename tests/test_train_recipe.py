@@ -16,7 +16,7 @@ from cli_inprocess import tiny_config
 from pydantic import ValidationError
 
 from optbench import models  # noqa: F401  (registers the quickstart models)
-from optbench.recipe import Recipe
+from optbench.spec.recipe import Recipe
 from optbench.train.config import TrainConfig
 from optbench.train.optim import LrSchedule, build_optimizer, weight_decay_groups
 
@@ -320,9 +320,9 @@ STUDY = {  # a one-cell study on digits
 
 
 def test_a_study_picks_a_preset_and_overrides_keys(tmp_path):
-    from optbench.checks import check_spec
     from optbench.errors import SpecError, UsageError
-    from optbench.spec import parse_spec
+    from optbench.spec.checks import check_spec
+    from optbench.spec.schema import parse_spec
 
     study = {**STUDY, "recipe": {"preset": "deit", "drop_path": 0.0}}
     spec = parse_spec(study)
@@ -355,7 +355,7 @@ def test_a_study_picks_a_preset_and_overrides_keys(tmp_path):
     ],
 )
 def test_every_recipe_key_is_part_of_the_cell_id(key, value):
-    from optbench.spec import parse_spec
+    from optbench.spec.schema import parse_spec
 
     base = {**STUDY, "recipe": {"preset": "paper"}}
     spec = parse_spec(base)
@@ -366,7 +366,7 @@ def test_every_recipe_key_is_part_of_the_cell_id(key, value):
 
 
 def test_ref_batch_defaults_to_the_presets_and_an_explicit_one_wins():
-    from optbench.spec import parse_spec
+    from optbench.spec.schema import parse_spec
 
     study = {**STUDY, "epochs": [60]}
     # DeiT's code scales lr by batch / 512; Xiao et al. normalize to 2048.

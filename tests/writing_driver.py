@@ -18,9 +18,9 @@ import yaml
 from rich.console import Console
 
 from optbench.executors.base import JobEvent
-from optbench.runner import run_study
-from optbench.spec import parse_spec
-from optbench.store import Store
+from optbench.run.driver import run_study
+from optbench.spec.schema import parse_spec
+from optbench.store.database import Store
 from optbench.train.config import TrialResult
 from optbench.train.results import METRICS_FILE, RESULT_FILE, write_result
 

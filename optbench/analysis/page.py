@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 
 from optbench.analysis.edf import AUC_MAX_POINTS, FRAC_WITHIN_POINTS, MIN_EDF_SAMPLES
 from optbench.analysis.summary import near_chance_warning
-from optbench.spec import StudySpec, dump_spec
+from optbench.spec.schema import StudySpec, dump_spec
 
 
 @dataclass

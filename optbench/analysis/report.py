@@ -34,7 +34,7 @@ from optbench.analysis.page import Section, render_html
 from optbench.analysis.stats import N_BOOT
 from optbench.analysis.summary import Options, summarize
 from optbench.errors import UsageError
-from optbench.spec import StudySpec
+from optbench.spec.schema import StudySpec
 
 FIGURES: tuple[str, ...] = ("edf", "length", "optimizer", "stem", "peak", "complexity", "curves")
 METRICS: tuple[str, ...] = ("final_error", "best_error", tables.PYCLS_BEST)

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from optbench.cores import usable_cores
 from optbench.executors.base import Executor
 from optbench.executors.local import InlineExecutor, LocalExecutor, pool_size
-from optbench.spec import StudySpec
+from optbench.host import usable_cores
+from optbench.spec.schema import StudySpec
 
 
 def make_executor(

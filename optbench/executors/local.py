@@ -9,7 +9,7 @@ and ends one. The driver therefore knows which trial each worker runs, so:
 - workers never outlive the driver: each asks the kernel for SIGTERM when the driver dies
   (Linux's PR_SET_PDEATHSIG) and also watches its parent's pid (any platform); on SIGTERM a
   running trial writes its checkpoint at the next optimizer step and the worker exits;
-- each worker holds the study's `.workers.lock` (locks.py) until it exits, so a new driver
+- each worker holds the study's `.workers.lock` (run/locks.py) until it exits, so a new driver
   never trains a trial that an old worker is still writing.
 
 Threads. Each worker runs `threads` torch threads, a function of the study's `workers` setting
@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
-from optbench.cores import usable_cores
 from optbench.errors import UsageError, WriteError
 from optbench.executors.base import DiesWithDriver, Job, JobEvent, described, run_job
+from optbench.host import usable_cores
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 WATCH_S = 1.0  # how often a worker checks that its driver is alive
@@ -106,7 +106,7 @@ def _worker_main(
     if gpu is not None:  # before torch touches CUDA: this worker sees one GPU
         os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
     if study_dir is not None:
-        from optbench.locks import hold_worker_lock
+        from optbench.run.locks import hold_worker_lock
 
         hold_worker_lock(study_dir)  # held until this process exits
     import torch
@@ -170,7 +170,7 @@ def _death(process) -> str:
 class LocalExecutor(DiesWithDriver):
     """A pool of worker processes on this machine, started when jobs are submitted: one worker
     per core, or one per GPU where there are GPUs, unless `workers` says how many (at most the
-    cores or GPUs). With `study_dir`, workers hold its worker lock (locks.py)."""
+    cores or GPUs). With `study_dir`, workers hold its worker lock (run/locks.py)."""
 
     def __init__(self, workers: int | str = "auto", study_dir: Path | None = None):
         self._workers = workers

@@ -42,7 +42,7 @@ from timm.data import Mixup
 from timm.data import auto_augment as timm_aa
 from torchvision.transforms import v2
 
-from optbench.recipe import TORCHVISION_POLICIES, Recipe
+from optbench.spec.recipe import TORCHVISION_POLICIES, Recipe
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)

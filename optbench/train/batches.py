@@ -36,7 +36,7 @@ import torch
 from torch.utils.data import DataLoader
 from torch.utils.data import Dataset as TorchDataset
 
-from optbench.recipe import Recipe
+from optbench.spec.recipe import Recipe
 from optbench.train.augment import build_policy, per_image, random_crop_flip
 from optbench.train.datasets import (
     IMAGE_ERRORS,

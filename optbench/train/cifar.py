@@ -16,7 +16,7 @@ import torch
 
 from optbench.catalogue import CIFAR_SIDE, require_root
 from optbench.errors import UsageError
-from optbench.recipe import Dataset
+from optbench.spec.recipe import Dataset
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import torch
 
-from optbench.cores import usable_cores
-from optbench.recipe import Recipe
+from optbench.host import usable_cores
+from optbench.spec.recipe import Recipe
 from optbench.train.distributed import DistContext, process_device
 
 

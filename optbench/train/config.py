@@ -19,10 +19,10 @@ from pydantic import (
     model_validator,
 )
 
-from optbench.caps import MAX_EPOCHS, SEED_BOUND
 from optbench.errors import SpecError, format_errors
 from optbench.provenance import COMMIT_PATTERN, FINGERPRINT_PATTERN
-from optbench.recipe import Dataset, Optimizer, Pipeline, Recipe, fill_ref_batch
+from optbench.spec.caps import MAX_EPOCHS, SEED_BOUND
+from optbench.spec.recipe import Dataset, Optimizer, Pipeline, Recipe, fill_ref_batch
 from optbench.tracking import Tracking
 
 Status = Literal["finished", "diverged", "failed"]
@@ -48,7 +48,7 @@ class TrainConfig(BaseModel):
     optimizer: Optimizer
     lr: StrictFloat = Field(gt=0)
     wd: StrictFloat = Field(ge=0)
-    epochs: StrictInt = Field(ge=1, le=MAX_EPOCHS)  # caps.py: a longer schedule never ends
+    epochs: StrictInt = Field(ge=1, le=MAX_EPOCHS)  # spec/caps.py: a longer schedule never ends
     batch_size: StrictInt = Field(ge=1)
     ref_batch: StrictInt = Field(ge=1)  # default: the recipe preset's (recipe.PRESET_REF_BATCH)
     seed: StrictInt = Field(default=0, ge=0, lt=SEED_BOUND)
@@ -83,7 +83,7 @@ class TrainConfig(BaseModel):
 
 def make_train_config(what: str, **fields) -> TrainConfig:
     """The one place a TrainConfig is built from parts (TrainConfig's fields, by name):
-    `optbench train`'s flags and each trial of a plan (plan.py). A config that does not validate
+    `optbench train`'s flags and each trial of a plan (plan/trials.py). A config that does not validate
     (a warmup as long as the schedule, a flag out of range) is a SpecError, one line per
     problem, "<what>: <field>: <why>"."""
     try:
@@ -181,7 +181,7 @@ class TrialResult(BaseModel):
     # who wrote it: the worker that trained the trial, or the driver for a job that ended
     # without a usable result (killed, lost, an invalid result file): retry policy reads it
     origin: Literal["worker", "driver"] = "worker"
-    # the study's attempt it belongs to (store.py counts them): the driver records a result
+    # the study's attempt it belongs to (store/database.py counts them): the driver records a result
     # file only on that attempt (None: trained outside a study, or written before attempts were)
     attempt: StrictInt | None = Field(default=None, ge=1, le=1_000_000)
 

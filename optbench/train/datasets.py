@@ -42,7 +42,7 @@ from PIL import Image
 from optbench import catalogue
 from optbench.catalogue import CATALOGUE, FOLDER_IMG_SIZE
 from optbench.errors import UsageError
-from optbench.recipe import Dataset
+from optbench.spec.recipe import Dataset
 from optbench.train import folders, shards
 from optbench.train.augment import IMAGENET_MEAN, IMAGENET_STD
 from optbench.train.cifar import check_cifar, check_cifar_files, cifar_layout, read_cifar_batches

@@ -26,7 +26,7 @@ from torch import nn
 
 from optbench import safefs
 from optbench.provenance import provenance
-from optbench.recipe import Recipe
+from optbench.spec.recipe import Recipe
 from optbench.train.checkpoint import CheckpointError
 from optbench.train.compute import Compute
 from optbench.train.config import Execution, Provenance, TrainConfig, TrialResult

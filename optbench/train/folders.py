@@ -13,7 +13,7 @@ from pathlib import Path
 
 from optbench.catalogue import require_root
 from optbench.errors import UsageError
-from optbench.recipe import Dataset
+from optbench.spec.recipe import Dataset
 
 FOLDER_LAYOUT = "ROOT/train/<class>/<image> and ROOT/val/<class>/<image> (same classes in both)"
 

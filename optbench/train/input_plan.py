@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from torchvision.transforms import InterpolationMode
 
-from optbench.recipe import TORCHVISION_POLICIES, Recipe
+from optbench.spec.recipe import TORCHVISION_POLICIES, Recipe
 from optbench.train.augment import input_stats, policy_group
 
 # torchvision's RandomResizedCrop defaults, which both pipelines draw the training crop with

@@ -1,5 +1,5 @@
 """A short timed training run of one configuration (`measure_config`), for the cost plan of
-`optbench run --dry-run --measure` (optbench/costs.py).
+`optbench run --dry-run --measure` (optbench/plan/costs.py).
 
 It builds the trial's real parts (build.py: its model, recipe, input pipeline and batch, at the
 precision the device gives it), runs `warmup` optimizer steps untimed and then `steps` timed

@@ -15,7 +15,7 @@ statistics per member (precise_bn.py), then top-1/top-5 errors of its raw and EM
 
 Randomness inside the model (drop path) is drawn once per step and shared by the members
 (`vmap(randomness="same")`), which is the draw a solo trial makes at that step: drop path is
-batched, not refused. Not batched, refused at validation (spec.py): `recipe.compile` and DDP
+batched, not refused. Not batched, refused at validation (spec/schema.py): `recipe.compile` and DDP
 (SLURM tasks_per_node > 1).
 
 What is not bit-identical to a solo trial: vmap runs the batched kernels (a convolution over K

@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from optbench.recipe import Optimizer, Recipe
+from optbench.spec.recipe import Optimizer, Recipe
 
 
 def _column(values: list[float], like: Tensor) -> Tensor:

@@ -30,7 +30,7 @@ from PIL import Image
 from torchvision.io import ImageReadMode, decode_jpeg
 from torchvision.transforms.v2 import functional as TF
 
-from optbench.recipe import Recipe
+from optbench.spec.recipe import Recipe
 from optbench.train.augment import apply_grouped, build_policy, policy_group
 from optbench.train.batches import Shard, epoch_order
 from optbench.train.datasets import (

@@ -22,7 +22,7 @@ import torch
 from PIL import Image
 from timm.data import auto_augment as timm_aa
 
-from optbench.recipe import TORCHVISION_POLICIES, Recipe
+from optbench.spec.recipe import TORCHVISION_POLICIES, Recipe
 from optbench.train import augment
 from optbench.train.tensor_draws import PolicyDraws, apply, draw
 from optbench.train.tensor_ops import OPS

@@ -29,10 +29,10 @@ from optbench.executors import make_executor
 from optbench.executors.slurm.client import ACTIVE_STATES, sacct_states, squeue_jobs
 from optbench.executors.slurm.journal import COMMENT_TAG, JOBS_FILE, followed_jobs, read_records
 from optbench.executors.slurm.study import job_folder
-from optbench.plan import plan
-from optbench.runner import run_study
-from optbench.spec import StudySpec, load_spec, parse_spec
-from optbench.store import Store
+from optbench.plan.trials import plan
+from optbench.run.driver import run_study
+from optbench.spec.schema import StudySpec, load_spec, parse_spec
+from optbench.store.database import Store
 from optbench.train.loop import run_trial
 from optbench.train.results import METRICS_FILE, read_result
 

@@ -13,10 +13,10 @@ from typer.testing import CliRunner
 from optbench.cli import app
 from optbench.executors.slurm.journal import read_records
 from optbench.executors.slurm.study import job_folder
-from optbench.overrides import load_study
-from optbench.plan import plan
-from optbench.profiles import read_profile
-from optbench.store import Store
+from optbench.plan.trials import plan
+from optbench.spec.overrides import load_study
+from optbench.spec.profiles import read_profile
+from optbench.store.database import Store
 from optbench.train.results import read_result
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.xdist_group("slurm")]

@@ -39,7 +39,7 @@ from optbench.executors.slurm.journal import (
     followed_jobs,
 )
 from optbench.executors.slurm.study import cancel_study_jobs, jobs_status
-from optbench.spec import SlurmSettings
+from optbench.spec.schema import SlurmSettings
 
 # states of a job that ran and waits again (requeued after a time limit, preempted, suspended):
 # its trial is not running, so it is not stalled either

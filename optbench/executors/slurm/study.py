@@ -9,7 +9,7 @@ from pathlib import Path
 
 from optbench.executors.slurm.client import ACTIVE_STATES, scancel
 from optbench.executors.slurm.journal import JOBS_FILE, followed_jobs
-from optbench.spec import StudySpec
+from optbench.spec.schema import StudySpec
 
 
 def job_folder(spec: StudySpec) -> Path:

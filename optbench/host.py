@@ -1,6 +1,6 @@
-"""How many CPU cores this process may use (`usable_cores`): its affinity mask, capped by a
-cgroup CPU quota. The executors divide them among their workers; a trial's input pipeline
-sizes its workers from its share (train/compute.py)."""
+"""This machine as a trial's process sees it: how many CPU cores it may use (`usable_cores`):
+its affinity mask, capped by a cgroup CPU quota. The executors divide them among their workers;
+a trial's input pipeline sizes its workers from its share (train/compute.py)."""
 
 from __future__ import annotations
 

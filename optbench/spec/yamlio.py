@@ -14,8 +14,8 @@ from pathlib import Path
 
 import yaml
 
-from optbench.caps import MAX_STUDY_BYTES, MAX_YAML_DEPTH, MAX_YAML_NODES
 from optbench.errors import SpecError
+from optbench.spec.caps import MAX_STUDY_BYTES, MAX_YAML_DEPTH, MAX_YAML_NODES
 
 
 class StrictLoader(yaml.SafeLoader):

@@ -91,5 +91,7 @@ def cell_fields(table: dict[str, Identity], values: dict, folder_dataset: bool) 
     table does not declare is an error: every new field must say what it is."""
     missing = sorted(set(values) - set(table))
     if missing:
-        raise KeyError(f"fields without an identity declaration (optbench/identity.py): {missing}")
+        raise KeyError(
+            f"fields without an identity declaration (optbench/spec/identity.py): {missing}"
+        )
     return {k: v for k, v in values.items() if names_cell(table[k], folder_dataset)}

@@ -1,7 +1,7 @@
 """What one trial trains with, as data: the recipe (`Recipe`, its named presets and the lr's
 reference batch of each), the dataset settings (`Dataset`) and the optimizer names.
 
-A study (spec.py) shares one recipe and one dataset among its trials; `optbench train` builds
+A study (schema.py) shares one recipe and one dataset among its trials; `optbench train` builds
 them from flags; a trial's `TrainConfig` (train/config.py) carries them to the trainer, which
 imports them from here, not the study schema. Every recipe key's meaning, and the source of
 every preset value, is in docs/recipes.md. Pure data: nothing here imports torch.
@@ -24,8 +24,8 @@ from pydantic import (
     model_validator,
 )
 
-from optbench.caps import MAX_AUGMENT_OPS, MAX_IMG_SIZE, MAX_TRANSLATE, check_cap
 from optbench.catalogue import CATALOGUE, Layout
+from optbench.spec.caps import MAX_AUGMENT_OPS, MAX_IMG_SIZE, MAX_TRANSLATE, check_cap
 
 Optimizer = Literal["adamw", "sgd"]
 OPTIMIZERS: tuple[str, ...] = ("adamw", "sgd")

@@ -12,7 +12,7 @@ While an attempt runs, user attr "running" says which driver's worker runs it an
 States: COMPLETE = finished (value = final top-1 error); FAIL with status "diverged" = diverged
 (a result); FAIL otherwise = failed (a crash, retried by the next run); RUNNING = pending.
 Only the single driver process writes here; workers write result files. The trials themselves
-come from the plan (plan.py); the store only attaches their state (`StoredTrial`).
+come from the plan (plan/trials.py); the store only attaches their state (`StoredTrial`).
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from optbench import safefs
-from optbench.plan import Trial
-from optbench.sampling import distributions
-from optbench.spec import StudySpec
-from optbench.storage_url import make_storage, storage_errors
+from optbench.plan.sampling import distributions
+from optbench.plan.trials import Trial
+from optbench.spec.schema import StudySpec
+from optbench.store.storage_url import make_storage, storage_errors
 from optbench.train.config import TrialResult
 
 if TYPE_CHECKING:

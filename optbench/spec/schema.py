@@ -7,7 +7,7 @@ the strict YAML reader is yamlio.py's. Every key is documented in docs/study.md 
 default lives in those modules, once. `load_spec` turns a YAML file into a `StudySpec` or
 raises `SpecError` with a message that names the file and the offending field. The schema is
 pure data: whether the named models and dataset exist on this install and machine is checked
-by `optbench.checks.check_spec`, where a command needs them.
+by `optbench.spec.checks.check_spec`, where a command needs them.
 """
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ from pydantic import (
     model_validator,
 )
 
-from optbench.caps import (
+from optbench.catalogue import is_image_dataset
+from optbench.errors import SpecError, format_errors
+from optbench.spec.caps import (
     CAP_REASONS,
     MAX_BATCH,
     MAX_EPOCHS,
@@ -40,10 +42,8 @@ from optbench.caps import (
     SEED_BOUND,
     check_cap,
 )
-from optbench.catalogue import is_image_dataset
-from optbench.errors import SpecError, format_errors
-from optbench.identity import DATASET_IDENTITY, RECIPE_IDENTITY, cell_fields
-from optbench.recipe import (
+from optbench.spec.identity import DATASET_IDENTITY, RECIPE_IDENTITY, cell_fields
+from optbench.spec.recipe import (
     Optimizer,
     Recipe,
     StrictModel,
@@ -51,8 +51,8 @@ from optbench.recipe import (
     fill_ref_batch,
     plain_path,
 )
+from optbench.spec.yamlio import read_study_yaml
 from optbench.tracking import Tracking, check_installed
-from optbench.yamlio import read_study_yaml
 
 
 def _check_range(value: tuple[float, float], what: str) -> tuple[float, float]:
@@ -266,7 +266,7 @@ class StudySpec(StrictModel):
     def _storage(cls, v: str | None) -> str | None:
         if v is None:
             return None
-        from optbench.storage_url import check_storage_url  # SQLAlchemy: only for a URL given
+        from optbench.store.storage_url import check_storage_url  # SQLAlchemy: only for a URL given
 
         return check_storage_url(v)
 

@@ -25,11 +25,11 @@ from rich.console import Console, Group
 from rich.table import Table
 
 from optbench import safefs
-from optbench.console import TextTable
+from optbench.run.console import TextTable
 from optbench.train.results import METRICS_FILE, read_metrics
 
 if TYPE_CHECKING:
-    from optbench.store import StoredTrial
+    from optbench.store.database import StoredTrial
 
 STATES = ("finished", "diverged", "failed", "running", "pending")
 SUMMARY_EVERY_S = 180.0  # a log's summary line, every this many seconds

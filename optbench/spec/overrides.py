@@ -16,11 +16,11 @@ import yaml
 from pydantic import ValidationError
 
 from optbench.errors import SpecError, UsageError, format_errors
-from optbench.spec import StudySpec
-from optbench.yamlio import read_study_yaml, read_yaml
+from optbench.spec.schema import StudySpec
+from optbench.spec.yamlio import read_study_yaml, read_yaml
 
 if TYPE_CHECKING:
-    from optbench.profiles import Profile
+    from optbench.spec.profiles import Profile
 
 
 def parse_overrides(items: Sequence[str]) -> dict[str, Any]:

@@ -27,15 +27,15 @@ from rich.console import Console
 from rich.live import Live
 
 from optbench import safefs
-from optbench.console import text_console
 from optbench.errors import StorageUnavailable, WriteError
 from optbench.executors.base import Executor, Job
-from optbench.locks import driver_lock
-from optbench.plan import Trial, plan
-from optbench.plan import jobs as plan_jobs
-from optbench.progress import EventLog, LiveView, StudyProgress, input_notes
-from optbench.spec import StudySpec, dump_spec
-from optbench.store import Store, StoredTrial, refuse_links
+from optbench.plan.trials import Trial, plan
+from optbench.plan.trials import jobs as plan_jobs
+from optbench.run.console import text_console
+from optbench.run.locks import driver_lock
+from optbench.run.progress import EventLog, LiveView, StudyProgress, input_notes
+from optbench.spec.schema import StudySpec, dump_spec
+from optbench.store.database import Store, StoredTrial, refuse_links
 from optbench.train.config import TrialResult
 from optbench.train.results import (
     ERROR_LOG,

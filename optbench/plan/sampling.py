@@ -22,7 +22,7 @@ import math
 import optuna
 from optuna.distributions import FloatDistribution
 
-from optbench.spec import Range, Search
+from optbench.spec.schema import Range, Search
 
 
 def distributions(bounds: Range) -> dict[str, FloatDistribution]:

@@ -2,7 +2,7 @@
 registered, its dataset known and big enough for its batch, its images' size one its models
 can take and, for a real run, the dataset's files where `dataset.root` says (with what is cheap
 to see of their contents), folders it can write, a storage it can open, a device that is
-there. The spec is pure data (spec.py); the CLI calls these with what each command needs,
+there. The spec is pure data (schema.py); the CLI calls these with what each command needs,
 before it writes anything. Every check only reads. Checking a study's names (status, report)
 imports neither torch nor timm; sizes, data files and devices do.
 """
@@ -15,8 +15,8 @@ from pathlib import Path
 
 from optbench.catalogue import CATALOGUE, DATASET_NAMES
 from optbench.errors import SpecError, UnfinishedWrite, UsageError, did_you_mean, source_of
-from optbench.recipe import Dataset, Recipe
-from optbench.spec import StudySpec
+from optbench.spec.recipe import Dataset, Recipe
+from optbench.spec.schema import StudySpec
 
 
 def check_spec(
@@ -161,7 +161,7 @@ def check_storage(url: str, what: str, study_dir: Path) -> None:
     lies in the study folder, which the run makes) and can be written, and which is a study
     database if it exists (one holding a killed driver's unfinished write is: the run recovers
     it); or a server whose driver is installed. Connects to nothing."""
-    from optbench.storage_url import check_storage_file, server_url, storage_file
+    from optbench.store.storage_url import check_storage_file, server_url, storage_file
 
     path = storage_file(url)
     if path is not None:
@@ -193,7 +193,7 @@ def check_storage(url: str, what: str, study_dir: Path) -> None:
 def check_threads(threads: int, what: str = "--threads") -> None:
     """Torch threads: at least 1, at most the usable cores (more only slow training down, and
     the thread count changes results)."""
-    from optbench.cores import usable_cores
+    from optbench.host import usable_cores
 
     cores = usable_cores()
     if not 1 <= threads <= cores:

@@ -2,7 +2,7 @@
 
 A number above one would exhaust the machine (memory, disk, hours of planning) before a single
 trial trains; docs/faults.md gives each cap's reason, and so does the error (`check_cap`). The
-schema modules (recipe.py, spec.py) and the YAML reader (yamlio.py) apply them.
+schema modules (recipe.py, schema.py) and the YAML reader (yamlio.py) apply them.
 """
 
 from __future__ import annotations

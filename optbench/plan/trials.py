@@ -15,8 +15,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from optbench.executors.base import Job, PopulationJob, TrialJob
-from optbench.sampling import study_pairs
-from optbench.spec import Cell, StudySpec
+from optbench.plan.sampling import study_pairs
+from optbench.spec.schema import Cell, StudySpec
 from optbench.train.config import Execution, TrainConfig, make_train_config
 
 

@@ -24,10 +24,10 @@ from typing import Any
 from pydantic import ValidationError, field_validator
 
 from optbench.errors import SpecError, UsageError, did_you_mean, format_errors
-from optbench.recipe import StrictModel, plain_path
-from optbench.spec import ExecutorSettings, StudySpec
+from optbench.spec.recipe import StrictModel, plain_path
+from optbench.spec.schema import ExecutorSettings, StudySpec
+from optbench.spec.yamlio import read_study_yaml
 from optbench.tracking import Tracking, check_installed
-from optbench.yamlio import read_study_yaml
 
 PROFILE_ENV = "OPTBENCH_PROFILE"  # the default profile of `optbench run`, status, cancel, report
 
@@ -43,7 +43,7 @@ class ProfileSchema(StrictModel):
     @field_validator("storage")
     @classmethod
     def _storage(cls, v: str | None) -> str | None:
-        from optbench.storage_url import check_storage_url  # SQLAlchemy: only for a URL given
+        from optbench.store.storage_url import check_storage_url  # SQLAlchemy: only for a URL given
 
         return v if v is None else check_storage_url(v)
 

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from optbench import safefs
 from optbench.catalogue import CATALOGUE
 from optbench.errors import UsageError
-from optbench.plan import Trial, plan
-from optbench.spec import StudySpec
+from optbench.plan.trials import Trial, plan
+from optbench.spec.schema import StudySpec
 
 COSTS_FILE = "costs.json"
 MAX_COSTS_BYTES = 4 * 2**20
@@ -126,8 +126,8 @@ def measure_study(spec: StudySpec, *, steps: int, warmup: int, notify=print) -> 
 def cpu_threads(spec: StudySpec) -> int:
     """The torch threads one of the study's CPU trials gets: a local worker's share of the
     cores, all of them in the debug executor, a SLURM job's cpus_per_task."""
-    from optbench.cores import usable_cores
     from optbench.executors import pool_size
+    from optbench.host import usable_cores
 
     if spec.executor.kind == "slurm":
         return spec.executor.slurm.cpus_per_task

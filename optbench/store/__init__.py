@@ -1,0 +1,4 @@
+"""Where a study's results live: the study database, one optuna study per cell
+(`database.py`: `Store`, `StoredTrial`), and the storage URLs that name it (`storage_url.py`:
+parse, check, open; SQLite in the study folder by default, PostgreSQL on a server).
+"""
