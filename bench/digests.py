@@ -28,10 +28,11 @@ import torch
 from PIL import Image
 from sklearn.datasets import load_digits
 
-from optbench.executors.base import PopulationJob, TrialJob, run_job
 from optbench.pack import pack_folder
 from optbench.spec.recipe import Dataset, Recipe
-from optbench.train.config import Execution, TrainConfig
+from optbench.train.loop import run_job
+from optbench.trial.config import Execution, TrainConfig
+from optbench.trial.jobs import PopulationJob, TrialJob
 
 DIGITS = Dataset(name="digits", img_size=16)
 

@@ -34,9 +34,9 @@ import torch
 from optbench import models  # noqa: F401  (registers optbench's models)
 from optbench.models.complexity import count_complexity
 from optbench.spec.recipe import Dataset, Recipe
-from optbench.train.config import TrainConfig
 from optbench.train.loop import run_trial
 from optbench.train.optim import build_optimizer
+from optbench.trial.config import TrainConfig
 
 
 def sync(device: torch.device) -> None:

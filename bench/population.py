@@ -40,7 +40,7 @@ OPTIMIZER = "adamw"
 
 def _config(args, lr: float, wd: float):
     from optbench.spec.recipe import Dataset, Recipe
-    from optbench.train.config import TrainConfig
+    from optbench.trial.config import TrainConfig
 
     return TrainConfig(
         model=args.model,

@@ -20,8 +20,8 @@ import numpy as np
 import torch
 
 from optbench.train import augment
-from optbench.train.results import _cpu_name
 from optbench.train.tensor_policy import tensor_policy
+from optbench.trial.results import _cpu_name
 
 POLICIES = ("pycls_v0", "rand-m9-mstd0.5-inc1")
 SIZES = (32, 224)

@@ -33,10 +33,10 @@ from torch import nn
 from optbench import models  # noqa: F401  (registers the quickstart models)
 from optbench.spec.recipe import Dataset, Recipe
 from optbench.train import epoch as epoch_module
-from optbench.train.config import TrainConfig
 from optbench.train.datasets import load_dataset
 from optbench.train.loop import run_trial
-from optbench.train.results import read_metrics
+from optbench.trial.config import TrainConfig
+from optbench.trial.results import read_metrics
 
 MODEL, BATCH = "vit_c_w64_16px", 128
 

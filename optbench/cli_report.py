@@ -50,7 +50,7 @@ def report(
     from optbench.analysis.summary import format_table
     from optbench.plan.trials import plan
     from optbench.store.database import Store
-    from optbench.tracking import attach_report
+    from optbench.trackers.backends import attach_report
 
     flags = {
         "edf": edf,

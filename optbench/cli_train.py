@@ -86,10 +86,10 @@ def train(
     from optbench.models import is_model, model_names
     from optbench.spec.checks import check_batch, check_input_size, check_pipeline
     from optbench.spec.overrides import parse_overrides
-    from optbench.train.config import Execution, make_train_config
     from optbench.train.datasets import check_dataset_files, download_dataset
     from optbench.train.loop import run_trial
     from optbench.train.signals import STOP_SIGNALS, TrialInterrupted
+    from optbench.trial.config import Execution, make_train_config
 
     if optimizer not in OPTIMIZERS:
         raise UsageError(f"--optimizer: must be one of {list(OPTIMIZERS)}, got {optimizer!r}")

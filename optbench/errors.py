@@ -3,7 +3,7 @@
 `UsageError` is bad input (a study file, a flag, a dataset path): `optbench` prints it as one
 message and exits with code 2, before anything is written (`UnfinishedWrite`, a database that
 `optbench run` must recover first, is one too). `WriteError` is the machine's fault
-(disk full, I/O error): one message, exit code 1. `StorageUnavailable` is a study database that
+(disk full, I/O error: the errnos of `DISK_FAULTS`): one message, exit code 1. `StorageUnavailable` is a study database that
 does not answer: one line, exit code 1. Every module raises these; this one
 imports nothing from optbench.
 """
@@ -11,6 +11,7 @@ imports nothing from optbench.
 from __future__ import annotations
 
 import difflib
+import errno
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -33,6 +34,12 @@ class UnfinishedWrite(UsageError):
     hot journal). Not damage: the study's one writer, `optbench run`, rolls it back under the
     study's lock; a command that only reads says so in one line (exit code 2), leaving it as it
     is."""
+
+
+# A write that fails for these is the machine's fault, not the trial's: the trainer raises it
+# instead of recording a failed trial (train/driver.py), and a pool worker reports it as a fault
+# that stops the driver (executors/local.py).
+DISK_FAULTS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS)
 
 
 class WriteError(Exception):

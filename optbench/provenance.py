@@ -23,7 +23,7 @@ __version__ = "0.1.0"  # optbench's version (pyproject.toml says the same; a tes
 PACKAGE = Path(__file__).resolve().parent
 TRAINING_CODE: tuple[str, ...] = ("models", "train")  # the folders whose source is fingerprinted
 FINGERPRINT_CHARS = 16
-# What a result file's provenance may hold (train/config.py's Provenance checks it): a git commit
+# What a result file's provenance may hold (trial/config.py's Provenance checks it): a git commit
 # (SHA-1, or SHA-256 in a sha256 repository) and a fingerprint of hex digits
 COMMIT_PATTERN = r"[0-9a-f]{40}([0-9a-f]{24})?"
 FINGERPRINT_PATTERN = r"[0-9a-f]{16,64}"

@@ -12,7 +12,7 @@ import pytest
 
 from optbench.cli import main
 from optbench.spec.recipe import Dataset, Recipe
-from optbench.train.config import TrainConfig
+from optbench.trial.config import TrainConfig
 
 
 def run_cli(args: list[str], cwd: Path, monkeypatch, capsys) -> tuple[int, str, str]:

@@ -19,6 +19,7 @@ from test_data import CIFAR, make_cifar, make_folders, py2_pickle
 from optbench.models import input_multiple
 from optbench.spec.recipe import Dataset, Recipe
 from optbench.train.datasets import check_dataset_files, dataset_info
+from optbench.train.input_plan import resolve_execution
 
 
 def _tree(root: Path) -> dict[str, tuple[int, int]]:
@@ -214,7 +215,7 @@ def test_a_policy_the_tensor_pipeline_cannot_run_is_refused_there(
 def test_auto_feeds_a_policy_without_a_tensor_version_through_pil_and_says_so(
     tmp_path, monkeypatch, capsys
 ):
-    from optbench.train.config import Execution
+    from optbench.trial.config import Execution
 
     study = {
         **copy.deepcopy(ONE_MODEL_STUDY),
@@ -226,11 +227,10 @@ def test_auto_feeds_a_policy_without_a_tensor_version_through_pil_and_says_so(
     notes = [line for line in out.splitlines() if "no tensor" in line or "tensor ver" in line]
     assert code == 0 and len(notes) == 1, out
     assert "dataset.pipeline auto feeds this study through pil, on CUDA too" in notes[0]
-    assert Execution().resolved("cuda", Recipe(auto_augment="3a")).pipeline == "pil"
-    assert Execution().resolved("cuda", Recipe(auto_augment="v0")).pipeline == "tensor"
-    assert Execution(pipeline="tensor").resolved("cuda", Recipe(auto_augment="3a")).pipeline == (
-        "tensor"  # an explicit choice is kept: refused before it runs
-    )
+    assert resolve_execution(Execution(), "cuda", Recipe(auto_augment="3a")).pipeline == "pil"
+    assert resolve_execution(Execution(), "cuda", Recipe(auto_augment="v0")).pipeline == "tensor"
+    explicit = Execution(pipeline="tensor")  # an explicit choice is kept: refused before it runs
+    assert resolve_execution(explicit, "cuda", Recipe(auto_augment="3a")).pipeline == "tensor"
 
 
 def test_optbench_train_refuses_the_tensor_pipeline_for_such_a_policy(

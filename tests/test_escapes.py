@@ -21,12 +21,12 @@ from fifos import fifo_never_waited_on
 from test_faults import WritingExecutor, _finished_counts, _quiet, _valid_result_json
 
 from optbench import safefs
-from optbench.executors.base import JobEvent
+from optbench.executors.protocol import JobEvent
 from optbench.plan.trials import plan
 from optbench.run.driver import run_study
 from optbench.spec.schema import parse_spec
-from optbench.train.config import TrialResult
-from optbench.train.results import RESULT_FILE, write_result
+from optbench.trial.config import TrialResult
+from optbench.trial.results import RESULT_FILE, write_result
 
 
 def _tree(root: Path) -> dict[str, bytes | None]:
@@ -167,8 +167,9 @@ def test_a_worker_writes_nothing_through_a_linked_folder(one_model, tmp_path):
 
 
 def test_a_population_writes_nothing_through_a_linked_member_folder(one_model, tmp_path):
-    from optbench.executors.base import PopulationJob, run_job
     from optbench.plan.trials import jobs
+    from optbench.train.loop import run_job
+    from optbench.trial.jobs import PopulationJob
 
     one_model["search"]["n_samples"] = 2
     one_model["executor"] = {"population": 2}
@@ -267,7 +268,7 @@ def test_a_crafted_result_field_is_a_failed_attempt_naming_it(one_model, name):
 
 
 def test_a_failure_message_is_kept_to_its_cap(tiny_dict):
-    from optbench.train.config import MAX_MESSAGE
+    from optbench.trial.config import MAX_MESSAGE
 
     config = plan(parse_spec(tiny_dict))[0].config
     result = TrialResult(status="failed", epochs=1, config=config, message="x" * 10**6)
@@ -289,7 +290,7 @@ BAD_METRICS = {
 @pytest.mark.parametrize("name", BAD_METRICS)
 def test_a_crafted_metrics_line_is_refused_by_both_readers(tmp_path, name):
     from optbench.run.progress import read_trial_epochs
-    from optbench.train.results import InvalidResultFile, read_metrics
+    from optbench.trial.results import InvalidResultFile, read_metrics
 
     good = '{"epoch": 1, "val_error": 50.0, "epoch_s": 2.0, "note": "ok"}'
     (tmp_path / "metrics.jsonl").write_text(good + "\n" + BAD_METRICS[name] + "\n")
@@ -381,7 +382,7 @@ HANGING_DRIVER = """
 import signal, sys
 from pathlib import Path
 import optbench.executors as executors
-from optbench.executors.base import JobEvent
+from optbench.executors.protocol import JobEvent
 signal.signal(signal.SIGINT, signal.default_int_handler)  # a shell's background job ignores it
 
 class Hanging:
@@ -516,7 +517,7 @@ def test_an_endless_schedule_is_refused(tiny_dict, tmp_path, monkeypatch, capsys
 
 def test_tensorboard_writer_refuses_a_linked_trial_folder(tmp_path):
     pytest.importorskip("tensorboard")
-    from optbench.train.tensorboard import EpochEvents
+    from optbench.trackers.tensorboard import EpochEvents
 
     outside = tmp_path / "outside"
     outside.mkdir()

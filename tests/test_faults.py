@@ -34,17 +34,19 @@ import optbench.train.loop as loop
 import optbench.train.state as trial_state
 from optbench.api import load_trials
 from optbench.errors import UsageError
-from optbench.executors.base import JobEvent, PopulationJob, run_job
 from optbench.executors.local import LocalExecutor
+from optbench.executors.protocol import JobEvent
 from optbench.plan.trials import plan
 from optbench.run.driver import run_study
 from optbench.spec.schema import parse_spec
 from optbench.store.database import Store
 from optbench.store.storage_url import OPTUNA_TABLES
 from optbench.train.checkpoint import CHECKPOINT_FILE
-from optbench.train.config import TrainConfig, TrialResult
-from optbench.train.results import RESULT_FILE, read_result, write_result
+from optbench.train.loop import run_job
 from optbench.train.signals import TrialInterrupted
+from optbench.trial.config import TrainConfig, TrialResult
+from optbench.trial.jobs import PopulationJob
+from optbench.trial.results import RESULT_FILE, read_result, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 

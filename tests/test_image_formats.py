@@ -17,10 +17,10 @@ from torchvision.datasets.folder import IMG_EXTENSIONS, default_loader
 
 from optbench.spec.recipe import Dataset, Recipe
 from optbench.train.batches import FolderBatches
-from optbench.train.config import Execution
 from optbench.train.datasets import UnreadableImage, load_dataset
 from optbench.train.loop import run_trial
 from optbench.train.tensor_folder import TensorFolderBatches, _read, decode
+from optbench.trial.config import Execution
 
 CPU = torch.device("cpu")
 SIDE = 16  # images are SIDE x SIDE: at img_size 14 (crop_pct 0.875) evaluation resizes to 16,

@@ -10,6 +10,8 @@ inside functions (a deferred import hides a cycle from Python, not from a reader
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -127,3 +129,37 @@ def test_executors_read_no_result_file():
             for alias in node.names
         }
         assert not names & readers, path
+
+
+# Run in a fresh interpreter in which importing torch, torchvision or timm raises.
+_WITHOUT_TORCH = """
+import importlib, pkgutil, sys
+
+class Refuse:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in ("torch", "torchvision", "timm"):
+            raise ImportError(f"{name} is refused here")
+
+sys.meta_path.insert(0, Refuse())
+import optbench.trial
+for module in pkgutil.iter_modules(optbench.trial.__path__, "optbench.trial."):
+    importlib.import_module(module.name)
+print(sorted(m for m in sys.modules if m.startswith("optbench.trial.")))
+"""
+
+
+def test_the_trial_contract_imports_without_torch():
+    # The driver, the store and the report read configs and result files: the contract they
+    # share with the workers must not load the trainer's libraries (nor need them installed).
+    run = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_TORCH], capture_output=True, text=True, cwd=PACKAGE.parent
+    )
+    assert run.returncode == 0, run.stderr
+    assert "'optbench.trial.config'" in run.stdout and "'optbench.trial.results'" in run.stdout
+    refused = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_TORCH.replace("optbench.trial", "optbench.train")],
+        capture_output=True,
+        text=True,
+        cwd=PACKAGE.parent,
+    )
+    assert "is refused here" in refused.stderr  # the guard does refuse the trainer's imports

@@ -29,12 +29,13 @@ from optbench.spec.schema import parse_spec
 from optbench.train.batches import FolderBatches, PreparedBatches, epoch_order
 from optbench.train.checkpoint import CHECKPOINT_FILE
 from optbench.train.compute import loader_workers
-from optbench.train.config import Execution, TrainConfig
 from optbench.train.datasets import UnreadableImage, load_dataset, load_digits
+from optbench.train.input_plan import resolve_execution
 from optbench.train.loop import run_trial
-from optbench.train.results import read_metrics
 from optbench.train.signals import TrialInterrupted
 from optbench.train.tensor_folder import TensorFolderBatches, crop_params, decode
+from optbench.trial.config import Execution, TrainConfig
+from optbench.trial.results import read_metrics
 
 CPU = torch.device("cpu")
 
@@ -198,7 +199,7 @@ def test_a_decompression_bomb_fails_the_trial_in_one_line_naming_the_file(tmp_pa
 def test_a_dataloader_workers_exception_is_one_line_in_the_result():
     from torch._utils import ExceptionWrapper
 
-    from optbench.train.results import failure_line
+    from optbench.trial.results import failure_line
 
     try:
         raise KeyError("no such key")
@@ -289,8 +290,8 @@ def test_the_pipeline_is_recorded_outside_the_config_and_not_part_of_a_cell_id(t
     assert len({t[0].key for t in plans.values()}) == 1  # one cell, one trial key
     assert len({t[0].config for t in plans.values()}) == 1  # one config
     assert plans["tensor"][0].job.execution == Execution(pipeline="tensor")
-    assert Execution().resolved("cuda").pipeline == "tensor"
-    assert Execution().resolved("cpu").pipeline == "pil"
+    assert resolve_execution(Execution(), "cuda", Recipe()).pipeline == "tensor"
+    assert resolve_execution(Execution(), "cpu", Recipe()).pipeline == "pil"
     result = run_trial(plans["tensor"][0].config, tmp_path / "t", execution=Execution())
     saved = json.loads((tmp_path / "t" / "result.json").read_text())
     assert (

@@ -93,7 +93,7 @@ def test_the_plan_counts_each_model_at_the_input_size_it_trains_at(tiny_dict, tm
 def test_every_job_carries_the_study_folder_the_plan_put_it_in(tiny_dict, tmp_path):
     """The worker's link boundary (safefs root) is what the plan says, not read back from the
     shape of a folder path: a job of no study guards its own folder only."""
-    from optbench.executors.base import TrialJob
+    from optbench.trial.jobs import TrialJob
 
     spec = parse_spec(tiny_dict)
     assert {t.job.root for t in plan(spec)} == {spec.study_dir}

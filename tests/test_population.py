@@ -20,18 +20,18 @@ import yaml
 from cli_inprocess import tiny_config
 from driver_process import start_driver
 
-from optbench.executors.base import PopulationJob, TrialJob
 from optbench.plan.trials import jobs, plan, populations
 from optbench.spec.recipe import Dataset, Recipe
 from optbench.spec.schema import SlurmSettings, parse_spec
 from optbench.train import epoch, population, stepper
-from optbench.train.config import TrainConfig
 from optbench.train.datasets import load_dataset
 from optbench.train.loop import run_trial
 from optbench.train.population import POPULATION_CHECKPOINT, run_population
 from optbench.train.population_optim import PopulationOptimizer
-from optbench.train.results import read_metrics
 from optbench.train.signals import TrialInterrupted
+from optbench.trial.config import TrainConfig
+from optbench.trial.jobs import PopulationJob, TrialJob
+from optbench.trial.results import read_metrics
 
 DIGITS = Dataset(name="digits", img_size=16)
 TIMING = {"wall_s", "images_per_s", "epoch_s", "input_wait", "digest", "execution"}

@@ -103,7 +103,7 @@ def test_a_half_written_metrics_line_is_left_out(tmp_path):
 def test_the_live_view_reads_metrics_through_the_capped_reader(tmp_path, monkeypatch):
     # One reader of metrics.jsonl (train.results.read_metrics): the live view's partial mode
     # gives up quietly where the driver's strict mode refuses the file.
-    from optbench.train import results
+    from optbench.trial import results
 
     _metrics(tmp_path / "big", [1.0, 2.0])
     monkeypatch.setattr(results, "MAX_METRICS_BYTES", 40)  # smaller than the two lines
@@ -194,7 +194,7 @@ def test_train_prints_a_line_per_epoch(cli, tmp_path):
     assert f"val error {metrics[1]['val_error']:.2f}%" in epochs[1]
     assert json.loads(out)["status"] == "finished"  # stdout is still the result's JSON
     # before the epochs: the lr the optimizer got (after ref_batch scaling) and the recipe
-    from optbench.train.config import TrainConfig
+    from optbench.trial.config import TrainConfig
 
     saved = json.loads((tmp_path / "t" / "result.json").read_text())["config"]
     cfg = TrainConfig.model_validate(saved)

@@ -16,8 +16,8 @@ import yaml
 
 import optbench
 from optbench.provenance import code_fingerprint, git_commit, mixed_code_warning
-from optbench.train.config import TrialResult
-from optbench.train.results import load_result
+from optbench.trial.config import TrialResult
+from optbench.trial.results import load_result
 
 REPO = Path(__file__).resolve().parents[1]
 SHA_A, SHA_B = "a" * 40, "b" * 40

@@ -15,17 +15,17 @@ from rich.console import Console
 
 from optbench.errors import UsageError
 from optbench.executors import make_executor
-from optbench.executors.base import Executor
 from optbench.executors.local import InlineExecutor, LocalExecutor, split_cores
+from optbench.executors.protocol import Executor
 from optbench.executors.slurm.executor import SlurmExecutor
 from optbench.plan.trials import plan
 from optbench.run.driver import _record_end, run_study
 from optbench.spec.schema import parse_spec
 from optbench.store.database import Store
 from optbench.store.storage_url import make_storage
-from optbench.train.config import TrialResult
 from optbench.train.loop import run_trial
-from optbench.train.results import write_result
+from optbench.trial.config import TrialResult
+from optbench.trial.results import write_result
 
 
 def _quiet() -> Console:

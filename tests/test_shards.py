@@ -19,9 +19,9 @@ from optbench.errors import UsageError
 from optbench.spec.recipe import Dataset
 from optbench.spec.schema import parse_spec
 from optbench.train import shards
-from optbench.train.config import Execution
 from optbench.train.datasets import check_dataset_files, load_dataset, split_samples
 from optbench.train.loop import run_trial
+from optbench.trial.config import Execution
 
 
 def wds(root: Path, **fields) -> Dataset:

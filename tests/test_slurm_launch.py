@@ -26,7 +26,6 @@ from typer.testing import CliRunner
 
 from optbench.cli import app
 from optbench.errors import SpecError, UsageError
-from optbench.executors.base import TrialJob
 from optbench.executors.local import InlineExecutor
 from optbench.executors.slurm.client import (
     ACTIVE_STATES,
@@ -53,8 +52,9 @@ from optbench.plan.trials import plan
 from optbench.run.driver import run_study
 from optbench.spec.schema import SlurmSettings, parse_spec
 from optbench.store.database import Store
-from optbench.train.config import TrainConfig, TrialResult
-from optbench.train.results import write_result
+from optbench.trial.config import TrainConfig, TrialResult
+from optbench.trial.jobs import TrialJob
+from optbench.trial.results import write_result
 
 
 class FakeSlurm:

@@ -22,8 +22,8 @@ from rich.console import Console
 
 import optbench.run.driver as runner
 import optbench.run.progress as progress_module
-from optbench.executors.base import JobEvent
 from optbench.executors.local import LocalExecutor
+from optbench.executors.protocol import JobEvent
 from optbench.plan.trials import plan
 from optbench.run.driver import Following, run_study
 from optbench.run.locks import driver_lock, running_driver
@@ -297,8 +297,8 @@ class RequeuesOnce:
             self.seen.append(_state_counts(self.spec)["running"])
         kind = self.steps.pop(0)
         if kind == "ended":
-            from optbench.train.config import TrialResult
-            from optbench.train.results import write_result
+            from optbench.trial.config import TrialResult
+            from optbench.trial.results import write_result
 
             result = TrialResult(
                 status="finished", final_error=7.0, best_error=6.0, epochs=1, config=self.job.config

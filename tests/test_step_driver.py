@@ -1,6 +1,6 @@
 """The step driver (optbench/train/driver.py, epoch.py, stepper.py): a solo trial run through it
 takes exactly the steps of the plain training loop it stands for, and its epoch sinks
-(sinks.py) see each metrics line once, in order."""
+(trackers/sinks.py) see each metrics line once, in order."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import torch
 from cli_inprocess import tiny_config
 
 from optbench.spec.recipe import Recipe
+from optbench.trackers.sinks import epoch_sinks
 from optbench.train.build import build_parts
 from optbench.train.compute import Compute
 from optbench.train.distributed import DistContext
@@ -16,9 +17,8 @@ from optbench.train.driver import weights_digest
 from optbench.train.ema import WeightAverage
 from optbench.train.loop import run_trial
 from optbench.train.optim import LrSchedule, build_optimizer
-from optbench.train.results import read_metrics
 from optbench.train.seeding import derive_seed, seed_step
-from optbench.train.sinks import epoch_sinks
+from optbench.trial.results import read_metrics
 
 
 def plain_loop(cfg) -> tuple[str, list[float]]:

@@ -1,4 +1,4 @@
-"""Every trial in MLflow and W&B (optbench/tracking.py, train/tracking.py), read back from the
+"""Every trial in MLflow and W&B (optbench/trackers/backends.py, trackers/trial_run.py), read back from the
 trackers' own files: MLflow's file store through MlflowClient, W&B's offline run files through
 their records (wandb_records.py). One run per trial, its params and tags, every metrics.jsonl
 line as a step, no run or step twice after a resume or a rerun, and a failing tracker costs no
@@ -19,14 +19,14 @@ from cli_inprocess import ONE_MODEL_STUDY, run_cli, tiny_config
 from driver_process import ctrl_c_after_first_end, run_again, stoppable_study
 from services import needs_extra
 
-from optbench import tracking as tracking_mod
 from optbench.plan.trials import plan
 from optbench.spec.schema import parse_spec
-from optbench.tracking import RUN_FILE, Tracking, read_run_file, tracker_env
-from optbench.train import tracking as train_tracking
-from optbench.train.config import TrialResult
-from optbench.train.results import read_metrics, write_metrics
-from optbench.train.tracking import TrialTracker
+from optbench.trackers import backends as tracking_mod
+from optbench.trackers import trial_run as train_tracking
+from optbench.trackers.backends import RUN_FILE, Tracking, read_run_file, tracker_env
+from optbench.trackers.trial_run import TrialTracker
+from optbench.trial.config import TrialResult
+from optbench.trial.results import read_metrics, write_metrics
 
 
 @pytest.fixture(autouse=True)
@@ -326,8 +326,8 @@ def test_wandb_offline_population_gives_one_run_per_member_and_a_rerun_none(
 
 @pytest.mark.slow
 def test_a_trial_whose_tracker_fails_finishes_with_one_warning_line(tmp_path, capfd):
-    from optbench.train.config import Execution
     from optbench.train.loop import run_trial
+    from optbench.trial.config import Execution
 
     study, out, broken = _broken_store(tmp_path)
     cfg = tiny_config(epochs=1)

@@ -10,9 +10,9 @@ import torch
 from cli_inprocess import tiny_config
 
 from optbench.spec.recipe import Recipe
-from optbench.train.config import TrainConfig
 from optbench.train.loop import run_trial
-from optbench.train.results import read_result
+from optbench.trial.config import TrainConfig
+from optbench.trial.results import read_result
 
 
 def _cfg(**kw) -> TrainConfig:

@@ -10,8 +10,8 @@ from cli_inprocess import tiny_config
 from torch import nn
 
 from optbench.spec.recipe import Dataset, Recipe
-from optbench.train.config import TrainConfig
 from optbench.train.ema import WeightAverage
+from optbench.trial.config import TrainConfig
 
 
 def small_model() -> nn.Module:

@@ -18,10 +18,10 @@ import optbench.train.epoch as epoch
 import optbench.train.loop as loop
 from optbench.spec.recipe import Dataset, Recipe
 from optbench.train.checkpoint import CHECKPOINT_FILE
-from optbench.train.config import TrainConfig
 from optbench.train.loop import run_trial
-from optbench.train.results import read_metrics, read_result
 from optbench.train.signals import STOP_SIGNALS, StopRequest, TrialInterrupted
+from optbench.trial.config import TrainConfig
+from optbench.trial.results import read_metrics, read_result
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -141,7 +141,7 @@ from pathlib import Path
 import optbench.train.epoch as epoch
 import optbench.train.loop as loop
 from optbench.spec.recipe import Dataset, Recipe
-from optbench.train.config import TrainConfig
+from optbench.trial.config import TrainConfig
 seed_step = epoch.seed_step
 def seed_and_signal(seed, device, calls=[]):
     if len(calls) == 2:
@@ -290,7 +290,7 @@ DDP_SCRIPT = """
 import sys
 from pathlib import Path
 from optbench.spec.recipe import Dataset, Recipe
-from optbench.train.config import TrainConfig
+from optbench.trial.config import TrainConfig
 from optbench.train.loop import run_trial
 cfg = TrainConfig(model="vit_p_w64_16px", dataset=Dataset(name="digits", img_size=16),
     optimizer="sgd", lr=0.8, wd=1e-4, epochs=1, batch_size=256,
@@ -344,7 +344,7 @@ import json, os, signal, sys
 from pathlib import Path
 import optbench.train.epoch as epoch
 from optbench.spec.recipe import Dataset, Recipe
-from optbench.train.config import TrainConfig
+from optbench.trial.config import TrainConfig
 from optbench.train.loop import run_trial
 from optbench.train.signals import TrialInterrupted
 out, epochs, signal_at, resume = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
@@ -508,7 +508,7 @@ def test_each_epoch_is_in_a_tensorboard_event_file_too(tmp_path, monkeypatch):
         assert [s.value for s in scalars] == pytest.approx([m[key] for m in metrics], rel=1e-6)
 
     # without the package, nothing is written and the trial is the same
-    import optbench.train.tensorboard as tensorboard
+    import optbench.trackers.tensorboard as tensorboard
 
     monkeypatch.setattr(tensorboard, "available", lambda: False)
     bare = tmp_path / "bare"

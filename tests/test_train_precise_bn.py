@@ -10,11 +10,11 @@ from cli_inprocess import tiny_config
 from torch import nn
 
 from optbench.spec.recipe import Recipe
-from optbench.train.config import TrainConfig
 from optbench.train.distributed import DistContext
 from optbench.train.loop import run_trial
 from optbench.train.precise_bn import precise_bn_batches, recompute_bn_stats
 from optbench.train.stepper import SoloStepper
+from optbench.trial.config import TrainConfig
 
 
 def test_bn_statistics_are_the_mean_of_batch_means_and_unbiased_batch_variances():

@@ -17,8 +17,8 @@ from pydantic import ValidationError
 
 from optbench import models  # noqa: F401  (registers the quickstart models)
 from optbench.spec.recipe import Recipe
-from optbench.train.config import TrainConfig
 from optbench.train.optim import LrSchedule, build_optimizer, weight_decay_groups
+from optbench.trial.config import TrainConfig
 
 
 def config(

@@ -17,12 +17,12 @@ import sqlalchemy
 import yaml
 from rich.console import Console
 
-from optbench.executors.base import JobEvent
+from optbench.executors.protocol import JobEvent
 from optbench.run.driver import run_study
 from optbench.spec.schema import parse_spec
 from optbench.store.database import Store
-from optbench.train.config import TrialResult
-from optbench.train.results import METRICS_FILE, RESULT_FILE, write_result
+from optbench.trial.config import TrialResult
+from optbench.trial.results import METRICS_FILE, RESULT_FILE, write_result
 
 # The statements that end a database write: a transaction's COMMIT, and CREATE, which pysqlite
 # commits by itself. Killed just before one, the driver is killed inside that write.

@@ -1,7 +1,7 @@
 """Executors: where a study's trials run. `make_executor(spec)` builds the one the study's
 `executor.kind` names: "local" (a process pool on this machine, local.py), "debug" (inline, in
 the driver, local.py) or "slurm" (job arrays through submitit, slurm/). Each follows the
-`Executor` protocol (base.py), the only thing the driver and the CLI know of it;
+`Executor` protocol (protocol.py), the only thing the driver and the CLI know of it;
 `jobs_executor(spec)` is the one that answers `optbench status` and `cancel`.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from optbench.executors.base import Executor
 from optbench.executors.local import InlineExecutor, LocalExecutor, pool_size
+from optbench.executors.protocol import Executor
 from optbench.host import usable_cores
 from optbench.spec.schema import StudySpec
 

@@ -35,9 +35,10 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
-from optbench.errors import UsageError, WriteError
-from optbench.executors.base import DiesWithDriver, Job, JobEvent, described, run_job
+from optbench.errors import DISK_FAULTS, UsageError, WriteError
+from optbench.executors.protocol import DiesWithDriver, JobEvent, described
 from optbench.host import usable_cores
+from optbench.trial.jobs import Job
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 WATCH_S = 1.0  # how often a worker checks that its driver is alive
@@ -111,7 +112,7 @@ def _worker_main(
         hold_worker_lock(study_dir)  # held until this process exits
     import torch
 
-    from optbench.train.driver import DISK_FAULTS
+    from optbench.train.loop import run_job
 
     torch.set_num_threads(threads)
     conn.send(("ready", None, None))
@@ -342,6 +343,8 @@ class InlineExecutor(DiesWithDriver):
         job, self._next = self._next, None
         try:
             import torch
+
+            from optbench.train.loop import run_job
 
             run_job(job, "cuda" if torch.cuda.is_available() else "cpu")
         except OSError:

@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from optbench.executors.base import Job, PopulationJob, TrialJob
 from optbench.plan.sampling import study_pairs
 from optbench.spec.schema import Cell, StudySpec
-from optbench.train.config import Execution, TrainConfig, make_train_config
+from optbench.trial.config import Execution, TrainConfig, make_train_config
+from optbench.trial.jobs import Job, PopulationJob, TrialJob
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from rich.live import Live
 
 from optbench import safefs
 from optbench.errors import StorageUnavailable, WriteError
-from optbench.executors.base import Executor, Job
+from optbench.executors.protocol import Executor
 from optbench.plan.trials import Trial, plan
 from optbench.plan.trials import jobs as plan_jobs
 from optbench.run.console import text_console
@@ -36,8 +36,9 @@ from optbench.run.locks import driver_lock
 from optbench.run.progress import EventLog, LiveView, StudyProgress, input_notes
 from optbench.spec.schema import StudySpec, dump_spec
 from optbench.store.database import Store, StoredTrial, refuse_links
-from optbench.train.config import TrialResult
-from optbench.train.results import (
+from optbench.trial.config import TrialResult
+from optbench.trial.jobs import Job
+from optbench.trial.results import (
     ERROR_LOG,
     RESULT_FILE,
     InvalidResultFile,

@@ -26,7 +26,7 @@ from rich.table import Table
 
 from optbench import safefs
 from optbench.run.console import TextTable
-from optbench.train.results import METRICS_FILE, read_metrics
+from optbench.trial.results import METRICS_FILE, read_metrics
 
 if TYPE_CHECKING:
     from optbench.store.database import StoredTrial

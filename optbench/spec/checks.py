@@ -237,8 +237,8 @@ def check_resume(config, out: Path) -> None:
     tensors do not fit the model or optimizer is a UsageError naming the file (and the
     difference). Reads only; deletes nothing."""
     from optbench.train.checkpoint import CHECKPOINT_FILE
-    from optbench.train.results import finished_result
     from optbench.train.state import check_resumable
+    from optbench.trial.results import finished_result
 
     if finished_result(config, out) is None:
         check_resumable(out / CHECKPOINT_FILE, config)

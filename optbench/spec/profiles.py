@@ -27,7 +27,7 @@ from optbench.errors import SpecError, UsageError, did_you_mean, format_errors
 from optbench.spec.recipe import StrictModel, plain_path
 from optbench.spec.schema import ExecutorSettings, StudySpec
 from optbench.spec.yamlio import read_study_yaml
-from optbench.tracking import Tracking, check_installed
+from optbench.trackers.backends import Tracking, check_installed
 
 PROFILE_ENV = "OPTBENCH_PROFILE"  # the default profile of `optbench run`, status, cancel, report
 

@@ -2,7 +2,7 @@
 reference batch of each), the dataset settings (`Dataset`) and the optimizer names.
 
 A study (schema.py) shares one recipe and one dataset among its trials; `optbench train` builds
-them from flags; a trial's `TrainConfig` (train/config.py) carries them to the trainer, which
+them from flags; a trial's `TrainConfig` (trial/config.py) carries them to the trainer, which
 imports them from here, not the study schema. Every recipe key's meaning, and the source of
 every preset value, is in docs/recipes.md. Pure data: nothing here imports torch.
 """

@@ -52,7 +52,7 @@ from optbench.spec.recipe import (
     plain_path,
 )
 from optbench.spec.yamlio import read_study_yaml
-from optbench.tracking import Tracking, check_installed
+from optbench.trackers.backends import Tracking, check_installed
 
 
 def _check_range(value: tuple[float, float], what: str) -> tuple[float, float]:
@@ -225,7 +225,7 @@ class StudySpec(StrictModel):
     output: Path = Path("results")
     storage: str | None = None
     executor: ExecutorSettings = ExecutorSettings()
-    # an execution setting, as executor: not part of the cell id (optbench/tracking.py)
+    # an execution setting, as executor: not part of the cell id (optbench/trackers/backends.py)
     tracking: Tracking = Tracking()
 
     @model_validator(mode="before")

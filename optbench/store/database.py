@@ -31,7 +31,7 @@ from optbench.plan.sampling import distributions
 from optbench.plan.trials import Trial
 from optbench.spec.schema import StudySpec
 from optbench.store.storage_url import make_storage, storage_errors
-from optbench.train.config import TrialResult
+from optbench.trial.config import TrialResult
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -243,7 +243,7 @@ class Store:
         attempt = optuna.trial.Trial(study, current._trial_id)
         for name in RESULT_ATTRS:
             attempt.set_user_attr(name, getattr(result, name))
-        # the resolved execution settings (train/config.py's Execution): how it ran, not what
+        # the resolved execution settings (trial/config.py's Execution): how it ran, not what
         execution = result.execution
         attempt.set_user_attr("pipeline", execution.pipeline if execution else None)
         attempt.set_user_attr("population", execution.population if execution else None)

@@ -23,10 +23,10 @@ from optbench.train.batches import (
     TrainBatches,
 )
 from optbench.train.compute import Compute, loader_workers
-from optbench.train.config import TrainConfig
 from optbench.train.datasets import DeviceData, load_dataset
 from optbench.train.input_plan import input_plan
 from optbench.train.tensor_folder import TensorFolderBatches, device_policy
+from optbench.trial.config import TrainConfig
 
 
 @dataclass

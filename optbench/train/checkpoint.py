@@ -24,7 +24,7 @@ import torch
 
 from optbench import safefs
 from optbench.errors import UsageError
-from optbench.train.results import config_difference
+from optbench.trial.results import config_difference
 
 CHECKPOINT_FILE = "checkpoint.pt"
 FORMAT = 2  # 2: no pickled RNG states (loadable with weights_only=True)

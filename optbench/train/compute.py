@@ -1,5 +1,6 @@
 """Where and how a trial computes: its device (under DDP, its rank's device and process group),
-bf16 autocast, channels_last, torch.compile, and the cores its input pipeline may use.
+bf16 autocast, channels_last, torch.compile, and the cores its input pipeline may use; and what
+its floating-point results depend on besides its config (`runtime_info`, in result.json).
 
 The GPU settings (`recipe.amp`, `recipe.channels_last`, `recipe.compile`) apply on CUDA only; on
 the CPU all of them are off, so CPU results stay exact and comparable.
@@ -7,6 +8,7 @@ the CPU all of them are off, so CPU results stay exact and comparable.
 
 from __future__ import annotations
 
+import platform
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,3 +73,37 @@ class Compute:
 
     def layout(self, x: torch.Tensor) -> torch.Tensor:
         return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def runtime_info(device) -> dict:
+    """What a trial's floating-point results depend on besides its config: torch's CPU thread
+    count, the library versions and the device (CPU model or GPU name). Two trials of the same
+    config give the same digest when all of these are equal (docs/faults.md)."""
+    import numpy
+    import timm
+
+    if device.type == "cuda":
+        where = f"{device}: {torch.cuda.get_device_name(device)}"
+    else:
+        where = f"{device.type}: {_cpu_name()}"
+    return {
+        "threads": torch.get_num_threads(),
+        "device": where,
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "timm": timm.__version__,
+            "numpy": numpy.__version__,
+        },
+    }

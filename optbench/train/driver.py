@@ -1,7 +1,7 @@
 """The one step driver of a solo trial (loop.py) and a population (population.py): a Stepper's
 K >= 1 members (stepper.py) trained epoch by epoch (`train_members`: epoch.py's `run_epoch`,
 the divergence rule, evaluation.py's `evaluate_members`, checkpoints), each member recorded as
-a trial (`Members`: its metrics.jsonl, its epoch sinks, sinks.py, and its result.json), under
+a trial (`Members`: its metrics.jsonl, its epoch sinks, trackers/sinks.py, and its result.json), under
 one guarded crash path (`drive`).
 
 Divergence: a member whose epoch loss is non-finite or above `recipe.diverge_loss` is recorded
@@ -13,7 +13,6 @@ its traceback in error.log; a stop signal checkpoints every member and is passed
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import math
 import time
@@ -25,29 +24,26 @@ import torch
 from torch import nn
 
 from optbench import safefs
+from optbench.errors import DISK_FAULTS
 from optbench.provenance import provenance
 from optbench.spec.recipe import Recipe
+from optbench.trackers.sinks import epoch_sinks
+from optbench.trackers.trial_run import TrialTracker
 from optbench.train.checkpoint import CheckpointError
-from optbench.train.compute import Compute
-from optbench.train.config import Execution, Provenance, TrainConfig, TrialResult
+from optbench.train.compute import Compute, runtime_info
 from optbench.train.distributed import DistContext
 from optbench.train.epoch import EpochRun, run_epoch
 from optbench.train.evaluation import evaluate_members
-from optbench.train.results import (
+from optbench.train.signals import StopRequest, TrialInterrupted, pass_on, stop_signals_caught
+from optbench.train.state import TrialState
+from optbench.train.stepper import Stepper
+from optbench.trial.config import Execution, Provenance, TrainConfig, TrialResult
+from optbench.trial.results import (
     ERROR_LOG,
     failure_line,
-    runtime_info,
     write_metrics,
     write_result,
 )
-from optbench.train.signals import StopRequest, TrialInterrupted, pass_on, stop_signals_caught
-from optbench.train.sinks import epoch_sinks
-from optbench.train.state import TrialState
-from optbench.train.stepper import Stepper
-from optbench.train.tracking import TrialTracker
-
-# A write that fails for these is the machine's fault, not the trial's: `drive` raises it.
-DISK_FAULTS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS)
 
 
 def weights_digest(model: nn.Module | dict[str, torch.Tensor]) -> str:
@@ -143,7 +139,7 @@ class Members:
             epoch_sinks(c, d, r, on_epoch) if is_main and done is None else None
             for c, d, r, done in zip(cfgs, out_dirs, self.roots, self.results, strict=True)
         ]
-        # each unfinished member's experiment-tracker run (tracking.py; none without tracking)
+        # each unfinished member's experiment-tracker run (trackers/trial_run.py; none without tracking)
         tracking = execution.tracking if is_main else None
         self.trackers = [
             TrialTracker(c, d, r, tracking if done is None else None)

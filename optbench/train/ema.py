@@ -24,7 +24,7 @@ import torch
 from timm.utils.model_ema import ModelEmaV3
 from torch import nn
 
-from optbench.train.config import TrainConfig
+from optbench.trial.config import TrainConfig
 
 
 def pycls_ema_alpha(cfg: TrainConfig) -> float:

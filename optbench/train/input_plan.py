@@ -17,6 +17,7 @@ from torchvision.transforms import InterpolationMode
 
 from optbench.spec.recipe import TORCHVISION_POLICIES, Recipe
 from optbench.train.augment import input_stats, policy_group
+from optbench.trial.config import Execution
 
 # torchvision's RandomResizedCrop defaults, which both pipelines draw the training crop with
 CROP_SCALE = (0.08, 1.0)
@@ -67,6 +68,13 @@ def resolve_pipeline(pipeline: str, device_type: str, recipe: Recipe) -> str:
     if device_type == "cuda" and not missing_tensor_ops(recipe):
         return "tensor"
     return "pil"
+
+
+def resolve_execution(execution: Execution, device_type: str, recipe: Recipe) -> Execution:
+    """`execution` (a job's settings) on a device of `device_type` ("cpu", "cuda") for
+    `recipe`: no "auto" left (`resolve_pipeline`). result.json records these."""
+    pipeline = resolve_pipeline(execution.pipeline, device_type, recipe)
+    return execution.model_copy(update={"pipeline": pipeline})
 
 
 @dataclass(frozen=True)

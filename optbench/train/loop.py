@@ -3,8 +3,8 @@ restore its position when resuming (state.py), then epoch by epoch train, measur
 checkpoint through the step driver (driver.py, as a population's members); write metrics.jsonl,
 checkpoint.pt and result.json. A crash becomes a "failed" result, a diverging run a "diverged"
 one, and a stop signal a checkpoint (signals.py). `optbench train` and the runner's workers both
-call `run_trial`. Each epoch's metrics line also goes to the trial's epoch sinks (sinks.py: a
-TensorBoard event file in OUT where tensorboard is installed, tensorboard.py).
+call `run_trial`. Each epoch's metrics line also goes to the trial's epoch sinks (trackers/sinks.py: a
+TensorBoard event file in OUT where tensorboard is installed, trackers/tensorboard.py).
 
 Reproducibility: all randomness derives from the trial's seed and a position (seeding.py), so a
 trial is a pure function of its config on the CPU: the same config on the same machine, library
@@ -43,7 +43,6 @@ from pathlib import Path
 from optbench import safefs
 from optbench.train.checkpoint import CHECKPOINT_FILE
 from optbench.train.compute import Compute
-from optbench.train.config import Execution, TrainConfig, TrialResult
 from optbench.train.distributed import (
     DistContext,
     context_from_env,
@@ -51,9 +50,13 @@ from optbench.train.distributed import (
     init_process_group,
 )
 from optbench.train.driver import Members, drive, train_members
-from optbench.train.results import finished_result
+from optbench.train.input_plan import resolve_execution
+from optbench.train.population import run_population
 from optbench.train.signals import StopRequest
 from optbench.train.stepper import SoloStepper
+from optbench.trial.config import Execution, TrainConfig, TrialResult
+from optbench.trial.jobs import Job, PopulationJob
+from optbench.trial.results import finished_result
 
 
 def _train(
@@ -100,7 +103,7 @@ def run_trial(
     do not depend on it); `execution` how to run it (resolved for the device, recorded in
     result.json). `distributed=False` ignores torchrun's / SLURM's environment and trains in
     this process alone (see distributed.py). `on_epoch(line)` is called with each epoch's
-    metrics line (sinks.py). No link below `root` (default `out_dir`; a study's workers pass the
+    metrics line (trackers/sinks.py). No link below `root` (default `out_dir`; a study's workers pass the
     study folder) is followed (safefs.UnsafePath). `attempt`: the study's attempt it runs
     (executors.base.TrialJob), recorded in result.json."""
     out_dir = Path(out_dir)
@@ -111,7 +114,7 @@ def run_trial(
     start = time.perf_counter()
     ctx = context_from_env() if distributed else DistContext()
     compute = Compute.for_trial(cfg.recipe, device, ctx, workers, data_cache=root)
-    execution = execution.resolved(compute.device.type, cfg.recipe)
+    execution = resolve_execution(execution, compute.device.type, cfg.recipe)
     members = Members(
         [cfg],
         [out_dir],
@@ -141,3 +144,24 @@ def run_trial(
     finally:
         destroy_process_group(ctx)
     return result
+
+
+def run_job(job: Job, device: str, *, distributed: bool = False) -> list[TrialResult]:
+    """Train `job` in this process (resuming from its checkpoint if an earlier run stopped);
+    each trial's result.json records its attempt. `distributed`: a solo trial joins the DDP
+    group that torchrun's or SLURM's environment describes (a population never does)."""
+    if isinstance(job, PopulationJob):
+        members = job.members
+        return run_population(
+            [m.config for m in members],
+            [m.out_dir for m in members],
+            device,
+            execution=members[0].execution,  # one study's: the same for every member
+            root=job.root,
+            attempts=[m.attempt for m in members],
+        )
+    result = run_trial(
+        job.config, job.out_dir, device, resume=True, distributed=distributed,
+        execution=job.execution, root=job.root, attempt=job.attempt,
+    )  # fmt: skip
+    return [result]

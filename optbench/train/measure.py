@@ -22,15 +22,15 @@ from pathlib import Path
 import torch
 
 from optbench import safefs
-from optbench.train.compute import Compute
-from optbench.train.config import Execution, TrainConfig
+from optbench.train.compute import Compute, runtime_info
 from optbench.train.distributed import DistContext
 from optbench.train.epoch import run_epoch
 from optbench.train.evaluation import count_errors
-from optbench.train.results import runtime_info
+from optbench.train.input_plan import resolve_execution
 from optbench.train.signals import StopRequest
 from optbench.train.state import TrialState, save_state
 from optbench.train.stepper import SoloStepper
+from optbench.trial.config import Execution, TrainConfig
 
 SCRATCH_CHECKPOINT = "measure-checkpoint.pt"  # written in `scratch`, then removed
 MEASURE_STOP = -1  # the "signal" a StepBudget stops an epoch with (no real signal is -1)
@@ -103,7 +103,7 @@ def _measure_once(
     cfg: TrainConfig, execution: Execution, device: str, steps: int, warmup: int, scratch: Path
 ) -> dict:
     compute = Compute.for_trial(cfg.recipe, device, DistContext(), None)
-    execution = execution.resolved(compute.device.type, cfg.recipe)
+    execution = resolve_execution(execution, compute.device.type, cfg.recipe)
     if compute.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(compute.device)
     start = time.perf_counter()

@@ -37,7 +37,7 @@ from timm.scheduler import CosineLRScheduler
 from torch import nn
 from torch.optim import Optimizer
 
-from optbench.train.config import TrainConfig
+from optbench.trial.config import TrainConfig
 
 
 def is_decayed(name: str, param: nn.Parameter, exclude: tuple[str, ...]) -> bool:

@@ -53,16 +53,17 @@ from optbench import safefs
 from optbench.train.build import build_parts
 from optbench.train.checkpoint import load_checkpoint, restoring, save_checkpoint
 from optbench.train.compute import Compute
-from optbench.train.config import Execution, TrainConfig, TrialResult
 from optbench.train.distributed import DistContext
 from optbench.train.driver import Members, drive, train_members
 from optbench.train.ema import WeightAverage
+from optbench.train.input_plan import resolve_execution
 from optbench.train.optim import LrSchedule, is_decayed, weight_decay_groups
 from optbench.train.population_optim import PopulationOptimizer
 from optbench.train.precise_bn import recompute_stacked_bn_stats
-from optbench.train.results import finished_result
 from optbench.train.signals import StopRequest
 from optbench.train.state import TrialState
+from optbench.trial.config import Execution, TrainConfig, TrialResult
+from optbench.trial.results import finished_result
 
 POPULATION_CHECKPOINT = "population.pt"
 # vmap runs an op without a batching rule (e.g. CPU flash attention) member by member; it warns
@@ -282,7 +283,7 @@ def run_population(
     compute = Compute.for_trial(
         cfgs[0].recipe, device, DistContext(), None, data_cache=root or out_dirs[0]
     )
-    execution = execution.resolved(compute.device.type, cfgs[0].recipe).model_copy(
+    execution = resolve_execution(execution, compute.device.type, cfgs[0].recipe).model_copy(
         update={"population": len(cfgs)}
     )
     members = Members(

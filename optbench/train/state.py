@@ -17,11 +17,11 @@ from torch.optim import Optimizer
 
 from optbench.train.build import new_model
 from optbench.train.checkpoint import load_checkpoint, restoring, save_checkpoint
-from optbench.train.config import TrainConfig
 from optbench.train.datasets import dataset_info
 from optbench.train.distributed import DistContext
 from optbench.train.ema import WeightAverage
 from optbench.train.optim import build_optimizer
+from optbench.trial.config import TrainConfig
 
 
 @dataclass

@@ -16,11 +16,11 @@ from torch import nn
 
 from optbench.train.build import TrialParts, build_parts, for_training
 from optbench.train.compute import Compute
-from optbench.train.config import TrainConfig
 from optbench.train.ema import WeightAverage
 from optbench.train.optim import LrSchedule, build_optimizer
 from optbench.train.precise_bn import recompute_bn_stats
 from optbench.train.state import TrialState, restore_state, save_state
+from optbench.trial.config import TrainConfig
 
 
 class Stepper(Protocol):

@@ -34,7 +34,7 @@ from optbench.run.driver import run_study
 from optbench.spec.schema import StudySpec, load_spec, parse_spec
 from optbench.store.database import Store
 from optbench.train.loop import run_trial
-from optbench.train.results import METRICS_FILE, read_result
+from optbench.trial.results import METRICS_FILE, read_result
 
 # One cluster, some of whose tests stop its daemons: under pytest-xdist (--dist loadgroup) one
 # worker runs these tests one after another while the others run the rest of the suite.

@@ -17,7 +17,7 @@ from optbench.plan.trials import plan
 from optbench.spec.overrides import load_study
 from optbench.spec.profiles import read_profile
 from optbench.store.database import Store
-from optbench.train.results import read_result
+from optbench.trial.results import read_result
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.xdist_group("slurm")]
 

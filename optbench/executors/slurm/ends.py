@@ -14,10 +14,11 @@ import submitit
 from submitit.core.utils import JobPaths
 
 from optbench import safefs
-from optbench.executors.base import JobEvent, TrialJob
+from optbench.executors.protocol import JobEvent
 from optbench.executors.slurm.client import ACTIVE_STATES, ENDED, SlurmCommandError, slurm_command
 from optbench.executors.slurm.journal import JobRecord, append_records, followed_jobs
-from optbench.train.results import RESULT_FILE
+from optbench.trial.jobs import TrialJob
+from optbench.trial.results import RESULT_FILE
 
 
 def minutes(limit: str) -> str:

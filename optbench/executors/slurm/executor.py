@@ -1,4 +1,4 @@
-"""`SlurmExecutor`: the Executor protocol (executors/base.py) on SLURM. It submits trials as job
+"""`SlurmExecutor`: the Executor protocol (executors/protocol.py) on SLURM. It submits trials as job
 arrays (journaled first, journal.py), follows their states (client.py) and says when a job
 ended (ends.py); it reattaches to a study's jobs that outlived an earlier driver.
 """
@@ -17,7 +17,7 @@ import submitit
 from submitit.core.utils import FailedJobError, FailedSubmissionError
 
 from optbench.errors import UsageError
-from optbench.executors.base import Job, JobEvent, TrialJob
+from optbench.executors.protocol import JobEvent
 from optbench.executors.slurm.client import (
     ACTIVE_STATES,
     Survey,
@@ -28,7 +28,7 @@ from optbench.executors.slurm.client import (
     survey,
 )
 from optbench.executors.slurm.ends import end_event, result_written, settle_ended
-from optbench.executors.slurm.job import JOB_STEP_CODE, TrialBatch, members_of
+from optbench.executors.slurm.job import JOB_STEP_CODE, TrialBatch
 from optbench.executors.slurm.journal import (
     COMMENT_TAG,
     JobRecord,
@@ -40,6 +40,7 @@ from optbench.executors.slurm.journal import (
 )
 from optbench.executors.slurm.study import cancel_study_jobs, jobs_status
 from optbench.spec.schema import SlurmSettings
+from optbench.trial.jobs import Job, TrialJob, members_of
 
 # states of a job that ran and waits again (requeued after a time limit, preempted, suspended):
 # its trial is not running, so it is not stalled either
@@ -95,7 +96,7 @@ class _Trouble:
 
 
 class SlurmExecutor:
-    """The SLURM executor behind `optbench run` (see optbench.executors.base.Executor). `notify`
+    """The SLURM executor behind `optbench run` (see optbench.executors.protocol.Executor). `notify`
     prints a line for the user while it follows jobs (SLURM not answering, and answering again)."""
 
     jobs_outlive_driver = True  # the driver may detach (Ctrl-C, --detach); a later run reattaches

@@ -1,6 +1,6 @@
 """What a SLURM job runs: `TrialBatch`, its trials (or populations) one after another, and
 `JOB_STEP_CODE`, the job step's Python that holds SIGUSR2 back until submitit can handle it
-(package docstring); `members_of`, the trials of one job.
+(package docstring).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import submitit
 
-from optbench.executors.base import Job, PopulationJob, TrialJob, run_job
+from optbench.trial.jobs import Job
 
 # What a job step's Python runs (`python -u -S -c JOB_STEP_CODE -u -m submitit.core._submit
 # <folder>`: submitit appends its own arguments, the last is the job folder). -S: nothing runs
@@ -46,6 +46,7 @@ class TrialBatch:
         import torch
 
         from optbench.train.distributed import env_int
+        from optbench.train.loop import run_job
         from optbench.train.signals import TrialInterrupted
 
         # task/none and some clusters do not bind CPUs: keep torch within the task's share.
@@ -63,8 +64,3 @@ class TrialBatch:
     def checkpoint(self, *args, **kwargs) -> submitit.helpers.DelayedSubmission:
         """submitit's hook before it requeues the job: run the same trials again."""
         return submitit.helpers.DelayedSubmission(TrialBatch(self.jobs))
-
-
-def members_of(job: Job) -> tuple[TrialJob, ...]:
-    """The trials of a job: a population's members, or the one trial."""
-    return job.members if isinstance(job, PopulationJob) else (job,)

@@ -23,9 +23,9 @@ from submitit.core.utils import JobPaths
 
 from optbench import safefs
 from optbench.errors import UsageError
-from optbench.executors.base import TrialJob
 from optbench.executors.slurm.client import SlurmCommandError, Survey, squeue_jobs, survey
-from optbench.train.config import TrainConfig
+from optbench.trial.config import TrainConfig
+from optbench.trial.jobs import TrialJob
 
 JOBS_FILE = "jobs.jsonl"
 # Two lines of ~300 bytes per attempt (its record, then its end): the largest study (10,000

@@ -8,7 +8,7 @@ hands the resolved settings (`Tracking.resolved`) to every trial's job, and resu
 them under `execution`. The packages are optional extras (`pip install 'optbench[mlflow]'`);
 the study refuses a kind whose package is missing (`check_installed`).
 
-Runs. One tracker run per trial (train/tracking.py feeds it from metrics.jsonl) and one per
+Runs. One tracker run per trial (trackers/trial_run.py feeds it from metrics.jsonl) and one per
 study for the report's files (`attach_report`). Grouping: MLflow's experiment is the study, a
 run's tags name its cell, model, optimizer, epochs, seed and sample; W&B's project is the
 study's (or `project`), group the cell, job_type "trial". A run is reopened by the id kept in

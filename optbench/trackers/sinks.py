@@ -1,4 +1,4 @@
-"""Where a trial's epoch metrics lines go besides metrics.jsonl (the source of truth, results.py):
+"""Where a trial's epoch metrics lines go besides metrics.jsonl (the source of truth, trial/results.py):
 `epoch_sinks` builds one trial's sinks, the single place a solo trial and every population
 member get theirs from (driver.Members). Each sink has `write(line)` (an epoch's metrics line,
 on the main process only) and `close()`.
@@ -10,8 +10,8 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
-from optbench.train.config import TrainConfig
-from optbench.train.tensorboard import EpochEvents
+from optbench.trackers.tensorboard import EpochEvents
+from optbench.trial.config import TrainConfig
 
 
 class _Callback:

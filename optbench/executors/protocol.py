@@ -1,10 +1,8 @@
-"""What every executor takes and gives back.
+"""What every executor is: the `Executor` protocol the driver (optbench/run/driver.py) talks to.
 
-A `TrialJob` is everything a worker needs to run one trial, as plain picklable data; a
-`PopulationJob`, several trials of one cell trained together in one process
-(optbench.train.population), each reported under its own key. An
-executor runs jobs somewhere and reports `JobEvent`s; it never touches the study database.
-The worker's only output is the trial's result file (see optbench.train.results); the executor
+An executor runs jobs (optbench/trial/jobs.py: a `TrialJob` or a `PopulationJob`, plain
+picklable data) somewhere and reports `JobEvent`s; it never touches the study database.
+The worker's only output is the trial's result file (see optbench.trial.results); the executor
 only says that a job ended, and the driver alone reads that file. A job that ends without
 writing one is "lost" (its process died; the event's message says how, where known). The
 commands that run no trial (`optbench status`, `optbench cancel`) ask an executor too:
@@ -15,81 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal, Protocol
 
-from optbench.train.config import Execution, TrainConfig, TrialResult
-
-
-@dataclass(frozen=True)
-class TrialJob:
-    key: str  # the trial's stable id (plan.Trial.key)
-    config: TrainConfig
-    out_dir: Path
-    execution: Execution = Execution()  # how to run it (the study's execution settings)
-    study_dir: Path | None = None  # the study folder the plan put it in (None: none)
-    attempt: int | None = None  # the store's attempt it runs (None: a trial of no study)
-
-    @property
-    def keys(self) -> tuple[str, ...]:
-        return (self.key,)
-
-    @property
-    def root(self) -> Path:
-        """The folder below which the worker follows no link (safefs): the study folder the
-        plan gave, else (a trial of no study) `out_dir` itself."""
-        return self.study_dir or self.out_dir
-
-
-@dataclass(frozen=True)
-class PopulationJob:
-    """Trials that differ only in (lr, wd) (plan.populations), trained as one population:
-    one job, one process; its events name each member's key. `key` is the first member's."""
-
-    members: tuple[TrialJob, ...]
-
-    @property
-    def key(self) -> str:
-        return self.members[0].key
-
-    @property
-    def keys(self) -> tuple[str, ...]:
-        return tuple(m.key for m in self.members)
-
-    @property
-    def root(self) -> Path | None:
-        """The members' common root (TrialJob.root: the study folder); None where they have
-        none (folders outside a study's layout): each member's own folder is its root then."""
-        roots = {m.root for m in self.members}
-        return roots.pop() if len(roots) == 1 else None
-
-
-Job = TrialJob | PopulationJob
-
-
-def run_job(job: Job, device: str, *, distributed: bool = False) -> list[TrialResult]:
-    """Train `job` in this process (resuming from its checkpoint if an earlier run stopped);
-    each trial's result.json records its attempt. `distributed`: a solo trial joins the DDP
-    group that torchrun's or SLURM's environment describes (a population never does)."""
-    if isinstance(job, PopulationJob):
-        from optbench.train.population import run_population
-
-        members = job.members
-        return run_population(
-            [m.config for m in members],
-            [m.out_dir for m in members],
-            device,
-            execution=members[0].execution,  # one study's: the same for every member
-            root=job.root,
-            attempts=[m.attempt for m in members],
-        )
-    from optbench.train.loop import run_trial
-
-    result = run_trial(
-        job.config, job.out_dir, device, resume=True, distributed=distributed,
-        execution=job.execution, root=job.root, attempt=job.attempt,
-    )  # fmt: skip
-    return [result]
+from optbench.trial.jobs import Job, PopulationJob, TrialJob
 
 
 def described(jobs: Sequence[Job]) -> str:

@@ -17,14 +17,13 @@ form for callers that only poll for a valid result.
 from __future__ import annotations
 
 import json
-import platform
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from optbench import safefs
 from optbench.errors import UsageError
-from optbench.train.config import TrainConfig, TrialResult
+from optbench.trial.config import TrainConfig, TrialResult
 
 RESULT_FILE = "result.json"
 METRICS_FILE = "metrics.jsonl"
@@ -216,38 +215,3 @@ def finished_result(
             f"({config_difference(cfg, result.config)}); use another folder, or remove it"
         )
     return result
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def runtime_info(device) -> dict:
-    """What a trial's floating-point results depend on besides its config: torch's CPU thread
-    count, the library versions and the device (CPU model or GPU name). Two trials of the same
-    config give the same digest when all of these are equal (docs/faults.md)."""
-    import numpy
-    import timm
-    import torch
-
-    if device.type == "cuda":
-        where = f"{device}: {torch.cuda.get_device_name(device)}"
-    else:
-        where = f"{device.type}: {_cpu_name()}"
-    return {
-        "threads": torch.get_num_threads(),
-        "device": where,
-        "versions": {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "timm": timm.__version__,
-            "numpy": numpy.__version__,
-        },
-    }

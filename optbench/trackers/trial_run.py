@@ -1,4 +1,4 @@
-"""A trial's tracker run (MLflow or W&B, optbench/tracking.py), written by the worker that trains
+"""A trial's tracker run (MLflow or W&B, backends.py), written by the worker that trains
 the trial, never on the training step's path (`TrialTracker`).
 
 A background thread opens the run (importing the tracker library there), then logs each epoch's
@@ -27,7 +27,7 @@ import threading
 from pathlib import Path
 
 from optbench.provenance import provenance
-from optbench.tracking import (
+from optbench.trackers.backends import (
     TrackerRun,
     Tracking,
     one_line,
@@ -35,8 +35,8 @@ from optbench.tracking import (
     read_run_file,
     write_run_file,
 )
-from optbench.train.config import TrainConfig, TrialResult
-from optbench.train.results import read_metrics
+from optbench.trial.config import TrainConfig, TrialResult
+from optbench.trial.results import read_metrics
 
 POLL_S = 10.0  # how often the thread reads metrics.jsonl without being told
 END_WAIT_S = 60.0  # how long a trial's end waits for its run's last writes

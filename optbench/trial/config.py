@@ -23,7 +23,7 @@ from optbench.errors import SpecError, format_errors
 from optbench.provenance import COMMIT_PATTERN, FINGERPRINT_PATTERN
 from optbench.spec.caps import MAX_EPOCHS, SEED_BOUND
 from optbench.spec.recipe import Dataset, Optimizer, Pipeline, Recipe, fill_ref_batch
-from optbench.tracking import Tracking
+from optbench.trackers.backends import Tracking
 
 Status = Literal["finished", "diverged", "failed"]
 
@@ -106,11 +106,11 @@ class Provenance(BaseModel):
 class Execution(BaseModel):
     """How a trial is run, beyond what it computes (floating-point order aside): never part of
     its config nor of its cell's id. A job asks for settings ("auto" allowed); result.json
-    records the resolved ones (`resolved`), which the digest promise includes
+    records the resolved ones (train/input_plan.py: `resolve_execution`), which the digest promise includes
     (docs/outputs.md). `population`: the number of trials trained together in the trial's
     process (population.py; the study's executor.population, or fewer for a cell's last
     group), 1 for a solo trial. `tracking`: the tracker run each trial writes (the study's
-    `tracking:` resolved, optbench/tracking.py; None: none)."""
+    `tracking:` resolved, optbench/trackers/backends.py; None: none)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -128,15 +128,6 @@ class Execution(BaseModel):
             if getattr(self, key) is None:
                 data.pop(key, None)
         return data
-
-    def resolved(self, device_type: str, recipe: Recipe | None = None) -> Execution:
-        """These settings on a device of `device_type` ("cpu", "cuda") for `recipe`: no "auto"
-        left (input_plan.resolve_pipeline: tensor on CUDA unless the recipe's policy has an op
-        without a tensor version)."""
-        from optbench.train.input_plan import resolve_pipeline  # torchvision: in a trial only
-
-        pipeline = resolve_pipeline(self.pipeline, device_type, recipe or Recipe())
-        return self.model_copy(update={"pipeline": pipeline})
 
 
 class TrialResult(BaseModel):
@@ -172,7 +163,7 @@ class TrialResult(BaseModel):
     ema_best_error: StrictFloat | None = None
     ema_final_top5_error: StrictFloat | None = None
     world_size: StrictInt = Field(default=1, ge=1, le=1_000_000)
-    # what the digest depends on besides the config (train.results.runtime_info)
+    # what the digest depends on besides the config (train/compute.py: runtime_info)
     threads: StrictInt | None = Field(default=None, ge=1, le=1_000_000)
     device: Short | None = None
     versions: Annotated[dict[Short, Short], Field(max_length=20)] | None = None

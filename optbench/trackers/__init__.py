@@ -1,0 +1,5 @@
+"""Where a trial's epoch lines go besides metrics.jsonl, the source of truth: the study's
+`tracking:` block and the MLflow and W&B runs it writes (`backends.py`), a trial's tracker run
+fed off the training thread (`trial_run.py`: `TrialTracker`), TensorBoard event files
+(`tensorboard.py`), and the one place a trial gets its sinks (`sinks.py`: `epoch_sinks`).
+"""
