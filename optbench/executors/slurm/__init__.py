@@ -4,7 +4,8 @@ One file per concept: `client.py` (SLURM's commands: sacct, squeue, scancel, and
 answers mean), `job.py` (what a job runs, `TrialBatch`), `journal.py` (jobs.jsonl: what was
 submitted, and adopting the jobs of an interrupted submission), `ends.py` (how a job ended, in
 words), `executor.py` (`SlurmExecutor`, the Executor protocol on SLURM), `study.py` (a study's
-jobs for `optbench status` and `optbench cancel`).
+jobs for `optbench status` and `optbench cancel`), `legacy.py` (old module paths a queued
+job's pickle may name).
 
 Submission is journaled in `<folder>/jobs.jsonl`, which only the driver writes and which outlives
 it. Before each sbatch the driver appends the submission's intent (a token and the trials of
@@ -37,4 +38,11 @@ with nothing saved or requeued. So the job step's Python (JOB_STEP_CODE) blocks 
 thing, before site-packages are even set up, and `TrialBatch` unblocks it once submitit's
 handler is in place: a signal that came meanwhile is delivered then, and requeues the job. What
 remains unguarded is the interpreter's own start (tens of milliseconds).
+
+A job queued before optbench's modules moved still runs after the move: importing this package
+installs the table of old module paths (`legacy.py`), which unpickling a job reaches first.
 """
+
+from optbench.executors.slurm.legacy import install
+
+install()

@@ -1,0 +1,56 @@
+"""The module paths of earlier layouts that a queued SLURM job's pickle may name, and where
+each lives now (`LEGACY_MODULES`), so that a job queued before a move still runs after it.
+
+submitit pickles each job's callable with its arguments (`TrialBatch` and its `TrialJob`s:
+configs, recipes, tracking settings) into the job's folder at submission, and the job unpickles
+it when it starts, perhaps days later, with the code installed then. A pickle names every class
+by module and name; a module that has moved since would make the job fail before it trains.
+Unpickling names `optbench.executors.slurm.job` (TrialBatch's module, a stable path) before any
+of the classes it holds, so importing this package installs `install()`'s finder first; it
+answers only the old names below, and only where no module of that name exists, by handing out
+the module that holds those classes now (the same module object: the classes are the current
+ones). The driver reads the pickled outcome of an ended job (ends.py) in a process that has
+imported this package too. A new entry is needed when a module that defines a class pickled into
+a job (or raised out of one) moves; tests/test_slurm_launch.py unpickles a job written under
+every old name here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+from types import ModuleType
+
+# old module -> the module that holds its pickled classes now (issue 42's moves)
+LEGACY_MODULES = {
+    "optbench.executors.base": "optbench.trial.jobs",  # TrialJob, PopulationJob
+    "optbench.recipe": "optbench.spec.recipe",  # Recipe, Dataset
+    "optbench.tracking": "optbench.trackers.backends",  # Tracking
+    "optbench.train.config": "optbench.trial.config",  # TrainConfig, Execution
+    "optbench.train.results": "optbench.trial.results",  # InvalidResultFile, ResumeMismatch
+}
+
+
+class _LegacyPaths(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Last on sys.meta_path: an old name is imported as the module that replaced it."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in LEGACY_MODULES:
+            return None
+        return importlib.machinery.ModuleSpec(name, self)
+
+    def create_module(self, spec) -> ModuleType:
+        module = importlib.import_module(LEGACY_MODULES[spec.name])
+        spec.loader_state = module.__spec__  # the import system stamps `spec` on the module
+        return module
+
+    def exec_module(self, module: ModuleType) -> None:
+        module.__spec__ = module.__spec__.loader_state  # it ran under its own name: its spec
+
+
+def install() -> None:
+    """Add the finder once (after every other finder: a module that exists is never shadowed)."""
+    if not any(isinstance(finder, _LegacyPaths) for finder in sys.meta_path):
+        sys.meta_path.append(_LegacyPaths())
