@@ -21,8 +21,8 @@ import time
 
 import torch
 
+from optbench.data.augment import BatchAugment
 from optbench.spec.recipe import Recipe
-from optbench.train.augment import BatchAugment
 
 SHAPES = {"digits": (128, 1, 16), "cifar": (256, 3, 32)}  # batch, channels, size
 POLICIES = {

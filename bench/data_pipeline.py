@@ -26,10 +26,10 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms as T
 
+from optbench.data.augment import BatchAugment
+from optbench.data.batches import DeviceBatches
+from optbench.data.datasets import DeviceData
 from optbench.spec.recipe import Recipe
-from optbench.train.augment import BatchAugment
-from optbench.train.batches import DeviceBatches
-from optbench.train.datasets import DeviceData
 
 MEAN, STD = (0.49, 0.48, 0.45), (0.25, 0.24, 0.26)
 

@@ -28,7 +28,7 @@ import torch
 from PIL import Image
 from sklearn.datasets import load_digits
 
-from optbench.pack import pack_folder
+from optbench.data.pack import pack_folder
 from optbench.spec.recipe import Dataset, Recipe
 from optbench.train.loop import run_job
 from optbench.trial.config import Execution, TrainConfig

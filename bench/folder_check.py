@@ -44,8 +44,8 @@ def main() -> None:
     parser.add_argument("--val", type=int, default=50_000)
     parser.add_argument("--dir", default=None, help="where to write the tree (default: $TMPDIR)")
     args = parser.parse_args()
+    from optbench.data.datasets import check_dataset_files
     from optbench.spec.recipe import Dataset
-    from optbench.train.datasets import check_dataset_files
 
     load_before = os.getloadavg()[0]
     root = Path(tempfile.mkdtemp(prefix="optbench-folder-check-", dir=args.dir))

@@ -1,4 +1,4 @@
-"""Input rate of each pipeline (batches.py, tensor_folder.py) beside the model's own training
+"""Input rate of each pipeline (data/batches.py, data/tensor_folder.py) beside the model's own training
 rate on the same device. Prints one JSON line.
 
 Class-folder data: `--images` JPEGs of 500x375 (quality 90, smooth colour waves plus noise:
@@ -38,12 +38,12 @@ import numpy as np
 import torch
 from PIL import Image
 
+from optbench.data.augment import BatchAugment
+from optbench.data.batches import DeviceBatches, FolderBatches, PreparedBatches
+from optbench.data.datasets import DeviceData, load_dataset
+from optbench.data.tensor_folder import TensorFolderBatches, device_policy
 from optbench.host import usable_cores
 from optbench.spec.recipe import Dataset, Recipe
-from optbench.train.augment import BatchAugment
-from optbench.train.batches import DeviceBatches, FolderBatches, PreparedBatches
-from optbench.train.datasets import DeviceData, load_dataset
-from optbench.train.tensor_folder import TensorFolderBatches, device_policy
 
 
 def write_jpegs(root: Path, n: int, classes: int = 10, jobs: int = 1) -> None:
@@ -128,8 +128,8 @@ def folder_rates(dataset: Dataset, args, devices: list[torch.device]) -> dict:
 def shard_rates(folder: Path, args, devices: list[torch.device]) -> dict:
     """The same images packed into WebDataset shards (`optbench data pack`), read through both
     pipelines as `folder_rates` reads the folder; with the pack's and the index scan's times."""
-    from optbench.pack import pack_folder
-    from optbench.train import shards
+    from optbench.data import shards
+    from optbench.data.pack import pack_folder
 
     out_dir = folder / "shards"
     t = time.perf_counter()
@@ -150,8 +150,8 @@ def shard_rates(folder: Path, args, devices: list[torch.device]) -> dict:
 
 def read_us(dataset: Dataset) -> float:
     """Microseconds to read one training image's encoded bytes (shards.read_bytes), all of them."""
-    from optbench.train.datasets import split_samples
-    from optbench.train.shards import read_bytes
+    from optbench.data.datasets import split_samples
+    from optbench.data.shards import read_bytes
 
     samples = split_samples(load_dataset(dataset), "train")
     t = time.perf_counter()

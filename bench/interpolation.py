@@ -10,8 +10,8 @@ filter, through torchvision / timm). The fixture is a seeded synthetic 375x500 R
 (smooth gradients, edges and noise). Each case compares optbench's transform with the
 reference, in uint8 levels (0-255). The last line is JSON.
 
-`--pipelines`: the two input pipelines against each other instead (batches.py's PIL transforms,
-tensor_folder.py's tensor ops, the same input plan), per interpolation, at 224 px from the
+`--pipelines`: the two input pipelines against each other instead (data/batches.py's PIL transforms,
+data/tensor_folder.py's tensor ops, the same input plan), per interpolation, at 224 px from the
 fixture and from a uniform-noise image of its size: the evaluation resize + centre crop, and
 `--crops` training crops per image (each drawn as the same box in both pipelines, no flip).
 
@@ -28,10 +28,10 @@ import numpy as np
 import torch
 from PIL import Image
 
+from optbench.data.batches import _val_transform
+from optbench.data.datasets import FolderData
+from optbench.data.input_plan import input_plan
 from optbench.spec.recipe import Recipe
-from optbench.train.batches import _val_transform
-from optbench.train.datasets import FolderData
-from optbench.train.input_plan import input_plan
 
 
 def fixture(h: int = 375, w: int = 500, seed: int = 0) -> np.ndarray:
@@ -92,8 +92,8 @@ def _ours(img: np.ndarray, interpolation: str, size: int, crop_pct: float) -> np
 def pipeline_diffs(img: np.ndarray, interpolation: str, crops: int, size: int = 224) -> dict:
     """|PIL pipeline - tensor pipeline| in levels, as flat int tensors: "eval" (one evaluation
     image) and "train" (`crops` training crops, seeds 0..crops-1)."""
-    from optbench.train.batches import _train_transform
-    from optbench.train.tensor_folder import train_images, val_images
+    from optbench.data.batches import _train_transform
+    from optbench.data.tensor_folder import train_images, val_images
 
     recipe = Recipe(interpolation=interpolation, hflip=False)
     plan = input_plan(recipe, FolderData(Path("."), ("a",), size, 0.875), "pil", "cpu")

@@ -1,4 +1,4 @@
-"""Images/s of the recipes' auto-augment policies: the tensor policy (train/tensor_policy.py) on
+"""Images/s of the recipes' auto-augment policies: the tensor policy (data/tensor_policy.py) on
 the CPU (and on CUDA when there is one) against the PIL path (`augment.per_image`), batch 128
 of natural-ish uint8 images at 32 px and 224 px. Each figure: the median over `--repeats`
 batches after one warm-up batch; wall time and the process's user+sys CPU time per image.
@@ -19,8 +19,8 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from optbench.train import augment
-from optbench.train.tensor_policy import tensor_policy
+from optbench.data import augment
+from optbench.data.tensor_policy import tensor_policy
 from optbench.trial.results import _cpu_name
 
 POLICIES = ("pycls_v0", "rand-m9-mstd0.5-inc1")

@@ -31,9 +31,9 @@ import torch
 from torch import nn
 
 from optbench import models  # noqa: F401  (registers the quickstart models)
+from optbench.data.datasets import load_dataset
 from optbench.spec.recipe import Dataset, Recipe
 from optbench.train import epoch as epoch_module
-from optbench.train.datasets import load_dataset
 from optbench.train.loop import run_trial
 from optbench.trial.config import TrainConfig
 from optbench.trial.results import read_metrics

@@ -18,15 +18,15 @@ import typer
 from optbench.cli_report import compare, report
 from optbench.cli_study import cancel, run, status
 from optbench.cli_train import models, train
+from optbench.data.pack import data_app
 from optbench.errors import StorageUnavailable, UsageError, WriteError, torch_mismatch
-from optbench.pack import data_app
 
 app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     help="Benchmark how easy vision models are to optimize.",
 )
-app.add_typer(data_app, name="data")  # optbench data pack (pack.py)
+app.add_typer(data_app, name="data")  # optbench data pack (data/pack.py)
 
 
 def _print_version(value: bool) -> None:

@@ -82,11 +82,11 @@ def train(
     import torch
     from pydantic import ValidationError
 
+    from optbench.data.datasets import check_dataset_files, download_dataset
     from optbench.errors import did_you_mean
     from optbench.models import is_model, model_names
     from optbench.spec.checks import check_batch, check_input_size, check_pipeline
     from optbench.spec.overrides import parse_overrides
-    from optbench.train.datasets import check_dataset_files, download_dataset
     from optbench.train.loop import run_trial
     from optbench.train.signals import STOP_SIGNALS, TrialInterrupted
     from optbench.trial.config import Execution, make_train_config
@@ -197,21 +197,21 @@ def _check_train_flags(cfg, out: Path, threads: int | None, device: str, resume:
     """`optbench train`'s flags against this machine, before anything is written: threads,
     device, the process group's environment, the output folder and what --resume would
     continue from."""
-    from optbench.spec.checks import (
-        check_device,
-        check_environment,
-        check_resume,
-        check_threads,
-        check_writable_folder,
-    )
+    from optbench.spec.checks import check_device, check_threads, check_writable_folder
+    from optbench.train.checkpoint import CHECKPOINT_FILE
+    from optbench.train.distributed import context_from_env, master_port
+    from optbench.train.state import check_resumable
+    from optbench.trial.results import finished_result
 
     if threads is not None:
         check_threads(threads)
     check_device(device)
-    check_environment()
+    if context_from_env().enabled:  # torchrun's or SLURM's variables: a bad one is named
+        master_port()
     check_writable_folder(out, "--out")
-    if resume:
-        check_resume(cfg, out)
+    if resume and finished_result(cfg, out) is None:  # another config's result.json: refused
+        # a checkpoint.pt of another config, unreadable, or not fitting the model: refused
+        check_resumable(out / CHECKPOINT_FILE, cfg)
 
 
 def models(

@@ -154,8 +154,8 @@ def plan_table(spec: StudySpec) -> TextTable:
     training images x forward multiply-adds per image (backward adds about 2x), each model at
     the input size it would train at (`px`: a class-folder dataset takes it from the model
     unless the study sets dataset.img_size). Writes nothing."""
+    from optbench.data.datasets import dataset_info
     from optbench.models.cache import cached_counts
-    from optbench.train.datasets import dataset_info
 
     info = {model: dataset_info(spec.dataset, model) for model in spec.models}
     n_train = info[spec.models[0]].n_train

@@ -15,11 +15,11 @@ from cli_inprocess import tiny_config
 from PIL import Image
 from test_interpolation import folder_plan
 
+from optbench.data.batches import DeviceBatches, FolderBatches, Shard, _val_transform, epoch_order
+from optbench.data.datasets import check_dataset, dataset_info, load_dataset, model_input
+from optbench.data.folders import folder_samples
 from optbench.errors import UsageError
 from optbench.spec.recipe import Dataset, Recipe
-from optbench.train.batches import DeviceBatches, FolderBatches, Shard, _val_transform, epoch_order
-from optbench.train.datasets import check_dataset, dataset_info, load_dataset, model_input
-from optbench.train.folders import folder_samples
 from optbench.train.loop import run_trial
 
 CIFAR = {
@@ -255,7 +255,7 @@ def test_a_dot_folder_beside_the_classes_is_no_class_in_either_pipeline(tmp_path
 def test_dot_folders_inside_a_class_hold_no_image_of_it_in_either_pipeline(tmp_path):
     # a class's own .ipynb_checkpoints (or a .git deeper down) is left out at any depth: its
     # copies are neither counted, nor trained, nor evaluated as that class
-    from optbench.train.tensor_folder import TensorFolderBatches
+    from optbench.data.tensor_folder import TensorFolderBatches
 
     make_folders(tmp_path)
     for hidden in ("train/cat/.ipynb_checkpoints", "train/dog/sub/.git", "val/fox/.cache"):

@@ -16,10 +16,10 @@ import yaml
 from cli_inprocess import ONE_MODEL_STUDY, run_cli
 from test_data import CIFAR, make_cifar, make_folders, py2_pickle
 
+from optbench.data.datasets import check_dataset_files, dataset_info
+from optbench.data.input_plan import resolve_execution
 from optbench.models import input_multiple
 from optbench.spec.recipe import Dataset, Recipe
-from optbench.train.datasets import check_dataset_files, dataset_info
-from optbench.train.input_plan import resolve_execution
 
 
 def _tree(root: Path) -> dict[str, tuple[int, int]]:

@@ -14,11 +14,11 @@ import pytest
 import yaml
 from fifos import fifo_never_waited_on
 
-from optbench.catalogue import CATALOGUE
+from optbench.data.catalogue import CATALOGUE
+from optbench.data.datasets import check_dataset
 from optbench.errors import UsageError
 from optbench.models import cache
 from optbench.spec.recipe import Dataset
-from optbench.train.datasets import check_dataset
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -9,7 +9,7 @@ import typing
 
 import pytest
 
-from optbench.catalogue import CATALOGUE
+from optbench.data.catalogue import CATALOGUE
 from optbench.errors import SpecError
 from optbench.spec.identity import DATASET_IDENTITY, RECIPE_IDENTITY, cell_fields
 from optbench.spec.recipe import Recipe, StudyDataset

@@ -15,11 +15,11 @@ from PIL import Image
 from test_input_pipeline import folder_config, make_jpeg_folders, natural_image, unreadable_line
 from torchvision.datasets.folder import IMG_EXTENSIONS, default_loader
 
+from optbench.data.batches import FolderBatches
+from optbench.data.datasets import UnreadableImage, load_dataset
+from optbench.data.tensor_folder import TensorFolderBatches, _read, decode
 from optbench.spec.recipe import Dataset, Recipe
-from optbench.train.batches import FolderBatches
-from optbench.train.datasets import UnreadableImage, load_dataset
 from optbench.train.loop import run_trial
-from optbench.train.tensor_folder import TensorFolderBatches, _read, decode
 from optbench.trial.config import Execution
 
 CPU = torch.device("cpu")
@@ -124,7 +124,7 @@ def test_a_file_neither_decoder_reads_fails_its_trial_naming_it(tmp_path, pipeli
 def test_a_jpeg_torchvision_cannot_decode_is_read_by_pil_or_named(tmp_path, monkeypatch):
     # the per-file fallback: torchvision's decoder refusing a JPEG hands it to PIL (same pixels
     # where PIL reads it); a JPEG neither reads fails naming the file
-    import optbench.train.tensor_folder as tf
+    import optbench.data.tensor_folder as tf
 
     make_jpeg_folders(tmp_path, per_class=1)
     path = str(tmp_path / "train" / "a" / "0.jpg")

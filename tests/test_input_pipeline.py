@@ -1,4 +1,4 @@
-"""The input pipelines (batches.py, tensor_folder.py): the tensor pipeline draws, decodes and
+"""The input pipelines (data/batches.py, data/tensor_folder.py): the tensor pipeline draws, decodes and
 resizes what the PIL pipeline does (measured tolerances), both replay a position exactly
 (workers, resume), a broken file fails its trial naming it, the pipeline is an execution setting
 (recorded, never part of a cell id), and input wait is measured."""
@@ -23,17 +23,16 @@ from PIL import Image
 from torchvision.transforms import v2
 
 import optbench.train.epoch as epoch_mod
+from optbench.data.batches import FolderBatches, PreparedBatches, epoch_order, loader_workers
+from optbench.data.datasets import UnreadableImage, load_dataset, load_digits
+from optbench.data.input_plan import resolve_execution
+from optbench.data.tensor_folder import TensorFolderBatches, crop_params, decode
 from optbench.host import cgroup_cpu_limit
 from optbench.spec.recipe import Dataset, Recipe
 from optbench.spec.schema import parse_spec
-from optbench.train.batches import FolderBatches, PreparedBatches, epoch_order
 from optbench.train.checkpoint import CHECKPOINT_FILE
-from optbench.train.compute import loader_workers
-from optbench.train.datasets import UnreadableImage, load_dataset, load_digits
-from optbench.train.input_plan import resolve_execution
 from optbench.train.loop import run_trial
 from optbench.train.signals import TrialInterrupted
-from optbench.train.tensor_folder import TensorFolderBatches, crop_params, decode
 from optbench.trial.config import Execution, TrainConfig
 from optbench.trial.results import read_metrics
 

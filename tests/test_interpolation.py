@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from optbench.data.batches import _train_transform, _val_transform
+from optbench.data.datasets import FolderData
+from optbench.data.input_plan import InputPlan, input_plan
 from optbench.spec.recipe import Recipe
 from optbench.spec.schema import parse_spec
-from optbench.train.batches import _train_transform, _val_transform
-from optbench.train.datasets import FolderData
-from optbench.train.input_plan import InputPlan, input_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("interp", ROOT / "bench" / "interpolation.py")

@@ -20,11 +20,11 @@ import yaml
 from cli_inprocess import tiny_config
 from driver_process import start_driver
 
+from optbench.data.datasets import load_dataset
 from optbench.plan.trials import jobs, plan, populations
 from optbench.spec.recipe import Dataset, Recipe
 from optbench.spec.schema import SlurmSettings, parse_spec
 from optbench.train import epoch, population, stepper
-from optbench.train.datasets import load_dataset
 from optbench.train.loop import run_trial
 from optbench.train.population import POPULATION_CHECKPOINT, run_population
 from optbench.train.population_optim import PopulationOptimizer

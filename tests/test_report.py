@@ -278,9 +278,9 @@ def test_complexity_table_counts_each_models_parameters():
 
 @pytest.mark.slow
 def test_the_complexity_table_measures_each_model_at_the_input_size_it_trains_at(tmp_path):
+    from optbench.data.datasets import load_dataset
     from optbench.models.complexity import model_complexity
     from optbench.spec.recipe import Dataset
-    from optbench.train.datasets import load_dataset
 
     root = tmp_path / "imagenet"  # the layout is all a trial's input size needs
     for split in ("train", "val"):

@@ -1,4 +1,4 @@
-"""WebDataset shards (`dataset.layout: wds`, train/shards.py) and `optbench data pack`: real tar
+"""WebDataset shards (`dataset.layout: wds`, data/shards.py) and `optbench data pack`: real tar
 files packed from real class folders, read by both pipelines as the folder itself is read."""
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ import torch
 from test_data import make_folders
 from test_input_pipeline import folder_config, make_jpeg_folders, stop_mid_epoch
 
+from optbench.data import shards
+from optbench.data.datasets import check_dataset_files, load_dataset, split_samples
 from optbench.errors import UsageError
 from optbench.spec.recipe import Dataset
 from optbench.spec.schema import parse_spec
-from optbench.train import shards
-from optbench.train.datasets import check_dataset_files, load_dataset, split_samples
 from optbench.train.loop import run_trial
 from optbench.trial.config import Execution
 
@@ -243,10 +243,10 @@ def test_optbench_train_on_a_bad_shard_stops_in_one_line_and_writes_nothing(pack
 
 
 def test_a_member_that_is_no_image_fails_its_trial_naming_shard_and_member(packed):
+    from optbench.data.batches import FolderBatches
+    from optbench.data.datasets import UnreadableImage
+    from optbench.data.tensor_folder import _read, decode
     from optbench.spec.recipe import Recipe
-    from optbench.train.batches import FolderBatches
-    from optbench.train.datasets import UnreadableImage
-    from optbench.train.tensor_folder import _read, decode
 
     _, root = packed
     (root / "manifest.json").unlink()

@@ -8,6 +8,7 @@ import pytest
 import torch
 from cli_inprocess import tiny_config
 
+from optbench.data.seeding import derive_seed, seed_step
 from optbench.spec.recipe import Recipe
 from optbench.trackers.sinks import epoch_sinks
 from optbench.train.build import build_parts
@@ -17,7 +18,6 @@ from optbench.train.driver import weights_digest
 from optbench.train.ema import WeightAverage
 from optbench.train.loop import run_trial
 from optbench.train.optim import LrSchedule, build_optimizer
-from optbench.train.seeding import derive_seed, seed_step
 from optbench.trial.results import read_metrics
 
 

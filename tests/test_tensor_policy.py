@@ -1,5 +1,5 @@
-"""The tensor auto-augment policy (train/tensor_policy.py) against timm's / pycls's PIL policy
-(train/augment.py's `timm_policy`): (a) each op's pixels at fixed arguments, (b) the ops,
+"""The tensor auto-augment policy (data/tensor_policy.py) against timm's / pycls's PIL policy
+(data/augment.py's `timm_policy`): (a) each op's pixels at fixed arguments, (b) the ops,
 arguments, magnitudes and filters drawn over >= 10,000 images, (c) whole batches replayed."""
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from PIL import Image
 from scipy import stats
 from timm.data import auto_augment as timm_aa
 
+from optbench.data import augment, tensor_ops
+from optbench.data import tensor_draws as td
+from optbench.data import tensor_policy as tp
 from optbench.spec.recipe import Recipe
-from optbench.train import augment, tensor_ops
-from optbench.train import tensor_draws as td
-from optbench.train import tensor_policy as tp
 
 PIL_RESAMPLE = {"bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC}
 

@@ -11,8 +11,7 @@ from PIL import Image
 from pydantic import ValidationError
 from timm.data import auto_augment as timm_aa
 
-from optbench.spec.recipe import Recipe
-from optbench.train.augment import (
+from optbench.data.augment import (
     BatchAugment,
     input_stats,
     pca_lighting,
@@ -20,6 +19,7 @@ from optbench.train.augment import (
     random_erasing,
     timm_policy,
 )
+from optbench.spec.recipe import Recipe
 
 
 def images(n: int = 16, c: int = 3, size: int = 12) -> torch.Tensor:

@@ -372,8 +372,8 @@ except TrialInterrupted as stopped:
 def test_ddp_a_signal_on_one_rank_stops_every_rank_at_the_same_step_and_resumes_identically(
     tmp_path,
 ):
+    from optbench.data.datasets import load_dataset
     from optbench.train.checkpoint import load_checkpoint
-    from optbench.train.datasets import load_dataset
     from optbench.train.signals import STOP_CHECK_EVERY
 
     batch = 32

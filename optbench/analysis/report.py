@@ -288,7 +288,7 @@ def _dataset_shape(spec: StudySpec, model: str) -> tuple[int, int, int] | None:
     """(num_classes, in_chans, img_size) of the study's dataset as `model` trains on it; None
     where that needs the dataset's files and they are not here (a cluster study reported on a
     laptop)."""
-    from optbench.train.datasets import dataset_info
+    from optbench.data.datasets import dataset_info
 
     try:
         info = dataset_info(spec.dataset, model)

@@ -27,7 +27,7 @@ import statistics
 from dataclasses import dataclass
 
 from optbench import safefs
-from optbench.catalogue import CATALOGUE
+from optbench.data.catalogue import CATALOGUE
 from optbench.errors import UsageError
 from optbench.plan.trials import Trial, plan
 from optbench.spec.schema import StudySpec

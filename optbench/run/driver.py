@@ -428,8 +428,8 @@ def flops_counter(spec: StudySpec) -> Callable[[str], float]:
 
     @functools.cache
     def flops_of(model: str) -> float:
+        from optbench.data.datasets import dataset_info
         from optbench.models.cache import cached_counts
-        from optbench.train.datasets import dataset_info
 
         info = dataset_info(spec.dataset, model)
         shape = dict(num_classes=info.num_classes, in_chans=info.in_chans, img_size=info.img_size)

@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from optbench.catalogue import CATALOGUE, DATASET_NAMES
+from optbench.data.catalogue import CATALOGUE, DATASET_NAMES
 from optbench.errors import SpecError, UnfinishedWrite, UsageError, did_you_mean, source_of
 from optbench.spec.recipe import Dataset, Recipe
 from optbench.spec.schema import StudySpec
@@ -62,7 +62,7 @@ def check_spec(
     if problems:
         raise SpecError("\n".join(problems))
     if data:
-        from optbench.train.datasets import check_dataset_files  # torch: only for a real run
+        from optbench.data.datasets import check_dataset_files  # torch: only for a real run
 
         try:
             check_dataset_files(spec.dataset, spec.study_dir)  # a shard index it may cache
@@ -84,7 +84,7 @@ def check_pipeline(recipe: Recipe, pipeline: str, where: str, flag: str = "datas
     tensor version (`3a`'s Desaturate) would fail every trial at its first batch, so it is a
     UsageError naming recipe.auto_augment (`auto` feeds such a study through pil:
     `pipeline_note`)."""
-    from optbench.train.input_plan import missing_tensor_ops
+    from optbench.data.input_plan import missing_tensor_ops
 
     missing = missing_tensor_ops(recipe) if pipeline == "tensor" else ()
     if missing:
@@ -97,7 +97,7 @@ def check_pipeline(recipe: Recipe, pipeline: str, where: str, flag: str = "datas
 def pipeline_note(spec: StudySpec) -> str | None:
     """One line when `dataset.pipeline: auto` feeds the study through pil on CUDA too, because
     its policy has an op without a tensor version (input_plan.resolve_pipeline); else None."""
-    from optbench.train.input_plan import missing_tensor_ops
+    from optbench.data.input_plan import missing_tensor_ops
 
     missing = missing_tensor_ops(spec.recipe) if spec.dataset.pipeline == "auto" else ()
     if not missing:
@@ -111,7 +111,7 @@ def pipeline_note(spec: StudySpec) -> str | None:
 
 def check_batch(dataset: Dataset, batch_size: int, what: str) -> None:
     """A batch larger than the training set would make every trial fail (no full batch)."""
-    from optbench.train.datasets import dataset_info
+    from optbench.data.datasets import dataset_info
 
     n_train = dataset_info(dataset).n_train
     if batch_size > n_train:
@@ -124,8 +124,8 @@ def check_batch(dataset: Dataset, batch_size: int, what: str) -> None:
 def check_input_size(dataset: Dataset, model: str, what: str) -> None:
     """The images' side is a multiple of what `model` needs (its patch size; models.
     input_multiple): else every trial of it would fail at its first batch."""
+    from optbench.data.datasets import input_size
     from optbench.models import input_multiple
-    from optbench.train.datasets import input_size
 
     size, multiple = input_size(dataset, model), input_multiple(model)
     if size % multiple:
@@ -219,26 +219,3 @@ def check_device(device: str, what: str = "--device") -> None:
             raise UsageError(f"{what}: {device}: this machine has no MPS device")
     elif dev.type != "cpu":
         raise UsageError(f"{what}: {device!r}: optbench trains on cpu, cuda or mps")
-
-
-def check_environment() -> None:
-    """The variables a trial reads to join a process group (torchrun's RANK, WORLD_SIZE,
-    LOCAL_RANK, MASTER_PORT; SLURM's task ids): each is checked before anything is written, a
-    bad one a UsageError naming it (train.distributed.env_int)."""
-    from optbench.train.distributed import context_from_env, master_port
-
-    if context_from_env().enabled:
-        master_port()
-
-
-def check_resume(config, out: Path) -> None:
-    """What `optbench train --resume` would continue from in `out` is this config's: a
-    result.json or checkpoint.pt of another configuration, one that cannot be read or one whose
-    tensors do not fit the model or optimizer is a UsageError naming the file (and the
-    difference). Reads only; deletes nothing."""
-    from optbench.train.checkpoint import CHECKPOINT_FILE
-    from optbench.train.state import check_resumable
-    from optbench.trial.results import finished_result
-
-    if finished_result(config, out) is None:
-        check_resumable(out / CHECKPOINT_FILE, config)

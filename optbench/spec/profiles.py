@@ -115,7 +115,7 @@ def _merge(base: dict, top: dict) -> dict:
 
 def read_profile(path: Path | str) -> Profile:
     """Read and validate a profile file; SpecError naming the file and the field."""
-    from optbench.catalogue import DATASET_NAMES
+    from optbench.data.catalogue import DATASET_NAMES
 
     path = Path(path)
     data = read_study_yaml(path, kind="profile")

@@ -24,7 +24,7 @@ from pydantic import (
     model_validator,
 )
 
-from optbench.catalogue import CATALOGUE, Layout
+from optbench.data.catalogue import CATALOGUE, Layout
 from optbench.spec.caps import MAX_AUGMENT_OPS, MAX_IMG_SIZE, MAX_TRANSLATE, check_cap
 
 Optimizer = Literal["adamw", "sgd"]
@@ -171,7 +171,7 @@ EMA_RULE_PARAMS: dict[str, dict[str, float]] = {
     "decay": {"ema_decay": 0.99996},
 }
 
-# Auto-augment policies (train/augment.py): torchvision's by name, pycls's "pycls_v0", and timm's
+# Auto-augment policies (data/augment.py): torchvision's by name, pycls's "pycls_v0", and timm's
 # AutoAugment and RandAugment config strings ("v0", "original-mstd0.5", "rand-m9-mstd0.5-inc1").
 TORCHVISION_POLICIES = ("autoaugment", "randaugment")
 TIMM_POLICY = re.compile(
@@ -224,7 +224,7 @@ class Recipe(StrictModel):
     precise_bn_images: StrictInt = Field(default=0, ge=0)
     report: Literal["ema_final", "ema_best", "raw_final", "raw_best"] = "ema_final"
     diverge_loss: StrictFloat = Field(default=1e4, gt=0)
-    # augmentation (train/augment.py)
+    # augmentation (data/augment.py)
     normalize: Literal["dataset", "imagenet"] = "dataset"
     hflip: StrictBool = True
     translate: StrictInt = Field(default=4, ge=0)

@@ -29,7 +29,7 @@ from pydantic import (
     model_validator,
 )
 
-from optbench.catalogue import is_image_dataset
+from optbench.data.catalogue import is_image_dataset
 from optbench.errors import SpecError, format_errors
 from optbench.spec.caps import (
     CAP_REASONS,

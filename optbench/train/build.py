@@ -1,6 +1,6 @@
 """What the members of a training program share, built from the first one's config
-(`build_parts`): its batches (batches.py), the model (optbench's timm registry), batched
-augmentation (augment.py) and the loss; and the model as the steps call it (`for_training`: DDP
+(`build_parts`): its batches (data/batches.py), the model (optbench's timm registry), batched
+augmentation (data/augment.py) and the loss; and the model as the steps call it (`for_training`: DDP
 across processes, torch.compile). Each stepper (stepper.py, population.py) adds its own
 optimizer, lr schedules and EMA.
 """
@@ -13,19 +13,20 @@ import torch
 from timm.loss import SoftTargetCrossEntropy
 from torch import nn
 
-from optbench.models import create_model
-from optbench.train.augment import BatchAugment, uses_pil_policy
-from optbench.train.batches import (
+from optbench.data.augment import BatchAugment, uses_pil_policy
+from optbench.data.batches import (
     DeviceBatches,
     FolderBatches,
     PreparedBatches,
     Shard,
     TrainBatches,
+    loader_workers,
 )
-from optbench.train.compute import Compute, loader_workers
-from optbench.train.datasets import DeviceData, load_dataset
-from optbench.train.input_plan import input_plan
-from optbench.train.tensor_folder import TensorFolderBatches, device_policy
+from optbench.data.datasets import DeviceData, load_dataset
+from optbench.data.input_plan import input_plan
+from optbench.data.tensor_folder import TensorFolderBatches, device_policy
+from optbench.models import create_model
+from optbench.train.compute import Compute
 from optbench.trial.config import TrainConfig
 
 
@@ -42,8 +43,8 @@ class TrialParts:
 
 
 def build_batches(cfg: TrainConfig, compute: Compute, pipeline: str = "pil") -> TrainBatches:
-    """The trial's batches through `pipeline` (batches.py; "auto" resolved by its input plan,
-    input_plan.py, which the batches of class folders read)."""
+    """The trial's batches through `pipeline` (data/batches.py; "auto" resolved by its input plan,
+    data/input_plan.py, which the batches of class folders read)."""
     if cfg.batch_size % compute.dist.world:
         raise ValueError(
             f"batch_size {cfg.batch_size} is not divisible by {compute.dist.world} processes"

@@ -7,7 +7,7 @@ position (completed epochs and, mid-epoch, completed batches of the running
 epoch, with the running loss sum and timing) and the per-epoch history of errors: tensors and
 plain dicts, lists, numbers and strings only, so it loads with `torch.load(weights_only=True)`,
 which unpickles nothing else (a crafted file cannot run code). No generator state is saved:
-every random draw, and the learning rate, is derived from (seed, position) (seeding.py,
+every random draw, and the learning rate, is derived from (seed, position) (data/seeding.py,
 optim.py). What goes into it, and back into a trial, is state.py's.
 
 A checkpoint that cannot be read, is not one of ours, or belongs to another configuration is

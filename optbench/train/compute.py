@@ -1,5 +1,5 @@
 """Where and how a trial computes: its device (under DDP, its rank's device and process group),
-bf16 autocast, channels_last, torch.compile, and the cores its input pipeline may use; and what
+bf16 autocast, channels_last, torch.compile, and its input pipeline's workers; and what
 its floating-point results depend on besides its config (`runtime_info`, in result.json).
 
 The GPU settings (`recipe.amp`, `recipe.channels_last`, `recipe.compile`) apply on CUDA only; on
@@ -14,18 +14,8 @@ from pathlib import Path
 
 import torch
 
-from optbench.host import usable_cores
 from optbench.spec.recipe import Recipe
 from optbench.train.distributed import DistContext, process_device
-
-
-def loader_workers(threads: int | None = None) -> int:
-    """DataLoader workers for one trial: the cores it owns, less one for the training process.
-    A trial owns its share of the usable cores: the executor gives each of its workers
-    `cores // workers` torch threads (executors/local.py), so that share is this process's
-    torch thread count, capped by what affinity and cgroups allow."""
-    threads = torch.get_num_threads() if threads is None else threads
-    return max(1, min(usable_cores(), threads) - 1)
 
 
 @dataclass(frozen=True)
@@ -38,7 +28,7 @@ class Compute:
     amp: bool
     channels_last: bool
     compile: bool = False
-    workers: int | None = None  # input workers; None: loader_workers() (the trial's cores)
+    workers: int | None = None  # input workers; None: data/batches.py's loader_workers()
     # where a shard index is cached if the shards' folder is not writable (the study folder);
     # None: nowhere (datasets.load_dataset's cache_dir)
     data_cache: Path | None = None

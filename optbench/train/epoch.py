@@ -3,7 +3,7 @@
 epoch's end, or to the step after which every rank agrees to stop (signals.py: under DDP, solo
 only, the ranks agree every STOP_CHECK_EVERY steps, so a step costs no host sync).
 
-Each step is reseeded from its position (seeding.py), so a resumed epoch replays exactly; its
+Each step is reseeded from its position (data/seeding.py), so a resumed epoch replays exactly; its
 batch is drawn and augmented once for all members. The losses are summed on the device and read
 once at the epoch's end (summed over the ranks under DDP), so divergence costs no host sync per
 step.
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
+from optbench.data.seeding import derive_seed, seed_step
 from optbench.train.compute import Compute
-from optbench.train.seeding import derive_seed, seed_step
 from optbench.train.signals import StopAgreement, StopRequest
 from optbench.train.state import TrialState
 from optbench.train.stepper import Stepper

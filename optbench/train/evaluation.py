@@ -11,11 +11,11 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from optbench.train.augment import BatchAugment
-from optbench.train.batches import TrainBatches
+from optbench.data.augment import BatchAugment
+from optbench.data.batches import TrainBatches
+from optbench.data.seeding import derive_seed, seed_step
 from optbench.train.compute import Compute
 from optbench.train.precise_bn import has_batchnorm, precise_bn_batches
-from optbench.train.seeding import derive_seed, seed_step
 from optbench.train.stepper import Stepper
 from optbench.trial.config import TrainConfig
 

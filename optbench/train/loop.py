@@ -6,7 +6,7 @@ one, and a stop signal a checkpoint (signals.py). `optbench train` and the runne
 call `run_trial`. Each epoch's metrics line also goes to the trial's epoch sinks (trackers/sinks.py: a
 TensorBoard event file in OUT where tensorboard is installed, trackers/tensorboard.py).
 
-Reproducibility: all randomness derives from the trial's seed and a position (seeding.py), so a
+Reproducibility: all randomness derives from the trial's seed and a position (data/seeding.py), so a
 trial is a pure function of its config on the CPU: the same config on the same machine, library
 versions and thread count gives the same `digest` (result.json records all three, and which code
 made it: optbench.provenance), and resuming
@@ -21,8 +21,8 @@ another config's result or checkpoint is refused, naming the difference, and kep
 `resume`, a trial starts from scratch. The checkpoint is deleted once result.json is written
 (`keep_checkpoint=True` keeps it). No result.json is written for a stopped trial.
 
-Speed. Data lives on the device for small datasets (batches.py); augmentation is batched
-(augment.py). The loss is read once per epoch, so divergence (a non-finite mean loss, or one
+Speed. Data lives on the device for small datasets (data/batches.py); augmentation is batched
+(data/augment.py). The loss is read once per epoch, so divergence (a non-finite mean loss, or one
 above `recipe.diverge_loss`) costs no sync per step; a diverged trial is a result ("diverged",
 with its epoch), not a crash. On CUDA: bf16 autocast, channels_last, fused optimizers, timm's
 scaled-dot-product attention and `torch.compile` as the recipe asks; on the CPU all of these are
@@ -41,6 +41,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from optbench import safefs
+from optbench.data.input_plan import resolve_execution
 from optbench.train.checkpoint import CHECKPOINT_FILE
 from optbench.train.compute import Compute
 from optbench.train.distributed import (
@@ -50,7 +51,6 @@ from optbench.train.distributed import (
     init_process_group,
 )
 from optbench.train.driver import Members, drive, train_members
-from optbench.train.input_plan import resolve_execution
 from optbench.train.population import run_population
 from optbench.train.signals import StopRequest
 from optbench.train.stepper import SoloStepper

@@ -22,11 +22,11 @@ from pathlib import Path
 import torch
 
 from optbench import safefs
+from optbench.data.input_plan import resolve_execution
 from optbench.train.compute import Compute, runtime_info
 from optbench.train.distributed import DistContext
 from optbench.train.epoch import run_epoch
 from optbench.train.evaluation import count_errors
-from optbench.train.input_plan import resolve_execution
 from optbench.train.signals import StopRequest
 from optbench.train.state import TrialState, save_state
 from optbench.train.stepper import SoloStepper

@@ -50,13 +50,13 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from optbench import safefs
+from optbench.data.input_plan import resolve_execution
 from optbench.train.build import build_parts
 from optbench.train.checkpoint import load_checkpoint, restoring, save_checkpoint
 from optbench.train.compute import Compute
 from optbench.train.distributed import DistContext
 from optbench.train.driver import Members, drive, train_members
 from optbench.train.ema import WeightAverage
-from optbench.train.input_plan import resolve_execution
 from optbench.train.optim import LrSchedule, is_decayed, weight_decay_groups
 from optbench.train.population_optim import PopulationOptimizer
 from optbench.train.precise_bn import recompute_stacked_bn_stats

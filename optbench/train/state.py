@@ -15,9 +15,9 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
+from optbench.data.datasets import dataset_info
 from optbench.train.build import new_model
 from optbench.train.checkpoint import load_checkpoint, restoring, save_checkpoint
-from optbench.train.datasets import dataset_info
 from optbench.train.distributed import DistContext
 from optbench.train.ema import WeightAverage
 from optbench.train.optim import build_optimizer

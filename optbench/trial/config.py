@@ -106,7 +106,7 @@ class Provenance(BaseModel):
 class Execution(BaseModel):
     """How a trial is run, beyond what it computes (floating-point order aside): never part of
     its config nor of its cell's id. A job asks for settings ("auto" allowed); result.json
-    records the resolved ones (train/input_plan.py: `resolve_execution`), which the digest promise includes
+    records the resolved ones (data/input_plan.py: `resolve_execution`), which the digest promise includes
     (docs/outputs.md). `population`: the number of trials trained together in the trial's
     process (population.py; the study's executor.population, or fewer for a cell's last
     group), 1 for a solo trial. `tracking`: the tracker run each trial writes (the study's
@@ -114,7 +114,7 @@ class Execution(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    pipeline: Pipeline = "auto"  # the input pipeline (batches.py); auto: tensor on CUDA
+    pipeline: Pipeline = "auto"  # the input pipeline (data/batches.py); auto: tensor on CUDA
     population: StrictInt = Field(default=1, ge=1)
     profile: str | None = Field(default=None, max_length=4096)  # the study's --profile file
     tracking: Tracking | None = None

@@ -22,10 +22,10 @@ import torch
 from PIL import Image
 from timm.data import auto_augment as timm_aa
 
+from optbench.data import augment
+from optbench.data.tensor_draws import PolicyDraws, apply, draw
+from optbench.data.tensor_ops import OPS
 from optbench.spec.recipe import TORCHVISION_POLICIES, Recipe
-from optbench.train import augment
-from optbench.train.tensor_draws import PolicyDraws, apply, draw
-from optbench.train.tensor_ops import OPS
 
 _PIL_RESAMPLE = {Image.BILINEAR: "bilinear", Image.BICUBIC: "bicubic"}
 

@@ -1,6 +1,6 @@
 """The CIFAR-10/100 format as torchvision writes it (python pickles in one folder under the
 root): its layout, the checks of its files, reading them without running any code a file
-names (`CifarUnpickler`), and fetching them (`download_cifar`). train/datasets.py turns what is
+names (`CifarUnpickler`), and fetching them (`download_cifar`). data/datasets.py turns what is
 read into a dataset.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from optbench.catalogue import CIFAR_SIDE, require_root
+from optbench.data.catalogue import CIFAR_SIDE, require_root
 from optbench.errors import UsageError
 from optbench.spec.recipe import Dataset
 

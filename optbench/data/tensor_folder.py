@@ -30,20 +30,20 @@ from PIL import Image
 from torchvision.io import ImageReadMode, decode_jpeg
 from torchvision.transforms.v2 import functional as TF
 
-from optbench.spec.recipe import Recipe
-from optbench.train.augment import apply_grouped, build_policy, policy_group
-from optbench.train.batches import Shard, epoch_order
-from optbench.train.datasets import (
+from optbench.data.augment import apply_grouped, build_policy, policy_group
+from optbench.data.batches import Shard, epoch_order
+from optbench.data.datasets import (
     IMAGE_ERRORS,
     FolderData,
     UnreadableImage,
     refuse_bomb,
     split_samples,
 )
-from optbench.train.input_plan import CROP_RATIO, CROP_SCALE, InputPlan, input_plan
-from optbench.train.seeding import derive_seed
-from optbench.train.shards import read_bytes
-from optbench.train.tensor_policy import tensor_policy
+from optbench.data.input_plan import CROP_RATIO, CROP_SCALE, InputPlan, input_plan
+from optbench.data.seeding import derive_seed
+from optbench.data.shards import read_bytes
+from optbench.data.tensor_policy import tensor_policy
+from optbench.spec.recipe import Recipe
 
 PREFETCH_BATCHES = 4  # batches whose bytes are being read ahead of the one decoded
 JPEG_MAGIC = b"\xff\xd8"

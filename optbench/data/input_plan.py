@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from torchvision.transforms import InterpolationMode
 
+from optbench.data.augment import input_stats, policy_group
 from optbench.spec.recipe import TORCHVISION_POLICIES, Recipe
-from optbench.train.augment import input_stats, policy_group
 from optbench.trial.config import Execution
 
 # torchvision's RandomResizedCrop defaults, which both pipelines draw the training crop with
@@ -53,7 +53,7 @@ def missing_tensor_ops(recipe: Recipe) -> tuple[str, ...]:
     the tensor pipeline can run it (none, torchvision's, or a timm / pycls policy it covers)."""
     if recipe.auto_augment == "none" or recipe.auto_augment in TORCHVISION_POLICIES:
         return ()
-    from optbench.train.tensor_policy import missing_ops  # timm: only for its policies
+    from optbench.data.tensor_policy import missing_ops  # timm: only for its policies
 
     return missing_ops(recipe.auto_augment)
 

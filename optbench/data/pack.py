@@ -1,5 +1,5 @@
 """`optbench data pack FOLDER OUT`: a class-folder dataset (ROOT/train/<class>/..., ROOT/val/...)
-packed into WebDataset tar shards (train/shards.py reads them: `dataset.layout: wds`), in the
+packed into WebDataset tar shards (data/shards.py reads them: `dataset.layout: wds`), in the
 order the folder is read (folders.folder_samples), so a study on the shards trains on the same
 images in the same order as on the folder. Each sample is `<key>.<ext>` (the file's bytes,
 unchanged) and `<key>.cls` (its class index); keys are the sample's position in its split.
@@ -25,8 +25,8 @@ from typing import Annotated
 
 import typer
 
+from optbench.data.shards import INDEX_NAME, MANIFEST, build_index, shard_files
 from optbench.errors import UsageError
-from optbench.train.shards import INDEX_NAME, MANIFEST, build_index, shard_files
 
 data_app = typer.Typer(
     no_args_is_help=True, help="Prepare datasets (pack class folders into shards)."
@@ -79,9 +79,9 @@ def _check_out(out: Path) -> None:
 def _samples(folder: Path) -> tuple[tuple[str, ...], dict[str, list[tuple[str, int]]]]:
     """The folder's classes and samples of each split, checked as a study checks them, and
     no empty file among them."""
+    from optbench.data.datasets import check_dataset_files
+    from optbench.data.folders import class_dirs, folder_samples
     from optbench.spec.recipe import Dataset
-    from optbench.train.datasets import check_dataset_files
-    from optbench.train.folders import class_dirs, folder_samples
 
     try:
         check_dataset_files(Dataset(name="imagefolder", root=folder))

@@ -11,7 +11,7 @@ import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from optbench.catalogue import require_root
+from optbench.data.catalogue import require_root
 from optbench.errors import UsageError
 from optbench.spec.recipe import Dataset
 

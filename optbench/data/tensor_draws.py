@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from optbench.train.tensor_ops import AFFINE_OPS, RESAMPLE, apply_op, to_device
+from optbench.data.tensor_ops import AFFINE_OPS, RESAMPLE, apply_op, to_device
 
 
 @dataclass(frozen=True)

@@ -36,18 +36,19 @@ import torch
 from torch.utils.data import DataLoader
 from torch.utils.data import Dataset as TorchDataset
 
-from optbench.spec.recipe import Recipe
-from optbench.train.augment import build_policy, per_image, random_crop_flip
-from optbench.train.datasets import (
+from optbench.data.augment import build_policy, per_image, random_crop_flip
+from optbench.data.datasets import (
     IMAGE_ERRORS,
     DeviceData,
     FolderData,
     UnreadableImage,
     split_samples,
 )
-from optbench.train.input_plan import InputPlan, input_plan
-from optbench.train.seeding import derive_seed
-from optbench.train.shards import load_rgb
+from optbench.data.input_plan import InputPlan, input_plan
+from optbench.data.seeding import derive_seed
+from optbench.data.shards import load_rgb
+from optbench.host import usable_cores
+from optbench.spec.recipe import Recipe
 
 
 @dataclass(frozen=True)
@@ -328,10 +329,19 @@ def _epoch_keys(
     ]
 
 
+def loader_workers(threads: int | None = None) -> int:
+    """DataLoader workers for one trial: the cores it owns, less one for the training process.
+    A trial owns its share of the usable cores: the executor gives each of its workers
+    `cores // workers` torch threads (executors/local.py), so that share is this process's
+    torch thread count, capped by what affinity and cgroups allow."""
+    threads = torch.get_num_threads() if threads is None else threads
+    return max(1, min(usable_cores(), threads) - 1)
+
+
 class FolderBatches:
     """Batches of a FolderData through persistent DataLoader workers: PIL decode and
     augmentation per image, pinned memory, prefetching. `workers=None`: the trial's cores
-    (compute.loader_workers)."""
+    (loader_workers)."""
 
     geometric_on_device = False
     pipeline = "pil"
@@ -347,8 +357,6 @@ class FolderBatches:
         shard: Shard = Shard(),
         workers: int | None = None,
     ):
-        from optbench.train.compute import loader_workers
-
         self.data, self.batch_size, self.seed, self.device = data, batch_size, seed, device
         self.repeated_aug, self.shard = recipe.repeated_aug, shard
         self.workers = workers if workers is not None else loader_workers()

@@ -1,6 +1,6 @@
 """The dataset catalogue: every dataset optbench reads, by name, with its on-disk format, the
 layouts it may take, and what is known of it without its files (published sizes). spec/schema.py,
-spec/checks.py and train/datasets.py all read it, so a dataset is added here once. Pure data: no
+spec/checks.py and data/datasets.py all read it, so a dataset is added here once. Pure data: no
 torch, so a study's names are checked without importing it.
 """
 
@@ -14,7 +14,7 @@ from optbench.errors import UsageError
 
 Format = Literal["bundled", "cifar", "images"]
 # How an image dataset lies under its root: class folders of image files, or WebDataset tar
-# shards (train/shards.py). Where the data lies, not what it is: no part of a cell id.
+# shards (data/shards.py). Where the data lies, not what it is: no part of a cell id.
 Layout = Literal["folders", "wds"]
 LAYOUTS: tuple[str, ...] = ("folders", "wds")
 
