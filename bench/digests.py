@@ -30,7 +30,7 @@ from sklearn.datasets import load_digits
 
 from optbench.data.pack import pack_folder
 from optbench.spec.recipe import Dataset, Recipe
-from optbench.train.loop import run_job
+from optbench.train.run_trial import run_job
 from optbench.trial.config import Execution, TrainConfig
 from optbench.trial.jobs import PopulationJob, TrialJob
 

@@ -34,8 +34,8 @@ import torch
 from optbench import models  # noqa: F401  (registers optbench's models)
 from optbench.models.complexity import count_complexity
 from optbench.spec.recipe import Dataset, Recipe
-from optbench.train.loop import run_trial
 from optbench.train.optim import build_optimizer
+from optbench.train.run_trial import run_trial
 from optbench.trial.config import TrainConfig
 
 

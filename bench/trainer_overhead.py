@@ -34,7 +34,7 @@ from optbench import models  # noqa: F401  (registers the quickstart models)
 from optbench.data.datasets import load_dataset
 from optbench.spec.recipe import Dataset, Recipe
 from optbench.train import epoch as epoch_module
-from optbench.train.loop import run_trial
+from optbench.train.run_trial import run_trial
 from optbench.trial.config import TrainConfig
 from optbench.trial.results import read_metrics
 

@@ -87,7 +87,7 @@ def train(
     from optbench.models import is_model, model_names
     from optbench.spec.checks import check_batch, check_input_size, check_pipeline
     from optbench.spec.overrides import parse_overrides
-    from optbench.train.loop import run_trial
+    from optbench.train.run_trial import run_trial
     from optbench.train.signals import STOP_SIGNALS, TrialInterrupted
     from optbench.trial.config import Execution, make_train_config
 

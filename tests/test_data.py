@@ -20,7 +20,7 @@ from optbench.data.datasets import check_dataset, dataset_info, load_dataset, mo
 from optbench.data.folders import folder_samples
 from optbench.errors import UsageError
 from optbench.spec.recipe import Dataset, Recipe
-from optbench.train.loop import run_trial
+from optbench.train.run_trial import run_trial
 
 CIFAR = {
     "cifar10": (

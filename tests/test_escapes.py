@@ -153,7 +153,7 @@ def test_a_trial_folder_linked_while_running_fails_that_trial_in_one_line(one_mo
 
 
 def test_a_worker_writes_nothing_through_a_linked_folder(one_model, tmp_path):
-    from optbench.train.loop import run_trial
+    from optbench.train.run_trial import run_trial
 
     spec = parse_spec(one_model)
     trial = plan(spec)[0]
@@ -168,7 +168,7 @@ def test_a_worker_writes_nothing_through_a_linked_folder(one_model, tmp_path):
 
 def test_a_population_writes_nothing_through_a_linked_member_folder(one_model, tmp_path):
     from optbench.plan.trials import jobs
-    from optbench.train.loop import run_job
+    from optbench.train.run_trial import run_job
     from optbench.trial.jobs import PopulationJob
 
     one_model["search"]["n_samples"] = 2

@@ -30,7 +30,6 @@ from rich.console import Console
 from writing_driver import WritingExecutor
 
 import optbench.train.epoch as epoch
-import optbench.train.loop as loop
 import optbench.train.state as trial_state
 from optbench.api import load_trials
 from optbench.errors import UsageError
@@ -42,7 +41,7 @@ from optbench.spec.schema import parse_spec
 from optbench.store.database import Store
 from optbench.store.storage_url import OPTUNA_TABLES
 from optbench.train.checkpoint import CHECKPOINT_FILE
-from optbench.train.loop import run_job
+from optbench.train.run_trial import run_job, run_trial
 from optbench.train.signals import TrialInterrupted
 from optbench.trial.config import TrainConfig, TrialResult
 from optbench.trial.jobs import PopulationJob
@@ -675,7 +674,7 @@ def test_a_worker_fails_the_attempt_on_a_bad_checkpoint_and_keeps_it(kind, tmp_p
     out.mkdir()
     (out / CHECKPOINT_FILE).write_bytes(_checkpoint_bytes(kind, tmp_path))
     kept = (out / CHECKPOINT_FILE).read_bytes()
-    result = loop.run_trial(tiny_config(), out, resume=True)
+    result = run_trial(tiny_config(), out, resume=True)
     assert result.status == "failed" and str(out / CHECKPOINT_FILE) in result.message
     assert (out / CHECKPOINT_FILE).read_bytes() == kept
     assert not (tmp_path / "pwned").exists()
@@ -685,7 +684,7 @@ def test_a_worker_fails_the_attempt_on_a_bad_checkpoint_and_keeps_it(kind, tmp_p
 def trained_state(tmp_path_factory) -> dict:
     """The checkpoint of the tiny trial `_train_args` trains (2 epochs), after its last epoch."""
     out = tmp_path_factory.mktemp("trained")
-    assert loop.run_trial(tiny_config(), out, keep_checkpoint=True).status == "finished"
+    assert run_trial(tiny_config(), out, keep_checkpoint=True).status == "finished"
     return torch.load(out / CHECKPOINT_FILE, weights_only=True)
 
 
@@ -746,7 +745,7 @@ def test_a_worker_fails_the_attempt_on_a_checkpoint_that_does_not_fit_and_keeps_
     out.mkdir()
     torch.save(_misfit(trained_state, kind), out / CHECKPOINT_FILE)
     kept = (out / CHECKPOINT_FILE).read_bytes()
-    result = loop.run_trial(tiny_config(), out, resume=True)
+    result = run_trial(tiny_config(), out, resume=True)
     assert result.status == "failed", result
     assert f"{out / CHECKPOINT_FILE}: does not fit this trial" in result.message
     assert (out / CHECKPOINT_FILE).read_bytes() == kept
@@ -791,7 +790,7 @@ def test_a_real_checkpoint_loads_with_weights_only(tmp_path, monkeypatch):
     previous = signal.signal(signal.SIGUSR2, lambda *a: None)
     try:
         with pytest.raises(TrialInterrupted):
-            loop.run_trial(tiny_config(), tmp_path)
+            run_trial(tiny_config(), tmp_path)
     finally:
         signal.signal(signal.SIGUSR2, previous)
     state = torch.load(tmp_path / CHECKPOINT_FILE, weights_only=True)  # raises on any pickle
@@ -809,8 +808,8 @@ def test_links_planted_in_a_trial_folder_are_replaced_never_followed(tmp_path):
         (out / name).symlink_to(victim)
         victims.append(victim)
     crash = tiny_config(epochs=1).model_copy(update={"batch_size": 5000})
-    assert loop.run_trial(crash, out).status == "failed"  # writes error.log and result.json
-    assert loop.run_trial(tiny_config(epochs=1), out, keep_checkpoint=True).status == "finished"
+    assert run_trial(crash, out).status == "failed"  # writes error.log and result.json
+    assert run_trial(tiny_config(epochs=1), out, keep_checkpoint=True).status == "finished"
     assert all(v.read_text() == "precious\n" for v in victims)
     assert not any((out / v.name.removeprefix("victim-")).is_symlink() for v in victims)
 
@@ -1159,7 +1158,7 @@ def test_a_result_records_threads_versions_and_device(tmp_path):
 
     torch.set_num_threads(2)  # not the autouse fixture's 1: the result must read it
     try:
-        result = loop.run_trial(tiny_config(epochs=1), tmp_path)
+        result = run_trial(tiny_config(epochs=1), tmp_path)
     finally:
         torch.set_num_threads(1)
     on_disk = json.loads((tmp_path / RESULT_FILE).read_text())

@@ -19,7 +19,7 @@ from optbench.data.batches import FolderBatches
 from optbench.data.datasets import UnreadableImage, load_dataset
 from optbench.data.tensor_folder import TensorFolderBatches, _read, decode
 from optbench.spec.recipe import Dataset, Recipe
-from optbench.train.loop import run_trial
+from optbench.train.run_trial import run_trial
 from optbench.trial.config import Execution
 
 CPU = torch.device("cpu")

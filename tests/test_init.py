@@ -183,7 +183,7 @@ def test_recipe_weight_init_reaches_the_model_and_the_cell_id():
     from types import SimpleNamespace
 
     from optbench.spec.schema import parse_spec
-    from optbench.train.build import build_model
+    from optbench.train.parts import build_model
 
     batches = SimpleNamespace(num_classes=10, in_chans=1, img_size=16)
     compute = SimpleNamespace(

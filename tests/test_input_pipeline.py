@@ -31,7 +31,7 @@ from optbench.host import cgroup_cpu_limit
 from optbench.spec.recipe import Dataset, Recipe
 from optbench.spec.schema import parse_spec
 from optbench.train.checkpoint import CHECKPOINT_FILE
-from optbench.train.loop import run_trial
+from optbench.train.run_trial import run_trial
 from optbench.train.signals import TrialInterrupted
 from optbench.trial.config import Execution, TrainConfig
 from optbench.trial.results import read_metrics

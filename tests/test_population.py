@@ -25,9 +25,9 @@ from optbench.plan.trials import jobs, plan, populations
 from optbench.spec.recipe import Dataset, Recipe
 from optbench.spec.schema import SlurmSettings, parse_spec
 from optbench.train import epoch, population, stepper
-from optbench.train.loop import run_trial
 from optbench.train.population import POPULATION_CHECKPOINT, run_population
 from optbench.train.population_optim import PopulationOptimizer
+from optbench.train.run_trial import run_trial
 from optbench.train.signals import TrialInterrupted
 from optbench.trial.config import TrainConfig
 from optbench.trial.jobs import PopulationJob, TrialJob

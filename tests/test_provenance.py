@@ -38,7 +38,7 @@ def test_the_fingerprint_follows_the_training_code_only(tmp_path):
     before = code_fingerprint(package)
     (package / "cli.py").write_text((package / "cli.py").read_text() + "\n# a comment\n")
     assert code_fingerprint.__wrapped__(package) == before  # not training code
-    loop = package / "train" / "loop.py"
+    loop = package / "train" / "train/run_trial.py"
     loop.write_text(loop.read_text() + "\n# a comment\n")
     assert code_fingerprint.__wrapped__(package) != before
     (package / "models" / "extra.py").write_text("X = 1\n")  # a new file counts too

@@ -23,7 +23,7 @@ from optbench.run.driver import _record_end, run_study
 from optbench.spec.schema import parse_spec
 from optbench.store.database import Store
 from optbench.store.storage_url import make_storage
-from optbench.train.loop import run_trial
+from optbench.train.run_trial import run_trial
 from optbench.trial.config import TrialResult
 from optbench.trial.results import write_result
 

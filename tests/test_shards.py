@@ -20,7 +20,7 @@ from optbench.data.datasets import check_dataset_files, load_dataset, split_samp
 from optbench.errors import UsageError
 from optbench.spec.recipe import Dataset
 from optbench.spec.schema import parse_spec
-from optbench.train.loop import run_trial
+from optbench.train.run_trial import run_trial
 from optbench.trial.config import Execution
 
 

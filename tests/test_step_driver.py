@@ -11,13 +11,13 @@ from cli_inprocess import tiny_config
 from optbench.data.seeding import derive_seed, seed_step
 from optbench.spec.recipe import Recipe
 from optbench.trackers.sinks import epoch_sinks
-from optbench.train.build import build_parts
 from optbench.train.compute import Compute
 from optbench.train.distributed import DistContext
 from optbench.train.driver import weights_digest
 from optbench.train.ema import WeightAverage
-from optbench.train.loop import run_trial
 from optbench.train.optim import LrSchedule, build_optimizer
+from optbench.train.parts import build_parts
+from optbench.train.run_trial import run_trial
 from optbench.trial.results import read_metrics
 
 

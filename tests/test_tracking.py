@@ -326,7 +326,7 @@ def test_wandb_offline_population_gives_one_run_per_member_and_a_rerun_none(
 
 @pytest.mark.slow
 def test_a_trial_whose_tracker_fails_finishes_with_one_warning_line(tmp_path, capfd):
-    from optbench.train.loop import run_trial
+    from optbench.train.run_trial import run_trial
     from optbench.trial.config import Execution
 
     study, out, broken = _broken_store(tmp_path)

@@ -10,7 +10,7 @@ import torch
 from cli_inprocess import tiny_config
 
 from optbench.spec.recipe import Recipe
-from optbench.train.loop import run_trial
+from optbench.train.run_trial import run_trial
 from optbench.trial.config import TrainConfig
 from optbench.trial.results import read_result
 
@@ -81,7 +81,7 @@ def test_recipe_drop_path_overrides_the_model_default():
 
     from timm.layers import DropPath
 
-    from optbench.train.build import build_model
+    from optbench.train.parts import build_model
 
     batches = SimpleNamespace(num_classes=10, in_chans=1, img_size=16)
     compute = SimpleNamespace(

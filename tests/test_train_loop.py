@@ -15,10 +15,10 @@ import torch
 from cli_inprocess import tiny_config
 
 import optbench.train.epoch as epoch
-import optbench.train.loop as loop
 from optbench.spec.recipe import Dataset, Recipe
+from optbench.train import run_trial as run_trial_module
 from optbench.train.checkpoint import CHECKPOINT_FILE
-from optbench.train.loop import run_trial
+from optbench.train.run_trial import run_trial
 from optbench.train.signals import STOP_SIGNALS, StopRequest, TrialInterrupted
 from optbench.trial.config import TrainConfig
 from optbench.trial.results import read_metrics, read_result
@@ -139,8 +139,8 @@ STOPPED_BY_DEFAULT = """
 import os, signal, sys
 from pathlib import Path
 import optbench.train.epoch as epoch
-import optbench.train.loop as loop
 from optbench.spec.recipe import Dataset, Recipe
+from optbench.train.run_trial import run_trial
 from optbench.trial.config import TrainConfig
 seed_step = epoch.seed_step
 def seed_and_signal(seed, device, calls=[]):
@@ -151,7 +151,7 @@ def seed_and_signal(seed, device, calls=[]):
 epoch.seed_step = seed_and_signal
 cfg = TrainConfig(model="vit_p_w64_16px", dataset=Dataset(name="digits", img_size=16),
     optimizer="sgd", lr=0.8, wd=1e-4, epochs=2, batch_size=256, recipe=Recipe(warmup_epochs=1))
-loop.run_trial(cfg, Path(sys.argv[1]))
+run_trial(cfg, Path(sys.argv[1]))
 print("not reached")
 """
 
@@ -227,7 +227,7 @@ def test_the_gpu_settings_bf16_channels_last_and_compile_train_through_the_loop_
     compiled, compile_ = [], torch.compile
     monkeypatch.setattr(torch, "compile", lambda m: compiled.append(m) or compile_(m))
     cfg = config(epochs=2)
-    result = loop._train(cfg, tmp_path, tmp_path, compute, StopRequest(), resume=False)
+    result = run_trial_module._train(cfg, tmp_path, tmp_path, compute, StopRequest(), resume=False)
     assert result.status == "finished" and len(compiled) == 1
     assert 0 <= result.ema_final_error <= 100 and 0 <= result.raw_final_error <= 100
     assert all(m["train_loss"] > 0 for m in read_metrics(tmp_path))
@@ -291,7 +291,7 @@ import sys
 from pathlib import Path
 from optbench.spec.recipe import Dataset, Recipe
 from optbench.trial.config import TrainConfig
-from optbench.train.loop import run_trial
+from optbench.train.run_trial import run_trial
 cfg = TrainConfig(model="vit_p_w64_16px", dataset=Dataset(name="digits", img_size=16),
     optimizer="sgd", lr=0.8, wd=1e-4, epochs=1, batch_size=256,
     recipe=Recipe(preset="paper", auto_augment="none"))
@@ -345,7 +345,7 @@ from pathlib import Path
 import optbench.train.epoch as epoch
 from optbench.spec.recipe import Dataset, Recipe
 from optbench.trial.config import TrainConfig
-from optbench.train.loop import run_trial
+from optbench.train.run_trial import run_trial
 from optbench.train.signals import TrialInterrupted
 out, epochs, signal_at, resume = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 passed_on, steps = [], []

@@ -11,8 +11,8 @@ from torch import nn
 
 from optbench.spec.recipe import Recipe
 from optbench.train.distributed import DistContext
-from optbench.train.loop import run_trial
 from optbench.train.precise_bn import precise_bn_batches, recompute_bn_stats
+from optbench.train.run_trial import run_trial
 from optbench.train.stepper import SoloStepper
 from optbench.trial.config import TrainConfig
 

@@ -112,7 +112,7 @@ def _worker_main(
         hold_worker_lock(study_dir)  # held until this process exits
     import torch
 
-    from optbench.train.loop import run_job
+    from optbench.train.run_trial import run_job
 
     torch.set_num_threads(threads)
     conn.send(("ready", None, None))
@@ -344,7 +344,7 @@ class InlineExecutor(DiesWithDriver):
         try:
             import torch
 
-            from optbench.train.loop import run_job
+            from optbench.train.run_trial import run_job
 
             run_job(job, "cuda" if torch.cuda.is_available() else "cpu")
         except OSError:

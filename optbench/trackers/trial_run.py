@@ -3,7 +3,7 @@ the trial, never on the training step's path (`TrialTracker`).
 
 A background thread opens the run (importing the tracker library there), then logs each epoch's
 line from metrics.jsonl, the source of truth, when told an epoch ended (`epoch_ended`, from
-loop.py's per-epoch hook) and every POLL_S seconds (a population's members, train/population.py),
+train/run_trial.py's per-epoch hook) and every POLL_S seconds (a population's members, train/population.py),
 and at the trial's end its status, error and final numbers (`end`). The training thread only
 puts a word on a queue.
 

@@ -1,4 +1,4 @@
-"""The one step driver of a solo trial (loop.py) and a population (population.py): a Stepper's
+"""The one step driver of a solo trial (run_trial.py) and a population (population.py): a Stepper's
 K >= 1 members (stepper.py) trained epoch by epoch (`train_members`: epoch.py's `run_epoch`,
 the divergence rule, evaluation.py's `evaluate_members`, checkpoints), each member recorded as
 a trial (`Members`: its metrics.jsonl, its epoch sinks, trackers/sinks.py, and its result.json), under

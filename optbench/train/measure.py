@@ -1,7 +1,7 @@
 """A short timed training run of one configuration (`measure_config`), for the cost plan of
 `optbench run --dry-run --measure` (optbench/plan/costs.py).
 
-It builds the trial's real parts (build.py: its model, recipe, input pipeline and batch, at the
+It builds the trial's real parts (parts.py: its model, recipe, input pipeline and batch, at the
 precision the device gives it), runs `warmup` optimizer steps untimed and then `steps` timed
 ones through the trainer's own epoch code (epoch.run_epoch over a SoloStepper, stopped after
 exactly that many steps by a step budget), times a validation pass (capped at `steps` batches; per image)

@@ -4,7 +4,7 @@ is), each recorded as its own trial (result.json, metrics.jsonl and epoch sinks,
 events included, in its folder, as `run_trial` writes them).
 
 Such trials share the model, dataset, schedule, recipe and seed, hence the initial weights, the
-data order and every augmentation draw; so each step draws its batch once (build.py's batches
+data order and every augmentation draw; so each step draws its batch once (parts.py's batches
 and augmentation, seeded as epoch.py seeds a solo step) and runs the forward and backward of all
 members as one batched computation: torch.func's `vmap` over `functional_call` of the one model,
 with the members' weights and BatchNorm buffers stacked (`StackedWeights`), the input shared.
@@ -51,13 +51,13 @@ from torch.func import functional_call, vmap
 
 from optbench import safefs
 from optbench.data.input_plan import resolve_execution
-from optbench.train.build import build_parts
 from optbench.train.checkpoint import load_checkpoint, restoring, save_checkpoint
 from optbench.train.compute import Compute
 from optbench.train.distributed import DistContext
 from optbench.train.driver import Members, drive, train_members
 from optbench.train.ema import WeightAverage
 from optbench.train.optim import LrSchedule, is_decayed, weight_decay_groups
+from optbench.train.parts import build_parts
 from optbench.train.population_optim import PopulationOptimizer
 from optbench.train.precise_bn import recompute_stacked_bn_stats
 from optbench.train.signals import StopRequest
@@ -139,7 +139,7 @@ class _LrGroups:
 
 class PopulationStepper:
     """K members in one batched program (stepper.Stepper): member 0's parts (batches, model
-    structure, augmentation, loss; build.py), the stacked weights, their optimizer, EMA and
+    structure, augmentation, loss; parts.py), the stacked weights, their optimizer, EMA and
     per-member schedules; `active` as given (False: done before the program starts)."""
 
     def __init__(

@@ -16,11 +16,11 @@ from torch import nn
 from torch.optim import Optimizer
 
 from optbench.data.datasets import dataset_info
-from optbench.train.build import new_model
 from optbench.train.checkpoint import load_checkpoint, restoring, save_checkpoint
 from optbench.train.distributed import DistContext
 from optbench.train.ema import WeightAverage
 from optbench.train.optim import build_optimizer
+from optbench.train.parts import new_model
 from optbench.trial.config import TrainConfig
 
 

@@ -1,5 +1,5 @@
 """What the one step driver (driver.py, epoch.py, evaluation.py) trains: a `Stepper`, K >= 1
-members that share their batches, augmentation, loss and model structure (build.py) and step
+members that share their batches, augmentation, loss and model structure (parts.py) and step
 together. `SoloStepper` is one trial (K = 1; DDP and torch.compile as compute.py asks, its
 checkpoint OUT/checkpoint.pt, state.py); population.py's `PopulationStepper` is K members in one
 batched program. The driver calls the same methods, in the same order, on both.
@@ -14,10 +14,10 @@ from typing import Protocol
 import torch
 from torch import nn
 
-from optbench.train.build import TrialParts, build_parts, for_training
 from optbench.train.compute import Compute
 from optbench.train.ema import WeightAverage
 from optbench.train.optim import LrSchedule, build_optimizer
+from optbench.train.parts import TrialParts, build_parts, for_training
 from optbench.train.precise_bn import recompute_bn_stats
 from optbench.train.state import TrialState, restore_state, save_state
 from optbench.trial.config import TrainConfig

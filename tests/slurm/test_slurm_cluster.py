@@ -33,7 +33,7 @@ from optbench.plan.trials import plan
 from optbench.run.driver import run_study
 from optbench.spec.schema import StudySpec, load_spec, parse_spec
 from optbench.store.database import Store
-from optbench.train.loop import run_trial
+from optbench.train.run_trial import run_trial
 from optbench.trial.results import METRICS_FILE, read_result
 
 # One cluster, some of whose tests stop its daemons: under pytest-xdist (--dist loadgroup) one

@@ -46,7 +46,7 @@ class TrialBatch:
         import torch
 
         from optbench.train.distributed import env_int
-        from optbench.train.loop import run_job
+        from optbench.train.run_trial import run_job
         from optbench.train.signals import TrialInterrupted
 
         # task/none and some clusters do not bind CPUs: keep torch within the task's share.
