@@ -37,7 +37,7 @@ class UnfinishedWrite(UsageError):
 
 
 # A write that fails for these is the machine's fault, not the trial's: the trainer raises it
-# instead of recording a failed trial (train/driver.py), and a pool worker reports it as a fault
+# instead of recording a failed trial (train/loop.py), and a pool worker reports it as a fault
 # that stops the driver (executors/local.py).
 DISK_FAULTS = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS)
 

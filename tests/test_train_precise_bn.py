@@ -70,7 +70,7 @@ def bn_buffers(model: nn.Module) -> torch.Tensor:
 @pytest.fixture
 def spied(monkeypatch):
     """Record the BN buffers each recomputation leaves, and those each evaluation sees (of the
-    raw model or the EMA's, as the step driver asks the solo stepper for them)."""
+    raw model or the EMA's, as the loop asks the solo stepper for them)."""
     events = []
     recompute, logits_of = SoloStepper.recompute_bn, SoloStepper.logits_of
 

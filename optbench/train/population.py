@@ -1,5 +1,5 @@
 """Population training (`run_population`): K trials that differ only in (lr, wd) trained together
-in one process (`PopulationStepper`, a Stepper of stepper.py driven by driver.py as a solo trial
+in one process (`PopulationStepper`, a Stepper of stepper.py driven by loop.py as a solo trial
 is), each recorded as its own trial (result.json, metrics.jsonl and epoch sinks, TensorBoard
 events included, in its folder, as `run_trial` writes them).
 
@@ -25,7 +25,7 @@ drift apart slowly (tests/test_population.py bounds it: <= 1e-5 relative over 50
 final error within one validation image). The weights digest therefore differs from the solo
 run's; it is reproducible for the same population (result.json's `execution.population`).
 
-Divergence (driver.py): a member whose epoch loss is non-finite or above `recipe.diverge_loss`
+Divergence (loop.py): a member whose epoch loss is non-finite or above `recipe.diverge_loss`
 is recorded "diverged" at that epoch, exactly as a solo trial, and frozen (its optimizer rows
 are no longer updated) while the others go on; a member whose result.json already exists (for
 its config) is frozen from the start and left untouched.
@@ -54,8 +54,8 @@ from optbench.data.input_plan import resolve_execution
 from optbench.train.checkpoint import load_checkpoint, restoring, save_checkpoint
 from optbench.train.compute import Compute
 from optbench.train.distributed import DistContext
-from optbench.train.driver import Members, drive, train_members
 from optbench.train.ema import WeightAverage
+from optbench.train.loop import Members, run_guarded, train_members
 from optbench.train.optim import LrSchedule, is_decayed, weight_decay_groups
 from optbench.train.parts import build_parts
 from optbench.train.population_optim import PopulationOptimizer
@@ -299,7 +299,7 @@ def run_population(
             pop = PopulationStepper(cfgs, compute, execution.pipeline, active, checkpoint, root)
             train_members(pop, members, compute, stop, resume=True)
 
-    return drive(
+    return run_guarded(
         members,
         train,
         stop,

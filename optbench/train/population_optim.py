@@ -50,7 +50,7 @@ class PopulationOptimizer:
         self.state: list[dict[str, Tensor]] = [{} for _ in flats]
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """torch.optim's zero_grad, as the step driver calls it (epoch.py)."""
+        """torch.optim's zero_grad, as the loop calls it (epoch.py)."""
         for flat in self.flats:
             if set_to_none:
                 flat.grad = None

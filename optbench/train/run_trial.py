@@ -1,6 +1,6 @@
 """One trial, start to finish (`run_trial`): build what it trains with (stepper.SoloStepper),
 restore its position when resuming (state.py), then epoch by epoch train, measure and
-checkpoint through the step driver (driver.py, as a population's members); write metrics.jsonl,
+checkpoint through the training loop (loop.py, as a population's members); write metrics.jsonl,
 checkpoint.pt and result.json. A crash becomes a "failed" result, a diverging run a "diverged"
 one, and a stop signal a checkpoint (signals.py). `optbench train` and the runner's workers both
 call `run_trial`. Each epoch's metrics line also goes to the trial's epoch sinks (trackers/sinks.py: a
@@ -50,7 +50,7 @@ from optbench.train.distributed import (
     destroy_process_group,
     init_process_group,
 )
-from optbench.train.driver import Members, drive, train_members
+from optbench.train.loop import Members, run_guarded, train_members
 from optbench.train.population import run_population
 from optbench.train.signals import StopRequest
 from optbench.train.stepper import SoloStepper
@@ -97,7 +97,7 @@ def run_trial(
     """Train `cfg` into `out_dir` and write result.json there. Never raises for a failed trial:
     the failure (with its traceback in error.log) is the result; a refused checkpoint is kept.
     It raises only where no result can be written for it: an OSError of DISK_FAULTS (disk
-    full, I/O error; driver.py), or, with `resume`, a result.json in `out_dir` that is invalid
+    full, I/O error; loop.py), or, with `resume`, a result.json in `out_dir` that is invalid
     or another config's (results.finished_result). On SIGTERM / SIGUSR2 it checkpoints, then
     passes the signal on (see signals.py). `workers` sets the input pipeline's workers (results
     do not depend on it); `execution` how to run it (resolved for the device, recorded in
@@ -133,7 +133,7 @@ def run_trial(
         _train(cfg, out_dir, root, compute, stop, resume, members, execution)
 
     try:
-        [result] = drive(
+        [result] = run_guarded(
             members,
             train,
             stop,

@@ -1,8 +1,8 @@
-"""What the one step driver (driver.py, epoch.py, evaluation.py) trains: a `Stepper`, K >= 1
+"""What the one training loop (loop.py, epoch.py, evaluation.py) trains: a `Stepper`, K >= 1
 members that share their batches, augmentation, loss and model structure (parts.py) and step
 together. `SoloStepper` is one trial (K = 1; DDP and torch.compile as compute.py asks, its
 checkpoint OUT/checkpoint.pt, state.py); population.py's `PopulationStepper` is K members in one
-batched program. The driver calls the same methods, in the same order, on both.
+batched program. The loop calls the same methods, in the same order, on both.
 """
 
 from __future__ import annotations

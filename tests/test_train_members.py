@@ -1,5 +1,5 @@
-"""The step driver (optbench/train/driver.py, epoch.py, stepper.py): a solo trial run through it
-takes exactly the steps of the plain training loop it stands for, and its epoch sinks
+"""The training loop (optbench/train/loop.py, epoch.py, stepper.py): a solo trial run through it
+takes exactly the steps of the plain PyTorch loop it stands for, and its epoch sinks
 (trackers/sinks.py) see each metrics line once, in order."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from optbench.spec.recipe import Recipe
 from optbench.trackers.sinks import epoch_sinks
 from optbench.train.compute import Compute
 from optbench.train.distributed import DistContext
-from optbench.train.driver import weights_digest
 from optbench.train.ema import WeightAverage
+from optbench.train.loop import weights_digest
 from optbench.train.optim import LrSchedule, build_optimizer
 from optbench.train.parts import build_parts
 from optbench.train.run_trial import run_trial

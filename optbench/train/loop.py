@@ -1,14 +1,14 @@
-"""The one step driver of a solo trial (run_trial.py) and a population (population.py): a Stepper's
+"""The one training loop of a solo trial (run_trial.py) and a population (population.py): a Stepper's
 K >= 1 members (stepper.py) trained epoch by epoch (`train_members`: epoch.py's `run_epoch`,
 the divergence rule, evaluation.py's `evaluate_members`, checkpoints), each member recorded as
 a trial (`Members`: its metrics.jsonl, its epoch sinks, trackers/sinks.py, and its result.json), under
-one guarded crash path (`drive`).
+one guarded crash path (`run_guarded`).
 
 Divergence: a member whose epoch loss is non-finite or above `recipe.diverge_loss` is recorded
 "diverged" at that epoch, not evaluated, and frozen (no longer updated) while the others go on;
 the program ends when no member is left. A crash is every unfinished member's "failed" result,
 its traceback in error.log; a stop signal checkpoints every member and is passed on
-(signals.py). Under DDP (solo only) every rank runs the driver and only rank 0 writes files.
+(signals.py). Under DDP (solo only) every rank runs the loop and only rank 0 writes files.
 """
 
 from __future__ import annotations
@@ -252,7 +252,7 @@ def _result(
     return trial_result(stepper.cfgs[k], state, diverged_epoch, weights, compute.dist)
 
 
-def drive(
+def run_guarded(
     members: Members,
     train: Callable[[], None],
     stop: StopRequest,
