@@ -1,5 +1,5 @@
-"""Input rate of each pipeline (data/batches.py, data/tensor_folder.py) beside the model's own training
-rate on the same device. Prints one JSON line.
+"""Input rate of each pipeline (data/batches.py, data/tensor_folder.py) beside the model's own
+training rate on the same device. Prints one JSON line.
 
 Class-folder data: `--images` JPEGs of 500x375 (quality 90, smooth colour waves plus noise:
 compressible like photographs) generated into a temporary ImageNet-layout folder, read at

@@ -8,8 +8,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from optbench.analysis.report import write_report
-from optbench.analysis.synthetic import synthetic_trials
+from optbench.report.synthetic import synthetic_trials
+from optbench.report.writer import write_report
 from optbench.spec.schema import parse_spec
 
 MODELS = ["vit_p_w64_16px", "vit_c_w64_16px"]

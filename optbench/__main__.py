@@ -1,3 +1,3 @@
-from optbench.cli import main
+from optbench.cli.app import main
 
 main()

@@ -12,7 +12,8 @@ from typing import Any
 
 import pandas as pd
 
-from optbench.analysis.figures import (
+from optbench.plan.trials import plan
+from optbench.report.figures import (
     NothingToDraw,
     curves_figure,
     edf_figure,
@@ -22,10 +23,9 @@ from optbench.analysis.figures import (
     scatter_figure,
     stem_figure,
 )
-from optbench.analysis.report import study_summary
-from optbench.analysis.stats import N_BOOT
-from optbench.analysis.summary import Options
-from optbench.plan.trials import plan
+from optbench.report.stats import N_BOOT
+from optbench.report.summary import Options
+from optbench.report.writer import study_summary
 from optbench.spec.checks import check_spec
 from optbench.spec.overrides import load_study as _load_study
 from optbench.spec.overrides import override_sources, parse_overrides

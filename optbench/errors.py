@@ -3,8 +3,8 @@
 `UsageError` is bad input (a study file, a flag, a dataset path): `optbench` prints it as one
 message and exits with code 2, before anything is written (`UnfinishedWrite`, a database that
 `optbench run` must recover first, is one too). `WriteError` is the machine's fault
-(disk full, I/O error: the errnos of `DISK_FAULTS`): one message, exit code 1. `StorageUnavailable` is a study database that
-does not answer: one line, exit code 1. Every module raises these; this one
+(disk full, I/O error: the errnos of `DISK_FAULTS`): one message, exit code 1. `StorageUnavailable`
+is a study database that does not answer: one line, exit code 1. Every module raises these; this one
 imports nothing from optbench.
 """
 

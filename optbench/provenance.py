@@ -4,11 +4,12 @@ the check that the results of one cell come from one training code (`mixed_code_
 
 A cell id hashes only the configuration, so results of changed training code would otherwise
 mix silently in one cell. The fingerprint is a sha256 over the sorted .py files of
-optbench/models and optbench/train (path and bytes): any edit there changes it, an edit of the
-report or the command line does not. The commit is read from the .git folder above the package
-(no `git` is run); it is None outside a checkout (an installed wheel) and does not say whether
-the tree had uncommitted edits: the fingerprint does. Importing this loads neither torch nor
-pandas.
+the folders that decide what a trial computes, optbench/data (the input pipeline), models,
+train (the trainer) and trial (its config), path and bytes: any edit there changes it, an edit
+of the report, the command line or the trackers does not. The commit is read from the .git folder
+above the package (no `git` is run); it is None outside a checkout (an installed wheel) and does not
+say whether the tree had uncommitted edits: the fingerprint does. Importing this loads neither torch
+nor pandas.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 
 __version__ = "0.1.0"  # optbench's version (pyproject.toml says the same; a test checks)
 PACKAGE = Path(__file__).resolve().parent
-TRAINING_CODE: tuple[str, ...] = ("models", "train")  # the folders whose source is fingerprinted
+TRAINING_CODE: tuple[str, ...] = ("data", "models", "train", "trial")  # fingerprinted folders
 FINGERPRINT_CHARS = 16
 # What a result file's provenance may hold (trial/config.py's Provenance checks it): a git commit
 # (SHA-1, or SHA-256 in a sha256 repository) and a fingerprint of hex digits
@@ -111,5 +112,6 @@ def mixed_code_warning(cells: Iterable[tuple[str, str | None]]) -> str | None:
     return (
         f"warning: {len(mixed)} cell{'s' if len(mixed) > 1 else ''} mix results of different "
         f"training code (code_fingerprint): {named}; their trials were trained by edited "
-        "models/ or train/ code: re-run them in a new study, or compare like with like"
+        f"{', '.join(f + '/' for f in TRAINING_CODE)} code: re-run them in a new study, or "
+        "compare like with like"
     )

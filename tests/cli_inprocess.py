@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from optbench.cli import main
+from optbench.cli.app import main
 from optbench.spec.recipe import Dataset, Recipe
 from optbench.trial.config import TrainConfig
 

@@ -62,7 +62,7 @@ def one_model(tiny_dict) -> dict:
 @pytest.fixture
 def cli(monkeypatch, capsys, tmp_path):
     """Run `optbench ARGS` in this process from tmp_path; returns (exit code, stdout, stderr)."""
-    from optbench.cli import main
+    from optbench.cli.app import main
 
     monkeypatch.chdir(tmp_path)
 

@@ -25,7 +25,7 @@ CTRL_C_AFTER_FIRST_END = (
     "    os.kill(os.getpid(), signal.SIGINT)\n"
     "EventLog.ended = ended_then_ctrl_c\n"
 )
-MAIN = "from optbench.cli import main; main()"
+MAIN = "from optbench.cli.app import main; main()"
 
 
 def driver_command(study: Path, *, ctrl_c_after_first_end: bool = False) -> list[str]:

@@ -3,7 +3,7 @@
 import numpy as np
 import pandas as pd
 
-from optbench.analysis.tables import (
+from optbench.report.frames import (
     best_by_cell,
     curve_picks,
     length_stability,

@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from optbench.analysis import tables
-from optbench.analysis.claims import claims_table, families
-from optbench.analysis.report import write_report
-from optbench.analysis.summary import Options
+from optbench.report import frames as tables
+from optbench.report.claims import claims_table, families
+from optbench.report.summary import Options
+from optbench.report.writer import write_report
 from optbench.spec.schema import parse_spec
 
 P, C, S1, S2 = "vit_p_x", "vit_c_x", "vit_s1_x", "vit_s2_x"

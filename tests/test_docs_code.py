@@ -10,8 +10,8 @@ import re
 from pathlib import Path
 
 import optbench
-from optbench.analysis import figures
-from optbench.analysis.synthetic import synthetic_trials
+from optbench.report import figures
+from optbench.report.synthetic import synthetic_trials
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -56,7 +56,7 @@ def test_every_report_figure_is_exported_and_documented():
 
 
 def test_load_summary_is_what_the_report_writes(tmp_path, monkeypatch, tiny_dict):
-    from optbench.analysis.report import write_report
+    from optbench.report.writer import write_report
     from optbench.spec.schema import parse_spec
     from optbench.store import database as store
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from optbench.cli import app
+from optbench.cli.app import app
 
 DOC = Path(__file__).parent.parent / "docs" / "models.md"
 BEGIN, END = "<!-- BEGIN `optbench models`", "<!-- END `optbench models` -->"

@@ -10,7 +10,7 @@ import pytest
 import torch
 import yaml
 
-from optbench.cli import main
+from optbench.cli.app import main
 
 
 def _cli(monkeypatch, *args: str) -> int:

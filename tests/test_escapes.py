@@ -302,7 +302,7 @@ def test_a_crafted_metrics_line_is_refused_by_both_readers(tmp_path, name):
 def test_no_csv_cell_starts_a_formula(tmp_path):
     import pandas as pd
 
-    from optbench.analysis.trials_file import csv_cell, write_trials
+    from optbench.report.trials_file import csv_cell, write_trials
 
     frame = pd.DataFrame(
         {
@@ -399,7 +399,7 @@ class Hanging:
     def close(self, cancel): pass
 
 executors.make_executor = lambda spec, **kw: Hanging()
-from optbench.cli import main
+from optbench.cli.app import main
 main()
 """
 

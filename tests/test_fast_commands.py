@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 RUN_AND_LIST_MODULES = """
 import json, sys
-from optbench.cli import main
+from optbench.cli.app import main
 sys.argv = ["optbench", *sys.argv[1:]]
 try:
     main()
@@ -47,7 +47,8 @@ def _loaded_after(*args: str, cwd: Path) -> list[str]:
 
 def test_importing_optbench_loads_neither_torch_nor_timm():
     code = (
-        "import sys, optbench, optbench.cli, optbench.models, optbench.spec.checks, optbench.spec.overrides\n"
+        "import sys, optbench, optbench.cli, optbench.models\n"
+        "import optbench.spec.checks, optbench.spec.overrides\n"
         "print([m for m in ('torch', 'timm') if m in sys.modules])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)

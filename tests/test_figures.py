@@ -12,11 +12,12 @@ import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from PIL import Image
 
-from optbench.analysis import figures, tables
-from optbench.analysis.plots import data_lines
-from optbench.analysis.report import build_sections, write_report
-from optbench.analysis.summary import Options, format_table
-from optbench.analysis.synthetic import synthetic_trials
+from optbench.report import figures
+from optbench.report import frames as tables
+from optbench.report.drawing import data_lines
+from optbench.report.summary import Options, format_table
+from optbench.report.synthetic import synthetic_trials
+from optbench.report.writer import build_sections, write_report
 from optbench.spec.schema import parse_spec
 
 MODELS = ["vit_p_w64_16px", "vit_c_w64_16px"]

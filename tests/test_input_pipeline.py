@@ -1,5 +1,5 @@
-"""The input pipelines (data/batches.py, data/tensor_folder.py): the tensor pipeline draws, decodes and
-resizes what the PIL pipeline does (measured tolerances), both replay a position exactly
+"""The input pipelines (data/batches.py, data/tensor_folder.py): the tensor pipeline draws, decodes
+and resizes what the PIL pipeline does (measured tolerances), both replay a position exactly
 (workers, resume), a broken file fails its trial naming it, the pipeline is an execution setting
 (recorded, never part of a cell id), and input wait is measured."""
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from optbench.analysis import claims
 from optbench.plan.trials import plan
+from optbench.report import claims
 from optbench.spec.checks import check_spec
 from optbench.spec.schema import load_spec
 

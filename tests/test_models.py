@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from typer.testing import CliRunner
 
-from optbench.cli import app
+from optbench.cli.app import app
 from optbench.errors import UsageError
 from optbench.models import create_model
 from optbench.models.dhvt import DHVT, SOPE

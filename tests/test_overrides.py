@@ -135,7 +135,7 @@ def test_workers_are_validated_with_the_study_whichever_way_they_are_given(
 
 
 def test_an_executor_flag_wins_over_a_set_of_the_same_key(study):
-    from optbench.cli_study import read_study as _load
+    from optbench.cli.study_commands import read_study as _load
 
     flags = {"executor.kind": ("--executor", "debug"), "executor.workers": ("--workers", None)}
     spec = _load(study, data=False, overrides=["executor.kind=slurm"], flags=flags)

@@ -7,7 +7,7 @@ import sys
 import pytest
 import yaml
 
-from optbench.cli import main
+from optbench.cli.app import main
 from optbench.errors import SpecError
 from optbench.plan.trials import plan
 from optbench.spec.schema import parse_spec
@@ -67,10 +67,10 @@ def test_a_spec_that_cannot_be_planned_stops_with_exit_2_and_writes_nothing(
 
 @pytest.mark.slow
 def test_the_plan_counts_each_model_at_the_input_size_it_trains_at(tiny_dict, tmp_path):
+    from optbench.cli.terminal_tables import plan_table
     from optbench.data.datasets import load_dataset
     from optbench.models.complexity import model_complexity
     from optbench.spec.recipe import Dataset
-    from optbench.study_tables import plan_table
 
     root = tmp_path / "imagenet"  # the layout is all a plan or a trial's input size needs
     for split in ("train", "val"):

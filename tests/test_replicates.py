@@ -12,9 +12,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from optbench.analysis import tables
-from optbench.analysis.claims import claims_table
-from optbench.analysis.summary import Options
+from optbench.report import frames as tables
+from optbench.report.claims import claims_table
+from optbench.report.summary import Options
 
 pytestmark = pytest.mark.slow  # 20 claims tables with their bootstrap power each
 

@@ -10,12 +10,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from optbench.analysis.plots import data_lines
-from optbench.analysis.report import build_sections, write_report
-from optbench.analysis.summary import Options, format_table, summarize
-from optbench.analysis.synthetic import synthetic_trials
 from optbench.errors import UsageError
 from optbench.models import create_model
+from optbench.report.drawing import data_lines
+from optbench.report.summary import Options, format_table, summarize
+from optbench.report.synthetic import synthetic_trials
+from optbench.report.writer import build_sections, write_report
 from optbench.spec.schema import parse_spec
 
 MODELS = ["vit_p_w64_16px", "vit_c_w64_16px"]
@@ -109,7 +109,7 @@ def test_a_cell_where_everything_diverged():
 
 @pytest.mark.slow
 def test_write_report_files_and_page(tmp_path: Path, monkeypatch):
-    from optbench.analysis import claims, claims_page
+    from optbench.report import claims, claims_page
 
     tables_made = []  # the claims' bootstrap runs once per report (summary.json and the page)
     real = claims.claims_table
@@ -306,8 +306,8 @@ def test_the_complexity_table_measures_each_model_at_the_input_size_it_trains_at
 def test_the_report_leaves_the_users_matplotlib_backend_alone(tmp_path):
     script = (
         "import matplotlib; matplotlib.use('svg')\n"
-        "from optbench.analysis.report import write_report\n"
-        "from optbench.analysis.synthetic import synthetic_trials\n"
+        "from optbench.report.writer import write_report\n"
+        "from optbench.report.synthetic import synthetic_trials\n"
         "from optbench.spec.schema import parse_spec\n"
         f"spec = parse_spec({_spec().model_dump(mode='json')!r})\n"
         f"trials = synthetic_trials({MODELS!r}, ['adamw'], [5], 4)\n"
@@ -412,7 +412,7 @@ def test_report_refuses_a_planted_link_in_one_line_and_writes_nothing(
 def test_a_link_planted_after_the_check_is_replaced_never_written_through(tmp_path, monkeypatch):
     """Every file, the figures matplotlib saves included, goes to a temporary file renamed into
     place: a link planted between refuse_links and the writes is replaced, its target kept."""
-    import optbench.analysis.report as report
+    import optbench.report.writer as report
 
     spec = _spec(optimizers=("adamw", "sgd"), epochs=(5, 10))
     trials = synthetic_trials(MODELS, ["adamw", "sgd"], [5, 10], 4)
@@ -436,7 +436,7 @@ def test_a_link_planted_after_the_check_is_replaced_never_written_through(tmp_pa
 
 @pytest.mark.slow
 def test_every_figure_a_report_draws_is_one_refuse_links_looks_for(tmp_path):
-    from optbench.analysis.report import FIGURE_NAMES
+    from optbench.report.writer import FIGURE_NAMES
 
     spec = _spec(optimizers=("adamw", "sgd"), epochs=(5, 10))
     trials = synthetic_trials(MODELS, ["adamw", "sgd"], [5, 10], 4)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from optbench.analysis.report import write_report
-from optbench.analysis.synthetic import synthetic_trials
+from optbench.report.synthetic import synthetic_trials
+from optbench.report.writer import write_report
 from optbench.spec.schema import parse_spec
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -24,7 +24,7 @@ from fifos import fifo_never_waited_on
 from rich.console import Console
 from typer.testing import CliRunner
 
-from optbench.cli import app
+from optbench.cli.app import app
 from optbench.errors import SpecError, UsageError
 from optbench.executors.local import InlineExecutor
 from optbench.executors.slurm.client import (

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from optbench.cli import main
+from optbench.cli.app import main
 from optbench.errors import SpecError
 from optbench.spec.checks import check_spec
 from optbench.spec.schema import StudySpec, load_spec, parse_spec

@@ -20,8 +20,9 @@ import pytest
 import yaml
 from rich.console import Console
 
-import optbench.run.driver as runner
+import optbench.run.driver as driver
 import optbench.run.progress as progress_module
+from optbench.cli.terminal_tables import status_table, trials_table
 from optbench.executors.local import LocalExecutor
 from optbench.executors.protocol import JobEvent
 from optbench.plan.trials import plan
@@ -36,7 +37,6 @@ from optbench.run.progress import (
 )
 from optbench.spec.schema import parse_spec
 from optbench.store.database import Store
-from optbench.study_tables import status_table, trials_table
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -220,7 +220,7 @@ def test_a_frozen_worker_is_shown_stalled_then_ended_retried_and_finished(one_mo
     def arm():
         made[0].stall_timeout_s = spec.executor.stall_timeout_s
 
-    monkeypatch.setattr(runner, "Following", unarmed)
+    monkeypatch.setattr(driver, "Following", unarmed)
     executor = FreezesItsWorker(spec, on_freeze=arm)
     live = io.StringIO()
     terminal = Console(file=live, force_terminal=True, width=200)

@@ -1,8 +1,8 @@
-"""Every trial in MLflow and W&B (optbench/trackers/backends.py, trackers/trial_run.py), read back from the
-trackers' own files: MLflow's file store through MlflowClient, W&B's offline run files through
-their records (wandb_records.py). One run per trial, its params and tags, every metrics.jsonl
-line as a step, no run or step twice after a resume or a rerun, and a failing tracker costs no
-trial. Nothing leaves the machine and nothing is written outside the study folder (HOME and
+"""Every trial in MLflow and W&B (optbench/trackers/backends.py, trackers/trial_run.py), read back
+from the trackers' own files: MLflow's file store through MlflowClient, W&B's offline run files
+through their records (wandb_records.py). One run per trial, its params and tags, every
+metrics.jsonl line as a step, no run or step twice after a resume or a rerun, and a failing tracker
+costs no trial. Nothing leaves the machine and nothing is written outside the study folder (HOME and
 TMPDIR are the test's own, and checked)."""
 
 from __future__ import annotations

@@ -252,7 +252,7 @@ def seed_and_signal(seed, device):  # SIGTERM arrives while step 7 (mid-epoch 2)
     calls.append(seed)
     seed_step(seed, device)
 epoch.seed_step = seed_and_signal
-from optbench.cli import main
+from optbench.cli.app import main
 sys.argv = ["optbench", *sys.argv[1:]]
 main()
 """

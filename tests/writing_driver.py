@@ -125,7 +125,7 @@ def kill_before_write(n: int) -> list[int]:
 
 
 def main(study: Path, n: int, recorded: Path) -> None:
-    """runner.run_study (what `optbench run STUDY` runs after its checks, which import torch) on
+    """run_study (what `optbench run STUDY` runs after its checks, which import torch) on
     a LongTrialExecutor, killed before its n-th write; each trial it recorded (Store.record
     committed) is appended to `recorded`. A run that is not killed prints how many writes it
     made."""

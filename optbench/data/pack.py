@@ -1,4 +1,4 @@
-"""`optbench data pack FOLDER OUT`: a class-folder dataset (ROOT/train/<class>/..., ROOT/val/...)
+"""A class-folder dataset (ROOT/train/<class>/..., ROOT/val/...)
 packed into WebDataset tar shards (data/shards.py reads them: `dataset.layout: wds`), in the
 order the folder is read (folders.folder_samples), so a study on the shards trains on the same
 images in the same order as on the folder. Each sample is `<key>.<ext>` (the file's bytes,
@@ -7,7 +7,8 @@ Deterministic: the same folder gives byte-identical shards. OUT gets the shards,
 (classes, images per split and class, each shard's images, bytes and sha256) and the index.
 
 Bad input (FOLDER not a class-folder dataset, an empty image file, OUT not empty) is one line,
-exit 2, before anything is written; the shards are written into a hidden folder beside OUT and
+a UsageError (exit 2 from `optbench data pack FOLDER OUT`, cli/data_commands.py), before
+anything is written; the shards are written into a hidden folder beside OUT and
 renamed to OUT when complete, so a failed pack leaves nothing behind.
 """
 
@@ -21,16 +22,10 @@ import secrets
 import shutil
 import tarfile
 from pathlib import Path
-from typing import Annotated
-
-import typer
 
 from optbench.data.shards import INDEX_NAME, MANIFEST, build_index, shard_files
 from optbench.errors import UsageError
 
-data_app = typer.Typer(
-    no_args_is_help=True, help="Prepare datasets (pack class folders into shards)."
-)
 PER_SHARD = 5000  # images per shard by default (ImageNet's train split: 257 shards of ~0.5 GB)
 
 
@@ -119,18 +114,3 @@ def pack_folder(folder: Path, out: Path, per_shard: int = PER_SHARD) -> dict:
         shutil.rmtree(work, ignore_errors=True)
         raise
     return manifest
-
-
-@data_app.command("pack")
-def pack(
-    folder: Annotated[
-        Path, typer.Argument(help="a class-folder dataset: FOLDER/{train,val}/<class>/")
-    ],
-    out: Annotated[Path, typer.Argument(help="a new (or empty) folder for the shards")],
-    per_shard: Annotated[int, typer.Option(help="images per shard")] = PER_SHARD,
-) -> None:
-    """Pack a class folder into WebDataset tar shards (read with `dataset.layout: wds`)."""
-    manifest = pack_folder(folder, out, per_shard)
-    for split, entry in manifest["splits"].items():
-        typer.echo(f"{split}: {entry['images']} images in {len(entry['shards'])} shards")
-    typer.echo(f"wrote {out} ({len(manifest['classes'])} classes; {out / MANIFEST})")

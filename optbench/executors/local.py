@@ -348,7 +348,7 @@ class InlineExecutor(DiesWithDriver):
 
             run_job(job, "cuda" if torch.cuda.is_available() else "cpu")
         except OSError:
-            raise  # disk full: the driver stops with one line (runner.write_faults_as_one_line)
+            raise  # disk full: the driver stops with one line (write_faults_as_one_line)
         except Exception as err:  # noqa: BLE001 - e.g. another config's result in its folder
             return [JobEvent(key, "lost", f"{type(err).__name__}: {err}") for key in job.keys]
         return [JobEvent(key, "ended") for key in job.keys]

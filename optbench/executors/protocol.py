@@ -37,7 +37,7 @@ class JobEvent:
 
 
 class Executor(Protocol):
-    """Everything the driver (runner.run_study) asks of an executor."""
+    """Everything the driver (run/driver.py: run_study) asks of an executor."""
 
     # True where jobs keep running when the driver stops (SLURM): Ctrl-C and --detach then leave
     # them running, and the next run follows them again. False: stopping the driver stops them.

@@ -4,10 +4,10 @@
 configuration of the study (`distinct_configs`: the model, optimizer, recipe, per-process batch,
 dataset, input pipeline and population; not lr, wd, seed or epochs, which change no step's
 cost) on this machine (train/measure.py), and caches the figures in the study folder
-(`<output>/<name>/costs.json`) per (device name, configuration). The plan (study_tables.
-plan_table) turns the cache into device-hours per cell and in total, the SLURM `time_min` a job
-needs (`job_minutes`: the estimate + 25% + 5 min), and whether a trial fits its device at its
-batch; `optbench status` compares the estimate with the finished trials' wall time
+(`<output>/<name>/costs.json`) per (device name, configuration). The plan table
+(cli/terminal_tables.py: plan_table) turns the cache into device-hours per cell and in total, the
+SLURM `time_min` a job needs (`job_minutes`: the estimate + 25% + 5 min), and whether a trial fits
+its device at its batch; `optbench status` compares the estimate with the finished trials' wall time
 (`estimate_note`). Without `--measure` the plan reads the cache only and says which cells are
 measured and which are missing.
 

@@ -106,8 +106,8 @@ def refuse_links(spec: StudySpec, trials: list[Trial]) -> None:
 
 class Store:
     """Read and write one study's trials. `Store(spec, create=True)` is the driver's, under the
-    study's lock (runner.run_study): it recovers a killed driver's unfinished write and makes
-    the database. `Store(spec, create=False)` never writes anything: it opens the storage
+    study's lock (run/driver.py: run_study): it recovers a killed driver's unfinished write and
+    makes the database. `Store(spec, create=False)` never writes anything: it opens the storage
     read-only (storage_url.make_storage), and a storage without anything recorded yet (no file)
     just means "nothing has run"."""
 

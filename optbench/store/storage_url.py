@@ -287,9 +287,9 @@ def make_storage(url: str, *, writer: bool) -> optuna.storages.BaseStorage | Non
     journal:///path/to/file for optuna's journal file storage (for shared file systems).
     postgresql:// means psycopg 3 (`pip install 'optbench[postgres]'`), on any SQLAlchemy 2.
 
-    `writer` is the study's one driver (runner.run_study, holding locks.driver_lock): it first
-    recovers what a killed writer left unfinished and may create the schema. Every other opener
-    (status, report, a dry run, the Python API) is a reader: it opens the storage read-only,
+    `writer` is the study's one driver (run/driver.py: run_study, holding locks.driver_lock): it
+    first recovers what a killed writer left unfinished and may create the schema. Every other
+    opener (status, report, a dry run, the Python API) is a reader: it opens the storage read-only,
     recovers and creates nothing, and gets None where nothing is recorded yet (no file, an empty
     one, no study in it). A file that is not a study database is refused with one line naming
     it (UsageError), untouched; to a reader, one that needs recovering too (UnfinishedWrite)."""

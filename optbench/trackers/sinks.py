@@ -1,7 +1,7 @@
-"""Where a trial's epoch metrics lines go besides metrics.jsonl (the source of truth, trial/results.py):
-`epoch_sinks` builds one trial's sinks, the single place a solo trial and every population
-member get theirs from (driver.Members). Each sink has `write(line)` (an epoch's metrics line,
-on the main process only) and `close()`.
+"""Where a trial's epoch metrics lines go besides metrics.jsonl (the source of truth,
+trial/results.py): `epoch_sinks` builds one trial's sinks, the single place a solo trial and every
+population member get theirs from (driver.Members). Each sink has `write(line)` (an epoch's metrics
+line, on the main process only) and `close()`.
 """
 
 from __future__ import annotations

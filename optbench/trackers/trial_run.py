@@ -3,9 +3,9 @@ the trial, never on the training step's path (`TrialTracker`).
 
 A background thread opens the run (importing the tracker library there), then logs each epoch's
 line from metrics.jsonl, the source of truth, when told an epoch ended (`epoch_ended`, from
-train/run_trial.py's per-epoch hook) and every POLL_S seconds (a population's members, train/population.py),
-and at the trial's end its status, error and final numbers (`end`). The training thread only
-puts a word on a queue.
+train/run_trial.py's per-epoch hook) and every POLL_S seconds (a population's members,
+train/population.py), and at the trial's end its status, error and final numbers (`end`). The
+training thread only puts a word on a queue.
 
 No duplicates: the run's id and the last epoch it holds are kept in the trial folder
 (tracking.RUN_FILE) after each write, so a resumed or retried trial continues the same run and

@@ -1,8 +1,8 @@
-"""The one training loop of a solo trial (run_trial.py) and a population (population.py): a Stepper's
-K >= 1 members (stepper.py) trained epoch by epoch (`train_members`: epoch.py's `run_epoch`,
-the divergence rule, evaluation.py's `evaluate_members`, checkpoints), each member recorded as
-a trial (`Members`: its metrics.jsonl, its epoch sinks, trackers/sinks.py, and its result.json), under
-one guarded crash path (`run_guarded`).
+"""The one training loop of a solo trial (run_trial.py) and a population (population.py): a
+Stepper's K >= 1 members (stepper.py) trained epoch by epoch (`train_members`: epoch.py's
+`run_epoch`, the divergence rule, evaluation.py's `evaluate_members`, checkpoints), each member
+recorded as a trial (`Members`: its metrics.jsonl, its epoch sinks, trackers/sinks.py, and its
+result.json), under one guarded crash path (`run_guarded`).
 
 Divergence: a member whose epoch loss is non-finite or above `recipe.diverge_loss` is recorded
 "diverged" at that epoch, not evaluated, and frozen (no longer updated) while the others go on;
@@ -139,7 +139,8 @@ class Members:
             epoch_sinks(c, d, r, on_epoch) if is_main and done is None else None
             for c, d, r, done in zip(cfgs, out_dirs, self.roots, self.results, strict=True)
         ]
-        # each unfinished member's experiment-tracker run (trackers/trial_run.py; none without tracking)
+        # each unfinished member's experiment-tracker run (trackers/trial_run.py; none without
+        # tracking)
         tracking = execution.tracking if is_main else None
         self.trackers = [
             TrialTracker(c, d, r, tracking if done is None else None)

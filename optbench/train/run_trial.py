@@ -2,9 +2,9 @@
 restore its position when resuming (state.py), then epoch by epoch train, measure and
 checkpoint through the training loop (loop.py, as a population's members); write metrics.jsonl,
 checkpoint.pt and result.json. A crash becomes a "failed" result, a diverging run a "diverged"
-one, and a stop signal a checkpoint (signals.py). `optbench train` and the runner's workers both
-call `run_trial`. Each epoch's metrics line also goes to the trial's epoch sinks (trackers/sinks.py: a
-TensorBoard event file in OUT where tensorboard is installed, trackers/tensorboard.py).
+one, and a stop signal a checkpoint (signals.py). `optbench train` and a study's workers both
+call `run_trial`. Each epoch's metrics line also goes to the trial's epoch sinks (trackers/sinks.py:
+a TensorBoard event file in OUT where tensorboard is installed, trackers/tensorboard.py).
 
 Reproducibility: all randomness derives from the trial's seed and a position (data/seeding.py), so a
 trial is a pure function of its config on the CPU: the same config on the same machine, library
@@ -103,8 +103,8 @@ def run_trial(
     do not depend on it); `execution` how to run it (resolved for the device, recorded in
     result.json). `distributed=False` ignores torchrun's / SLURM's environment and trains in
     this process alone (see distributed.py). `on_epoch(line)` is called with each epoch's
-    metrics line (trackers/sinks.py). No link below `root` (default `out_dir`; a study's workers pass the
-    study folder) is followed (safefs.UnsafePath). `attempt`: the study's attempt it runs
+    metrics line (trackers/sinks.py). No link below `root` (default `out_dir`; a study's workers
+    pass the study folder) is followed (safefs.UnsafePath). `attempt`: the study's attempt it runs
     (executors.base.TrialJob), recorded in result.json."""
     out_dir = Path(out_dir)
     root = Path(root or out_dir)

@@ -1,5 +1,5 @@
 """What one trial is (`TrainConfig`), how it is run (`Execution`) and what it produced
-(`TrialResult`): the contract between the runner, `optbench train`, the worker processes and
+(`TrialResult`): the contract between the driver, `optbench train`, the worker processes and
 the result files."""
 
 from __future__ import annotations
@@ -83,8 +83,8 @@ class TrainConfig(BaseModel):
 
 def make_train_config(what: str, **fields) -> TrainConfig:
     """The one place a TrainConfig is built from parts (TrainConfig's fields, by name):
-    `optbench train`'s flags and each trial of a plan (plan/trials.py). A config that does not validate
-    (a warmup as long as the schedule, a flag out of range) is a SpecError, one line per
+    `optbench train`'s flags and each trial of a plan (plan/trials.py). A config that does not
+    validate (a warmup as long as the schedule, a flag out of range) is a SpecError, one line per
     problem, "<what>: <field>: <why>"."""
     try:
         return TrainConfig(**fields)
@@ -106,8 +106,8 @@ class Provenance(BaseModel):
 class Execution(BaseModel):
     """How a trial is run, beyond what it computes (floating-point order aside): never part of
     its config nor of its cell's id. A job asks for settings ("auto" allowed); result.json
-    records the resolved ones (data/input_plan.py: `resolve_execution`), which the digest promise includes
-    (docs/outputs.md). `population`: the number of trials trained together in the trial's
+    records the resolved ones (data/input_plan.py: `resolve_execution`), which the digest promise
+    includes (docs/outputs.md). `population`: the number of trials trained together in the trial's
     process (population.py; the study's executor.population, or fewer for a cell's last
     group), 1 for a solo trial. `tracking`: the tracker run each trial writes (the study's
     `tracking:` resolved, optbench/trackers/backends.py; None: none)."""

@@ -17,6 +17,6 @@ fi
 for study in "${studies[@]}"; do optbench run "$study"; done
 trained=$(($(date +%s) - start))
 for study in "${studies[@]}"; do optbench report "$study" --out reports/mini; done
-python -m optbench.analysis.claims_page reports/mini/claims.md \
+python -m optbench.report.claims_page reports/mini/claims.md \
   reports/mini/mini_edf reports/mini/mini_length reports/mini/mini_stem
 echo "{\"mini_train_s\": $trained, \"mini_total_s\": $(($(date +%s) - start))}"

@@ -24,7 +24,7 @@ import yaml
 from rich.console import Console
 from typer.testing import CliRunner
 
-from optbench.cli import app
+from optbench.cli.app import app
 from optbench.executors import make_executor
 from optbench.executors.slurm.client import ACTIVE_STATES, sacct_states, squeue_jobs
 from optbench.executors.slurm.journal import COMMENT_TAG, JOBS_FILE, followed_jobs, read_records

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from optbench.cli import app
+from optbench.cli.app import app
 from optbench.executors.slurm.journal import read_records
 from optbench.executors.slurm.study import job_folder
 from optbench.plan.trials import plan

@@ -1,5 +1,5 @@
 """`optbench report` and `optbench compare`: figures and tables of finished studies, and two
-reports compared trial by trial (cli.py registers them)."""
+reports compared trial by trial (app.py registers them)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from optbench.cli_study import Overrides, ProfileFlag, read_study
+from optbench.cli.study_commands import Overrides, ProfileFlag, read_study
 from optbench.errors import UsageError
 
 
@@ -46,9 +46,9 @@ def report(
     profile: ProfileFlag = None,
 ) -> None:
     """Write figures, trials.csv, summary.json and index.html for each study."""
-    from optbench.analysis.report import refuse_links, write_report
-    from optbench.analysis.summary import format_table
     from optbench.plan.trials import plan
+    from optbench.report.summary import format_table
+    from optbench.report.writer import refuse_links, write_report
     from optbench.store.database import Store
     from optbench.trackers.backends import attach_report
 
@@ -101,7 +101,7 @@ def compare(
 ) -> None:
     """Compare two reports of a study trial by trial (matched by model, optimizer, epochs,
     sample, seed): equal weights digests and error differences. Writes nothing."""
-    from optbench.analysis.compare import compare_trials, format_comparison, read_trials
+    from optbench.report.compare import compare_trials, format_comparison, read_trials
 
     run_trials, reference_trials = read_trials(run_report), read_trials(reference)
     table = compare_trials(run_trials, reference_trials)

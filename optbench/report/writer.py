@@ -1,6 +1,6 @@
 """The report of one study, assembled and written into a folder: summary.json, trials.csv, the
 figures (PNG + SVG) and index.html. `write_report` is the entry point. This module picks the
-sections, gives each its figures (figures.py) and tables (tables.py) and writes the files; the
+sections, gives each its figures (figures.py) and tables (frames.py) and writes the files; the
 numbers of summary.json come from summary.py, the page from page.py.
 
 Input is the store's trials table (one row per trial of the study as currently specified).
@@ -28,12 +28,14 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from optbench import safefs
-from optbench.analysis import claims, claims_page, figures, plots, tables, trials_file
-from optbench.analysis.edf import MIN_EDF_SAMPLES
-from optbench.analysis.page import Section, render_html
-from optbench.analysis.stats import N_BOOT
-from optbench.analysis.summary import Options, summarize
 from optbench.errors import UsageError
+from optbench.report import claims, claims_page, figures, trials_file
+from optbench.report import drawing as plots
+from optbench.report import frames as tables
+from optbench.report.edf import MIN_EDF_SAMPLES
+from optbench.report.page import Section, render_html
+from optbench.report.stats import N_BOOT
+from optbench.report.summary import Options, summarize
 from optbench.spec.schema import StudySpec
 
 FIGURES: tuple[str, ...] = ("edf", "length", "optimizer", "stem", "peak", "complexity", "curves")

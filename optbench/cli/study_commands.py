@@ -1,4 +1,4 @@
-"""The commands that run and follow a study: `optbench run`, `status` and `cancel` (cli.py
+"""The commands that run and follow a study: `optbench run`, `status` and `cancel` (app.py
 registers them), and how every command reads a study: the file, its cluster profile
 (`--profile` or OPTBENCH_PROFILE), `--set` and the executor flags, validated once."""
 
@@ -164,8 +164,8 @@ def _check_measure_flags(dry_run: bool, measure: bool, steps: int, warmup: int) 
 def _dry_run(spec: StudySpec, real_run: Callable[[], StudySpec], reports: Path) -> None:
     """The plan of `run --dry-run`; a plan needs no data on this machine, so it says where a
     real run (`real_run`: the study read again with its data checked) would stop."""
-    from optbench.analysis.summary import earlier_advice
-    from optbench.study_tables import plan_table
+    from optbench.cli.terminal_tables import plan_table
+    from optbench.report.summary import earlier_advice
 
     console.print(plan_table(spec))
     try:
@@ -186,11 +186,11 @@ def status(
     profile: ProfileFlag = None,
 ) -> None:
     """Print a study's counts per cell without running or writing anything."""
+    from optbench.cli.terminal_tables import status_table, trials_table
     from optbench.executors import jobs_executor
     from optbench.plan.costs import estimate_note
     from optbench.plan.trials import plan
     from optbench.store.database import Store
-    from optbench.study_tables import status_table, trials_table
 
     spec = read_study(study, data=False, overrides=set_, profile=profile)
     running, summary = jobs_executor(spec).status()

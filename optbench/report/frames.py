@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from optbench.analysis.edf import MIN_EDF_SAMPLES, trial_errors
+from optbench.report.edf import MIN_EDF_SAMPLES, trial_errors
 
 RESULT_STATUSES: tuple[str, ...] = ("finished", "diverged")
 CELL_KEYS: list[str] = ["model", "optimizer", "epochs"]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from optbench import safefs
-from optbench.analysis import tables
+from optbench.report import frames as tables
 
 CSV_FIRST_COLUMNS = [
     "model",

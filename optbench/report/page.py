@@ -1,5 +1,5 @@
 """The report's HTML page: one self-contained index.html (figures as base64 PNG, every table,
-the study spec, the trial counts). `Section` is one part of the page, as report.py assembles it.
+the study spec, the trial counts). `Section` is one part of the page, as writer.py assembles it.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from optbench.analysis.edf import AUC_MAX_POINTS, FRAC_WITHIN_POINTS, MIN_EDF_SAMPLES
-from optbench.analysis.summary import near_chance_warning
+from optbench.report.edf import AUC_MAX_POINTS, FRAC_WITHIN_POINTS, MIN_EDF_SAMPLES
+from optbench.report.summary import near_chance_warning
 from optbench.spec.schema import StudySpec, dump_spec
 
 

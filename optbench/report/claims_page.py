@@ -1,7 +1,7 @@
 """The claims in words and tables (claims.py computes them): one sentence per claim and panel,
 the report page's "claims" section, summary.json's rows and claims.md.
 
-`python -m optbench.analysis.claims_page OUT.md REPORT_DIR...` writes the claims of several
+`python -m optbench.report.claims_page OUT.md REPORT_DIR...` writes the claims of several
 reports (each folder's trials.csv) as one Markdown table (studies/mini/run.sh's claims.md).
 """
 
@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from optbench.analysis import stats, tables
-from optbench.analysis.claims import MIN_SEEDS, claims_table
-from optbench.analysis.page import Section
-from optbench.analysis.summary import Options
+from optbench.report import frames as tables
+from optbench.report import stats
+from optbench.report.claims import MIN_SEEDS, claims_table
+from optbench.report.page import Section
+from optbench.report.summary import Options
 
 
 def _here(row) -> str:
@@ -107,7 +108,7 @@ def sections(table: pd.DataFrame, options: Options, drawn: set[str] | None = Non
         f"over the per-seed contrasts; not tested below {MIN_SEEDS} seeds. Evidence: the "
         "study size at which the interval would show the claim in "
         f"{stats.POWER_TARGET:.0%} of simulated studies, if the effect is as estimated. "
-        "Definitions: optbench/analysis/claims.py. Cell errors here are means over seeds, a "
+        "Definitions: optbench/report/claims.py. Cell errors here are means over seeds, a "
         f"diverged trial counted as {tables.DIVERGED_ERROR:g}%.",
         lead=[sentence(r) for r in table.itertuples()],
     )
@@ -127,13 +128,11 @@ def records(table: pd.DataFrame) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m optbench.analysis.claims_page OUT.md REPORT_DIR...`: the claims of several reports
+    """`python -m optbench.report.claims_page OUT.md REPORT_DIR...`: the claims of several reports
     (each folder's trials.csv) in one Markdown table."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) < 2:
-        print(
-            "usage: python -m optbench.analysis.claims_page OUT.md REPORT_DIR...", file=sys.stderr
-        )
+        print("usage: python -m optbench.report.claims_page OUT.md REPORT_DIR...", file=sys.stderr)
         return 2
     out, folders = Path(args[0]), [Path(a) for a in args[1:]]
     parts = []

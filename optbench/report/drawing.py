@@ -23,7 +23,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 from matplotlib.transforms import offset_copy
 
-from optbench.analysis.stats import Interval
+from optbench.report.stats import Interval
 
 PANEL_SIZE = (4.2, 3.2)
 OPTIMIZER_NAMES = {"adamw": "AdamW", "sgd": "SGD"}

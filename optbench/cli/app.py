@@ -1,6 +1,7 @@
 """The `optbench` command line: thin wrappers that parse flags and call the library. The
-commands live in cli_study.py (run, status, cancel), cli_train.py (train, models) and
-cli_report.py (report, compare); this module makes them one app and owns how errors end it.
+commands live in study_commands.py (run, status, cancel), train_commands.py (train, models),
+report_commands.py (report, compare) and data_commands.py (data pack); this module makes them
+one app and owns how errors end it.
 
 Bad input (a spec that does not validate, an unknown model, a missing dataset folder) raises
 `UsageError`; `main` prints it as one message and exits with code 2, before anything is written.
@@ -15,10 +16,10 @@ from typing import Annotated
 
 import typer
 
-from optbench.cli_report import compare, report
-from optbench.cli_study import cancel, run, status
-from optbench.cli_train import models, train
-from optbench.data.pack import data_app
+from optbench.cli.data_commands import data_app
+from optbench.cli.report_commands import compare, report
+from optbench.cli.study_commands import cancel, run, status
+from optbench.cli.train_commands import models, train
 from optbench.errors import StorageUnavailable, UsageError, WriteError, torch_mismatch
 
 app = typer.Typer(
@@ -26,7 +27,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Benchmark how easy vision models are to optimize.",
 )
-app.add_typer(data_app, name="data")  # optbench data pack (data/pack.py)
+app.add_typer(data_app, name="data")  # optbench data pack (data_commands.py)
 
 
 def _print_version(value: bool) -> None:

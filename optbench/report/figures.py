@@ -1,5 +1,5 @@
 """Every figure of the report, drawn from a trials DataFrame: one function per figure, each
-returning a matplotlib Figure. report.py calls them for its page; a notebook calls them on
+returning a matplotlib Figure. writer.py calls them for its page; a notebook calls them on
 `optbench.load_trials(...)` (or any frame with its columns).
 
 A trials frame has one row per trial: model, optimizer, epochs, sample, seed, lr, wd, status
@@ -14,10 +14,12 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from optbench.analysis import claims, plots, tables
-from optbench.analysis.edf import dtop1, edf
-from optbench.analysis.stats import N_BOOT, edf_band, good_range
-from optbench.analysis.summary import Options, chance_error, near_chance
+from optbench.report import claims
+from optbench.report import drawing as plots
+from optbench.report import frames as tables
+from optbench.report.edf import dtop1, edf
+from optbench.report.stats import N_BOOT, edf_band, good_range
+from optbench.report.summary import Options, chance_error, near_chance
 
 # The dtop-1 axis ends at the largest finite dtop-1 (rounded up to 5 points), at least at
 # EDF_X_MIN and at most at EDF_X_MAX; trials past it are counted in the panel's title.

@@ -13,7 +13,7 @@ Models take their roles from their zoo names: `vit_p_<x>` and `vit_c_<x>` are a 
 Definitions (each statistic is defined here once; "error" is the trial's `options.metric`):
 - cell: the trials of one (model, optimizer, epochs); a sample is one (lr, wd) pair of it, a
   seed one training seed.
-- cell error E(m, opt, ep), for (b)-(d): the cell's error as tables.py defines it (the lowest
+- cell error E(m, opt, ep), for (b)-(d): the cell's error as frames.py defines it (the lowest
   mean over seeds among the cell's samples, a diverged seed counted as DIVERGED_ERROR), here
   over the seeds every cell of the claim has.
 - (a) panel (opt, ep) with at least MIN_EDF_SAMPLES samples of both models: A_C - A_P, where
@@ -70,9 +70,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from optbench.analysis import stats, tables
-from optbench.analysis.edf import AUC_MAX_POINTS, MIN_EDF_SAMPLES
-from optbench.analysis.summary import Options, advice_line
+from optbench.report import frames as tables
+from optbench.report import stats
+from optbench.report.edf import AUC_MAX_POINTS, MIN_EDF_SAMPLES
+from optbench.report.summary import Options, advice_line
 
 # (b)-(d): a t interval of 2 seeds has 1 degree of freedom (t = 12.7) and says next to nothing;
 # from 3 seeds (t = 4.3) a seed claim is tested

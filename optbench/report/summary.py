@@ -22,11 +22,12 @@ import numpy as np
 import pandas as pd
 
 from optbench import safefs
-from optbench.analysis import stats, tables
-from optbench.analysis.edf import AUC_MAX_POINTS, FRAC_WITHIN_POINTS, dtop1, edf_auc, frac_within
-from optbench.analysis.stats import N_BOOT, frac_within_diff, ks_test
 from optbench.errors import UsageError
 from optbench.provenance import mixed_code_warning
+from optbench.report import frames as tables
+from optbench.report import stats
+from optbench.report.edf import AUC_MAX_POINTS, FRAC_WITHIN_POINTS, dtop1, edf_auc, frac_within
+from optbench.report.stats import N_BOOT, frac_within_diff, ks_test
 
 MAX_TRIALS = 256  # the power search's largest cell for the comparisons (trials per model)
 

@@ -1,5 +1,5 @@
 """`optbench train` and `optbench models`: one configuration trained from flags, and the model
-zoo described (cli.py registers them)."""
+zoo described (app.py registers them)."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def train(
         bool, typer.Option(help="download the dataset into --data-root first (cifar10/100)")
     ] = False,
 ) -> None:
-    """Train one configuration and write OUT/result.json (the runner's workers do the same).
+    """Train one configuration and write OUT/result.json (a study's workers do the same).
 
     SIGTERM or SIGUSR2 saves OUT/checkpoint.pt and exits with 128 + the signal number; run the
     same command with --resume to continue."""

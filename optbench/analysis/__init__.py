@@ -1,1 +1,0 @@
-"""Analysis of finished trials: EDFs, stability measures, plots and the report."""
