@@ -111,6 +111,50 @@ def test_the_trainer_does_not_import_the_study_schema():
     }
 
 
+# The trainer (optbench/train) is what a job runs. Outside it, only the places that run it import
+# it, and only its entry points: a config, a result file or a constant that the driver, the
+# report or a check needs lives in trial/, data/ or errors.py, never in the trainer.
+RUNS_THE_TRAINER = {
+    "optbench.cli.train_commands": {"optbench.train.run_trial", "optbench.train.signals"},
+    "optbench.executors.local": {"optbench.train.run_trial"},
+    "optbench.executors.slurm.job": {
+        "optbench.train.distributed",  # the job's share of cores, from SLURM's variables
+        "optbench.train.run_trial",
+        "optbench.train.signals",
+    },
+    "optbench.plan.costs": {"optbench.train.measure"},  # --measure times a short training run
+}
+
+
+def test_outside_the_trainer_only_the_modules_that_run_it_import_it():
+    graph = import_graph()
+    importers = {
+        module: {dep for dep in deps if dep.startswith("optbench.train.")}
+        for module, deps in graph.items()
+        if not module.startswith("optbench.train")
+    }
+    assert {m: deps for m, deps in importers.items() if deps} == RUNS_THE_TRAINER
+
+
+def test_the_input_pipeline_and_the_report_do_not_import_the_trainer():
+    # data/ is read by the checks and the report too: no path from it (or them) to the trainer
+    graph = import_graph()
+
+    def reaches(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for dep in graph[todo.pop()] - seen:
+                seen.add(dep)
+                todo.append(dep)
+        return seen
+
+    for package in ("optbench.data", "optbench.report", "optbench.spec", "optbench.trial"):
+        modules = [m for m in graph if m == package or m.startswith(package + ".")]
+        assert len(modules) > 1, package
+        for module in modules:
+            assert not {m for m in reaches(module) if m.startswith("optbench.train")}, module
+
+
 def test_the_cli_talks_to_executors_only_through_the_protocol():
     graph = import_graph()
     commands = [deps for m, deps in graph.items() if m.startswith("optbench.cli")]

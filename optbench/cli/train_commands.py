@@ -198,20 +198,15 @@ def _check_train_flags(cfg, out: Path, threads: int | None, device: str, resume:
     device, the process group's environment, the output folder and what --resume would
     continue from."""
     from optbench.spec.checks import check_device, check_threads, check_writable_folder
-    from optbench.train.checkpoint import CHECKPOINT_FILE
-    from optbench.train.distributed import context_from_env, master_port
-    from optbench.train.state import check_resumable
-    from optbench.trial.results import finished_result
+    from optbench.train.run_trial import check_environment, check_resume
 
     if threads is not None:
         check_threads(threads)
     check_device(device)
-    if context_from_env().enabled:  # torchrun's or SLURM's variables: a bad one is named
-        master_port()
+    check_environment()
     check_writable_folder(out, "--out")
-    if resume and finished_result(cfg, out) is None:  # another config's result.json: refused
-        # a checkpoint.pt of another config, unreadable, or not fitting the model: refused
-        check_resumable(out / CHECKPOINT_FILE, cfg)
+    if resume:
+        check_resume(cfg, out)
 
 
 def models(

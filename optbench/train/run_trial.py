@@ -49,10 +49,12 @@ from optbench.train.distributed import (
     context_from_env,
     destroy_process_group,
     init_process_group,
+    master_port,
 )
 from optbench.train.loop import Members, run_guarded, train_members
 from optbench.train.population import run_population
 from optbench.train.signals import StopRequest
+from optbench.train.state import check_resumable
 from optbench.train.stepper import SoloStepper
 from optbench.trial.config import Execution, TrainConfig, TrialResult
 from optbench.trial.jobs import Job, PopulationJob
@@ -77,6 +79,23 @@ def _train(
     stepper = SoloStepper(cfg, compute, execution.pipeline, out_dir / CHECKPOINT_FILE, root)
     train_members(stepper, members, compute, stop, resume)
     return members.results[0]
+
+
+def check_environment() -> None:
+    """Before anything is written: the variables a trial reads to join a process group
+    (torchrun's RANK, WORLD_SIZE, LOCAL_RANK, MASTER_PORT; SLURM's task ids, distributed.py),
+    a bad one a UsageError naming it."""
+    if context_from_env().enabled:
+        master_port()
+
+
+def check_resume(cfg: TrainConfig, out_dir: Path) -> None:
+    """Before anything is written: what `run_trial(cfg, out_dir, resume=True)` would continue
+    from is this config's. A result.json or checkpoint.pt of another configuration, one that
+    cannot be read or one whose tensors do not fit the model or optimizer is a UsageError
+    naming the file (and the difference). Reads only; deletes nothing."""
+    if finished_result(cfg, out_dir) is None:
+        check_resumable(out_dir / CHECKPOINT_FILE, cfg)
 
 
 def run_trial(
