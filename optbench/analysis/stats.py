@@ -200,12 +200,15 @@ Statistic = Callable[..., np.ndarray]
 
 @dataclass(frozen=True)
 class GroupInterval:
-    """An estimate, its interval and how the interval was computed ("BCa" or "percentile")."""
+    """An estimate, its interval, how the interval was computed ("BCa", "percentile" or "t")
+    and the estimate's standard error (the bootstrap replicates' standard deviation, or s /
+    sqrt(k) for a t interval)."""
 
     estimate: float
     low: float
     high: float
     method: str
+    se: float = float("nan")
 
 
 def full_indices(sizes: tuple[int, ...]) -> tuple[np.ndarray, ...]:
@@ -246,7 +249,8 @@ def interval(
     if method == "BCa" and (degenerate or not (np.isfinite(low) and np.isfinite(high))):
         method = "percentile"
         low, high = _percentiles(result.bootstrap_distribution, level)
-    return GroupInterval(estimate, float(low), float(high), method)
+    se = float(np.std(result.bootstrap_distribution, ddof=1))
+    return GroupInterval(estimate, float(low), float(high), method, se)
 
 
 # --- bootstrap power: the sample size that would show an effect ------------------------------
@@ -413,8 +417,9 @@ def t_interval(values: np.ndarray, level: float = LEVEL) -> GroupInterval:
     values = np.asarray(values, dtype=float)
     k = values.size
     mean = float(values.mean())
-    half = float(stats.t.ppf((1 + level) / 2, k - 1) * values.std(ddof=1) / np.sqrt(k))
-    return GroupInterval(mean, mean - half, mean + half, "t")
+    se = float(values.std(ddof=1) / np.sqrt(k))
+    half = float(stats.t.ppf((1 + level) / 2, k - 1) * se)
+    return GroupInterval(mean, mean - half, mean + half, "t", se)
 
 
 SEED_POWER_DRAWS = 4000  # simulated studies per candidate seed count (power within ~1 point)
