@@ -150,3 +150,19 @@ def test_a_look_reports_the_repeated_confidence_interval_at_its_boundary():
     assert row["high"] == pytest.approx(row["estimate"] + 2.5 * row["se"])
     wider = _row_a(frame, boundary=4.0)
     assert wider["low"] < row["low"] and wider["estimate"] == row["estimate"]
+
+
+def test_the_comparisons_resample_as_claim_a_does():
+    from optbench.analysis.summary import summarize
+
+    frame = _shared_box(np.random.default_rng(6), 16, noise=0.5, spread_c=12.0, spread_p=20.0)
+    (paired,) = summarize("t", frame, FAST)["comparisons"]
+    assert (paired["design"], paired["unit"], paired["n_now"]) == ("paired", "samples", 16)
+    broken = frame.assign(lr=np.where(frame["model"] == "vit_c_x", frame["lr"] * 2, frame["lr"]))
+    (unpaired,) = summarize("t", broken, FAST)["comparisons"]
+    assert (unpaired["design"], unpaired["unit"]) == ("unpaired", "trials")
+    assert paired["frac_within_4_diff"] == pytest.approx(unpaired["frac_within_4_diff"])
+    width = [
+        c["frac_within_4_diff_ci"][1] - c["frac_within_4_diff_ci"][0] for c in (paired, unpaired)
+    ]
+    assert width[0] < width[1]

@@ -81,12 +81,11 @@ import pandas as pd
 from optbench.analysis import stats, tables
 from optbench.analysis.edf import AUC_MAX_POINTS, MIN_EDF_SAMPLES
 from optbench.analysis.sequential import nominal_level
-from optbench.analysis.summary import Options, advice_line
+from optbench.analysis.summary import MAX_SAMPLES, Options, advice_line
 
 # (b)-(d): a t interval of 2 seeds has 1 degree of freedom (t = 12.7) and says next to nothing;
 # from 3 seeds (t = 4.3) a seed claim is tested
 MIN_SEEDS = 3
-MAX_SAMPLES = 128  # the power search's largest (lr, wd) sample: twice the paper's 64
 MAX_SEEDS = 32
 CURVE_STEPS = 200  # D(x) of claim (a)'s curve statement on this many steps of [0, 10]
 _ROLE = re.compile(r"^vit_(p|c|s(\d+))_(.+)$")
@@ -186,44 +185,12 @@ def curve_verdict(low: np.ndarray, high: np.ndarray) -> str:
     return "holds" if above else "opposite" if below else "not shown"
 
 
-# --- data: a cell as a (samples x seeds) array -------------------------------------------------
-
-
-def _wide(results: pd.DataFrame, diverged_as: float) -> pd.DataFrame:
-    """One cell's errors as a samples x seeds frame (NaN where a trial has no result);
-    diverged trials (error +inf) become `diverged_as`."""
-    errors = results["error"].where(np.isfinite(results["error"]), diverged_as)
-    return errors.groupby([results["sample"], results["seed"]]).first().unstack("seed")
-
-
-def _cell_matrix(results: pd.DataFrame, diverged_as: float) -> tuple[np.ndarray, np.ndarray]:
-    """(sample ids, samples x seeds errors) of one cell; incomplete samples are dropped."""
-    wide = _wide(results, diverged_as).dropna()
-    return wide.index.to_numpy(), wide.to_numpy(float)
-
-
 def _auc(trials: np.ndarray) -> np.ndarray:
     """auc_10 over the last axis of an error array (+inf = diverged)."""
     with np.errstate(invalid="ignore"):
         dtop = trials - trials.min(axis=-1, keepdims=True)
     dtop = np.where(np.isfinite(trials.min(axis=-1, keepdims=True)), dtop, np.inf)
     return np.clip(1.0 - dtop / AUC_MAX_POINTS, 0.0, 1.0).mean(axis=-1)
-
-
-def _pooled(matrix: np.ndarray, samples: np.ndarray) -> np.ndarray:
-    """The trials of the picked samples (..., n) of a (samples x seeds) matrix, as (..., n*seeds)."""
-    return matrix[samples].reshape(*samples.shape[:-1], -1)
-
-
-def _same_pairs(cells: list[pd.DataFrame], samples: np.ndarray) -> bool:
-    """Whether every cell trained the same (lr, wd) at each of `samples`: one box for all (the
-    design "paired"), not a box per model."""
-    if not all({"lr", "wd"} <= set(cell.columns) for cell in cells):
-        return False
-    pairs = [
-        cell.groupby("sample")[["lr", "wd"]].first().loc[samples].to_numpy(float) for cell in cells
-    ]
-    return all(np.allclose(pairs[0], other, rtol=1e-12, atol=0.0) for other in pairs[1:])
 
 
 # --- the claims ----------------------------------------------------------------------------------
@@ -253,7 +220,7 @@ class _Claims:
         """The seeds that every cell has (k) and, per cell, the errors of those seeds (k,) at
         the cell's sample with the lowest mean over them (module docstring); a diverged seed is
         DIVERGED_ERROR. Empty vectors when the cells share no seed."""
-        wides = [_wide(self.cell(*cell), tables.DIVERGED_ERROR) for cell in cells]
+        wides = [tables.seed_frame(self.cell(*cell), tables.DIVERGED_ERROR) for cell in cells]
         seeds = sorted(set.intersection(*(set(w.columns) for w in wides)))
         vectors = []
         for wide in wides:
@@ -371,16 +338,18 @@ class _Claims:
                 self.epochs_of(fam.p, optimizer) & self.epochs_of(fam.c, optimizer)
             ):
                 cells = [(fam.p, optimizer, epochs), (fam.c, optimizer, epochs)]
-                (ids_p, m_p), (ids_c, m_c) = (_cell_matrix(self.cell(*c), np.inf) for c in cells)
+                (ids_p, m_p), (ids_c, m_c) = (
+                    tables.sample_matrix(self.cell(*c), np.inf) for c in cells
+                )
                 shared = np.intersect1d(ids_p, ids_c)
                 if shared.size < MIN_EDF_SAMPLES:
                     continue
                 m_p, m_c = m_p[np.isin(ids_p, shared)], m_c[np.isin(ids_c, shared)]
-                paired = _same_pairs([self.cell(*c) for c in cells], shared)
+                paired = tables.same_pairs([self.cell(*c) for c in cells], shared)
 
                 def area_diff(idx_p, idx_c=None, m_p=m_p, m_c=m_c):
                     idx_c = idx_p if idx_c is None else idx_c  # paired: one index for both
-                    return _auc(_pooled(m_c, idx_c)) - _auc(_pooled(m_p, idx_p))
+                    return _auc(tables.pooled(m_c, idx_c)) - _auc(tables.pooled(m_p, idx_p))
 
                 sizes = (shared.size,) if paired else (shared.size, shared.size)
                 curve = None
@@ -400,7 +369,7 @@ class _Claims:
             return np.vstack([np.arange(n), rng.integers(0, n, (self.options.n_boot, n))])
 
         def edf_of(matrix, picked):
-            return stats.edf_rows(stats.dtop1_rows(_pooled(matrix, picked)), xs)
+            return stats.edf_rows(stats.dtop1_rows(tables.pooled(matrix, picked)), xs)
 
         picks_c = picks()
         picks_p = picks_c if paired else picks()

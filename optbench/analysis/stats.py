@@ -129,17 +129,21 @@ class Interval:
     high: float
 
 
-def within_diff(errors_a: np.ndarray, errors_b: np.ndarray, points: float) -> Statistic:
-    """frac_within(points) of a minus that of b, as a statistic of resampled trial indices (one
-    group per model): the fraction of a resample's trials within `points` of its own best."""
+def within_diff(errors_a: np.ndarray, errors_b: np.ndarray, points: float, paired: bool = False):
+    """frac_within(points) of a minus that of b, as a statistic of resampled indices: the
+    fraction of a resample's trials within `points` of its own best. Unpaired: one group per
+    model, `errors_*` each model's trials. `paired`: one group, `errors_*` (samples x seeds)
+    matrices of the same (lr, wd) samples, sample i of both resampled together."""
     errors_a, errors_b = np.asarray(errors_a, float), np.asarray(errors_b, float)
 
     def within(errors: np.ndarray, idx: np.ndarray) -> np.ndarray:
-        trials = errors[idx]
+        trials = errors[idx].reshape(*idx.shape[:-1], -1)  # a matrix's seeds pooled
         best = trials.min(axis=-1, keepdims=True)
         with np.errstate(invalid="ignore"):
             return (np.isfinite(best) & (trials - best <= points)).mean(axis=-1)
 
+    if paired:
+        return lambda idx: within(errors_a, idx) - within(errors_b, idx)
     return lambda idx_a, idx_b: within(errors_a, idx_a) - within(errors_b, idx_b)
 
 
@@ -148,15 +152,18 @@ def frac_within_diff(
     errors_b: np.ndarray,
     *,
     points: float = 4.0,
+    paired: bool = False,
     n_boot: int = N_BOOT,
     seed: int | list[int] = 0,
     level: float = LEVEL,
 ) -> Interval:
-    """frac_within(points) of model a minus that of model b, each model resampled on its own;
-    a fraction of trials is discrete, so its interval is the percentile one."""
+    """frac_within(points) of model a minus that of model b (`within_diff`: each model's
+    trials resampled on its own, or `paired` samples together); a fraction of trials is
+    discrete, so its interval is the percentile one."""
+    sizes = (len(errors_a),) if paired else (np.size(errors_a), np.size(errors_b))
     found = interval(
-        within_diff(errors_a, errors_b, points),
-        (np.size(errors_a), np.size(errors_b)),
+        within_diff(errors_a, errors_b, points, paired),
+        sizes,
         discrete=True,
         n_boot=n_boot,
         seed=seed,
