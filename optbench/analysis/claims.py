@@ -7,8 +7,9 @@ Xiao et al. (2021) claim that, compared with ViT_P (patchify stem), ViT_C (conv 
   (c) loses less when SGD replaces AdamW (Fig 3),
 and (d) that error grows as the stem's patchify layer grows, S1 -> S4 -> P (Table 3).
 
-Models take their roles from their zoo names: `vit_p_<x>` and `vit_c_<x>` are a pair,
-`vit_s<k>_<x>` the stem ablation with a k-th patchify size of the same family `<x>`.
+Models take their roles from their zoo names (optbench/models/roles.py): `vit_p_<x>` and
+`vit_c_<x>` are a pair, `vit_s<k>_<x>` the stem ablation with a k-th patchify size of the same
+family `<x>`.
 
 Definitions (each statistic is defined here once; "error" is the trial's `options.metric`):
 - cell: the trials of one (model, optimizer, epochs); a sample is one (lr, wd) pair of it, a
@@ -72,9 +73,6 @@ contrasts for (b)-(d) (stats.seed_power).
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-
 import numpy as np
 import pandas as pd
 
@@ -82,13 +80,13 @@ from optbench.analysis import stats, tables
 from optbench.analysis.edf import AUC_MAX_POINTS, MIN_EDF_SAMPLES
 from optbench.analysis.sequential import nominal_level
 from optbench.analysis.summary import MAX_SAMPLES, Options, advice_line
+from optbench.models.roles import Family, families, role_name
 
 # (b)-(d): a t interval of 2 seeds has 1 degree of freedom (t = 12.7) and says next to nothing;
 # from 3 seeds (t = 4.3) a seed claim is tested
 MIN_SEEDS = 3
 MAX_SEEDS = 32
 CURVE_STEPS = 200  # D(x) of claim (a)'s curve statement on this many steps of [0, 10]
-_ROLE = re.compile(r"^vit_(p|c|s(\d+))_(.+)$")
 
 PAPER = {
     "a": "ViT_C's lr/wd EDF is steeper than ViT_P's (Figs 4-5)",
@@ -126,43 +124,6 @@ COLUMNS = [
     "n_needed",
     "advice",
 ]
-
-
-@dataclass(frozen=True)
-class Family:
-    """The ViT_P / ViT_C pair and stem ablations sharing one zoo suffix."""
-
-    p: str | None
-    c: str | None
-    stems: tuple[str, ...]  # S1, S2, ... in patchify-size order
-
-    @property
-    def stem_order(self) -> tuple[str, ...]:
-        return (*self.stems, self.p) if self.p else ()
-
-
-def families(models: list[str]) -> list[Family]:
-    """The model families named in `models`, by zoo name (module docstring)."""
-    found: dict[str, dict[str, str]] = {}
-    for model in models:
-        match = _ROLE.match(model)
-        if match:
-            role = "p" if match[1] == "p" else "c" if match[1] == "c" else f"s{int(match[2]):04d}"
-            found.setdefault(match[3], {})[role] = model
-    return [
-        Family(
-            roles.get("p"),
-            roles.get("c"),
-            tuple(roles[k] for k in sorted(r for r in roles if r.startswith("s"))),
-        )
-        for roles in found.values()
-    ]
-
-
-def _role_name(model: str) -> str:
-    """A zoo model's short name in the paper's notation: P, C or S<k>."""
-    match = _ROLE.match(model)
-    return model if match is None else match.group(1).upper()
 
 
 def verdict(low: float, high: float, against_high: float | None = None) -> str:
@@ -235,7 +196,7 @@ class _Claims:
         subset = pd.concat([self.cell(*c) for c in cells])
         return {
             "claim": claim,
-            "paper": PAPER[claim].format(chain=" -> ".join(map(_role_name, models))),
+            "paper": PAPER[claim].format(chain=" -> ".join(map(role_name, models))),
             "study": self.study,
             "optimizer": optimizer,
             "epochs": epochs,
