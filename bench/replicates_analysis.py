@@ -24,8 +24,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
 
-from optbench.report import claims, stats
-from optbench.report import frames as tables
+from optbench.report import claims, frames, stats
 from optbench.report.summary import Options
 
 OPTIONS = Options()  # the report's defaults: 1000 resamples, seed 0
@@ -34,7 +33,7 @@ MODELS = ("vit_p_w64_16px", "vit_c_w64_16px")  # ViT_P, ViT_C: bench/replicates.
 
 
 def _claim_row(frame: pd.DataFrame, claim: str) -> dict:
-    table = claims.claims_table(tables.with_errors(frame), OPTIONS, "replicate")
+    table = claims.claims_table(frames.with_errors(frame), OPTIONS, "replicate")
     rows = table[table["claim"] == claim]
     assert len(rows) == 1, rows
     return rows.iloc[0].to_dict()

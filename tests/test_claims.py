@@ -9,10 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from optbench.report import frames as tables
-from optbench.report.claims import claims_table, families
+from optbench.report import frames
+from optbench.report.claims import claims_table
 from optbench.report.summary import Options
 from optbench.report.writer import write_report
+from optbench.spec.roles import families
 from optbench.spec.schema import parse_spec
 
 P, C, S1, S2 = "vit_p_x", "vit_c_x", "vit_s1_x", "vit_s2_x"
@@ -44,7 +45,7 @@ def _good(model, optimizer, epochs, per_seed):
 
 
 def _claims(rows) -> pd.DataFrame:
-    return claims_table(tables.with_errors(pd.DataFrame(rows)), FAST, "t")
+    return claims_table(frames.with_errors(pd.DataFrame(rows)), FAST, "t")
 
 
 def _row(table: pd.DataFrame, claim: str, **where) -> pd.Series:
@@ -285,8 +286,8 @@ def test_the_claims_and_the_figures_read_the_same_cell_errors():
             errors = [list(rng.uniform(5, 60, 3)) for _ in range(2)]
             rows += _rows(model, "adamw", epochs, errors)
     rows[0] = dict(rows[0], status="diverged", final_error=np.nan)
-    results = tables.with_errors(pd.DataFrame(rows))
-    length = tables.length_stability(tables.best_by_cell(results)).set_index(["model", "epochs"])
+    results = frames.with_errors(pd.DataFrame(rows))
+    length = frames.length_stability(frames.best_by_cell(results)).set_index(["model", "epochs"])
     figure_b = length.loc[(P, 4), "dtop1"] - length.loc[(C, 4), "dtop1"]
     assert _row(_claims(rows), "b")["estimate"] == pytest.approx(figure_b)
 

@@ -11,8 +11,7 @@ import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
 
-from optbench.report import frames as tables
-from optbench.report import stats
+from optbench.report import frames, stats
 from optbench.report.claims import claims_table
 from optbench.report.claims_page import records as claims_records
 from optbench.report.summary import Options, format_advice, summarize
@@ -154,18 +153,18 @@ def _edf_study(c_spread: float, n_samples: int = 6) -> pd.DataFrame:
 def test_claim_advice_shrinks_as_the_effect_grows_and_is_honest_at_zero():
     needed = {}
     for c_spread in (30.0, 12.0, 6.0, 2.0):
-        row = claims_table(tables.with_errors(_edf_study(c_spread)), FAST, "t").iloc[0]
+        row = claims_table(frames.with_errors(_edf_study(c_spread)), FAST, "t").iloc[0]
         needed[c_spread] = row["n_needed"]
         assert row["unit"] == "samples" and row["n_now"] == 6
     # the same spread for both models: an estimate of exactly 0, no size shows it
     assert needed[30.0] is None or np.isnan(needed[30.0])
-    zero = claims_table(tables.with_errors(_edf_study(30.0)), FAST, "t").iloc[0]
+    zero = claims_table(frames.with_errors(_edf_study(30.0)), FAST, "t").iloc[0]
     assert "its estimate is 0 or its steps point both ways" in zero["advice"]
-    records = claims_records(claims_table(tables.with_errors(_edf_study(30.0)), FAST, "t"))
+    records = claims_records(claims_table(frames.with_errors(_edf_study(30.0)), FAST, "t"))
     assert records[0]["n_needed"] is None
     json.dumps(records, allow_nan=False)
     assert needed[12.0] > needed[6.0] >= needed[2.0]
-    big = claims_table(tables.with_errors(_edf_study(2.0)), FAST, "t").iloc[0]
+    big = claims_table(frames.with_errors(_edf_study(2.0)), FAST, "t").iloc[0]
     assert big["verdict"] == "holds" and big["advice"].startswith("shown with 6 samples")
 
 
@@ -176,7 +175,7 @@ def test_seed_claims_advise_seeds():
     for model, short, long in ((P, 24.0, 10.0), (C, 20.0, 10.0)):
         rows += _rows(model, "adamw", 4, [short + rng.normal(0, 3, 2)])
         rows += _rows(model, "adamw", 16, [long + rng.normal(0, 3, 2)])
-    row = claims_table(tables.with_errors(pd.DataFrame(rows)), FAST, "t").iloc[0]
+    row = claims_table(frames.with_errors(pd.DataFrame(rows)), FAST, "t").iloc[0]
     assert row["claim"] == "b" and row["unit"] == "seeds" and row["n_now"] == 2
     assert "seeds" in row["advice"]
 
@@ -186,7 +185,7 @@ def test_summary_comparisons_carry_advice_and_format_advice_prints_it():
     summary = summarize("t", trials, FAST)
     comparison = summary["comparisons"][0]
     assert comparison["n_now"] == 16 and "trials" in comparison["advice"]
-    summary["claims"] = claims_table(tables.with_errors(trials), FAST, "t").to_dict("records")
+    summary["claims"] = claims_table(frames.with_errors(trials), FAST, "t").to_dict("records")
     text = format_advice(summary)
     assert "claim (a) adamw, 8 ep" in text and "within 4" in text
 
@@ -207,7 +206,7 @@ def test_dry_run_prints_the_advice_of_an_earlier_report(tmp_path, monkeypatch, c
         model=lambda d: d["model"].str.replace("_x", "_w64_16px"), study="s"
     )
     summary = summarize("s", trials, FAST)
-    summary["claims"] = claims_table(tables.with_errors(trials), FAST, "s").to_dict("records")
+    summary["claims"] = claims_table(frames.with_errors(trials), FAST, "s").to_dict("records")
     (tmp_path / "reports" / "s").mkdir(parents=True)
     (tmp_path / "reports" / "s" / "summary.json").write_text(json.dumps(summary, default=str))
     code, out, _ = run_cli(["run", str(study), "--dry-run"], tmp_path, monkeypatch, capsys)

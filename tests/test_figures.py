@@ -12,8 +12,7 @@ import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from PIL import Image
 
-from optbench.report import figures
-from optbench.report import frames as tables
+from optbench.report import figures, frames
 from optbench.report.drawing import data_lines
 from optbench.report.summary import Options, format_table
 from optbench.report.synthetic import synthetic_trials
@@ -126,8 +125,8 @@ def test_missing_values_read_as_a_dash_never_none_or_nan(tmp_path, cli):
 
 def test_tables_have_no_stray_header():
     trials = synthetic_trials(MODELS, ["adamw", "sgd"], [5, 10], 4, seed=2)
-    best = tables.best_by_cell(tables.with_errors(trials))
-    gaps = tables.optimizer_gaps(tables.optimizer_stability(best))
+    best = frames.best_by_cell(frames.with_errors(trials))
+    gaps = frames.optimizer_gaps(frames.optimizer_stability(best))
     assert gaps.columns.name is None  # a pivot's name drew an empty "optimizer" column
 
 

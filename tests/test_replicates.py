@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from optbench.report import frames as tables
+from optbench.report import frames
 from optbench.report.claims import claims_table
 from optbench.report.summary import Options
 
@@ -24,7 +24,7 @@ REPLICATES = Path(__file__).resolve().parents[1] / "docs" / "reference" / "repli
 def _rows(trials: pd.DataFrame, by: str, claim: str) -> list[pd.Series]:
     rows = []
     for _, study in trials.groupby(by):
-        table = claims_table(tables.with_errors(study), Options(), "replicate")
+        table = claims_table(frames.with_errors(study), Options(), "replicate")
         (row,) = [r for _, r in table.iterrows() if r["claim"] == claim]
         rows.append(row)
     return rows

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from optbench.report import frames as tables
-from optbench.report import stats
+from optbench.report import frames, stats
 from optbench.report.claims import MIN_SEEDS, claims_table
 from optbench.report.page import Section
 from optbench.report.summary import Options
@@ -109,7 +108,7 @@ def sections(table: pd.DataFrame, options: Options, drawn: set[str] | None = Non
         "study size at which the interval would show the claim in "
         f"{stats.POWER_TARGET:.0%} of simulated studies, if the effect is as estimated. "
         "Definitions: optbench/report/claims.py. Cell errors here are means over seeds, a "
-        f"diverged trial counted as {tables.DIVERGED_ERROR:g}%.",
+        f"diverged trial counted as {frames.DIVERGED_ERROR:g}%.",
         lead=[sentence(r) for r in table.itertuples()],
     )
     section.tables.append(("Claims", section_table(table)))
@@ -122,7 +121,7 @@ def records(table: pd.DataFrame) -> list[dict]:
     rows = table.to_dict(orient="records")
     for row in rows:
         row["n_needed"] = None if pd.isna(row["n_needed"]) else int(row["n_needed"])
-        for key in ("curve_verdict", "power_now", "interval", "estimate", "low", "high"):
+        for key in ("curve_verdict", "power_now", "interval", "se", "estimate", "low", "high"):
             row[key] = None if pd.isna(row[key]) else row[key]
     return rows
 
@@ -139,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     for folder in folders:
         trials = pd.read_csv(folder / "trials.csv")
         study = str(trials["study"].iloc[0]) if len(trials) else folder.name
-        parts.append(claims_table(tables.with_errors(trials), Options(), study))
+        parts.append(claims_table(frames.with_errors(trials), Options(), study))
     table = pd.concat(parts, ignore_index=True)
     out.write_text(markdown(table))
     print(out.read_text(), end="")

@@ -14,12 +14,11 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from optbench.report import claims
-from optbench.report import drawing as plots
-from optbench.report import frames as tables
+from optbench.report import drawing, frames
 from optbench.report.edf import dtop1, edf
 from optbench.report.stats import N_BOOT, edf_band, good_range
 from optbench.report.summary import Options, chance_error, near_chance
+from optbench.spec.roles import families
 
 # The dtop-1 axis ends at the largest finite dtop-1 (rounded up to 5 points), at least at
 # EDF_X_MIN and at most at EDF_X_MAX; trials past it are counted in the panel's title.
@@ -37,11 +36,11 @@ def _options(metric: str, n_boot: int, seed: int) -> Options:
 
 
 def _colors(trials: pd.DataFrame, colors: dict[str, str] | None) -> dict[str, str]:
-    return colors or plots.model_colors(list(dict.fromkeys(trials["model"])))
+    return colors or drawing.model_colors(list(dict.fromkeys(trials["model"])))
 
 
 def _results(trials: pd.DataFrame, metric: str) -> pd.DataFrame:
-    results = tables.with_errors(trials, metric)
+    results = frames.with_errors(trials, metric)
     if results.empty:
         raise NothingToDraw("no finished or diverged trial")
     return results
@@ -65,7 +64,7 @@ def edf_figure(
     results = _results(trials, metric)
     x_max = None if raw else dtop1_axis_end(results)
     panels = []
-    for (optimizer, epochs), panel in tables.panels(results):
+    for (optimizer, epochs), panel in frames.panels(results):
         finite = panel["error"][np.isfinite(panel["error"])]
         if raw:
             if not len(finite):
@@ -102,12 +101,12 @@ def edf_figure(
                 simultaneous=True,
             )
             curves.append(
-                plots.EdfCurve(model, xs, curve, band=band, simultaneous=simultaneous, **counts)
+                drawing.EdfCurve(model, xs, curve, band=band, simultaneous=simultaneous, **counts)
             )
-        panels.append(plots.EdfPanel(optimizer, epochs, curves))
+        panels.append(drawing.EdfPanel(optimizer, epochs, curves))
     if not panels:
         raise NothingToDraw("no finished trial: no error to draw")
-    return plots.plot_edf(
+    return drawing.plot_edf(
         panels,
         _colors(trials, colors),
         xlabel="error (%)" if raw else "dtop-1 = error - the model's best (points)",
@@ -121,7 +120,7 @@ def dtop1_axis_end(results: pd.DataFrame) -> float:
     """Where the dtop-1 axis ends: the largest finite dtop-1 of any cell, rounded up to 5
     points, within [EDF_X_MIN, EDF_X_MAX]."""
     largest = 0.0
-    for _, cell in results.groupby(tables.CELL_KEYS, sort=False):
+    for _, cell in results.groupby(frames.CELL_KEYS, sort=False):
         dtop = dtop1(cell["error"].to_numpy())
         if np.isfinite(dtop).any():
             largest = max(largest, float(dtop[np.isfinite(dtop)].max()))
@@ -140,22 +139,22 @@ def scatter_figure(
     value and its bootstrap good range."""
     options = _options(metric, n_boot, seed)
     panels = []
-    for (optimizer, epochs), panel in tables.panels(_results(trials, metric)):
+    for (optimizer, epochs), panel in frames.panels(_results(trials, metric)):
         if not np.isfinite(panel["error"]).any():
             continue
         series = [
             _scatter_series(model, cell, options, options.rng_seed(model, optimizer, epochs))
             for model, cell in panel.groupby("model", sort=False)
         ]
-        panels.append(plots.ScatterPanel(optimizer, epochs, series))
+        panels.append(drawing.ScatterPanel(optimizer, epochs, series))
     if not panels:
         raise NothingToDraw("no finished trial: no error to draw")
-    return plots.plot_scatter(panels, _colors(trials, colors))
+    return drawing.plot_scatter(panels, _colors(trials, colors))
 
 
 def _scatter_series(
     model: str, cell: pd.DataFrame, options: Options, seed: list[int]
-) -> plots.ScatterSeries:
+) -> drawing.ScatterSeries:
     errors = cell["error"].to_numpy()
     values = {
         "lr": cell["lr"].to_numpy(float),
@@ -166,7 +165,7 @@ def _scatter_series(
         name: good_range(errors, v, n_boot=options.n_boot, seed=seed) for name, v in values.items()
     }
     finished = np.isfinite(errors)
-    return plots.ScatterSeries(
+    return drawing.ScatterSeries(
         model, {k: v[finished] for k, v in values.items()}, errors[finished], best
     )
 
@@ -175,42 +174,42 @@ def length_figure(
     trials: pd.DataFrame, *, metric: str = "final_error", colors: dict[str, str] | None = None
 ) -> Figure:
     """Fig 2: dtop-1 of each schedule length against the longest with a finished result."""
-    length = tables.length_stability(tables.best_by_cell(_results(trials, metric)))
+    length = frames.length_stability(frames.best_by_cell(_results(trials, metric)))
     if length.empty:
         raise NothingToDraw(
             "needs at least two schedule lengths with finished trials for some model"
         )
-    return plots.plot_length(length, _colors(trials, colors))
+    return drawing.plot_length(length, _colors(trials, colors))
 
 
 def optimizer_figure(trials: pd.DataFrame, *, metric: str = "final_error") -> Figure:
     """Fig 3: per model, best error against schedule length with AdamW and with SGD."""
-    best = tables.best_by_cell(_results(trials, metric))
+    best = frames.best_by_cell(_results(trials, metric))
     if not {"adamw", "sgd"} <= set(best["optimizer"]):
         raise NothingToDraw("needs both AdamW and SGD trials")
-    stability = tables.optimizer_stability(best)
+    stability = frames.optimizer_stability(best)
     if stability.empty:
         raise NothingToDraw("no finished trials")
-    return plots.plot_optimizer(stability, tables.optimizer_gaps(stability))
+    return drawing.plot_optimizer(stability, frames.optimizer_gaps(stability))
 
 
 def stem_figure(trials: pd.DataFrame, *, metric: str = "final_error") -> Figure:
     """Table 3 as a figure: each cell's error along the stem order of every model family with
-    a stem ablation (ViT_C, S1, S2, ..., ViT_P; claims.families names them)."""
+    a stem ablation (ViT_C, S1, S2, ..., ViT_P; roles.families names them)."""
     models = list(dict.fromkeys(trials["model"]))
     order = [
         model
-        for family in claims.families(models)
+        for family in families(models)
         if family.stems and family.p
         for model in ((family.c,) if family.c else ()) + family.stem_order
     ]
     if not order:
         raise NothingToDraw("needs ViT_P and a stem ablation of the same family (vit_s<k>_...)")
-    best = tables.best_by_cell(_results(trials, metric))
+    best = frames.best_by_cell(_results(trials, metric))
     best = best[best["model"].isin(order)].dropna(subset=["best_error"])
     if best.empty:
         raise NothingToDraw("no finished trials of the stem ablation")
-    return plots.plot_stem(best, order)
+    return drawing.plot_stem(best, order)
 
 
 def per_epoch(trials: pd.DataFrame) -> pd.DataFrame:
@@ -234,15 +233,15 @@ def curves_figure(
     if curves.empty:
         raise NothingToDraw("no finished trial recorded per-epoch metrics")
     by_trial = curves.drop_duplicates(TRIAL_COLUMNS)
-    if metric == tables.PYCLS_BEST:  # a trial's lines are rows here: gather them back
+    if metric == frames.PYCLS_BEST:  # a trial's lines are rows here: gather them back
         lines = {key: rows.to_dict("records") for key, rows in curves.groupby(TRIAL_COLUMNS)}
         keys = by_trial[TRIAL_COLUMNS].itertuples(index=False, name=None)
-        by_trial = by_trial.assign(**{metric: [tables.pycls_best(lines[k]) for k in keys]})
-    picks = tables.curve_picks(tables.with_errors(by_trial, metric))
+        by_trial = by_trial.assign(**{metric: [frames.pycls_best(lines[k]) for k in keys]})
+    picks = frames.curve_picks(frames.with_errors(by_trial, metric))
     if picks.empty:
         raise NothingToDraw("no finished trial recorded per-epoch metrics")
     panels = []
-    for (optimizer, n_epochs), panel in tables.panels(picks):
+    for (optimizer, n_epochs), panel in frames.panels(picks):
         lines = []
         for _, pick in panel.iterrows():
             mine = np.logical_and.reduce([curves[c] == pick[c] for c in TRIAL_COLUMNS])
@@ -255,5 +254,5 @@ def curves_figure(
                     rows["val_error"].to_numpy(),
                 )
             )
-        panels.append(plots.CurvePanel(optimizer, n_epochs, lines))
-    return plots.plot_curves(panels, _colors(epochs, colors))
+        panels.append(drawing.CurvePanel(optimizer, n_epochs, lines))
+    return drawing.plot_curves(panels, _colors(epochs, colors))

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from optbench import safefs
-from optbench.report import frames as tables
+from optbench.report import frames
 
 CSV_FIRST_COLUMNS = [
     "model",
@@ -22,7 +22,7 @@ CSV_FIRST_COLUMNS = [
     "status",
     "final_error",
     "best_error",
-    tables.PYCLS_BEST,
+    frames.PYCLS_BEST,
 ]
 
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # what makes a spreadsheet cell a formula
@@ -45,7 +45,7 @@ def write_trials(trials: pd.DataFrame, out_dir: Path, root: Path | None = None) 
     formula), and trials.parquet when pyarrow is installed; through safefs below `root`
     (default: `out_dir` itself)."""
     root = out_dir if root is None else root
-    trials = tables.with_pycls_best(trials)
+    trials = frames.with_pycls_best(trials)
     first = [c for c in CSV_FIRST_COLUMNS if c in trials.columns]
     rest = [c for c in trials.columns if c not in first and c != "metrics"]
     table = trials[first + rest].map(csv_cell)

@@ -29,9 +29,7 @@ from matplotlib.figure import Figure
 
 from optbench import safefs
 from optbench.errors import UsageError
-from optbench.report import claims, claims_page, figures, trials_file
-from optbench.report import drawing as plots
-from optbench.report import frames as tables
+from optbench.report import claims, claims_page, drawing, figures, frames, trials_file
 from optbench.report.edf import MIN_EDF_SAMPLES
 from optbench.report.page import Section, render_html
 from optbench.report.stats import N_BOOT
@@ -39,7 +37,7 @@ from optbench.report.summary import Options, summarize
 from optbench.spec.schema import StudySpec
 
 FIGURES: tuple[str, ...] = ("edf", "length", "optimizer", "stem", "peak", "complexity", "curves")
-METRICS: tuple[str, ...] = ("final_error", "best_error", tables.PYCLS_BEST)
+METRICS: tuple[str, ...] = ("final_error", "best_error", frames.PYCLS_BEST)
 PNG_DPI = 150
 # the page's column names, with units, for the tables' own columns
 UNITS = {
@@ -110,7 +108,7 @@ def _edf_section(
         "the best run's value over resamples). Dotted: a cell whose best error is near chance "
         "level (its trials barely learned: a steep EDF there is not stability).",
     )
-    if not tables.sampled_cells(tables.with_errors(trials, options.metric)):
+    if not frames.sampled_cells(frames.with_errors(trials, options.metric)):
         section.notes.append(
             f"edf, edf_raw, scatter: not drawn: no cell has {MIN_EDF_SAMPLES} or more sampled "
             "(lr, wd) pairs (a study at fixed values, sampler: good, trains one); an EDF over "
@@ -138,7 +136,7 @@ def _length_section(
     )
     draw = lambda: figures.length_figure(trials, metric=metric, colors=colors)  # noqa: E731
     if _figure(section, "length", draw):
-        shown = tables.length_stability(best).rename(columns=UNITS)
+        shown = frames.length_stability(best).rename(columns=UNITS)
         section.tables.append(("dtop-1 against the longest schedule", shown))
     return section
 
@@ -154,9 +152,9 @@ def _optimizer_section(trials: pd.DataFrame, best: pd.DataFrame, metric: str) ->
     )
     if not _figure(section, "optimizer", lambda: figures.optimizer_figure(trials, metric=metric)):
         return section
-    table = tables.optimizer_stability(best)
+    table = frames.optimizer_stability(best)
     section.tables.append(
-        ("SGD - AdamW gap (points)", tables.optimizer_gaps(table).rename(columns=UNITS))
+        ("SGD - AdamW gap (points)", frames.optimizer_gaps(table).rename(columns=UNITS))
     )
     substituted = table[table["substituted"]]
     if not substituted.empty:
@@ -180,7 +178,7 @@ def _stem_section(trials: pd.DataFrame, metric: str) -> Section:
 def _seeds_section(results: pd.DataFrame) -> Section | None:
     """Every seed's error of the cells that train fewer than MIN_EDF_SAMPLES (lr, wd) pairs
     (what their claims compare); None when every cell samples (lr, wd)."""
-    table = tables.seed_table(results)
+    table = frames.seed_table(results)
     if table.empty:
         return None
     section = Section(
@@ -188,7 +186,7 @@ def _seeds_section(results: pd.DataFrame) -> Section | None:
         "Errors per seed",
         "Cells at fixed (lr, wd) (fewer than "
         f"{MIN_EDF_SAMPLES} sampled pairs): each pair's error per training seed, their mean "
-        f"(a diverged seed counted as {tables.DIVERGED_ERROR:g}%) and standard deviation.",
+        f"(a diverged seed counted as {frames.DIVERGED_ERROR:g}%) and standard deviation.",
     )
     section.tables.append(("Errors per seed", table))
     return section
@@ -201,7 +199,7 @@ def _peak_section(best: pd.DataFrame) -> Section:
         "Each cell's error (%) per model, optimizer and schedule length: the mean over seeds of "
         "its best (lr, wd) pair; with one seed, the best trial.",
     )
-    table = tables.peak_table(best)
+    table = frames.peak_table(best)
     if table.isna().all().all():
         section.notes.append("Skipped: no finished trials.")
     else:
@@ -368,13 +366,13 @@ def build_sections(
     the caller has them already (computed here when None)."""
     options = options or Options()
     wanted = set(FIGURES) if figures is None else set(figures)
-    results = tables.with_errors(trials, options.metric)
+    results = frames.with_errors(trials, options.metric)
     if results.empty:
         empty = Section("results", "Results")
         empty.notes.append("No finished or diverged trial yet: no figure or table.")
         return [empty]
-    colors = plots.model_colors(list(dict.fromkeys([*spec.models, *trials["model"]])))
-    best = tables.best_by_cell(results)
+    colors = drawing.model_colors(list(dict.fromkeys([*spec.models, *trials["model"]])))
+    best = frames.best_by_cell(results)
     metric = options.metric
     builders: dict[str, Callable[[], Section]] = {
         "edf": lambda: _edf_section(trials, colors, options, _num_classes(spec, data_shape)),
@@ -409,7 +407,7 @@ def study_summary(
     summary = summarize(spec.name, trials, options, num_classes=_num_classes(spec, data_shape))
     if claims_table is None:
         claims_table = claims.claims_table(
-            tables.with_errors(trials, options.metric), options, spec.name
+            frames.with_errors(trials, options.metric), options, spec.name
         )
     summary["claims"] = claims_page.records(claims_table)
     return summary
@@ -448,7 +446,7 @@ def write_report(
 
     trials = _ordered(trials, spec)
     # the claims' bootstrap runs once: summary.json and the page show the same intervals
-    claims_table = claims.claims_table(tables.with_errors(trials, metric), options, spec.name)
+    claims_table = claims.claims_table(frames.with_errors(trials, metric), options, spec.name)
     summary = study_summary(spec, trials, options, data_shape, claims_table)
     sections = build_sections(spec, trials, figures, options, data_shape, claims_table)
 
