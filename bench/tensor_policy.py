@@ -21,7 +21,7 @@ import torch
 
 from optbench.data import augment
 from optbench.data.tensor_policy import tensor_policy
-from optbench.trial.results import _cpu_name
+from optbench.train.compute import _cpu_name
 
 POLICIES = ("pycls_v0", "rand-m9-mstd0.5-inc1")
 SIZES = (32, 224)
