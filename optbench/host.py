@@ -1,6 +1,8 @@
 """This machine as a trial's process sees it: how many CPU cores it may use (`usable_cores`):
-its affinity mask, capped by a cgroup CPU quota. The executors divide them among their workers;
-a trial's input pipeline sizes its workers from its share (train/compute.py)."""
+its affinity mask, capped by a cgroup CPU quota; the executors divide them among their workers,
+and a trial's input pipeline sizes its workers from its share (data/batches.py). And the device
+a trial trains on (`training_device`): every executor's workers, `--measure` and
+`optbench models --measure` ask it."""
 
 from __future__ import annotations
 
@@ -31,3 +33,10 @@ def usable_cores() -> int:
         cores = os.cpu_count() or 1
     limit = cgroup_cpu_limit()
     return min(cores, limit) if limit else cores
+
+
+def training_device() -> str:
+    """ "cuda" where torch sees a GPU (a pool worker sees the one it was given), else "cpu"."""
+    import torch  # a trial's process has it loaded already; the driver never asks
+
+    return "cuda" if torch.cuda.is_available() else "cpu"

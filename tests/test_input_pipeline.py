@@ -435,3 +435,38 @@ def test_dry_run_turns_recorded_speed_into_device_hours_and_a_time_limit(tiny_di
     assert "time_min >=" in flat
     code, out, err = cli("status", "s.yaml")
     assert code == 0 and "mixes" not in out
+
+
+@pytest.mark.parametrize("pipeline", ["pil", "tensor"])
+def test_a_trials_input_plan_and_its_input_workers_are_decided_once(
+    tmp_path, monkeypatch, pipeline
+):
+    # build_parts decides both for every part that reads them: the batches and the augmentation
+    from dataclasses import replace
+
+    from optbench.data import batches as batches_module
+    from optbench.data import input_plan as plan_module
+    from optbench.data import tensor_folder
+    from optbench.train import parts
+    from optbench.train.compute import Compute
+    from optbench.train.distributed import DistContext
+
+    plans = []
+
+    def counted(*args, **kwargs):
+        plans.append(plan_module.input_plan(*args, **kwargs))
+        return plans[-1]
+
+    for module in (parts, batches_module, tensor_folder):
+        monkeypatch.setattr(module, "input_plan", counted)
+    monkeypatch.setattr(parts, "loader_workers", lambda: 3)  # the trial's share of the cores
+    cfg = folder_config(make_jpeg_folders(tmp_path / "folder"))
+    compute = Compute.for_trial(cfg.recipe, "cpu", DistContext(), None)
+    built = parts.build_parts(cfg, compute, pipeline)
+    assert len(plans) == 1 and built.batches.plan is plans[0]
+
+    def workers(batches):
+        return batches.workers if pipeline == "pil" else batches.readers
+
+    assert workers(built.batches) == 3
+    assert workers(parts.build_parts(cfg, replace(compute, workers=1), pipeline).batches) == 1

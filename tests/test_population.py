@@ -546,3 +546,26 @@ def test_a_slurm_job_trains_its_population_in_one_process(tmp_path):
             "pipeline": "pil",
             "population": 2,
         }
+
+
+def test_a_solo_trial_and_a_population_count_wall_s_from_the_same_moment(tmp_path, monkeypatch):
+    # both start the clock before they set up where they compute (train/loop.py: start_program)
+    from optbench.train.compute import Compute
+
+    set_up = Compute.for_trial.__func__
+
+    def slow_set_up(cls, *args, **kwargs):
+        time.sleep(0.5)
+        return set_up(cls, *args, **kwargs)
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("stop here: a failed result still records its wall time")
+
+    monkeypatch.setattr(Compute, "for_trial", classmethod(slow_set_up))
+    monkeypatch.setattr(stepper, "build_parts", crash)
+    monkeypatch.setattr(population, "build_parts", crash)
+    solo = run_trial(tiny_config(), tmp_path / "solo")
+    cfgs = [tiny_config(lr=lr) for lr in (1e-3, 2e-3)]
+    pop = run_population(cfgs, [tmp_path / "a", tmp_path / "b"])
+    assert [r.status for r in (solo, *pop)] == ["failed"] * 3
+    assert all(r.wall_s >= 0.5 for r in (solo, *pop)), [r.wall_s for r in (solo, *pop)]

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -18,9 +19,10 @@ import optbench.train.epoch as epoch
 from optbench.spec.recipe import Dataset, Recipe
 from optbench.train import run_trial as run_trial_module
 from optbench.train.checkpoint import CHECKPOINT_FILE
+from optbench.train.loop import Members
 from optbench.train.run_trial import run_trial
 from optbench.train.signals import STOP_SIGNALS, StopRequest, TrialInterrupted
-from optbench.trial.config import TrainConfig
+from optbench.trial.config import Execution, TrainConfig
 from optbench.trial.results import read_metrics, read_result
 
 REPO = Path(__file__).resolve().parents[1]
@@ -227,7 +229,11 @@ def test_the_gpu_settings_bf16_channels_last_and_compile_train_through_the_loop_
     compiled, compile_ = [], torch.compile
     monkeypatch.setattr(torch, "compile", lambda m: compiled.append(m) or compile_(m))
     cfg = config(epochs=2)
-    result = run_trial_module._train(cfg, tmp_path, tmp_path, compute, StopRequest(), resume=False)
+    run = Execution(pipeline="pil")
+    members = Members([cfg], [tmp_path], tmp_path, compute.device, run, start=time.perf_counter())
+    result = run_trial_module._train(
+        cfg, tmp_path, tmp_path, compute, StopRequest(), False, members, run
+    )
     assert result.status == "finished" and len(compiled) == 1
     assert 0 <= result.ema_final_error <= 100 and 0 <= result.raw_final_error <= 100
     assert all(m["train_loss"] > 0 for m in read_metrics(tmp_path))

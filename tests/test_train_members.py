@@ -29,7 +29,7 @@ def plain_loop(cfg) -> tuple[str, list[float]]:
     parts = build_parts(cfg, compute)
     model, steps = parts.model, len(parts.batches)
     optimizer = build_optimizer(model, cfg)
-    schedule = LrSchedule(optimizer, cfg, steps)
+    schedule = LrSchedule(cfg, steps)
     ema = WeightAverage(model, cfg, steps) if cfg.recipe.ema else None
     losses = []
     for epoch in range(cfg.epochs):
@@ -39,7 +39,8 @@ def plain_loop(cfg) -> tuple[str, list[float]]:
             step = epoch * steps + b
             seed_step(derive_seed(cfg.seed, "step", step, 0), compute.device)
             x, y = parts.augment(x, y)
-            schedule.set_lr(step)
+            for group in optimizer.param_groups:
+                group["lr"] = schedule.lr(step)
             loss = parts.criterion(model(x), y)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -94,3 +95,41 @@ def test_epoch_sinks_see_each_line_in_order_and_a_failed_close_leaves_none_open(
     with pytest.raises(OSError):
         sinks.close()
     assert first.closed and failing.closed and last.closed
+
+
+def _solo(tmp_path, **changes):
+    from optbench.train.stepper import SoloStepper
+
+    cfg = tiny_config(epochs=1, batch_size=512, **changes)  # digits: 2 steps an epoch
+    compute = Compute.for_trial(cfg.recipe, "cpu", DistContext(), None)
+    return cfg, compute, SoloStepper(cfg, compute, "pil", tmp_path / "checkpoint.pt")
+
+
+def test_a_solo_stepper_refuses_to_train_before_begin(tmp_path):
+    # before begin() the model is neither restored nor wrapped (DDP, compile): no step may run
+    _, _, stepper = _solo(tmp_path)
+    batches = stepper.parts.batches
+    x = torch.zeros(2, batches.in_chans, batches.img_size, batches.img_size)
+    with pytest.raises(RuntimeError, match="begin"):
+        stepper.losses(x, torch.zeros(2, dtype=torch.long))
+    with pytest.raises(RuntimeError, match="begin"):
+        stepper.train()
+    stepper.begin(resume=False)
+    assert stepper.losses(x, torch.zeros(2, dtype=torch.long)).shape == (1,)
+
+
+def test_an_epoch_runs_the_steps_it_is_given_and_returns_the_lrs_it_trained_at(tmp_path):
+    from optbench.train.epoch import run_epoch
+    from optbench.train.signals import StopRequest
+
+    cfg, compute, stepper = _solo(tmp_path)
+    (state,) = stepper.begin(resume=False)
+    steps = len(stepper.parts.batches)
+    assert steps == 2
+    stop = StopRequest()
+    first = run_epoch(stepper, [state], compute, stop, steps=1)
+    assert not first.complete and first.stop == 0 and state.batch == 1  # stopped by the limit
+    rest = run_epoch(stepper, [state], compute, stop)
+    assert rest.complete and rest.lrs == [LrSchedule(cfg, steps).lr(steps - 1)]
+    # the optimizer trained at that lr: the schedule's, set by the stepper, not read back
+    assert stepper.optimizer.param_groups[0]["lr"] == rest.lrs[0]

@@ -229,13 +229,8 @@ def test_the_fused_kernels_used_on_cuda_take_the_same_steps_as_foreach(optimizer
 
 def lrs(cfg: TrainConfig, steps_per_epoch: int) -> list[float]:
     """The lr each optimizer step of `cfg` trains at."""
-    opt = build_optimizer(quickstart_model(), cfg)
-    schedule = LrSchedule(opt, cfg, steps_per_epoch)
-    out = []
-    for step in range(cfg.epochs * steps_per_epoch):
-        schedule.set_lr(step)
-        out.append(opt.param_groups[0]["lr"])
-    return out
+    schedule = LrSchedule(cfg, steps_per_epoch)
+    return [schedule.lr(step) for step in range(cfg.epochs * steps_per_epoch)]
 
 
 def per_epoch(values: list[float], steps_per_epoch: int) -> list[float]:

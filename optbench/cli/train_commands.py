@@ -6,12 +6,12 @@ from __future__ import annotations
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, get_args
 
 import typer
 
 from optbench.errors import UsageError, WriteError, format_errors
-from optbench.spec.recipe import OPTIMIZERS, Recipe
+from optbench.spec.recipe import OPTIMIZERS, Pipeline, Recipe
 
 
 def _complete_model(incomplete: str) -> list[str]:
@@ -93,8 +93,8 @@ def train(
 
     if optimizer not in OPTIMIZERS:
         raise UsageError(f"--optimizer: must be one of {list(OPTIMIZERS)}, got {optimizer!r}")
-    if pipeline not in ("auto", "pil", "tensor"):
-        raise UsageError(f"--pipeline: must be auto, pil or tensor, got {pipeline!r}")
+    if pipeline not in get_args(Pipeline):
+        raise UsageError(f"--pipeline: must be one of {list(get_args(Pipeline))}, got {pipeline!r}")
     if not is_model(model):
         hint = did_you_mean(model, model_names())
         raise UsageError(f"MODEL: unknown model {model!r}{hint} (see `optbench models`)")
@@ -237,7 +237,9 @@ def models(
     if measure:
         import torch
 
-        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        from optbench.host import training_device
+
+        device = torch.device(training_device())
         # On a CPU a few small steps keep this cheap; the numbers still rank models by runtime.
         batch_size, steps = (64, 10) if device.type == "cuda" else (8, 2)
     rows = []

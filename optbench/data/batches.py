@@ -340,8 +340,8 @@ def loader_workers(threads: int | None = None) -> int:
 
 class FolderBatches:
     """Batches of a FolderData through persistent DataLoader workers: PIL decode and
-    augmentation per image, pinned memory, prefetching. `workers=None`: the trial's cores
-    (loader_workers)."""
+    augmentation per image, pinned memory, prefetching. `plan`: the trial's input plan (None:
+    computed here from `recipe`)."""
 
     geometric_on_device = False
     pipeline = "pil"
@@ -355,15 +355,16 @@ class FolderBatches:
         seed: int,
         device: torch.device,
         shard: Shard = Shard(),
-        workers: int | None = None,
+        workers: int,
+        plan: InputPlan | None = None,
     ):
         self.data, self.batch_size, self.seed, self.device = data, batch_size, seed, device
         self.repeated_aug, self.shard = recipe.repeated_aug, shard
-        self.workers = workers if workers is not None else loader_workers()
+        self.workers = workers
         self.num_classes, self.in_chans = data.num_classes, data.in_chans
         self.img_size, self.mean, self.std = data.img_size, data.mean, data.std
         self.pca_lighting = data.in_chans == 3
-        self.plan = input_plan(recipe, data, self.pipeline, device.type)
+        self.plan = plan or input_plan(recipe, data, self.pipeline, device.type)
         self.train_set = _SeededImages(data, "train", _train_transform(self.plan, recipe), seed)
         self.val_set = _SeededImages(data, "val", _val_transform(self.plan), seed)
         self._train_keys, self._val_keys = _Keys(), _Keys()

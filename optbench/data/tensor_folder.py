@@ -195,7 +195,8 @@ def val_images(images: list[torch.Tensor], plan: InputPlan) -> torch.Tensor:
 
 
 class TensorFolderBatches:
-    """Batches of a FolderData decoded and augmented on the device (module docstring)."""
+    """Batches of a FolderData decoded and augmented on the device (module docstring). `plan`:
+    the trial's input plan (None: computed here from `recipe`)."""
 
     geometric_on_device = False  # crop, flip and policy are applied here, per image
     pipeline = "tensor"
@@ -210,10 +211,11 @@ class TensorFolderBatches:
         device: torch.device,
         shard: Shard = Shard(),
         readers: int = 4,
+        plan: InputPlan | None = None,
     ):
         self.data, self.batch_size, self.seed, self.device = data, batch_size, seed, device
         self.repeated_aug, self.shard = recipe.repeated_aug, shard
-        self.plan = input_plan(recipe, data, self.pipeline, device.type)
+        self.plan = plan or input_plan(recipe, data, self.pipeline, device.type)
         self.local_batch = batch_size // self.shard.world
         self.num_classes, self.in_chans = data.num_classes, data.in_chans
         self.img_size, self.mean, self.std = data.img_size, data.mean, data.std

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from optbench.errors import DISK_FAULTS, UsageError, WriteError
 from optbench.executors.protocol import DiesWithDriver, JobEvent, described
-from optbench.host import usable_cores
+from optbench.host import training_device, usable_cores
 from optbench.trial.jobs import Job
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -115,6 +115,7 @@ def _worker_main(
     from optbench.train.run_trial import run_job
 
     torch.set_num_threads(threads)
+    device = training_device()  # the GPU CUDA_VISIBLE_DEVICES left this worker, if any
     conn.send(("ready", None, None))
     while True:
         try:
@@ -126,7 +127,7 @@ def _worker_main(
         for key in job.keys:
             conn.send(("running", key, None))
         try:
-            run_job(job, "cuda" if torch.cuda.is_available() else "cpu")
+            run_job(job, device)
             kind, message = "ended", None
         except OSError as err:
             kind = "fault" if err.errno in DISK_FAULTS else "lost"
@@ -342,11 +343,9 @@ class InlineExecutor(DiesWithDriver):
             return [JobEvent(key, "running") for key in self._next.keys]
         job, self._next = self._next, None
         try:
-            import torch
-
             from optbench.train.run_trial import run_job
 
-            run_job(job, "cuda" if torch.cuda.is_available() else "cpu")
+            run_job(job, training_device())
         except OSError:
             raise  # disk full: the driver stops with one line (write_faults_as_one_line)
         except Exception as err:  # noqa: BLE001 - e.g. another config's result in its folder

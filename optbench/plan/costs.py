@@ -100,9 +100,10 @@ def measure_study(spec: StudySpec, *, steps: int, warmup: int, notify=print) -> 
     figures to the study's cache; the figures, by config key. Writes only in the study folder."""
     import torch
 
+    from optbench.host import training_device
     from optbench.train.measure import device_name, measure_config
 
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = training_device()
     if device == "cpu":
         torch.set_num_threads(cpu_threads(spec))
     name = device_name(torch.device(device))

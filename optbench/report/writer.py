@@ -35,6 +35,7 @@ from optbench.report.page import Section, render_html
 from optbench.report.stats import N_BOOT
 from optbench.report.summary import Options, summarize
 from optbench.spec.schema import StudySpec
+from optbench.trial.config import mixed_pipelines_note
 
 FIGURES: tuple[str, ...] = ("edf", "length", "optimizer", "stem", "peak", "complexity", "curves")
 METRICS: tuple[str, ...] = ("final_error", "best_error", frames.PYCLS_BEST)
@@ -211,16 +212,9 @@ def _pipeline_notes(results: pd.DataFrame) -> list[str]:
     """One line per cell whose trials came through more than one input pipeline."""
     if "pipeline" not in results:
         return []
-    notes = []
-    for cell_id, rows in results.dropna(subset=["pipeline"]).groupby("cell_id", sort=False):
-        counts = rows["pipeline"].value_counts().sort_index()
-        if len(counts) > 1:
-            mix = ", ".join(f"{n} {p}" for p, n in counts.items())
-            notes.append(
-                f"{cell_id} mixes input pipelines ({mix}): same distributions, results within "
-                "seed noise (docs/datasets.md)."
-            )
-    return notes
+    by_cell = results.dropna(subset=["pipeline"]).groupby("cell_id", sort=False)["pipeline"]
+    notes = (mixed_pipelines_note(c, rows.value_counts().to_dict()) for c, rows in by_cell)
+    return [note + "." for note in notes if note]
 
 
 def _complexity_section(

@@ -26,6 +26,7 @@ from rich.table import Table
 
 from optbench import safefs
 from optbench.run.console import TextTable
+from optbench.trial.config import mixed_pipelines_note
 from optbench.trial.results import METRICS_FILE, read_metrics
 
 if TYPE_CHECKING:
@@ -364,13 +365,7 @@ def input_notes(stored: list[StoredTrial]) -> list[str]:
     for item in stored:
         if item.is_result and (p := _attr(item, "pipeline")):
             pipelines.setdefault(item.trial.cell_id, Counter())[p] += 1
-    for cell_id, counts in pipelines.items():
-        if len(counts) > 1:
-            mix = ", ".join(f"{n} {p}" for p, n in sorted(counts.items()))
-            notes.append(
-                f"{cell_id} mixes input pipelines ({mix}): same distributions, results within "
-                "seed noise (docs/datasets.md)"
-            )
+    notes += filter(None, (mixed_pipelines_note(c, n) for c, n in pipelines.items()))
     waits = [
         w for item in stored if item.is_result and (w := _attr(item, "input_wait")) is not None
     ]

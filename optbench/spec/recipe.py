@@ -298,7 +298,7 @@ class Recipe(StrictModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Recipe:
-        if self.report.startswith("ema") and not self.ema:
+        if self.reported_weights == "ema" and not self.ema:
             raise ValueError(f"report {self.report!r} needs ema: true (or report raw_final)")
         for rule, params in EMA_RULE_PARAMS.items():
             for key in params:
@@ -325,6 +325,16 @@ class Recipe(StrictModel):
                 f"'autoaugment' (torchvision's), not {self.auto_augment!r}"
             )
         return self
+
+    @property
+    def reported_weights(self) -> Literal["ema", "raw"]:
+        """Whose errors `report` names: the EMA's or the raw weights'."""
+        return self.report.split("_")[0]  # type: ignore[return-value]
+
+    @property
+    def reported_epoch(self) -> Literal["final", "best"]:
+        """Which of their errors `report` names: the last epoch's or the best epoch's."""
+        return self.report.split("_")[1]  # type: ignore[return-value]
 
     def warmup_for(self, epochs: int) -> float:
         """Warmup epochs for a schedule of `epochs`: the full warmup_epochs for schedules of at

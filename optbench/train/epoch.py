@@ -39,6 +39,7 @@ class EpochRun:
     stop: int  # the signal the ranks agreed to stop for after the last step run (0: none)
     # per member, mean over the epoch's steps and ranks (complete only)
     train_losses: list[float] | None = None
+    lrs: list[float] | None = None  # per member, the lr of the epoch's last step (complete only)
     seconds: float = 0.0  # the epoch's training time, resumed parts included (complete only)
     wait_s: float = 0.0  # of which waiting for input (InputClock; complete only)
 
@@ -86,12 +87,17 @@ class InputClock:
 
 
 def run_epoch(
-    stepper: Stepper, states: list[TrialState], compute: Compute, stop: StopRequest
+    stepper: Stepper,
+    states: list[TrialState],
+    compute: Compute,
+    stop: StopRequest,
+    steps: int | None = None,
 ) -> EpochRun:
     """Run the optimizer steps of epoch `lead.epoch` from batch `lead.batch` (lead: the first
-    active member's state; the active members share their position). If the ranks agree to
-    stop before the epoch's last step, record the position in each active member's state
-    (batch, loss_sum, epoch_s, epoch_wait_s) and return an incomplete run."""
+    active member's state; the active members share their position), at most `steps` of them
+    (None: to the epoch's end; measure.py times a few). If the ranks agree to stop, or the
+    steps are run, before the epoch's last step, record the position in each active member's
+    state (batch, loss_sum, epoch_s, epoch_wait_s) and return an incomplete run."""
     cfg, parts = stepper.cfgs[0], stepper.parts
     lead = states[stepper.active.index(True)]
     epoch, steps_per_epoch = lead.epoch, len(parts.batches)
@@ -103,12 +109,13 @@ def run_epoch(
     t0 = time.perf_counter() - lead.epoch_s
     clock = InputClock(compute.device)
     batches = clock.batches(parts.batches.train(epoch, lead.batch))
+    lrs: list[float] = []
     for b, (x, y) in enumerate(batches, start=lead.batch):
         clock.step_started()
         step = epoch * steps_per_epoch + b
         seed_step(derive_seed(cfg.seed, "step", step, compute.dist.rank), compute.device)
         x, y = parts.augment(x, y)
-        lrs = [schedule.set_lr(step) for schedule in stepper.schedules]
+        lrs = [schedule.lr(step) for schedule in stepper.schedules]
         with compute.autocast():
             losses = stepper.losses(compute.layout(x), y)
         stepper.optimizer.zero_grad(set_to_none=True)
@@ -120,7 +127,8 @@ def run_epoch(
         clock.step_ended()
         epoch_end = b + 1 == steps_per_epoch
         signum = agreement.after_step(step, epoch_end)  # every rank stops at the same step
-        if signum and not epoch_end:
+        ran_out = steps is not None and b + 1 - lead.batch >= steps
+        if (signum or ran_out) and not epoch_end:
             means = _over_ranks(loss_sum, compute)
             seconds, waited = time.perf_counter() - t0, clock.waited_s()
             for k, s in enumerate(states):
@@ -130,7 +138,8 @@ def run_epoch(
             return EpochRun(complete=False, stop=signum)
     train_losses = [v / steps_per_epoch for v in _over_ranks(loss_sum, compute)]
     seconds = time.perf_counter() - t0
-    return EpochRun(True, signum, train_losses, seconds, lead.epoch_wait_s + clock.waited_s())
+    waited = lead.epoch_wait_s + clock.waited_s()
+    return EpochRun(True, signum, train_losses, lrs, seconds, waited)
 
 
 def _over_ranks(loss_sum: torch.Tensor, compute: Compute) -> list[float]:

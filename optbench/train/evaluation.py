@@ -80,6 +80,6 @@ def evaluate_members(stepper: Stepper, compute: Compute, epoch: int) -> list[dic
         line = {}
         for kind in kinds:
             line[f"{kind}_top1"], line[f"{kind}_top5"] = errors[kind][k]
-        line["val_error"] = line[cfg.recipe.report.split("_")[0] + "_top1"]
+        line["val_error"] = line[f"{cfg.recipe.reported_weights}_top1"]
         lines.append(line)
     return lines

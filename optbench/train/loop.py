@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from optbench import safefs
+from optbench.data.input_plan import resolve_execution
 from optbench.errors import DISK_FAULTS
 from optbench.provenance import provenance
 from optbench.spec.recipe import Recipe
@@ -88,11 +89,11 @@ def trial_result(
             errors[f"{kind}_final_error"] = top1[-1]
             errors[f"{kind}_best_error"] = min(top1)
             errors[f"{kind}_final_top5_error"] = hist[-1][f"{kind}_top5"]
-    kind, which = cfg.recipe.report.split("_")
+    kind = cfg.recipe.reported_weights
     final, best = errors[f"{kind}_final_error"], errors[f"{kind}_best_error"]
     return TrialResult(
         status="finished",
-        final_error=final if which == "final" else best,
+        final_error=final if cfg.recipe.reported_epoch == "final" else best,
         best_error=best,
         **errors,
         **common,
@@ -107,12 +108,31 @@ def stamp_result(result: TrialResult, start: float, device: torch.device) -> Non
     result.provenance = Provenance(**provenance())
 
 
+def start_program(
+    recipe: Recipe,
+    device: str,
+    dist: DistContext,
+    workers: int | None,
+    data_cache: Path,
+    execution: Execution,
+    population: int,
+) -> tuple[float, Compute, Execution]:
+    """What a solo trial (run_trial.py) and a population (population.py) do first, alike: the
+    moment their wall_s counts from, where this process computes (Compute.for_trial), and the
+    job's execution settings resolved for that device, `population` the number of trials the
+    program trains (result.json records both)."""
+    start = time.perf_counter()
+    compute = Compute.for_trial(recipe, device, dist, workers, data_cache=data_cache)
+    execution = resolve_execution(execution, compute.device.type, recipe)
+    return start, compute, execution.model_copy(update={"population": population})
+
+
 class Members:
     """Where the K >= 1 trials of one program are recorded: member k's metrics.jsonl, epoch
     sinks and result.json in `out_dirs[k]`, on the main process only (DDP); no link below
     `root` (default: each member's own folder) is followed. `results[k]` is member k's result
     once it has one (given: a member done before the program starts, which gets no sinks).
-    Its wall_s counts from `start` (default: now); each result records `attempts[k]`, the
+    Its wall_s counts from `start` (start_program's); each result records `attempts[k]`, the
     study's attempt member k runs (default: none)."""
 
     def __init__(
@@ -123,10 +143,10 @@ class Members:
         device: torch.device,
         execution: Execution,
         *,
+        start: float,
         is_main: bool = True,
         on_epoch: Callable[[dict], None] | None = None,
         results: list[TrialResult | None] | None = None,
-        start: float | None = None,
         attempts: list[int | None] | None = None,
     ):
         self.cfgs, self.out_dirs, self.device = cfgs, out_dirs, device
@@ -134,7 +154,7 @@ class Members:
         self.execution, self.is_main = execution, is_main
         self.roots = [Path(root or d) for d in out_dirs]
         self.results = list(results) if results is not None else [None] * len(cfgs)
-        self.start = time.perf_counter() if start is None else start  # for wall_s
+        self.start = start  # for wall_s
         self.sinks = [
             epoch_sinks(c, d, r, on_epoch) if is_main and done is None else None
             for c, d, r, done in zip(cfgs, out_dirs, self.roots, self.results, strict=True)
@@ -227,8 +247,7 @@ def train_members(
         diverged = {k for k in running if diverges(ran.train_losses[k], cfg.recipe)}
         errors = evaluate_members(stepper, compute, epoch) if diverged != set(running) else []
         for k in running:
-            lr = stepper.schedules[k].optimizer.param_groups[0]["lr"]
-            line = metrics_line(epoch, lr, ran.train_losses[k], ran, images_per_epoch)
+            line = metrics_line(epoch, ran.lrs[k], ran.train_losses[k], ran, images_per_epoch)
             if k not in diverged:
                 line.update(errors[k])
             states[k] = states[k].after_epoch(line, ran.seconds, images_per_epoch, ran.wait_s)

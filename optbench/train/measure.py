@@ -3,9 +3,9 @@
 
 It builds the trial's real parts (parts.py: its model, recipe, input pipeline and batch, at the
 precision the device gives it), runs `warmup` optimizer steps untimed and then `steps` timed
-ones through the trainer's own epoch code (epoch.run_epoch over a SoloStepper, stopped after
-exactly that many steps by a step budget), times a validation pass (capped at `steps` batches; per image)
-and one checkpoint write, and reads the peak device memory. A CUDA
+ones through the trainer's own epoch code (epoch.run_epoch over a SoloStepper, told to run
+exactly that many steps), times a validation pass (capped at `steps` batches; per image) and one
+checkpoint write, and reads the peak device memory. A CUDA
 out-of-memory error is a measurement too: the configuration does not fit at this batch, and the
 run is repeated at half the per-process batch until one fits (what DDP over more GPUs gives
 each process). Nothing here reads a study; the checkpoint goes to `scratch` and is removed.
@@ -33,20 +33,6 @@ from optbench.train.stepper import SoloStepper
 from optbench.trial.config import Execution, TrainConfig
 
 SCRATCH_CHECKPOINT = "measure-checkpoint.pt"  # written in `scratch`, then removed
-MEASURE_STOP = -1  # the "signal" a StepBudget stops an epoch with (no real signal is -1)
-
-
-class StepBudget(StopRequest):
-    """A stop request that asks to stop after `steps` optimizer steps: run_epoch reads
-    `signum` once after every step (in a single process, signals.StopAgreement)."""
-
-    def __init__(self, steps: int):
-        self.left = steps
-
-    @property
-    def signum(self) -> int:  # type: ignore[override]
-        self.left -= 1
-        return MEASURE_STOP if self.left <= 0 else 0
 
 
 def device_name(device: torch.device) -> str:
@@ -62,7 +48,7 @@ def _run_steps(stepper: SoloStepper, compute: Compute, state: TrialState, steps:
     while steps > 0:
         before_s, before_w = state.epoch_s, state.epoch_wait_s
         left = len(stepper.parts.batches) - state.batch
-        ran = run_epoch(stepper, [state], compute, StepBudget(min(steps, left)))
+        ran = run_epoch(stepper, [state], compute, StopRequest(), steps=min(steps, left))
         if ran.complete:  # the epoch ended: the next one starts from its first batch
             seconds += ran.seconds - before_s
             wait += ran.wait_s - before_w

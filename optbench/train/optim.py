@@ -89,12 +89,22 @@ def pycls_epoch_lr(epoch: int, cfg: TrainConfig) -> float:
     return lr
 
 
-class LrSchedule:
-    """Sets the optimizer's lr before every step, by `recipe.schedule` (module docstring)."""
+class _Written:
+    """Where timm's schedulers write the lr they compute (an optimizer's `param_groups`, one
+    group): the schedule's own, so that no optimizer's lr is set, or read, as a side effect."""
 
-    def __init__(self, optimizer: Optimizer, cfg: TrainConfig, steps_per_epoch: int):
-        self.optimizer, self.cfg, self.steps_per_epoch = optimizer, cfg, steps_per_epoch
+    def __init__(self, lr: float):
+        self.param_groups = [{"lr": lr}]
+
+
+class LrSchedule:
+    """The lr of each optimizer step of a trial, by `recipe.schedule` (module docstring): `lr`.
+    A stepper sets it into its optimizer (stepper.py) or hands it to the population's."""
+
+    def __init__(self, cfg: TrainConfig, steps_per_epoch: int):
+        self.cfg, self.steps_per_epoch = cfg, steps_per_epoch
         recipe, peak = cfg.recipe, cfg.lr_used
+        self._written = optimizer = _Written(peak)
         warmup = recipe.warmup_for(cfg.epochs)
         self.timm = None
         if recipe.schedule == "cosine":
@@ -120,16 +130,15 @@ class LrSchedule:
                 t_in_epochs=True,
             )
 
-    def set_lr(self, step: int) -> float:
-        """Set the lr that optimizer step `step` (0-based, over the whole run) takes; return it."""
+    def lr(self, step: int) -> float:
+        """The lr that optimizer step `step` (0-based, over the whole run) takes."""
         recipe, epoch = self.cfg.recipe, step // self.steps_per_epoch
         if recipe.schedule == "pycls":
-            for group in self.optimizer.param_groups:
-                group["lr"] = pycls_epoch_lr(epoch, self.cfg)
-        elif recipe.schedule == "deit":
+            return pycls_epoch_lr(epoch, self.cfg)
+        if recipe.schedule == "deit":
             self.timm.step(max(epoch - 1, 0))
         elif recipe.schedule_step == "epoch":
             self.timm.step_update((epoch + 0.5) * self.steps_per_epoch)
         else:
             self.timm.step_update(step + 1)
-        return self.optimizer.param_groups[0]["lr"]
+        return self._written.param_groups[0]["lr"]

@@ -23,7 +23,7 @@ from optbench.data.batches import (
     loader_workers,
 )
 from optbench.data.datasets import DeviceData, load_dataset
-from optbench.data.input_plan import input_plan
+from optbench.data.input_plan import InputPlan, input_plan
 from optbench.data.tensor_folder import TensorFolderBatches, device_policy
 from optbench.models import create_model
 from optbench.train.compute import Compute
@@ -42,9 +42,13 @@ class TrialParts:
     criterion: nn.Module
 
 
-def build_batches(cfg: TrainConfig, compute: Compute, pipeline: str = "pil") -> TrainBatches:
-    """The trial's batches through `pipeline` (data/batches.py; "auto" resolved by its input plan,
-    data/input_plan.py, which the batches of class folders read)."""
+def build_batches(
+    cfg: TrainConfig, compute: Compute, pipeline: str = "pil"
+) -> tuple[TrainBatches, InputPlan]:
+    """The trial's batches through `pipeline` (data/batches.py) and its input plan
+    (data/input_plan.py: "auto" resolved; the batches of class folders and the batched
+    augmentation read it), computed once here. Input workers: compute.workers, by default the
+    trial's share of the cores (loader_workers), for every pipeline that has workers."""
     if cfg.batch_size % compute.dist.world:
         raise ValueError(
             f"batch_size {cfg.batch_size} is not divisible by {compute.dist.world} processes"
@@ -58,7 +62,8 @@ def build_batches(cfg: TrainConfig, compute: Compute, pipeline: str = "pil") -> 
     shard = Shard(compute.dist.rank, compute.dist.world)
     workers = compute.workers if compute.workers is not None else loader_workers()
     common = dict(seed=cfg.seed, shard=shard)
-    pipeline = input_plan(cfg.recipe, data, pipeline, compute.device.type).pipeline
+    plan = input_plan(cfg.recipe, data, pipeline, compute.device.type)
+    pipeline = plan.pipeline
     batches: TrainBatches
     if isinstance(data, DeviceData) and pipeline == "pil" and uses_pil_policy(cfg.recipe):
         batches = PreparedBatches(
@@ -74,17 +79,19 @@ def build_batches(cfg: TrainConfig, compute: Compute, pipeline: str = "pil") -> 
         )
     elif pipeline == "tensor":
         batches = TensorFolderBatches(
-            data, cfg.batch_size, cfg.recipe, device=compute.device, readers=workers, **common
-        )
+            data, cfg.batch_size, cfg.recipe, device=compute.device, readers=workers, plan=plan,
+            **common,
+        )  # fmt: skip
     else:
         batches = FolderBatches(
-            data, cfg.batch_size, cfg.recipe, device=compute.device, workers=workers, **common
-        )
+            data, cfg.batch_size, cfg.recipe, device=compute.device, workers=workers, plan=plan,
+            **common,
+        )  # fmt: skip
     if len(batches) == 0:
         raise ValueError(
             f"batch_size {cfg.batch_size} exceeds the {batches.num_train} training images"
         )
-    return batches
+    return batches, plan
 
 
 def new_model(cfg: TrainConfig, num_classes: int, in_chans: int, img_size: int) -> nn.Module:
@@ -114,9 +121,8 @@ def build_model(cfg: TrainConfig, batches: TrainBatches, compute: Compute) -> nn
 
 def build_parts(cfg: TrainConfig, compute: Compute, pipeline: str = "pil") -> TrialParts:
     recipe = cfg.recipe
-    batches = build_batches(cfg, compute, pipeline)
+    batches, plan = build_batches(cfg, compute, pipeline)
     model = build_model(cfg, batches, compute)
-    plan = input_plan(recipe, batches.data, batches.pipeline, compute.device.type)
     augment = BatchAugment(
         recipe,
         num_classes=batches.num_classes,

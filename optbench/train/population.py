@@ -50,12 +50,11 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from optbench import safefs
-from optbench.data.input_plan import resolve_execution
 from optbench.train.checkpoint import load_checkpoint, restoring, save_checkpoint
 from optbench.train.compute import Compute
 from optbench.train.distributed import DistContext
 from optbench.train.ema import WeightAverage
-from optbench.train.loop import Members, run_guarded, train_members
+from optbench.train.loop import Members, run_guarded, start_program, train_members
 from optbench.train.optim import LrSchedule, is_decayed, weight_decay_groups
 from optbench.train.parts import build_parts
 from optbench.train.population_optim import PopulationOptimizer
@@ -130,13 +129,6 @@ def member_losses(
     return vmap(loss, randomness="same")(tensors)
 
 
-class _LrGroups:
-    """What LrSchedule sets a member's lr in (an optimizer's param_groups, one group)."""
-
-    def __init__(self, lr: float):
-        self.param_groups = [{"lr": lr}]
-
-
 class PopulationStepper:
     """K members in one batched program (stepper.Stepper): member 0's parts (batches, model
     structure, augmentation, loss; parts.py), the stacked weights, their optimizer, EMA and
@@ -163,7 +155,7 @@ class PopulationStepper:
         self.optimizer = PopulationOptimizer(
             self.weights.flats, decays, [c.wd for c in cfgs], cfg.optimizer, cfg.recipe
         )
-        self.schedules = [LrSchedule(_LrGroups(c.lr_used), c, steps) for c in cfgs]
+        self.schedules = [LrSchedule(c, steps) for c in cfgs]
         self.ema = WeightAverage(self.weights, cfg, steps) if cfg.recipe.ema else None
 
     def begin(self, resume: bool) -> list[TrialState]:
@@ -280,15 +272,13 @@ def run_population(
     ]
     if all(r is not None for r in results):
         return results
-    compute = Compute.for_trial(
-        cfgs[0].recipe, device, DistContext(), None, data_cache=root or out_dirs[0]
-    )
-    execution = resolve_execution(execution, compute.device.type, cfgs[0].recipe).model_copy(
-        update={"population": len(cfgs)}
+    start, compute, execution = start_program(
+        cfgs[0].recipe, device, DistContext(), None, root or out_dirs[0], execution, len(cfgs)
     )
     members = Members(
-        cfgs, out_dirs, root, compute.device, execution, results=results, attempts=attempts
-    )
+        cfgs, out_dirs, root, compute.device, execution,
+        start=start, results=results, attempts=attempts,
+    )  # fmt: skip
     checkpoint = out_dirs[0] / POPULATION_CHECKPOINT
     stop = StopRequest()
 

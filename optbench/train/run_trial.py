@@ -36,12 +36,10 @@ takes batch / world images of every global batch, and only rank 0 writes files.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 from optbench import safefs
-from optbench.data.input_plan import resolve_execution
 from optbench.train.checkpoint import CHECKPOINT_FILE
 from optbench.train.compute import Compute
 from optbench.train.distributed import (
@@ -51,7 +49,7 @@ from optbench.train.distributed import (
     init_process_group,
     master_port,
 )
-from optbench.train.loop import Members, run_guarded, train_members
+from optbench.train.loop import Members, run_guarded, start_program, train_members
 from optbench.train.population import run_population
 from optbench.train.signals import StopRequest
 from optbench.train.state import check_resumable
@@ -68,14 +66,12 @@ def _train(
     compute: Compute,
     stop: StopRequest,
     resume: bool,
-    members: Members | None = None,
-    execution: Execution = Execution(pipeline="pil"),
+    members: Members,
+    execution: Execution,
 ) -> TrialResult:
     """Train from the start (or the checkpoint's position) to the last epoch or a divergence
-    and record the result in `members` (default: the trial in `out_dir` alone); an agreed stop
+    and record the result in `members` (the trial in `out_dir` alone); an agreed stop
     checkpoints and raises TrialInterrupted."""
-    if members is None:
-        members = Members([cfg], [out_dir], root, compute.device, execution)
     stepper = SoloStepper(cfg, compute, execution.pipeline, out_dir / CHECKPOINT_FILE, root)
     train_members(stepper, members, compute, stop, resume)
     return members.results[0]
@@ -130,10 +126,10 @@ def run_trial(
     safefs.make_dirs(out_dir, root)
     if resume and (done := finished_result(cfg, out_dir, root)) is not None:
         return done  # ResumeMismatch or InvalidResultFile if it is not this config's result
-    start = time.perf_counter()
     ctx = context_from_env() if distributed else DistContext()
-    compute = Compute.for_trial(cfg.recipe, device, ctx, workers, data_cache=root)
-    execution = resolve_execution(execution, compute.device.type, cfg.recipe)
+    start, compute, execution = start_program(
+        cfg.recipe, device, ctx, workers, root, execution, population=1
+    )
     members = Members(
         [cfg],
         [out_dir],

@@ -75,7 +75,8 @@ class Stepper(Protocol):
 
 class SoloStepper:
     """One trial (Stepper with K = 1): its own optimizer, lr schedule and EMA over the model;
-    the steps call the model as `for_training` wraps it (DDP, torch.compile)."""
+    the steps call the model as `for_training` wraps it (DDP, torch.compile), which `begin`
+    does once the checkpoint is restored: before it, the stepper refuses to train."""
 
     def __init__(
         self,
@@ -88,10 +89,11 @@ class SoloStepper:
         self.cfgs, self.compute = [cfg], compute
         self.checkpoint, self.root = checkpoint, root
         self.parts = build_parts(cfg, compute, pipeline)
-        self.weights = self.model = self.trained = self.parts.model
+        self.weights = self.model = self.parts.model
+        self.trained: nn.Module | None = None  # the model as the steps call it, from begin()
         self.optimizer = build_optimizer(self.model, cfg, fused=compute.device.type == "cuda")
         steps_per_epoch = len(self.parts.batches)
-        self.schedules = [LrSchedule(self.optimizer, cfg, steps_per_epoch)]
+        self.schedules = [LrSchedule(cfg, steps_per_epoch)]
         self.ema = WeightAverage(self.model, cfg, steps_per_epoch) if cfg.recipe.ema else None
         self.active = [True]
 
@@ -102,14 +104,21 @@ class SoloStepper:
         self.trained = for_training(self.model, self.compute)
         return [state]
 
+    def _begun(self) -> nn.Module:
+        if self.trained is None:  # the bare model would train, unwrapped and unrestored
+            raise RuntimeError("SoloStepper: begin() before training")
+        return self.trained
+
     def train(self) -> None:
-        self.trained.train()
+        self._begun().train()
 
     def losses(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return self.parts.criterion(self.trained(x), y).reshape(1)
+        return self.parts.criterion(self._begun()(x), y).reshape(1)
 
     def update(self, lrs: list[float]) -> None:
-        self.optimizer.step()  # its lr is already set (LrSchedule.set_lr)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lrs[0]
+        self.optimizer.step()
 
     def _module(self, kind: str) -> nn.Module:
         return self.model if kind == "raw" else self.ema.module

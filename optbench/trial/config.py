@@ -4,6 +4,7 @@ the result files."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Literal
 
 from pydantic import (
@@ -128,6 +129,18 @@ class Execution(BaseModel):
             if getattr(self, key) is None:
                 data.pop(key, None)
         return data
+
+
+def mixed_pipelines_note(cell_id: str, counts: Mapping[str, int]) -> str | None:
+    """One line for a cell whose results came through more than one input pipeline (`counts`:
+    pipeline -> results), as `optbench run` and the report say it; None for one pipeline."""
+    if len(counts) < 2:
+        return None
+    mix = ", ".join(f"{n} {p}" for p, n in sorted(counts.items()))
+    return (
+        f"{cell_id} mixes input pipelines ({mix}): same distributions, results within seed "
+        "noise (docs/datasets.md)"
+    )
 
 
 class TrialResult(BaseModel):

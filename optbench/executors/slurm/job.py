@@ -45,13 +45,14 @@ class TrialBatch:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR2})
         import torch
 
+        from optbench.host import training_device
         from optbench.train.distributed import env_int
         from optbench.train.run_trial import run_job
         from optbench.train.signals import TrialInterrupted
 
         # task/none and some clusters do not bind CPUs: keep torch within the task's share.
         torch.set_num_threads(env_int("SLURM_CPUS_PER_TASK", 1, minimum=1))
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+        device = training_device()
         statuses = []
         for job in self.jobs:
             try:  # a solo trial may span the job's tasks (DDP); a population is one process
