@@ -216,15 +216,15 @@ def test_deit_recipe_reports_the_raw_model_and_records_the_ema(tmp_path):
 def test_the_gpu_settings_bf16_channels_last_and_compile_train_through_the_loop_on_the_cpu(
     tmp_path, monkeypatch
 ):
-    # run_trial turns amp, channels_last and compile on for CUDA only; the loop's code under
-    # them (bf16 autocast in training and evaluation, channels_last inputs, a compiled model
-    # beside its EMA, soft targets, checkpoints) is the same on any device, so it is run here on
-    # the CPU, where torch has bf16 autocast and inductor too.
+    # run_trial turns amp, channels_last, compile and fused kernels on for CUDA only; the loop's
+    # code under them (bf16 autocast in training and evaluation, channels_last inputs, a
+    # compiled model beside its EMA, fused AdamW, soft targets, checkpoints) is the same on any
+    # device, so it is run here on the CPU, where torch has bf16 autocast and inductor too.
     from optbench.train.compute import Compute
     from optbench.train.distributed import DistContext
 
     compute = Compute(
-        torch.device("cpu"), DistContext(), amp=True, channels_last=True, compile=True
+        torch.device("cpu"), DistContext(), amp=True, channels_last=True, compile=True, fused=True
     )
     compiled, compile_ = [], torch.compile
     monkeypatch.setattr(torch, "compile", lambda m: compiled.append(m) or compile_(m))

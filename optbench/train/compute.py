@@ -1,9 +1,12 @@
 """Where and how a trial computes: its device (under DDP, its rank's device and process group),
-bf16 autocast, channels_last, torch.compile, and its input pipeline's workers; and what
-its floating-point results depend on besides its config (`runtime_info`, in result.json).
+bf16 autocast, channels_last, torch.compile, fused optimizer kernels, and its input pipeline's
+workers; and what its floating-point results depend on besides its config (`runtime_info`, in
+result.json).
 
-The GPU settings (`recipe.amp`, `recipe.channels_last`, `recipe.compile`) apply on CUDA only; on
-the CPU all of them are off, so CPU results stay exact and comparable.
+The GPU settings (`recipe.amp`, `recipe.channels_last`, `recipe.compile`, and fused optimizer
+kernels) apply on CUDA only; on the CPU all of them are off, so CPU results stay exact and
+comparable. Each also runs on the CPU when a test builds a Compute with it on
+(tests/test_gpu_branches.py, tests/test_train_loop.py).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ class Compute:
     amp: bool
     channels_last: bool
     compile: bool = False
+    fused: bool = False  # the optimizer's fused kernels (foreach otherwise; train/optim.py)
     workers: int | None = None  # input workers; None: data/batches.py's loader_workers()
     # where a shard index is cached if the shards' folder is not writable (the study folder);
     # None: nowhere (datasets.load_dataset's cache_dir)
@@ -54,6 +58,7 @@ class Compute:
             amp=recipe.amp and on_gpu,
             channels_last=recipe.channels_last and on_gpu,
             compile=recipe.compile and on_gpu,
+            fused=on_gpu,
             workers=workers,
             data_cache=data_cache,
         )

@@ -8,19 +8,21 @@ batch is drawn and augmented once for all members. The losses are summed on the 
 once at the epoch's end (summed over the ranks under DDP), so divergence costs no host sync per
 step.
 
-Input wait (`InputClock`): the part of an epoch's training time the steps wait for their
-input. On the CPU, the wall time spent getting the next batch. On CUDA, what the GPU does not
-spend inside steps: CUDA events mark each step's start (once its batch is in hand) and end on
-the stream, and at the epoch's end (already a sync) the time between the first start and the
-last end less the steps' own time is the wait (decoding on the GPU, in the tensor pipeline,
-counts as input). No host sync per step either way.
+Input wait (`input_clock`): the part of an epoch's training time the steps wait for their
+input. On the CPU (`InputClock`), the wall time spent getting the next batch. On CUDA
+(`DeviceInputClock`), what the GPU does not spend inside steps: CUDA events mark each step's
+start (once its batch is in hand) and end on the stream, and at the epoch's end (already a sync)
+the time between the first start and the last end less the steps' own time is the wait
+(decoding on the GPU, in the tensor pipeline, counts as input). No host sync per step either
+way.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -45,13 +47,12 @@ class EpochRun:
 
 
 class InputClock:
-    """The seconds an epoch's steps waited for input (module docstring); `batches` wraps the
-    batch iterator, `step_started` / `step_ended` bracket each step's own work."""
+    """The seconds an epoch's steps waited for input, on the CPU: the wall time spent getting
+    the next batch. `batches` wraps the batch iterator, `step_started` / `step_ended` bracket
+    each step's own work."""
 
-    def __init__(self, device: torch.device):
-        self.cuda = device.type == "cuda"
+    def __init__(self):
         self.host_wait = 0.0
-        self.events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
 
     def batches(self, it) -> Iterator:
         it = iter(it)
@@ -65,25 +66,47 @@ class InputClock:
             yield item
 
     def step_started(self) -> None:
-        if self.cuda:
-            start = torch.cuda.Event(enable_timing=True)
-            start.record()
-            self.events.append((start, torch.cuda.Event(enable_timing=True)))
+        pass
 
     def step_ended(self) -> None:
-        if self.cuda:
-            self.events[-1][1].record()
+        pass
 
     def waited_s(self) -> float:
-        """Seconds waited so far (on CUDA this waits for the steps' events)."""
-        if not self.cuda:
-            return self.host_wait
+        """Seconds waited so far."""
+        return self.host_wait
+
+
+class DeviceInputClock(InputClock):
+    """On CUDA: the time the device spends outside the steps, between the first step's start
+    and the last one's end (module docstring). `event` is the timing event class of the
+    device's stream (torch.cuda.Event; a test's fake on the CPU)."""
+
+    def __init__(self, event: Callable[..., Any]):
+        super().__init__()
+        self.event = event
+        self.events: list[tuple[Any, Any]] = []
+
+    def step_started(self) -> None:
+        start = self.event(enable_timing=True)
+        start.record()
+        self.events.append((start, self.event(enable_timing=True)))
+
+    def step_ended(self) -> None:
+        self.events[-1][1].record()
+
+    def waited_s(self) -> float:
+        """Seconds waited so far (this waits for the steps' events)."""
         if not self.events:
             return 0.0
         self.events[-1][1].synchronize()
         span = self.events[0][0].elapsed_time(self.events[-1][1])
         busy = sum(a.elapsed_time(b) for a, b in self.events)
         return max(0.0, span - busy) / 1000.0
+
+
+def input_clock(device: torch.device) -> InputClock:
+    """The input-wait clock of an epoch on `device`."""
+    return DeviceInputClock(torch.cuda.Event) if device.type == "cuda" else InputClock()
 
 
 def run_epoch(
@@ -107,7 +130,7 @@ def run_epoch(
     agreement = StopAgreement(stop, compute.dist, compute.device)
     signum = 0
     t0 = time.perf_counter() - lead.epoch_s
-    clock = InputClock(compute.device)
+    clock = input_clock(compute.device)
     batches = clock.batches(parts.batches.train(epoch, lead.batch))
     lrs: list[float] = []
     for b, (x, y) in enumerate(batches, start=lead.batch):

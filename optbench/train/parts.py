@@ -109,9 +109,15 @@ def new_model(cfg: TrainConfig, num_classes: int, in_chans: int, img_size: int) 
     )
 
 
+def syncs_batchnorm(compute: Compute) -> bool:
+    """Whether BatchNorm becomes SyncBatchNorm: across DDP processes on CUDA (torch's
+    SyncBatchNorm runs on CUDA only; with gloo on the CPU each process normalizes its share)."""
+    return compute.dist.enabled and compute.device.type == "cuda"
+
+
 def build_model(cfg: TrainConfig, batches: TrainBatches, compute: Compute) -> nn.Module:
     model = new_model(cfg, batches.num_classes, batches.in_chans, batches.img_size)
-    if compute.dist.enabled and compute.device.type == "cuda":  # torch's SyncBatchNorm is CUDA-only
+    if syncs_batchnorm(compute):
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     model = model.to(compute.device)
     if compute.channels_last:

@@ -91,7 +91,7 @@ class SoloStepper:
         self.parts = build_parts(cfg, compute, pipeline)
         self.weights = self.model = self.parts.model
         self.trained: nn.Module | None = None  # the model as the steps call it, from begin()
-        self.optimizer = build_optimizer(self.model, cfg, fused=compute.device.type == "cuda")
+        self.optimizer = build_optimizer(self.model, cfg, fused=compute.fused)
         steps_per_epoch = len(self.parts.batches)
         self.schedules = [LrSchedule(cfg, steps_per_epoch)]
         self.ema = WeightAverage(self.model, cfg, steps_per_epoch) if cfg.recipe.ema else None

@@ -1,0 +1,93 @@
+"""The trainer's CUDA-only branches, run on the CPU where torch can run them: the settings a
+trial takes on CUDA (Compute.for_trial), the input-wait clock's device branch (driven by fake
+timing events), SyncBatchNorm under DDP, and fused optimizer kernels in a training step. bf16
+autocast, channels_last and torch.compile through the loop are tests/test_train_loop.py's (slow
+lane); what only a GPU can run is listed in docs/development.md (bench/gpu_checks.sh)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from cli_inprocess import tiny_config
+from torch import nn
+
+from optbench.spec.recipe import Recipe
+from optbench.train import parts
+from optbench.train.compute import Compute
+from optbench.train.distributed import DistContext
+from optbench.train.epoch import DeviceInputClock, InputClock, input_clock
+
+
+def test_a_trial_on_cuda_asks_for_every_gpu_setting_and_on_the_cpu_for_none():
+    recipe = Recipe(amp=True, channels_last=True, compile=True)
+    gpu = Compute.for_trial(recipe, "cuda", DistContext(), None)  # builds no CUDA tensor
+    cpu = Compute.for_trial(recipe, "cpu", DistContext(), None)
+    settings = ("amp", "channels_last", "compile", "fused")
+    assert [getattr(gpu, s) for s in settings] == [True] * 4
+    assert [getattr(cpu, s) for s in settings] == [False] * 4
+    assert not Compute.for_trial(Recipe(amp=False), "cuda", DistContext(), None).amp
+    assert isinstance(input_clock(gpu.device), DeviceInputClock)
+    assert type(input_clock(cpu.device)) is InputClock
+
+
+class FakeEvent:
+    """A CUDA timing event on a made-up stream clock (milliseconds)."""
+
+    now = 0.0
+
+    def __init__(self, enable_timing: bool):
+        assert enable_timing
+        self.at: float | None = None
+
+    def record(self) -> None:
+        self.at = FakeEvent.now
+
+    def synchronize(self) -> None:
+        assert self.at is not None
+
+    def elapsed_time(self, end: FakeEvent) -> float:
+        return end.at - self.at
+
+
+def test_the_device_clock_counts_the_time_between_steps_as_input_wait():
+    clock = DeviceInputClock(FakeEvent)
+    assert clock.waited_s() == 0.0  # no step yet
+    for start, end in [(0.0, 10.0), (15.0, 25.0), (25.0, 31.0), (40.0, 50.0)]:
+        FakeEvent.now = start
+        clock.step_started()
+        FakeEvent.now = end
+        clock.step_ended()
+    # span 50 ms, steps 10 + 10 + 6 + 10 = 36 ms: 14 ms waiting (5 and 9 between steps)
+    assert clock.waited_s() == pytest.approx(0.014)
+    assert clock.host_wait == 0.0  # on the device the host's own waiting is not what counts
+
+
+def test_under_ddp_on_cuda_batchnorm_becomes_syncbatchnorm(monkeypatch):
+    ddp = DistContext(rank=0, world=2, local_rank=0)
+    assert parts.syncs_batchnorm(Compute(torch.device("cuda"), ddp, False, False))
+    assert not parts.syncs_batchnorm(Compute(torch.device("cpu"), ddp, False, False))
+    assert not parts.syncs_batchnorm(Compute(torch.device("cuda"), DistContext(), False, False))
+    # the conversion itself, on a model with BatchNorm (ViT_C's conv stem), on the CPU
+    monkeypatch.setattr(parts, "syncs_batchnorm", lambda compute: True)
+    cfg = tiny_config(model="vit_c_w64_16px")
+    model = parts.build_parts(cfg, Compute.for_trial(cfg.recipe, "cpu", DistContext(), None)).model
+    kinds = {type(m) for m in model.modules()}
+    assert nn.SyncBatchNorm in kinds and nn.BatchNorm2d not in kinds
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "sgd"])
+def test_a_solo_stepper_on_a_cuda_compute_steps_with_fused_kernels(tmp_path, optimizer):
+    from optbench.train.stepper import SoloStepper
+
+    cfg = tiny_config(optimizer=optimizer, batch_size=512, epochs=1)
+    fused = Compute(torch.device("cpu"), DistContext(), False, False, fused=True)
+    stepper = SoloStepper(cfg, fused, "pil", tmp_path / "checkpoint.pt")
+    assert stepper.optimizer.defaults["fused"] is True  # torch runs fused AdamW/SGD on the CPU
+    stepper.begin(resume=False)
+    x, y = next(iter(stepper.parts.batches.train(0, 0)))
+    before = [p.detach().clone() for p in stepper.model.parameters()]
+    stepper.losses(*stepper.parts.augment(x, y)).sum().backward()
+    stepper.update([cfg.lr_used])
+    assert any(
+        not torch.equal(a, p) for a, p in zip(before, stepper.model.parameters(), strict=True)
+    )
