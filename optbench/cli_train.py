@@ -75,9 +75,9 @@ def train(
         bool, typer.Option(help="download the dataset into --data-root first (cifar10/100)")
     ] = False,
 ) -> None:
-    """Train one configuration and write OUT/result.json (the runner's workers do the same).
+    """Train one configuration (writes OUT/result.json).
 
-    SIGTERM or SIGUSR2 saves OUT/checkpoint.pt and exits with 128 + the signal number; run the
+    The runner's workers train each trial the same way. SIGTERM or SIGUSR2 saves OUT/checkpoint.pt and exits with 128 + the signal number; run the
     same command with --resume to continue."""
     import torch
     from pydantic import ValidationError
@@ -227,7 +227,7 @@ def models(
         bool, typer.Option(help="also measure training images/s on this machine's device")
     ] = False,
 ) -> None:
-    """Print the model zoo: input size, classes, flops, params and activations of each model."""
+    """Print the model zoo: each model's input, flops, params, acts."""
     import json
 
     from optbench.errors import did_you_mean

@@ -89,8 +89,17 @@ def did_you_mean(word: str, choices: Sequence[str], prefix: str = "") -> str:
     same = by_lower.get(word.lower())
     if same is not None and same != word:
         return f"; did you mean {prefix}{same}? (only the case differs: names are case-sensitive)"
+    close = closest(word, choices)
+    return f"; did you mean {prefix}{close}?" if close else ""
+
+
+def closest(word: str, choices: Sequence[str]) -> str | None:
+    """The choice `word` most likely meant, ignoring case (difflib), or None."""
+    by_lower: dict[str, str] = {}
+    for choice in choices:
+        by_lower.setdefault(choice.lower(), choice)
     close = difflib.get_close_matches(word.lower(), list(by_lower), n=1, cutoff=0.6)
-    return f"; did you mean {prefix}{by_lower[close[0]]}?" if close else ""
+    return by_lower[close[0]] if close else None
 
 
 def format_errors(
@@ -110,6 +119,18 @@ def format_errors(
     for e in err.errors():
         field, in_union = _field_loc(schema, e["loc"]) if schema else (tuple(e["loc"]), False)
         groups.setdefault((field, in_union), []).append(e)
+    # A misspelt required key is two errors, the key missing and an unknown one beside it; the
+    # unknown key's line names it ("did you mean ..."), so the missing one is left out.
+    meant = {
+        (*field[:-1], closest(str(field[-1]), _keys_at(schema, field[:-1])))
+        for (field, _), errors in groups.items()
+        if schema and any(e["type"] == "extra_forbidden" for e in errors)
+    }
+    groups = {
+        key: kept
+        for key, errors in groups.items()
+        if (kept := [e for e in errors if not (e["type"] == "missing" and key[0] in meant)])
+    }
     lines = []
     for (field, in_union), errors in groups.items():
         where = ".".join(str(p) for p in field)
