@@ -140,6 +140,10 @@ def run(
         return
     from optbench.executors import make_executor
     from optbench.runner import failed_trials, run_study, stop_signals_as_ctrl_c
+    from optbench.study_tables import lr_scale_note
+
+    if note := lr_scale_note(spec):  # the plan's lr column says it; a run says it once too
+        console.print(note, markup=False, highlight=False, soft_wrap=True)
 
     # The executor says what it submits; SLURM also says when it stops answering and answers again.
     notify = partial(console.print, markup=False, highlight=False)

@@ -38,7 +38,8 @@ def train(
     ref_batch: Annotated[
         int | None,
         typer.Option(
-            help="batch size that --lr is normalized to (default: the preset's, 2048 or 512)"
+            help="batch size that --lr is normalized to (default: the preset's: paper 2048, "
+            "deit 512, basic --batch-size, i.e. no scaling)"
         ),
     ] = None,
     data_root: Annotated[
