@@ -7,8 +7,9 @@ Xiao et al. (2021) claim that, compared with ViT_P (patchify stem), ViT_C (conv 
   (c) loses less when SGD replaces AdamW (Fig 3),
 and (d) that error grows as the stem's patchify layer grows, S1 -> S4 -> P (Table 3).
 
-Models take their roles from their zoo names: `vit_p_<x>` and `vit_c_<x>` are a pair,
-`vit_s<k>_<x>` the stem ablation with a k-th patchify size of the same family `<x>`.
+Models take their roles from their zoo names (optbench/models/roles.py): `vit_p_<x>` and
+`vit_c_<x>` are a pair, `vit_s<k>_<x>` the stem ablation with a k-th patchify size of the same
+family `<x>`.
 
 Definitions (each statistic is defined here once; "error" is the trial's `options.metric`):
 - cell: the trials of one (model, optimizer, epochs); a sample is one (lr, wd) pair of it, a
@@ -34,11 +35,14 @@ Definitions (each statistic is defined here once; "error" is the trial's `option
 
 Intervals of (a): BCa bootstrap (stats.interval: scipy.stats.bootstrap, N_BOOT resamples, 95%),
 the percentile interval of the same resamples where BCa degenerates (the row's `interval` says
-which), seeded per claim and panel; it resamples each model's (lr, wd) samples on its own, each
-carrying all its seeds. Not paired by sample index (sample i is the same point of the unit
-square in both boxes): on 20 replicate studies of real trainings (bench/replicates.py) the
-paired interval covered the replicates' mean estimate in too few of them, the unpaired one as
-often as it should (bench/RESULTS.md).
+which), seeded per claim and panel, resampling the panel's (lr, wd) samples, each carrying all
+its seeds, as the design drew them (the row's `design`): "paired" where both models trained the
+same (lr, wd) at every sample (one box for both, as in the quickstart), so sample i of both is
+resampled together and the errors' correlation across models at the same pair is kept;
+"unpaired" where their boxes differ (a box per model around its good value, as in the mini's EDF
+study), each model's samples resampled on its own (there sample i is only the same relative
+position in two boxes, and resampling it together covered too rarely on replicate studies,
+bench/RESULTS.md).
 Intervals of (b)-(d), the seed claims: every cell is reduced to one vector of per-seed errors
 (its sample with the lowest mean over the seeds that every cell has; under `sampler: good` its
 only sample), seed s of every cell gives one value of the claim's contrast, and the interval is
@@ -55,6 +59,11 @@ stats.sup_band) of D(x) = F_C(x) - F_P(x) on [0, AUC_MAX_POINTS]: "holds" when t
 above 0 somewhere and below 0 nowhere (ViT_C's EDF is above ViT_P's somewhere and below it
 nowhere, at once for every x), "opposite" the mirror, "crossing" both, "not shown" neither.
 
+At a look of a sequential study (`claims_table(..., boundary=c)`, analysis/sequential.py) each
+row's interval is instead the repeated confidence interval of that look: (a) estimate +- c se
+(se: the standard deviation of the same bootstrap replicates), (b)-(d) each step's t interval at
+c's nominal level; a look computes neither the power nor the curve verdict.
+
 Evidence (`advice`): how many units of what the row resamples ((a): (lr, wd) samples per cell,
 each with the study's seeds; (b)-(d): seeds) a study would need so that its 95% interval shows
 the claim with probability POWER_TARGET if the effect is as estimated, up to MAX_SAMPLES samples
@@ -64,23 +73,20 @@ contrasts for (b)-(d) (stats.seed_power).
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-
 import numpy as np
 import pandas as pd
 
 from optbench.analysis import stats, tables
 from optbench.analysis.edf import AUC_MAX_POINTS, MIN_EDF_SAMPLES
-from optbench.analysis.summary import Options, advice_line
+from optbench.analysis.sequential import nominal_level
+from optbench.analysis.summary import MAX_SAMPLES, Options, advice_line
+from optbench.models.roles import Family, families, role_name
 
 # (b)-(d): a t interval of 2 seeds has 1 degree of freedom (t = 12.7) and says next to nothing;
 # from 3 seeds (t = 4.3) a seed claim is tested
 MIN_SEEDS = 3
-MAX_SAMPLES = 128  # the power search's largest (lr, wd) sample: twice the paper's 64
 MAX_SEEDS = 32
 CURVE_STEPS = 200  # D(x) of claim (a)'s curve statement on this many steps of [0, 10]
-_ROLE = re.compile(r"^vit_(p|c|s(\d+))_(.+)$")
 
 PAPER = {
     "a": "ViT_C's lr/wd EDF is steeper than ViT_P's (Figs 4-5)",
@@ -111,48 +117,13 @@ COLUMNS = [
     "interval",
     "curve_verdict",
     "unit",
+    "design",
+    "se",
     "n_now",
     "power_now",
     "n_needed",
     "advice",
 ]
-
-
-@dataclass(frozen=True)
-class Family:
-    """The ViT_P / ViT_C pair and stem ablations sharing one zoo suffix."""
-
-    p: str | None
-    c: str | None
-    stems: tuple[str, ...]  # S1, S2, ... in patchify-size order
-
-    @property
-    def stem_order(self) -> tuple[str, ...]:
-        return (*self.stems, self.p) if self.p else ()
-
-
-def families(models: list[str]) -> list[Family]:
-    """The model families named in `models`, by zoo name (module docstring)."""
-    found: dict[str, dict[str, str]] = {}
-    for model in models:
-        match = _ROLE.match(model)
-        if match:
-            role = "p" if match[1] == "p" else "c" if match[1] == "c" else f"s{int(match[2]):04d}"
-            found.setdefault(match[3], {})[role] = model
-    return [
-        Family(
-            roles.get("p"),
-            roles.get("c"),
-            tuple(roles[k] for k in sorted(r for r in roles if r.startswith("s"))),
-        )
-        for roles in found.values()
-    ]
-
-
-def _role_name(model: str) -> str:
-    """A zoo model's short name in the paper's notation: P, C or S<k>."""
-    match = _ROLE.match(model)
-    return model if match is None else match.group(1).upper()
 
 
 def verdict(low: float, high: float, against_high: float | None = None) -> str:
@@ -175,22 +146,6 @@ def curve_verdict(low: np.ndarray, high: np.ndarray) -> str:
     return "holds" if above else "opposite" if below else "not shown"
 
 
-# --- data: a cell as a (samples x seeds) array -------------------------------------------------
-
-
-def _wide(results: pd.DataFrame, diverged_as: float) -> pd.DataFrame:
-    """One cell's errors as a samples x seeds frame (NaN where a trial has no result);
-    diverged trials (error +inf) become `diverged_as`."""
-    errors = results["error"].where(np.isfinite(results["error"]), diverged_as)
-    return errors.groupby([results["sample"], results["seed"]]).first().unstack("seed")
-
-
-def _cell_matrix(results: pd.DataFrame, diverged_as: float) -> tuple[np.ndarray, np.ndarray]:
-    """(sample ids, samples x seeds errors) of one cell; incomplete samples are dropped."""
-    wide = _wide(results, diverged_as).dropna()
-    return wide.index.to_numpy(), wide.to_numpy(float)
-
-
 def _auc(trials: np.ndarray) -> np.ndarray:
     """auc_10 over the last axis of an error array (+inf = diverged)."""
     with np.errstate(invalid="ignore"):
@@ -199,21 +154,19 @@ def _auc(trials: np.ndarray) -> np.ndarray:
     return np.clip(1.0 - dtop / AUC_MAX_POINTS, 0.0, 1.0).mean(axis=-1)
 
 
-def _pooled(matrix: np.ndarray, samples: np.ndarray) -> np.ndarray:
-    """The trials of the picked samples (..., n) of a (samples x seeds) matrix, as (..., n*seeds)."""
-    return matrix[samples].reshape(*samples.shape[:-1], -1)
-
-
 # --- the claims ----------------------------------------------------------------------------------
 
 
 class _Claims:
     """Builds the table's rows for one study's results (with `error`, +inf for diverged)."""
 
-    def __init__(self, results: pd.DataFrame, options: Options, study: str) -> None:
+    def __init__(
+        self, results: pd.DataFrame, options: Options, study: str, boundary: float | None
+    ) -> None:
         self.results = results
         self.options = options
         self.study = study
+        self.boundary = boundary  # a sequential look's z boundary (module docstring), or None
         self.rows: list[dict] = []
 
     def cell(self, model: str, optimizer: str, epochs: int) -> pd.DataFrame:
@@ -228,7 +181,7 @@ class _Claims:
         """The seeds that every cell has (k) and, per cell, the errors of those seeds (k,) at
         the cell's sample with the lowest mean over them (module docstring); a diverged seed is
         DIVERGED_ERROR. Empty vectors when the cells share no seed."""
-        wides = [_wide(self.cell(*cell), tables.DIVERGED_ERROR) for cell in cells]
+        wides = [tables.seed_frame(self.cell(*cell), tables.DIVERGED_ERROR) for cell in cells]
         seeds = sorted(set.intersection(*(set(w.columns) for w in wides)))
         vectors = []
         for wide in wides:
@@ -243,7 +196,7 @@ class _Claims:
         subset = pd.concat([self.cell(*c) for c in cells])
         return {
             "claim": claim,
-            "paper": PAPER[claim].format(chain=" -> ".join(map(_role_name, models))),
+            "paper": PAPER[claim].format(chain=" -> ".join(map(role_name, models))),
             "study": self.study,
             "optimizer": optimizer,
             "epochs": epochs,
@@ -253,28 +206,43 @@ class _Claims:
             "diverged": int((subset["status"] == "diverged").sum()),
         }
 
-    def add_edf(self, optimizer, epochs, models, statistic, n: int, cells, curve: str) -> None:
-        """Claim (a)'s row: the statistic of n resampled (lr, wd) samples, its BCa interval,
-        verdict and bootstrap power."""
+    def add_edf(self, optimizer, epochs, models, statistic, sizes, cells, curve) -> None:
+        """Claim (a)'s row: the statistic of resampled (lr, wd) samples (`sizes`: (n,) paired,
+        (n, n) unpaired), its BCa interval, verdict and bootstrap power; at a look, its
+        repeated confidence interval (module docstring)."""
+        n = sizes[0]
         seed = self.options.rng_seed("claims", "a", optimizer, epochs)
-        # each model's samples resampled on its own (module docstring: why not paired)
-        found = stats.interval(statistic, (n, n), n_boot=self.options.n_boot, seed=seed)
-        power = stats.power(statistic, (n, n), MAX_SAMPLES, seed=seed)
-        shown = found.low > 0 or found.high < 0
+        found = stats.interval(statistic, sizes, n_boot=self.options.n_boot, seed=seed)
+        low, high = found.low, found.high
+        power_now = n_needed = advice = None
+        method = found.method
+        if self.boundary is None:
+            power = stats.power(statistic, sizes, MAX_SAMPLES, seed=seed)
+            shown = found.low > 0 or found.high < 0
+            power_now, n_needed = (power.power[0] if power.power else None), power.needed
+            advice = advice_line(power, shown, n, "samples", MAX_SAMPLES)
+        else:
+            low, high = (
+                found.estimate - self.boundary * found.se,
+                found.estimate + self.boundary * found.se,
+            )
+            method = "normal"
         self.rows.append(
             self.row("a", optimizer, epochs, models, cells)
             | {
                 "estimate": found.estimate,
-                "low": found.low,
-                "high": found.high,
-                "verdict": verdict(found.low, found.high),
-                "interval": found.method,
+                "low": low,
+                "high": high,
+                "verdict": verdict(low, high),
+                "interval": method,
                 "curve_verdict": curve,
                 "unit": "samples",
+                "design": "paired" if len(sizes) == 1 else "unpaired",
+                "se": found.se,
                 "n_now": n,
-                "power_now": power.power[0] if power.power else None,
-                "n_needed": power.needed,
-                "advice": advice_line(power, shown, n, "samples", MAX_SAMPLES),
+                "power_now": power_now,
+                "n_needed": n_needed,
+                "advice": advice,
             }
         )
 
@@ -285,6 +253,7 @@ class _Claims:
         row = self.row(claim, optimizer, epochs, models, cells) | {
             "curve_verdict": None,
             "unit": "seeds",
+            "design": "paired",  # seed s of every cell gives one contrast
             "n_now": k,
         }
         if k < MIN_SEEDS:
@@ -293,26 +262,34 @@ class _Claims:
             self.rows.append(
                 row
                 | {"estimate": estimate, "low": np.nan, "high": np.nan, "verdict": NOT_TESTED}
-                | {"interval": None, "power_now": None, "n_needed": None, "advice": advice}
+                | {"interval": None, "se": np.nan, "power_now": None, "n_needed": None}
+                | {"advice": advice}
             )
             return
-        steps = [stats.t_interval(step) for step in np.atleast_2d(contrasts)]
+        level = stats.LEVEL if self.boundary is None else nominal_level(self.boundary)
+        steps = [stats.t_interval(step, level) for step in np.atleast_2d(contrasts)]
+        smallest = min(steps, key=lambda i: i.estimate)
         low, high = min(i.low for i in steps), min(i.high for i in steps)
         largest_high = max(i.high for i in steps)  # below 0: every step is
-        seed = self.options.rng_seed("claims", claim, optimizer, epochs)
-        power = stats.seed_power(contrasts, MAX_SEEDS, seed=seed)
-        shown = low > 0 or largest_high < 0
+        power_now = n_needed = advice = None
+        if self.boundary is None:
+            seed = self.options.rng_seed("claims", claim, optimizer, epochs)
+            power = stats.seed_power(contrasts, MAX_SEEDS, seed=seed)
+            shown = low > 0 or largest_high < 0
+            power_now, n_needed = (power.power[0] if power.power else None), power.needed
+            advice = advice_line(power, shown, k, "seeds", MAX_SEEDS)
         self.rows.append(
             row
             | {
-                "estimate": min(i.estimate for i in steps),
+                "estimate": smallest.estimate,
                 "low": low,
                 "high": high,
                 "verdict": verdict(low, high, largest_high),
                 "interval": "t",
-                "power_now": power.power[0] if power.power else None,
-                "n_needed": power.needed,
-                "advice": advice_line(power, shown, k, "seeds", MAX_SEEDS),
+                "se": smallest.se,
+                "power_now": power_now,
+                "n_needed": n_needed,
+                "advice": advice,
             }
         )
 
@@ -322,31 +299,42 @@ class _Claims:
                 self.epochs_of(fam.p, optimizer) & self.epochs_of(fam.c, optimizer)
             ):
                 cells = [(fam.p, optimizer, epochs), (fam.c, optimizer, epochs)]
-                (ids_p, m_p), (ids_c, m_c) = (_cell_matrix(self.cell(*c), np.inf) for c in cells)
+                (ids_p, m_p), (ids_c, m_c) = (
+                    tables.sample_matrix(self.cell(*c), np.inf) for c in cells
+                )
                 shared = np.intersect1d(ids_p, ids_c)
                 if shared.size < MIN_EDF_SAMPLES:
                     continue
                 m_p, m_c = m_p[np.isin(ids_p, shared)], m_c[np.isin(ids_c, shared)]
+                paired = tables.same_pairs([self.cell(*c) for c in cells], shared)
 
-                def area_diff(idx_p, idx_c, m_p=m_p, m_c=m_c):
-                    return _auc(_pooled(m_c, idx_c)) - _auc(_pooled(m_p, idx_p))
+                def area_diff(idx_p, idx_c=None, m_p=m_p, m_c=m_c):
+                    idx_c = idx_p if idx_c is None else idx_c  # paired: one index for both
+                    return _auc(tables.pooled(m_c, idx_c)) - _auc(tables.pooled(m_p, idx_p))
 
-                curve = self.curve(m_p, m_c, optimizer, epochs)
+                sizes = (shared.size,) if paired else (shared.size, shared.size)
+                curve = None
+                if self.boundary is None:
+                    curve = self.curve(m_p, m_c, optimizer, epochs, paired)
                 models = (fam.c, fam.p)
-                self.add_edf(optimizer, epochs, models, area_diff, shared.size, cells, curve)
+                self.add_edf(optimizer, epochs, models, area_diff, sizes, cells, curve)
 
-    def curve(self, m_p: np.ndarray, m_c: np.ndarray, optimizer, epochs) -> str:
-        """Claim (a)'s curve verdict: the simultaneous band of F_C - F_P on [0, 10], each
-        model's (lr, wd) samples resampled on its own, as the area's interval."""
+    def curve(self, m_p: np.ndarray, m_c: np.ndarray, optimizer, epochs, paired: bool) -> str:
+        """Claim (a)'s curve verdict: the simultaneous band of F_C - F_P on [0, 10], the (lr,
+        wd) samples resampled as the area's interval resamples them (together where paired)."""
         xs = np.linspace(0.0, AUC_MAX_POINTS, CURVE_STEPS + 1)
         rng = np.random.default_rng(self.options.rng_seed("claims-a-curve", optimizer, epochs))
         n = m_p.shape[0]
 
-        def edf_of(matrix):
-            picks = np.vstack([np.arange(n), rng.integers(0, n, (self.options.n_boot, n))])
-            return stats.edf_rows(stats.dtop1_rows(_pooled(matrix, picks)), xs)
+        def picks():
+            return np.vstack([np.arange(n), rng.integers(0, n, (self.options.n_boot, n))])
 
-        diffs = edf_of(m_c) - edf_of(m_p)
+        def edf_of(matrix, picked):
+            return stats.edf_rows(stats.dtop1_rows(tables.pooled(matrix, picked)), xs)
+
+        picks_c = picks()
+        picks_p = picks_c if paired else picks()
+        diffs = edf_of(m_c, picks_c) - edf_of(m_p, picks_p)
         return curve_verdict(*stats.sup_band(diffs[0], diffs[1:]))
 
     def length(self, fam: Family) -> None:
@@ -399,11 +387,16 @@ class _Claims:
 
 
 def claims_table(
-    results: pd.DataFrame, options: Options | None = None, study: str = ""
+    results: pd.DataFrame,
+    options: Options | None = None,
+    study: str = "",
+    boundary: float | None = None,
 ) -> pd.DataFrame:
     """Every claim the results can test, one row per claim and panel (COLUMNS). `results` are
-    `tables.with_errors(trials, options.metric)`: finished and diverged trials with `error`."""
-    claims = _Claims(results, options or Options(), study)
+    `tables.with_errors(trials, options.metric)`: finished and diverged trials with `error`.
+    With `boundary`, a sequential look's z boundary, the intervals are that look's repeated
+    confidence intervals and neither power nor curve verdict is computed (module docstring)."""
+    claims = _Claims(results, options or Options(), study, boundary)
     for fam in families(list(dict.fromkeys(results["model"]))):
         if fam.p and fam.c:
             claims.edf(fam)

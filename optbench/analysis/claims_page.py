@@ -121,7 +121,7 @@ def records(table: pd.DataFrame) -> list[dict]:
     rows = table.to_dict(orient="records")
     for row in rows:
         row["n_needed"] = None if pd.isna(row["n_needed"]) else int(row["n_needed"])
-        for key in ("curve_verdict", "power_now", "interval", "estimate", "low", "high"):
+        for key in ("curve_verdict", "power_now", "interval", "se", "estimate", "low", "high"):
             row[key] = None if pd.isna(row[key]) else row[key]
     return rows
 

@@ -129,17 +129,21 @@ class Interval:
     high: float
 
 
-def within_diff(errors_a: np.ndarray, errors_b: np.ndarray, points: float) -> Statistic:
-    """frac_within(points) of a minus that of b, as a statistic of resampled trial indices (one
-    group per model): the fraction of a resample's trials within `points` of its own best."""
+def within_diff(errors_a: np.ndarray, errors_b: np.ndarray, points: float, paired: bool = False):
+    """frac_within(points) of a minus that of b, as a statistic of resampled indices: the
+    fraction of a resample's trials within `points` of its own best. Unpaired: one group per
+    model, `errors_*` each model's trials. `paired`: one group, `errors_*` (samples x seeds)
+    matrices of the same (lr, wd) samples, sample i of both resampled together."""
     errors_a, errors_b = np.asarray(errors_a, float), np.asarray(errors_b, float)
 
     def within(errors: np.ndarray, idx: np.ndarray) -> np.ndarray:
-        trials = errors[idx]
+        trials = errors[idx].reshape(*idx.shape[:-1], -1)  # a matrix's seeds pooled
         best = trials.min(axis=-1, keepdims=True)
         with np.errstate(invalid="ignore"):
             return (np.isfinite(best) & (trials - best <= points)).mean(axis=-1)
 
+    if paired:
+        return lambda idx: within(errors_a, idx) - within(errors_b, idx)
     return lambda idx_a, idx_b: within(errors_a, idx_a) - within(errors_b, idx_b)
 
 
@@ -148,15 +152,18 @@ def frac_within_diff(
     errors_b: np.ndarray,
     *,
     points: float = 4.0,
+    paired: bool = False,
     n_boot: int = N_BOOT,
     seed: int | list[int] = 0,
     level: float = LEVEL,
 ) -> Interval:
-    """frac_within(points) of model a minus that of model b, each model resampled on its own;
-    a fraction of trials is discrete, so its interval is the percentile one."""
+    """frac_within(points) of model a minus that of model b (`within_diff`: each model's
+    trials resampled on its own, or `paired` samples together); a fraction of trials is
+    discrete, so its interval is the percentile one."""
+    sizes = (len(errors_a),) if paired else (np.size(errors_a), np.size(errors_b))
     found = interval(
-        within_diff(errors_a, errors_b, points),
-        (np.size(errors_a), np.size(errors_b)),
+        within_diff(errors_a, errors_b, points, paired),
+        sizes,
         discrete=True,
         n_boot=n_boot,
         seed=seed,
@@ -200,12 +207,15 @@ Statistic = Callable[..., np.ndarray]
 
 @dataclass(frozen=True)
 class GroupInterval:
-    """An estimate, its interval and how the interval was computed ("BCa" or "percentile")."""
+    """An estimate, its interval, how the interval was computed ("BCa", "percentile" or "t")
+    and the estimate's standard error (the bootstrap replicates' standard deviation, or s /
+    sqrt(k) for a t interval)."""
 
     estimate: float
     low: float
     high: float
     method: str
+    se: float = float("nan")
 
 
 def full_indices(sizes: tuple[int, ...]) -> tuple[np.ndarray, ...]:
@@ -246,7 +256,8 @@ def interval(
     if method == "BCa" and (degenerate or not (np.isfinite(low) and np.isfinite(high))):
         method = "percentile"
         low, high = _percentiles(result.bootstrap_distribution, level)
-    return GroupInterval(estimate, float(low), float(high), method)
+    se = float(np.std(result.bootstrap_distribution, ddof=1))
+    return GroupInterval(estimate, float(low), float(high), method, se)
 
 
 # --- bootstrap power: the sample size that would show an effect ------------------------------
@@ -413,8 +424,9 @@ def t_interval(values: np.ndarray, level: float = LEVEL) -> GroupInterval:
     values = np.asarray(values, dtype=float)
     k = values.size
     mean = float(values.mean())
-    half = float(stats.t.ppf((1 + level) / 2, k - 1) * values.std(ddof=1) / np.sqrt(k))
-    return GroupInterval(mean, mean - half, mean + half, "t")
+    se = float(values.std(ddof=1) / np.sqrt(k))
+    half = float(stats.t.ppf((1 + level) / 2, k - 1) * se)
+    return GroupInterval(mean, mean - half, mean + half, "t", se)
 
 
 SEED_POWER_DRAWS = 4000  # simulated studies per candidate seed count (power within ~1 point)

@@ -29,6 +29,7 @@ from optbench.errors import UsageError
 from optbench.provenance import mixed_code_warning
 
 MAX_TRIALS = 256  # the power search's largest cell for the comparisons (trials per model)
+MAX_SAMPLES = 128  # the power search's largest (lr, wd) sample count: twice the paper's 64
 
 
 @dataclass(frozen=True)
@@ -148,52 +149,75 @@ def code_summary(results: pd.DataFrame) -> dict[str, Any]:
 
 def _comparisons(results: pd.DataFrame, options: Options) -> list[dict[str, Any]]:
     """KS test and frac_within 4 difference between the models of each panel whose cells
-    sample (lr, wd) (tables.sampled_cells: an EDF of a fixed pair's seeds is no lr/wd EDF)."""
+    sample (lr, wd) (tables.sampled_cells: an EDF of a fixed pair's seeds is no lr/wd EDF);
+    the difference's interval and power resample as claim (a) does (`_compared`)."""
     rows = []
     sampled = tables.sampled_cells(results)
     for (optimizer, epochs), panel in tables.panels(results):
-        by_model = {
-            m: g["error"].to_numpy()
-            for m, g in panel.groupby("model", sort=False)
-            if (m, optimizer, epochs) in sampled
+        cells = {
+            m: g for m, g in panel.groupby("model", sort=False) if (m, optimizer, epochs) in sampled
         }
-        for model_a, model_b in combinations(by_model, 2):
-            errors_a, errors_b = by_model[model_a], by_model[model_b]
+        for model_a, model_b in combinations(cells, 2):
+            errors_a, errors_b = (cells[m]["error"].to_numpy() for m in (model_a, model_b))
             ks_stat, ks_p = ks_test(dtop1(errors_a), dtop1(errors_b))
+            units, sizes, a, b = _compared(cells[model_a], cells[model_b])
+            paired, n_max = len(sizes) == 1, MAX_TRIALS if units == "trials" else MAX_SAMPLES
             diff = frac_within_diff(
-                errors_a,
-                errors_b,
+                a,
+                b,
                 points=4.0,
+                paired=paired,
                 n_boot=options.n_boot,
                 seed=options.rng_seed(optimizer, epochs, model_a, model_b),
             )
             power = stats.power(
-                stats.within_diff(errors_a, errors_b, 4.0),
-                (errors_a.size, errors_b.size),
-                MAX_TRIALS,
+                stats.within_diff(a, b, 4.0, paired),
+                sizes,
+                n_max,
                 discrete=True,
                 seed=options.rng_seed("power", optimizer, epochs, model_a, model_b),
             )
-            n_now = min(errors_a.size, errors_b.size)
+            n_now = min(sizes)
             rows.append(
                 {
                     "optimizer": optimizer,
                     "epochs": epochs,
                     "model_a": model_a,
                     "model_b": model_b,
+                    "design": "paired" if paired else "unpaired",
                     "ks_statistic": ks_stat,
                     "ks_pvalue": ks_p,
                     "frac_within_4_diff": diff.estimate,
                     "frac_within_4_diff_ci": [diff.low, diff.high],
+                    "unit": units,
                     "n_now": n_now,
                     "power_now": power.power[0] if power.power else None,
                     "n_needed": power.needed,
                     "advice": advice_line(
-                        power, diff.low > 0 or diff.high < 0, n_now, "trials", MAX_TRIALS
+                        power, diff.low > 0 or diff.high < 0, n_now, units, n_max
                     ),
                 }
             )
     return rows
+
+
+def _compared(cell_a: pd.DataFrame, cell_b: pd.DataFrame):
+    """What a comparison of two cells resamples: (unit, group sizes, a, b). Where both cells
+    trained the same (lr, wd) pairs with the same seeds (one box), the (lr, wd) samples
+    together, each with its seeds ("samples", (n,), samples x seeds matrices); otherwise each
+    cell's trials on its own ("trials", (n_a, n_b), the error vectors)."""
+    if {"sample", "seed"} <= set(cell_a.columns) & set(cell_b.columns):
+        ids_a, m_a = tables.sample_matrix(cell_a, np.inf)
+        ids_b, m_b = tables.sample_matrix(cell_b, np.inf)
+        same_seeds = set(cell_a["seed"]) == set(cell_b["seed"])
+        if (
+            same_seeds
+            and np.array_equal(ids_a, ids_b)
+            and tables.same_pairs([cell_a, cell_b], ids_a)
+        ):
+            return "samples", (ids_a.size,), m_a, m_b
+    a, b = cell_a["error"].to_numpy(), cell_b["error"].to_numpy()
+    return "trials", (a.size, b.size), a, b
 
 
 def _pct(p: float) -> str:

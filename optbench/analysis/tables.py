@@ -254,3 +254,35 @@ def seed_table(results: pd.DataFrame) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows)
+
+
+# --- a cell as a (samples x seeds) array: what the claims and comparisons resample ---------
+
+
+def seed_frame(results: pd.DataFrame, diverged_as: float) -> pd.DataFrame:
+    """One cell's errors as a samples x seeds frame (NaN where a trial has no result);
+    diverged trials (error +inf) become `diverged_as`."""
+    errors = results["error"].where(np.isfinite(results["error"]), diverged_as)
+    return errors.groupby([results["sample"], results["seed"]]).first().unstack("seed")
+
+
+def sample_matrix(results: pd.DataFrame, diverged_as: float) -> tuple[np.ndarray, np.ndarray]:
+    """(sample ids, samples x seeds errors) of one cell; incomplete samples are dropped."""
+    wide = seed_frame(results, diverged_as).dropna()
+    return wide.index.to_numpy(), wide.to_numpy(float)
+
+
+def pooled(matrix: np.ndarray, samples: np.ndarray) -> np.ndarray:
+    """The trials of the picked samples (..., n) of a (samples x seeds) matrix, as (..., n*seeds)."""
+    return matrix[samples].reshape(*samples.shape[:-1], -1)
+
+
+def same_pairs(cells: list[pd.DataFrame], samples: np.ndarray) -> bool:
+    """Whether every cell trained the same (lr, wd) at each of `samples`: one box for all (the
+    design "paired": sample i of every cell is resampled together), not a box per model."""
+    if not all({"lr", "wd"} <= set(cell.columns) for cell in cells):
+        return False
+    pairs = [
+        cell.groupby("sample")[["lr", "wd"]].first().loc[samples].to_numpy(float) for cell in cells
+    ]
+    return all(np.allclose(pairs[0], other, rtol=1e-12, atol=0.0) for other in pairs[1:])

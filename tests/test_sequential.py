@@ -1,0 +1,168 @@
+"""The sequential rule's arithmetic (optbench.analysis.sequential) against published constants
+and simulation, and claim (a)'s intervals by design (paired where both models trained the same
+(lr, wd) pairs)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from optbench.analysis import sequential, tables
+from optbench.analysis.claims import claims_table
+from optbench.analysis.summary import Options
+
+FAST = Options(n_boot=400)
+
+
+# Jennison and Turnbull (2000), Tables 2.1 and 2.3: constants of two-sided tests with K equally
+# spaced looks and alpha = 0.05; Pocock's boundary is C_P at every look, O'Brien and Fleming's
+# is C_B sqrt(K / k) at look k. Printed to 3 decimals.
+POCOCK_C = {2: 2.178, 3: 2.289, 4: 2.361, 5: 2.413}
+OBRIEN_FLEMING_C = {2: 1.977, 3: 2.004, 4: 2.024, 5: 2.040}
+
+
+@pytest.mark.parametrize("k", sorted(POCOCK_C))
+def test_the_published_pocock_and_obrien_fleming_tests_spend_five_percent(k):
+    fractions = [(i + 1) / k for i in range(k)]
+    pocock = sequential.crossing_probabilities(fractions, [POCOCK_C[k]] * k)
+    obf = [OBRIEN_FLEMING_C[k] * math.sqrt(k / (i + 1)) for i in range(k)]
+    for bounds in (pocock, sequential.crossing_probabilities(fractions, obf)):
+        # a constant rounded to 3 decimals moves alpha by about 2e-4
+        assert sum(bounds) == pytest.approx(0.05, abs=5e-4)
+
+
+def test_one_look_is_the_fixed_size_test():
+    for spending in sequential.SPENDING:
+        assert sequential.boundaries([1.0], spending) == pytest.approx([1.959964], abs=1e-5)
+
+
+@pytest.mark.parametrize("spending", sequential.SPENDING)
+def test_each_look_spends_what_the_spending_function_allows_on_simulated_paths(spending):
+    # Brownian paths observed at unequal looks: the share first crossing at each look matches
+    # alpha(t_k) - alpha(t_{k-1}) within 4 Monte-Carlo standard errors.
+    fractions = [0.2, 0.3, 0.5, 0.75, 1.0]
+    bounds = sequential.boundaries(fractions, spending)
+    rng = np.random.default_rng(0)
+    steps = rng.normal(size=(400_000, len(fractions))) * np.sqrt(np.diff([0.0, *fractions]))
+    z = np.cumsum(steps, axis=1) / np.sqrt(fractions)
+    crossed = np.abs(z) >= np.array(bounds)
+    first = np.where(crossed.any(axis=1), crossed.argmax(axis=1), -1)
+    spent = np.diff([0.0] + [sequential.spent(spending, t) for t in fractions])
+    for k, target in enumerate(spent):
+        share = float(np.mean(first == k))
+        assert abs(share - target) <= 4 * math.sqrt(target * (1 - target) / z.shape[0]) + 1e-5
+
+
+def test_pocock_stops_early_looks_sooner_and_obrien_fleming_keeps_the_last_near_fixed():
+    fractions = [0.25, 0.5, 0.75, 1.0]
+    pocock = sequential.boundaries(fractions, "pocock")
+    obf = sequential.boundaries(fractions, "obrien-fleming")
+    assert pocock[0] < obf[0] and obf[-1] < pocock[-1]
+    assert 1.96 < obf[-1] < 2.1 and max(pocock) - min(pocock) < 0.05
+
+
+def test_the_outcome_of_a_look():
+    assert sequential.outcome(0.1, 0.4, None, last=False) == "holds"
+    assert sequential.outcome(-0.4, -0.1, 0.5, last=False) == "opposite"
+    assert sequential.outcome(-0.04, 0.03, 0.05, last=False) == "equivalent"
+    assert sequential.outcome(-0.04, 0.03, None, last=False) == "continue"  # no margin declared
+    assert sequential.outcome(-0.2, 0.3, 0.05, last=False) == "continue"
+    assert sequential.outcome(-0.2, 0.3, 0.05, last=True) == "undecided"
+    assert sequential.outcome(-math.inf, math.inf, 0.05, last=True) == "undecided"
+
+
+def test_few_seeds_read_the_boundary_as_students_t_at_its_tail():
+    c = 2.4
+    assert sequential.critical(c) == c
+    t2 = sequential.critical(c, df=2)
+    assert stats.t.sf(t2, 2) == pytest.approx(stats.norm.sf(c)) and t2 > 3 * c
+    assert sequential.critical(c, df=10_000) == pytest.approx(c, abs=1e-3)
+
+
+def test_the_size_said_to_decide_is_the_first_whose_projected_interval_would():
+    need = 2.4 + stats.norm.ppf(0.8)
+    for estimate, se, n in ((0.2, 0.15, 10), (-0.05, 0.05, 24), (0.3, 0.05, 8)):
+        more = sequential.more_needed(estimate, se, n, 2.4, margin=None)
+        projected = abs(estimate) / (se * math.sqrt(n / more))
+        before = abs(estimate) / (se * math.sqrt(n / (more - 1)))
+        assert more > n and projected >= need and (more - 1 == n or before < need)
+    # near 0 with a margin: the distance to the margin decides; with neither, nothing does
+    assert sequential.more_needed(0.01, 0.05, 10, 2.4, margin=0.1) > 10
+    assert sequential.more_needed(0.0, 0.05, 10, 2.4, margin=None) == 0
+
+
+# --- claim (a) by design ------------------------------------------------------------------------
+
+
+def _shared_box(rng, n, noise, spread_c, spread_p, same_pairs=True):
+    """Two models on the same (lr, wd) pairs (or on pairs of their own): the error of sample i
+    is 10 + spread * d_i + noise, with d_i how far pair i sits from the good value (the same for
+    both models on a shared box), so the two models' errors move together."""
+    rows = []
+    lr, wd = 10 ** rng.uniform(-4, -1, n), 10 ** rng.uniform(-3, 0, n)
+    d = rng.uniform(0, 1, n)
+    for model, spread in (("vit_p_x", spread_p), ("vit_c_x", spread_c)):
+        if not same_pairs:
+            lr, wd, d = lr * 2, wd * 2, rng.uniform(0, 1, n)
+        for i in range(n):
+            error = 10 + spread * d[i] + rng.normal(0, noise)
+            rows.append(
+                {"model": model, "optimizer": "adamw", "epochs": 8, "sample": i, "seed": 0}
+                | {"lr": lr[i], "wd": wd[i], "status": "finished", "final_error": error}
+            )
+    return pd.DataFrame(rows)
+
+
+def _row_a(frame, boundary=None):
+    table = claims_table(tables.with_errors(frame), FAST, "t", boundary)
+    return table[table["claim"] == "a"].iloc[0]
+
+
+def test_a_shared_box_resamples_pairs_together_and_its_interval_is_narrower():
+    frame = _shared_box(np.random.default_rng(3), 16, noise=0.5, spread_c=12.0, spread_p=20.0)
+    paired = _row_a(frame)
+    assert paired["design"] == "paired"
+    # the same errors with the pairing broken (ViT_C at other lrs): resampled each on its own
+    broken = frame.copy()
+    is_c = broken["model"] == "vit_c_x"
+    broken.loc[is_c, "lr"] = broken.loc[is_c, "lr"] * 2
+    unpaired = _row_a(broken)
+    assert unpaired["design"] == "unpaired"
+    assert paired["estimate"] == pytest.approx(unpaired["estimate"])
+    assert paired["se"] < 0.7 * unpaired["se"]
+    assert paired["high"] - paired["low"] < unpaired["high"] - unpaired["low"]
+
+
+def test_boxes_of_their_own_are_resampled_each_on_its_own():
+    frame = _shared_box(np.random.default_rng(4), 12, 0.5, 5.0, 30.0, same_pairs=False)
+    assert _row_a(frame)["design"] == "unpaired"
+
+
+def test_a_look_reports_the_repeated_confidence_interval_at_its_boundary():
+    frame = _shared_box(np.random.default_rng(5), 12, noise=1.0, spread_c=5.0, spread_p=30.0)
+    row = _row_a(frame, boundary=2.5)
+    assert row["interval"] == "normal" and row["power_now"] is None and row["advice"] is None
+    assert row["low"] == pytest.approx(row["estimate"] - 2.5 * row["se"])
+    assert row["high"] == pytest.approx(row["estimate"] + 2.5 * row["se"])
+    wider = _row_a(frame, boundary=4.0)
+    assert wider["low"] < row["low"] and wider["estimate"] == row["estimate"]
+
+
+def test_the_comparisons_resample_as_claim_a_does():
+    from optbench.analysis.summary import summarize
+
+    frame = _shared_box(np.random.default_rng(6), 16, noise=0.5, spread_c=12.0, spread_p=20.0)
+    (paired,) = summarize("t", frame, FAST)["comparisons"]
+    assert (paired["design"], paired["unit"], paired["n_now"]) == ("paired", "samples", 16)
+    broken = frame.assign(lr=np.where(frame["model"] == "vit_c_x", frame["lr"] * 2, frame["lr"]))
+    (unpaired,) = summarize("t", broken, FAST)["comparisons"]
+    assert (unpaired["design"], unpaired["unit"]) == ("unpaired", "trials")
+    assert paired["frac_within_4_diff"] == pytest.approx(unpaired["frac_within_4_diff"])
+    width = [
+        c["frac_within_4_diff_ci"][1] - c["frac_within_4_diff_ci"][0] for c in (paired, unpaired)
+    ]
+    assert width[0] < width[1]
