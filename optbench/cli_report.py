@@ -36,6 +36,13 @@ def report(
     metric: Annotated[
         str, typer.Option(help="final_error, best_error or pycls_best (docs/reports.md)")
     ] = "final_error",
+    band: Annotated[
+        str,
+        typer.Option(
+            help="the EDFs' shaded 95% band: simultaneous (holds for the whole curve), "
+            "pointwise (each x on its own) or none (docs/reports.md)"
+        ),
+    ] = "simultaneous",
     formats: Annotated[
         str,
         typer.Option(
@@ -84,7 +91,7 @@ def report(
         trials = store.frame(planned)
         wanted = [f.strip() for f in formats.split(",") if f.strip()]
         summary = write_report(
-            spec, trials, out / spec.name, figures, metric, formats=wanted, root=out
+            spec, trials, out / spec.name, figures, metric, formats=wanted, root=out, band=band
         )
         typer.echo(format_table(summary))
         note = attach_report(

@@ -346,6 +346,7 @@ CASES = [
     ),
     Case("report --format jpg", "--format: 'jpg'", ("report", "STUDY", "--format", "jpg")),
     Case("report --metric foo", "--metric: 'foo'", ("report", "STUDY", "--metric", "foo")),
+    Case("report --band dashed", "--band: 'dashed'", ("report", "STUDY", "--band", "dashed")),
     # --- optbench report's flags
     Case(
         "report --out a file",
