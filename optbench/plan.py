@@ -10,7 +10,7 @@ group one job (`jobs`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -94,20 +94,29 @@ def _train_config(spec: StudySpec, cell: Cell, lr: float, wd: float, seed: int) 
     )
 
 
-def populations(trials: list[Trial], size: int) -> list[list[Trial]]:
+def populations(
+    trials: list[Trial], size: int, round_of: Callable[[Trial], int] | None = None
+) -> list[list[Trial]]:
     """`trials` grouped in plan order, up to `size` per group: trials whose configs are equal
-    but for (lr, wd) (one cell, one seed), never others. The groups are a function of the plan
-    alone (not of which trials are done), so an interrupted population is the same group when
-    the study runs again."""
-    classes: dict[str, list[Trial]] = {}
+    but for (lr, wd) (one cell, one seed), never others; in a sequential study also of one round
+    (`round_of`, rounds.Rounds.round_of), so a round never retrains the last one's trials. The
+    groups are a function of the plan (and the design) alone, not of which trials are done, so
+    an interrupted population is the same group when the study runs again."""
+    classes: dict[tuple, list[Trial]] = {}
     for trial in trials:
-        classes.setdefault(trial.config.population_key(), []).append(trial)
+        group = (trial.config.population_key(), round_of(trial) if round_of else 0)
+        classes.setdefault(group, []).append(trial)
     return [
         members[i : i + size] for members in classes.values() for i in range(0, len(members), size)
     ]
 
 
-def jobs(trials: list[Trial], pending: Mapping[str, int], population: int) -> list[Job]:
+def jobs(
+    trials: list[Trial],
+    pending: Mapping[str, int],
+    population: int,
+    round_of: Callable[[Trial], int] | None = None,
+) -> list[Job]:
     """The jobs that run the `pending` trials (key -> the store's attempt each one runs, which
     its result records): one per trial, or with `population` > 1 one per group of
     `populations` holding a pending trial (the group's other members are done: the population
@@ -119,7 +128,7 @@ def jobs(trials: list[Trial], pending: Mapping[str, int], population: int) -> li
     if population == 1:
         return [job(t) for t in trials if t.key in pending]
     out: list[Job] = []
-    for group in populations(trials, population):
+    for group in populations(trials, population, round_of):
         if any(t.key in pending for t in group):
             out.append(job(group[0]) if len(group) == 1 else PopulationJob(tuple(map(job, group))))
     return out

@@ -34,6 +34,7 @@ from optbench.locks import driver_lock
 from optbench.plan import Trial, plan
 from optbench.plan import jobs as plan_jobs
 from optbench.progress import EventLog, LiveView, StudyProgress, input_notes
+from optbench.rounds import Look, Rounds, decision_lines, look_line
 from optbench.spec import StudySpec, dump_spec
 from optbench.store import Store, StoredTrial, refuse_links
 from optbench.train.config import TrialResult
@@ -160,7 +161,9 @@ def run_study(
     phases: catch up (record what ended while no driver followed: `executor.settle`'s jobs and
     result files on disk), prepare the store once (so a failure among those is retried in this
     run), submit, and follow until every job has ended. With `detach`, an executor whose jobs
-    outlive the driver (SLURM) returns right after submitting: a later run follows them."""
+    outlive the driver (SLURM) returns right after submitting: a later run follows them.
+    A study with `decide:` runs those phases once per round (rounds.py): between rounds the
+    driver takes the looks that are due and records them before it asks for more trials."""
     console = console or text_console()
     trials = plan(spec)  # pure: a spec that cannot be planned stops here, before any write
     refuse_links(spec, trials)  # before any write, too
@@ -169,37 +172,92 @@ def run_study(
         store = Store(spec, create=True)
         safefs.write_text(spec.study_dir / "spec.yaml", spec.output, dump_spec(spec))
         _catch_up(store, trials, executor, console)
-        stored = _prepare(store, trials, spec.executor.retries, console)
-        earlier = store.earlier_note(trials)
-        if earlier:
-            console.print(earlier, markup=False, highlight=False, soft_wrap=True)
-        todo = {s.trial.key: s for s in stored if s.status == "pending"}
-        progress = StudyProgress(stored, flops_of=flops_counter(spec))
-        if not todo:
-            console.print(progress.table(f"{spec.name}: nothing to run"))
-            return progress
-        log = EventLog(progress, console)
-        attempts = {key: item.attempts for key, item in todo.items()}
-        jobs = plan_jobs(trials, attempts, spec.executor.population)
-        _submit(executor, jobs, todo, log, spec.executor.retries, console)
-        if detach and executor.jobs_outlive_driver:
-            executor.close(cancel=False)
-            console.print(
-                f"{len(todo)} trial(s) submitted or still queued; `optbench run` follows them "
-                "and records their results, `optbench status` shows them"
-            )
-            return progress
-        view = LiveView(progress, spec.name) if live and console.is_terminal else None
-        following = Following(run, spec.executor.stall_timeout_s)
-        _follow(store, executor, todo, progress, view, log, console, following)
-        if not view:
-            console.print(progress.table(spec.name))
-        for note in input_notes(progress.trials):
-            console.print(note, markup=False, highlight=False)
+        if spec.decide is None:
+            return _run_trials(store, trials, executor, console, live, detach, run).progress
+        rounds = Rounds(spec, map(Look.from_record, store.looks()))
+        ran = None
+        while True:
+            asked = _take_looks(store, rounds, trials, console)
+            if rounds.finished and ran is not None:
+                break  # decided in this run: the last round's table was shown
+            ran = _run_trials(store, asked, executor, console, live, detach, run, rounds)
+            if ran.detached or not ran.trials or rounds.finished:
+                break
+        if rounds.finished or not ran.trials:
+            for line in decision_lines(rounds, waiting=not rounds.finished):
+                console.print(line, markup=False, highlight=False, soft_wrap=True)
+        return ran.progress
+
+
+def _take_looks(store: Store, rounds: Rounds, trials: list[Trial], console: Console) -> list[Trial]:
+    """Record every look that is due (rounds.py: its round's trials all have results), one
+    after the other, and return the trials the study asks for after them."""
+    while True:
+        asked = rounds.asked(trials)
+        looks = rounds.look(store.frame(asked))
+        if not looks:
+            return asked
+        for look in looks:
+            store.record_look(look.record())
+            console.print(look_line(look), markup=False, highlight=False, soft_wrap=True)
+        rounds.add(looks)
+
+
+@dataclass
+class Ran:
+    """What one pass of prepare, submit and follow did: the progress table, how many trials it
+    handed out (0: none was left to run), and whether it returned right after submitting."""
+
+    progress: StudyProgress
+    trials: int = 0
+    detached: bool = False
+
+
+def _run_trials(
+    store: Store,
+    trials: list[Trial],
+    executor: Executor,
+    console: Console,
+    live: bool,
+    detach: bool,
+    run: str,
+    rounds: Rounds | None = None,
+) -> Ran:
+    """Prepare, submit and follow the unfinished ones of `trials` (run_study's phases)."""
+    spec = store.spec
+    stored = _prepare(store, trials, spec.executor.retries, console)
+    earlier = store.earlier_note(trials)
+    if earlier:
+        console.print(earlier, markup=False, highlight=False, soft_wrap=True)
+    todo = {s.trial.key: s for s in stored if s.status == "pending"}
+    progress = StudyProgress(stored, flops_of=flops_counter(spec))
+    if not todo:
+        console.print(progress.table(f"{spec.name}: nothing to run"))
+        return Ran(progress)
+    log = EventLog(progress, console)
+    handed_out = len(todo)  # _follow empties todo as the trials end
+    attempts = {key: item.attempts for key, item in todo.items()}
+    round_of = rounds.round_of if rounds is not None else None
+    jobs = plan_jobs(trials, attempts, spec.executor.population, round_of)
+    _submit(executor, jobs, todo, log, spec.executor.retries, console)
+    if detach and executor.jobs_outlive_driver:
+        executor.close(cancel=False)
         console.print(
-            f"\nrecorded {progress.ran} trial(s); study folder {spec.study_dir}", markup=False
+            f"{len(todo)} trial(s) submitted or still queued; `optbench run` follows them "
+            "and records their results, `optbench status` shows them"
         )
-        return progress
+        return Ran(progress, handed_out, detached=True)
+    view = LiveView(progress, spec.name) if live and console.is_terminal else None
+    following = Following(run, spec.executor.stall_timeout_s)
+    _follow(store, executor, todo, progress, view, log, console, following)
+    if not view:
+        console.print(progress.table(spec.name))
+    for note in input_notes(progress.trials):
+        console.print(note, markup=False, highlight=False)
+    console.print(
+        f"\nrecorded {progress.ran} trial(s); study folder {spec.study_dir}", markup=False
+    )
+    return Ran(progress, handed_out)
 
 
 def repeats_itself(item: StoredTrial) -> bool:

@@ -209,6 +209,53 @@ class ExecutorSettings(StrictModel):
         return v
 
 
+DECIDE_MIN = {"samples": 4, "seeds": 3}  # a look's smallest size: an EDF area, a t interval
+MAX_LOOKS = 12  # more looks spend alpha thinner for little saving (docs/sequential.md)
+
+
+def claim_unit(claim: str) -> str:
+    """What a claim adds until it is decided: (lr, wd) samples for (a), seeds for (b)-(d)."""
+    return "samples" if claim == "a" else "seeds"
+
+
+class Decide(StrictModel):
+    """Sample until decided (docs/sequential.md): train in rounds, look at the named claims
+    after each, stop once each is decided. `looks` are the sizes (samples for claim a, seeds for
+    b-d) at which it looks, fixed before any data; the last one is the study's whole size
+    (search.n_samples, or the number of seeds), so a study that stops is a prefix of it."""
+
+    claims: list[Literal["a", "b", "c", "d"]] = Field(min_length=1)
+    looks: list[StrictInt] = Field(min_length=2, max_length=MAX_LOOKS)
+    spending: Literal["pocock", "obrien-fleming"] = "pocock"
+    alpha: StrictFloat = Field(default=0.05, gt=0.0, le=0.2)
+    margin: StrictFloat | None = Field(
+        default=None, gt=0, description="equivalent when the interval lies inside +-margin"
+    )
+
+    @field_validator("claims")
+    @classmethod
+    def _one_unit(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError(f"duplicate entries in {v}")
+        if len({claim_unit(c) for c in v}) > 1:
+            raise ValueError(
+                f"claims {v}: (a) adds (lr, wd) samples and (b)-(d) add seeds; decide one kind "
+                "per study"
+            )
+        return v
+
+    @field_validator("looks")
+    @classmethod
+    def _increasing(cls, v: list[int]) -> list[int]:
+        if any(b <= a for a, b in zip(v, v[1:], strict=False)):
+            raise ValueError(f"looks must increase, got {v}")
+        return v
+
+    @property
+    def unit(self) -> str:
+        return claim_unit(self.claims[0])
+
+
 class StudySpec(StrictModel):
     """One study: a grid of cells (model x optimizer x epochs), n (lr, wd) samples in each."""
 
@@ -227,6 +274,9 @@ class StudySpec(StrictModel):
     executor: ExecutorSettings = ExecutorSettings()
     # an execution setting, as executor: not part of the cell id (optbench/tracking.py)
     tracking: Tracking = Tracking()
+    # when to stop adding samples or seeds: not part of the cell id (a stopped study's trials
+    # are those of the same study without it)
+    decide: Decide | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -322,6 +372,57 @@ class StudySpec(StrictModel):
                 f"models x optimizers x epochs x n_samples x seeds = {total} trials is above "
                 f"the cap of {MAX_TRIALS} ({CAP_REASONS['trials']})"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _decidable(self) -> StudySpec:
+        if self.decide is None:
+            return self
+        from optbench.roles import families  # names only: no torch, no timm
+
+        decide, unit = self.decide, self.decide.unit
+        size = len(self.seeds) if unit == "seeds" else self.search.n_samples
+        where = "the number of seeds" if unit == "seeds" else "search.n_samples"
+        fix = (
+            f"list {decide.looks[-1]} seeds"
+            if unit == "seeds"
+            else f"set {where} to {decide.looks[-1]}"
+        )
+        if decide.looks[-1] != size:
+            raise ValueError(
+                f"decide.looks ends at {decide.looks[-1]} {unit}, but {where} is {size}: the "
+                f"last look is the whole study ({fix})"
+            )
+        if decide.looks[0] < DECIDE_MIN[unit]:
+            raise ValueError(
+                f"decide.looks starts at {decide.looks[0]} {unit}: the first look needs at "
+                f"least {DECIDE_MIN[unit]} (claim {decide.claims[0]}'s interval)"
+            )
+        if unit == "samples" and self.search.sampler == "good":
+            raise ValueError(
+                "decide.claims [a] samples (lr, wd) pairs: search.sampler 'good' has one"
+            )
+        fams = families(self.models)
+        pairs = [f for f in fams if f.p and f.c]
+        needs = {
+            "a": (pairs, "a ViT_P / ViT_C pair (vit_p_<x>, vit_c_<x>) in models"),
+            "b": (
+                pairs if len(self.epochs) > 1 else [],
+                "a ViT_P / ViT_C pair and two or more epochs",
+            ),
+            "c": (
+                pairs if {"adamw", "sgd"} <= set(self.optimizers) else [],
+                "a ViT_P / ViT_C pair and both optimizers",
+            ),
+            "d": (
+                [f for f in fams if f.p and f.stems],
+                "vit_p_<x> and a stem ablation vit_s<k>_<x>",
+            ),
+        }
+        for claim in decide.claims:
+            found, what = needs[claim]
+            if not found:
+                raise ValueError(f"decide.claims: claim ({claim}) needs {what}; this grid has none")
         return self
 
     @model_validator(mode="after")

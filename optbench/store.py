@@ -57,6 +57,10 @@ RESULT_ATTRS = (
 
 RUNNING_ATTR = "running"  # {"run": driver token, "since": time.time()} while a worker runs it
 
+# A sequential study's looks (optbench/rounds.py): one more optuna study, "<study name>/looks",
+# without trials; each look is one user attr "look/<panel>/<k>" holding its record.
+LOOKS_STUDY = "looks"
+
 # which code made a result (TrialResult.provenance): columns of the trials frame and trials.csv
 PROVENANCE_COLUMNS = ("version", "commit", "code_fingerprint")
 
@@ -184,7 +188,25 @@ class Store:
             "and never mixed in"
         )
 
+    @_storage_errors
+    def looks(self) -> list[dict]:
+        """The looks recorded so far (record_look), in panel and look order. Reads only."""
+        study = self._study(LOOKS_STUDY, False)
+        attrs = study.user_attrs if study is not None else {}
+        return [attrs[key] for key in sorted(attrs) if key.startswith("look/")]
+
     # --- writing (driver only) ----------------------------------------------------------------
+
+    @_storage_errors
+    def record_look(self, record: dict) -> bool:
+        """Record one panel's look (one transaction). A look is recorded once: False, changing
+        nothing, if this panel's look k is there already."""
+        study = self._study(LOOKS_STUDY, True)
+        key = f"look/{record['panel']}/{record['k']:03d}"
+        if key in study.user_attrs:
+            return False
+        study.set_user_attr(key, record)
+        return True
 
     @_storage_errors
     def prepare(

@@ -13,7 +13,7 @@ from optbench.analysis import tables
 from optbench.analysis.claims import claims_table
 from optbench.analysis.report import write_report
 from optbench.analysis.summary import Options
-from optbench.models.roles import families
+from optbench.roles import families
 from optbench.spec import parse_spec
 
 P, C, S1, S2 = "vit_p_x", "vit_c_x", "vit_s1_x", "vit_s2_x"

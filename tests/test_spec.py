@@ -239,6 +239,8 @@ def _every_section(data: dict) -> dict:
     data = copy.deepcopy(data)
     data["search"]["good_values"] = {"vit_p_w64_16px": {"adamw": {"lr": 1e-3, "wd": 0.05}}}
     data["executor"] = {"slurm": {}}
+    data["search"]["n_samples"] = 8
+    data["decide"] = {"claims": ["a"], "looks": [4, 8], "margin": 0.1}
     return data
 
 

@@ -7,7 +7,7 @@ Xiao et al. (2021) claim that, compared with ViT_P (patchify stem), ViT_C (conv 
   (c) loses less when SGD replaces AdamW (Fig 3),
 and (d) that error grows as the stem's patchify layer grows, S1 -> S4 -> P (Table 3).
 
-Models take their roles from their zoo names (optbench/models/roles.py): `vit_p_<x>` and
+Models take their roles from their zoo names (optbench/roles.py): `vit_p_<x>` and
 `vit_c_<x>` are a pair, `vit_s<k>_<x>` the stem ablation with a k-th patchify size of the same
 family `<x>`.
 
@@ -80,7 +80,7 @@ from optbench.analysis import stats, tables
 from optbench.analysis.edf import AUC_MAX_POINTS, MIN_EDF_SAMPLES
 from optbench.analysis.sequential import nominal_level
 from optbench.analysis.summary import MAX_SAMPLES, Options, advice_line
-from optbench.models.roles import Family, families, role_name
+from optbench.roles import Family, families, role_name
 
 # (b)-(d): a t interval of 2 seeds has 1 degree of freedom (t = 12.7) and says next to nothing;
 # from 3 seeds (t = 4.3) a seed claim is tested
@@ -114,6 +114,7 @@ COLUMNS = [
     "verdict",
     "trials",
     "diverged",
+    "cells",
     "interval",
     "curve_verdict",
     "unit",
@@ -204,6 +205,7 @@ class _Claims:
             "statistic": STATISTIC[claim],
             "trials": int(len(subset)),
             "diverged": int((subset["status"] == "diverged").sum()),
+            "cells": [[m, o, int(e)] for m, o, e in cells],
         }
 
     def add_edf(self, optimizer, epochs, models, statistic, sizes, cells, curve) -> None:

@@ -18,7 +18,7 @@ from optbench.analysis import plots, tables
 from optbench.analysis.edf import dtop1, edf
 from optbench.analysis.stats import N_BOOT, edf_band, good_range
 from optbench.analysis.summary import Options, chance_error, near_chance
-from optbench.models.roles import families
+from optbench.roles import families
 
 # The dtop-1 axis ends at the largest finite dtop-1 (rounded up to 5 points), at least at
 # EDF_X_MIN and at most at EDF_X_MAX; trials past it are counted in the panel's title.
@@ -196,7 +196,7 @@ def optimizer_figure(trials: pd.DataFrame, *, metric: str = "final_error") -> Fi
 
 def stem_figure(trials: pd.DataFrame, *, metric: str = "final_error") -> Figure:
     """Table 3 as a figure: each cell's error along the stem order of every model family with
-    a stem ablation (ViT_C, S1, S2, ..., ViT_P; models.roles.families names them)."""
+    a stem ablation (ViT_C, S1, S2, ..., ViT_P; roles.families names them)."""
     models = list(dict.fromkeys(trials["model"]))
     order = [
         model

@@ -1,0 +1,266 @@
+"""Sample until decided: the rounds of a study with a `decide:` block (docs/sequential.md).
+
+A round trains every cell up to its target size: the (lr, wd) samples of claim (a), or the
+seeds of claims (b)-(d), at the design's next look (`decide.looks`). When a round's trials are
+all recorded, a *look* computes each named claim's panel (claims_table at the look's boundary,
+analysis/sequential.py) on the first n_k units of its cells, and the store records it
+(`Store.record_look`) before anything else runs. A panel whose look decides (holds, opposite,
+equivalent) or that reached the last look (undecided) is done: its cells stop there. A cell
+grows while some undecided panel reads it; a cell no named claim reads stays at the first look.
+
+The recorded looks are the state: which trials a study asks for now (`asked`) is a function of
+the spec and its looks, so a driver killed anywhere resumes at the same look. A look is taken
+once, on exactly the first n_k units (a cell that grew further for another panel does not
+change it), and never again: a look already recorded is read, not recomputed. Its record
+carries the design's fingerprint; a study whose `decide:` changed after a look is refused
+(`DesignChanged`), since boundaries hold only for looks fixed before the data.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+
+import pandas as pd
+
+from optbench.analysis import sequential, tables
+from optbench.analysis.claims import claims_table
+from optbench.analysis.summary import Options
+from optbench.errors import SpecError
+from optbench.plan import Trial
+from optbench.spec import Decide, StudySpec
+
+METRIC = "final_error"  # what a look reads: the trial's error at its last epoch
+
+
+class DesignChanged(SpecError):
+    """The study's `decide:` block differs from the one its recorded looks were taken under."""
+
+
+@dataclass(frozen=True)
+class Look:
+    """One panel's look, as the store records it."""
+
+    panel: str  # claim and panel, e.g. "a adamw 20ep vit_c_w64_16px vs vit_p_w64_16px"
+    claim: str
+    k: int  # the look's index in decide.looks (0-based)
+    n: int  # samples or seeds per cell it read
+    n_max: int
+    unit: str
+    estimate: float
+    se: float
+    boundary: float  # the z boundary c_k; the interval is estimate +- critical(c_k) se
+    low: float
+    high: float
+    outcome: str  # holds | opposite | equivalent | continue | undecided
+    cells: tuple[tuple[str, str, int], ...]  # (model, optimizer, epochs) it read
+    design: str  # the design's fingerprint
+
+    @property
+    def done(self) -> bool:
+        return self.outcome != "continue"
+
+    def record(self) -> dict:
+        out = asdict(self)
+        out["cells"] = [list(c) for c in self.cells]
+        return out
+
+    @classmethod
+    def from_record(cls, data: dict) -> Look:
+        return cls(**{**data, "cells": tuple(tuple(c) for c in data["cells"])})
+
+
+def design(decide: Decide) -> sequential.Design:
+    return sequential.Design(tuple(decide.looks), decide.spending, decide.alpha, decide.margin)
+
+
+def fingerprint(decide: Decide) -> str:
+    """What a recorded look depends on: the claims, the looks, alpha's spending, the margin."""
+    blob = json.dumps(decide.model_dump(mode="json"), sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:12]
+
+
+def panel_key(row: pd.Series) -> str:
+    return f"{row['claim']} {row['optimizer']} {row['epochs']}ep {row['models']}"
+
+
+class Rounds:
+    """Where a sequential study stands: its looks so far and each cell's target size."""
+
+    def __init__(self, spec: StudySpec, looks: Iterable[Look]):
+        assert spec.decide is not None
+        self.spec, self.decide = spec, spec.decide
+        self.design = design(spec.decide)
+        self.fingerprint = fingerprint(spec.decide)
+        self.looks: dict[str, list[Look]] = {}
+        for look in sorted(looks, key=lambda x: (x.panel, x.k)):
+            if look.design != self.fingerprint:
+                raise DesignChanged(
+                    f"{spec.name}: its looks were recorded under another decide: block (the "
+                    "boundaries hold only for looks fixed before the data); restore it, or "
+                    "give the study a new name or output to start again"
+                )
+            self.looks.setdefault(look.panel, []).append(look)
+
+    # --- what the study asks for now -----------------------------------------------------------
+
+    def _panel_size(self, panel: list[Look]) -> int:
+        """A panel's cells' size now: where its last look stopped it, else the next look's."""
+        last = panel[-1]
+        return last.n if last.done else self.decide.looks[last.k + 1]
+
+    def targets(self) -> dict[tuple[str, str, int], int]:
+        """Each cell's size now (samples or seeds): the first look's, grown to the largest
+        size an undecided panel that reads it has reached (module docstring)."""
+        first = self.decide.looks[0]
+        out = {(c.model, c.optimizer, c.epochs): first for c in self.spec.cells()}
+        for panel in self.looks.values():
+            for cell in panel[-1].cells:
+                out[cell] = max(out[cell], self._panel_size(panel))
+        return out
+
+    def asked(self, trials: list[Trial]) -> list[Trial]:
+        """The trials of the full plan that the study asks for now: each cell's first target
+        samples (claim a) or the trials of its first target seeds (claims b-d)."""
+        targets, seeds = self.targets(), self.spec.seeds
+        if self.decide.unit == "samples":
+            return [t for t in trials if t.sample < targets[_cell(t)]]
+        return [t for t in trials if seeds.index(t.seed) < targets[_cell(t)]]
+
+    @property
+    def finished(self) -> bool:
+        """Whether every named claim's every panel is done (and one look was taken at all)."""
+        return bool(self.looks) and all(p[-1].done for p in self.looks.values())
+
+    def next_k(self) -> int:
+        """The look that the present round ends with (0 before any look)."""
+        open_panels = [p for p in self.looks.values() if not p[-1].done]
+        if not self.looks:
+            return 0
+        return min(p[-1].k + 1 for p in open_panels) if open_panels else len(self.decide.looks)
+
+    # --- the look ----------------------------------------------------------------------------------
+
+    def look(self, frame: pd.DataFrame) -> list[Look]:
+        """The looks due now, from the study's trials frame (store.frame of `asked`): look k of
+        every panel still open once every trial it reads up to n_k has a result. Returns the
+        new looks (the caller records them); [] when none is due."""
+        k = self.next_k()
+        if k >= len(self.decide.looks):
+            return []
+        n = self.decide.looks[k]
+        prefix = _prefix(frame, self.decide.unit, n, self.spec.seeds)
+        if not _complete(prefix, self.decide.unit, n, self._reading(k)):
+            return []
+        c = self.design.boundaries()[k]
+        rows = claims_table(tables.with_errors(prefix, METRIC), Options(), self.spec.name, c)
+        last = k == len(self.decide.looks) - 1
+        new = []
+        for _, row in rows[rows["claim"].isin(self.decide.claims)].iterrows():
+            key = panel_key(row)
+            panel = self.looks.get(key, [])
+            if panel and (panel[-1].done or panel[-1].k >= k):
+                continue  # done already, or this look is recorded
+            new.append(
+                Look(
+                    panel=key,
+                    claim=row["claim"],
+                    k=k,
+                    n=n,
+                    n_max=self.decide.looks[-1],
+                    unit=self.decide.unit,
+                    estimate=float(row["estimate"]),
+                    se=float(row["se"]),
+                    boundary=float(c),
+                    low=float(row["low"]),
+                    high=float(row["high"]),
+                    outcome=sequential.outcome(row["low"], row["high"], self.decide.margin, last),
+                    cells=tuple(tuple(cell) for cell in row["cells"]),
+                    design=self.fingerprint,
+                )
+            )
+        return new
+
+    def _reading(self, k: int) -> set[tuple[str, str, int]]:
+        """The cells look k reads: every cell at the first look (which panels exist is known
+        only from data), then the cells of the panels still open."""
+        if k == 0:
+            return {(c.model, c.optimizer, c.epochs) for c in self.spec.cells()}
+        return {cell for p in self.looks.values() if not p[-1].done for cell in p[-1].cells}
+
+    def add(self, looks: list[Look]) -> None:
+        for look in looks:
+            self.looks.setdefault(look.panel, []).append(look)
+
+    def round_of(self, trial: Trial) -> int:
+        """The round that first asks for `trial`: the first look whose size covers it (how
+        population jobs are grouped: within a round, never across, plan.jobs)."""
+        index = trial.sample if self.decide.unit == "samples" else self.spec.seeds.index(trial.seed)
+        return next(k for k, n in enumerate(self.decide.looks) if index < n)
+
+
+def _signed(x: float) -> str:
+    return f"{x:+.3g}"
+
+
+def look_line(look: Look) -> str:
+    """One line per look, as the driver records it."""
+    what = {"continue": "not decided yet, continues"}.get(look.outcome, look.outcome)
+    return (
+        f"look {look.k + 1} ({look.n} of at most {look.n_max} {look.unit}): ({look.claim}) "
+        f"{look.panel.split(' ', 1)[1]}: {_signed(look.estimate)} "
+        f"[{_signed(look.low)}, {_signed(look.high)}]: {what}"
+    )
+
+
+def decision_lines(rounds: Rounds, waiting: bool) -> list[str]:
+    """Where each named claim's panel stands after a run: its decision and why it stopped, or
+    (`waiting`) that its next look waits for trials without a result."""
+    lines = []
+    for key, panel in sorted(rounds.looks.items()):
+        last = panel[-1]
+        if last.outcome == "continue":
+            nxt = rounds.decide.looks[last.k + 1]
+            why = "trials without a result (failed ones are retried by the next run)"
+            lines.append(
+                f"({last.claim}) {key.split(' ', 1)[1]}: look at {nxt} {last.unit} waits for {why}"
+            )
+            continue
+        reason = "undecided at the maximum" if last.outcome == "undecided" else last.outcome
+        lines.append(
+            f"({last.claim}) {key.split(' ', 1)[1]}: {reason} after {last.n} of at most "
+            f"{last.n_max} {last.unit}: {_signed(last.estimate)} "
+            f"[{_signed(last.low)}, {_signed(last.high)}]"
+        )
+    if not rounds.looks and waiting:
+        lines.append(
+            f"the first look ({rounds.decide.looks[0]} {rounds.decide.unit}) waits for trials "
+            "without a result (failed ones are retried by the next run)"
+        )
+    return lines
+
+
+def _cell(t: Trial) -> tuple[str, str, int]:
+    return (t.cell.model, t.cell.optimizer, t.cell.epochs)
+
+
+def _prefix(frame: pd.DataFrame, unit: str, n: int, seeds: list[int]) -> pd.DataFrame:
+    """Each cell's first n samples (or the trials of the first n seeds)."""
+    if unit == "samples":
+        return frame[frame["sample"] < n]
+    return frame[frame["seed"].isin(seeds[:n])]
+
+
+def _complete(prefix: pd.DataFrame, unit: str, n: int, cells: set[tuple[str, str, int]]) -> bool:
+    """Whether each of `cells` holds its n units in the prefix, every trial with a result
+    (finished or diverged): a look never reads a round still running or with a failure left."""
+    column = "sample" if unit == "samples" else "seed"
+    for cell, group in prefix.groupby(tables.CELL_KEYS):
+        if tuple(cell) in cells and not (
+            group[column].nunique() == n and group["status"].isin(tables.RESULT_STATUSES).all()
+        ):
+            return False
+    present = {tuple(cell) for cell, _ in prefix.groupby(tables.CELL_KEYS)}
+    return cells <= present
