@@ -29,7 +29,9 @@ from optbench.errors import UsageError
 from optbench.train.shards import INDEX_NAME, MANIFEST, build_index, shard_files
 
 data_app = typer.Typer(
-    no_args_is_help=True, help="Prepare datasets (pack class folders into shards)."
+    no_args_is_help=True,
+    rich_markup_mode=None,  # plain help, as the app's (cli.py)
+    help="Prepare datasets (pack class folders into shards).",
 )
 PER_SHARD = 5000  # images per shard by default (ImageNet's train split: 257 shards of ~0.5 GB)
 
@@ -129,7 +131,9 @@ def pack(
     out: Annotated[Path, typer.Argument(help="a new (or empty) folder for the shards")],
     per_shard: Annotated[int, typer.Option(help="images per shard")] = PER_SHARD,
 ) -> None:
-    """Pack a class folder into WebDataset tar shards (read with `dataset.layout: wds`)."""
+    """Pack a class folder into WebDataset tar shards.
+
+    A study reads them with `dataset.layout: wds` (docs/datasets.md)."""
     manifest = pack_folder(folder, out, per_shard)
     for split, entry in manifest["splits"].items():
         typer.echo(f"{split}: {entry['images']} images in {len(entry['shards'])} shards")
