@@ -74,6 +74,7 @@ def train_images_per_s(
         wd=0.05,
         epochs=10,
         batch_size=batch,
+        ref_batch=2048,  # the lr as measured before basic stopped scaling (bench/RESULTS.md)
     )
     opt = build_optimizer(model, cfg, fused=cuda)
     step_model = torch.compile(model) if compile_ and cuda else model

@@ -50,6 +50,7 @@ def _config(args, lr: float, wd: float):
         wd=wd,
         epochs=10,
         batch_size=args.batch,
+        ref_batch=2048,  # the lr as measured before basic stopped scaling (bench/RESULTS.md)
         recipe=Recipe(warmup_epochs=0),
     )
 

@@ -57,6 +57,7 @@ def config(epochs: int, ema: bool) -> TrainConfig:
         wd=0.05,
         epochs=epochs,
         batch_size=BATCH,
+        ref_batch=2048,  # the lr as measured before basic stopped scaling (bench/RESULTS.md)
         recipe=recipe,
     )
 

@@ -70,15 +70,18 @@ def load_trials(
     overrides: Sequence[str] = (),
     profile: str | Path | None = None,
 ) -> pd.DataFrame:
-    """The study's trials, one row per trial (pending ones included): study, cell_id, model,
-    optimizer, epochs, sample, seed, lr, wd, status, final_error, best_error, wall_s,
-    images_per_s, diverged_epoch, digest, population (trials trained together, docs/population.md).
-    With `epochs`, one row per trial and recorded epoch
-    instead, each with its trial's columns and the epoch's metrics (epoch, lr, train_loss,
+    """The study's trials, one row per trial (pending ones included), with the columns of the
+    report's trials.csv (docs/api.md lists them). With `epochs`, one row per trial and recorded
+    epoch instead, each with its trial's columns and the epoch's metrics (epoch, lr, train_loss,
     val_error, raw_top1, ema_top1, epoch_s, ...)."""
+    from optbench.report.frames import with_pycls_best
+
     spec = load_study(study, overrides, profile)
     trials = Store(spec, create=False).frame(plan(spec))
-    return per_epoch(trials) if epochs else trials.drop(columns="metrics")
+    if epochs:
+        return per_epoch(trials)
+    # pycls_best is computed from the per-epoch lines, which the frame then leaves out
+    return with_pycls_best(trials).drop(columns="metrics")
 
 
 def load_summary(

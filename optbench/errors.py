@@ -63,28 +63,90 @@ class StorageUnavailable(Exception):
 # with PyPI's CUDA torchvision, say): its C++ operators do not load.
 TORCHVISION_MISMATCH = ("torchvision::nms does not exist", "Couldn't load custom C++ ops")
 
+# torch minor version -> the torchvision minor version released and built with it. Source:
+# pytorch/vision's README, "Installation" (torch 2.0 - 2.13); 2.14 -> 0.29 from torchvision
+# 0.29's wheel, which requires torch>=2.14.0. A torch beyond the table gets no version named.
+TORCHVISION_OF_TORCH = {
+    "2.0": "0.15", "2.1": "0.16", "2.2": "0.17", "2.3": "0.18", "2.4": "0.19", "2.5": "0.20",
+    "2.6": "0.21", "2.7": "0.22", "2.8": "0.23", "2.9": "0.24", "2.10": "0.25", "2.11": "0.26",
+    "2.12": "0.27", "2.13": "0.28", "2.14": "0.29",
+}  # fmt: skip
+PYTORCH_INDEX = "https://download.pytorch.org/whl/"  # + a build's label: cpu, cu130, rocm6.4
+
 
 def torch_mismatch(err: BaseException) -> str | None:
     """One line with the fix when `err` is torchvision failing to load against the installed
-    torch (None for any other error). Reads the versions from the package metadata."""
+    torch (None for any other error): which builds they are and the pair to install, by
+    version, from PyTorch's index of torch's build or, where that is unreachable, from PyPI."""
     if not isinstance(err, (RuntimeError, ImportError)):
         return None
     if not any(sign in str(err) for sign in TORCHVISION_MISMATCH):
         return None
+    torch, vision = built_version("torch"), built_version("torchvision")
+    minor, label = _minor(torch), torch.partition("+")[2]
+    want = TORCHVISION_OF_TORCH.get(minor)
+    made_for = {v: t for t, v in TORCHVISION_OF_TORCH.items()}.get(_minor(vision))
+    if want is not None and _minor(vision) != want:
+        why = f"torchvision {vision} is torch {made_for or '(another version)'}'s, not torch {torch}'s"
+    elif vision.partition("+")[2] != label:
+        why = f"torchvision {vision} is built for {_built_for(vision)}, torch {torch} for {_built_for(torch)}"
+    else:
+        why = f"torchvision {vision} with torch {torch}"
+    why += ": torchvision's C++ operators do not load; install "
+    if want is None:
+        return f"{why}the torchvision released with torch {minor} (pytorch/vision's README lists the pairs) from where torch came (docs/install.md)"
+    vision_spec = f"'torchvision=={want}.*'"
+    pypi = f"pip uninstall -y torch torchvision && pip install 'torch==={torch.partition('+')[0]}' {vision_spec}"
+    if not label:  # a torch without a build label: PyPI's pair is the one to have
+        return (
+            f"{why}torch {minor}'s torchvision {want} with it from PyPI: {pypi} (docs/install.md)"
+        )
+    same_build = (
+        f"pip install --force-reinstall --no-deps {vision_spec} --index-url {PYTORCH_INDEX}{label}"
+    )
+    return f"{why}torchvision {want} (torch {minor}'s) built for {_built_for(torch)}: {same_build}, or, where that index is unreachable, PyPI's pair (built for CUDA, it runs on a CPU too): {pypi} (docs/install.md)"
+
+
+def built_version(package: str) -> str:
+    """The version `package` (torch, torchvision) was built as, with its build label
+    (2.13.0+cpu, 0.28.0+cu130), read from its version.py without importing it (torchvision's
+    import is what fails); the installed metadata's version (PyPI's has no label) where that
+    file is not there, "none" for a package not installed."""
+    import importlib.util
+    import re
     from importlib import metadata
 
-    def version(name: str) -> str:
+    spec = importlib.util.find_spec(package)
+    for folder in (spec and spec.submodule_search_locations) or []:
         try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            return "none"
+            text = (Path(folder) / "version.py").read_text(errors="replace")
+        except OSError:
+            continue
+        found = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", text, re.MULTILINE)
+        if found:
+            return found.group(1)
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "none"
 
-    return (
-        f"torchvision {version('torchvision')} does not match torch {version('torch')} (its C++ "
-        "operators do not load); install the pair built together, e.g. on a CPU machine: "
-        "pip install --force-reinstall torch torchvision --index-url "
-        "https://download.pytorch.org/whl/cpu"
-    )
+
+def _minor(version: str) -> str:
+    """2.13 of 2.13.0+cpu."""
+    return ".".join(version.partition("+")[0].split(".")[:2])
+
+
+def _built_for(version: str) -> str:
+    """What a version's build label says it is built for: cpu -> the CPU only, cu130 -> CUDA
+    13.0, rocm6.4 -> ROCm 6.4."""
+    label = version.partition("+")[2]
+    if label == "cpu":
+        return "the CPU only"
+    if label.startswith("cu") and label[2:].isdigit() and len(label) >= 4:
+        return f"CUDA {label[2:-1]}.{label[-1]}"
+    if label.startswith("rocm"):
+        return f"ROCm {label[4:]}"
+    return label or "an unlabelled build"
 
 
 def did_you_mean(word: str, choices: Sequence[str], prefix: str = "") -> str:
@@ -96,8 +158,17 @@ def did_you_mean(word: str, choices: Sequence[str], prefix: str = "") -> str:
     same = by_lower.get(word.lower())
     if same is not None and same != word:
         return f"; did you mean {prefix}{same}? (only the case differs: names are case-sensitive)"
+    close = closest(word, choices)
+    return f"; did you mean {prefix}{close}?" if close else ""
+
+
+def closest(word: str, choices: Sequence[str]) -> str | None:
+    """The choice `word` most likely meant, ignoring case (difflib), or None."""
+    by_lower: dict[str, str] = {}
+    for choice in choices:
+        by_lower.setdefault(choice.lower(), choice)
     close = difflib.get_close_matches(word.lower(), list(by_lower), n=1, cutoff=0.6)
-    return f"; did you mean {prefix}{by_lower[close[0]]}?" if close else ""
+    return by_lower[close[0]] if close else None
 
 
 def format_errors(
@@ -117,6 +188,18 @@ def format_errors(
     for e in err.errors():
         field, in_union = _field_loc(schema, e["loc"]) if schema else (tuple(e["loc"]), False)
         groups.setdefault((field, in_union), []).append(e)
+    # A misspelt required key is two errors, the key missing and an unknown one beside it; the
+    # unknown key's line names it ("did you mean ..."), so the missing one is left out.
+    meant = {
+        (*field[:-1], closest(str(field[-1]), _keys_at(schema, field[:-1])))
+        for (field, _), errors in groups.items()
+        if schema and any(e["type"] == "extra_forbidden" for e in errors)
+    }
+    groups = {
+        key: kept
+        for key, errors in groups.items()
+        if (kept := [e for e in errors if not (e["type"] == "missing" and key[0] in meant)])
+    }
     lines = []
     for (field, in_union), errors in groups.items():
         where = ".".join(str(p) for p in field)

@@ -52,3 +52,28 @@ def test_import_optbench_exposes_the_api_lazily():
     assert optbench.load_trials.__module__ == "optbench.api"
     with pytest.raises(AttributeError):
         optbench.no_such_thing  # noqa: B018
+
+
+def _documented_columns() -> list[str]:
+    """The column names of docs/api.md's table of load_trials' columns, in order."""
+    text = (REPO / "docs" / "api.md").read_text()
+    table = text.split("The columns of\n`load_trials`", 1)[1].split("\n\n", 2)[1]
+    rows = [line.split("|")[1] for line in table.splitlines()[2:]]
+    return [name for row in rows for name in re.findall(r"`(\w+)`", row)]
+
+
+def test_the_api_doc_names_every_column_load_trials_and_trials_csv_have(tmp_path):
+    from optbench.api import load_study
+    from optbench.plan.trials import plan
+    from optbench.report.trials_file import write_trials
+    from optbench.store.database import Store
+
+    study = str(REPO / "studies" / "quickstart.yaml")
+    overrides = [f"output={tmp_path / 'results'}"]  # never run: every trial pending
+    documented = _documented_columns()
+    assert len(documented) == len(set(documented)) >= 20
+    assert set(documented) == set(optbench.load_trials(study, overrides=overrides).columns)
+    spec = load_study(study, overrides)
+    write_trials(Store(spec, create=False).frame(plan(spec)), tmp_path)  # as `optbench report`
+    header = (tmp_path / "trials.csv").read_text().splitlines()[0].split(",")
+    assert set(documented) == set(header)

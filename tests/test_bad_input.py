@@ -78,6 +78,16 @@ CASES = [
         "unknown recipe key", "recipe.warmup_epoch: unknown key", study={"recipe.warmup_epoch": 1}
     ),
     Case("missing required key", "models", study={"models": DELETE}),
+    Case(  # one line, the useful one: not "search.n_samples: Field required" before it
+        "misspelt required key",
+        "search.n_sample: unknown key; did you mean search.n_samples?",
+        study={"search.n_samples": DELETE, "search.n_sample": 2},
+    ),
+    Case(
+        "misspelt top-level required key",
+        "batch_sise: unknown key; did you mean batch_size?",
+        study={"batch_size": DELETE, "batch_sise": 64},
+    ),
     Case("300-char name", "300 characters is above the cap of 100", study=_study(name="n" * 300)),
     Case("name with a slash", "name", study=_study(name="a/b")),
     Case("name starting with a dot", "name", study=_study(name=".hidden")),
@@ -336,6 +346,7 @@ CASES = [
     ),
     Case("report --format jpg", "--format: 'jpg'", ("report", "STUDY", "--format", "jpg")),
     Case("report --metric foo", "--metric: 'foo'", ("report", "STUDY", "--metric", "foo")),
+    Case("report --band dashed", "--band: 'dashed'", ("report", "STUDY", "--band", "dashed")),
     # --- optbench report's flags
     Case(
         "report --out a file",

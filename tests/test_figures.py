@@ -194,7 +194,72 @@ def test_the_edf_legend_gives_each_models_best_error_and_explains_the_band():
             (trials["model"] == model) & (trials["status"] == "finished"), "final_error"
         ]
         assert f"{model}: best {best.min():.1f}%" in legend
-    assert any(text.startswith("shaded: pointwise 95% bootstrap band") for text in legend)
+    assert "shaded: simultaneous 95% band (whole curve), 20 resamples" in legend
+
+
+def _shaded_area(ax) -> list[float]:
+    """The area of each band (PolyCollection) of `ax`, in data units, in drawing order."""
+    areas = []
+    for band in ax.collections:
+        x, y = np.concatenate([p.vertices for p in band.get_paths()]).T
+        areas.append(0.5 * abs(np.dot(x, np.roll(y, 1)) - np.dot(y, np.roll(x, 1))))
+    return areas
+
+
+def test_an_edf_shades_one_kind_of_band_in_each_curves_colour_with_no_edge_lines():
+    from matplotlib.colors import to_rgb
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    trials = synthetic_trials(MODELS + ["dhvt_w64_16px"], ["adamw"], [5], 12, seed=5)
+    default = figures.edf_figure(trials, n_boot=50)
+    pointwise = figures.edf_figure(trials, n_boot=50, band="pointwise")
+    for fig in (default, pointwise):
+        ax = fig.axes[0]
+        curves = data_lines(ax)
+        assert len(curves) == len(ax.collections) == 3  # one band per curve, one kind
+        assert {line.get_linestyle() for line in ax.get_lines()} == {"-"}  # no dashed edge
+        for curve, band in zip(curves, ax.collections, strict=True):
+            assert band.get_linewidth().max() == 0  # shaded only, no outline
+            assert to_rgb(band.get_facecolor()[0]) == to_rgb(curve.get_color())
+        legend = fig.legends[0]
+        swatches = legend.legend_handles[:3]  # each model's entry: its band with its curve
+        lines = [a for a in legend.findobj(Line2D) if a.get_linestyle() == "-"]
+        for curve, swatch in zip(curves, swatches, strict=True):
+            assert isinstance(swatch, Patch)
+            assert to_rgb(swatch.get_facecolor()) == to_rgb(curve.get_color())
+            assert any(to_rgb(line.get_color()) == to_rgb(curve.get_color()) for line in lines)
+    # the default is the simultaneous band: it holds for the whole curve, so it is the wider
+    explicit = figures.edf_figure(trials, n_boot=50, band="simultaneous")
+    assert _shaded_area(default.axes[0]) == _shaded_area(explicit.axes[0])
+    wide, narrow = _shaded_area(default.axes[0]), _shaded_area(pointwise.axes[0])
+    assert all(w > n for w, n in zip(wide, narrow, strict=True)), (wide, narrow)
+    texts = [t.get_text() for t in pointwise.legends[0].get_texts()]
+    assert "shaded: pointwise 95% band (each x alone), 50 resamples" in texts
+    bare = figures.edf_figure(trials, n_boot=50, band="none")
+    assert not bare.axes[0].collections
+    assert not any("shaded" in t.get_text() for t in bare.legends[0].get_texts())
+    with pytest.raises(ValueError, match="band: 'dashed'"):
+        figures.edf_figure(trials, band="dashed")
+
+
+def test_the_scatters_good_ranges_are_outlines_above_every_dot():
+    from matplotlib.colors import to_rgb
+
+    trials = synthetic_trials(MODELS, ["adamw"], [5], 12, seed=3)
+    fig = figures.scatter_figure(trials, n_boot=20)
+    FigureCanvasAgg(fig).draw()
+    for ax in [a for a in fig.axes if a.get_visible()]:
+        to_axes = ax.transData + ax.transAxes.inverted()
+        dots = data_lines(ax)
+        boxes = [p for p in ax.patches if p.get_label() == "_good_range"]
+        assert len(boxes) == len(dots) == len(MODELS)
+        for dot, box in zip(dots, boxes, strict=True):
+            assert not box.get_fill() and not box.get_hatch()  # the dots show through
+            assert to_rgb(box.get_edgecolor()) == to_rgb(dot.get_color())
+            x, y = dot.get_data()
+            highest = to_axes.transform(np.column_stack([x, y]))[:, 1].max()
+            assert box.get_y() > highest  # in the strip above the dots, over none of them
 
 
 def test_the_scatters_tick_labels_never_overlap_over_many_decades():
@@ -232,5 +297,23 @@ def test_the_scatter_reads_at_page_width_with_labelled_ticks_and_its_best_values
             if line.get_label() == "_best":  # a best value, inside the frame, off its edge
                 x = line.get_xdata()[0]
                 assert low < x < high and np.log10(high / x) > 0.01 and np.log10(x / low) > 0.01
-    hatches = {p.get_hatch() for ax in fig.axes for p in ax.patches if p.get_hatch()}
-    assert len(hatches) == len(MODELS)  # each model's good range shaded its own way
+    assert not any(p.get_hatch() for ax in fig.axes for p in ax.patches)  # no box hides dots
+
+
+@pytest.mark.parametrize("band", ["simultaneous", "pointwise"])
+def test_each_figure_on_the_page_has_a_caption_saying_what_it_draws(band, tmp_path):
+    import html
+    import re
+
+    trials = synthetic_trials(MODELS, ["adamw"], [5], 6, seed=2)
+    write_report(_spec(("adamw",), (5,)), trials, tmp_path, {"edf", "curves"}, n_boot=20,
+                 data_shape=(10, 1, 16), band=band)  # fmt: skip
+    page = (tmp_path / "index.html").read_text()
+    figures_ = re.findall(r"<figure><img alt='(\w+)'.*?</figure>", page, flags=re.DOTALL)
+    captions = dict(zip(figures_, re.findall(r"<figcaption>(.*?)</figcaption>", page), strict=True))
+    assert set(captions) == {"edf", "edf_raw", "scatter", "curves"}
+    for name, caption in captions.items():
+        assert name not in caption and ".png" not in caption, caption  # not a file name
+        assert len(caption.split()) >= 12, caption
+    assert f"Shaded: each curve's {band} 95% bootstrap band" in html.unescape(captions["edf"])
+    assert "good range as a box" in captions["scatter"]

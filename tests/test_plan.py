@@ -100,3 +100,45 @@ def test_every_job_carries_the_study_folder_the_plan_put_it_in(tiny_dict, tmp_pa
     trial = plan(spec)[0]
     lone = TrialJob(trial.key, trial.config, trial.out_dir)  # the same path, no study
     assert lone.root == trial.out_dir
+
+
+def _column(table, header: str) -> list[str]:
+    return [str(cell) for cell in next(c for c in table.columns if c.header == header)._cells]
+
+
+def test_the_plans_lr_column_is_the_lr_trained_after_batch_scaling(tiny_dict):
+    from optbench.cli.terminal_tables import plan_table
+
+    tiny_dict["ref_batch"] = 2048  # batch 128: every trial trains at lr / 16
+    spec = parse_spec(tiny_dict)
+    table = plan_table(spec)
+    lr_used = sorted(t.config.lr_used for t in plan(spec))
+    for shown in _column(table, "lr trained"):
+        low, high = (float(x) for x in shown.split(" .. "))
+        assert (low, high) == (float(f"{1e-3 / 16:.3g}"), float(f"{1e-2 / 16:.3g}"))
+        assert low <= lr_used[0] and lr_used[-1] <= high  # what the trials' optimizers get
+    assert "lr values are at ref_batch 2048; at batch_size 128 every trial trains at lr x " in str(
+        table.caption
+    )
+    assert "(lr / 16)" in str(table.caption)
+    tiny_dict["ref_batch"] = 128  # no scaling: the column is the study's range, no note
+    table = plan_table(parse_spec(tiny_dict))
+    assert set(_column(table, "lr trained")) == {"0.001 .. 0.01"}
+    assert "ref_batch" not in str(table.caption)
+
+
+def test_a_run_says_once_that_its_batch_scales_the_lr(tiny_dict, cli, monkeypatch, tmp_path):
+    from optbench.run import driver
+
+    monkeypatch.setattr(driver, "run_study", lambda *args, **kw: None)  # no training
+    monkeypatch.setattr(driver, "failed_trials", lambda *args: None)
+    tiny_dict["ref_batch"] = 2048
+    (tmp_path / "scaled.yaml").write_text(yaml.safe_dump(tiny_dict))
+    code, out, err = cli("run", "scaled.yaml")
+    assert code == 0, err
+    [line] = [x for x in out.splitlines() if "ref_batch" in x]
+    assert line.startswith("lr: the study's lr values are at ref_batch 2048; at batch_size 128")
+    del tiny_dict["ref_batch"]  # the basic preset does not scale
+    (tmp_path / "basic.yaml").write_text(yaml.safe_dump(tiny_dict))
+    code, out, err = cli("run", "basic.yaml")
+    assert code == 0 and "ref_batch" not in out, (out, err)

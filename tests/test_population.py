@@ -48,6 +48,8 @@ def members(model, optimizer, pairs, epochs, **recipe) -> list[TrainConfig]:
             wd=wd,
             epochs=epochs,
             batch_size=BATCH,
+            # the basic case's lrs are at batch 2048 (its own default is the batch: no scaling)
+            ref_batch=None if recipe.get("preset", "basic") != "basic" else 2048,
             recipe=Recipe(**recipe),
         )
         for lr, wd in pairs

@@ -186,6 +186,7 @@ def test_train_prints_a_line_per_epoch(cli, tmp_path):
         "train", "vit_p_w64_16px", "--dataset", "digits",
         "--optimizer", "adamw", "--lr", "2e-3", "--wd", "0.05", "--epochs", "2",
         "--warmup-epochs", "0.5", "--img-size", "16", "--out", str(tmp_path / "t"),
+        "--ref-batch", "2048",  # the lr is scaled: the banner says to what
     )  # fmt: skip
     assert code == 0, err
     epochs = [x for x in err.splitlines() if x.startswith("epoch ")]

@@ -49,9 +49,17 @@ def _fresh_python(code: str, *args: str) -> subprocess.CompletedProcess:
 READ_BACK = """
 import json, pickle, sys
 batch, outcome = pickle.load(open(sys.argv[1], "rb"))  # as submitit's pickle_load reads it
+from optbench.spec.recipe import Recipe
+from optbench.trackers.backends import Tracking
+from optbench.trial.config import TrainConfig
 from optbench.trial.jobs import PopulationJob, TrialJob
+from optbench.trial.results import ResumeMismatch
 solo, population = batch.jobs
-assert type(solo) is TrialJob and type(population) is PopulationJob  # the current classes
+# the current classes, each module under its own name
+assert type(solo) is TrialJob and type(population) is PopulationJob
+assert type(solo.config) is TrainConfig and type(solo.config.recipe) is Recipe
+assert type(solo.execution.tracking) is Tracking and type(outcome) is ResumeMismatch
+assert sys.modules["optbench.train.config"].__spec__.name == "optbench.trial.config"
 print(json.dumps({
     "configs": [m.config.model_dump_json() for m in (solo, *population.members)],
     "execution": solo.execution.model_dump_json(),

@@ -493,8 +493,55 @@ def test_a_torchvision_built_for_another_torch_is_one_line_with_the_fix(tmp_path
     )  # fmt: skip
     assert done.returncode == 1
     [line] = done.stderr.splitlines()
-    assert line.startswith("error: torchvision ") and "does not match torch" in line
-    assert "pip install --force-reinstall torch torchvision --index-url" in line
+    assert line.startswith("error: torchvision ") and "C++ operators do not load" in line
+    assert line.endswith("(docs/install.md)")
+
+
+def _mismatch_line(monkeypatch, torch: str, vision: str) -> str:
+    from optbench import errors
+
+    monkeypatch.setattr(errors, "built_version", {"torch": torch, "torchvision": vision}.get)
+    line = errors.torch_mismatch(RuntimeError("operator torchvision::nms does not exist"))
+    assert line is not None and "\n" not in line
+    return line
+
+
+def test_a_cpu_torch_with_a_cuda_torchvision_names_the_pair_by_version(monkeypatch):
+    # what pip left when PyTorch's CPU index was unreachable (issue 44)
+    line = _mismatch_line(monkeypatch, "2.13.0+cpu", "0.28.0+cu130")
+    assert line.startswith(
+        "torchvision 0.28.0+cu130 is built for CUDA 13.0, torch 2.13.0+cpu for the CPU only"
+    )
+    assert "install torchvision 0.28 (torch 2.13's) built for the CPU only: pip install " in line
+    assert "'torchvision==0.28.*' --index-url https://download.pytorch.org/whl/cpu" in line
+    # without that index, PyPI's pair; === so that no local CPU wheel of 2.13.0 stands in
+    assert "pip install 'torch===2.13.0' 'torchvision==0.28.*'" in line
+
+
+def test_a_torchvision_of_another_torch_version_names_the_one_that_pairs(monkeypatch):
+    line = _mismatch_line(monkeypatch, "2.13.0+cpu", "0.29.1+cpu")
+    assert line.startswith("torchvision 0.29.1+cpu is torch 2.14's, not torch 2.13.0+cpu's")
+    assert "'torchvision==0.28.*' --index-url https://download.pytorch.org/whl/cpu" in line
+    line = _mismatch_line(monkeypatch, "2.14.1", "0.28.0")  # PyPI's torch: PyPI's torchvision
+    assert "torch 2.14's torchvision 0.29 with it from PyPI" in line and "--index-url" not in line
+    line = _mismatch_line(monkeypatch, "2.99.0+cpu", "0.28.0+cpu")  # newer than the table
+    assert "the torchvision released with torch 2.99 (pytorch/vision's README" in line
+
+
+def test_the_table_of_pairs_has_the_installed_pair(tmp_path, monkeypatch):
+    import torchvision
+
+    from optbench.errors import TORCHVISION_OF_TORCH, built_version
+
+    torch_minor = ".".join(torch.__version__.split(".")[:2])
+    assert TORCHVISION_OF_TORCH[torch_minor] == ".".join(torchvision.__version__.split(".")[:2])
+    package = tmp_path / "fake_vision"  # the build label is read from version.py, not imported
+    package.mkdir()
+    (package / "__init__.py").write_text("raise RuntimeError('never imported')\n")
+    (package / "version.py").write_text("__version__ = '0.28.0+cu130'\ncuda = '13.0'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert built_version("fake_vision") == "0.28.0+cu130"
+    assert built_version("no_such_package_here") == "none"
 
 
 @pytest.mark.slow

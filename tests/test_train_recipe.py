@@ -367,9 +367,12 @@ def test_ref_batch_defaults_to_the_presets_and_an_explicit_one_wins():
     # DeiT's code scales lr by batch / 512; Xiao et al. normalize to 2048.
     assert parse_spec({**study, "recipe": {"preset": "deit"}}).ref_batch == 512
     assert parse_spec({**study, "recipe": {"preset": "paper"}}).ref_batch == 2048
-    assert parse_spec(study).ref_batch == 2048
+    # basic does not scale: the lr a study declares is the lr it trains at
+    assert parse_spec(study).ref_batch == study["batch_size"]
+    assert parse_spec({**study, "batch_size": 16}).ref_batch == 16
     assert parse_spec({**study, "recipe": {"preset": "deit"}, "ref_batch": 1024}).ref_batch == 1024
     one_trial = config(epochs=60).model_dump(exclude={"ref_batch", "recipe"})  # `optbench train`'s
     deit = TrainConfig(**one_trial, recipe=Recipe(preset="deit"))
     assert deit.ref_batch == 512 and deit.lr_used == pytest.approx(1e-3 * 256 / 512)
-    assert TrainConfig(**one_trial).ref_batch == 2048
+    basic = TrainConfig(**one_trial)
+    assert basic.ref_batch == 256 and basic.lr_used == basic.lr

@@ -22,9 +22,13 @@ from optbench.cli.study_commands import cancel, run, status
 from optbench.cli.train_commands import models, train
 from optbench.errors import StorageUnavailable, UsageError, WriteError, torch_mismatch
 
+# Help is click's plain text, not typer's rich panels: rich reads "[...]" in a help string as
+# markup and drops it (the --set example lost its '[vit_c_4gf]'), keeps a docstring's line
+# breaks in the command list, and shows a <bool> type after every flag.
 app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
     help="Benchmark how easy vision models are to optimize.",
 )
 app.add_typer(data_app, name="data")  # optbench data pack (data_commands.py)
@@ -61,7 +65,8 @@ def main() -> None:
         code = app(prog_name="optbench", standalone_mode=False)
         sys.exit(code or 0)  # typer.Exit(code) and Ctrl-C (130) come back as an exit code
     except typer.TyperException as err:  # click's errors (typer vendors click): usage, files
-        if type(err).__name__ == "NoArgsIsHelpError":  # bare `optbench`: typer printed the help
+        if type(err).__name__ == "NoArgsIsHelpError":  # bare `optbench`: the help, as click's
+            err.show()
             sys.exit(2)
         typer.echo(f"error: {click_error_line(err)}", err=True)
         sys.exit(err.exit_code)  # 2 for a usage error, as in click's standalone mode

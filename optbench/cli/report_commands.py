@@ -36,6 +36,13 @@ def report(
     metric: Annotated[
         str, typer.Option(help="final_error, best_error or pycls_best (docs/reports.md)")
     ] = "final_error",
+    band: Annotated[
+        str,
+        typer.Option(
+            help="the EDFs' shaded 95% band: simultaneous (holds for the whole curve), "
+            "pointwise (each x on its own) or none (docs/reports.md)"
+        ),
+    ] = "simultaneous",
     formats: Annotated[
         str,
         typer.Option(
@@ -45,7 +52,10 @@ def report(
     set_: Overrides = None,
     profile: ProfileFlag = None,
 ) -> None:
-    """Write figures, trials.csv, summary.json and index.html for each study."""
+    """Write each study's report: figures, tables, index.html.
+
+    OUT/<study name>/ gets the figures (--format), trials.csv, summary.json and index.html
+    (docs/reports.md)."""
     from optbench.plan.trials import plan
     from optbench.report.summary import format_table
     from optbench.report.writer import refuse_links, write_report
@@ -81,7 +91,7 @@ def report(
         trials = store.frame(planned)
         wanted = [f.strip() for f in formats.split(",") if f.strip()]
         summary = write_report(
-            spec, trials, out / spec.name, figures, metric, formats=wanted, root=out
+            spec, trials, out / spec.name, figures, metric, formats=wanted, root=out, band=band
         )
         typer.echo(format_table(summary))
         note = attach_report(
@@ -99,8 +109,10 @@ def compare(
     run_report: Annotated[Path, typer.Argument(help="report folder of your run")],
     reference: Annotated[Path, typer.Argument(help="report folder to compare it with")],
 ) -> None:
-    """Compare two reports of a study trial by trial (matched by model, optimizer, epochs,
-    sample, seed): equal weights digests and error differences. Writes nothing."""
+    """Compare two reports of a study, trial by trial.
+
+    Trials are matched by model, optimizer, epochs, sample and seed; it prints how many weights
+    digests are equal and the error differences. Writes nothing."""
     from optbench.report.compare import compare_trials, format_comparison, read_trials
 
     run_trials, reference_trials = read_trials(run_report), read_trials(reference)

@@ -28,6 +28,7 @@ Overrides = Annotated[
     list[str] | None,
     typer.Option(
         "--set",
+        metavar="KEY=VALUE",
         help="override a study key, KEY=VALUE with a dotted KEY and a YAML VALUE, e.g. "
         "--set search.n_samples=8 --set models='[vit_c_4gf]'; repeatable",
     ),
@@ -94,7 +95,12 @@ def run(
         bool, typer.Option(help="slurm: submit and return; a later `optbench run` follows")
     ] = False,
     reports: Annotated[
-        Path, typer.Option(help="--dry-run: reports root of an earlier report's advice")
+        Path,
+        typer.Option(
+            help="--dry-run: where `optbench report` wrote this study's earlier report (its "
+            "--out); the plan ends with the sample-size advice of REPORTS/<study name>/"
+            "summary.json"
+        ),
     ] = Path("reports"),
     measure: Annotated[
         bool,
@@ -110,7 +116,7 @@ def run(
     set_: Overrides = None,
     profile: ProfileFlag = None,
 ) -> None:
-    """Run every unfinished trial of a study, recording results as they end."""
+    """Run a study's unfinished trials, recording each as it ends."""
     from optbench.spec.checks import pipeline_note
 
     _check_measure_flags(dry_run, measure, measure_steps, measure_warmup)
@@ -132,8 +138,12 @@ def run(
             measure_study(spec, steps=measure_steps, warmup=measure_warmup, notify=notify)
         _dry_run(spec, partial(load, data=True), reports)
         return
+    from optbench.cli.terminal_tables import lr_scale_note
     from optbench.executors import make_executor
     from optbench.run.driver import failed_trials, run_study, stop_signals_as_ctrl_c
+
+    if note := lr_scale_note(spec):  # the plan's lr column says it; a run says it once too
+        console.print(note, markup=False, highlight=False, soft_wrap=True)
 
     # The executor says what it submits; SLURM also says when it stops answering and answers again.
     notify = partial(console.print, markup=False, highlight=False)
@@ -185,7 +195,7 @@ def status(
     set_: Overrides = None,
     profile: ProfileFlag = None,
 ) -> None:
-    """Print a study's counts per cell without running or writing anything."""
+    """Print a study's trial counts per cell; runs and writes nothing."""
     from optbench.cli.terminal_tables import status_table, trials_table
     from optbench.executors import jobs_executor
     from optbench.plan.costs import estimate_note
@@ -212,9 +222,11 @@ def cancel(
     set_: Overrides = None,
     profile: ProfileFlag = None,
 ) -> None:
-    """Cancel a study's queued and running SLURM jobs (scancel) and print what SLURM did; exit
-    status 1 if scancel failed for any. The next `optbench run` records the cancelled trials as
-    failed attempts and resubmits them (within executor.retries)."""
+    """Cancel a study's queued and running SLURM jobs (scancel).
+
+    Prints what SLURM did; exit status 1 if scancel failed for any. The next `optbench run`
+    records the cancelled trials as failed attempts and resubmits them (within
+    executor.retries)."""
     from optbench.executors import jobs_executor
 
     spec = read_study(study, data=False, overrides=set_, profile=profile, checked=False)

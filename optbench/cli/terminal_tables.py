@@ -142,11 +142,28 @@ def recorded_speed(stored: list, model: str, n_train: int) -> RecordedSpeed | No
 
 def _lr_wd_columns(spec: StudySpec, cell, bounds) -> tuple[str, str]:
     """The plan's lr and wd columns: the box pairs are drawn from, or under `sampler: good`
-    the one value every trial of the cell trains at."""
+    the one value every trial of the cell trains at. The lr is the one trained, after batch
+    scaling (lr x batch_size / ref_batch; `lr_scale_note` says so)."""
+    scale = spec.batch_size / spec.ref_batch
     if spec.search.sampler == "good":
         good = spec.search.good_values[cell.model][cell.optimizer]
-        return f"{good.lr:.3g} (fixed)", f"{good.wd:.3g} (fixed)"
-    return f"{bounds.lr[0]:.3g} .. {bounds.lr[1]:.3g}", f"{bounds.wd[0]:.3g} .. {bounds.wd[1]:.3g}"
+        return f"{good.lr * scale:.3g} (fixed)", f"{good.wd:.3g} (fixed)"
+    lr = f"{bounds.lr[0] * scale:.3g} .. {bounds.lr[1] * scale:.3g}"
+    return lr, f"{bounds.wd[0]:.3g} .. {bounds.wd[1]:.3g}"
+
+
+def lr_scale_note(spec: StudySpec) -> str | None:
+    """One line when the study's batch differs from its reference batch: every trial trains at
+    its lr times batch_size / ref_batch, not at the lr its file declares (None otherwise)."""
+    batch, ref = spec.batch_size, spec.ref_batch
+    if batch == ref:
+        return None
+    factor = f"/ {ref // batch}" if ref % batch == 0 else f"x {batch / ref:.3g}"
+    return (
+        f"lr: the study's lr values are at ref_batch {ref}; at batch_size {batch} every trial "
+        f"trains at lr x {batch}/{ref} (lr {factor}); ref_batch: {batch} trains at the lr as "
+        "written (docs/study.md)"
+    )
 
 
 def plan_table(spec: StudySpec) -> TextTable:
@@ -168,7 +185,7 @@ def plan_table(spec: StudySpec) -> TextTable:
         "epochs",
         "trials",
         "to run",
-        "lr range",
+        "lr trained",
         "wd range",
         "px",
         "GF/img",
@@ -228,8 +245,9 @@ def plan_table(spec: StudySpec) -> TextTable:
         f"{len(stored)} trials, {to_run} to run: {total / 1e15:.3g} PF of forward "
         f"multiply-adds ({total * 3 / 1e15:.3g} PF with backward)" + execution_note(spec, trials)
     )
-    for line in plan_notes(spec, measured_costs, todo_of, n_train):
-        table.add_caption(line)
+    for line in [lr_scale_note(spec), *plan_notes(spec, measured_costs, todo_of, n_train)]:
+        if line:
+            table.add_caption(line)
     measured = {m: v for m, v in speeds.items() if v is not None}
     if measured and longest_s:  # cells without measured costs, from finished trials
         devices = sorted({v.device for v in measured.values()})

@@ -38,7 +38,8 @@ def train(
     ref_batch: Annotated[
         int | None,
         typer.Option(
-            help="batch size that --lr is normalized to (default: the preset's, 2048 or 512)"
+            help="batch size that --lr is normalized to (default: the preset's: paper 2048, "
+            "deit 512, basic --batch-size, i.e. no scaling)"
         ),
     ] = None,
     data_root: Annotated[
@@ -75,10 +76,11 @@ def train(
         bool, typer.Option(help="download the dataset into --data-root first (cifar10/100)")
     ] = False,
 ) -> None:
-    """Train one configuration and write OUT/result.json (a study's workers do the same).
+    """Train one configuration (writes OUT/result.json).
 
-    SIGTERM or SIGUSR2 saves OUT/checkpoint.pt and exits with 128 + the signal number; run the
-    same command with --resume to continue."""
+    A study's workers train each trial the same way. SIGTERM or SIGUSR2 saves
+    OUT/checkpoint.pt and exits with 128 + the signal number; run the same command with
+    --resume to continue."""
     import torch
     from pydantic import ValidationError
 
@@ -222,7 +224,7 @@ def models(
         bool, typer.Option(help="also measure training images/s on this machine's device")
     ] = False,
 ) -> None:
-    """Print the model zoo: input size, classes, flops, params and activations of each model."""
+    """Print the model zoo: each model's input, flops, params, acts."""
     import json
 
     from optbench.errors import did_you_mean

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
-from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
+from matplotlib.legend_handler import HandlerTuple
 from matplotlib.lines import Line2D
-from matplotlib.patches import Patch
+from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 from matplotlib.transforms import offset_copy
 
@@ -32,7 +32,15 @@ OPTIMIZER_SHIFT = {"adamw": -3.0, "sgd": 3.0}  # points: the two optimizers' see
 RANK_STYLES = {"best": "-", "median": "--", "worst": ":"}
 HYPERPARAMETERS: tuple[str, ...] = ("lr", "wd", "lr*wd")
 NEAR_CHANCE_STYLE = ":"  # an EDF of a cell whose best error is near chance level
-SIMULTANEOUS_STYLE = "--"  # the edges of an EDF's simultaneous band
+# What an EDF's shaded band is (figures.edf_figure's `band`): one kind per figure, so that no
+# two kinds of band overlap; the legend says which. Bands are shaded, never edged: a band's
+# edge drawn as a line reads as another curve.
+EDF_BANDS: dict[str, str] = {
+    "simultaneous": "simultaneous 95% band (whole curve)",
+    "pointwise": "pointwise 95% band (each x alone)",
+    "none": "",
+}
+BAND_ALPHA = 0.18
 TITLE_WIDTH = 52  # characters per line of a panel's title
 
 
@@ -56,18 +64,28 @@ def _grid(n_panels: int, ncols: int, *, sharey: bool = False) -> tuple[Figure, l
     return fig, axes[:n_panels]
 
 
-def _legend_below(fig: Figure, handles: list, ncols: int = 3) -> None:
+def _legend_below(
+    fig: Figure,
+    handles: list,
+    ncols: int = 3,
+    labels: list[str] | None = None,
+    fontsize: str | float = "small",
+) -> None:
     """One legend for the whole figure, under its panels (constrained layout makes room), with
-    as many columns as fit its width."""
+    as many columns as fit its width. A tuple in `handles` (with its entry of `labels`) draws
+    its artists on top of each other: a band's shading with its curve, as the panels show it."""
     if handles:
-        longest = max(len(h.get_label()) for h in handles)
+        labels = labels or [h.get_label() for h in handles]
+        longest = max(len(label) for label in labels)
         fit = int(fig.get_figwidth() // (0.6 + 0.075 * longest))  # inches per entry, "small" text
         fig.legend(
             handles=handles,
+            labels=labels,
             loc="outside lower center",
             ncols=max(1, min(ncols, len(handles), fit)),
-            fontsize="small",
+            fontsize=fontsize,
             frameon=False,
+            handler_map={tuple: HandlerTuple(ndivide=1)},
         )
 
 
@@ -81,10 +99,10 @@ def _wrap(text: str) -> str:
 
 @dataclass(frozen=True)
 class EdfCurve:
-    """One model's EDF in one panel, with its optional bands: `band` pointwise (each x on its
-    own), `simultaneous` over the whole curve at once. `beyond`: finite values past the end of
-    the x-axis (not drawn); `near_chance`: the cell's best error is near chance level (its
-    trials barely learned), drawn dotted."""
+    """One model's EDF in one panel, with its optional band (low, high) of the kind the
+    figure draws (EDF_BANDS). `beyond`: finite values past the end of the x-axis (not drawn);
+    `near_chance`: the cell's best error is near chance level (its trials barely learned),
+    drawn dotted."""
 
     model: str
     xs: np.ndarray
@@ -92,7 +110,6 @@ class EdfCurve:
     n: int
     n_diverged: int
     band: tuple[np.ndarray, np.ndarray] | None = None
-    simultaneous: tuple[np.ndarray, np.ndarray] | None = None
     beyond: int = 0
     near_chance: bool = False
     best: float | None = None  # the cell's best error (%), what dtop-1 is relative to
@@ -130,11 +147,13 @@ def plot_edf(
     x_max: float | None = None,
     chance_error: float | None = None,
     n_boot: int | None = None,
+    band: str = "simultaneous",
 ) -> Figure:
-    """One panel per (optimizer, epochs), one step curve (and shaded band) per model; the x-axis
-    ends at `x_max` (default: the curves' grid). A cell near chance level is dotted. The legend
-    gives each model's best error per panel (each curve is relative to its own) and says what
-    the shading is."""
+    """One panel per (optimizer, epochs), one step curve per model with its band shaded in the
+    model's colour (`band`: which kind the curves carry, EDF_BANDS); the x-axis ends at `x_max`
+    (default: the curves' grid). A cell near chance level is dotted. The legend gives each
+    model's best error per panel (each curve is relative to its own), each swatch drawn as the
+    panels draw the model (band and curve), and says what the band is."""
     fig, axes = _grid(len(panels), ncols, sharey=True)
     for ax, panel in zip(axes, panels, strict=True):
         for curve in panel.curves:
@@ -143,9 +162,9 @@ def plot_edf(
             ax.step(curve.xs, curve.fraction, style, where="post", color=color, label=curve.model)
             if curve.band is not None:
                 low, high = curve.band
-                ax.fill_between(curve.xs, low, high, step="post", color=color, alpha=0.2, lw=0)
-            for edge in curve.simultaneous or ():
-                ax.step(curve.xs, edge, SIMULTANEOUS_STYLE, where="post", color=color, lw=0.8)
+                ax.fill_between(
+                    curve.xs, low, high, step="post", color=color, alpha=BAND_ALPHA, lw=0
+                )
         counts = edf_counts(panel.curves, x_max)
         ax.set_title(
             f"{cell_title(panel.optimizer, panel.epochs)}\n{_wrap(counts)}", fontsize="medium"
@@ -156,34 +175,29 @@ def plot_edf(
         ax.set_ylim(0, 1)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("cumulative prob.")
-    handles = _model_handles([c.model for p in panels for c in p.curves], colors)
-    for handle in handles:  # "vit_p: best 8.1%" (one number per panel, in panel order)
-        bests = [c.best for p in panels for c in p.curves if c.model == handle.get_label()]
+    banded = any(c.band is not None for p in panels for c in p.curves)
+    handles, labels = [], []
+    for model in dict.fromkeys(c.model for p in panels for c in p.curves):
+        # "vit_p: best 8.1%" (one number per panel, in panel order)
+        bests = [c.best for p in panels for c in p.curves if c.model == model]
         said = " / ".join("–" if b is None else f"{b:.1f}%" for b in bests)
-        handle.set_label(f"{handle.get_label()}: best {said}")
-    if any(c.band is not None for p in panels for c in p.curves):
+        line = Line2D([], [], color=colors[model])
+        shade = Patch(facecolor=colors[model], alpha=BAND_ALPHA, lw=0)
+        handles.append((shade, line) if banded else line)
+        labels.append(f"{model}: best {said}")
+    notes = []
+    if banded:
         resamples = f", {n_boot} resamples" if n_boot else ""
-        handles.append(
-            Patch(
-                color="0.3",
-                alpha=0.2,
-                lw=0,
-                label=f"shaded: pointwise 95% bootstrap band{resamples}",
-            )
-        )
+        notes.append(f"shaded: {EDF_BANDS[band]}{resamples}")
     if len(panels) > 1:
-        handles.append(Line2D([], [], ls="", label="(best errors per panel, left to right)"))
-    if any(c.simultaneous is not None for p in panels for c in p.curves):
-        handles.append(
-            Line2D([], [], color="0.3", ls=SIMULTANEOUS_STYLE, lw=0.8,
-                   label="thin dashed: simultaneous 95% band (the whole curve at once)")
-        )  # fmt: skip
+        notes.append("(best errors per panel, left to right)")
+    for note in notes:  # text only: no swatch that the panels do not draw
+        handles.append(Line2D([], [], ls=""))
+        labels.append(note)
     if any(c.near_chance for p in panels for c in p.curves):
-        handles.append(
-            Line2D([], [], color="0.3", ls=NEAR_CHANCE_STYLE,
-                   label=f"dotted: best error near chance ({chance_error:.0f}%): barely learned")
-        )  # fmt: skip
-    _legend_below(fig, handles, ncols=4)
+        handles.append(Line2D([], [], color="0.3", ls=NEAR_CHANCE_STYLE))
+        labels.append(f"dotted: best error near chance ({chance_error:.0f}%): barely learned")
+    _legend_below(fig, handles, ncols=4, labels=labels)
     return fig
 
 
@@ -207,14 +221,11 @@ class ScatterPanel:
 
 SCATTER_PANEL = (2.9, 2.5)  # inches: three columns fill the page (1200 px at 150 dpi) at 1:1
 SCATTER_FONT = 10  # points, so text stays >= 9 pt where the page shows the PNG at its width
-SHADE_HATCHES = (
-    "//",
-    "\\\\",
-    "..",
-    "xx",
-    "--",
-    "++",
-)  # one per model: overlapping ranges stay apart
+# Above the dots, a row per model: its good range as an outlined box, its best value as a tick
+# in it. Drawn where no dot is (the y-axis grows to make room), so neither hides the other, and
+# models whose ranges overlap stay apart (a row each).
+RANGE_ROW = 0.075  # axes fraction per model's row
+RANGE_BOX = 0.6  # of a row: the box's height
 
 
 def _log_tick_label(value: float, _pos=None) -> str:
@@ -248,30 +259,25 @@ def _log_tick_steps(low: float, high: float, most: int = 6) -> tuple[float, ...]
 
 
 def plot_scatter(panels: Sequence[ScatterPanel], colors: dict[str, str]) -> Figure:
-    """Rows: cells; columns: lr, wd, lr*wd (log x). A dot per finished trial, a vertical line
-    at each model's best value and its bootstrap good range, shaded and hatched per model."""
+    """Rows: cells; columns: lr, wd, lr*wd (log x). A dot per finished trial and, in a strip
+    above the dots, a row per model: its bootstrap good range as an outlined box with a tick at
+    its best value."""
     n = len(HYPERPARAMETERS)
     fig = Figure(
         figsize=(SCATTER_PANEL[0] * n, SCATTER_PANEL[1] * len(panels) + 0.9), layout="constrained"
     )
     axes = fig.subplots(len(panels), n, squeeze=False).ravel().tolist()
-    hatch = {m: SHADE_HATCHES[i % len(SHADE_HATCHES)] for i, m in enumerate(colors)}
     for row, panel in enumerate(panels):
         for col, name in enumerate(HYPERPARAMETERS):
             ax = axes[row * n + col]
             ranges = []
             for s in panel.series:
-                color = colors[s.model]
                 # markers on a Line2D draw far faster than a PathCollection; rasterized keeps
                 # the SVG small when a cell has hundreds of trials
-                ax.plot(s.values[name], s.errors, "o", ms=3, ls="", color=color, alpha=0.7,
-                        label=s.model, rasterized=True)  # fmt: skip
-                best = s.best.get(name)
-                if best is not None:
-                    ranges.append(best)
-                    ax.axvline(best.estimate, color=color, lw=1.2, label="_best")
-                    ax.axvspan(best.low, best.high, facecolor=to_rgba(color, 0.10),
-                               edgecolor=to_rgba(color, 0.7), hatch=hatch[s.model], lw=0.8)  # fmt: skip
+                ax.plot(s.values[name], s.errors, "o", ms=3, ls="", color=colors[s.model],
+                        alpha=0.7, label=s.model, rasterized=True)  # fmt: skip
+                ranges += [r for r in [s.best.get(name)] if r is not None]
+            _good_range_strip(ax, panel.series, name, colors)
             ax.set_xscale("log")
             _scatter_limits(ax, [s.values[name] for s in panel.series], ranges)
             ax.xaxis.set_major_locator(LogLocator(subs=_log_tick_steps(*ax.get_xlim())))
@@ -284,16 +290,46 @@ def plot_scatter(panels: Sequence[ScatterPanel], colors: dict[str, str]) -> Figu
             if col == 0:
                 ax.set_ylabel("error (%)", fontsize=SCATTER_FONT)
     models = list(dict.fromkeys(s.model for p in panels for s in p.series))
-    handles = _model_handles(models, colors, marker="o", ls="", ms=5)
-    handles.append(Line2D([], [], color="0.3", lw=1.2, label="line: the best trial's value"))
-    handles += [
-        Patch(facecolor=to_rgba(colors[m], 0.10), edgecolor=to_rgba(colors[m], 0.7),
-              hatch=hatch[m], label=f"{m}: good range (95% bootstrap of the best's value)")
-        for m in models
+    handles: list = [
+        (Patch(fill=False, edgecolor=colors[m], lw=1.2), Line2D([], [], color=colors[m],
+         marker="o", ms=4, ls="")) for m in models
     ]  # fmt: skip
-    fig.legend(handles=handles, loc="outside lower center", ncols=2, fontsize=SCATTER_FONT,
-               frameon=False)  # fmt: skip
+    labels = list(models)
+    handles.append(Line2D([], [], ls=""))  # text only
+    labels.append("dots: trials; box: good range (95%); tick: best trial")
+    _legend_below(fig, handles, ncols=4, labels=labels, fontsize=SCATTER_FONT)
     return fig
+
+
+def _good_range_strip(
+    ax: Axes, series: Sequence[ScatterSeries], name: str, colors: dict[str, str]
+) -> None:
+    """Each model's good range of `name` as an outlined box, with a tick at its best value, in
+    a row of its own above the dots (x in data, y in axes coordinates); the y-axis is grown so
+    that no dot lies under the strip, and its ticks stop where the dots do."""
+    errors = np.concatenate([s.errors for s in series]) if series else np.array([])
+    errors = errors[np.isfinite(errors)]
+    if not len(errors) or not any(s.best.get(name) is not None for s in series):
+        return
+    low, high = float(errors.min()), float(errors.max())
+    pad = max(0.05 * (high - low), 0.5)
+    strip = RANGE_ROW * len(series)
+    bottom, top = low - pad, high + pad
+    ax.set_ylim(bottom, top + (top - bottom) * strip / (1 - strip))
+    ax.set_yticks([t for t in ax.yaxis.get_major_locator()() if bottom <= t <= top])
+    ax.axhline(top, color="0.75", lw=0.8, label="_strip")
+    where = ax.get_xaxis_transform()  # x: data, y: axes fraction
+    for i, s in enumerate(series):
+        best = s.best.get(name)
+        if best is None:
+            continue
+        color, y = colors[s.model], 1 - RANGE_ROW * (i + 0.5 + RANGE_BOX / 2)
+        height = RANGE_ROW * RANGE_BOX
+        box = Rectangle((best.low, y), best.high - best.low, height, transform=where,
+                        fill=False, edgecolor=color, lw=1.2, label="_good_range")  # fmt: skip
+        ax.add_patch(box)
+        ax.plot([best.estimate] * 2, [y - 0.15 * height, y + 1.15 * height], color=color,
+                lw=2, transform=where, label="_best")  # fmt: skip
 
 
 def _seed_bars(ax: Axes, x, y, low, high, color: str) -> list:

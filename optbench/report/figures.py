@@ -55,11 +55,15 @@ def edf_figure(
     seed: int = 0,
     colors: dict[str, str] | None = None,
     num_classes: int | None = None,
+    band: str = "simultaneous",
 ) -> Figure:
     """Figs 4-5: per (optimizer, epochs) panel, each model's EDF of dtop-1 (error minus the
-    cell's best; `raw`: of the error itself) with a pointwise 95% bootstrap band and a
-    simultaneous one (bootstrap of the largest deviation). With
-    `num_classes`, a cell whose best error is near chance level is drawn dotted."""
+    cell's best; `raw`: of the error itself) with one kind of 95% bootstrap band (`band`):
+    "simultaneous" (bootstrap of the largest deviation: it holds for the whole curve, the one
+    to compare curves by), "pointwise" (each x on its own) or "none". With `num_classes`, a
+    cell whose best error is near chance level is drawn dotted."""
+    if band not in drawing.EDF_BANDS:
+        raise ValueError(f"band: {band!r} is not one of {list(drawing.EDF_BANDS)}")
     options = _options(metric, n_boot, seed)
     results = _results(trials, metric)
     x_max = None if raw else dtop1_axis_end(results)
@@ -76,13 +80,20 @@ def edf_figure(
         for model, cell in panel.groupby("model", sort=False):
             errors = cell["error"].to_numpy()
             values = errors if raw else dtop1(errors)
-            band = edf_band(
-                errors,
-                xs,
-                relative=not raw,
-                n_boot=options.n_boot,
-                seed=options.rng_seed(model, optimizer, epochs),
-            )
+            # each kind's resamples seeded as before: a report draws the bands it always drew
+            simultaneous = band == "simultaneous"
+            key = (model, optimizer, epochs)
+            key = ("simultaneous", *key) if simultaneous else key
+            shaded = None
+            if band != "none":
+                shaded = edf_band(
+                    errors,
+                    xs,
+                    relative=not raw,
+                    n_boot=options.n_boot,
+                    seed=options.rng_seed(*key),
+                    simultaneous=simultaneous,
+                )
             best = errors[np.isfinite(errors)].min() if np.isfinite(errors).any() else None
             counts = {
                 "n": len(errors),
@@ -91,18 +102,7 @@ def edf_figure(
                 "near_chance": bool(near_chance(best, num_classes)),
                 "best": None if best is None else float(best),
             }
-            curve = edf(values, xs)
-            simultaneous = edf_band(
-                errors,
-                xs,
-                relative=not raw,
-                n_boot=options.n_boot,
-                seed=options.rng_seed("simultaneous", model, optimizer, epochs),
-                simultaneous=True,
-            )
-            curves.append(
-                drawing.EdfCurve(model, xs, curve, band=band, simultaneous=simultaneous, **counts)
-            )
+            curves.append(drawing.EdfCurve(model, xs, edf(values, xs), band=shaded, **counts))
         panels.append(drawing.EdfPanel(optimizer, epochs, curves))
     if not panels:
         raise NothingToDraw("no finished trial: no error to draw")
@@ -113,6 +113,7 @@ def edf_figure(
         n_boot=options.n_boot,
         x_max=x_max,
         chance_error=chance_error(num_classes) if num_classes else None,
+        band=band,
     )
 
 

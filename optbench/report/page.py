@@ -26,6 +26,7 @@ class Section:
     caption: str = ""
     lead: list[str] = field(default_factory=list)  # sentences opening the section (the verdicts)
     figures: list[tuple[str, Figure]] = field(default_factory=list)
+    captions: dict[str, str] = field(default_factory=dict)  # figure name -> what it draws
     tables: list[tuple[str, pd.DataFrame]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -38,6 +39,7 @@ th{background:#f3f3f3} img{max-width:100%} .note{color:#8a5300}
 .partial{background:#fff3cd;border:1px solid #e0c36c;padding:.5em 1em;font-weight:bold}
 .warning{background:#fde2e1;border:1px solid #d9534f;padding:.5em 1em}
 pre{background:#f6f6f6;padding:1em;overflow-x:auto;font-size:.85em}
+figure{margin:1em 0 2em} figcaption{font-size:.9em;color:#444;max-width:60em}
 """
 
 
@@ -140,8 +142,10 @@ def _section_html(section: Section, images: dict[str, str]) -> list[str]:
     if section.caption and (section.figures or section.tables):
         parts.append(f"<p>{esc(section.caption)}</p>")
     for name, _ in section.figures:
+        caption = section.captions.get(name)
+        below = f"<figcaption>{esc(caption)}</figcaption>" if caption else ""
         parts.append(
-            f"<figure><img alt='{name}' src='data:image/png;base64,{images[name]}'><figcaption>{name}.png</figcaption></figure>"
+            f"<figure><img alt='{name}' src='data:image/png;base64,{images[name]}'>{below}</figure>"
         )
     for title, table in section.tables:
         parts += [f"<h3>{esc(title)}</h3>", _table_html(table)]

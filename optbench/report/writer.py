@@ -83,14 +83,29 @@ def _ordered(trials: pd.DataFrame, spec: StudySpec) -> pd.DataFrame:
 # --- sections: each returns figures, tables and notes for the page -------------------------
 
 
-def _figure(section: Section, name: str, draw: Callable[[], Figure]) -> bool:
-    """Add figure `name` to the section, or the reason it cannot be drawn as a note."""
+def _figure(section: Section, name: str, draw: Callable[[], Figure], caption: str) -> bool:
+    """Add figure `name` with its caption (what it draws) to the section, or the reason it
+    cannot be drawn as a note."""
     try:
         section.figures.append((name, draw()))
     except figures.NothingToDraw as why:
         section.notes.append(f"{name}: skipped: {why}.")
         return False
+    section.captions[name] = caption
     return True
+
+
+# What an EDF figure's shading is, per `--band` (the figure's legend names it too).
+BAND_CAPTIONS = {
+    "simultaneous": "Shaded: each curve's simultaneous 95% bootstrap band (the bootstrap of the "
+    "largest deviation, {n_boot} resamples, the best recomputed in each): it holds for the "
+    "whole curve at once, so it is the band to read when comparing whole curves "
+    "(`optbench report --band pointwise` shades pointwise bands instead).",
+    "pointwise": "Shaded: each curve's pointwise 95% bootstrap band ({n_boot} resamples, the "
+    "best recomputed in each): it holds at each x on its own and is too narrow to compare "
+    "whole curves by (`--band simultaneous`, the default, draws that band).",
+    "none": "No band (`--band none`).",
+}
 
 
 def _edf_section(
@@ -100,14 +115,13 @@ def _edf_section(
         "edf",
         "lr/wd stability: error distribution functions (Figs 4-5)",
         "F(x) = fraction of a cell's trials with dtop-1 = error - best error <= x; diverged "
-        "trials count in n and are never within any x. Shaded: pointwise 95% bootstrap bands "
-        f"({options.n_boot} resamples, best recomputed in each); thin dashed: simultaneous "
-        "95% bands, holding for the whole curve at once (bootstrap of the largest deviation; "
-        "summary.json gives each cell's DKW half-width too), the ones to read "
-        "when comparing whole curves. Scatter: vertical lines at "
-        "each model's best value, shaded its bootstrap good range (2.5-97.5 percentiles of "
-        "the best run's value over resamples). Dotted: a cell whose best error is near chance "
-        "level (its trials barely learned: a steep EDF there is not stability).",
+        "trials count in n and are never within any x (summary.json gives each cell's DKW "
+        "half-width too).",
+    )
+    band = BAND_CAPTIONS[options.band].format(n_boot=options.n_boot)
+    near_chance = (
+        " Dotted: a cell whose best error is near chance level (its trials barely learned: a "
+        "steep EDF there is not stability)."
     )
     if not frames.sampled_cells(frames.with_errors(trials, options.metric)):
         section.notes.append(
@@ -117,10 +131,30 @@ def _edf_section(
         )
         return section
     common = dict(metric=options.metric, n_boot=options.n_boot, seed=options.seed, colors=colors)
-    edf = dict(common, num_classes=num_classes)
-    _figure(section, "edf", lambda: figures.edf_figure(trials, **edf))
-    _figure(section, "edf_raw", lambda: figures.edf_figure(trials, raw=True, **edf))
-    _figure(section, "scatter", lambda: figures.scatter_figure(trials, **common))
+    edf = dict(common, num_classes=num_classes, band=options.band)
+    _figure(
+        section,
+        "edf",
+        lambda: figures.edf_figure(trials, **edf),
+        "The EDF of dtop-1 of each model's trials (a colour per model, a panel per optimizer and "
+        f"schedule length; the legend gives each model's best error). {band}{near_chance}",
+    )
+    _figure(
+        section,
+        "edf_raw",
+        lambda: figures.edf_figure(trials, raw=True, **edf),
+        "The same EDFs of the raw error (%) instead of dtop-1, each model's curve starting at "
+        "its own best error.",
+    )
+    _figure(
+        section,
+        "scatter",
+        lambda: figures.scatter_figure(trials, **common),
+        "Each finished trial's error against its lr, wd and lr·wd (log x), a dot per trial. "
+        "Above the dots, a row per model: its good range as a box (the 2.5-97.5 percentiles of "
+        "the best trial's value over bootstrap resamples) and its best trial's value as a "
+        "tick.",
+    )
     return section
 
 
@@ -130,13 +164,15 @@ def _length_section(
     section = Section(
         "length",
         "Training-length stability (Fig 2)",
-        "dtop-1 of each schedule length against the longest schedule with a finished result, "
-        "per model and optimizer. A cell's error is the mean over seeds of its best (lr, wd) pair "
-        "(a diverged seed counted as 100%; with one seed, the best trial); bars span that pair's "
-        "seeds.",
+        "A cell's error is the mean over seeds of its best (lr, wd) pair (a diverged seed "
+        "counted as 100%; with one seed, the best trial).",
     )
     draw = lambda: figures.length_figure(trials, metric=metric, colors=colors)  # noqa: E731
-    if _figure(section, "length", draw):
+    caption = (
+        "dtop-1 of each schedule length against the longest schedule with a finished result: "
+        "a line per model, a panel per optimizer; bars span the seeds of the cell's best pair."
+    )
+    if _figure(section, "length", draw, caption):
         shown = frames.length_stability(best).rename(columns=UNITS)
         section.tables.append(("dtop-1 against the longest schedule", shown))
     return section
@@ -146,12 +182,15 @@ def _optimizer_section(trials: pd.DataFrame, best: pd.DataFrame, metric: str) ->
     section = Section(
         "optimizer",
         "Optimizer stability (Fig 3)",
-        "Each cell's error (as in Fig 2; bars span its seeds) per schedule length with AdamW and "
-        "with SGD; numbers are the SGD - AdamW gap. "
-        "A cell whose trials all diverged is replaced by the best shorter-schedule result of the "
-        "same model and optimizer and drawn dashed, as the paper does.",
+        "A cell's error as in Fig 2. A cell whose trials all diverged is replaced by the best "
+        "shorter-schedule result of the same model and optimizer, as the paper does.",
     )
-    if not _figure(section, "optimizer", lambda: figures.optimizer_figure(trials, metric=metric)):
+    caption = (
+        "Each cell's error per schedule length with AdamW and with SGD, a panel per model; the "
+        "numbers are the SGD - AdamW gap, bars span the seeds, dashed: a replaced cell."
+    )
+    draw = lambda: figures.optimizer_figure(trials, metric=metric)  # noqa: E731
+    if not _figure(section, "optimizer", draw, caption):
         return section
     table = frames.optimizer_stability(best)
     section.tables.append(
@@ -169,10 +208,16 @@ def _stem_section(trials: pd.DataFrame, metric: str) -> Section:
     section = Section(
         "stem",
         "Stem ablation (Table 3)",
-        "Each cell's error (as in Fig 2; bars span its seeds) along the stem order: ViT_C's "
-        "conv stem, then patchify stems S1, S2, ... of growing patch size, then ViT_P.",
+        "A cell's error as in Fig 2; the stem order: ViT_C's conv stem, then patchify stems S1, "
+        "S2, ... of growing patch size, then ViT_P.",
     )
-    _figure(section, "stem", lambda: figures.stem_figure(trials, metric=metric))
+    _figure(
+        section,
+        "stem",
+        lambda: figures.stem_figure(trials, metric=metric),
+        "Each cell's error along the stem order, a point per optimizer, a panel per schedule "
+        "length; bars span the seeds.",
+    )
     return section
 
 
@@ -301,11 +346,16 @@ def _curves_section(trials: pd.DataFrame, colors: dict[str, str], metric: str) -
     section = Section(
         "curves",
         "Training curves",
-        "Validation error per epoch of the best (solid), median (dashed) and worst (dotted) "
-        "finished trial of each cell.",
     )
     epochs = figures.per_epoch(trials) if "metrics" in trials.columns else trials.iloc[0:0]
-    _figure(section, "curves", lambda: figures.curves_figure(epochs, metric=metric, colors=colors))
+    _figure(
+        section,
+        "curves",
+        lambda: figures.curves_figure(epochs, metric=metric, colors=colors),
+        "Validation error per epoch of the best (solid), median (dashed) and worst (dotted) "
+        "finished trial of each cell, a colour per model, a panel per optimizer and schedule "
+        "length.",
+    )
     return section
 
 
@@ -419,6 +469,7 @@ def write_report(
     data_shape: tuple[int, int, int] | None = None,
     formats: Sequence[str] = DEFAULT_FORMATS,
     root: Path | None = None,
+    band: str = "simultaneous",
 ) -> dict[str, Any]:
     """Write the study's report into `out_dir` and return the summary.
 
@@ -428,6 +479,7 @@ def write_report(
     looked up when None (and left unknown where that needs the dataset's files). `formats`:
     the figure files, any of FORMATS (the page embeds PNGs whatever they are). `root`: the
     folder below which no link is followed (`refuse_links`; default: `out_dir` itself).
+    `band`: the 95% band the EDF figures shade (drawing.EDF_BANDS).
     """
     unknown = set(figures or ()) - set(FIGURES)
     if unknown:
@@ -436,7 +488,9 @@ def write_report(
         raise UsageError(f"--format: {','.join(formats)!r}: choose from {','.join(FORMATS)}")
     if metric not in METRICS:
         raise UsageError(f"--metric: {metric!r} is not one of {list(METRICS)}")
-    options = Options(metric=metric, n_boot=n_boot, seed=seed)
+    if band not in drawing.EDF_BANDS:
+        raise UsageError(f"--band: {band!r} is not one of {list(drawing.EDF_BANDS)}")
+    options = Options(metric=metric, n_boot=n_boot, seed=seed, band=band)
 
     trials = _ordered(trials, spec)
     # the claims' bootstrap runs once: summary.json and the page show the same intervals

@@ -160,8 +160,11 @@ RECIPE_PRESETS: dict[str, dict] = {
 BASIC_WARMUP_REF_EPOCHS = 50
 
 # The batch size each preset's lr is normalized to: a study's (or `optbench train`'s) `ref_batch`
-# when it gives none. Xiao et al. normalize to 2048; DeiT's code scales lr by batch / 512.
-PRESET_REF_BATCH: dict[str, int] = {"basic": 2048, "paper": 2048, "deit": 512}
+# when it gives none. Xiao et al. normalize to 2048; DeiT's code scales lr by batch / 512. `basic`
+# (None) does not scale: its ref_batch is the study's own batch, so the lr a study declares is
+# the lr it trains at, as optuna, W&B and timm's --lr mean it. Only a preset whose lr ranges come
+# from a paper (Table 4's good values are at batch 2048) has a reason to normalize.
+PRESET_REF_BATCH: dict[str, int | None] = {"basic": None, "paper": 2048, "deit": 512}
 
 # The parameters each EMA rule reads, with their defaults (filled in when the rule is chosen). A
 # rule's parameters are null under the other rules, so a resolved recipe shows only what is used.
@@ -188,7 +191,11 @@ def fill_ref_batch(data):
         preset = (
             recipe.get("preset") if isinstance(recipe, dict) else getattr(recipe, "preset", None)
         )
-        data = {**data, "ref_batch": PRESET_REF_BATCH.get(preset or "basic", 2048)}
+        ref_batch = PRESET_REF_BATCH.get(preset or "basic", 2048)
+        if ref_batch is None:  # basic: the batch itself (a bad batch_size is its own error)
+            batch = data.get("batch_size")
+            ref_batch = batch if type(batch) is int and batch >= 1 else 2048
+        data = {**data, "ref_batch": ref_batch}
     return data
 
 

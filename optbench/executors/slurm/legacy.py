@@ -7,7 +7,7 @@ it when it starts, perhaps days later, with the code installed then. A pickle na
 by module and name; a module that has moved since would make the job fail before it trains.
 Unpickling names `optbench.executors.slurm.job` (TrialBatch's module, a stable path) before any
 of the classes it holds, so importing this package installs `install()`'s finder first; it
-answers only the old names below, and only where no module of that name exists, by handing out
+answers only the old names below, and only where no installed module has that name, by handing out
 the module that holds those classes now (the same module object: the classes are the current
 ones). The driver reads the pickled outcome of an ended job (ends.py) in a process that has
 imported this package too. A new entry is needed when a module that defines a class pickled into
@@ -21,6 +21,7 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import sys
+from importlib.machinery import PathFinder
 from types import ModuleType
 
 # old module -> the module that holds its pickled classes now (issue 42's moves)
@@ -51,6 +52,11 @@ class _LegacyPaths(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 def install() -> None:
-    """Add the finder once (after every other finder: a module that exists is never shadowed)."""
-    if not any(isinstance(finder, _LegacyPaths) for finder in sys.meta_path):
-        sys.meta_path.append(_LegacyPaths())
+    """Add the finder once, right after the finder of installed modules (PathFinder): a module
+    that exists is never shadowed, and an editable install's finder (which may still find an
+    old module's stale file in another checkout) comes after it."""
+    if any(isinstance(finder, _LegacyPaths) for finder in sys.meta_path):
+        return
+    finders = [type(f) if not isinstance(f, type) else f for f in sys.meta_path]
+    at = finders.index(PathFinder) + 1 if PathFinder in finders else len(sys.meta_path)
+    sys.meta_path.insert(at, _LegacyPaths())

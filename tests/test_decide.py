@@ -1,0 +1,252 @@
+"""Sample until decided, the study side: the `decide:` block, the rounds a study runs, the looks
+recorded between them, and a driver stopped anywhere resuming to the same decision."""
+
+from __future__ import annotations
+
+import copy
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from optbench.errors import SpecError
+from optbench.plan.trials import jobs, plan
+from optbench.run.rounds import DesignChanged, Look, Rounds
+from optbench.spec.schema import parse_spec
+from optbench.store.database import Store
+
+P, C, D = "vit_p_w64_16px", "vit_c_w64_16px", "dhvt_w64_16px"
+
+
+def _sequential(tiny_dict, looks=(4, 6, 8), **decide) -> dict:
+    data = copy.deepcopy(tiny_dict)
+    data["models"] = [P, C, D]
+    data["search"]["n_samples"] = looks[-1]
+    data["decide"] = {"claims": ["a"], "looks": list(looks), **decide}
+    return data
+
+
+# --- the block ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        ({"looks": [4, 6, 9]}, "decide.looks ends at 9 samples, but search.n_samples is 8"),
+        ({"looks": [2, 8]}, "decide.looks starts at 2 samples: the first look needs at least 4"),
+        ({"looks": [6, 4, 8]}, "decide.looks: looks must increase"),
+        ({"claims": ["a", "b"]}, "decide one kind per study"),
+        ({"claims": ["c"]}, "decide.looks ends at 8 seeds, but the number of seeds is 1"),
+        ({"spending": "linear"}, "decide.spending: Input should be 'pocock' or 'obrien-fleming'"),
+        ({"margin": 0}, "decide.margin: Input should be greater than 0"),
+        ({"alpha": 0.5}, "decide.alpha: Input should be less than or equal to 0.2"),
+        ({"look": [4, 8]}, "decide.look: unknown key"),
+    ],
+)
+def test_a_bad_decide_block_is_one_line_naming_the_field(tiny_dict, change, needle):
+    data = _sequential(tiny_dict)
+    data["decide"] |= change
+    with pytest.raises(SpecError) as err:
+        parse_spec(data, "study.yaml")
+    assert needle in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+def test_a_claim_the_grid_cannot_test_is_refused(tiny_dict):
+    data = _sequential(tiny_dict)
+    data["models"] = [P, D]
+    with pytest.raises(SpecError, match=r"claim \(a\) needs a ViT_P / ViT_C pair"):
+        parse_spec(data, "study.yaml")
+    data = _sequential(tiny_dict)
+    data["seeds"], data["decide"] = [0, 1, 2, 3], {"claims": ["b"], "looks": [3, 4]}
+    with pytest.raises(SpecError, match=r"claim \(b\) needs a ViT_P / ViT_C pair and two or"):
+        parse_spec(data, "study.yaml")
+
+
+def test_the_block_changes_no_cell_and_no_trial(tiny_dict):
+    data = _sequential(tiny_dict)
+    fixed = {k: v for k, v in data.items() if k != "decide"}
+    ours, theirs = plan(parse_spec(data)), plan(parse_spec(fixed))
+    assert [(t.key, t.lr, t.wd) for t in ours] == [(t.key, t.lr, t.wd) for t in theirs]
+
+
+# --- rounds on known trial tables (no training) ---------------------------------------------------
+
+
+def _frame(trials, error_of) -> pd.DataFrame:
+    """The store's frame of `trials`, each finished with error_of(trial)."""
+    rows = [
+        {
+            "model": t.cell.model,
+            "optimizer": t.cell.optimizer,
+            "epochs": t.cell.epochs,
+            "sample": t.sample,
+            "seed": t.seed,
+            "lr": t.lr,
+            "wd": t.wd,
+            "status": "finished",
+            "final_error": error_of(t),
+        }
+        for t in trials
+    ]
+    return pd.DataFrame(rows)
+
+
+def _errors(spread_p: float, spread_c: float, noise: float = 0.3):
+    rng = np.random.default_rng(0)
+    offsets = rng.uniform(0, 1, 64)
+
+    def error_of(t):
+        spread = {P: spread_p, C: spread_c}.get(t.cell.model, 5.0)
+        return 10 + spread * offsets[t.sample] + noise * rng.normal()
+
+    return error_of
+
+
+def _play(rounds: Rounds, trials, error_of) -> list[int]:
+    """Run the rounds on made-up errors until decided; the sizes each round asked for."""
+    sizes = []
+    while not rounds.finished:
+        asked = rounds.asked(trials)
+        sizes.append(len(asked))
+        looks = rounds.look(_frame(asked, error_of))
+        assert looks, "a complete round always ends with a look"
+        rounds.add(looks)
+    return sizes
+
+
+def test_a_clear_effect_is_decided_at_the_first_look_and_nothing_more_is_asked(tiny_dict):
+    spec = parse_spec(_sequential(tiny_dict))
+    rounds, trials = Rounds(spec, []), plan(spec)
+    sizes = _play(rounds, trials, _errors(spread_p=40.0, spread_c=1.0))
+    ((look,),) = rounds.looks.values()
+    assert (look.outcome, look.k, look.n, sizes) == ("holds", 0, 4, [12])  # 3 cells x 4
+    assert len(rounds.asked(trials)) == 12  # a decided study asks for no more
+
+
+def test_an_open_panel_grows_its_cells_and_a_cell_no_claim_reads_stays(tiny_dict):
+    # alpha 1e-6: no look can decide before the last, so every round runs
+    spec = parse_spec(_sequential(tiny_dict, alpha=1e-6))
+    rounds, trials = Rounds(spec, []), plan(spec)
+    sizes = _play(rounds, trials, _errors(spread_p=12.0, spread_c=8.0, noise=4.0))
+    panel = next(iter(rounds.looks.values()))
+    assert [look.outcome for look in panel[:-1]] == ["continue", "continue"]
+    assert panel[-1].outcome in ("undecided", "holds", "opposite")  # the last look ends it
+    assert sizes == [3 * 4, 2 * 6 + 4, 2 * 8 + 4]  # ViT_P and ViT_C grow, DHVT stays at 4
+    targets = rounds.targets()
+    assert targets[(D, "adamw", 1)] == 4 and targets[(P, "adamw", 1)] == 8
+
+
+def test_a_look_waits_for_every_trial_of_its_round(tiny_dict):
+    spec = parse_spec(_sequential(tiny_dict))
+    rounds, trials = Rounds(spec, []), plan(spec)
+    frame = _frame(rounds.asked(trials), _errors(40.0, 1.0))
+    for status in ("pending", "failed"):
+        held = frame.copy()
+        held.loc[5, "status"] = status
+        assert rounds.look(held) == []
+    assert rounds.look(frame) != []
+
+
+def test_a_recorded_look_is_read_not_taken_again(tiny_dict):
+    spec = parse_spec(_sequential(tiny_dict))
+    first = Rounds(spec, [])
+    frame = _frame(first.asked(plan(spec)), _errors(40.0, 1.0))
+    (look,) = first.look(frame)
+    again = Rounds(spec, [Look.from_record(look.record())])
+    assert again.finished and again.look(frame) == []
+    # other data at the same size changes nothing once the look is recorded
+    assert again.look(_frame(again.asked(plan(spec)), _errors(1.0, 40.0))) == []
+
+
+def test_looks_taken_under_another_design_are_refused(tiny_dict):
+    spec = parse_spec(_sequential(tiny_dict))
+    frame = _frame(Rounds(spec, []).asked(plan(spec)), _errors(40.0, 1.0))
+    (look,) = Rounds(spec, []).look(frame)
+    changed = parse_spec(_sequential(tiny_dict, spending="obrien-fleming"))
+    with pytest.raises(DesignChanged, match="another decide: block"):
+        Rounds(changed, [Look.from_record(look.record())])
+
+
+def test_a_population_is_grouped_within_a_round(tiny_dict):
+    data = _sequential(tiny_dict, looks=(4, 6, 8))
+    data["executor"] = {"population": 4}
+    spec = parse_spec(data)
+    rounds, trials = Rounds(spec, []), plan(spec)
+    pending = {t.key: 1 for t in trials}
+    for job in jobs(trials, pending, 4, rounds.round_of):
+        members = getattr(job, "members", [job])
+        keys = [m.key for m in members]
+        by_key = {t.key: t for t in trials}
+        assert len({rounds.round_of(by_key[k]) for k in keys}) == 1, keys
+
+
+# --- real trainings: rounds, the store, a driver stopped at a look -----------------------------
+
+
+def _study_file(folder: Path, data: dict) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    data = copy.deepcopy(data) | {"output": str(folder / "results")}
+    path = folder / "study.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _run(path: Path, *extra: str, kill_at: str | None = None) -> subprocess.CompletedProcess:
+    """`optbench run STUDY` in a child process; `kill_at` "before" or "after": it kills itself
+    with SIGKILL when it records its first look, before or after the store's write."""
+    hook = ""
+    if kill_at:
+        hook = (
+            "import os, signal\n"
+            "from optbench.store.database import Store\n"
+            "write = Store.record_look\n"
+            "def record_look(self, record):\n"
+            f"    if '{kill_at}' == 'after': write(self, record)\n"
+            "    os.kill(os.getpid(), signal.SIGKILL)\n"
+            "Store.record_look = record_look\n"
+        )
+    code = hook + "from optbench.cli.app import main; main()"
+    command = [sys.executable, "-c", code, "run", str(path), "--executor", "debug", *extra]
+    return subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=path.parent)
+
+
+def _looks(path: Path) -> list[tuple]:
+    spec = parse_spec(yaml.safe_load(path.read_text()))
+    return [
+        (r["panel"], r["k"], r["n"], r["estimate"], r["low"], r["high"], r["outcome"])
+        for r in Store(spec, create=False).looks()
+    ]
+
+
+@pytest.mark.slow
+def test_a_driver_killed_at_a_look_resumes_to_the_same_decision(tmp_path, tiny_dict):
+    data = _sequential(tiny_dict, looks=(4, 6), alpha=1e-6)  # two rounds, whatever the data
+    data["models"] = [P, C]
+    reference = _study_file(tmp_path / "reference", data)
+    done = _run(reference)
+    assert done.returncode == 0, done.stderr
+    assert (
+        "look 1 (4 of at most 6 samples)" in done.stdout and "after 6 of at most 6" in done.stdout
+    )
+    expected = _looks(reference)
+    assert [look[1:3] for look in expected] == [(0, 4), (1, 6)]
+    for kill_at in ("before", "after"):
+        path = _study_file(tmp_path / kill_at, data)
+        killed = _run(path, kill_at=kill_at)
+        assert killed.returncode == -signal.SIGKILL
+        assert len(_looks(path)) == (1 if kill_at == "after" else 0)
+        again = _run(path)
+        assert again.returncode == 0, again.stderr
+        assert _looks(path) == expected  # the same looks, each taken once, the same decision
+        spec = parse_spec(yaml.safe_load(path.read_text()))
+        frame = Store(spec, create=False).frame(plan(spec))
+        assert (frame["status"] == "finished").sum() == 12  # every trial once
+    rerun = _run(reference)
+    assert "nothing to run" in rerun.stdout and _looks(reference) == expected
+    assert os.path.exists(reference.parent / "results" / "tiny" / "study.db")
