@@ -154,3 +154,72 @@ def swapped_nulls(trials: pd.DataFrame, models: tuple[str, str], shifts: int) ->
                     [cells[a].assign(model=p), cells[b].assign(model=c)]
                 )
     return out
+
+
+# --- the bench's designs (issue 45): what bench/RESULTS.md reports -------------------------------
+
+MODELS = ("vit_p_w64_16px", "vit_c_w64_16px")  # ViT_P, ViT_C: bench/replicates.py's MODELS
+NULL_SHIFTS = 5  # swapped nulls: 2 models x 20 replicates x 5 shifts = 200 studies
+SHARED_LOOKS = (6, 8, 10, 12, 16, 24)  # the quickstart's design (studies/quickstart.yaml)
+PER_MODEL_LOOKS = (8, 16, 24, 32, 40)  # the mini's EDF design (studies/mini/mini_edf.yaml)
+SEED_LOOKS = (3, 5, 8)  # claim (b) adding seeds (studies/mini/mini_length.yaml)
+MARGIN_A = 0.1  # EDF area: "equivalent" inside +-0.1
+
+
+def _designs(looks: tuple[int, ...], margin: float | None) -> list[sequential.Design]:
+    return [sequential.Design(looks, spending, margin=margin) for spending in sequential.SPENDING]
+
+
+def _largest(folder, stem: str) -> pd.DataFrame | None:
+    """The largest stage of a design's replicates trained so far (trials_<stem>_<n>.csv)."""
+    found = sorted(folder.glob(f"trials_{stem}_*.csv"), key=lambda p: int(p.stem.split("_")[-1]))
+    return pd.read_csv(found[-1]) if found else None
+
+
+def _seed_replicates(folder, seeds_per: int) -> dict:
+    """Claim (b)'s replicates of `seeds_per` seeds each: trials_b.csv's seeds then
+    trials_b_more.csv's, in order, cut into disjoint groups."""
+    parts = [folder / "trials_b.csv", folder / "trials_b_more.csv"]
+    trials = pd.concat([pd.read_csv(p) for p in parts if p.exists()])
+    seeds = sorted(set(trials["seed"]))
+    groups = {s: i // seeds_per for i, s in enumerate(seeds)}
+    trials = trials.assign(replicate=trials["seed"].map(groups))
+    full = len(seeds) // seeds_per
+    return {r: f for r, f in trials.groupby("replicate") if r < full}
+
+
+def analyse(folder) -> dict:
+    """The JSON line of bench/RESULTS.md's sequential section, from what is trained so far."""
+    out: dict = {"bench": "replicates-sequential"}
+    shared = _largest(folder, "shared")
+    if shared is not None:
+        reps = by_replicate(shared)
+        n_max = int(shared["sample"].max()) + 1
+        looks = tuple(n for n in SHARED_LOOKS if n <= n_max)
+        out["shared"] = [evaluate(reps, "a", "samples", d) for d in _designs(looks, MARGIN_A)]
+        out["shared_fixed"] = fixed_designs(
+            reps, "a", "samples", [n for n in (10, 24, 40) if n <= n_max]
+        )
+    per_model = _largest(folder, "per_model")
+    if per_model is not None:
+        reps = by_replicate(per_model)
+        out["per_model"] = [
+            evaluate(reps, "a", "samples", d) for d in _designs(PER_MODEL_LOOKS, MARGIN_A)
+        ]
+        out["per_model_fixed"] = fixed_designs(reps, "a", "samples", [10, 24, 40])
+    null = _largest(folder, "a")  # the 4-epoch design of issue 31: estimand near 0
+    if null is not None:
+        reps = by_replicate(null)
+        out["null_4_epochs"] = [
+            evaluate(reps, "a", "samples", d, null=True)
+            for d in _designs(PER_MODEL_LOOKS, MARGIN_A)
+        ]
+        swapped = swapped_nulls(null, MODELS, NULL_SHIFTS)
+        out["null_swapped"] = [
+            evaluate(swapped, "a", "samples", d, null=True)
+            for d in _designs(PER_MODEL_LOOKS, MARGIN_A)
+        ]
+    seeds = _seed_replicates(folder, SEED_LOOKS[-1])
+    if seeds:
+        out["seeds_b"] = [evaluate(seeds, "b", "seeds", d) for d in _designs(SEED_LOOKS, None)]
+    return out

@@ -60,7 +60,8 @@ elif not any(isinstance(f, _RegisterAfterTimm) for f in sys.meta_path):
 
 
 _API = ("NothingToDraw", "curves_figure", "edf_figure", "length_figure", "load_study",
-        "load_summary", "load_trials", "optimizer_figure", "scatter_figure", "stem_figure")  # fmt: skip
+        "load_summary", "load_trials", "looks_figure", "optimizer_figure", "scatter_figure",
+        "stem_figure")  # fmt: skip
 
 
 def __getattr__(name: str):

@@ -12,12 +12,12 @@ from typing import Any
 
 import pandas as pd
 
-from optbench.plan.trials import plan
 from optbench.report.figures import (
     NothingToDraw,
     curves_figure,
     edf_figure,
     length_figure,
+    looks_figure,
     optimizer_figure,
     per_epoch,
     scatter_figure,
@@ -26,6 +26,7 @@ from optbench.report.figures import (
 from optbench.report.stats import N_BOOT
 from optbench.report.summary import Options
 from optbench.report.writer import study_summary
+from optbench.run.rounds import asked_trials
 from optbench.spec.checks import check_spec
 from optbench.spec.overrides import load_study as _load_study
 from optbench.spec.overrides import override_sources, parse_overrides
@@ -44,6 +45,7 @@ __all__ = [
     "optimizer_figure",
     "scatter_figure",
     "stem_figure",
+    "looks_figure",
 ]
 
 Study = str | Path | StudySpec
@@ -77,7 +79,8 @@ def load_trials(
     from optbench.report.frames import with_pycls_best
 
     spec = load_study(study, overrides, profile)
-    trials = Store(spec, create=False).frame(plan(spec))
+    store = Store(spec, create=False)
+    trials = store.frame(asked_trials(spec, store))
     if epochs:
         return per_epoch(trials)
     # pycls_best is computed from the per-epoch lines, which the frame then leaves out
@@ -98,5 +101,7 @@ def load_summary(
     and near_chance; KS tests and bootstrap CIs between the models of each (optimizer,
     epochs); the claims; which code made the results."""
     spec = load_study(study, overrides)
-    trials = Store(spec, create=False).frame(plan(spec))
-    return study_summary(spec, trials, Options(metric=metric, n_boot=n_boot, seed=seed))
+    store = Store(spec, create=False)
+    trials = store.frame(asked_trials(spec, store))
+    options = Options(metric=metric, n_boot=n_boot, seed=seed)
+    return study_summary(spec, trials, options, looks=store.looks())

@@ -64,6 +64,7 @@ def test_load_summary_is_what_the_report_writes(tmp_path, monkeypatch, tiny_dict
     trials = synthetic_trials(list(spec.models), ["adamw"], [1], 8)
     monkeypatch.setattr(store.Store, "frame", lambda self, planned: trials.copy())
     monkeypatch.setattr(store.Store, "__init__", lambda self, spec, create: None)
+    monkeypatch.setattr(store.Store, "looks", lambda self: [])
     write_report(spec, trials, tmp_path / "report", figures={"peak"}, n_boot=50)
     written = json.loads((tmp_path / "report" / "summary.json").read_text())
     loaded = json.loads(json.dumps(optbench.load_summary(spec, n_boot=50)))

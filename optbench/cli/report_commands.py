@@ -56,9 +56,10 @@ def report(
 
     OUT/<study name>/ gets the figures (--format), trials.csv, summary.json and index.html
     (docs/reports.md)."""
-    from optbench.plan.trials import plan
+    from optbench.report.claims_page import verdict_lines
     from optbench.report.summary import format_table
     from optbench.report.writer import refuse_links, write_report
+    from optbench.run.rounds import asked_trials
     from optbench.store.database import Store
     from optbench.trackers.backends import attach_report
 
@@ -87,13 +88,17 @@ def report(
         check_writable_folder(out / spec.name, "--out")
         refuse_links(out / spec.name, out)
     for spec in specs:
-        store, planned = Store(spec, create=False), plan(spec)
+        store = Store(spec, create=False)
+        planned = asked_trials(spec, store)
         trials = store.frame(planned)
         wanted = [f.strip() for f in formats.split(",") if f.strip()]
         summary = write_report(
-            spec, trials, out / spec.name, figures, metric, formats=wanted, root=out, band=band
-        )
+            spec, trials, out / spec.name, figures, metric, formats=wanted, root=out, band=band,
+            looks=store.looks(),
+        )  # fmt: skip
         typer.echo(format_table(summary))
+        for line in verdict_lines(summary):  # the claims, as the page's lead says them
+            typer.echo(line)
         note = attach_report(
             spec.tracking.resolved(spec.study_dir), spec.study_dir, out / spec.name
         )

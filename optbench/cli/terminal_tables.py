@@ -27,6 +27,7 @@ from optbench.run.progress import (
     read_trial_epochs,
     trial_label,
 )
+from optbench.run.rounds import asked_trials
 from optbench.spec.schema import StudySpec
 from optbench.store.database import Store, StoredTrial, refuse_links, running_since
 
@@ -53,9 +54,9 @@ def status_table(spec: StudySpec, running: set[str] = frozenset()) -> tuple[Text
     `running`: the keys of trials whose job is running (SLURM); running_trials adds those a
     driver runs now. The table's caption adds progress.input_notes (cells that mix input
     pipelines; input-bound trials). A link in the study folder is refused (store.refuse_links)."""
-    trials = plan(spec)
-    refuse_links(spec, trials)
-    stored = Store(spec, create=False).read(trials)
+    refuse_links(spec, plan(spec))
+    store = Store(spec, create=False)
+    stored = store.read(asked_trials(spec, store))
     now_running = set(running_trials(spec, stored, set(running)))
     table = StudyProgress(stored, running=now_running).table(
         f"{spec.name}: {sum(s.is_result for s in stored)} of {len(stored)} trials done"
@@ -76,8 +77,8 @@ def trials_table(spec: StudySpec, running: set[str] = frozenset()) -> TextTable 
     seconds per epoch, the last epoch's training images/s and fraction of it waiting for input,
     when the file last grew, and `left`: a running trial's time left at its pace or "stalled
     N min" (progress.stalled_s), "not running" for the others (a worker that died)."""
-    trials = plan(spec)
-    stored = Store(spec, create=False).read(trials)
+    store = Store(spec, create=False)
+    stored = store.read(asked_trials(spec, store))
     now_running = running_trials(spec, stored, set(running))
     table = TextTable(title=f"{spec.name}: trials in progress (read from their metrics files)")
     columns = ("trial", "epoch", "val error", "s/epoch", "img/s", "input wait", "updated", "left")

@@ -76,9 +76,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from optbench.report import frames, stats
+from optbench.report import frames, sequential, stats
 from optbench.report.edf import AUC_MAX_POINTS, MIN_EDF_SAMPLES
-from optbench.report.sequential import nominal_level
 from optbench.report.summary import MAX_SAMPLES, Options, advice_line
 from optbench.spec.roles import Family, families, role_name
 
@@ -268,7 +267,7 @@ class _Claims:
                 | {"advice": advice}
             )
             return
-        level = stats.LEVEL if self.boundary is None else nominal_level(self.boundary)
+        level = stats.LEVEL if self.boundary is None else sequential.nominal_level(self.boundary)
         steps = [stats.t_interval(step, level) for step in np.atleast_2d(contrasts)]
         smallest = min(steps, key=lambda i: i.estimate)
         low, high = min(i.low for i in steps), min(i.high for i in steps)
@@ -408,3 +407,62 @@ def claims_table(
     order = {k: i for i, k in enumerate(PAPER)}
     rows = sorted(claims.rows, key=lambda r: order[r["claim"]])
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+# --- a sequential study's claims: its looks, not a fixed-size interval --------------------------
+
+
+def panel_key(row) -> str:
+    """A claim's panel by name, e.g. "a adamw 20ep vit_c_w64_16px vs vit_p_w64_16px": how a
+    sequential study's looks (run/rounds.py) are matched to claims rows."""
+    return f"{row['claim']} {row['optimizer']} {row['epochs']}ep {row['models']}"
+
+
+def with_looks(table: pd.DataFrame, looks: list[dict]) -> pd.DataFrame:
+    """The claims of a sequential study (`looks`: the store's records, run/rounds.py): each
+    panel that was looked at shows its last look, its repeated confidence interval and its
+    outcome (holds, opposite, equivalent, undecided; "continue" while the study runs) instead
+    of a fixed-size interval, which would not hold after stopping on the data. Columns `looks`
+    (how many were taken) and `n_max` are added; rows without looks keep their own."""
+    last: dict[str, dict] = {}
+    for look in looks:
+        if look["panel"] not in last or look["k"] > last[look["panel"]]["k"]:
+            last[look["panel"]] = look
+    table = table.assign(looks=0, n_max=pd.NA).astype({"n_max": "object"})
+    for i, row in table.iterrows():
+        look = last.get(panel_key(row))
+        if look is None:
+            continue
+        advice = _look_advice(look)
+        for column, value in (
+            ("estimate", look["estimate"]),
+            ("low", look["low"]),
+            ("high", look["high"]),
+            ("se", look["se"]),
+            ("verdict", look["outcome"]),
+            ("interval", "repeated"),
+            ("curve_verdict", None),
+            ("n_now", look["n"]),
+            ("power_now", None),
+            ("n_needed", None),
+            ("advice", advice),
+            ("looks", look["k"] + 1),
+            ("n_max", look["n_max"]),
+        ):
+            table.at[i, column] = value
+    return table
+
+
+def _look_advice(look: dict) -> str:
+    """What the last look says of the study's size: where it stopped and why, or how far an
+    undecided claim is from a decision (sequential.more_needed)."""
+    n, n_max, unit = look["n"], look["n_max"], look["unit"]
+    if look["outcome"] == "continue":
+        return f"look {look['k'] + 1} at {n} of at most {n_max} {unit}: not decided yet"
+    if look["outcome"] != "undecided":
+        return f"decided after {n} of at most {n_max} {unit}"
+    more = sequential.more_needed(
+        look["estimate"], look["se"], n, look["boundary"], look.get("margin")
+    )
+    likely = f"about {more} {unit} would likely decide it" if more else "no size would decide it"
+    return f"undecided at the maximum ({n_max} {unit}); {likely} (if the effect is as estimated)"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from optbench.report import frames, stats
-from optbench.report.claims import MIN_SEEDS, claims_table
+from optbench.report.claims import MIN_SEEDS, NOT_TESTED, claims_table
 from optbench.report.page import Section
 from optbench.report.summary import Options
 
@@ -54,17 +54,54 @@ def _panel_words(row) -> str:
     return f"with {optimizer}, {epochs}" if row.claim == "b" else f"with {optimizer} {epochs}"
 
 
+# what each claim's estimate measures, in the sentence beside it (claims.py: the statistics)
+MEASURE = {
+    "a": "EDF area to 10 points",
+    "b": "error points",
+    "c": "error points",
+    "d": "smallest step, error points",
+}
+
+
+def _sequential(row) -> bool:
+    return bool(getattr(row, "looks", 0) or 0)
+
+
+def _outcome_words(row) -> str:
+    """A sequential study's verdict and why it stopped, e.g. "holds after 6 of at most 24
+    samples" (claims.with_looks)."""
+    if row.verdict == "continue":
+        return f"not decided yet at look {row.looks}, {row.n_now} of at most {row.n_max} {row.unit}"
+    if row.verdict == "undecided":
+        return f"undecided at the maximum, {row.n_max} {row.unit}"
+    return f"{row.verdict} after {row.n_now} of at most {row.n_max} {row.unit}"
+
+
 def sentence(row) -> str:
-    """One claim and panel in words a reader can act on: the verdict, the claim, the estimate
-    and interval, and unless it holds what the evidence says would show it, e.g. "holds:
-    ViT_C's lr/wd EDF is steeper than ViT_P's (Figs 4-5), with AdamW at 8 epochs: +0.26 [+0.15,
-    +0.43]"."""
-    line = f"({row.claim}) {row.verdict}: {row.paper}, {_panel_words(row)}: {_here(row)}"
-    if row.verdict == "holds":
-        return line
-    # the advice without its own "not shown with n units; " opening, which the line says
-    advice = row.advice.split("; ", 1)[1] if row.advice.startswith("not shown with") else row.advice
-    return f"{line}; {advice}"
+    """One claim and panel in words a reader can act on: the claim first, then the verdict
+    with what it rests on, the estimate and interval, and what the evidence says, e.g. "(a)
+    ViT_C's lr/wd EDF is steeper than ViT_P's (Figs 4-5), with AdamW at 8 epochs: holds with 40
+    samples (EDF area to 10 points: +0.26 [+0.15, +0.43]; as whole curves: holds); a new study
+    of that size: 97% (if the effect is as estimated)"."""
+    claim = f"({row.claim}) {row.paper}, {_panel_words(row)}"
+    measured = f"{MEASURE[row.claim]}: {_here(row)}"
+    if _sequential(row):
+        line = f"{claim}: {_outcome_words(row)} ({measured}, a repeated 95% interval)"
+        rest = row.advice.split("; ", 1)[1] if "; " in row.advice else ""
+        return f"{line}; {rest}" if rest else line
+    if row.verdict == NOT_TESTED:
+        return f"{claim}: not tested ({measured}); {row.advice}"
+    curve = "" if pd.isna(row.curve_verdict) else f"; as whole curves: {row.curve_verdict}"
+    line = f"{claim}: {row.verdict} with {row.n_now} {row.unit} ({measured}{curve})"
+    # the advice without its own opening ("not shown with 10 samples"), which the line says
+    rest = row.advice.split("; ", 1)[1] if "; " in row.advice else ""
+    return f"{line}; {rest}" if rest else line
+
+
+def verdict_lines(summary: dict) -> list[str]:
+    """The claims of a summary (summary.json's rows) as sentences: what `optbench report` prints
+    on the terminal, the page's lead."""
+    return [sentence(pd.Series(row)) for row in summary.get("claims", [])]
 
 
 def markdown(table: pd.DataFrame) -> str:
@@ -120,7 +157,9 @@ def records(table: pd.DataFrame) -> list[dict]:
     """claims_table's rows as summary.json rows (JSON's null where a value is missing)."""
     rows = table.to_dict(orient="records")
     for row in rows:
-        row["n_needed"] = None if pd.isna(row["n_needed"]) else int(row["n_needed"])
+        for key in ("n_needed", "n_max", "looks"):  # counts; looks and n_max: sequential only
+            if key in row:
+                row[key] = None if pd.isna(row[key]) else int(row[key])
         for key in ("curve_verdict", "power_now", "interval", "se", "estimate", "low", "high"):
             row[key] = None if pd.isna(row[key]) else row[key]
     return rows

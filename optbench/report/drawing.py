@@ -516,3 +516,59 @@ def plot_curves(panels: Sequence[CurvePanel], colors: dict[str, str], ncols: int
 def data_lines(ax: Axes) -> list:
     """The lines of `ax` that are data curves (their label does not start with "_")."""
     return [line for line in ax.get_lines() if not line.get_label().startswith("_")]
+
+
+@dataclass
+class LookPanel:
+    """One claim panel's path over a sequential study's looks: at each look its size n, the
+    estimate and the repeated confidence interval [low, high] (estimate +- the look's boundary
+    x se), and the boundary c itself; `outcome` is the last look's."""
+
+    title: str
+    statistic: str
+    unit: str
+    n: list[int]
+    estimate: list[float]
+    low: list[float]
+    high: list[float]
+    boundary: list[float]
+    outcome: str
+    n_max: int
+    margin: float | None = None
+
+
+def plot_looks(panels: Sequence[LookPanel], ncols: int = 2) -> Figure:
+    """Each panel's estimate and repeated interval at every look, against the size at that look,
+    with 0 (and the equivalence margin, shaded) as reference; the boundary c_k of each look is
+    written above its interval. A decision is the first interval wholly on one side of 0 or
+    inside the margin."""
+    fig, axes = _grid(len(panels), ncols)
+    for ax, panel in zip(axes, panels, strict=False):
+        x = np.asarray(panel.n, dtype=float)
+        est = np.asarray(panel.estimate, dtype=float)
+        low, high = np.asarray(panel.low, dtype=float), np.asarray(panel.high, dtype=float)
+        if panel.margin:
+            ax.axhspan(-panel.margin, panel.margin, color="0.85", zorder=0, label="_margin")
+        ax.axhline(0.0, color="0.3", linewidth=0.8, label="_zero")
+        ax.errorbar(
+            x, est, yerr=[est - low, high - est], fmt="o-", color="C0", capsize=4,
+            label="estimate and repeated 95% interval",
+        )  # fmt: skip
+        for xi, hi, c in zip(x, high, panel.boundary, strict=True):
+            text = "c=inf" if not np.isfinite(c) else f"c={c:.2f}"
+            ax.annotate(text, (xi, hi), xytext=(0, 4), textcoords="offset points",
+                        ha="center", fontsize=7, color="0.35")  # fmt: skip
+        ax.set_xlim(0, panel.n_max * 1.05)
+        ax.margins(y=0.15)  # room for the boundaries written above the intervals
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel(f"{panel.unit} per cell at the look (at most {panel.n_max})")
+        ax.set_ylabel(_wrap(panel.statistic), fontsize=8)
+        ax.set_title(_wrap(f"{panel.title}: {panel.outcome}"), fontsize=9)
+    handles = [
+        Line2D([], [], marker="o", color="C0", label="estimate, repeated 95% interval"),
+        Patch(color="0.85", label="equivalence margin"),
+    ]
+    if not any(p.margin for p in panels):
+        handles = handles[:1]
+    _legend_below(fig, handles)
+    return fig

@@ -15,6 +15,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from optbench.report import drawing, frames
+from optbench.report.claims import STATISTIC
 from optbench.report.edf import dtop1, edf
 from optbench.report.stats import N_BOOT, edf_band, good_range
 from optbench.report.summary import Options, chance_error, near_chance
@@ -257,3 +258,33 @@ def curves_figure(
             )
         panels.append(drawing.CurvePanel(optimizer, n_epochs, lines))
     return drawing.plot_curves(panels, _colors(epochs, colors))
+
+
+def looks_figure(looks: list[dict]) -> Figure:
+    """A sequential study's looks (the store's records, run/rounds.py): per claim panel, the
+    estimate and repeated 95% interval at each look against its size (drawing.plot_looks)."""
+    by_panel: dict[str, list[dict]] = {}
+    for look in sorted(looks, key=lambda x: (x["panel"], x["k"])):
+        by_panel.setdefault(look["panel"], []).append(look)
+    if not by_panel:
+        raise NothingToDraw("no look taken yet")
+    panels = []
+    for key, path in by_panel.items():
+        claim, rest = key.split(" ", 1)
+        last = path[-1]
+        panels.append(
+            drawing.LookPanel(
+                title=f"({claim}) {rest}",
+                statistic=STATISTIC[claim],
+                unit=last["unit"],
+                n=[look["n"] for look in path],
+                estimate=[look["estimate"] for look in path],
+                low=[look["low"] for look in path],
+                high=[look["high"] for look in path],
+                boundary=[look["boundary"] for look in path],
+                outcome=last["outcome"],
+                n_max=last["n_max"],
+                margin=last.get("margin"),
+            )
+        )
+    return drawing.plot_looks(panels)

@@ -126,7 +126,7 @@ def _summary_frames(summary: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame
                 "KS p": c["ks_pvalue"],
                 "within 4 pts: a - b (fraction)": c["frac_within_4_diff"],
                 "95% CI (fraction)": _interval(c["frac_within_4_diff_ci"]),
-                "evidence": c.get("advice", MISSING),
+                "evidence (within 4 pts)": c.get("advice", MISSING),
             }
             for c in summary["comparisons"]
         ]

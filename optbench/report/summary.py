@@ -237,7 +237,7 @@ def advice_line(power: stats.Power, shown: bool, n_now: int, unit: str, n_max: i
         line = f"{what} with {n_now} {unit}; a new study of that size: {_pct(power.power[0])}"
         if power.needed is not None and power.needed > n_now:
             line += f", about {power.needed} {unit} for {_pct(stats.POWER_TARGET)}"
-        return line
+        return line + " (if the effect is as estimated)"
     if power.direction == 0:  # an estimate of 0, or a chain whose steps point both ways
         return (
             f"not shown with {n_now} {unit}; its estimate is 0 or its steps point both ways: "
@@ -252,8 +252,8 @@ def advice_line(power: stats.Power, shown: bool, n_now: int, unit: str, n_max: i
         )
     verb = "show it" if power.direction > 0 else "put its interval below 0"
     return (
-        f"not shown with {n_now} {unit}; about {power.needed} {unit} would {verb} "
-        "(if the effect is as estimated)"
+        f"not shown with {n_now} {unit}; a new study of that size: {_pct(power.power[0])}, "
+        f"about {power.needed} {unit} would {verb} (if the effect is as estimated)"
     )
 
 
@@ -269,7 +269,7 @@ def format_advice(summary: dict[str, Any]) -> str:
         if "advice" in c:
             pair = f"{c['model_a']} - {c['model_b']}"
             panel = f"{c['optimizer']}, {c['epochs']} ep"
-            lines.append(f"  within 4, {pair} ({panel}): {c['advice']}")
+            lines.append(f"  within 4 points, {pair} ({panel}): {c['advice']}")
     return "\n".join(lines)
 
 

@@ -55,7 +55,7 @@ UNITS = {
 FORMATS: tuple[str, ...] = ("png", "svg", "pdf")
 # Every figure a section may draw (its file is NAME.FORMAT) and the report's other files: the
 # names a planted link is looked for at (refuse_links).
-FIGURE_NAMES = ("edf", "edf_raw", "scatter", "length", "optimizer", "stem", "curves")
+FIGURE_NAMES = ("edf", "edf_raw", "scatter", "length", "optimizer", "stem", "curves", "looks")
 DATA_FILES: tuple[str, ...] = ("trials.csv", "trials.parquet", "summary.json", "index.html")
 DEFAULT_FORMATS: tuple[str, ...] = ("png", "svg")
 # Vector figures keep their text as text, editable in Inkscape or Illustrator for a paper: SVG
@@ -402,12 +402,14 @@ def build_sections(
     options: Options | None = None,
     data_shape: tuple[int, int, int] | None = None,
     claims_table: pd.DataFrame | None = None,
+    looks: list[dict] | None = None,
 ) -> list[Section]:
     """The page's sections (figures still in memory), in FIGURES order. `trials` must already be
     in spec order (see write_report). `data_shape`: (num_classes, in_chans, img_size) of every
     model's input; None: each model's, looked up (unknown without the dataset's files: no
     complexity table, no near-chance check). `claims_table`: claims.claims_table's rows, where
-    the caller has them already (computed here when None)."""
+    the caller has them already (computed here when None). `looks`: a sequential study's looks
+    (the store's records): the claims show them (claims.with_looks) and draw their path."""
     options = options or Options()
     wanted = set(FIGURES) if figures is None else set(figures)
     results = frames.with_errors(trials, options.metric)
@@ -429,12 +431,33 @@ def build_sections(
     }
     sections = [builders[key]() for key in FIGURES if key in wanted]
     if claims_table is None:
-        claims_table = claims.claims_table(results, options, spec.name)
+        claims_table = _claims(spec, results, options, looks)
+    verdicts = claims_page.sections(claims_table, options, wanted)
+    if verdicts and looks:
+        _looks_figure(verdicts[0], looks)
     seeds = _seeds_section(results)
     # the verdicts first (the claims whose figures this page draws), then what they compare
-    return (
-        claims_page.sections(claims_table, options, wanted) + ([seeds] if seeds else []) + sections
-    )
+    return verdicts + ([seeds] if seeds else []) + sections
+
+
+LOOKS_CAPTION = (
+    "Each decided claim's path over the study's looks: at each look (its size on the x axis) "
+    "the estimate and its repeated 95% interval, estimate +- c x se with the look's boundary c "
+    "written above it; the study stopped adding to a claim at its first interval wholly above "
+    "or below 0 (or inside the shaded equivalence margin). docs/sequential.md."
+)
+
+
+def _looks_figure(section: Section, looks: list[dict]) -> None:
+    _figure(section, "looks", lambda: figures.looks_figure(looks), LOOKS_CAPTION)
+
+
+def _claims(
+    spec: StudySpec, results: pd.DataFrame, options: Options, looks: list[dict] | None
+) -> pd.DataFrame:
+    """The claims table; a sequential study's panels show their looks (claims.with_looks)."""
+    table = claims.claims_table(results, options, spec.name)
+    return claims.with_looks(table, looks) if looks else table
 
 
 def study_summary(
@@ -443,17 +466,18 @@ def study_summary(
     options: Options,
     data_shape: tuple[int, int, int] | None = None,
     claims_table: pd.DataFrame | None = None,
+    looks: list[dict] | None = None,
 ) -> dict[str, Any]:
     """summary.json's content (summary.py's numbers, near_chance where the number of classes
-    is known, and the claims), for the report and `optbench.load_summary` alike.
-    `claims_table`: claims.claims_table's rows where the caller has them (computed when None)."""
+    is known, the claims and a sequential study's looks), for the report and
+    `optbench.load_summary` alike. `claims_table`: claims.claims_table's rows where the caller
+    has them (computed when None)."""
     trials = _ordered(trials, spec)
     summary = summarize(spec.name, trials, options, num_classes=_num_classes(spec, data_shape))
     if claims_table is None:
-        claims_table = claims.claims_table(
-            frames.with_errors(trials, options.metric), options, spec.name
-        )
+        claims_table = _claims(spec, frames.with_errors(trials, options.metric), options, looks)
     summary["claims"] = claims_page.records(claims_table)
+    summary["looks"] = list(looks or [])
     return summary
 
 
@@ -470,6 +494,7 @@ def write_report(
     formats: Sequence[str] = DEFAULT_FORMATS,
     root: Path | None = None,
     band: str = "simultaneous",
+    looks: list[dict] | None = None,
 ) -> dict[str, Any]:
     """Write the study's report into `out_dir` and return the summary.
 
@@ -479,7 +504,8 @@ def write_report(
     looked up when None (and left unknown where that needs the dataset's files). `formats`:
     the figure files, any of FORMATS (the page embeds PNGs whatever they are). `root`: the
     folder below which no link is followed (`refuse_links`; default: `out_dir` itself).
-    `band`: the 95% band the EDF figures shade (drawing.EDF_BANDS).
+    `band`: the 95% band the EDF figures shade (drawing.EDF_BANDS). `looks`: a sequential
+    study's looks (the store's records; run/rounds.py), which its claims show.
     """
     unknown = set(figures or ()) - set(FIGURES)
     if unknown:
@@ -494,9 +520,9 @@ def write_report(
 
     trials = _ordered(trials, spec)
     # the claims' bootstrap runs once: summary.json and the page show the same intervals
-    claims_table = claims.claims_table(frames.with_errors(trials, metric), options, spec.name)
-    summary = study_summary(spec, trials, options, data_shape, claims_table)
-    sections = build_sections(spec, trials, figures, options, data_shape, claims_table)
+    claims_table = _claims(spec, frames.with_errors(trials, metric), options, looks)
+    summary = study_summary(spec, trials, options, data_shape, claims_table, looks)
+    sections = build_sections(spec, trials, figures, options, data_shape, claims_table, looks)
 
     out_dir = Path(out_dir)
     root = out_dir if root is None else Path(root)

@@ -26,11 +26,12 @@ from dataclasses import asdict, dataclass
 import pandas as pd
 
 from optbench.errors import SpecError
-from optbench.plan.trials import Trial
+from optbench.plan.trials import Trial, plan
 from optbench.report import frames, sequential
-from optbench.report.claims import claims_table
+from optbench.report.claims import claims_table, panel_key
 from optbench.report.summary import Options
 from optbench.spec.schema import Decide, StudySpec
+from optbench.store.database import Store
 
 METRIC = "final_error"  # what a look reads: the trial's error at its last epoch
 
@@ -57,6 +58,8 @@ class Look:
     outcome: str  # holds | opposite | equivalent | continue | undecided
     cells: tuple[tuple[str, str, int], ...]  # (model, optimizer, epochs) it read
     design: str  # the design's fingerprint
+    spending: str = "pocock"  # the design's, for the report's words
+    margin: float | None = None
 
     @property
     def done(self) -> bool:
@@ -80,10 +83,6 @@ def fingerprint(decide: Decide) -> str:
     """What a recorded look depends on: the claims, the looks, alpha's spending, the margin."""
     blob = json.dumps(decide.model_dump(mode="json"), sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:12]
-
-
-def panel_key(row: pd.Series) -> str:
-    return f"{row['claim']} {row['optimizer']} {row['epochs']}ep {row['models']}"
 
 
 class Rounds:
@@ -179,6 +178,8 @@ class Rounds:
                     outcome=sequential.outcome(row["low"], row["high"], self.decide.margin, last),
                     cells=tuple(tuple(cell) for cell in row["cells"]),
                     design=self.fingerprint,
+                    spending=self.decide.spending,
+                    margin=self.decide.margin,
                 )
             )
         return new
@@ -240,6 +241,15 @@ def decision_lines(rounds: Rounds, waiting: bool) -> list[str]:
             "without a result (failed ones are retried by the next run)"
         )
     return lines
+
+
+def asked_trials(spec: StudySpec, store: Store) -> list[Trial]:
+    """The trials the study asks for now (`optbench status`, `report`, the Python API): the
+    whole plan, or a sequential study's rounds so far (Rounds.asked). Reads only."""
+    trials = plan(spec)
+    if spec.decide is None:
+        return trials
+    return Rounds(spec, map(Look.from_record, store.looks())).asked(trials)
 
 
 def _cell(t: Trial) -> tuple[str, str, int]:
