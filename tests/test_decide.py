@@ -250,3 +250,56 @@ def test_a_driver_killed_at_a_look_resumes_to_the_same_decision(tmp_path, tiny_d
     rerun = _run(reference)
     assert "nothing to run" in rerun.stdout and _looks(reference) == expected
     assert os.path.exists(reference.parent / "results" / "tiny" / "study.db")
+
+
+# --- what status, the report and --dry-run say of a sequential study -----------------------------
+
+
+def test_status_says_where_each_claim_stands_and_what_is_left(tiny_dict):
+    from optbench.run.rounds import decision_lines
+
+    spec = parse_spec(_sequential(tiny_dict, alpha=1e-6))
+    rounds, trials = Rounds(spec, []), plan(spec)
+    assert "the first look, at 4 samples per cell, comes once they are trained" in " ".join(
+        decision_lines(rounds, waiting=False)
+    )
+    rounds.add(rounds.look(_frame(rounds.asked(trials), _errors(12.0, 8.0, 4.0))))
+    (line,) = decision_lines(rounds, waiting=False)
+    assert "look 1 of 3 at 4 samples" in line and "next look at 6, at most 4 more samples" in line
+    (waiting,) = decision_lines(rounds, waiting=True)
+    assert "waits for trials without a result" in waiting
+
+
+def test_the_dry_run_gives_the_smallest_the_largest_and_the_expected_size(tiny_dict):
+    from optbench.run.rounds import size_lines
+
+    spec = parse_spec(_sequential(tiny_dict))
+    trials = plan(spec)
+    hours = {(c.model, c.optimizer, c.epochs): 0.5 for c in spec.cells()}
+    first, unknown = size_lines(spec, trials, hours, [])
+    assert "from 12 trials, 6 device-hours" in first and "to 24, 12 device-hours" in first
+    assert "needs an estimate of the effects" in unknown
+    row = {"claim": "a", "estimate": 0.4, "se": 0.05, "n_now": 4}
+    row["cells"] = [[P, "adamw", 1], [C, "adamw", 1]]
+    _, expected = size_lines(spec, trials, hours, [row])
+    assert "about 12 trials, 6 device-hours expected" in expected  # z = 11: the first look
+
+
+def test_a_sequential_report_shows_the_looks_not_a_fixed_size_interval(tmp_path, tiny_dict):
+    from optbench.report.writer import write_report
+
+    spec = parse_spec(_sequential(tiny_dict, alpha=1e-6))
+    rounds, trials = Rounds(spec, []), plan(spec)
+    error_of = _errors(12.0, 8.0, 4.0)
+    while not rounds.finished:
+        rounds.add(rounds.look(_frame(rounds.asked(trials), error_of)))
+    frame = _frame(rounds.asked(trials), error_of).assign(study="tiny", cell_id="c")
+    looks = [look.record() for panel in rounds.looks.values() for look in panel]
+    summary = write_report(spec, frame, tmp_path / "r", {"edf"}, n_boot=100, looks=looks)
+    (row,) = [r for r in summary["claims"] if r["claim"] == "a"]
+    last = looks[-1]
+    assert (row["low"], row["high"], row["verdict"]) == (last["low"], last["high"], last["outcome"])
+    assert row["interval"] == "repeated" and row["looks"] == 3 and row["n_max"] == 8
+    assert summary["looks"] == looks and (tmp_path / "r" / "looks.png").exists()
+    page = (tmp_path / "r" / "index.html").read_text()
+    assert "of at most 8 samples" in page or "undecided at the maximum, 8 samples" in page

@@ -166,3 +166,12 @@ def test_the_comparisons_resample_as_claim_a_does():
         c["frac_within_4_diff_ci"][1] - c["frac_within_4_diff_ci"][0] for c in (paired, unpaired)
     ]
     assert width[0] < width[1]
+
+
+def test_the_stopping_distribution_spends_alpha_under_no_effect_and_stops_early_under_one():
+    design = sequential.Design((6, 8, 10, 12, 16, 24), "pocock")
+    null = sequential.stop_probabilities(design, 0.0)
+    spent = sequential.spent("pocock", 16 / 24)  # every look but the last: at most this
+    assert null.sum() == pytest.approx(1.0) and null[:-1].sum() <= spent + 0.005
+    strong = sequential.stop_probabilities(design, 6.0)
+    assert strong[0] > 0.6 and strong[-1] < 0.05

@@ -175,14 +175,15 @@ def _dry_run(spec: StudySpec, real_run: Callable[[], StudySpec], reports: Path) 
     """The plan of `run --dry-run`; a plan needs no data on this machine, so it says where a
     real run (`real_run`: the study read again with its data checked) would stop."""
     from optbench.cli.terminal_tables import plan_table
-    from optbench.report.summary import earlier_advice
+    from optbench.report.summary import earlier_advice, earlier_claims, earlier_summary
 
-    console.print(plan_table(spec))
+    path = reports / spec.name / "summary.json"
+    console.print(plan_table(spec, earlier_claims(earlier_summary(path, reports))))
     try:
         real_run()
     except UsageError as err:
         console.print(f"note: a real run would stop here: {err}", soft_wrap=True)
-    advice = earlier_advice(reports / spec.name / "summary.json", reports)
+    advice = earlier_advice(path, reports)
     console.print(advice, markup=False, highlight=False, soft_wrap=True)
 
 
@@ -210,6 +211,12 @@ def status(
     for note in (mixed_code, stored.earlier_note(plan(spec)), estimate_note(spec, stored)):
         if note:
             console.print(note, markup=False, highlight=False, soft_wrap=True)
+    if spec.decide is not None:  # a sequential study: where each claim stands
+        from optbench.run.rounds import Look, Rounds, decision_lines
+
+        rounds = Rounds(spec, map(Look.from_record, stored.looks()))
+        for line in decision_lines(rounds, waiting=False):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
     if summary:  # the study has been on SLURM: its jobs' states
         console.print(summary, markup=False, highlight=False)
     if trials:

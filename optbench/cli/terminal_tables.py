@@ -27,7 +27,7 @@ from optbench.run.progress import (
     read_trial_epochs,
     trial_label,
 )
-from optbench.run.rounds import asked_trials
+from optbench.run.rounds import asked_trials, size_lines
 from optbench.spec.schema import StudySpec
 from optbench.store.database import Store, StoredTrial, refuse_links, running_since
 
@@ -167,11 +167,12 @@ def lr_scale_note(spec: StudySpec) -> str | None:
     )
 
 
-def plan_table(spec: StudySpec) -> TextTable:
+def plan_table(spec: StudySpec, earlier: list[dict] = ()) -> TextTable:
     """The trial plan of `optbench run --dry-run`: what would run, per cell, and its compute:
     training images x forward multiply-adds per image (backward adds about 2x), each model at
     the input size it would train at (`px`: a class-folder dataset takes it from the model
-    unless the study sets dataset.img_size). Writes nothing."""
+    unless the study sets dataset.img_size). A sequential study's caption gives its range of
+    sizes (rounds.size_lines; `earlier`: an earlier report's claims rows). Writes nothing."""
     from optbench.data.datasets import dataset_info
     from optbench.models.cache import cached_counts
 
@@ -200,7 +201,7 @@ def plan_table(spec: StudySpec) -> TextTable:
     flops_of: dict[str, int] = {}
     speeds = {m: recorded_speed(stored, m, n_train) for m in spec.models}
     hours, longest_s = 0.0, 0.0
-    measured_costs, todo_of = cost_plan(spec), {}
+    measured_costs, todo_of, trial_hours = cost_plan(spec), {}, {}
     for cell in spec.cells():
         items = [s for s in stored if s.trial.cell == cell]
         todo = sum(not s.is_result for s in items)
@@ -224,6 +225,9 @@ def plan_table(spec: StudySpec) -> TextTable:
             hours += todo * trial_s * processes(spec) / 3600
             longest_s = max(longest_s, trial_s)
         cell_h = None if trial_s is None else todo * trial_s * processes(spec) / 3600
+        trial_hours[(cell.model, cell.optimizer, cell.epochs)] = (
+            None if trial_s is None else trial_s * processes(spec) / 3600
+        )
         rate = speed and speed.images_per_s
         if figures is not None and figures.get("images_per_s"):
             rate = figures["images_per_s"] * processes(spec)
@@ -246,7 +250,8 @@ def plan_table(spec: StudySpec) -> TextTable:
         f"{len(stored)} trials, {to_run} to run: {total / 1e15:.3g} PF of forward "
         f"multiply-adds ({total * 3 / 1e15:.3g} PF with backward)" + execution_note(spec, trials)
     )
-    for line in [lr_scale_note(spec), *plan_notes(spec, measured_costs, todo_of, n_train)]:
+    sizes = size_lines(spec, trials, trial_hours, list(earlier)) if spec.decide else []
+    for line in [lr_scale_note(spec), *plan_notes(spec, measured_costs, todo_of, n_train), *sizes]:
         if line:
             table.add_caption(line)
     measured = {m: v for m, v in speeds.items() if v is not None}

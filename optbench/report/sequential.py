@@ -187,3 +187,17 @@ def more_needed(estimate: float, se: float, n_now: int, c: float, margin: float 
     if gap <= 0 or se <= 0:
         return 0  # no effect and no margin: no size shows anything
     return max(n_now + 1, math.ceil(n_now * (need * se / gap) ** 2))
+
+
+def stop_probabilities(design: Design, z_full: float, paths: int = 20_000, seed: int = 0):
+    """The probability that a study of this design stops at each look (the last one whatever
+    it shows) if the effect is z_full standard errors of the full study away from 0: Brownian
+    paths with that drift, seeded. What `--dry-run` turns into an expected size."""
+    rng = np.random.default_rng(seed)
+    t = np.asarray(design.fractions)
+    steps = rng.normal(size=(paths, t.size)) * np.sqrt(np.diff(np.concatenate([[0.0], t])))
+    z = (np.cumsum(steps, axis=1) + z_full * t) / np.sqrt(t)  # the look's z, with the drift
+    bounds = np.asarray(design.boundaries())
+    crossed = np.abs(z) >= bounds
+    first = np.where(crossed.any(axis=1), crossed.argmax(axis=1), t.size - 1)
+    return np.bincount(first, minlength=t.size) / paths

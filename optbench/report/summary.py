@@ -324,11 +324,10 @@ def _fmt(value: float | None, spec: str) -> str:
 MAX_SUMMARY_BYTES = 16 * 2**20
 
 
-def earlier_advice(path: Path, root: Path) -> str:
-    """The evidence lines of an earlier report's summary.json (`format_advice`), or one line
-    saying why there are none; never raises: `optbench run --dry-run` prints it as a note.
-    `root` is the reports root: below it no link is followed (safefs), and a FIFO, a device or
-    a file beyond MAX_SUMMARY_BYTES is not read."""
+def earlier_summary(path: Path, root: Path) -> dict | str:
+    """An earlier report's summary.json, or one line saying why there is none usable; never
+    raises. `root` is the reports root: below it no link is followed (safefs), and a FIFO, a
+    device or a file beyond MAX_SUMMARY_BYTES is not read."""
     try:
         raw = safefs.read_bytes(path, root, MAX_SUMMARY_BYTES)
     except (OSError, UsageError) as err:
@@ -341,6 +340,31 @@ def earlier_advice(path: Path, root: Path) -> str:
         summary = None
     if not isinstance(summary, dict) or not isinstance(summary.get("claims", []), list):
         return f"{path}: not a summary.json optbench wrote: no evidence advice"
+    return summary
+
+
+def earlier_claims(found: dict | str) -> list[dict]:
+    """The claims rows of `earlier_summary`'s answer whose numbers are numbers (the ones an
+    estimate can be read from); [] without a summary."""
+    if not isinstance(found, dict):
+        return []
+
+    def usable(row) -> bool:
+        numbers = [row.get(k) for k in ("estimate", "se", "n_now")]
+        return isinstance(row, dict) and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)
+            for v in numbers
+        )
+
+    return [row for row in found.get("claims", []) if usable(row)]
+
+
+def earlier_advice(path: Path, root: Path) -> str:
+    """The evidence lines of an earlier report's summary.json (`format_advice`), or one line
+    saying why there are none; never raises: `optbench run --dry-run` prints it as a note."""
+    summary = earlier_summary(path, root)
+    if isinstance(summary, str):
+        return summary
     try:
         text = format_advice(summary)
     except (KeyError, TypeError):

@@ -217,28 +217,92 @@ def look_line(look: Look) -> str:
 
 
 def decision_lines(rounds: Rounds, waiting: bool) -> list[str]:
-    """Where each named claim's panel stands after a run: its decision and why it stopped, or
-    (`waiting`) that its next look waits for trials without a result."""
+    """Where each named claim's panel stands: its decision and why it stopped, or its last look
+    and the next one with what is left of the study's size; `waiting`: after a run that could
+    not take the next look (trials without a result), which says so."""
+    looks = rounds.decide.looks
     lines = []
     for key, panel in sorted(rounds.looks.items()):
-        last = panel[-1]
-        if last.outcome == "continue":
-            nxt = rounds.decide.looks[last.k + 1]
-            why = "trials without a result (failed ones are retried by the next run)"
+        last, where = panel[-1], f"({panel[-1].claim}) {key.split(' ', 1)[1]}"
+        here = f"{_signed(last.estimate)} [{_signed(last.low)}, {_signed(last.high)}]"
+        if last.outcome != "continue":
+            reason = "undecided at the maximum" if last.outcome == "undecided" else last.outcome
             lines.append(
-                f"({last.claim}) {key.split(' ', 1)[1]}: look at {nxt} {last.unit} waits for {why}"
+                f"{where}: {reason} after {last.n} of at most {last.n_max} {last.unit}: {here}"
             )
             continue
-        reason = "undecided at the maximum" if last.outcome == "undecided" else last.outcome
-        lines.append(
-            f"({last.claim}) {key.split(' ', 1)[1]}: {reason} after {last.n} of at most "
-            f"{last.n_max} {last.unit}: {_signed(last.estimate)} "
-            f"[{_signed(last.low)}, {_signed(last.high)}]"
+        nxt = looks[last.k + 1]
+        line = (
+            f"{where}: look {last.k + 1} of {len(looks)} at {last.n} {last.unit}: {here}, not "
+            f"decided; next look at {nxt}, at most {last.n_max - last.n} more {last.unit} per cell"
         )
-    if not rounds.looks and waiting:
+        if waiting:
+            line += (
+                " (it waits for trials without a result; failed ones are retried by the next run)"
+            )
+        lines.append(line)
+    if not rounds.looks:
+        first = f"the first look, at {looks[0]} {rounds.decide.unit} per cell"
         lines.append(
-            f"the first look ({rounds.decide.looks[0]} {rounds.decide.unit}) waits for trials "
-            "without a result (failed ones are retried by the next run)"
+            f"{first}, waits for trials without a result (failed ones are retried by the next run)"
+            if waiting
+            else f"{first}, comes once they are trained (looks at {', '.join(map(str, looks))})"
+        )
+    return lines
+
+
+def size_lines(
+    spec: StudySpec, trials: list[Trial], trial_hours: dict, earlier: list[dict]
+) -> list[str]:
+    """What a sequential study may cost (`optbench run --dry-run`): its trials and device-hours
+    if every claim is decided at the first look, if every look is taken, and, where an earlier
+    report estimated the named claims (`earlier`: its summary.json claims rows), the expected
+    size if the effects are as estimated (report/sequential.stop_probabilities). `trial_hours`:
+    device-hours of one trial per cell, None where unknown."""
+    rounds, unit = Rounds(spec, []), spec.decide.unit
+    looks, per_unit = spec.decide.looks, len(trials) // max(1, len(set(map(_cell, trials))))
+    per_unit //= looks[-1]  # trials per unit of a cell: seeds per sample, or samples per seed
+    first = rounds.asked(trials)
+    expected = {_cell(t): float(looks[0]) for t in trials}
+    found = False
+    for row in earlier:
+        if row.get("claim") not in spec.decide.claims or not row.get("se") or not row.get("n_now"):
+            continue
+        z_full = row["estimate"] / row["se"] * (looks[-1] / row["n_now"]) ** 0.5
+        stops = sequential.stop_probabilities(design(spec.decide), z_full)
+        size = float(sum(p * n for p, n in zip(stops, looks, strict=True)))
+        for cell in row.get("cells") or []:
+            cell = tuple(cell)
+            if cell in expected:
+                expected[cell] = max(expected[cell], size)
+                found = True
+
+    def hours(counts: dict) -> str:
+        if any(trial_hours.get(cell) is None for cell in counts):
+            return ""
+        return f", {sum(n * trial_hours[cell] for cell, n in counts.items()):.3g} device-hours"
+
+    def per_cell(chosen: list[Trial]) -> dict:
+        counts: dict = {}
+        for t in chosen:
+            counts[_cell(t)] = counts.get(_cell(t), 0) + 1
+        return counts
+
+    lines = [
+        f"decide: from {len(first)} trials{hours(per_cell(first))} (every claim decided at the "
+        f"first look, {looks[0]} {unit} per cell) to {len(trials)}{hours(per_cell(trials))} "
+        f"(every look taken, {looks[-1]} {unit})"
+    ]
+    if found:
+        counts = {cell: n * per_unit for cell, n in expected.items()}
+        lines.append(
+            f"decide: about {sum(counts.values()):.0f} trials{hours(counts)} expected if the "
+            "effects are as the earlier report estimated them"
+        )
+    else:
+        lines.append(
+            "decide: the expected size needs an estimate of the effects: an earlier report "
+            "of this study (optbench report) gives one"
         )
     return lines
 
