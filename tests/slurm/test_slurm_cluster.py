@@ -511,3 +511,33 @@ def test_a_storage_that_goes_down_while_following_is_one_line_and_nothing_is_los
     assert code == 0, out
     for item in Store(spec, create=False).read(plan(spec)):
         assert item.status == "finished" and item.attempts == 1  # recorded once, none rerun
+
+
+def test_a_sequential_study_runs_its_rounds_as_arrays_detached_and_reattached(tiny_dict, tmp_path):
+    # Two rounds whatever the data (alpha 1e-6: no look decides before the last): the first
+    # `run --detach` submits round 1; the next `run --detach` records it, takes look 1 and
+    # submits round 2; an attached `run` records that and takes the last look.
+    data = _study(tiny_dict, models=2, samples=6)
+    data["decide"] = {"claims": ["a"], "looks": [4, 6], "alpha": 1e-6}
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump(data))
+    spec = load_spec(study)
+    cli = CliRunner()
+
+    def jobs_ended() -> bool:
+        return all(s not in ACTIVE_STATES for _, s in followed_jobs(job_folder(spec))[0].values())
+
+    first = cli.invoke(app, ["run", str(study), "--detach"])
+    assert first.exit_code == 0 and "8 trial(s) submitted" in first.output, first.output
+    _wait_for("round 1's jobs to end", jobs_ended, timeout=600)
+    second = cli.invoke(app, ["run", str(study), "--detach"])
+    assert second.exit_code == 0, second.output
+    assert "look 1 (4 of at most 6 samples)" in second.output
+    assert "4 trial(s) submitted" in second.output
+    _wait_for("round 2's jobs to end", jobs_ended, timeout=600)
+    last = cli.invoke(app, ["run", str(study)])
+    assert last.exit_code == 0 and "after 6 of at most 6 samples" in last.output, last.output
+    assert [r["k"] for r in Store(spec, create=False).looks()] == [0, 1]
+    stored = Store(spec, create=False).read(plan(spec))
+    assert [s.status for s in stored] == ["finished"] * 12 and {s.attempts for s in stored} == {1}
+    assert len(read_records(job_folder(spec))) == 12  # one job per trial, none submitted twice
