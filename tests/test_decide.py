@@ -277,7 +277,7 @@ def test_the_dry_run_gives_the_smallest_the_largest_and_the_expected_size(tiny_d
     trials = plan(spec)
     hours = {(c.model, c.optimizer, c.epochs): 0.5 for c in spec.cells()}
     first, unknown = size_lines(spec, trials, hours, [])
-    assert "from 12 trials, 6 device-hours" in first and "to 24, 12 device-hours" in first
+    assert "from 12 trials, 6 device-hours" in first and "to 20, 10 device-hours" in first
     assert "needs an estimate of the effects" in unknown
     row = {"claim": "a", "estimate": 0.4, "se": 0.05, "n_now": 4}
     row["cells"] = [[P, "adamw", 1], [C, "adamw", 1]]

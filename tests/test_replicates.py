@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from optbench.report import frames
 from optbench.report.claims import claims_table
@@ -53,3 +54,19 @@ def test_seed_claims_cover_with_three_seeds_and_are_not_tested_with_two():
         else:  # a bootstrap of 2 seeds covered 22 of 30, with intervals a fifth of Welch's
             assert {r["verdict"] for r in rows} == {"not tested"}
             assert all(np.isnan(r["low"]) and r["power_now"] is None for r in rows)
+
+
+def test_the_quickstart_trains_the_design_its_replicate_bench_calibrates():
+    # bench/replicates.py's SHARED replicates are the quickstart's training design: the
+    # sequential rule's figures quoted for the quickstart (bench/RESULTS.md) hold only while the
+    # two are the same trainings.
+    import sys
+
+    sys.path.insert(0, str(REPLICATES.parents[2] / "bench"))
+    from replicates import SHARED
+
+    study = yaml.safe_load((REPLICATES.parents[2] / "studies" / "quickstart.yaml").read_text())
+    assert set(SHARED["models"]) <= set(study["models"])
+    for key in ("dataset", "optimizers", "epochs", "batch_size", "ref_batch", "recipe"):
+        assert study[key] == SHARED[key], key
+    assert study["search"]["ranges"] == SHARED["ranges"]

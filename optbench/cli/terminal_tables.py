@@ -27,7 +27,7 @@ from optbench.run.progress import (
     read_trial_epochs,
     trial_label,
 )
-from optbench.run.rounds import asked_trials, size_lines
+from optbench.run.rounds import Rounds, asked_trials, size_lines
 from optbench.spec.schema import StudySpec
 from optbench.store.database import Store, StoredTrial, refuse_links, running_since
 
@@ -179,6 +179,9 @@ def plan_table(spec: StudySpec, earlier: list[dict] = ()) -> TextTable:
     info = {model: dataset_info(spec.dataset, model) for model in spec.models}
     n_train = info[spec.models[0]].n_train
     trials = plan(spec)
+    if spec.decide is not None:  # a sequential study: the most it may train
+        rounds = Rounds(spec, [])
+        trials = rounds.within(trials, rounds.most())
     stored = Store(spec, create=False).read(trials)
     table = TextTable(title=f"{spec.name}: plan ({spec.dataset.name}, {n_train} training images)")
     for col in (

@@ -30,6 +30,7 @@ from optbench.plan.trials import Trial, plan
 from optbench.report import frames, sequential
 from optbench.report.claims import claims_table, panel_key
 from optbench.report.summary import Options
+from optbench.spec.roles import families
 from optbench.spec.schema import Decide, StudySpec
 from optbench.store.database import Store
 
@@ -120,13 +121,32 @@ class Rounds:
                 out[cell] = max(out[cell], self._panel_size(panel))
         return out
 
+    def most(self) -> dict[tuple[str, str, int], int]:
+        """Each cell's largest possible size: the last look's for the models a named claim
+        reads (spec/roles.py: a ViT_P / ViT_C pair, a stem ablation's chain), the first look's
+        for the others (they never grow)."""
+        claims, looks = set(self.decide.claims), self.decide.looks
+        read: set[str] = set()
+        for fam in families(self.spec.models):
+            if fam.p and fam.c and claims & {"a", "b", "c"}:
+                read |= {fam.p, fam.c}
+            if "d" in claims and fam.p and fam.stems:
+                read |= {fam.p, *fam.stems}
+        return {
+            (c.model, c.optimizer, c.epochs): looks[-1] if c.model in read else looks[0]
+            for c in self.spec.cells()
+        }
+
+    def within(self, trials: list[Trial], sizes: dict[tuple[str, str, int], int]) -> list[Trial]:
+        """The trials of each cell's first `sizes[cell]` samples (claim a) or seeds (b-d)."""
+        if self.decide.unit == "samples":
+            return [t for t in trials if t.sample < sizes[_cell(t)]]
+        return [t for t in trials if self.spec.seeds.index(t.seed) < sizes[_cell(t)]]
+
     def asked(self, trials: list[Trial]) -> list[Trial]:
         """The trials of the full plan that the study asks for now: each cell's first target
         samples (claim a) or the trials of its first target seeds (claims b-d)."""
-        targets, seeds = self.targets(), self.spec.seeds
-        if self.decide.unit == "samples":
-            return [t for t in trials if t.sample < targets[_cell(t)]]
-        return [t for t in trials if seeds.index(t.seed) < targets[_cell(t)]]
+        return self.within(trials, self.targets())
 
     @property
     def finished(self) -> bool:
@@ -262,7 +282,7 @@ def size_lines(
     rounds, unit = Rounds(spec, []), spec.decide.unit
     looks, per_unit = spec.decide.looks, len(trials) // max(1, len(set(map(_cell, trials))))
     per_unit //= looks[-1]  # trials per unit of a cell: seeds per sample, or samples per seed
-    first = rounds.asked(trials)
+    first, most = rounds.asked(trials), rounds.within(trials, rounds.most())
     expected = {_cell(t): float(looks[0]) for t in trials}
     found = False
     for row in earlier:
@@ -290,8 +310,8 @@ def size_lines(
 
     lines = [
         f"decide: from {len(first)} trials{hours(per_cell(first))} (every claim decided at the "
-        f"first look, {looks[0]} {unit} per cell) to {len(trials)}{hours(per_cell(trials))} "
-        f"(every look taken, {looks[-1]} {unit})"
+        f"first look, {looks[0]} {unit} per cell) to {len(most)}{hours(per_cell(most))} "
+        f"(every look taken, {looks[-1]} {unit} per cell a named claim reads)"
     ]
     if found:
         counts = {cell: n * per_unit for cell, n in expected.items()}
