@@ -21,7 +21,7 @@ prefix of it (sampling keeps the first n pairs; seeds are added in order):
   (lr, wd) box for both models, so both train the same pairs), R studies of up to 40 samples, in
   stages of 10, 24 and 40 samples so the bench is usable part-way; OUT/trials_shared_<n>.csv.
 - per_model: the mini's EDF design with AdamW (8 epochs, each model's box around its own good
-  value), R studies of 40 samples; OUT/trials_per_model_40.csv.
+  value), R studies of N_SAMPLES_PER_MODEL samples; OUT/trials_per_model_24.csv.
 - seeds: claim (b)'s design above, seeds 2060 on, so that with trials_b.csv's 60 seeds there are
   R replicates of up to SEEDS_MAX_B seeds; OUT/trials_b_more.csv.
 
@@ -171,7 +171,10 @@ def study_shared(replicate: int, results: Path, n_samples: int) -> dict:
     return spec
 
 
-def study_per_model(replicate: int, results: Path, n_samples: int = N_SAMPLES_A) -> dict:
+N_SAMPLES_PER_MODEL = 24  # studies/mini/mini_edf.yaml's largest look
+
+
+def study_per_model(replicate: int, results: Path, n_samples: int = N_SAMPLES_PER_MODEL) -> dict:
     spec = study_a(replicate, results, n_samples)
     spec["name"] = f"replicate_per_model_r{replicate:02d}"
     spec["epochs"] = EPOCHS_PER_MODEL
@@ -201,7 +204,7 @@ def train_sequential(out: Path) -> None:
     started = time.time()
     for n_samples in N_STAGES_SHARED[:2]:
         _replicates(out, "shared", study_shared, n_samples)
-    _replicates(out, "per_model", study_per_model, N_SAMPLES_A)
+    _replicates(out, "per_model", study_per_model, N_SAMPLES_PER_MODEL)
     _run(study_b_more(out / "results"), out / "studies").to_csv(
         out / "trials_b_more.csv", index=False
     )

@@ -137,6 +137,11 @@ def stop_signals_as_ctrl_c() -> Iterator[None]:
         if stopping:
             return  # the stop that the first signal began is under way
         stopping.append(signum)
+        # Ignored by the OS from now on, not by this handler: Python restores the default
+        # action of every signal it handles as the interpreter finalizes, and a late SIGINT
+        # in that window would kill the process with -2 instead of the stop's exit code.
+        for s in taken:
+            signal.signal(s, signal.SIG_IGN)
         raise StopSignal(signum)
 
     ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
@@ -177,13 +182,16 @@ def run_study(
             return _run_trials(store, trials, executor, console, live, detach, run).progress
         rounds = Rounds(spec, map(Look.from_record, store.looks()))
         ran = None
-        while True:
-            asked = _take_looks(store, rounds, trials, console)
-            if rounds.finished and ran is not None:
-                break  # decided in this run: the last round's table was shown
-            ran = _run_trials(store, asked, executor, console, live, detach, run, rounds)
-            if ran.detached or not ran.trials or rounds.finished:
-                break
+        try:
+            while True:
+                asked = _take_looks(store, rounds, trials, console)
+                if rounds.finished and ran is not None:
+                    break  # decided in this run: the last round's table was shown
+                ran = _run_trials(store, asked, executor, console, live, detach, run, rounds)
+                if ran.detached or not ran.trials or rounds.finished:
+                    break
+        finally:  # the workers served every round of this run (none left where it detached)
+            executor.close(cancel=False)
         if rounds.finished or not ran.trials:
             for line in decision_lines(rounds, waiting=not rounds.finished):
                 console.print(line, markup=False, highlight=False, soft_wrap=True)
@@ -251,6 +259,8 @@ def _run_trials(
     view = LiveView(progress, spec.name) if live and console.is_terminal else None
     following = Following(run, spec.executor.stall_timeout_s)
     _follow(store, executor, todo, progress, view, log, console, following)
+    if rounds is None:  # a sequential study keeps its workers for the next round
+        executor.close(cancel=False)
     if not view:
         console.print(progress.table(spec.name))
     for note in input_notes(progress.trials):
@@ -453,7 +463,6 @@ def _follow(
     except BaseException:  # e.g. a full disk: stop the workers (they checkpoint) first
         executor.close(cancel=not outlive)
         raise
-    executor.close(cancel=False)
 
 
 def _end_stalled(
