@@ -32,6 +32,11 @@ the observed share of replicates where the claim holds. The estimand of a claim 
 size is the mean of the statistic over replicate studies of that size (its expectation under
 the design): the statistic's own value depends on the size (a cell's best error is a minimum
 over its samples), so no single "true" value serves every size.
+
+`python bench/replicates.py analyse-sequential DIR` reads what train-sequential wrote so far
+(with trials_a_40.csv and trials_b.csv beside it) and prints one JSON line: per design and
+spending, the share of replicates decided at each outcome, their mean size at the stop, and on
+null replicates the share of wrong decisions (bench/sequential_analysis.py; docs/sequential.md).
 """
 
 from __future__ import annotations
@@ -214,7 +219,7 @@ def train_sequential(out: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    commands = ("train", "train-sequential", "analyse")
+    commands = ("train", "train-sequential", "analyse", "analyse-sequential")
     if len(argv) != 2 or argv[0] not in commands:
         print(__doc__.split("\n\n")[0], file=sys.stderr)
         print(f"usage: python bench/replicates.py {'|'.join(commands)} DIR", file=sys.stderr)
@@ -224,6 +229,11 @@ def main(argv: list[str]) -> int:
         return 0
     if argv[0] == "train-sequential":
         train_sequential(Path(argv[1]))
+        return 0
+    if argv[0] == "analyse-sequential":
+        from sequential_analysis import analyse as analyse_sequential  # bench/
+
+        print(json.dumps(analyse_sequential(Path(argv[1]))))
         return 0
     from replicates_analysis import analyse  # bench/replicates_analysis.py
 
