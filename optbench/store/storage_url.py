@@ -48,9 +48,31 @@ def check_storage_url(url: str) -> str:
         raise ValueError(f"unknown kind of database {url.split(':')[0]!r} ({example})") from None
     except (sqlalchemy.exc.ArgumentError, ValueError):
         raise ValueError(f"not a storage URL ({example})") from None
-    if parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:"):
-        raise ValueError(f"an in-memory SQLite database keeps nothing; name a file ({example})")
+    if parsed.get_backend_name() == "sqlite":
+        _check_sqlite_url(parsed, example)
     return url
+
+
+def _check_sqlite_url(parsed: sqlalchemy.engine.URL, example: str) -> None:
+    """A SQLite URL names a file by its path. Refused: a database that keeps nothing (no path,
+    `:memory:`, and SQLite's URI filenames that stay in memory: `mode=memory`, the `memdb` VFS;
+    results would live in the driver's memory only), and any URI filename (`uri=true`: SQLite
+    reads its `file:` name and options, not the path optbench checks and reads)."""
+    query = {key.lower(): str(value).lower() for key, value in parsed.query.items()}
+    database = parsed.database or ""
+    in_memory = (
+        database in ("", ":memory:")
+        or ":memory:" in database
+        or query.get("mode") == "memory"
+        or "memdb" in query.get("vfs", "")
+    )
+    if in_memory:
+        raise ValueError(f"an in-memory SQLite database keeps nothing; name a file ({example})")
+    if "uri" in query:
+        raise ValueError(
+            "SQLite URI filenames (uri=true) are not read: name the file as sqlite:///path "
+            f"({example})"
+        )
 
 
 SQLITE_HEADER = b"SQLite format 3\x00"
