@@ -70,9 +70,10 @@ def test_pack_refuses_bad_input_in_one_line_and_writes_nothing(tmp_path, cli):
     assert sorted(os.listdir(tmp_path)) == ["folder", "full"]  # no partial pack left
 
 
-def _tar(path: Path, members: dict[str, bytes]) -> None:
+def _tar(path: Path, members: dict[str, bytes] | list[tuple[str, bytes]]) -> None:
+    """A tar shard of `members` (name, bytes), in order; a list may name a member twice."""
     with tarfile.open(path, "w") as tar:
-        for name, data in members.items():
+        for name, data in members.items() if isinstance(members, dict) else members:
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
@@ -260,3 +261,89 @@ def test_a_member_that_is_no_image_fails_its_trial_naming_shard_and_member(packe
     member = split_samples(data, "train")[last][0]  # as the reader threads and decoder see it
     with pytest.raises(UnreadableImage, match=r"train-000009.tar:bad.png: not a readable image"):
         decode([_read(member)], [member], cpu)
+
+
+# --- labels, read strictly and bounded (issue 43, item 3) ---------------------------------------
+
+
+def _one_more_sample(root: Path, members) -> None:
+    """A shard of one more training sample (members), the pack's manifest and index gone."""
+    (root / "manifest.json").unlink()
+    (root / shards.INDEX_NAME).unlink()
+    _tar(root / "train-000009.tar", members)
+
+
+PNG = b"\x89PNG\r\n\x1a\n"  # an image member: the checks decode none
+
+
+# What Python's int() reads and a .cls is not: int("1_0") is 10, int(" +3 ") is 3, int("٣") is 3.
+NOT_A_CLASS = [b"1_0", b"+3", b" 1", b"1 ", b"\t1", b"1\n\n", b"1\r\n", b"0x1", b"-1", b"1.0"]
+NOT_A_CLASS += ["\u0661".encode(), b"", b"\x001"]
+
+
+@pytest.mark.parametrize("text", NOT_A_CLASS, ids=repr)
+def test_a_cls_member_is_a_plain_non_negative_integer(packed, text):
+    _, root = packed
+    _one_more_sample(root, {"a.png": PNG, "a.cls": text})
+    with pytest.raises(UsageError, match=r"train-000009.tar: member 'a.cls' is not a class index"):
+        check_dataset_files(wds(root))
+
+
+@pytest.mark.parametrize("text", [b"1", b"1\n", b"01"], ids=repr)
+def test_a_cls_member_may_end_in_a_newline(packed, text):
+    _, root = packed
+    _one_more_sample(root, {"a.png": PNG, "a.cls": text})
+    check_dataset_files(wds(root))
+    assert split_samples(load_dataset(wds(root, img_size=16)), "train")[-1][1] == 1
+
+
+def test_two_cls_members_of_one_sample_are_refused(packed):
+    # tar keeps both; the last one won
+    _, root = packed
+    _one_more_sample(root, [("a.png", PNG), ("a.cls", b"0"), ("a.cls", b"2")])
+    with pytest.raises(UsageError, match=r"train-000009.tar: sample 'a' has two .cls members"):
+        check_dataset_files(wds(root))
+
+
+def test_a_huge_class_is_one_line_naming_shard_and_member(packed, cli):
+    # it was a MemoryError: every class up to it was listed
+    _, root = packed
+    _one_more_sample(root, {"a.png": PNG, "a.cls": b"100000000000"})
+    code, _, err = cli(
+        *("train", "vit_c_w64_16px", "--dataset", "imagefolder", "--data-root", "shards"),
+        *("--layout", "wds", "--img-size", "16", "--optimizer", "sgd", "--lr", "0.1"),
+        *("--wd", "0", "--epochs", "1", "--batch-size", "4", "--out", "out"),
+    )
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "train-000009.tar: member 'a.cls': class 100000000000" in err, err
+    assert "every class needs a training sample" in err, err
+    assert not (root.parent / "out").exists()
+
+
+def test_a_class_beyond_the_datasets_classes_is_refused(packed, monkeypatch):
+    # a dataset of published classes (imagenet: 1000) has no class beyond them, whatever the
+    # shards hold; here 2 classes, and the packed shards hold classes 0, 1 and 2
+    import dataclasses
+
+    from optbench.data.catalogue import CATALOGUE
+
+    _, root = packed
+    monkeypatch.setitem(
+        CATALOGUE, "imagenet", dataclasses.replace(CATALOGUE["imagenet"], classes=2)
+    )
+    with pytest.raises(
+        UsageError,
+        match=r"train-000001.tar: member '00000008.cls': class 2, but imagenet has 2 classes",
+    ):
+        check_dataset_files(Dataset(name="imagenet", root=root, layout="wds"))
+
+
+@pytest.mark.parametrize("cls", [10**12, 12])
+def test_a_cached_index_with_a_class_out_of_range_is_refused(packed, cls):
+    # the index names 12 training samples: no class of them is 12 or more
+    _, root = packed
+    index = json.loads((root / shards.INDEX_NAME).read_text())
+    index["train"][0][4] = cls
+    (root / shards.INDEX_NAME).write_text(json.dumps(index))
+    with pytest.raises(UsageError, match="is not a valid shard index .*class"):
+        check_dataset_files(wds(root))

@@ -194,6 +194,8 @@ def _scan(path: Path, number: int) -> list[list]:
                         raise _refuse(path, f"sample {key!r} has two images")
                     entry["image"] = (m.offset_data, m.size, m.name)
                 elif ext == "cls":
+                    if "cls" in entry:  # tar keeps both, and the last would win
+                        raise _refuse(path, f"sample {key!r} has two .cls members")
                     entry["cls"] = _class_of(tar, m, path)
     except (tarfile.TarError, EOFError) as err:
         raise _refuse(path, f"not a readable tar shard ({err})") from None
@@ -210,24 +212,43 @@ def _scan(path: Path, number: int) -> list[list]:
     return rows
 
 
+# A .cls member: decimal digits, and at most one newline after them (what WebDataset's writers
+# and `echo` write). Python's int() would also read "1_0" (as 10), "+3", " 3 " and other
+# scripts' digits; none of them is a class index here.
+_CLASS_TEXT = re.compile(rb"[0-9]{1,32}\n?")
+
+
 def _class_of(tar: tarfile.TarFile, member: tarfile.TarInfo, path: Path) -> int:
-    text = tar.extractfile(member).read(32) if member.size <= 32 else b""
-    try:
-        value = int(text.decode("ascii").strip())
-    except (UnicodeDecodeError, ValueError):
-        value = -1
-    if value < 0:
-        raise _refuse(path, f"member {member.name!r} is not a class index (an integer >= 0)")
-    return value
+    text = tar.extractfile(member).read(33) if member.size <= 33 else b""
+    if not _CLASS_TEXT.fullmatch(text):
+        raise _refuse(path, f"member {member.name!r} is not a class index (decimal digits, >= 0)")
+    return int(text)
+
+
+def _cls_member(row: list) -> str:
+    """The name of the .cls member of an index row's sample (the image's key + .cls)."""
+    return f"{_KEY.match(row[3]).group(1)}.cls"
 
 
 def build_index(root: Path, found: dict[str, list[Path]]) -> ShardIndex:
-    """Scan every shard's headers (reads the tar headers, not the images)."""
-    numbers = {p: i for i, p in enumerate(found["train"] + found["val"])}
+    """Scan every shard's headers (reads the tar headers, not the images). Every class is below
+    the number of training samples, since every class needs one (check_index): a larger .cls is
+    refused here, naming its shard and member, before anything counts up to it."""
+    paths = found["train"] + found["val"]
+    numbers = {p: i for i, p in enumerate(paths)}
     rows = {
-        split: [row for p in paths for row in _scan(p, numbers[p])]
-        for split, paths in found.items()
+        split: [row for p in split_paths for row in _scan(p, numbers[p])]
+        for split, split_paths in found.items()
     }
+    n_train = len(rows["train"])
+    for split_rows in rows.values():
+        for row in split_rows:
+            if row[4] >= n_train:
+                raise _refuse(
+                    paths[row[0]],
+                    f"member {_cls_member(row)!r}: class {row[4]}, but the train shards hold "
+                    f"{n_train} samples, and every class needs a training sample",
+                )
     return ShardIndex(root, _stats(found), rows)
 
 
@@ -243,8 +264,10 @@ def _parse(path: Path, text: bytes, root: Path) -> ShardIndex:
         for split_rows in rows.values():
             for number, offset, size, name, cls in split_rows:
                 assert all(type(v) is int for v in (number, offset, size, cls)), "not integers"
-                assert 0 <= number < len(shards) and cls >= 0 and type(name) is str
+                assert 0 <= number < len(shards) and type(name) is str and _KEY.match(name)
                 assert 0 <= offset and 0 < size and offset + size <= shards[number][1]
+                # as build_index: a class below the number of training samples
+                assert 0 <= cls < len(rows["train"]), f"class {cls} of {name!r} out of range"
     except (ValueError, KeyError, TypeError, AssertionError) as err:
         raise UsageError(
             f"dataset.root: {path} is not a valid shard index ({type(err).__name__}: {err}); "
@@ -314,11 +337,20 @@ def save_index(index: ShardIndex, cache_dir: Path | None = None) -> Path | None:
     return None
 
 
-def check_index(index: ShardIndex) -> None:
+def check_index(index: ShardIndex, dataset: str | None = None, classes: int | None = None) -> None:
     """Every class 0..K-1 has a training and a validation sample (as every class folder must
-    hold an image), K = the largest training class + 1."""
+    hold an image), K = the largest training class + 1; with the dataset's published number of
+    `classes` (the catalogue's: imagenet's 1000), no class is that or more."""
     if not index.rows["train"]:
         raise UsageError(f"dataset.root: {index.root}: the train shards hold no sample")
+    for split in SPLITS:
+        for row in index.rows[split] if classes is not None else ():
+            if row[4] >= classes:
+                raise _refuse(
+                    index.root / index.shards[row[0]][0],
+                    f"member {_cls_member(row)!r}: class {row[4]}, but {dataset} has "
+                    f"{classes} classes (0..{classes - 1})",
+                )
     k = index.num_classes
     for split in SPLITS:
         seen = {r[4] for r in index.rows[split]}
