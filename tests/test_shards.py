@@ -70,6 +70,61 @@ def test_pack_refuses_bad_input_in_one_line_and_writes_nothing(tmp_path, cli):
     assert sorted(os.listdir(tmp_path)) == ["folder", "full"]  # no partial pack left
 
 
+def _tree(root: Path) -> dict[str, bytes | None]:
+    return {
+        str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None)
+        for p in sorted(root.rglob("*"))
+    }
+
+
+@pytest.mark.parametrize(
+    "folder, out, why",
+    [
+        ("folder", "folder/val/packed", "lies inside FOLDER"),  # it was packed, exit 0
+        ("folder", "folder/packed", "lies inside FOLDER"),
+        ("folder", "folder", "lies inside FOLDER"),
+        ("folder/..", "folder/packed", "lies inside FOLDER"),
+        ("folder/../folder", "./folder/val/x/..", "lies inside FOLDER"),
+        ("sub/folder", "sub", "holds FOLDER"),
+        ("folder", "nowhere/out", "nowhere does not exist"),  # it was a traceback
+    ],
+)
+def test_pack_refuses_an_out_inside_its_folder_or_around_it_in_one_line(
+    tmp_path, cli, folder, out, why
+):
+    make_folders(tmp_path / "folder")
+    (tmp_path / "sub").mkdir()
+    make_folders(tmp_path / "sub" / "folder")
+    before = _tree(tmp_path)
+    code, _, err = cli("data", "pack", folder, out)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"OUT: {Path(out)}" in err and why in err, err
+    assert _tree(tmp_path) == before  # nothing written
+
+
+def test_pack_on_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, cli, monkeypatch):
+    import errno
+
+    make_folders(tmp_path / "folder")
+    written = []
+
+    def full_after_two(self, info, fileobj=None):  # a tar write on a full disk: no file named
+        if len(written) == 2:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        written.append(info.name)
+        return addfile(self, info, fileobj)
+
+    addfile = tarfile.TarFile.addfile
+    monkeypatch.setattr(tarfile.TarFile, "addfile", full_after_two)
+    code, _, err = cli("data", "pack", "folder", "shards")
+    assert code == 1, err
+    assert err.strip() == "error: shards/train-000000.tar: cannot write: No space left on device"
+    assert sorted(os.listdir(tmp_path)) == ["folder"]  # no partial pack left
+    monkeypatch.setattr(tarfile.TarFile, "addfile", addfile)  # space is back
+    code, _, err = cli("data", "pack", "folder", "shards")
+    assert code == 0, err
+
+
 def _tar(path: Path, members: dict[str, bytes] | list[tuple[str, bytes]]) -> None:
     """A tar shard of `members` (name, bytes), in order; a list may name a member twice."""
     with tarfile.open(path, "w") as tar:
