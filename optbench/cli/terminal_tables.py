@@ -224,6 +224,7 @@ def plan_table(spec: StudySpec) -> TextTable:
             longest_s = max(longest_s, trial_s)
         cell_h = None if trial_s is None else todo * trial_s * processes(spec) / 3600
         rate = speed and speed.images_per_s
+        peak = figures and figures.get("peak_memory_bytes")  # none where nothing fits
         if figures is not None and figures.get("images_per_s"):
             rate = figures["images_per_s"] * processes(spec)
         table.add_row(
@@ -237,7 +238,7 @@ def plan_table(spec: StudySpec) -> TextTable:
             f"{flops / 1e9:.3g}",
             f"{cell_flops / 1e15:.3g}",
             "–" if not rate else f"{rate:.0f}",
-            "–" if figures is None else f"{figures['peak_memory_bytes'] / 2**30:.2g}",
+            "–" if peak is None else f"{peak / 2**30:.2g}",
             "–" if cell_h is None else f"{cell_h:.3g}",
         )
     to_run = sum(not s.is_result for s in stored)
