@@ -402,3 +402,72 @@ def test_a_cached_index_with_a_class_out_of_range_is_refused(packed, cls):
     (root / shards.INDEX_NAME).write_text(json.dumps(index))
     with pytest.raises(UsageError, match="is not a valid shard index .*class"):
         check_dataset_files(wds(root))
+
+
+# --- manifest.json, read as untrusted input (issue 43, item 5) ----------------------------------
+
+
+def _manifest_with(root: Path, change) -> None:
+    manifest = json.loads((root / "manifest.json").read_text())
+    change(manifest)
+    (root / "manifest.json").write_text(json.dumps(manifest))
+
+
+def _set(path: str, value):
+    """A change setting the manifest's field at the dotted `path` (list positions as numbers)."""
+
+    def change(manifest):
+        *parents, last = [int(p) if p.isdigit() else p for p in path.split(".")]
+        node = manifest
+        for part in parents:
+            node = node[part]
+        node[last] = value
+
+    return change
+
+
+BAD_MANIFESTS = {
+    "a count as text": (_set("splits.train.shards.0.images", "5"), "splits.train.shards.0.images"),
+    "a name as a number": (_set("splits.val.shards.0.name", 7), "splits.val.shards.0.name"),
+    "a name with a folder": (
+        _set("splits.val.shards.0.name", "../x.tar"),
+        "splits.val.shards.0.name",
+    ),
+    "a count below 0": (_set("splits.train.shards.1.images", -5), "splits.train.shards.1.images"),
+    "a count of 5.0": (_set("splits.train.shards.1.images", 5.0), "splits.train.shards.1.images"),
+    "no shards": (_set("splits.val", {}), "splits.val.shards"),
+    "shards an object": (_set("splits.val.shards", {"a": 1}), "splits.val.shards"),
+    "a class name a number": (_set("classes.1", 3), "classes.1"),
+    "deep nesting": (_set("classes", json.loads("[" * 200 + "]" * 200)), "classes"),
+}
+
+
+@pytest.mark.parametrize(("change", "field"), BAD_MANIFESTS.values(), ids=BAD_MANIFESTS)
+def test_a_crafted_manifest_is_one_line_naming_its_field(packed, cli, change, field):
+    _, root = packed
+    _manifest_with(root, change)
+    with pytest.raises(UsageError, match=f"manifest.json: {field}"):
+        check_dataset_files(wds(root))
+
+
+def test_a_manifest_nested_beyond_pythons_stack_is_one_line(packed):
+    _, root = packed
+    (root / "manifest.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(UsageError, match="manifest.json cannot be read"):
+        check_dataset_files(wds(root))
+
+
+@pytest.mark.parametrize("case", ["a count as text", "a name as a number", "deep nesting"])
+def test_optbench_train_on_a_crafted_manifest_is_one_line_exit_2_writing_nothing(packed, cli, case):
+    # each was a traceback, exit 1
+    _, root = packed
+    change, field = BAD_MANIFESTS[case]
+    _manifest_with(root, change)
+    code, _, err = cli(
+        *("train", "vit_c_w64_16px", "--dataset", "imagefolder", "--data-root", "shards"),
+        *("--layout", "wds", "--img-size", "16", "--optimizer", "sgd", "--lr", "0.1"),
+        *("--wd", "0", "--epochs", "1", "--batch-size", "4", "--out", "out"),
+    )
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"error: dataset.root: shards/manifest.json: {field}" in err, err
+    assert not (root.parent / "out").exists()

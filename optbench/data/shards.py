@@ -126,23 +126,62 @@ def shard_files(root: Path) -> dict[str, list[Path]]:
 
 
 def _manifest(root: Path) -> dict | None:
-    """`optbench data pack`'s manifest.json, parsed (None where there is none): a regular
-    file of at most _INDEX_LIMIT bytes (a FIFO or a link there is refused, not waited on)."""
-    text = safefs.read_bytes(root / MANIFEST, root, _INDEX_LIMIT)
-    return None if text is None else json.loads(text)
+    """`optbench data pack`'s manifest.json, parsed and checked (None where there is none): a
+    regular file of at most _INDEX_LIMIT bytes (a FIFO or a link there is refused, not waited
+    on) holding what pack writes of what is read here (`_manifest_problem`); UsageError naming
+    the file and the field otherwise."""
+    path = root / MANIFEST
+    try:
+        text = safefs.read_bytes(path, root, _INDEX_LIMIT)
+        manifest = None if text is None else json.loads(text)
+    except (OSError, ValueError, RecursionError) as err:  # UnsafePath: a UsageError
+        why = "nested too deep" if isinstance(err, RecursionError) else err
+        raise UsageError(f"dataset.root: {path} cannot be read ({why})") from None
+    problem = None if manifest is None else _manifest_problem(manifest)
+    if problem is not None:
+        raise UsageError(f"dataset.root: {path}: {problem}")
+    return manifest
+
+
+def _manifest_problem(manifest) -> str | None:
+    """What in a parsed manifest is not what pack writes, as "field: why"; None if nothing.
+    Read here: `classes` (names), and each split's `shards`, each a `name` (a .tar file in
+    ROOT) and its `images` (a count)."""
+    if not isinstance(manifest, dict):
+        return "not a JSON object"
+    classes = manifest.get("classes")
+    if not isinstance(classes, list):
+        return "classes: not a list of class names"
+    for i, name in enumerate(classes):
+        if not isinstance(name, str):
+            return f"classes.{i}: not a class name (a string)"
+    splits = manifest.get("splits")
+    if not isinstance(splits, dict):
+        return "splits: not an object of splits"
+    for split in SPLITS:
+        shards = splits.get(split).get("shards") if isinstance(splits.get(split), dict) else None
+        if not isinstance(shards, list):
+            return f"splits.{split}.shards: not a list of shards"
+        for i, entry in enumerate(shards):
+            where = f"splits.{split}.shards.{i}"
+            name = entry.get("name") if isinstance(entry, dict) else None
+            images = entry.get("images") if isinstance(entry, dict) else None
+            if not isinstance(name, str) or Path(name).name != name or not name.endswith(".tar"):
+                return f"{where}.name: not the name of a .tar file in its folder ({name!r:.60})"
+            if type(images) is not int or images < 0:
+                return f"{where}.images: not a count of images ({images!r:.60})"
+    return None
 
 
 def check_manifest(root: Path, found: dict[str, list[Path]], index: ShardIndex | None = None):
     """The shards `optbench data pack`'s manifest.json lists are all there (and, with the
     index, hold the images it counts); nothing to compare without a manifest."""
-    try:
-        manifest = _manifest(root)
-        if manifest is None:
-            return
-        splits = manifest["splits"]
-        listed = {s: [(e["name"], e["images"]) for e in splits[s]["shards"]] for s in SPLITS}
-    except (OSError, ValueError, KeyError, TypeError) as err:  # UnsafePath: a UsageError
-        raise UsageError(f"dataset.root: {root / MANIFEST} cannot be read ({err})") from None
+    manifest = _manifest(root)
+    if manifest is None:
+        return
+    listed = {
+        s: [(e["name"], e["images"]) for e in manifest["splits"][s]["shards"]] for s in SPLITS
+    }
     for split, entries in listed.items():
         names = {p.name for p in found[split]}
         missing = [n for n, _ in entries if n not in names]
@@ -364,11 +403,7 @@ def check_index(index: ShardIndex, dataset: str | None = None, classes: int | No
 
 
 def class_names(root: Path, k: int) -> tuple[str, ...]:
-    """The classes' names from `optbench data pack`'s manifest.json, else their indices."""
-    try:
-        names = (_manifest(root) or {})["classes"]
-        if isinstance(names, list) and len(names) == k and all(isinstance(n, str) for n in names):
-            return tuple(names)
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    return tuple(str(i) for i in range(k))
+    """The classes' names from `optbench data pack`'s manifest.json (checked on read), where
+    it names k, else their indices."""
+    names = (_manifest(root) or {}).get("classes")
+    return tuple(names) if names is not None and len(names) == k else tuple(map(str, range(k)))
