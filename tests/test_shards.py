@@ -471,3 +471,23 @@ def test_optbench_train_on_a_crafted_manifest_is_one_line_exit_2_writing_nothing
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert f"error: dataset.root: shards/manifest.json: {field}" in err, err
     assert not (root.parent / "out").exists()
+
+
+def test_compressed_shards_are_refused_saying_they_are_not_read(packed, cli):
+    # issue 43, item 10: it said only "holds no *train*.tar shard"
+    import gzip
+
+    _, root = packed
+    for tar in sorted(root.glob("*.tar")):
+        (root / f"{tar.name}.gz").write_bytes(gzip.compress(tar.read_bytes()))
+        tar.unlink()
+    (root / "manifest.json").unlink()
+    code, _, err = cli(
+        *("train", "vit_c_w64_16px", "--dataset", "imagefolder", "--data-root", "shards"),
+        *("--layout", "wds", "--img-size", "16", "--optimizer", "sgd", "--lr", "0.1"),
+        *("--wd", "0", "--epochs", "1", "--batch-size", "4", "--out", "out"),
+    )
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "holds no *train*.tar shard (3 compressed, such as train-000000.tar.gz: " in err, err
+    assert "compressed shards are not read" in err, err
+    assert not (root.parent / "out").exists()

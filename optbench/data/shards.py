@@ -106,6 +106,24 @@ class ShardIndex:
         return json.dumps(body, separators=(",", ":"))
 
 
+# Compressed tar files (WebDataset's .tgz, .tar.gz among them), which optbench does not read:
+# it reads each sample at its offset in the shard, which a compressed stream has not.
+COMPRESSED = (".tar.gz", ".tgz", ".tar.xz", ".txz", ".tar.bz2", ".tbz2", ".tar.zst")
+
+
+def _compressed_note(root: Path, split: str) -> str:
+    """Where ROOT holds a split's shards compressed: a clause naming the first and saying they
+    are not read; "" otherwise."""
+    stem = SPLITS[split].removesuffix(".tar")
+    packed = sorted(p for ext in COMPRESSED for p in root.glob(stem + ext))
+    if not packed:
+        return ""
+    return (
+        f" ({len(packed)} compressed, such as {packed[0].name}: compressed shards are not read; "
+        "decompress them to .tar files, with gunzip for .gz)"
+    )
+
+
 def shard_files(root: Path) -> dict[str, list[Path]]:
     """The shards of each split (sorted by name); a UsageError if a split has none, a name
     matches both splits, or a shard is not a regular file (a link to one is: the data root is
@@ -114,7 +132,8 @@ def shard_files(root: Path) -> dict[str, list[Path]]:
     for split, paths in found.items():
         if not paths:
             raise UsageError(
-                f"dataset.root: {root} holds no {SPLITS[split]} shard; expected {WDS_LAYOUT}"
+                f"dataset.root: {root} holds no {SPLITS[split]} shard"
+                f"{_compressed_note(root, split)}; expected {WDS_LAYOUT}"
             )
     both = set(found["train"]) & set(found["val"])
     if both:
