@@ -1126,6 +1126,34 @@ def test_a_full_disk_at_the_tensorboard_events_is_one_line_naming_them(
     assert thread_errors == []
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("worker", "said"),
+    [
+        ("first_write_fails", "'s pipe to the driver: cannot write: Input/output error"),
+        ("every_write_fails", " died (exit code 74): a write to its driver failed (an I/O error)"),
+    ],
+)
+def test_a_workers_failed_first_write_is_one_line_and_charges_no_attempt(
+    one_model, tmp_path, monkeypatch, capfd, worker, said
+):
+    # issue 43, item 7: it was a 48-line traceback (three workers' in a row), and the trial was
+    # charged an attempt ("lost": the workers could not start)
+    import failing_pipe
+
+    import optbench.executors.local as local
+
+    one_model["executor"] = {"kind": "local", "workers": 1, "retries": 1}
+    one_model["output"] = "results"
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(one_model))
+    spec = parse_spec({**one_model, "output": str(tmp_path / "results")})
+    monkeypatch.setattr(local, "_worker_main", getattr(failing_pipe, worker))
+    code, _, err = run_cli(["run", "study.yaml"], tmp_path, monkeypatch, capfd)
+    assert code == 1 and len(err.strip().splitlines()) == 1, err  # the workers' stderr too
+    assert err.startswith("error: worker process ") and said in err, err
+    assert [s for a in _attempts(spec).values() for s, _ in a] == ["pending"]  # none charged
+
+
 def _mount_tmpfs(path: Path, size: str) -> bool:
     path.mkdir(parents=True, exist_ok=True)
     if os.geteuid() != 0:
