@@ -251,6 +251,27 @@ CASES = [
     Case("NUL in output", "NUL", study=_study(output="res\x00ults")),
     Case("storage not a URL", "not a storage URL", study=_study(storage="not a url")),
     Case("storage in memory", "in-memory", study=_study(storage="sqlite://")),
+    # every spelling of a SQLite database that keeps nothing (issue 43, item 2: the URI one trained
+    # and said "recorded"; `status` then showed 0 done)
+    *[
+        Case(f"storage in memory: {url}", "in-memory", study=_study(storage=url))
+        for url in (
+            "sqlite:///:memory:",
+            "sqlite+pysqlite:///:memory:",
+            "sqlite:///:memory:?cache=shared",
+            "sqlite:///file:x?mode=memory&cache=shared&uri=true",
+            "sqlite:///file::memory:?cache=shared&uri=true",
+            "sqlite:///file:TMP/x.db?vfs=memdb&uri=true",
+            "sqlite:///TMP/x.db?mode=memory&uri=true",
+            "sqlite:///file:x?MODE=Memory&uri=TRUE",
+        )
+    ],
+    # a URI filename names its file in SQLite's words, not the path optbench checks and reads
+    Case(
+        "storage a SQLite URI filename",
+        "uri=true",
+        study=_study(storage="sqlite:///file:TMP/x.db?uri=true&mode=rwc"),
+    ),
     Case("storage bad port", "not a storage URL", study=_study(storage="postgresql://u@h:port/db")),
     Case("storage unknown kind", "unknown kind of database", study=_study(storage="nosuch://x/y")),
     Case("storage journal without a path", "journal://", study=_study(storage="journal://")),

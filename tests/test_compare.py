@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 REFERENCE = Path(__file__).resolve().parents[1] / "docs" / "reference" / "quickstart"
 
@@ -67,3 +68,73 @@ def test_when_no_digest_matches_compare_says_what_differs(cli, tmp_path):
     mine.assign(torch="2.14.1", threads=2).to_csv(run / "trials.csv", index=False)
     code, out, _ = cli("compare", str(run), str(reference))
     assert out.splitlines()[1].startswith("no digest matches: the thread count (2 here; 1 in ")
+
+
+# --- trials.csv, read as untrusted input (issue 43, item 5) --------------------------------------
+
+ESC = "\x1b"
+
+
+def _edited(tmp_path: Path, change) -> Path:
+    """A report folder whose trials.csv is the reference's with `change(frame)` made."""
+    trials = pd.read_csv(REFERENCE / "trials.csv", dtype=str, keep_default_na=False)
+    folder = tmp_path / "edited"
+    folder.mkdir()
+    change(trials)
+    trials.to_csv(folder / "trials.csv", index=False)
+    return folder
+
+
+def _cell(column: str, value: str, row: int = 3):
+    def change(trials):
+        trials.loc[row, column] = value
+
+    return change
+
+
+BAD_TRIALS = {
+    "a text final_error": (_cell("final_error", "nine"), "row 4: final_error"),
+    "an error above 100": (_cell("final_error", "130.5"), "row 4: final_error"),
+    "epochs 20.0": (_cell("epochs", "20.0"), "row 4: epochs"),
+    "epochs as words": (_cell("epochs", "twenty"), "row 4: epochs"),
+    "a negative seed": (_cell("seed", "-1"), "row 4: seed"),
+    "an unknown status": (_cell("status", "done"), "row 4: status"),
+    "a digest not hex": (_cell("digest", "z" * 64), "row 4: digest"),
+    "an escape in a model": (_cell("model", f"{ESC}[2J{ESC}[31mvit"), "row 4: model"),
+    "an escape in a device": (_cell("device", f"cpu {ESC}]0;pwned{ESC}\\"), "row 4: device"),
+    "an escape in torch": (_cell("torch", f"2.14{ESC}[8m"), "row 4: torch"),
+    "threads as text": (_cell("threads", "two"), "row 4: threads"),
+}
+
+
+@pytest.mark.parametrize(("change", "needle"), BAD_TRIALS.values(), ids=BAD_TRIALS)
+def test_a_bad_trials_csv_is_one_line_naming_row_and_column(cli, tmp_path, change, needle):
+    # each was a traceback, or (escapes) reached the terminal as they were
+    folder = _edited(tmp_path, change)
+    for args in ((folder, REFERENCE), (REFERENCE, folder)):
+        code, out, err = cli("compare", *map(str, args))
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+        assert f"{folder / 'trials.csv'}: {needle}" in err, err
+        assert ESC not in out + err
+
+
+def test_a_trial_listed_twice_is_refused_naming_it(cli, tmp_path):
+    # it was counted twice
+    def twice(trials):
+        trials.loc[len(trials)] = trials.loc[5]
+
+    folder = _edited(tmp_path, twice)
+    code, _, err = cli("compare", str(folder), str(REFERENCE))
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "rows 6 and 31 are one trial (vit_p_w64_16px adamw 20 sample 5 seed 0)" in err, err
+
+
+def test_a_run_of_pending_trials_only_is_compared_not_a_traceback(cli, tmp_path):
+    # empty cells are missing values: a column of errors all empty is still one of numbers
+    def pending(trials):
+        trials[["status", "final_error", "digest", "threads"]] = ["pending", "", "", ""]
+
+    folder = _edited(tmp_path, pending)
+    code, out, err = cli("compare", str(folder), str(REFERENCE))
+    assert code == 0, err
+    assert "0 trials in both, digests equal 0, unequal 0" in out, out

@@ -82,16 +82,65 @@ def test_bad_measure_flags_are_one_line_exit_2_nothing_written(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.yaml"]
 
 
-@pytest.mark.parametrize(
-    "text",
-    [
-        "[1, 2",
-        "[]",
-        '{"cpu": {"k": {"fits": true, "step_s": "1"}}}',
-        '{"cpu": {"k": {"fits": true}}}',
-    ],
-)
-def test_a_damaged_cache_is_one_line(cli, tiny_dict, tmp_path, text):
+# What `--measure` writes for a configuration, on a CPU (train/measure.py's figures).
+FIGURES = {
+    "device": "cpu",
+    "pipeline": "pil",
+    "batch": 128,
+    "steps": 3,
+    "warmup": 1,
+    "images_per_s": 900.5,
+    "step_s": 0.142,
+    "input_wait": 0.01,
+    "n_train": 1437,
+    "eval_s_per_image": 0.0004,
+    "n_val": 360,
+    "checkpoint_s": 0.01,
+    "start_s": 1.2,
+    "peak_memory_bytes": 2**30,
+    "device_memory_bytes": 2**34,
+    "fits": True,
+    "fitting_batch": 128,
+}
+
+
+def _cache(**changes) -> str:
+    return json.dumps({"cpu": {"k": {**FIGURES, **changes}}})
+
+
+DAMAGED = {
+    "not JSON": ("[1, 2", ""),
+    "a list": ("[]", ""),
+    "a string figure": ('{"cpu": {"k": {"fits": true, "step_s": "1"}}}', ""),
+    "no figures": ('{"cpu": {"k": {"fits": true}}}', ""),
+    # issue 43, item 5: each was a traceback, or a plan of -278 device-hours
+    "batch 0": (_cache(batch=0), "batch"),
+    "a step of 1e308 s": (_cache(step_s=1e308), "step_s"),
+    "a step time as text": (_cache(step_s="0.1"), "step_s"),
+    "a count as text": (_cache(n_train="1437"), "n_train"),
+    "a negative start": (_cache(start_s=-5000.0), "start_s"),
+    "a negative checkpoint": (_cache(checkpoint_s=-1.0), "checkpoint_s"),
+    "a negative evaluation": (_cache(eval_s_per_image=-0.5), "eval_s_per_image"),
+    "a negative count": (_cache(n_val=-1), "n_val"),
+    "a batch of 128.0": (_cache(batch=128.0), "batch"),
+    "fits as text": (_cache(fits="yes"), "fits"),
+    "a fitting batch of 0": (_cache(fits=False, fitting_batch=0), "fitting_batch"),
+    "a negative memory": (_cache(peak_memory_bytes=-1), "peak_memory_bytes"),
+    "a figure nested": (_cache(images_per_s={"a": 1}), "images_per_s"),
+    "objects 50,000 deep": ('{"cpu": {"k": ' * 25_000 + "1" + "}" * 50_000, ""),
+    "lists 100,000 deep": ("[" * 100_000 + "]" * 100_000, ""),
+    "an unknown field nested": (
+        '{"cpu": {"k": {"fits": false, "fitting_batch": null, "x": [[[[1]]]]}}}',
+        "x",
+    ),
+    "a device that is a list": ('{"cpu": []}', "cpu"),
+    "an escape in a device": (json.dumps({"cpu\x1b[2J": {}}), "not a device name"),
+    "an escape in a key": (json.dumps({"cpu": {"k\x1b]0;x\x07": {}}}), "not a configuration key"),
+}
+
+
+@pytest.mark.parametrize(("text", "field"), DAMAGED.values(), ids=DAMAGED)
+def test_a_damaged_cache_is_one_line(cli, tiny_dict, tmp_path, text, field):
     tiny_dict["output"] = "results"
     (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(tiny_dict))
     (tmp_path / "results" / "tiny").mkdir(parents=True)
@@ -100,6 +149,29 @@ def test_a_damaged_cache_is_one_line(cli, tiny_dict, tmp_path, text):
         code, _, err = cli(*command)
         assert code == 2 and len(err.strip().splitlines()) == 1, err
         assert "costs.json: not a cost cache optbench wrote" in err, err
+        assert field in err, err  # the field it names
+        assert "\x1b" not in err and "\x07" not in err  # nothing of it reaches the terminal raw
+    assert sorted(p.name for p in (tmp_path / "results" / "tiny").iterdir()) == [COSTS_FILE]
+
+
+def test_a_configuration_that_fits_at_no_batch_is_planned_as_such(cli, tiny_dict, tmp_path):
+    # what --measure writes where even batch 1 runs out of memory: it was a KeyError
+    from optbench.plan.costs import distinct_configs
+    from optbench.spec.schema import parse_spec
+
+    tiny_dict["output"] = "results"
+    tiny_dict["models"] = ["vit_p_w64_16px"]
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(tiny_dict))
+    [key] = distinct_configs(parse_spec({**tiny_dict, "output": str(tmp_path / "results")}))
+    none_fits = {"device": "cuda:0", "fits": False, "fitting_batch": None}
+    (tmp_path / "results" / "tiny").mkdir(parents=True)
+    (tmp_path / "results" / "tiny" / COSTS_FILE).write_text(json.dumps({"GPU X": {key: none_fits}}))
+    code, out, err = cli("run", "tiny.yaml", "--dry-run")
+    flat = " ".join(out.split())
+    assert code == 0, err
+    assert "vit_p_w64_16px/adamw/e1 does not fit at batch 128 per process, nor at batch 1" in flat
+    code, _, err = cli("status", "tiny.yaml")  # its estimate note skips it
+    assert code == 0, err
 
 
 @pytest.mark.slow

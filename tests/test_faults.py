@@ -269,7 +269,14 @@ def test_a_result_written_while_the_next_driver_prepares_is_recorded(one_model, 
     assert _finished_errors(spec, item.trial.key) == [42.0]
 
 
-DB_FAULTS = ["garbage", "foreign sqlite", "truncated sqlite", "folder", "a table dropped"]
+DB_FAULTS = [
+    "garbage",
+    "foreign sqlite",
+    "truncated sqlite",
+    "folder",
+    "a table dropped",
+    "a study twice",
+]
 
 
 def _bad_database(kind: str, path: Path, good: Path | None) -> None:
@@ -287,6 +294,13 @@ def _bad_database(kind: str, path: Path, good: Path | None) -> None:
         shutil.copy(good, path)
         con = sqlite3.connect(path)
         con.execute("DROP TABLE trials")
+        con.commit()
+        con.close()
+    elif kind == "a study twice":  # an index of optuna's schema never made (issue 43, item 1)
+        shutil.copy(good, path)
+        con = sqlite3.connect(path)
+        con.execute("DROP INDEX ix_studies_study_name")
+        con.execute("INSERT INTO studies (study_name) SELECT study_name FROM studies")
         con.commit()
         con.close()
     else:
@@ -1112,6 +1126,34 @@ def test_a_full_disk_at_the_tensorboard_events_is_one_line_naming_them(
     assert thread_errors == []
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("worker", "said"),
+    [
+        ("first_write_fails", "'s pipe to the driver: cannot write: Input/output error"),
+        ("every_write_fails", " died (exit code 74): a write to its driver failed (an I/O error)"),
+    ],
+)
+def test_a_workers_failed_first_write_is_one_line_and_charges_no_attempt(
+    one_model, tmp_path, monkeypatch, capfd, worker, said
+):
+    # issue 43, item 7: it was a 48-line traceback (three workers' in a row), and the trial was
+    # charged an attempt ("lost": the workers could not start)
+    import failing_pipe
+
+    import optbench.executors.local as local
+
+    one_model["executor"] = {"kind": "local", "workers": 1, "retries": 1}
+    one_model["output"] = "results"
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(one_model))
+    spec = parse_spec({**one_model, "output": str(tmp_path / "results")})
+    monkeypatch.setattr(local, "_worker_main", getattr(failing_pipe, worker))
+    code, _, err = run_cli(["run", "study.yaml"], tmp_path, monkeypatch, capfd)
+    assert code == 1 and len(err.strip().splitlines()) == 1, err  # the workers' stderr too
+    assert err.startswith("error: worker process ") and said in err, err
+    assert [s for a in _attempts(spec).values() for s, _ in a] == ["pending"]  # none charged
+
+
 def _mount_tmpfs(path: Path, size: str) -> bool:
     path.mkdir(parents=True, exist_ok=True)
     if os.geteuid() != 0:
@@ -1142,6 +1184,107 @@ def test_a_full_tmpfs_stops_the_run_in_one_line_and_the_same_command_completes_a
         code, _, err = run_cli(["run", "study.yaml"], tmp_path, monkeypatch, capsys)
         assert code == 0, err
         assert [s for a in _attempts(spec).values() for s, _ in a] == ["finished"]
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+def _database_full_at(pages: int):
+    """From now on every SQLite connection SQLAlchemy opens finds its database full once the file
+    would grow past `pages` pages (SQLite's max_page_count: SQLITE_FULL, "database or disk is
+    full", from SQLite's own pager, as a full disk gives it). Returns the listener, for
+    sqlalchemy.event.remove (the space back)."""
+    import sqlalchemy
+
+    def full(dbapi_connection, _record) -> None:
+        dbapi_connection.execute(f"PRAGMA max_page_count={pages}")
+
+    sqlalchemy.event.listen(sqlalchemy.engine.Engine, "connect", full)
+    return full
+
+
+def _schema(db: Path) -> tuple[set[str], list[tuple[str, int]]]:
+    """The database's index names, and each study name with how many studies have it."""
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        indexes = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+        names = con.execute("SELECT study_name, count(*) FROM studies GROUP BY study_name")
+        return indexes, names.fetchall()
+    finally:
+        con.close()
+
+
+# The pages of a new study database, all of them written while optuna makes its schema (28 with
+# optuna 5.1); the study's first writes come after.
+NEW_DATABASE_PAGES = 28
+
+
+@pytest.mark.slow
+def test_a_full_disk_while_the_study_database_is_made_is_one_line_and_never_leaves_it_half_made(
+    one_model, tmp_path, monkeypatch, capsys, a_study_database
+):
+    # It was: the disk full between a table and its index, optuna's next try made the rest of
+    # the tables but skipped the index of study names, the run said "recorded", and each later
+    # run added a second study of each name (issue 43, item 1); a little later the full disk
+    # was "not a usable study database", exit 2 (bad input).
+    import sqlalchemy
+
+    whole, _ = _schema(a_study_database)
+    for pages in range(1, NEW_DATABASE_PAGES + 3):
+        folder = tmp_path / f"full-at-{pages}"
+        folder.mkdir()
+        db = _study_folder(one_model, folder)
+        full = _database_full_at(pages)
+        try:
+            code, _, err = _run_on(WritingExecutor(), folder, monkeypatch, capsys)
+        finally:
+            sqlalchemy.event.remove(sqlalchemy.engine.Engine, "connect", full)  # space is back
+        if code:
+            assert code == 1 and len(err.strip().splitlines()) == 1, (pages, err)
+            assert f"{db}: " in err and "disk full" in err, (pages, err)
+            code, out, err = run_cli(["status", "study.yaml"], folder, monkeypatch, capsys)
+            assert code == 0 and "tiny: 0 of 1 trials done" in out, (pages, out, err)
+        for _ in range(2):  # the next runs: the study made whole, each cell's study once
+            code, _, err = _run_on(WritingExecutor(), folder, monkeypatch, capsys)
+            assert code == 0, (pages, err)
+        indexes, names = _schema(db)
+        assert indexes == whole and [n for _, n in names] == [1], (pages, indexes, names)
+        attempts = _attempts(parse_spec({**one_model, "output": str(folder / "results")}))
+        assert list(attempts.values()) == [[("finished", None)]], pages  # none charged
+        code, out, err = run_cli(["status", "study.yaml"], folder, monkeypatch, capsys)
+        assert code == 0 and "tiny: 1 of 1 trials done" in out, (pages, out, err)
+
+
+@pytest.mark.slow
+def test_a_tmpfs_full_while_the_study_database_is_made_is_one_line_and_the_next_run_completes(
+    one_model, tmp_path, monkeypatch, capsys, a_study_database
+):
+    # The same on a real full disk (the kernel's ENOSPC, in SQLite's journal or its file): a
+    # file system filled to leave 0 to 40 pages free, then emptied.
+    disk = tmp_path / "disk"
+    if not _mount_tmpfs(disk, "2m"):
+        pytest.skip("needs root and tmpfs to mount a small file system")
+    whole, _ = _schema(a_study_database)
+    try:
+        for free in range(0, 41, 4):
+            folder = disk / f"free-{free}"
+            folder.mkdir()
+            db = _study_folder(one_model, folder)
+            room = os.statvfs(disk)
+            filler = disk / "filler"
+            filler.write_bytes(b"\0" * (room.f_bavail * room.f_frsize - free * 4096))
+            code, _, err = _run_on(WritingExecutor(), folder, monkeypatch, capsys)
+            filler.unlink()
+            if code:
+                assert code == 1 and len(err.strip().splitlines()) == 1, (free, err)
+                assert "No space left on device" in err or f"{db}: " in err, (free, err)
+                assert "disk full" in err or "No space" in err, (free, err)
+                code, out, err = run_cli(["status", "study.yaml"], folder, monkeypatch, capsys)
+                assert code == 0 and "tiny: 0 of 1 trials done" in out, (free, out, err)
+            code, _, err = _run_on(WritingExecutor(), folder, monkeypatch, capsys)
+            assert code == 0, (free, err)
+            indexes, names = _schema(db)
+            assert indexes == whole and [n for _, n in names] == [1], (free, indexes, names)
+            shutil.rmtree(folder)
     finally:
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
 

@@ -70,9 +70,65 @@ def test_pack_refuses_bad_input_in_one_line_and_writes_nothing(tmp_path, cli):
     assert sorted(os.listdir(tmp_path)) == ["folder", "full"]  # no partial pack left
 
 
-def _tar(path: Path, members: dict[str, bytes]) -> None:
+def _tree(root: Path) -> dict[str, bytes | None]:
+    return {
+        str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None)
+        for p in sorted(root.rglob("*"))
+    }
+
+
+@pytest.mark.parametrize(
+    "folder, out, why",
+    [
+        ("folder", "folder/val/packed", "lies inside FOLDER"),  # it was packed, exit 0
+        ("folder", "folder/packed", "lies inside FOLDER"),
+        ("folder", "folder", "lies inside FOLDER"),
+        ("folder/..", "folder/packed", "lies inside FOLDER"),
+        ("folder/../folder", "./folder/val/x/..", "lies inside FOLDER"),
+        ("sub/folder", "sub", "holds FOLDER"),
+        ("folder", "nowhere/out", "nowhere does not exist"),  # it was a traceback
+    ],
+)
+def test_pack_refuses_an_out_inside_its_folder_or_around_it_in_one_line(
+    tmp_path, cli, folder, out, why
+):
+    make_folders(tmp_path / "folder")
+    (tmp_path / "sub").mkdir()
+    make_folders(tmp_path / "sub" / "folder")
+    before = _tree(tmp_path)
+    code, _, err = cli("data", "pack", folder, out)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"OUT: {Path(out)}" in err and why in err, err
+    assert _tree(tmp_path) == before  # nothing written
+
+
+def test_pack_on_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, cli, monkeypatch):
+    import errno
+
+    make_folders(tmp_path / "folder")
+    written = []
+
+    def full_after_two(self, info, fileobj=None):  # a tar write on a full disk: no file named
+        if len(written) == 2:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        written.append(info.name)
+        return addfile(self, info, fileobj)
+
+    addfile = tarfile.TarFile.addfile
+    monkeypatch.setattr(tarfile.TarFile, "addfile", full_after_two)
+    code, _, err = cli("data", "pack", "folder", "shards")
+    assert code == 1, err
+    assert err.strip() == "error: shards/train-000000.tar: cannot write: No space left on device"
+    assert sorted(os.listdir(tmp_path)) == ["folder"]  # no partial pack left
+    monkeypatch.setattr(tarfile.TarFile, "addfile", addfile)  # space is back
+    code, _, err = cli("data", "pack", "folder", "shards")
+    assert code == 0, err
+
+
+def _tar(path: Path, members: dict[str, bytes] | list[tuple[str, bytes]]) -> None:
+    """A tar shard of `members` (name, bytes), in order; a list may name a member twice."""
     with tarfile.open(path, "w") as tar:
-        for name, data in members.items():
+        for name, data in members.items() if isinstance(members, dict) else members:
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
@@ -260,3 +316,178 @@ def test_a_member_that_is_no_image_fails_its_trial_naming_shard_and_member(packe
     member = split_samples(data, "train")[last][0]  # as the reader threads and decoder see it
     with pytest.raises(UnreadableImage, match=r"train-000009.tar:bad.png: not a readable image"):
         decode([_read(member)], [member], cpu)
+
+
+# --- labels, read strictly and bounded (issue 43, item 3) ---------------------------------------
+
+
+def _one_more_sample(root: Path, members) -> None:
+    """A shard of one more training sample (members), the pack's manifest and index gone."""
+    (root / "manifest.json").unlink()
+    (root / shards.INDEX_NAME).unlink()
+    _tar(root / "train-000009.tar", members)
+
+
+PNG = b"\x89PNG\r\n\x1a\n"  # an image member: the checks decode none
+
+
+# What Python's int() reads and a .cls is not: int("1_0") is 10, int(" +3 ") is 3, int("٣") is 3.
+NOT_A_CLASS = [b"1_0", b"+3", b" 1", b"1 ", b"\t1", b"1\n\n", b"1\r\n", b"0x1", b"-1", b"1.0"]
+NOT_A_CLASS += ["\u0661".encode(), b"", b"\x001"]
+
+
+@pytest.mark.parametrize("text", NOT_A_CLASS, ids=repr)
+def test_a_cls_member_is_a_plain_non_negative_integer(packed, text):
+    _, root = packed
+    _one_more_sample(root, {"a.png": PNG, "a.cls": text})
+    with pytest.raises(UsageError, match=r"train-000009.tar: member 'a.cls' is not a class index"):
+        check_dataset_files(wds(root))
+
+
+@pytest.mark.parametrize("text", [b"1", b"1\n", b"01"], ids=repr)
+def test_a_cls_member_may_end_in_a_newline(packed, text):
+    _, root = packed
+    _one_more_sample(root, {"a.png": PNG, "a.cls": text})
+    check_dataset_files(wds(root))
+    assert split_samples(load_dataset(wds(root, img_size=16)), "train")[-1][1] == 1
+
+
+def test_two_cls_members_of_one_sample_are_refused(packed):
+    # tar keeps both; the last one won
+    _, root = packed
+    _one_more_sample(root, [("a.png", PNG), ("a.cls", b"0"), ("a.cls", b"2")])
+    with pytest.raises(UsageError, match=r"train-000009.tar: sample 'a' has two .cls members"):
+        check_dataset_files(wds(root))
+
+
+def test_a_huge_class_is_one_line_naming_shard_and_member(packed, cli):
+    # it was a MemoryError: every class up to it was listed
+    _, root = packed
+    _one_more_sample(root, {"a.png": PNG, "a.cls": b"100000000000"})
+    code, _, err = cli(
+        *("train", "vit_c_w64_16px", "--dataset", "imagefolder", "--data-root", "shards"),
+        *("--layout", "wds", "--img-size", "16", "--optimizer", "sgd", "--lr", "0.1"),
+        *("--wd", "0", "--epochs", "1", "--batch-size", "4", "--out", "out"),
+    )
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "train-000009.tar: member 'a.cls': class 100000000000" in err, err
+    assert "every class needs a training sample" in err, err
+    assert not (root.parent / "out").exists()
+
+
+def test_a_class_beyond_the_datasets_classes_is_refused(packed, monkeypatch):
+    # a dataset of published classes (imagenet: 1000) has no class beyond them, whatever the
+    # shards hold; here 2 classes, and the packed shards hold classes 0, 1 and 2
+    import dataclasses
+
+    from optbench.data.catalogue import CATALOGUE
+
+    _, root = packed
+    monkeypatch.setitem(
+        CATALOGUE, "imagenet", dataclasses.replace(CATALOGUE["imagenet"], classes=2)
+    )
+    with pytest.raises(
+        UsageError,
+        match=r"train-000001.tar: member '00000008.cls': class 2, but imagenet has 2 classes",
+    ):
+        check_dataset_files(Dataset(name="imagenet", root=root, layout="wds"))
+
+
+@pytest.mark.parametrize("cls", [10**12, 12])
+def test_a_cached_index_with_a_class_out_of_range_is_refused(packed, cls):
+    # the index names 12 training samples: no class of them is 12 or more
+    _, root = packed
+    index = json.loads((root / shards.INDEX_NAME).read_text())
+    index["train"][0][4] = cls
+    (root / shards.INDEX_NAME).write_text(json.dumps(index))
+    with pytest.raises(UsageError, match="is not a valid shard index .*class"):
+        check_dataset_files(wds(root))
+
+
+# --- manifest.json, read as untrusted input (issue 43, item 5) ----------------------------------
+
+
+def _manifest_with(root: Path, change) -> None:
+    manifest = json.loads((root / "manifest.json").read_text())
+    change(manifest)
+    (root / "manifest.json").write_text(json.dumps(manifest))
+
+
+def _set(path: str, value):
+    """A change setting the manifest's field at the dotted `path` (list positions as numbers)."""
+
+    def change(manifest):
+        *parents, last = [int(p) if p.isdigit() else p for p in path.split(".")]
+        node = manifest
+        for part in parents:
+            node = node[part]
+        node[last] = value
+
+    return change
+
+
+BAD_MANIFESTS = {
+    "a count as text": (_set("splits.train.shards.0.images", "5"), "splits.train.shards.0.images"),
+    "a name as a number": (_set("splits.val.shards.0.name", 7), "splits.val.shards.0.name"),
+    "a name with a folder": (
+        _set("splits.val.shards.0.name", "../x.tar"),
+        "splits.val.shards.0.name",
+    ),
+    "a count below 0": (_set("splits.train.shards.1.images", -5), "splits.train.shards.1.images"),
+    "a count of 5.0": (_set("splits.train.shards.1.images", 5.0), "splits.train.shards.1.images"),
+    "no shards": (_set("splits.val", {}), "splits.val.shards"),
+    "shards an object": (_set("splits.val.shards", {"a": 1}), "splits.val.shards"),
+    "a class name a number": (_set("classes.1", 3), "classes.1"),
+    "deep nesting": (_set("classes", json.loads("[" * 200 + "]" * 200)), "classes"),
+}
+
+
+@pytest.mark.parametrize(("change", "field"), BAD_MANIFESTS.values(), ids=BAD_MANIFESTS)
+def test_a_crafted_manifest_is_one_line_naming_its_field(packed, cli, change, field):
+    _, root = packed
+    _manifest_with(root, change)
+    with pytest.raises(UsageError, match=f"manifest.json: {field}"):
+        check_dataset_files(wds(root))
+
+
+def test_a_manifest_nested_beyond_pythons_stack_is_one_line(packed):
+    _, root = packed
+    (root / "manifest.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(UsageError, match="manifest.json cannot be read"):
+        check_dataset_files(wds(root))
+
+
+@pytest.mark.parametrize("case", ["a count as text", "a name as a number", "deep nesting"])
+def test_optbench_train_on_a_crafted_manifest_is_one_line_exit_2_writing_nothing(packed, cli, case):
+    # each was a traceback, exit 1
+    _, root = packed
+    change, field = BAD_MANIFESTS[case]
+    _manifest_with(root, change)
+    code, _, err = cli(
+        *("train", "vit_c_w64_16px", "--dataset", "imagefolder", "--data-root", "shards"),
+        *("--layout", "wds", "--img-size", "16", "--optimizer", "sgd", "--lr", "0.1"),
+        *("--wd", "0", "--epochs", "1", "--batch-size", "4", "--out", "out"),
+    )
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"error: dataset.root: shards/manifest.json: {field}" in err, err
+    assert not (root.parent / "out").exists()
+
+
+def test_compressed_shards_are_refused_saying_they_are_not_read(packed, cli):
+    # issue 43, item 10: it said only "holds no *train*.tar shard"
+    import gzip
+
+    _, root = packed
+    for tar in sorted(root.glob("*.tar")):
+        (root / f"{tar.name}.gz").write_bytes(gzip.compress(tar.read_bytes()))
+        tar.unlink()
+    (root / "manifest.json").unlink()
+    code, _, err = cli(
+        *("train", "vit_c_w64_16px", "--dataset", "imagefolder", "--data-root", "shards"),
+        *("--layout", "wds", "--img-size", "16", "--optimizer", "sgd", "--lr", "0.1"),
+        *("--wd", "0", "--epochs", "1", "--batch-size", "4", "--out", "out"),
+    )
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "holds no *train*.tar shard (3 compressed, such as train-000000.tar.gz: " in err, err
+    assert "compressed shards are not read" in err, err
+    assert not (root.parent / "out").exists()

@@ -188,6 +188,32 @@ def test_a_recorded_job_that_ended_without_a_result_is_reported_lost(tmp_path, m
     assert read_records(tmp_path)[job.key].ended == "OUT_OF_MEMORY"  # reported once
 
 
+@pytest.mark.parametrize(
+    ("states", "said"),
+    [
+        (["RUNNING", "PENDING"], "`optbench run` follows them"),
+        # after `optbench cancel` (issue 43, item 10: it said "`optbench run` follows them")
+        (["CANCELLED", "CANCELLED"], "their jobs have ended, none is queued or running: "),
+        (["RUNNING", "CANCELLED"], "follows the 1 queued or running and records the 1 whose job"),
+    ],
+)
+def test_status_says_run_follows_only_jobs_that_have_not_ended(tmp_path, monkeypatch, states, said):
+    from optbench.executors.slurm.study import jobs_status
+
+    ids = [f"42_{i}" for i in range(len(states))]
+    append_records(
+        tmp_path,
+        [JobRecord(f"cell/s00{i}-seed0", j, "h", "/l.err", 0.0) for i, j in enumerate(ids)],
+    )
+    monkeypatch.setattr(
+        "optbench.executors.slurm.client.sacct_states",
+        lambda _: dict(zip(ids, states, strict=True)),
+    )
+    _, line = jobs_status(tmp_path)
+    assert said in line, line
+    assert ("follows them" in line) == ("CANCELLED" not in states), line
+
+
 def test_a_job_whose_end_was_reported_is_resubmitted_as_a_new_attempt(tmp_path, monkeypatch):
     job = TrialJob("cell/s000-seed0", _config(), tmp_path / "trial")
     rec = JobRecord(job.key, "42_3", config_hash(job.config), "/logs/42_3.err", 0.0, ended="FAILED")

@@ -152,9 +152,15 @@ def test_a_run_file_that_is_not_ours_is_no_run(tmp_path):
         "not json",
         '{"x": 1}',
         json.dumps({f"mlflow:{target.uri}": {"run_id": "../x", "logged": 3}}),
+        "[" * 60_000 + "]" * 5_000,  # deeper than Python's stack (issue 43: a RecursionError)
     ):
         (tmp_path / RUN_FILE).write_text(text)
         assert read_run_file(tmp_path, tmp_path, target) == (None, 0)
+    # a count of epochs logged that no trial has (a trial has at most 10,000): none logged
+    for logged in (10**30, -1, "3", True):
+        entry = {f"mlflow:{target.uri}": {"run_id": "abc", "logged": logged}}
+        (tmp_path / RUN_FILE).write_text(json.dumps(entry))
+        assert read_run_file(tmp_path, tmp_path, target) == ("abc", 0)
 
 
 # --- the tracker thread, on metrics.jsonl files (no training) -----------------------------------

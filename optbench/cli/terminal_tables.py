@@ -232,6 +232,7 @@ def plan_table(spec: StudySpec, earlier: list[dict] = ()) -> TextTable:
             None if trial_s is None else trial_s * processes(spec) / 3600
         )
         rate = speed and speed.images_per_s
+        peak = figures and figures.get("peak_memory_bytes")  # none where nothing fits
         if figures is not None and figures.get("images_per_s"):
             rate = figures["images_per_s"] * processes(spec)
         table.add_row(
@@ -245,7 +246,7 @@ def plan_table(spec: StudySpec, earlier: list[dict] = ()) -> TextTable:
             f"{flops / 1e9:.3g}",
             f"{cell_flops / 1e15:.3g}",
             "–" if not rate else f"{rate:.0f}",
-            "–" if figures is None else f"{figures['peak_memory_bytes'] / 2**30:.2g}",
+            "–" if peak is None else f"{peak / 2**30:.2g}",
             "–" if cell_h is None else f"{cell_h:.3g}",
         )
     to_run = sum(not s.is_result for s in stored)

@@ -265,7 +265,7 @@ def _check_shard_files(spec: Dataset, cache_dir: Path | None) -> None:
     root = Path(spec.root)
     index = shards.open_index(root, cache_dir)[0]
     shards.check_manifest(root, shards.shard_files(root), index)
-    shards.check_index(index)
+    shards.check_index(index, spec.name, CATALOGUE[spec.name].classes)
 
 
 # (format, layout) -> (check the location without loading, check the files' contents cheaply;

@@ -106,6 +106,24 @@ class ShardIndex:
         return json.dumps(body, separators=(",", ":"))
 
 
+# Compressed tar files (WebDataset's .tgz, .tar.gz among them), which optbench does not read:
+# it reads each sample at its offset in the shard, which a compressed stream has not.
+COMPRESSED = (".tar.gz", ".tgz", ".tar.xz", ".txz", ".tar.bz2", ".tbz2", ".tar.zst")
+
+
+def _compressed_note(root: Path, split: str) -> str:
+    """Where ROOT holds a split's shards compressed: a clause naming the first and saying they
+    are not read; "" otherwise."""
+    stem = SPLITS[split].removesuffix(".tar")
+    packed = sorted(p for ext in COMPRESSED for p in root.glob(stem + ext))
+    if not packed:
+        return ""
+    return (
+        f" ({len(packed)} compressed, such as {packed[0].name}: compressed shards are not read; "
+        "decompress them to .tar files, with gunzip for .gz)"
+    )
+
+
 def shard_files(root: Path) -> dict[str, list[Path]]:
     """The shards of each split (sorted by name); a UsageError if a split has none, a name
     matches both splits, or a shard is not a regular file (a link to one is: the data root is
@@ -114,7 +132,8 @@ def shard_files(root: Path) -> dict[str, list[Path]]:
     for split, paths in found.items():
         if not paths:
             raise UsageError(
-                f"dataset.root: {root} holds no {SPLITS[split]} shard; expected {WDS_LAYOUT}"
+                f"dataset.root: {root} holds no {SPLITS[split]} shard"
+                f"{_compressed_note(root, split)}; expected {WDS_LAYOUT}"
             )
     both = set(found["train"]) & set(found["val"])
     if both:
@@ -126,23 +145,62 @@ def shard_files(root: Path) -> dict[str, list[Path]]:
 
 
 def _manifest(root: Path) -> dict | None:
-    """`optbench data pack`'s manifest.json, parsed (None where there is none): a regular
-    file of at most _INDEX_LIMIT bytes (a FIFO or a link there is refused, not waited on)."""
-    text = safefs.read_bytes(root / MANIFEST, root, _INDEX_LIMIT)
-    return None if text is None else json.loads(text)
+    """`optbench data pack`'s manifest.json, parsed and checked (None where there is none): a
+    regular file of at most _INDEX_LIMIT bytes (a FIFO or a link there is refused, not waited
+    on) holding what pack writes of what is read here (`_manifest_problem`); UsageError naming
+    the file and the field otherwise."""
+    path = root / MANIFEST
+    try:
+        text = safefs.read_bytes(path, root, _INDEX_LIMIT)
+        manifest = None if text is None else json.loads(text)
+    except (OSError, ValueError, RecursionError) as err:  # UnsafePath: a UsageError
+        why = "nested too deep" if isinstance(err, RecursionError) else err
+        raise UsageError(f"dataset.root: {path} cannot be read ({why})") from None
+    problem = None if manifest is None else _manifest_problem(manifest)
+    if problem is not None:
+        raise UsageError(f"dataset.root: {path}: {problem}")
+    return manifest
+
+
+def _manifest_problem(manifest) -> str | None:
+    """What in a parsed manifest is not what pack writes, as "field: why"; None if nothing.
+    Read here: `classes` (names), and each split's `shards`, each a `name` (a .tar file in
+    ROOT) and its `images` (a count)."""
+    if not isinstance(manifest, dict):
+        return "not a JSON object"
+    classes = manifest.get("classes")
+    if not isinstance(classes, list):
+        return "classes: not a list of class names"
+    for i, name in enumerate(classes):
+        if not isinstance(name, str):
+            return f"classes.{i}: not a class name (a string)"
+    splits = manifest.get("splits")
+    if not isinstance(splits, dict):
+        return "splits: not an object of splits"
+    for split in SPLITS:
+        shards = splits.get(split).get("shards") if isinstance(splits.get(split), dict) else None
+        if not isinstance(shards, list):
+            return f"splits.{split}.shards: not a list of shards"
+        for i, entry in enumerate(shards):
+            where = f"splits.{split}.shards.{i}"
+            name = entry.get("name") if isinstance(entry, dict) else None
+            images = entry.get("images") if isinstance(entry, dict) else None
+            if not isinstance(name, str) or Path(name).name != name or not name.endswith(".tar"):
+                return f"{where}.name: not the name of a .tar file in its folder ({name!r:.60})"
+            if type(images) is not int or images < 0:
+                return f"{where}.images: not a count of images ({images!r:.60})"
+    return None
 
 
 def check_manifest(root: Path, found: dict[str, list[Path]], index: ShardIndex | None = None):
     """The shards `optbench data pack`'s manifest.json lists are all there (and, with the
     index, hold the images it counts); nothing to compare without a manifest."""
-    try:
-        manifest = _manifest(root)
-        if manifest is None:
-            return
-        splits = manifest["splits"]
-        listed = {s: [(e["name"], e["images"]) for e in splits[s]["shards"]] for s in SPLITS}
-    except (OSError, ValueError, KeyError, TypeError) as err:  # UnsafePath: a UsageError
-        raise UsageError(f"dataset.root: {root / MANIFEST} cannot be read ({err})") from None
+    manifest = _manifest(root)
+    if manifest is None:
+        return
+    listed = {
+        s: [(e["name"], e["images"]) for e in manifest["splits"][s]["shards"]] for s in SPLITS
+    }
     for split, entries in listed.items():
         names = {p.name for p in found[split]}
         missing = [n for n, _ in entries if n not in names]
@@ -194,6 +252,8 @@ def _scan(path: Path, number: int) -> list[list]:
                         raise _refuse(path, f"sample {key!r} has two images")
                     entry["image"] = (m.offset_data, m.size, m.name)
                 elif ext == "cls":
+                    if "cls" in entry:  # tar keeps both, and the last would win
+                        raise _refuse(path, f"sample {key!r} has two .cls members")
                     entry["cls"] = _class_of(tar, m, path)
     except (tarfile.TarError, EOFError) as err:
         raise _refuse(path, f"not a readable tar shard ({err})") from None
@@ -210,24 +270,43 @@ def _scan(path: Path, number: int) -> list[list]:
     return rows
 
 
+# A .cls member: decimal digits, and at most one newline after them (what WebDataset's writers
+# and `echo` write). Python's int() would also read "1_0" (as 10), "+3", " 3 " and other
+# scripts' digits; none of them is a class index here.
+_CLASS_TEXT = re.compile(rb"[0-9]{1,32}\n?")
+
+
 def _class_of(tar: tarfile.TarFile, member: tarfile.TarInfo, path: Path) -> int:
-    text = tar.extractfile(member).read(32) if member.size <= 32 else b""
-    try:
-        value = int(text.decode("ascii").strip())
-    except (UnicodeDecodeError, ValueError):
-        value = -1
-    if value < 0:
-        raise _refuse(path, f"member {member.name!r} is not a class index (an integer >= 0)")
-    return value
+    text = tar.extractfile(member).read(33) if member.size <= 33 else b""
+    if not _CLASS_TEXT.fullmatch(text):
+        raise _refuse(path, f"member {member.name!r} is not a class index (decimal digits, >= 0)")
+    return int(text)
+
+
+def _cls_member(row: list) -> str:
+    """The name of the .cls member of an index row's sample (the image's key + .cls)."""
+    return f"{_KEY.match(row[3]).group(1)}.cls"
 
 
 def build_index(root: Path, found: dict[str, list[Path]]) -> ShardIndex:
-    """Scan every shard's headers (reads the tar headers, not the images)."""
-    numbers = {p: i for i, p in enumerate(found["train"] + found["val"])}
+    """Scan every shard's headers (reads the tar headers, not the images). Every class is below
+    the number of training samples, since every class needs one (check_index): a larger .cls is
+    refused here, naming its shard and member, before anything counts up to it."""
+    paths = found["train"] + found["val"]
+    numbers = {p: i for i, p in enumerate(paths)}
     rows = {
-        split: [row for p in paths for row in _scan(p, numbers[p])]
-        for split, paths in found.items()
+        split: [row for p in split_paths for row in _scan(p, numbers[p])]
+        for split, split_paths in found.items()
     }
+    n_train = len(rows["train"])
+    for split_rows in rows.values():
+        for row in split_rows:
+            if row[4] >= n_train:
+                raise _refuse(
+                    paths[row[0]],
+                    f"member {_cls_member(row)!r}: class {row[4]}, but the train shards hold "
+                    f"{n_train} samples, and every class needs a training sample",
+                )
     return ShardIndex(root, _stats(found), rows)
 
 
@@ -243,8 +322,10 @@ def _parse(path: Path, text: bytes, root: Path) -> ShardIndex:
         for split_rows in rows.values():
             for number, offset, size, name, cls in split_rows:
                 assert all(type(v) is int for v in (number, offset, size, cls)), "not integers"
-                assert 0 <= number < len(shards) and cls >= 0 and type(name) is str
+                assert 0 <= number < len(shards) and type(name) is str and _KEY.match(name)
                 assert 0 <= offset and 0 < size and offset + size <= shards[number][1]
+                # as build_index: a class below the number of training samples
+                assert 0 <= cls < len(rows["train"]), f"class {cls} of {name!r} out of range"
     except (ValueError, KeyError, TypeError, AssertionError) as err:
         raise UsageError(
             f"dataset.root: {path} is not a valid shard index ({type(err).__name__}: {err}); "
@@ -314,11 +395,20 @@ def save_index(index: ShardIndex, cache_dir: Path | None = None) -> Path | None:
     return None
 
 
-def check_index(index: ShardIndex) -> None:
+def check_index(index: ShardIndex, dataset: str | None = None, classes: int | None = None) -> None:
     """Every class 0..K-1 has a training and a validation sample (as every class folder must
-    hold an image), K = the largest training class + 1."""
+    hold an image), K = the largest training class + 1; with the dataset's published number of
+    `classes` (the catalogue's: imagenet's 1000), no class is that or more."""
     if not index.rows["train"]:
         raise UsageError(f"dataset.root: {index.root}: the train shards hold no sample")
+    for split in SPLITS:
+        for row in index.rows[split] if classes is not None else ():
+            if row[4] >= classes:
+                raise _refuse(
+                    index.root / index.shards[row[0]][0],
+                    f"member {_cls_member(row)!r}: class {row[4]}, but {dataset} has "
+                    f"{classes} classes (0..{classes - 1})",
+                )
     k = index.num_classes
     for split in SPLITS:
         seen = {r[4] for r in index.rows[split]}
@@ -332,11 +422,7 @@ def check_index(index: ShardIndex) -> None:
 
 
 def class_names(root: Path, k: int) -> tuple[str, ...]:
-    """The classes' names from `optbench data pack`'s manifest.json, else their indices."""
-    try:
-        names = (_manifest(root) or {})["classes"]
-        if isinstance(names, list) and len(names) == k and all(isinstance(n, str) for n in names):
-            return tuple(names)
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    return tuple(str(i) for i in range(k))
+    """The classes' names from `optbench data pack`'s manifest.json (checked on read), where
+    it names k, else their indices."""
+    names = (_manifest(root) or {}).get("classes")
+    return tuple(names) if names is not None and len(names) == k else tuple(map(str, range(k)))

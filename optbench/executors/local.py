@@ -6,6 +6,9 @@ and ends one. The driver therefore knows which trial each worker runs, so:
 - a worker that dies (killed, out of memory) costs only its own trial: that trial is "lost" (a
   failed attempt), a new worker takes its place, the other workers carry on, and the trials
   that had not started are not charged;
+- a worker whose own write fails (to its driver's pipe: an I/O error) is no trial's failure:
+  it exits with WORKER_IO_EXIT, no traceback, and the driver stops in one line (WriteError),
+  charging no trial;
 - workers never outlive the driver: each asks the kernel for SIGTERM when the driver dies
   (Linux's PR_SET_PDEATHSIG) and also watches its parent's pid (any platform); on SIGTERM a
   running trial writes its checkpoint at the next optimizer step and the worker exits;
@@ -44,6 +47,9 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 WATCH_S = 1.0  # how often a worker checks that its driver is alive
 EXIT_GRACE_S = 30.0  # after the driver's death: time to checkpoint before a hard exit
 START_FAILURES = 3  # workers dying before they are ready, in a row, before the queue is failed
+# A worker's exit code where a write of its own (to its driver's pipe, its lock) failed: EX_IOERR
+# of sysexits.h. The driver stops in one line; no trial is charged for it.
+WORKER_IO_EXIT = 74
 
 
 def pool_size(workers: int | str, cores: int, gpus: int = 0) -> tuple[int, int]:
@@ -100,8 +106,25 @@ def _die_with(driver_pid: int) -> None:
 def _worker_main(
     conn: Connection, threads: int, gpu: int | None, driver_pid: int, study_dir: Path | None
 ) -> None:
-    """A worker's life: take the study's worker lock, then run the jobs sent over `conn`
-    until None (or the driver's end of the pipe closes)."""
+    """A worker's life (`_serve`). A write of its own that fails (its first one, "ready" to the
+    driver, say: an I/O error) is no trial's failure and no traceback: it tells the driver in
+    one line where it still can, and exits with WORKER_IO_EXIT, which stops the driver."""
+    try:
+        _serve(conn, threads, gpu, driver_pid, study_dir)
+    except OSError as err:
+        where = err.filename or f"worker process {os.getpid()}'s pipe to the driver"
+        try:
+            conn.send(("fault", None, f"{where}: cannot write: {err.strerror or err}"))
+        except OSError:
+            pass  # the driver reads the exit code
+        raise SystemExit(WORKER_IO_EXIT) from None
+
+
+def _serve(
+    conn: Connection, threads: int, gpu: int | None, driver_pid: int, study_dir: Path | None
+) -> None:
+    """Take the study's worker lock, then run the jobs sent over `conn` until None (or the
+    driver's end of the pipe closes)."""
     _die_with(driver_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if gpu is not None:  # before torch touches CUDA: this worker sees one GPU
@@ -210,6 +233,8 @@ class LocalExecutor(DiesWithDriver):
         pool.workers[slot] = _Worker(process, here)
 
     def _dispatch(self) -> None:
+        if self._fault is not None:  # the driver stops at its next poll: nothing more starts
+            return
         for worker in self._pool.workers.values():
             if worker.ready and worker.job is None and self._queue:
                 job = self._queue.popleft()
@@ -271,6 +296,12 @@ class LocalExecutor(DiesWithDriver):
         del self._pool.workers[slot]
         events = []
         why = worker.ending or _death(worker.process)
+        if worker.process.exitcode == WORKER_IO_EXIT and self._fault is None:
+            self._fault = f"{why}: a write to its driver failed (an I/O error)"
+        if self._fault is not None:  # the driver stops: its trial is not charged
+            if worker.job is not None:
+                self._queue.appendleft(worker.job)
+            return events
         if worker.job is not None:
             if worker.started:
                 events += [JobEvent(key, "lost", why) for key in worker.job.keys]

@@ -30,6 +30,7 @@ from optbench import safefs
 from optbench.data.catalogue import CATALOGUE
 from optbench.errors import UsageError
 from optbench.plan.trials import Trial, plan
+from optbench.spec.caps import MAX_BATCH
 from optbench.spec.schema import StudySpec
 
 COSTS_FILE = "costs.json"
@@ -63,36 +64,97 @@ def distinct_configs(spec: StudySpec) -> dict[str, Trial]:
 
 
 def read_costs(spec: StudySpec) -> dict[str, dict[str, dict]]:
-    """The study's cache: device name -> config key -> figures ({} without a cache)."""
+    """The study's cache: device name -> config key -> figures ({} without a cache). The file
+    is read as untrusted input (`cache_problem`): one that is not what --measure writes is one
+    line naming the file and the field, exit 2."""
     path = spec.study_dir / COSTS_FILE
     raw = safefs.read_bytes(path, spec.output, MAX_COSTS_BYTES)
     if raw is None:
         return {}
     try:
         data = json.loads(raw)
-    except ValueError:
-        data = None
-    if not _is_cache(data):
-        raise UsageError(f"{path}: not a cost cache optbench wrote; remove it and measure again")
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than Python's stack
+        data, problem = None, "not JSON"
+    else:
+        problem = cache_problem(data)
+    if problem is not None:
+        raise UsageError(
+            f"{path}: not a cost cache optbench wrote ({problem}); remove it and measure again"
+        )
     return data
 
 
-# The figures a cache entry must hold, each a number (measure.measure_config's).
-FIGURES = ("batch", "n_train", "n_val", "step_s", "eval_s_per_image", "checkpoint_s", "start_s")
+# Each figure of a cache entry (measure.measure_config's): its type and range. A figure outside
+# them would make the plan a traceback (a string, 1e308 s overflowing time_min) or a lie (batch
+# 0, negative times: "-278 device-hours"). Times are capped at a day: no step, evaluation of
+# an image, checkpoint or start-up of a trial takes one.
+_DAY = 86_400.0
+FIGURES: dict[str, tuple[type, float, float]] = {
+    "batch": (int, 1, MAX_BATCH),
+    "n_train": (int, 1, 2**53),
+    "n_val": (int, 0, 2**53),
+    "step_s": (float, 0, _DAY),
+    "eval_s_per_image": (float, 0, _DAY),
+    "checkpoint_s": (float, 0, _DAY),
+    "start_s": (float, 0, _DAY),
+}
+# Figures the plan and the table may show, checked where present.
+OPTIONAL_FIGURES: dict[str, tuple[type, float, float]] = {
+    "steps": (int, 1, 2**31),
+    "warmup": (int, 0, 2**31),
+    "images_per_s": (float, 0, 1e12),
+    "input_wait": (float, 0, 1),
+    "peak_memory_bytes": (int, 0, 2**63),
+    "device_memory_bytes": (int, 0, 2**63),
+}
 
 
-def _is_cache(data) -> bool:
-    def number(v) -> bool:
-        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+def cache_problem(data) -> str | None:
+    """What makes `data` (costs.json, parsed) not a cache --measure writes, naming the entry and
+    field; None where it is one. An entry is a configuration's figures (FIGURES, and
+    OPTIONAL_FIGURES where present), with `fits` (whether the study's batch fit) and
+    `fitting_batch` (the batch measured), or, for a configuration too large at every batch,
+    `fits: false` and `fitting_batch: null` alone. Other fields must be plain values."""
+    if not isinstance(data, dict):
+        return "not a JSON object of devices"
+    for device, entries in data.items():
+        if not _printable(device):  # the plan prints it: no terminal escape sequence
+            return f"{device!r:.60}: not a device name (printable text of 1 to 200 characters)"
+        if not isinstance(entries, dict):
+            return f"{device}: not an object of configurations"
+        for key, entry in entries.items():
+            if not _printable(key):
+                return f"{device} / {key!r:.60}: not a configuration key (printable text)"
+            problem = _entry_problem(entry)
+            if problem is not None:
+                return f"{device} / {key}: {problem}"
+    return None
 
-    def entry(e) -> bool:  # a configuration too large at every batch has no figures
-        return isinstance(e, dict) and (
-            e.get("fits") is False or all(number(e.get(k)) for k in FIGURES)
-        )
 
-    return isinstance(data, dict) and all(
-        isinstance(d, dict) and all(entry(e) for e in d.values()) for d in data.values()
-    )
+def _printable(name: str) -> bool:
+    return 0 < len(name) <= 200 and name.isprintable()
+
+
+def _entry_problem(entry) -> str | None:
+    if not isinstance(entry, dict):
+        return "not an object of figures"
+    for name, value in entry.items():
+        if not (value is None or isinstance(value, (str, int, float, bool))):
+            return f"{name}: not a plain value"
+    if type(entry.get("fits")) is not bool:
+        return "fits: not true or false"
+    if entry["fits"] is False and entry.get("fitting_batch") is None:
+        return None  # too large at every batch: no figures
+    optional = {**OPTIONAL_FIGURES, "fitting_batch": (int, 1, MAX_BATCH)}
+    figures = {**FIGURES, **{k: v for k, v in optional.items() if entry.get(k) is not None}}
+    for name, (kind, lo, hi) in figures.items():
+        value = entry.get(name)
+        numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not numeric or (kind is int and not isinstance(value, int)):
+            return f"{name}: not {'an integer' if kind is int else 'a number'} ({value!r:.40})"
+        if not (math.isfinite(value) and lo <= value <= hi):
+            return f"{name}: {value!r:.40} is not within {lo:g}..{hi:g}"
+    return None
 
 
 def measure_study(spec: StudySpec, *, steps: int, warmup: int, notify=print) -> dict[str, dict]:
@@ -195,8 +257,13 @@ def plan_notes(spec: StudySpec, costs: CostPlan, todo: dict, n_train: int) -> li
         label = f"{cell.model}/{cell.optimizer}/e{cell.epochs}"
         if figures is None:
             missing.append(label)
+        elif trial_s is None and figures.get("fitting_batch") is None:  # not even at batch 1
+            too_big.append(
+                f"{label} does not fit at batch {figures_batch(spec, cell)} per process, nor at "
+                "batch 1: too large for one device"
+            )
         elif trial_s is None:
-            gpus = -(-figures_batch(spec, cell) // (figures.get("fitting_batch") or 1))
+            gpus = -(-figures_batch(spec, cell) // figures["fitting_batch"])
             too_big.append(
                 f"{label} does not fit at batch {figures_batch(spec, cell)} per process "
                 f"(fits at {figures.get('fitting_batch')}: {gpus * processes(spec)} GPUs per "

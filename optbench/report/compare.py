@@ -5,11 +5,15 @@ Trials are matched by (model, optimizer, epochs, sample, seed) from each folder'
 For each matched trial: whether the weights digests are equal, and the difference in error
 (run - reference). Digests repeat only for the same config on the same machine (CPU or GPU
 model), library versions and thread count (docs/faults.md); on another machine expect unequal
-digests and errors that differ within seed noise. Reads only; writes nothing.
+digests and errors that differ within seed noise. Reads only; writes nothing. A trials.csv is
+untrusted input: each cell read is parsed strictly (a text error, epochs of 20.0, a name with
+a terminal escape sequence are one line naming row and column) and a trial listed twice is
+refused, never counted twice.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -28,20 +32,111 @@ MAKERS = {
 }
 
 
+MAX_TRIALS_BYTES = 64 * 2**20  # a report's trials.csv: 10,000 trials are about 5 MB
+STATUSES = ("finished", "diverged", "failed", "pending")
+_COUNT = re.compile(r"[0-9]{1,18}")
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+def _text(value: str) -> str:
+    """A name shown on the terminal: printable characters only (no escape sequence that would
+    move the cursor, recolour or retitle it), at most 200."""
+    if not value or not value.isprintable() or len(value) > 200:
+        raise ValueError("not a name (printable text of 1 to 200 characters)")
+    return value
+
+
+def _count(value: str) -> int:
+    if not _COUNT.fullmatch(value):
+        raise ValueError("not a count (digits only)")
+    return int(value)
+
+
+def _error(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = None
+    if number is None or not 0 <= number <= 100:  # NaN too
+        raise ValueError("not an error in percent (a number from 0 to 100)")
+    return number
+
+
+def _digest(value: str) -> str:
+    if not _DIGEST.fullmatch(value):
+        raise ValueError("not a weights digest (64 hex digits)")
+    return value
+
+
+def _status(value: str) -> str:
+    if value not in STATUSES:
+        raise ValueError(f"not a trial status ({', '.join(STATUSES)})")
+    return value
+
+
+# How each column read is parsed: a cell that does not parse is one line naming row and column.
+# Empty cells are missing values (a pending trial's error, an older file's device), except in
+# the trial's key and its status.
+PARSERS = {
+    "model": _text,
+    "optimizer": _text,
+    "epochs": _count,
+    "sample": _count,
+    "seed": _count,
+    "status": _status,
+    "final_error": _error,
+    "digest": _digest,
+    "device": _text,
+    "code_fingerprint": _text,
+    "torch": _text,
+    "threads": _count,
+}
+REQUIRED = (*TRIAL_KEY, "status")
+NUMBERS = ("final_error", "threads")
+
+
 def read_trials(folder: Path) -> pd.DataFrame:
-    """A report folder's trials.csv, with the columns a comparison needs (UsageError if not)."""
+    """A report folder's trials.csv, with the columns a comparison needs, each cell parsed
+    strictly (PARSERS) and each trial once: UsageError naming the file, the row and the column
+    otherwise (a row is counted from 1 below the header)."""
     path = Path(folder) / "trials.csv"
     if not path.is_file():
         raise UsageError(f"{path}: no trials.csv (a folder `optbench report` wrote?)")
-    try:
-        # a digest is text even where its hex digits are all decimal ones
-        trials = pd.read_csv(path, dtype={"digest": str})
+    if path.stat().st_size > MAX_TRIALS_BYTES:
+        raise UsageError(f"{path}: larger than {MAX_TRIALS_BYTES // 2**20} MiB: not a report's")
+    try:  # every cell as text, parsed below: pandas would guess a column's type from its cells
+        raw = pd.read_csv(path, dtype=str, keep_default_na=False)
     except (ValueError, OSError) as err:
         raise UsageError(f"{path}: not a readable trials.csv ({err})") from None
-    missing = [c for c in NEEDED if c not in trials.columns]
+    missing = [c for c in NEEDED if c not in raw.columns]
     if missing:
         raise UsageError(f"{path}: lacks the columns {missing}")
-    return trials[NEEDED + [c for c in MAKERS if c in trials.columns]]
+    columns = NEEDED + [c for c in MAKERS if c in raw.columns]
+    parsed = {column: [] for column in columns}
+    seen: dict[tuple, int] = {}
+    for row, cells in enumerate(raw[columns].itertuples(index=False, name=None), 1):
+        for column, cell in zip(columns, cells, strict=True):
+            parsed[column].append(_parse(path, row, column, cell))
+        key = tuple(parsed[c][-1] for c in TRIAL_KEY)
+        if key in seen:  # which of the two counts? neither is a report's
+            model, optimizer, epochs, sample, seed = key
+            raise UsageError(
+                f"{path}: rows {seen[key]} and {row} are one trial ({model} {optimizer} "
+                f"{epochs} sample {sample} seed {seed}); a report lists each trial once"
+            )
+        seen[key] = row
+    return pd.DataFrame(parsed, columns=columns)
+
+
+def _parse(path: Path, row: int, column: str, cell: str):
+    """One cell parsed by its column's parser; for an empty optional cell NaN in a column of
+    numbers (a column of pending trials' errors stays one of numbers), else None."""
+    if cell == "" and column not in REQUIRED:
+        return np.nan if column in NUMBERS else None
+    try:
+        return PARSERS[column](cell)
+    except ValueError as err:
+        raise UsageError(f"{path}: row {row}: {column}: {err} ({cell!r:.60})") from None
 
 
 def _values(trials: pd.DataFrame, column: str) -> list[str]:

@@ -48,9 +48,31 @@ def check_storage_url(url: str) -> str:
         raise ValueError(f"unknown kind of database {url.split(':')[0]!r} ({example})") from None
     except (sqlalchemy.exc.ArgumentError, ValueError):
         raise ValueError(f"not a storage URL ({example})") from None
-    if parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:"):
-        raise ValueError(f"an in-memory SQLite database keeps nothing; name a file ({example})")
+    if parsed.get_backend_name() == "sqlite":
+        _check_sqlite_url(parsed, example)
     return url
+
+
+def _check_sqlite_url(parsed: sqlalchemy.engine.URL, example: str) -> None:
+    """A SQLite URL names a file by its path. Refused: a database that keeps nothing (no path,
+    `:memory:`, and SQLite's URI filenames that stay in memory: `mode=memory`, the `memdb` VFS;
+    results would live in the driver's memory only), and any URI filename (`uri=true`: SQLite
+    reads its `file:` name and options, not the path optbench checks and reads)."""
+    query = {key.lower(): str(value).lower() for key, value in parsed.query.items()}
+    database = parsed.database or ""
+    in_memory = (
+        database in ("", ":memory:")
+        or ":memory:" in database
+        or query.get("mode") == "memory"
+        or "memdb" in query.get("vfs", "")
+    )
+    if in_memory:
+        raise ValueError(f"an in-memory SQLite database keeps nothing; name a file ({example})")
+    if "uri" in query:
+        raise ValueError(
+            "SQLite URI filenames (uri=true) are not read: name the file as sqlite:///path "
+            f"({example})"
+        )
 
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -161,7 +183,7 @@ def _check_sqlite(path: Path) -> bool:
         return False  # an empty file is an empty SQLite database
     if head != SQLITE_HEADER:
         raise UsageError(f"{path}: not an SQLite database, so not a study database; {LEFT}")
-    tables, studies = _sqlite_contents(path)
+    tables, studies, twice = _sqlite_contents(path)
     if tables and "studies" not in tables:
         raise UsageError(f"{path}: an SQLite database without optuna's tables; {LEFT}")
     missing = sorted(OPTUNA_TABLES - tables)
@@ -170,6 +192,8 @@ def _check_sqlite(path: Path) -> bool:
             f"{path}: a damaged study database (without optuna's table(s) {', '.join(missing)}); "
             f"{LEFT}"
         )
+    if twice is not None:  # made without optuna's unique index of study names
+        raise UsageError(f"{path}: a damaged study database (two studies named {twice!r}); {LEFT}")
     return studies > 0
 
 
@@ -196,21 +220,24 @@ def _read_only(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(f"{path.absolute().as_uri()}?{flags}", uri=True)
 
 
-def _sqlite_contents(path: Path) -> tuple[set[str], int]:
-    """The database's table names and how many studies it holds, read read-only."""
+def _sqlite_contents(path: Path) -> tuple[set[str], int, str | None]:
+    """The database's table names, how many studies it holds and the name of one that two of
+    them have (None: none), read read-only."""
     con = None
     try:
         con = _read_only(path)
         tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        studies = 0
+        studies, twice = 0, None
         if "studies" in tables:
             studies = con.execute("SELECT count(*) FROM studies").fetchone()[0]
+            names = "SELECT study_name FROM studies GROUP BY study_name HAVING count(*) > 1"
+            twice = next((row[0] for row in con.execute(names)), None)
     except sqlite3.DatabaseError as err:
         raise _sqlite_refusal(path, err) from None
     finally:
         if con is not None:
             con.close()
-    return tables, studies
+    return tables, studies, twice
 
 
 # SQLite's answers to a read-only read that would have to write first to recover: a hot rollback
@@ -255,6 +282,8 @@ def _first_line(err: BaseException, url: str) -> str:
 
 
 _CONNECTION_ERRORS = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)
+# SQLite's words for SQLITE_FULL: no space left (or a database at its page limit)
+SQLITE_FULL = "database or disk is full"
 
 
 @contextmanager
@@ -276,6 +305,7 @@ def storage_errors(url: str) -> Iterator[None]:
         why = _first_line(cause, url)
         file = storage_file(url)
         if file is not None:  # a file: full disk, I/O error, read-only, damaged meanwhile
+            why = f"disk full ({why})" if why == SQLITE_FULL else why
             raise StorageUnavailable(
                 f"{file}: cannot read or write the study database: {why}"
             ) from None
@@ -296,13 +326,39 @@ def make_storage(url: str, *, writer: bool) -> optuna.storages.BaseStorage | Non
     if not _checked(url, writer) and not writer:
         return None
     try:
-        return _open_storage(url, writer)
+        storage = _open_storage(url, writer)
+        if writer and isinstance(storage, optuna.storages.RDBStorage):
+            _complete_schema(storage, url)
+        return storage
     except (sqlalchemy.exc.DatabaseError, ValueError, RuntimeError) as err:
-        if isinstance(err, sqlalchemy.exc.OperationalError) and not url.startswith("sqlite"):
-            raise  # a database server that does not answer: not bad input
+        if isinstance(err, sqlalchemy.exc.OperationalError):
+            raise  # a full disk, an I/O error, a server that does not answer: not bad input
         where = storage_file(url) or masked(url)
         raise UsageError(
             f"{where}: not a usable study database ({_first_line(err, url)})"
+        ) from None
+
+
+def _complete_schema(storage: optuna.storages.RDBStorage, url: str) -> None:
+    """Make the indexes of optuna's schema that the database lacks, before anything is written to
+    it. optuna makes its schema table by table, each table's indexes after it, and skips a table
+    it finds, indexes and all: a first opening stopped in between (a full disk, a kill) leaves a
+    table without its index, which optuna's next opening never makes. Without the unique index
+    of study names, every run would add a second study of each name. A database that already
+    holds two studies of one name is damage (UsageError); a full disk is the caller's fault to
+    report (storage_errors)."""
+    from optuna.storages._rdb import models  # the installed optuna's schema, as it makes it
+
+    try:
+        with storage.engine.begin() as connection:
+            for table in models.BaseModel.metadata.sorted_tables:
+                for index in table.indexes:
+                    index.create(connection, checkfirst=True)
+    except sqlalchemy.exc.IntegrityError as err:  # the unique index on what is not unique
+        where = storage_file(url) or masked(url)
+        raise UsageError(
+            f"{where}: a damaged study database (its index of study names is missing and "
+            f"{_first_line(err, url)}); {LEFT}"
         ) from None
 
 
@@ -344,13 +400,28 @@ def _open_storage(url: str, writer: bool) -> optuna.storages.BaseStorage | None:
         return _server_storage(url, writer)
     opener = partial(optuna.storages.RDBStorage, url) if writer else partial(_sqlite_reader, file)
     # optuna sets up a new database's schema in several statements, and a reader may find the
-    # file locked by a writer for longer than SQLite waits. That is transient: wait, open again.
+    # file locked by a writer for longer than SQLite waits (two writers sharing a file may both
+    # stamp its version). That is transient: wait, open again. A full disk or an I/O error is
+    # not: it is reported at once, and the next opening completes the schema (_complete_schema).
     for wait_s in (0.1, 0.3, 1.0, 3.0):
         try:
             return opener()
-        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.OperationalError):
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.OperationalError) as err:
+            if not _transient(err):
+                raise
             time.sleep(wait_s)
     return opener()
+
+
+def _transient(err: sqlalchemy.exc.DBAPIError) -> bool:
+    """Whether an error opening a SQLite storage is another connection's lock (busy, locked) or
+    two writers making the same row of optuna's schema at once: wait and open again."""
+    if isinstance(err, sqlalchemy.exc.IntegrityError):
+        return True
+    name = getattr(err.orig, "sqlite_errorname", None)
+    if name:
+        return name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED"))
+    return "locked" in str(err.orig)  # Python 3.10 has no error names
 
 
 def _sqlite_reader(path: Path) -> optuna.storages.RDBStorage:

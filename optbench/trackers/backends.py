@@ -34,6 +34,7 @@ from pydantic import Field, field_validator, model_validator
 
 from optbench import safefs
 from optbench.provenance import provenance
+from optbench.spec.caps import MAX_EPOCHS
 from optbench.spec.recipe import StrictModel
 
 RUN_FILE = "tracker.json"  # in a trial (or report) folder: which tracker run it writes to
@@ -131,11 +132,11 @@ def read_run_file(folder: Path, root: Path, tracking: Tracking) -> tuple[str | N
         data = json.loads(safefs.read_bytes(folder / RUN_FILE, root, 1 << 16) or b"null")
         entry = data[_where(tracking)]
         run_id, logged = entry["run_id"], entry["logged"]
-    except (OSError, ValueError, KeyError, TypeError, safefs.UnsafePath):
-        return None, 0
+    except (OSError, ValueError, KeyError, TypeError, RecursionError, safefs.UnsafePath):
+        return None, 0  # RecursionError: nested deeper than Python's stack
     if not (isinstance(run_id, str) and re.fullmatch(r"[A-Za-z0-9_-]{1,64}", run_id)):
         return None, 0
-    return run_id, logged if type(logged) is int and logged >= 0 else 0
+    return run_id, logged if type(logged) is int and 0 <= logged <= MAX_EPOCHS else 0
 
 
 def write_run_file(folder: Path, root: Path, tracking: Tracking, run_id: str, logged: int) -> None:

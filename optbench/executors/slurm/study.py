@@ -54,5 +54,20 @@ def jobs_status(folder: Path) -> tuple[set[str], str | None]:
     parts = ", ".join(f"{n} {state}" for state, n in counts.most_common())
     return running, (
         f"SLURM: trials not recorded yet: {parts} (job files in {folder}); "
-        f"`optbench run` follows them{note}"
+        f"{_next_run(counts)}{note}"
+    )
+
+
+def _next_run(counts: Counter) -> str:
+    """What the next `optbench run` does with the trials of each state in `counts`: it follows
+    the jobs still queued or running, and records those that ended (after `cancel`, say)."""
+    active = sum(n for state, n in counts.items() if state in ACTIVE_STATES)
+    ended = sum(counts.values()) - active
+    if not ended:
+        return "`optbench run` follows them"
+    if not active:
+        return "their jobs have ended, none is queued or running: `optbench run` records them"
+    return (
+        f"`optbench run` follows the {active} queued or running and records the {ended} whose "
+        "job has ended"
     )
