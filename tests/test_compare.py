@@ -12,10 +12,11 @@ REFERENCE = Path(__file__).resolve().parents[1] / "docs" / "reference" / "quicks
 
 def test_a_run_is_compared_with_the_committed_reference(cli, tmp_path):
     trials = pd.read_csv(REFERENCE / "trials.csv")
-    assert len(trials) == 30
+    n = len(trials)
+    assert n >= 18  # the quickstart's first look: 6 samples of its 3 models
     run = tmp_path / "run"
     run.mkdir()
-    mine = trials.sample(frac=1.0, random_state=1).iloc[2:].copy()  # 28 of 30, reordered
+    mine = trials.sample(frac=1.0, random_state=1).iloc[2:].copy()  # all but 2, reordered
     other = mine.index[0]  # one trial trained elsewhere: another digest, 1.5 points more error
     mine.loc[other, "digest"] = "1" * 64
     mine.loc[other, "final_error"] += 1.5
@@ -24,13 +25,13 @@ def test_a_run_is_compared_with_the_committed_reference(cli, tmp_path):
     code, out, err = cli("compare", str(run), str(REFERENCE))
     assert code == 0, err
     first = out.splitlines()[0]
-    assert "28 trials in both, digests equal 27, unequal 1" in first
+    assert f"{n - 2} trials in both, digests equal {n - 3}, unequal 1" in first
     assert "only in the run 0, only in the reference 2" in first
     differ = out.split("trials whose digests differ:")[1]
     assert trials.loc[other, "model"] in differ and "1.50" in differ
 
     code, out, _ = cli("compare", str(REFERENCE), str(REFERENCE))
-    assert "30 trials in both, digests equal 30, unequal 0" in out
+    assert f"{n} trials in both, digests equal {n}, unequal 0" in out
 
     code, _, err = cli("compare", str(tmp_path / "nowhere"), str(REFERENCE))
     assert code == 2 and "no trials.csv" in err

@@ -91,3 +91,28 @@ def slurm_daemons() -> Iterator[Daemons]:
     finally:
         for name in ("slurmdbd", "slurmctld"):
             daemons.start(name)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A failed SLURM test says what the cluster was doing when it failed (a job that never
+    started or never ended is otherwise a bare timeout): the queue with each job's reason, the
+    node's state, and the last lines of the test's job logs."""
+    report = yield
+    if report.when == "call" and report.failed and item.get_closest_marker("slurm"):
+        report.sections.append(("cluster at the failure", _cluster_state(item)))
+    return report
+
+
+def _cluster_state(item: pytest.Item) -> str:
+    lines = []
+    for args in (
+        ["squeue", "-o", "%i %j %T %r %M"],
+        ["sinfo", "-N", "-o", "%N %T %E %C %G"],
+        ["sacct", "-X", "--starttime", "now-20minutes", "-o", "JobID,JobName%24,State,Elapsed"],
+    ):
+        lines += [f"$ {' '.join(args)}", _query(*args) or "(no answer)"]
+    tmp = getattr(item, "funcargs", {}).get("tmp_path")
+    for log in sorted(tmp.rglob("*_log.err"))[-4:] if tmp else []:
+        lines += [f"--- {log}", *log.read_text(errors="replace").splitlines()[-15:]]
+    return "\n".join(lines)
