@@ -12,7 +12,7 @@ and, on SLURM, with the completed jobs' elapsed time by sacct (`estimate_notes`)
 `--measure` the plan reads the cache only and says which cells are measured and which are missing.
 
 What is measured, each in the trainer's own code and in a fresh Python process as a job runs its
-trial (train/measure.py: `measure_fresh`): the process's start and imports (`process_s`), the
+trial (train/measure.py: `measure_fresh`): the process's start, imports and exit (`process_s`), the
 trial's start (its data, model, optimizer and EMA built, and what its first steps take beyond the
 steady pace: `start_s`), the step time, an epoch's end as the recipe runs it (precise BN where
 recipe.precise_bn_images asks for it: `precise_bn_s`; the validation pass of the raw weights and
@@ -180,7 +180,7 @@ def trial_seconds(
 
 def job_seconds(figures: dict, trial_s: float, trials: int) -> float:
     """A SLURM job's time (sacct's elapsed) that runs `trials` trials of `trial_s` seconds one
-    after another: its process's start and imports as measured (`process_s`), then the trials.
+    after another: its process's start, imports and exit as measured (`process_s`), and the trials.
     What SLURM does outside that process (prolog, epilog, staging) is not measured here."""
     return figures["process_s"] + trials * trial_s
 

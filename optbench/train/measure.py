@@ -1,6 +1,6 @@
 """A short timed training run of one configuration (`measure_config`), for the cost plan of
 `optbench run --dry-run --measure` (optbench/plan/costs.py), run in a fresh process as a job
-runs its trial (`measure_fresh`), which also times that process's start and imports.
+runs its trial (`measure_fresh`), which also times that process's start, imports and exit.
 
 It times what a trial does, in the trainer's own code: building the trial's real parts
 (parts.py: its data, model, recipe, input pipeline and batch, at the precision the device gives
@@ -201,9 +201,11 @@ def measure_fresh(
     """`measure_config` (`timing`: its steps, warmup and scratch) in a fresh Python process
     (`threads` torch threads on a CPU), as a job runs its trial: the first trial of a process
     pays for what its build loads first (the dataset's library, the model's first
-    construction), which a process that measured another configuration already holds. Adds `process_s`: the process's start and its imports of what
-    a job imports (submitit, the job's callable, the trainer, torch and timm). UsageError with
-    the child's last line if it fails."""
+    construction), which a process that measured another configuration already holds. Adds
+    `process_s`: what the process takes beyond its trial, its start and imports of what a job
+    imports (submitit, the job's callable, the trainer, torch and timm) and its exit (the
+    interpreter's teardown, torch's included). UsageError with the child's last line if it
+    fails."""
     request = {
         "config": cfg.model_dump(mode="json"),
         "execution": execution.model_dump(mode="json"),
@@ -220,11 +222,13 @@ def measure_fresh(
         capture_output=True,
         text=True,
     )
+    ended = time.time()
     if proc.returncode != 0:
         lines = proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"]
         raise UsageError(f"--measure: measuring {cfg.model} failed: {lines[-1]}")
     figures = json.loads(proc.stdout.strip().splitlines()[-1])
-    figures["process_s"] = round(figures.pop("imported_at") - started, 3)
+    start_s = figures.pop("imported_at") - started
+    figures["process_s"] = round(start_s + ended - figures.pop("measured_at"), 3)
     return figures
 
 
@@ -248,7 +252,8 @@ def _measure_here() -> None:
         warmup=request["warmup"],
         scratch=Path(request["scratch"]),
     )
-    print(json.dumps({**figures, "imported_at": imported_at}))
+    print(json.dumps({**figures, "imported_at": imported_at, "measured_at": time.time()}))
+    sys.stdout.flush()  # what follows is the process's exit
 
 
 if __name__ == "__main__":
