@@ -267,8 +267,8 @@ def plan_notes(spec: StudySpec, costs: CostPlan, todo: dict, n_train: int) -> li
         + (" (with one start per SLURM job)" if spec.executor.kind == "slurm" else "")
         + (
             f"; a SLURM job of {per_job} trial(s) needs time_min >= {job_minutes(longest[0])} "
-            f"(the longest, {longest[0] / 60:.3g} min: trials of {_clock(longest[1])}, the job's "
-            f"start {_clock(longest[2])}; +{MARGIN - 1:.0%} +{MARGIN_MIN} min; "
+            f"(the longest, {longest[0] / 60:.3g} min: trials of {_clock(longest[1])} each, its "
+            f"process's start and exit {_clock(longest[2])}; +{MARGIN - 1:.0%} +{MARGIN_MIN} min; "
             f"executor.slurm.time_min is {spec.executor.slurm.time_min})"
             if longest
             else ""
