@@ -1,12 +1,17 @@
-"""Services that some tests need (a SLURM cluster, a PostgreSQL server) and what a test does
-when one is missing: skip, or fail where OPTBENCH_TEST_REQUIRE names it (CI starts them all,
-so a skip there would hide a broken setup)."""
+"""Services that some tests need (a SLURM cluster, a PostgreSQL server, an MLflow server) and
+what a test does when one is missing: skip, or fail where OPTBENCH_TEST_REQUIRE names it (CI
+starts them all, so a skip there would hide a broken setup)."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import signal
+import socket
 import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -54,3 +59,57 @@ class PrivatePostgres:
     @property
     def url(self) -> str:
         return script("postgres-local.sh", "url", env=self.env)
+
+
+class MlflowServer:
+    """An MLflow tracking server of one test's own on 127.0.0.1 (a SQLite store and artifacts
+    in `folder`), which the test may kill (SIGKILL to its process group: the server and its
+    workers, as a crash or an OOM kill) and start again on the same port and store."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        with socket.socket() as s:  # a free port, kept across restarts
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.uri = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, wait_s: float = 300) -> None:
+        """Start the server and wait until it answers (minutes on a loaded machine)."""
+        log = open(self.folder / "mlflow-server.log", "a")  # noqa: SIM115 - the server's
+        self.proc = subprocess.Popen(
+            ["mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port), "--workers",
+             "1", "--backend-store-uri", f"sqlite:///{self.folder / 'mlflow.db'}",
+             "--artifacts-destination", str(self.folder / "artifacts")],
+            stdout=log, stderr=log, start_new_session=True,
+            env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"},
+        )  # fmt: skip
+        log.close()
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"mlflow server exited: {self.folder / 'mlflow-server.log'}")
+            try:
+                urllib.request.urlopen(f"{self.uri}/health", timeout=2).close()
+                return
+            except OSError:
+                time.sleep(0.5)
+        self.kill()
+        raise AssertionError(f"mlflow server did not answer within {wait_s:g} s")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self.proc = None
+
+
+def mlflow_server(folder: Path) -> Iterator[MlflowServer]:
+    """A started MlflowServer (skip, or fail, without the mlflow extra), killed afterwards."""
+    needs_extra("mlflow", "mlflow", "mlflow")
+    server = MlflowServer(folder)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()

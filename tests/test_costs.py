@@ -6,13 +6,23 @@ from __future__ import annotations
 
 import copy
 import json
+from types import SimpleNamespace
 
 import pytest
 import torch
 import yaml
 from cli_inprocess import tiny_config
 
-from optbench.plan.costs import COSTS_FILE, job_minutes, trial_seconds
+from optbench.plan.costs import (
+    COSTS_FILE,
+    cost_plan,
+    estimate_notes,
+    job_minutes,
+    job_seconds,
+    plan_notes,
+    trial_seconds,
+)
+from optbench.plan.trials import plan
 from optbench.train.compute import Compute
 from optbench.train.distributed import DistContext
 from optbench.train.measure import _run_steps
@@ -41,21 +51,37 @@ def test_the_step_budget_runs_exactly_the_steps_asked_across_epoch_ends(tmp_path
 
 FIGURES = {
     "batch": 128, "n_train": 1280, "step_s": 1.0, "eval_s_per_image": 0.01, "n_val": 400,
-    "checkpoint_s": 0.5,
-    "start_s": 10.0, "fits": True, "fitting_batch": 128,
+    "checkpoint_s": 0.5, "precise_bn_s": 2.0, "start_s": 10.0, "end_s": 0.25,
+    "process_s": 7.0, "fits": True, "fitting_batch": 128,
 }  # fmt: skip
 
 
 def test_a_trial_estimate_grows_with_its_epochs_and_shrinks_with_its_processes(tiny_dict):
     spec = load_study_dict(tiny_dict)
     one, two = (trial_seconds(FIGURES, spec, e) for e in (1, 2))
-    assert two - one == pytest.approx(one - FIGURES["start_s"])  # each epoch costs the same
+    fixed = FIGURES["start_s"] + FIGURES["end_s"]
+    assert two - one == pytest.approx(one - fixed)  # each epoch costs the same
     ddp = copy.deepcopy(tiny_dict)
     ddp["executor"] = {"kind": "slurm", "slurm": {"tasks_per_node": 2}}
     split = trial_seconds({**FIGURES, "batch": 64}, load_study_dict(ddp), 1)
     assert split < one  # half the steps per process (and half the validation)
     assert trial_seconds({**FIGURES, "fits": False}, spec, 1) is None
-    assert job_minutes(600, 2) > job_minutes(600, 1) > 600 / 60
+    assert job_minutes(1200) > job_minutes(600) > 600 / 60
+
+
+def test_a_trial_estimate_counts_its_fixed_costs_and_a_job_its_start(tiny_dict):
+    """What the issue 43 plan missed: the trial's start and end, each epoch's precise BN, and
+    a SLURM job's own start (its process's start and imports) before its trials."""
+    spec = load_study_dict(tiny_dict)
+    epochs = 4
+    bare = {**FIGURES, "start_s": 0.0, "end_s": 0.0, "precise_bn_s": 0.0}
+    per_epoch = 1280 // 128 * 1.0 + 400 * 0.01 + 0.5  # steps, validation, checkpoint
+    assert trial_seconds(bare, spec, epochs) == pytest.approx(epochs * per_epoch)
+    assert trial_seconds(FIGURES, spec, epochs) - trial_seconds(bare, spec, epochs) == (
+        pytest.approx(10.0 + 0.25 + epochs * 2.0)
+    )
+    trial_s = trial_seconds(FIGURES, spec, epochs)
+    assert job_seconds(FIGURES, trial_s, 2) == pytest.approx(7.0 + 2 * trial_s)
 
 
 def load_study_dict(data: dict):
@@ -83,7 +109,7 @@ def test_bad_measure_flags_are_one_line_exit_2_nothing_written(
 
 
 # What `--measure` writes for a configuration, on a CPU (train/measure.py's figures).
-FIGURES = {
+CACHED = {
     "device": "cpu",
     "pipeline": "pil",
     "batch": 128,
@@ -97,6 +123,9 @@ FIGURES = {
     "n_val": 360,
     "checkpoint_s": 0.01,
     "start_s": 1.2,
+    "precise_bn_s": 0.3,
+    "end_s": 0.05,
+    "process_s": 6.5,
     "peak_memory_bytes": 2**30,
     "device_memory_bytes": 2**34,
     "fits": True,
@@ -105,7 +134,7 @@ FIGURES = {
 
 
 def _cache(**changes) -> str:
-    return json.dumps({"cpu": {"k": {**FIGURES, **changes}}})
+    return json.dumps({"cpu": {"k": {**CACHED, **changes}}})
 
 
 DAMAGED = {
@@ -191,7 +220,17 @@ def test_measure_caches_figures_the_plan_reads_and_status_compares(cli, tiny_dic
     [figures] = entries.values()
     assert figures["steps"] == 3 and figures["fits"] and figures["images_per_s"] > 0
     assert figures["peak_memory_bytes"] > 0 and 0 <= figures["input_wait"] < 1
+    # the fixed costs: a job's process start, the trial's start and end; no precise BN asked
+    assert figures["process_s"] > 0 and figures["start_s"] > 0 and figures["end_s"] > 0
+    assert figures["precise_bn_s"] == 0
     assert sorted(p.name for p in (tmp_path / "results" / "tiny").iterdir()) == [COSTS_FILE]
+    # precise BN as the recipe runs it, on a model with BatchNorm (vit_c's stem)
+    bn = ["--set", "models=[vit_c_w64_16px]", "--set", "recipe.precise_bn_images=256"]
+    code, _, err = cli("run", "tiny.yaml", "--dry-run", "--measure", *small, *bn)
+    assert code == 0, err
+    cache = json.loads((tmp_path / "results" / "tiny" / COSTS_FILE).read_text())
+    [with_bn] = [f for k, f in cache[device].items() if k.startswith("vit_c_w64_16px-")]
+    assert with_bn["precise_bn_s"] > 0
 
     # without --measure the plan reads the cache; a model not measured is named as missing
     code, out, err = cli(
@@ -208,6 +247,86 @@ def test_measure_caches_figures_the_plan_reads_and_status_compares(cli, tiny_dic
     assert code == 0, err
     code, out, err = cli("status", "tiny.yaml")
     flat = " ".join(out.split())
-    assert code == 0 and f"trial time, estimated on {device} vs measured (median):" in flat, err
+    assert code == 0 and f"trial time, estimated on {device} vs measured (median wall_s):" in flat
     assert "vit_p_w64_16px/adamw/e1" in flat and "1 trial(s)" in flat
     torch.set_num_threads(1)
+
+
+def _cache_for(spec, figures: dict, device: str = "cpu: test") -> None:
+    """costs.json holding `figures` for every configuration of `spec` on `device`."""
+    from optbench.plan.costs import distinct_configs
+
+    spec.study_dir.mkdir(parents=True, exist_ok=True)
+    entries = {key: figures for key in distinct_configs(spec)}
+    (spec.study_dir / COSTS_FILE).write_text(json.dumps({device: entries}))
+
+
+class _Finished:
+    """A study store whose trials all finished, each in `wall_s` seconds (Store.read's shape)."""
+
+    def __init__(self, wall_s: float):
+        self.wall_s = wall_s
+
+    def read(self, trials):
+        record = SimpleNamespace(user_attrs={"wall_s": self.wall_s})
+        return [SimpleNamespace(trial=t, status="finished", record=record) for t in trials]
+
+
+def test_status_compares_the_estimate_with_the_trials_and_their_slurm_jobs(tiny_dict):
+    tiny_dict["models"] = ["vit_p_w64_16px"]
+    spec = load_study_dict(tiny_dict)
+    _cache_for(spec, FIGURES)
+    estimate = trial_seconds(FIGURES, spec, 1)
+    trials = plan(spec)
+    store = _Finished(wall_s=estimate / 0.8)  # the trials took 25% longer than estimated
+    [trial_line] = estimate_notes(spec, store)  # no SLURM job: the trials only
+    assert trial_line.startswith(
+        "trial time, estimated on cpu: test vs measured (median wall_s): vit_p_w64_16px/adamw/e1 "
+    )
+    assert trial_line.endswith("(-20%, 2 trial(s))")
+    job_s = job_seconds(FIGURES, estimate, 1)
+    jobs = [([t.key], job_s * 2) for t in trials] + [(["not/a-trial"], 1.0)]
+    asked = []
+    lines = estimate_notes(spec, store, lambda: asked.append(1) or jobs)
+    assert lines[0] == trial_line and len(lines) == 2 and asked == [1]
+    assert lines[1].startswith(
+        "SLURM job time, estimated vs measured (median sacct elapsed): vit_p_w64_16px/adamw/e1 "
+    )
+    assert lines[1].endswith("(-50%, 2 job(s) of 1 trial(s))")
+
+
+def test_a_cache_measured_before_the_fixed_costs_counts_as_not_measured(tiny_dict):
+    tiny_dict["models"] = ["vit_p_w64_16px"]
+    spec = load_study_dict(tiny_dict)
+    old = {k: v for k, v in FIGURES.items() if k not in ("precise_bn_s", "end_s", "process_s")}
+    _cache_for(spec, old)
+    assert estimate_notes(spec, _Finished(10.0), lambda: []) == []
+    notes = plan_notes(spec, cost_plan(spec), {}, 1000)
+    assert any(
+        line.startswith("measured by an earlier optbench, which did not count a trial's fixed ")
+        and "vit_p_w64_16px/adamw/e1" in line
+        for line in notes
+    ), notes
+    assert not any(line.startswith("not measured on it") for line in notes)
+
+
+@pytest.mark.parametrize(("kind", "per_job", "starts"), [("slurm", 1, 4), ("slurm", 2, 2), ("slurm", 4, 1), ("local", 1, 0)])  # fmt: skip
+def test_the_plans_total_counts_one_start_per_job(tiny_dict, kind, per_job, starts):
+    """4 trials to run: on SLURM their jobs' starts (a measured process start each) count once
+    per job of trials_per_job trials; a local run's trials start no job of their own."""
+    tiny_dict["models"] = ["vit_p_w64_16px"]
+    tiny_dict["executor"] = {"kind": kind}
+    if kind == "slurm":
+        tiny_dict["executor"]["slurm"] = {"trials_per_job": per_job}
+    spec = load_study_dict(tiny_dict)
+    figures = {**FIGURES, "process_s": 360.0}  # a start that outweighs the trials
+    _cache_for(spec, figures)
+    [cell] = spec.cells()
+    trial_s = trial_seconds(figures, spec, cell.epochs)
+    notes = plan_notes(spec, cost_plan(spec), {cell: 4}, figures["n_train"])
+    [line] = [n for n in notes if "device-hours" in n]
+    hours = float(line.split("): ", 1)[1].split(" device-hours")[0])
+    assert hours == pytest.approx((4 * trial_s + starts * 360.0) / 3600, rel=5e-3), line
+    if kind == "slurm":  # a job's time_min: one start and its trials
+        job_s = 360.0 + per_job * trial_s
+        assert f"needs time_min >= {job_minutes(job_s)} " in line, line

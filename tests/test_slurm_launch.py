@@ -748,3 +748,26 @@ def test_a_requeued_job_is_not_running_until_it_runs_again(tmp_path, monkeypatch
         executor._last_sacct = float("-inf")
         kinds += [e.kind for e in executor.poll(0)]
     assert kinds == ["running", "queued", "running"]
+
+
+def test_status_reads_each_completed_jobs_elapsed_time_from_sacct(tmp_path, monkeypatch):
+    """The cost plan's job comparison (issue 43 item 9): each of the study's jobs that
+    completed, with its trials and sacct's elapsed time; a failed job or a sacct that does not
+    answer gives none."""
+    from optbench.executors.slurm.study import completed_job_times
+
+    slurm = FakeSlurm(monkeypatch)
+    assert completed_job_times(tmp_path) == []  # never submitted: sacct not asked
+    assert slurm.calls == []
+    keys = [f"cell/s00{i}-seed0" for i in range(4)]
+    records = [
+        JobRecord(key, job_id, config_hash(_config()), f"/l/{job_id}.err", 0.0)
+        for key, job_id in zip(keys, ["7_0", "7_0", "7_1", "8"], strict=True)
+    ]
+    append_records(tmp_path, records)
+    slurm.sacct_out = "JobID|State|ElapsedRaw\n7_0|COMPLETED|95\n7_1|COMPLETED|50\n8|FAILED|3\n"
+    assert completed_job_times(tmp_path) == [(keys[:2], 95.0), ([keys[2]], 50.0)]
+    [call] = [c for c in slurm.calls if c[0] == "sacct"]
+    assert "ElapsedRaw" in " ".join(call)
+    slurm.sacct_out = None  # accounting down
+    assert completed_job_times(tmp_path) == []

@@ -11,6 +11,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -155,12 +157,12 @@ def test_a_run_file_that_is_not_ours_is_no_run(tmp_path):
         "[" * 60_000 + "]" * 5_000,  # deeper than Python's stack (issue 43: a RecursionError)
     ):
         (tmp_path / RUN_FILE).write_text(text)
-        assert read_run_file(tmp_path, tmp_path, target) == (None, 0)
+        assert read_run_file(tmp_path, tmp_path, target) == (None, 0, None)
     # a count of epochs logged that no trial has (a trial has at most 10,000): none logged
     for logged in (10**30, -1, "3", True):
         entry = {f"mlflow:{target.uri}": {"run_id": "abc", "logged": logged}}
         (tmp_path / RUN_FILE).write_text(json.dumps(entry))
-        assert read_run_file(tmp_path, tmp_path, target) == ("abc", 0)
+        assert read_run_file(tmp_path, tmp_path, target) == ("abc", 0, None)
 
 
 # --- the tracker thread, on metrics.jsonl files (no training) -----------------------------------
@@ -197,7 +199,7 @@ def test_a_resumed_trial_continues_its_run_and_logs_each_epoch_once(
     kind, tmp_path, capfd, monkeypatch
 ):
     # a stopped worker exits; this process goes on instead: let the first session end first
-    monkeypatch.setattr(train_tracking, "STOP_WAIT_S", 600.0)
+    monkeypatch.setattr(train_tracking, "END_WAIT_S", 600.0)
     study = tmp_path / "study"
     out = _trial_folder(study)
     target = Tracking(kind=kind).resolved(study)
@@ -207,7 +209,7 @@ def test_a_resumed_trial_continues_its_run_and_logs_each_epoch_once(
     first_id = read_run_file(out, study, target)[0]
     done = TrialResult(status="finished", final_error=87.0, epochs=3, config=cfg, epochs_run=3)
     _tracked(cfg, out, study, target, lines, done)  # resumed: the file holds 1..3 again
-    assert read_run_file(out, study, target) == (first_id, 3)
+    assert read_run_file(out, study, target) == (first_id, 3, True)
     expected = _expected_steps(lines)
     assert "input_wait" not in expected  # None is no number: not logged
     if kind == "mlflow":
@@ -252,10 +254,195 @@ def test_a_failing_tracker_costs_one_warning_line_and_nothing_else(tmp_path, cap
     done = TrialResult(status="finished", final_error=87.0, epochs=2, config=cfg, epochs_run=2)
     _tracked(cfg, out, study, target, [_line(1), _line(2)], done)
     err = capfd.readouterr().err.strip().splitlines()
-    assert (
-        len(err) == 1 and err[0].startswith("optbench: mlflow tracking of ") and str(out) in err[0]
-    )
+    assert len(err) == 1, err
+    assert err[0].startswith("optbench: the mlflow run of trial cellid-1234/s003-seed0 is ")
+    assert "could not be written" in err[0] and "next `optbench run` completes it" in err[0]
     assert len(read_metrics(out)) == 2  # the trial's own files as they were
+
+
+def test_a_hanging_tracker_holds_its_trial_end_for_end_wait_s_and_says_so_once(
+    tmp_path, monkeypatch, capfd
+):
+    """A server that takes a write and never answers: the trial's end waits END_WAIT_S, says so
+    in one line, and the thread left behind writes nothing more once the server answers."""
+    answer, calls = threading.Event(), []
+
+    class Hanging(tracking_mod.TrackerRun):
+        run_id = "hanging"
+
+        def log(self, lines) -> None:
+            calls.append(("log", [line["epoch"] for line in lines]))
+            answer.wait()
+
+        def end(self, status, summary) -> None:
+            calls.append(("end", status))
+
+    monkeypatch.setattr(train_tracking, "open_run", lambda *args: Hanging())
+    monkeypatch.setattr(train_tracking, "END_WAIT_S", 0.5)
+    study = tmp_path / "study"
+    out = _trial_folder(study)
+    target = Tracking(kind="mlflow", uri="http://127.0.0.1:9").resolved(study)
+    cfg = tiny_config(epochs=2)
+    tracker = TrialTracker(cfg, out, study, target)
+    write_metrics(out, [_line(1)], study)
+    tracker.epoch_ended()
+    while not calls:  # the thread is inside its first write now
+        time.sleep(0.01)
+    write_metrics(out, [_line(1), _line(2)], study)
+    tracker.epoch_ended()
+    tracker.end(TrialResult(status="finished", final_error=87.0, epochs=2, config=cfg))
+    assert capfd.readouterr().err.splitlines() == [
+        "optbench: the mlflow run of trial cellid-1234/s003-seed0 is incomplete: mlflow did not "
+        "finish writing within 0.5 s of the trial's end; the next `optbench run` completes it "
+        "from the trial's files"
+    ]
+    answer.set()
+    tracker._thread.join(10)
+    assert not tracker._thread.is_alive() and calls == [("log", [1])]  # no epoch 2, no end
+    assert read_run_file(out, study, target) == ("hanging", 1, False)
+    assert capfd.readouterr().err == ""  # one line per trial
+
+
+def _chained(outer: Exception, inner: BaseException) -> Exception:
+    try:
+        try:
+            raise inner
+        except BaseException as err:
+            raise outer from err
+    except Exception as err:  # noqa: BLE001
+        return err
+
+
+@pytest.mark.parametrize(
+    ("err", "says"),
+    [
+        (
+            _chained(Exception("API request to http://127.0.0.1:9/api failed " + "x" * 400),
+                     ConnectionRefusedError(111, "Connection refused")),
+            "the MLflow server at http://127.0.0.1:9 is not answering",
+        ),
+        (
+            _chained(Exception("Read timed out " + "y" * 400), TimeoutError("timed out")),
+            "the MLflow server at http://127.0.0.1:9 did not answer in time",
+        ),
+        (ModuleNotFoundError("No module named 'mlflow'"),
+         "mlflow is not installed here: pip install 'optbench[mlflow]'"),
+        (PermissionError(13, "Permission denied", "/srv/mlruns/0"),
+         "the MLflow server at http://127.0.0.1:9 could not be written (permission denied: "
+         "/srv/mlruns/0)"),
+        (ValueError("z" * 500), "the MLflow server at http://127.0.0.1:9 refused a write (ValueError)"),
+    ],
+)  # fmt: skip
+def test_a_tracker_failure_is_told_in_optbenchs_words_never_the_librarys(err, says):
+    target = Tracking(kind="mlflow", uri="http://127.0.0.1:9")
+    assert tracking_mod.describe_failure(err, target) == says
+
+
+# --- completing runs an outage left incomplete (trackers/repair.py), on a recording backend ---
+
+
+class Recording(tracking_mod.TrackerRun):
+    """A tracker run that records what it is told (per run id: a new one per trial)."""
+
+    def __init__(self, runs: dict, run_id: str | None, meta: dict):
+        self.run_id = run_id or meta["name"].replace("/", "_")
+        self.calls = runs.setdefault(self.run_id, [])
+
+    def log(self, lines) -> None:
+        self.calls.append(("log", [line["epoch"] for line in lines]))
+
+    def end(self, status, summary) -> None:
+        self.calls.append(("end", status, summary["status"]))
+
+
+def _ended_trials(tiny_dict, monkeypatch) -> tuple[list, dict]:
+    """The tiny study with MLflow tracking, both trials finished after 3 epochs with no run
+    written (the tracker was down throughout); the runs a Recording backend is given."""
+    from optbench.trial.config import Execution
+    from optbench.trial.results import write_result
+
+    tiny_dict |= {"tracking": {"kind": "mlflow"}, "models": ["vit_p_w64_16px"], "epochs": 3}
+    trials = plan(parse_spec(tiny_dict))
+    for trial in trials:
+        trial.out_dir.mkdir(parents=True)
+        write_metrics(trial.out_dir, [_line(e) for e in (1, 2, 3)], trial.study_dir)
+        done = TrialResult(
+            status="finished", final_error=80.0, epochs=3, epochs_run=3, config=trial.config,
+            execution=Execution(tracking=trial.execution.tracking),
+        )  # fmt: skip
+        write_result(trial.out_dir, done, trial.study_dir)
+    runs: dict = {}
+    monkeypatch.setattr(
+        train_tracking,
+        "open_run",
+        lambda tracking, root, run_id, meta: Recording(runs, run_id, meta),
+    )
+    return trials, runs
+
+
+def test_the_next_run_completes_each_incomplete_run_once(tiny_dict, monkeypatch):
+    from optbench.trackers.repair import complete_runs, incomplete
+    from optbench.trackers.trial_run import RunWriter
+
+    trials, runs = _ended_trials(tiny_dict, monkeypatch)
+    first, second = trials
+    target = first.execution.tracking
+    # the first trial's run holds epoch 1 and was never ended; the second has none
+    from optbench.trackers.backends import write_run_file
+
+    write_run_file(first.out_dir, first.study_dir, target, "first", 1, ended=False)
+    assert all(incomplete(t) is not None for t in trials)
+    said = []
+    assert complete_runs(trials, said.append) == 2
+    assert said == [
+        "completed 2 mlflow run(s) that a tracker outage left incomplete, from their trials' "
+        "metrics.jsonl and result.json"
+    ]
+    assert runs["first"] == [("log", [2, 3]), ("end", "finished", "finished")]
+    [new_id] = set(runs) - {"first"}
+    assert runs[new_id] == [("log", [1, 2, 3]), ("end", "finished", "finished")]
+    assert read_run_file(second.out_dir, second.study_dir, target) == (new_id, 3, True)
+    assert complete_runs(trials, said.append) == 0 and len(said) == 1  # nothing, silently
+    assert [len(calls) for calls in runs.values()] == [2, 2]
+
+    # a run whose worker still writes it (its lock is held) is left to that worker
+    write_run_file(first.out_dir, first.study_dir, target, "first", 2, ended=False)
+    writer = RunWriter(first.config, first.out_dir, first.study_dir, target)
+    assert writer.lock(wait=False)
+    try:
+        assert complete_runs(trials, said.append) == 0
+    finally:
+        writer.close()
+    assert complete_runs(trials, said.append) == 1 and runs["first"][-2:] == [
+        ("log", [3]), ("end", "finished", "finished")
+    ]  # fmt: skip
+
+
+def test_only_runs_a_trial_was_tracked_into_and_left_open_are_incomplete(tiny_dict, monkeypatch):
+    from optbench.trackers.backends import RUN_FILE, write_run_file
+    from optbench.trackers.repair import incomplete
+    from optbench.trial.results import RESULT_FILE, load_result, write_result
+
+    trials, _ = _ended_trials(tiny_dict, monkeypatch)
+    trial = trials[0]
+    target, folder, root = trial.execution.tracking, trial.out_dir, trial.study_dir
+    write_run_file(folder, root, target, "r", 3, ended=True)
+    assert incomplete(trial) is None  # ended
+    # written before `ended` was recorded: complete when it holds every epoch
+    (folder / RUN_FILE).write_text(
+        json.dumps({f"mlflow:{target.uri}": {"run_id": "r", "logged": 3}})
+    )
+    assert incomplete(trial) is None
+    (folder / RUN_FILE).write_text(
+        json.dumps({f"mlflow:{target.uri}": {"run_id": "r", "logged": 2}})
+    )
+    assert incomplete(trial) is not None
+    # a trial that ran untracked (tracking turned on since) gets no run after the fact
+    untracked = load_result(folder, root).model_copy(update={"execution": None})
+    write_result(folder, untracked, root)
+    assert incomplete(trial) is None
+    (folder / RESULT_FILE).unlink()  # not ended (or a retry under way): its worker's run
+    assert incomplete(trial) is None
 
 
 # --- whole studies ------------------------------------------------------------------------------
@@ -317,7 +504,7 @@ def test_wandb_offline_population_gives_one_run_per_member_and_a_rerun_none(
     trials = plan(spec)
     assert len(runs) == len(trials) == 2
     for trial in trials:
-        run_id, logged = read_run_file(trial.out_dir, spec.study_dir, trial.execution.tracking)
+        run_id, logged, _ = read_run_file(trial.out_dir, spec.study_dir, trial.execution.tracking)
         got = read_run(runs[run_id])
         assert got["name"] == trial.key and got["group"] == trial.cell_id and logged == 2
         assert got["config"]["lr"] == trial.lr and got["summary"]["status"] == "finished"
@@ -340,7 +527,7 @@ def test_a_trial_whose_tracker_fails_finishes_with_one_warning_line(tmp_path, ca
     result = run_trial(cfg, out, execution=Execution(tracking=broken), root=study, workers=1)
     assert result.status == "finished" and (out / "result.json").exists()
     err = capfd.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("optbench: mlflow tracking of "), err
+    assert len(err) == 1 and err[0].startswith("optbench: the mlflow run of trial "), err
 
 
 @pytest.mark.slow
@@ -356,9 +543,102 @@ def test_wandb_ctrl_c_and_resume_continue_each_trials_run(tmp_path, one_model):
     runs = offline_runs(spec.study_dir)
     assert len(runs) == 2  # one run per trial, however many sessions it took
     for trial in plan(spec):
-        run_id, _ = read_run_file(trial.out_dir, spec.study_dir, trial.execution.tracking)
+        run_id = read_run_file(trial.out_dir, spec.study_dir, trial.execution.tracking).run_id
         got = read_run(runs[run_id])
         assert [step for step, _ in got["history"]] == [1, 2]  # each epoch once
         want = _expected_steps(read_metrics(trial.out_dir))["ema_top1"]
         assert [(s, row["ema_top1"]) for s, row in got["history"]] == want
         assert got["summary"]["status"] == "finished" and got["exits"][-1] == 0
+
+
+# --- a tracker outage -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def server(tmp_path):
+    from services import mlflow_server
+
+    (tmp_path / "server").mkdir()
+    yield from mlflow_server(tmp_path / "server")
+
+
+def _server_runs(uri: str, study: str) -> dict[str, list]:
+    """run name (the trial's key) -> its runs on the server, of the study's experiment."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name(study)
+    runs: dict[str, list] = {}
+    for run in client.search_runs([experiment.experiment_id]):
+        runs.setdefault(run.info.run_name, []).append(run)
+    return runs
+
+
+def _kill_before_last_epoch(study: Path, spec, server, cwd: Path) -> subprocess.CompletedProcess:
+    """`optbench run STUDY`, the server killed once the first trial's last epoch trains (its
+    metrics.jsonl holds every epoch but the last), left down to the run's end."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "optbench", "run", str(study)],
+        cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    first = plan(spec)[0]
+    metrics = first.out_dir / "metrics.jsonl"
+    while proc.poll() is None and server.proc is not None:
+        if metrics.exists() and len(metrics.read_text().splitlines()) == first.config.epochs - 1:
+            server.kill()
+        time.sleep(0.02)
+    out, err = proc.communicate(timeout=900)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+@pytest.mark.slow
+def test_a_killed_mlflow_server_costs_one_line_per_trial_and_the_next_run_completes_the_runs(
+    tmp_path, one_model, server
+):
+    one_model |= {"epochs": 3, "executor": {"workers": 1}, "output": str(tmp_path / "results")}
+    one_model["search"]["n_samples"] = 2
+    one_model["tracking"] = {"kind": "mlflow", "uri": server.uri}
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump(one_model))
+    spec = parse_spec(one_model)
+    trials = plan(spec)
+    target = trials[0].execution.tracking
+
+    first = _kill_before_last_epoch(study, spec, server, tmp_path)
+    assert first.returncode == 0, first.stderr  # the trials finish: a tracker costs none
+    warnings = first.stderr.strip().splitlines()
+    assert len(warnings) == 2, first.stderr  # one line per trial, in optbench's words
+    for trial, line in zip(trials, warnings, strict=True):
+        assert line.startswith(f"optbench: the mlflow run of trial {trial.key} is incomplete: ")
+        assert line.endswith("the next `optbench run` completes it from the trial's files")
+        assert f"the MLflow server at {server.uri} is not answering" in line, line
+    held = [read_run_file(t.out_dir, spec.study_dir, target) for t in trials]
+    assert held[0].run_id is not None and held[0].logged < 3 and not held[0].ended
+    assert held[1].run_id is None  # the server was down when the second trial began
+
+    server.start()
+    second = run_again(study, tmp_path)
+    assert second.returncode == 0 and second.stderr == "", second.stderr
+    assert "completed 2 mlflow run(s) that a tracker outage left incomplete" in second.stdout
+    runs = _server_runs(server.uri, spec.name)
+    assert sorted(runs) == sorted(t.key for t in trials)
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=server.uri)
+    for trial in trials:
+        [run] = runs[trial.key]  # one run per trial, never two
+        assert run.info.status == "FINISHED" and run.data.tags["optbench.status"] == "finished"
+        result = json.loads((trial.out_dir / "result.json").read_text())
+        assert float(run.data.tags["optbench.final_error"]) == result["final_error"]
+        assert (
+            run.data.tags["optbench.epochs_run"] == "3" and run.data.tags["cell"] == trial.cell_id
+        )
+        for key, steps in _expected_steps(read_metrics(trial.out_dir)).items():
+            got = sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, key))
+            assert got == steps, key  # every epoch once
+        assert read_run_file(trial.out_dir, spec.study_dir, target) == (run.info.run_id, 3, True)
+
+    server.kill()  # a complete run is never written again: the server is not even asked
+    third = run_again(study, tmp_path)
+    assert third.returncode == 0 and third.stderr == "", third.stderr
+    assert "nothing to run" in third.stdout and "completed" not in third.stdout

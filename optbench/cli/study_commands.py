@@ -199,16 +199,18 @@ def status(
     """Print a study's trial counts per cell; runs and writes nothing."""
     from optbench.cli.terminal_tables import status_table, trials_table
     from optbench.executors import jobs_executor
-    from optbench.plan.costs import estimate_note
+    from optbench.plan.costs import estimate_notes
     from optbench.plan.trials import plan
     from optbench.store.database import Store
 
     spec = read_study(study, data=False, overrides=set_, profile=profile)
-    running, summary = jobs_executor(spec).status()
+    jobs = jobs_executor(spec)
+    running, summary = jobs.status()
     table, mixed_code = status_table(spec, running=running)
     console.print(table)
     stored = Store(spec, create=False)
-    for note in (mixed_code, stored.earlier_note(plan(spec)), estimate_note(spec, stored)):
+    estimates = estimate_notes(spec, stored, jobs.job_times)
+    for note in (mixed_code, stored.earlier_note(plan(spec)), *estimates):
         if note:
             console.print(note, markup=False, highlight=False, soft_wrap=True)
     if spec.decide is not None:  # a sequential study: where each claim stands

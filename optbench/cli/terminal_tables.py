@@ -262,7 +262,7 @@ def plan_table(spec: StudySpec, earlier: list[dict] = ()) -> TextTable:
     if measured and longest_s:  # cells without measured costs, from finished trials
         devices = sorted({v.device for v in measured.values()})
         per_job = spec.executor.slurm.trials_per_job
-        minutes = job_minutes(longest_s, per_job)
+        minutes = job_minutes(per_job * longest_s)
         table.add_caption(
             f"img/s: median of this study's finished trials of the model on {', '.join(devices)}; "
             f"{hours:.3g} device-hours to run the cells without measured costs (device-h: trials "

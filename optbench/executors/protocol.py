@@ -71,6 +71,11 @@ class Executor(Protocol):
         """Without a driver (`optbench cancel`): stop the study's jobs that may still run. The
         lines to print (what was done), and whether every job could be stopped."""
 
+    def job_times(self) -> list[tuple[list[str], float]]:
+        """Without a driver (`optbench status`, the cost plan's comparison): each of the study's
+        latest jobs that ran to its end, as (its trials' keys, its elapsed seconds by the
+        cluster's accounting); [] where there is none or accounting does not answer."""
+
 
 class DiesWithDriver:
     """What executors whose jobs stop with the driver (local, debug) answer about jobs no driver
@@ -89,3 +94,6 @@ class DiesWithDriver:
 
     def end(self, key: str, why: str) -> list[str]:
         return []  # the debug executor runs its job in the driver: it cannot end it
+
+    def job_times(self) -> list[tuple[list[str], float]]:
+        return []  # a worker's trials are timed by their wall_s alone

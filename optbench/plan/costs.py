@@ -8,14 +8,27 @@ cost) on this machine (train/measure.py), and caches the figures in the study fo
 (cli/terminal_tables.py: plan_table) turns the cache into device-hours per cell and in total, the
 SLURM `time_min` a job needs (`job_minutes`: the estimate + 25% + 5 min), and whether a trial fits
 its device at its batch; `optbench status` compares the estimate with the finished trials' wall time
-(`estimate_note`). Without `--measure` the plan reads the cache only and says which cells are
-measured and which are missing.
+and, on SLURM, with the completed jobs' elapsed time by sacct (`estimate_notes`). Without
+`--measure` the plan reads the cache only and says which cells are measured and which are missing.
 
-A trial's estimate (`trial_seconds`): start-up and warm-up as measured, then per epoch the
-training steps at the measured step time, one validation pass and one checkpoint write. Under
+What is measured, each in the trainer's own code and in a fresh Python process as a job runs its
+trial (train/measure.py: `measure_fresh`): the process's start, imports and exit (`process_s`), the
+trial's start (its data, model, optimizer and EMA built, and what its first steps take beyond the
+steady pace: `start_s`), the step time, an epoch's end as the recipe runs it (precise BN where
+recipe.precise_bn_images asks for it: `precise_bn_s`; the validation pass of the raw weights and
+the EMA: `eval_s_per_image`), a checkpoint write and the trial's end (its weights' digest:
+`end_s`). A cache entry without the fixed costs (an optbench before issue 43's) counts as not
+measured and the plan says so.
+
+A trial's estimate (`trial_seconds`, result.json's wall_s): `start_s`, then per epoch the
+training steps at the measured step time, precise BN, one validation pass and one checkpoint
+write, then `end_s`. A SLURM job's (`job_seconds`, sacct's elapsed): `process_s` and its trials
+one after another; the plan's total counts one job start per job (`job_starts`). Not counted:
+queueing, what SLURM does outside the job's process (prolog, epilog), the driver's own work,
+a local worker's start (once per run), tracker latency, and DDP's all-reduce: under
 DDP (executor.slurm nodes x tasks) each process runs at the measured speed of its share of the
-batch, and the validation pass is split among them (no all-reduce cost is counted). A
-population (executor.population > 1) is measured as its solo trials are.
+batch, and the validation pass is split among them. A population (executor.population > 1) is
+measured as its solo trials are.
 """
 
 from __future__ import annotations
@@ -106,7 +119,13 @@ OPTIONAL_FIGURES: dict[str, tuple[type, float, float]] = {
     "input_wait": (float, 0, 1),
     "peak_memory_bytes": (int, 0, 2**63),
     "device_memory_bytes": (int, 0, 2**63),
+    "precise_bn_s": (float, 0, _DAY),
+    "end_s": (float, 0, _DAY),
+    "process_s": (float, 0, _DAY),
 }
+# The fixed costs measured since issue 43: an entry without them is an earlier optbench's, whose
+# estimate missed them, and counts as not measured.
+FIXED_FIGURES = ("precise_bn_s", "end_s", "process_s")
 
 
 def cache_problem(data) -> str | None:
@@ -163,11 +182,12 @@ def measure_study(spec: StudySpec, *, steps: int, warmup: int, notify=print) -> 
     import torch
 
     from optbench.host import training_device
-    from optbench.train.measure import device_name, measure_config
+    from optbench.train.measure import device_name, measure_fresh
 
     device = training_device()
+    threads = cpu_threads(spec)
     if device == "cpu":
-        torch.set_num_threads(cpu_threads(spec))
+        torch.set_num_threads(threads)
     name = device_name(torch.device(device))
     configs = distinct_configs(spec)
     safefs.make_dirs(spec.study_dir, spec.output)
@@ -177,8 +197,14 @@ def measure_study(spec: StudySpec, *, steps: int, warmup: int, notify=print) -> 
         cfg = trial.config.model_copy(
             update={"batch_size": max(1, trial.config.batch_size // processes(spec))}
         )
-        measured[key] = measure_config(
-            cfg, trial.execution, device, steps=steps, warmup=warmup, scratch=spec.study_dir
+        measured[key] = measure_fresh(
+            cfg,
+            trial.execution,
+            device,
+            steps=steps,
+            warmup=warmup,
+            scratch=spec.study_dir,
+            threads=threads,
         )
     cache = read_costs(spec)
     cache.setdefault(name, {}).update(measured)
@@ -202,21 +228,39 @@ def cpu_threads(spec: StudySpec) -> int:
 def trial_seconds(
     figures: dict, spec: StudySpec, epochs: int, n_train: int | None = None
 ) -> float | None:
-    """One trial's wall time from a configuration's figures (module docstring), at `n_train`
-    training images (default: as many as the measured copy had); None where the figures are
-    of a smaller batch than a process gets (it does not fit)."""
+    """One trial's wall time (result.json's wall_s) from a configuration's figures (module
+    docstring), at `n_train` training images (default: as many as the measured copy had); None
+    where the figures are of a smaller batch than a process gets (it does not fit)."""
     if not figures.get("fits"):
         return None
     steps = (n_train or figures["n_train"]) // (figures["batch"] * processes(spec)) or 1
     # the published validation size where there is one: a measured copy may be a sample
     n_val = CATALOGUE[spec.dataset.name].n_val or figures["n_val"]
-    epoch_s = steps * figures["step_s"] + n_val * figures["eval_s_per_image"] / processes(spec)
-    return figures["start_s"] + epochs * (epoch_s + figures["checkpoint_s"])
+    epoch_end = n_val * figures["eval_s_per_image"] / processes(spec) + figures["precise_bn_s"]
+    epoch_s = steps * figures["step_s"] + epoch_end + figures["checkpoint_s"]
+    return figures["start_s"] + epochs * epoch_s + figures["end_s"]
 
 
-def job_minutes(trial_s: float, trials_per_job: int) -> int:
-    """The SLURM time_min a job of `trials_per_job` trials of `trial_s` seconds needs."""
-    return math.ceil(MARGIN * trials_per_job * trial_s / 60) + MARGIN_MIN
+def job_seconds(figures: dict, trial_s: float, trials: int) -> float:
+    """A SLURM job's time (sacct's elapsed) that runs `trials` trials of `trial_s` seconds one
+    after another: its process's start, imports and exit as measured (`process_s`), and the trials.
+    What SLURM does outside that process (prolog, epilog, staging) is not measured here."""
+    return figures["process_s"] + trials * trial_s
+
+
+def job_starts(spec: StudySpec, trials: int) -> float:
+    """How many job starts `trials` trials of a cell cost: on SLURM one per job of
+    slurm.trials_per_job trials (a population counts as one trial), as a share where a job
+    holds trials of several cells; elsewhere none (a local worker starts once per run, the debug
+    executor runs in the driver)."""
+    if spec.executor.kind != "slurm":
+        return 0.0
+    return trials / spec.executor.population / spec.executor.slurm.trials_per_job
+
+
+def job_minutes(job_s: float) -> int:
+    """The SLURM time_min a job of `job_s` seconds needs."""
+    return math.ceil(MARGIN * job_s / 60) + MARGIN_MIN
 
 
 @dataclass(frozen=True)
@@ -225,6 +269,7 @@ class CostPlan:
 
     device: str | None
     figures: dict  # cell -> figures or None
+    stale: tuple = ()  # cells measured by an earlier optbench (FIXED_FIGURES): not in figures
 
     def trial_s(self, spec: StudySpec, cell, n_train: int | None = None) -> float | None:
         figures = self.figures.get(cell)
@@ -241,7 +286,13 @@ def cost_plan(spec: StudySpec) -> CostPlan:
     for trial in plan(spec):
         keys.setdefault(trial.cell, config_key(spec, trial))
     device = max(sorted(cache), key=lambda d: sum(k in cache[d] for k in keys.values()))
-    return CostPlan(device, {cell: cache[device].get(key) for cell, key in keys.items()})
+    found = {cell: cache[device].get(key) for cell, key in keys.items()}
+    stale = tuple(
+        cell
+        for cell, e in found.items()
+        if e is not None and e.get("fits") is not False and not all(k in e for k in FIXED_FIGURES)
+    )
+    return CostPlan(device, {c: None if c in stale else e for c, e in found.items()}, stale)
 
 
 def plan_notes(spec: StudySpec, costs: CostPlan, todo: dict, n_train: int) -> list[str]:
@@ -251,12 +302,14 @@ def plan_notes(spec: StudySpec, costs: CostPlan, todo: dict, n_train: int) -> li
     if costs.device is None:
         return ["no measured costs yet: `optbench run STUDY --dry-run --measure` times each "
                 "training configuration on this machine"]  # fmt: skip
-    lines, hours, longest, missing, too_big = [], 0.0, 0.0, [], []
+    lines, hours, longest, missing, too_big = [], 0.0, None, [], []
+    per_job = spec.executor.slurm.trials_per_job
     for cell in spec.cells():
         figures, trial_s = costs.figures.get(cell), costs.trial_s(spec, cell, n_train)
         label = f"{cell.model}/{cell.optimizer}/e{cell.epochs}"
         if figures is None:
-            missing.append(label)
+            if cell not in costs.stale:
+                missing.append(label)
         elif trial_s is None and figures.get("fitting_batch") is None:  # not even at batch 1
             too_big.append(
                 f"{label} does not fit at batch {figures_batch(spec, cell)} per process, nor at "
@@ -270,23 +323,33 @@ def plan_notes(spec: StudySpec, costs: CostPlan, todo: dict, n_train: int) -> li
                 "trial with DDP)"
             )
         else:
-            hours += todo.get(cell, 0) * trial_s * processes(spec) / 3600
-            longest = max(longest, trial_s)
-    per_job = spec.executor.slurm.trials_per_job
+            n = todo.get(cell, 0)
+            hours += (
+                (n * trial_s + job_starts(spec, n) * figures["process_s"]) * processes(spec) / 3600
+            )
+            job = (job_seconds(figures, trial_s, per_job), trial_s, figures["process_s"])
+            longest = max(longest or job, job)
     lines.append(
         f"measured on {costs.device} (cached in {spec.study_dir / COSTS_FILE}): "
         f"{hours:.3g} device-hours to run the cells measured"
+        + (" (with one start per SLURM job)" if spec.executor.kind == "slurm" else "")
         + (
-            f"; a SLURM job of {per_job} trial(s) needs time_min >= "
-            f"{job_minutes(longest, per_job)} (the longest trial, {longest / 60:.3g} min, "
-            f"+{MARGIN - 1:.0%} +{MARGIN_MIN} min; executor.slurm.time_min is "
-            f"{spec.executor.slurm.time_min})"
+            f"; a SLURM job of {per_job} trial(s) needs time_min >= {job_minutes(longest[0])} "
+            f"(the longest, {longest[0] / 60:.3g} min: trials of {_clock(longest[1])} each, its "
+            f"process's start and exit {_clock(longest[2])}; +{MARGIN - 1:.0%} +{MARGIN_MIN} min; "
+            f"executor.slurm.time_min is {spec.executor.slurm.time_min})"
             if longest
             else ""
         )
     )
     if missing:
         lines.append(f"not measured on it: {', '.join(missing)}")
+    if costs.stale:
+        stale = ", ".join(f"{c.model}/{c.optimizer}/e{c.epochs}" for c in costs.stale)
+        lines.append(
+            f"measured by an earlier optbench, which did not count a trial's fixed costs: "
+            f"{stale}; `optbench run STUDY --dry-run --measure` measures them again"
+        )
     lines.extend(too_big)
     if spec.executor.population > 1:
         lines.append("population trials measured as solo trials (their speed-up is not counted)")
@@ -298,32 +361,62 @@ def figures_batch(spec: StudySpec, cell) -> int:
     return max(1, spec.batch_size // processes(spec))
 
 
-def estimate_note(spec: StudySpec, store) -> str | None:
-    """Estimated vs measured trial time per cell, for the cells with finished trials and a
-    measured estimate (`optbench status`; `store`: the study's Store); None where none."""
+def estimate_notes(spec: StudySpec, store, job_times=lambda: []) -> list[str]:
+    """Estimated vs measured time per cell (`optbench status`; `store`: the study's Store):
+    a trial's (the median wall_s of its finished trials) and, on SLURM, a job's (the median
+    elapsed time of its completed jobs of finished trials; `job_times`: Executor.job_times,
+    asked only where there are measured costs). A line for each that has something to
+    compare; [] without measured costs."""
     costs = cost_plan(spec)
     if costs.device is None:
-        return None
-    stored = store.read(plan(spec))
-    parts = []
+        return []
+    ended_jobs = job_times()
+    finished = {
+        s.trial.key: s
+        for s in store.read(plan(spec))
+        if s.status == "finished" and s.record is not None
+    }
+    trial_parts, job_parts = [], []
     for cell in spec.cells():
         estimate = costs.trial_s(spec, cell)
+        if estimate is None:
+            continue
         walls = [
-            s.record.user_attrs.get("wall_s")
-            for s in stored
-            if s.trial.cell == cell and s.status == "finished" and s.record is not None
+            s.record.user_attrs.get("wall_s") for s in finished.values() if s.trial.cell == cell
         ]
         walls = [w for w in walls if isinstance(w, (int, float)) and w > 0]
-        if estimate is None or not walls:
-            continue
-        wall = statistics.median(walls)
-        parts.append(
-            f"{cell.model}/{cell.optimizer}/e{cell.epochs} {_clock(estimate)} vs "
-            f"{_clock(wall)} ({estimate / wall - 1:+.0%}, {len(walls)} trial(s))"
+        if walls:
+            trial_parts.append(_compared(cell, estimate, walls, "trial(s)"))
+        jobs = [
+            (len(keys), elapsed)
+            for keys, elapsed in ended_jobs
+            if elapsed > 0 and all(k in finished and finished[k].trial.cell == cell for k in keys)
+        ]
+        if jobs:
+            figures = costs.figures[cell]
+            size = statistics.median_low(n for n, _ in jobs)
+            elapsed = [e for n, e in jobs if n == size]
+            job_s = job_seconds(figures, estimate, size)
+            job_parts.append(_compared(cell, job_s, elapsed, f"job(s) of {size} trial(s)"))
+    lines = []
+    if trial_parts:
+        lines.append(
+            f"trial time, estimated on {costs.device} vs measured (median wall_s): "
+            + "; ".join(trial_parts)
         )
-    if not parts:
-        return None
-    return f"trial time, estimated on {costs.device} vs measured (median): " + "; ".join(parts)
+    if job_parts:
+        lines.append(
+            "SLURM job time, estimated vs measured (median sacct elapsed): " + "; ".join(job_parts)
+        )
+    return lines
+
+
+def _compared(cell, estimate: float, measured: list[float], what: str) -> str:
+    median = statistics.median(measured)
+    return (
+        f"{cell.model}/{cell.optimizer}/e{cell.epochs} {_clock(estimate)} vs {_clock(median)} "
+        f"({estimate / median - 1:+.0%}, {len(measured)} {what})"
+    )
 
 
 def _clock(seconds: float) -> str:

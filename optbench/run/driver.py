@@ -3,7 +3,8 @@ executor, and record each result file into the store as its job ends.
 
 spec -> trials (plan.plan; store.prepare attaches their state) -> jobs (plan.jobs) -> result
 files (workers) -> store (record). `run_study` runs in named phases: `_catch_up` (record what
-ended while no driver followed), one `Store.prepare`, `_submit`, `_follow`.
+ended while no driver followed), one `Store.prepare` (then the tracker runs an outage left
+incomplete are completed: trackers/repair.py), `_submit`, `_follow`.
 The driver is the only writer of the database. A finished result is recorded once; results
 already on disk but not yet recorded (a driver killed at the wrong moment) are recorded
 before anything runs; Ctrl-C stops the workers and the same command resumes. While following,
@@ -37,6 +38,7 @@ from optbench.run.progress import EventLog, LiveView, StudyProgress, input_notes
 from optbench.run.rounds import Look, Rounds, decision_lines, look_line
 from optbench.spec.schema import StudySpec, dump_spec
 from optbench.store.database import Store, StoredTrial, refuse_links
+from optbench.trackers.repair import complete_runs
 from optbench.trial.config import TrialResult
 from optbench.trial.jobs import Job
 from optbench.trial.results import (
@@ -238,6 +240,8 @@ def _run_trials(
     earlier = store.earlier_note(trials)
     if earlier:
         console.print(earlier, markup=False, highlight=False, soft_wrap=True)
+    # tracker runs that an outage left incomplete, now that retried trials' results are gone
+    complete_runs(trials, lambda line: console.print(line, markup=False, highlight=False))
     todo = {s.trial.key: s for s in stored if s.status == "pending"}
     progress = StudyProgress(stored, flops_of=flops_counter(spec))
     if not todo:

@@ -28,7 +28,7 @@ import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pydantic import Field, field_validator, model_validator
 
@@ -44,6 +44,14 @@ ARTIFACT_FOLDER = "mlartifacts"  # in the study folder: a SQLite store's artifac
 LOCK_FILE = ".tracking.lock"  # in the study folder: one worker creates the experiment
 URI_SCHEMES = ("file:", "sqlite:", "http://", "https://")
 STATUS = {"finished": "FINISHED", "diverged": "FINISHED", "failed": "FAILED", None: "KILLED"}
+# A server that does not answer fails a write within seconds, not MLflow's minutes (7 retries,
+# 120 s timeouts): one retry after 1 s, 5 s to connect or answer (its trial's run is completed
+# by the next `optbench run`, repair.py).
+MLFLOW_HTTP_LIMITS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "5",
+}
 
 
 class Tracking(StrictModel):
@@ -109,6 +117,7 @@ def tracker_env(tracking: Tracking, study_dir: Path) -> dict[str, str]:
     env = {
         "MLFLOW_DISABLE_TELEMETRY": "true",
         "MLFLOW_ALLOW_FILE_STORE": "true",  # MLflow 3 keeps the file store in maintenance mode
+        **MLFLOW_HTTP_LIMITS,
         "WANDB_SILENT": "true",
         "WANDB_DISABLE_GIT": "true",
         "WANDB_DISABLE_CODE": "true",
@@ -125,24 +134,39 @@ def tracker_env(tracking: Tracking, study_dir: Path) -> dict[str, str]:
 # --- the run file: which run a folder writes to, and how many epochs it holds ----------------
 
 
-def read_run_file(folder: Path, root: Path, tracking: Tracking) -> tuple[str | None, int]:
-    """(run id, epochs already logged) of `folder`'s run in this tracker; (None, 0) where
-    there is none, it is another tracker's, or the file is not ours (untrusted input)."""
+class RunFile(NamedTuple):
+    """What a folder's RUN_FILE says of its run in one tracker: its id (None: no run), the last
+    epoch it holds, and whether it ended (None: a file from before optbench recorded that)."""
+
+    run_id: str | None
+    logged: int
+    ended: bool | None
+
+
+def read_run_file(folder: Path, root: Path, tracking: Tracking) -> RunFile:
+    """`folder`'s run in this tracker; no run where there is none, it is another tracker's, or
+    the file is not ours (untrusted input)."""
     try:
         data = json.loads(safefs.read_bytes(folder / RUN_FILE, root, 1 << 16) or b"null")
         entry = data[_where(tracking)]
-        run_id, logged = entry["run_id"], entry["logged"]
-    except (OSError, ValueError, KeyError, TypeError, RecursionError, safefs.UnsafePath):
-        return None, 0  # RecursionError: nested deeper than Python's stack
+        run_id, logged, ended = entry["run_id"], entry["logged"], entry.get("ended")
+    except (
+        OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError, safefs.UnsafePath
+    ):  # fmt: skip
+        return RunFile(None, 0, None)  # RecursionError: nested deeper than Python's stack
     if not (isinstance(run_id, str) and re.fullmatch(r"[A-Za-z0-9_-]{1,64}", run_id)):
-        return None, 0
-    return run_id, logged if type(logged) is int and 0 <= logged <= MAX_EPOCHS else 0
+        return RunFile(None, 0, None)
+    logged = logged if type(logged) is int and 0 <= logged <= MAX_EPOCHS else 0
+    return RunFile(run_id, logged, ended if type(ended) is bool else None)
 
 
-def write_run_file(folder: Path, root: Path, tracking: Tracking, run_id: str, logged: int) -> None:
-    """Record `folder`'s run id and epochs logged (atomically, safefs)."""
-    text = json.dumps({_where(tracking): {"run_id": run_id, "logged": logged}})
-    safefs.write_text(folder / RUN_FILE, root, text + "\n")
+def write_run_file(
+    folder: Path, root: Path, tracking: Tracking, run_id: str, logged: int, ended: bool = False
+) -> None:
+    """Record `folder`'s run id, the last epoch logged and whether the run ended (atomically,
+    safefs)."""
+    entry = {"run_id": run_id, "logged": logged, "ended": ended}
+    safefs.write_text(folder / RUN_FILE, root, json.dumps({_where(tracking): entry}) + "\n")
 
 
 def _where(tracking: Tracking) -> str:
@@ -156,7 +180,7 @@ def attach_report(tracking: Tracking | None, study_dir: Path, report_dir: Path) 
     if tracking is None:
         return None
     try:
-        run_id, _ = read_run_file(study_dir, study_dir, tracking)
+        run_id = read_run_file(study_dir, study_dir, tracking).run_id
         tags = {"study": study_dir.name, **{k: str(v) for k, v in provenance().items()}}
         meta = {"name": "report", "group": "report", "job": "report", "tags": tags, "params": {}}
         run = open_run(tracking, study_dir, run_id, meta)
@@ -165,14 +189,36 @@ def attach_report(tracking: Tracking | None, study_dir: Path, report_dir: Path) 
         run.attach(files, report_dir)
         run.end("finished", {"status": "report"})
     except Exception as err:  # noqa: BLE001 - the tracker's failure is never the report's
-        return f"optbench: {tracking.kind}: the report's files were not attached: {one_line(err)}"
+        why = describe_failure(err, tracking)
+        return f"optbench: {tracking.kind}: the report's files were not attached: {why}"
     return None
 
 
-def one_line(err: BaseException) -> str:
-    """An error as one short line: its type and the first line of its message."""
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0][:300] if text else ''}"
+def describe_failure(err: BaseException, tracking: Tracking) -> str:
+    """Why a tracker write failed, in optbench's words (never the library's message, which
+    may run to hundreds of characters): what did not answer or could not be written."""
+    chain, seen = [], err
+    while seen is not None and len(chain) < 20:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    if tracking.kind == "mlflow":
+        uri = tracking.uri or ""
+        where = f"the MLflow {'server' if uri.startswith('http') else 'store'} at {uri}"
+    else:
+        where = f"W&B ({tracking.mode} mode)"
+    if any(isinstance(e, ImportError) for e in chain):
+        return f"{tracking.kind} is not installed here: pip install 'optbench[{tracking.kind}]'"
+    if any(isinstance(e, TimeoutError) for e in chain):
+        return f"{where} did not answer in time"
+    if any(isinstance(e, ConnectionError) for e in chain):
+        return f"{where} is not answering"
+    if any(isinstance(e, safefs.UnsafePath) for e in chain):
+        return str(next(e for e in chain if isinstance(e, safefs.UnsafePath)))
+    disk = next((e for e in chain if isinstance(e, OSError) and e.strerror), None)
+    if disk is not None:
+        named = f": {disk.filename}" if disk.filename else ""
+        return f"{where} could not be written ({disk.strerror.lower()}{named})"
+    return f"{where} refused a write ({type(err).__name__})"
 
 
 # --- the backends ------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """What an epoch's end measures, for each of a Stepper's K >= 1 members (stepper.py) alike
 (`evaluate_members`): first, if the recipe asks, precise BatchNorm statistics of the raw weights
-and of the EMA (precise_bn.py); then the top-1 and top-5 error of both on the whole validation
-split (`count_errors`, summed over every rank under DDP).
+and of the EMA (precise_bn.py: `recompute_members_bn`); then the top-1 and top-5 error of both
+on the whole validation split (`member_errors`, `count_errors`, summed over every rank under
+DDP). The cost plan times the same two steps (train/measure.py).
 """
 
 from __future__ import annotations
@@ -62,23 +63,52 @@ def precise_bn_inputs(
         yield compute.layout(augment.inputs(x))
 
 
+def weight_kinds(stepper: Stepper) -> list[str]:
+    """The weights an epoch's end evaluates: the raw ones, and the EMA where there is one."""
+    return ["raw"] if stepper.ema is None else ["raw", "ema"]
+
+
+def recompute_members_bn(
+    stepper: Stepper, compute: Compute, epoch: int, limit: int | None = None
+) -> int:
+    """Precise BN of each kind of weights after `epoch`, where the recipe asks for it and the
+    model has BatchNorm; the batches it averages each over (0: none), at most `limit` (the
+    cost plan's measurement, train/measure.py)."""
+    cfg, parts = stepper.cfgs[0], stepper.parts
+    if not (cfg.recipe.precise_bn_images and has_batchnorm(parts.model)):
+        return 0
+    n = precise_bn_batches(cfg.recipe.precise_bn_images, cfg.batch_size, len(parts.batches))
+    for kind in weight_kinds(stepper):  # each over the same images
+        inputs = precise_bn_inputs(parts.batches, parts.augment, cfg, compute, epoch)
+        stepper.recompute_bn(kind, itertools.islice(inputs, limit))
+    return n if limit is None else min(n, limit)
+
+
+def member_errors(
+    stepper: Stepper, compute: Compute, batches: TrainBatches | None = None
+) -> dict[str, list[tuple[float, float]]]:
+    """Each kind of weights' (top-1, top-5) error per member on the validation split of
+    `batches` (default: the trial's own)."""
+    parts = stepper.parts
+    errors = {}
+    for kind in weight_kinds(stepper):
+        counts = count_errors(
+            stepper.logits_of(kind), batches or parts.batches, parts.augment, compute
+        )
+        errors[kind] = [error_percent(c) for c in counts]
+    return errors
+
+
 def evaluate_members(stepper: Stepper, compute: Compute, epoch: int) -> list[dict]:
     """Each member's metrics line errors after `epoch`: raw_top1/5, ema_top1/5 (with an EMA)
     and val_error, the one the recipe reports."""
-    cfg, parts = stepper.cfgs[0], stepper.parts
-    kinds = ["raw"] if stepper.ema is None else ["raw", "ema"]
-    if cfg.recipe.precise_bn_images and has_batchnorm(parts.model):
-        for kind in kinds:  # each over the same images
-            inputs = precise_bn_inputs(parts.batches, parts.augment, cfg, compute, epoch)
-            stepper.recompute_bn(kind, inputs)
-    errors = {}
-    for kind in kinds:
-        counts = count_errors(stepper.logits_of(kind), parts.batches, parts.augment, compute)
-        errors[kind] = [error_percent(c) for c in counts]
+    cfg = stepper.cfgs[0]
+    recompute_members_bn(stepper, compute, epoch)
+    errors = member_errors(stepper, compute)
     lines = []
     for k in range(len(stepper.cfgs)):
         line = {}
-        for kind in kinds:
+        for kind in errors:
             line[f"{kind}_top1"], line[f"{kind}_top5"] = errors[kind][k]
         line["val_error"] = line[f"{cfg.recipe.reported_weights}_top1"]
         lines.append(line)

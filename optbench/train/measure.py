@@ -1,11 +1,15 @@
 """A short timed training run of one configuration (`measure_config`), for the cost plan of
-`optbench run --dry-run --measure` (optbench/plan/costs.py).
+`optbench run --dry-run --measure` (optbench/plan/costs.py), run in a fresh process as a job
+runs its trial (`measure_fresh`), which also times that process's start, imports and exit.
 
-It builds the trial's real parts (parts.py: its model, recipe, input pipeline and batch, at the
-precision the device gives it), runs `warmup` optimizer steps untimed and then `steps` timed
-ones through the trainer's own epoch code (epoch.run_epoch over a SoloStepper, told to run
-exactly that many steps), times a validation pass (capped at `steps` batches; per image) and one
-checkpoint write, and reads the peak device memory. A CUDA
+It times what a trial does, in the trainer's own code: building the trial's real parts
+(parts.py: its data, model, recipe, input pipeline and batch, at the precision the device gives
+it), `warmup` optimizer steps (what they take beyond the steady pace counts as start-up) and
+then `steps` timed ones through the trainer's own epoch code (epoch.run_epoch over a
+SoloStepper, told to run exactly that many steps), an epoch's end as the recipe runs it
+(evaluation.py: precise BN and the validation pass of the raw weights and the EMA, capped at
+`steps` batches and scaled), one checkpoint write and the final weights' digest, and reads the
+peak device memory. A CUDA
 out-of-memory error is a measurement too: the configuration does not fit at this batch, and the
 run is repeated at half the per-process batch until one fits (what DDP over more GPUs gives
 each process). Nothing here reads a study; the checkpoint goes to `scratch` and is removed.
@@ -14,7 +18,9 @@ each process). Nothing here reads a study; the checkpoint goes to `scratch` and 
 from __future__ import annotations
 
 import itertools
+import json
 import resource
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -23,10 +29,13 @@ import torch
 
 from optbench import safefs
 from optbench.data.input_plan import resolve_execution
+from optbench.errors import UsageError
 from optbench.train.compute import Compute, runtime_info
 from optbench.train.distributed import DistContext
 from optbench.train.epoch import run_epoch
-from optbench.train.evaluation import count_errors
+from optbench.train.evaluation import member_errors, recompute_members_bn
+from optbench.train.loop import weights_digest
+from optbench.train.precise_bn import precise_bn_batches
 from optbench.train.signals import StopRequest
 from optbench.train.state import TrialState, save_state
 from optbench.train.stepper import SoloStepper
@@ -88,27 +97,34 @@ def _val_images(batches, timed: int) -> int:
 def _measure_once(
     cfg: TrainConfig, execution: Execution, device: str, steps: int, warmup: int, scratch: Path
 ) -> dict:
+    start = time.perf_counter()  # as start_program's: what a trial's wall_s counts from
     compute = Compute.for_trial(cfg.recipe, device, DistContext(), None)
     execution = resolve_execution(execution, compute.device.type, cfg.recipe)
     if compute.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(compute.device)
-    start = time.perf_counter()
     stepper = SoloStepper(cfg, compute, execution.pipeline, scratch / SCRATCH_CHECKPOINT, scratch)
     parts = stepper.parts
     (state,) = stepper.begin(resume=False)
-    _, _, state = _run_steps(stepper, compute, state, warmup)
-    build_s = time.perf_counter() - start  # start-up and warm-up, as a trial's first steps
+    build_s = time.perf_counter() - start  # the data, the model, its optimizer and EMA
+    warm_s, _, state = _run_steps(stepper, compute, state, warmup)
     seconds, wait, state = _run_steps(stepper, compute, state, steps)
-    models = 1 + (stepper.ema is not None)
+    step_s = seconds / steps
+    # an epoch's end as the recipe runs it (evaluation.py): precise BN of each kind of weights
+    # over its batches, then each kind's errors on the split; both capped at `steps` batches
+    t = time.perf_counter()
+    bn_batches = recompute_members_bn(stepper, compute, 0, limit=steps)
+    bn_s = time.perf_counter() - t
     first = _FirstBatches(parts.batches, steps)
     t = time.perf_counter()
-    parts.model.eval()
-    count_errors(parts.model, first, parts.augment, compute)
+    member_errors(stepper, compute, first)
     eval_s = time.perf_counter() - t
     t = time.perf_counter()
     save_state(scratch / SCRATCH_CHECKPOINT, cfg, stepper, state, compute.dist, scratch)
     checkpoint_s = time.perf_counter() - t
     safefs.remove(scratch / SCRATCH_CHECKPOINT, scratch)
+    t = time.perf_counter()
+    weights_digest(parts.model)  # a trial's end: its result's digest
+    end_s = time.perf_counter() - t
     if compute.device.type == "cuda":
         peak = torch.cuda.max_memory_allocated(compute.device)
         capacity = torch.cuda.get_device_properties(compute.device).total_memory
@@ -116,6 +132,7 @@ def _measure_once(
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         peak *= 1 if sys.platform == "darwin" else 1024
         capacity = _host_memory()
+    full_bn = precise_bn_batches(cfg.recipe.precise_bn_images, cfg.batch_size, len(parts.batches))
     return {
         "device": device_name(compute.device),
         "pipeline": execution.pipeline,
@@ -123,14 +140,18 @@ def _measure_once(
         "steps": steps,
         "warmup": warmup,
         "images_per_s": round(steps * cfg.batch_size / seconds, 3),
-        "step_s": round(seconds / steps, 6),
+        "step_s": round(step_s, 6),
         "input_wait": round(wait / seconds, 4) if seconds else None,
         "n_train": parts.batches.num_train,
-        # a validation pass: the raw model and its EMA, each epoch, per image
-        "eval_s_per_image": eval_s * models / max(1, first.images),
+        # an epoch's end: its validation pass, every kind of weights, per image ...
+        "eval_s_per_image": eval_s / max(1, first.images),
         "n_val": _val_images(parts.batches, first.images),
+        # ... its precise BN, all of its batches (none where the recipe asks none)
+        "precise_bn_s": round(bn_s * full_bn / bn_batches, 4) if bn_batches else 0.0,
         "checkpoint_s": round(checkpoint_s, 4),
-        "start_s": round(build_s, 3),
+        # a trial's own start: build, and what its first steps take beyond the steady pace
+        "start_s": round(build_s + max(0.0, warm_s - warmup * step_s), 3),
+        "end_s": round(end_s, 4),
         "peak_memory_bytes": int(peak),
         "device_memory_bytes": int(capacity),
     }
@@ -172,3 +193,68 @@ def measure_config(
             batch //= 2
             continue
         return {**figures, "fits": batch == cfg.batch_size, "fitting_batch": batch}
+
+
+def measure_fresh(
+    cfg: TrainConfig, execution: Execution, device: str, *, threads: int, **timing
+) -> dict:
+    """`measure_config` (`timing`: its steps, warmup and scratch) in a fresh Python process
+    (`threads` torch threads on a CPU), as a job runs its trial: the first trial of a process
+    pays for what its build loads first (the dataset's library, the model's first
+    construction), which a process that measured another configuration already holds. Adds
+    `process_s`: what the process takes beyond its trial, its start and imports of what a job
+    imports (submitit, the job's callable, the trainer, torch and timm) and its exit (the
+    interpreter's teardown, torch's included). UsageError with the child's last line if it
+    fails."""
+    request = {
+        "config": cfg.model_dump(mode="json"),
+        "execution": execution.model_dump(mode="json"),
+        "device": device,
+        "steps": timing["steps"],
+        "warmup": timing["warmup"],
+        "scratch": str(timing["scratch"]),
+        "threads": threads,
+    }
+    started = time.time()  # the child's clock is the same wall clock
+    proc = subprocess.run(
+        [sys.executable, "-m", "optbench.train.measure"],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+    )
+    ended = time.time()
+    if proc.returncode != 0:
+        lines = proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"]
+        raise UsageError(f"--measure: measuring {cfg.model} failed: {lines[-1]}")
+    figures = json.loads(proc.stdout.strip().splitlines()[-1])
+    start_s = figures.pop("imported_at") - started
+    figures["process_s"] = round(start_s + ended - figures.pop("measured_at"), 3)
+    return figures
+
+
+def _measure_here() -> None:
+    """`python -m optbench.train.measure`: measure the configuration JSON on stdin, print its
+    figures as one JSON line (module `measure_fresh`)."""
+    import submitit  # noqa: F401 - what a job's process imports before its trial
+    import timm  # noqa: F401
+
+    import optbench.executors.slurm.job  # noqa: F401
+    import optbench.train.run_trial  # noqa: F401
+
+    imported_at = time.time()
+    request = json.loads(sys.stdin.read())
+    torch.set_num_threads(request["threads"])
+    figures = measure_config(
+        TrainConfig.model_validate(request["config"]),
+        Execution.model_validate(request["execution"]),
+        request["device"],
+        steps=request["steps"],
+        warmup=request["warmup"],
+        scratch=Path(request["scratch"]),
+    )
+    print(json.dumps({**figures, "imported_at": imported_at, "measured_at": time.time()}))
+    sys.stdout.flush()  # what follows is the process's exit
+
+
+if __name__ == "__main__":
+    _measure_here()

@@ -90,6 +90,26 @@ def sacct_states(job_ids: Iterable[str]) -> dict[str, str]:
     return states
 
 
+def sacct_elapsed(job_ids: Iterable[str]) -> dict[str, tuple[str, float]]:
+    """(base state, elapsed seconds) of each job id that sacct knows, from one sacct call (the
+    job's latest run: a requeued job's elapsed time is its last run's). Raises SlurmCommandError
+    when sacct fails."""
+    ids = sorted(set(job_ids))
+    if not ids:
+        return {}
+    arrays = sorted({job_id.split("_")[0] for job_id in ids})
+    out = slurm_command(
+        "sacct", "-X", "-o", "JobID,State,ElapsedRaw", "--parsable2", "-j", ",".join(arrays)
+    )
+    info = submitit.slurm.slurm.SlurmInfoWatcher().read_info(out)
+    found = {}
+    for job_id in ids:
+        row = info.get(job_id)
+        if row is not None and row.get("ElapsedRaw", "").isdigit():
+            found[job_id] = (base_state(row["State"]), float(row["ElapsedRaw"]))
+    return found
+
+
 def squeue_jobs() -> dict[str, tuple[str, str]]:
     """Job id -> (state, comment) of this user's jobs that the controller still knows: queued,
     running, or ended less than MinJobAge ago. Raises SlurmCommandError when squeue fails."""

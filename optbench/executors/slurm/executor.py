@@ -38,7 +38,7 @@ from optbench.executors.slurm.journal import (
     config_hash,
     followed_jobs,
 )
-from optbench.executors.slurm.study import cancel_study_jobs, jobs_status
+from optbench.executors.slurm.study import cancel_study_jobs, completed_job_times, jobs_status
 from optbench.spec.schema import SlurmSettings
 from optbench.trial.jobs import Job, TrialJob, members_of
 
@@ -280,3 +280,7 @@ class SlurmExecutor:
         """scancel the study's recorded jobs that may still run: what SLURM did, and whether
         every cancel succeeded."""
         return cancel_study_jobs(self.folder)
+
+    def job_times(self) -> list[tuple[list[str], float]]:
+        """The study's latest jobs that completed, with sacct's elapsed time."""
+        return completed_job_times(self.folder)

@@ -1,5 +1,5 @@
 """A study's SLURM jobs outside a run: where they live (`job_folder`), and what `optbench status`
-and `optbench cancel` say of them (through SlurmExecutor.status and .cancel).
+and `optbench cancel` say of them (through SlurmExecutor.status, .job_times and .cancel).
 """
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from optbench.executors.slurm.client import ACTIVE_STATES, scancel
-from optbench.executors.slurm.journal import JOBS_FILE, followed_jobs
+from optbench.executors.slurm.client import ACTIVE_STATES, SlurmCommandError, sacct_elapsed, scancel
+from optbench.executors.slurm.journal import JOBS_FILE, followed_jobs, read_records
 from optbench.spec.schema import StudySpec
 
 
@@ -71,3 +71,23 @@ def _next_run(counts: Counter) -> str:
         f"`optbench run` follows the {active} queued or running and records the {ended} whose "
         "job has ended"
     )
+
+
+def completed_job_times(folder: Path) -> list[tuple[list[str], float]]:
+    """For `optbench status`'s estimate: each of the study's latest jobs (the latest record of
+    each trial) that completed, as (its trials' keys, sacct's elapsed seconds); [] where the
+    study never submitted or sacct does not answer."""
+    if not (folder / JOBS_FILE).is_file():
+        return []
+    keys: dict[str, list[str]] = {}
+    for key, record in read_records(folder).items():
+        keys.setdefault(record.job_id, []).append(key)
+    try:
+        found = sacct_elapsed(keys)
+    except SlurmCommandError:
+        return []
+    return [
+        (sorted(keys[job_id]), elapsed)
+        for job_id, (state, elapsed) in sorted(found.items())
+        if state == "COMPLETED"
+    ]
