@@ -138,8 +138,11 @@ def sections(table: pd.DataFrame, options: Options, drawn: set[str] | None = Non
         "The paper's claims",
         "Each claim's statistic on this study, its 95% interval and verdict: holds when the "
         "interval lies on the claim's side of 0, opposite when on the other, otherwise not "
-        "shown. (a): BCa bootstrap over each model's (lr, wd) samples "
-        f"({options.n_boot} resamples; percentile where BCa degenerates), and the verdict of "
+        "shown (in a study with decide:, the repeated interval of its last look: holds, "
+        "opposite, equivalent or undecided; docs/sequential.md). (a): bootstrap over the "
+        "(lr, wd) samples, resampled together where both models trained the same pairs "
+        "(paired) and each model's alone otherwise (BCa in a fixed-size study, "
+        f"{options.n_boot} resamples; percentile where BCa degenerates), and the verdict of "
         "the simultaneous band of the EDF difference on [0, 10] points. (b)-(d): Student's t "
         f"over the per-seed contrasts; not tested below {MIN_SEEDS} seeds. Evidence: the "
         "study size at which the interval would show the claim in "
