@@ -306,7 +306,7 @@ def plan_notes(spec: StudySpec, costs: CostPlan, todo: dict, n_train: int) -> li
     per_job = spec.executor.slurm.trials_per_job
     for cell in spec.cells():
         figures, trial_s = costs.figures.get(cell), costs.trial_s(spec, cell, n_train)
-        label = f"{cell.model}/{cell.optimizer}/e{cell.epochs}"
+        label = _label(cell)
         if figures is None:
             if cell not in costs.stale:
                 missing.append(label)
@@ -345,7 +345,7 @@ def plan_notes(spec: StudySpec, costs: CostPlan, todo: dict, n_train: int) -> li
     if missing:
         lines.append(f"not measured on it: {', '.join(missing)}")
     if costs.stale:
-        stale = ", ".join(f"{c.model}/{c.optimizer}/e{c.epochs}" for c in costs.stale)
+        stale = ", ".join(map(_label, costs.stale))
         lines.append(
             f"measured by an earlier optbench, which did not count a trial's fixed costs: "
             f"{stale}; `optbench run STUDY --dry-run --measure` measures them again"
@@ -411,10 +411,14 @@ def estimate_notes(spec: StudySpec, store, job_times=lambda: []) -> list[str]:
     return lines
 
 
+def _label(cell) -> str:
+    return f"{cell.model}/{cell.optimizer}/e{cell.epochs}"
+
+
 def _compared(cell, estimate: float, measured: list[float], what: str) -> str:
     median = statistics.median(measured)
     return (
-        f"{cell.model}/{cell.optimizer}/e{cell.epochs} {_clock(estimate)} vs {_clock(median)} "
+        f"{_label(cell)} {_clock(estimate)} vs {_clock(median)} "
         f"({estimate / median - 1:+.0%}, {len(measured)} {what})"
     )
 

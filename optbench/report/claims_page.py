@@ -85,14 +85,13 @@ def sentence(row) -> str:
     of that size: 97% (if the effect is as estimated)"."""
     claim = f"({row.claim}) {row.paper}, {_panel_words(row)}"
     measured = f"{MEASURE[row.claim]}: {_here(row)}"
+    if row.verdict == NOT_TESTED and not _sequential(row):
+        return f"{claim}: not tested ({measured}); {row.advice}"
     if _sequential(row):
         line = f"{claim}: {_outcome_words(row)} ({measured}, a repeated 95% interval)"
-        rest = row.advice.split("; ", 1)[1] if "; " in row.advice else ""
-        return f"{line}; {rest}" if rest else line
-    if row.verdict == NOT_TESTED:
-        return f"{claim}: not tested ({measured}); {row.advice}"
-    curve = "" if pd.isna(row.curve_verdict) else f"; as whole curves: {row.curve_verdict}"
-    line = f"{claim}: {row.verdict} with {row.n_now} {row.unit} ({measured}{curve})"
+    else:
+        curve = "" if pd.isna(row.curve_verdict) else f"; as whole curves: {row.curve_verdict}"
+        line = f"{claim}: {row.verdict} with {row.n_now} {row.unit} ({measured}{curve})"
     # the advice without its own opening ("not shown with 10 samples"), which the line says
     rest = row.advice.split("; ", 1)[1] if "; " in row.advice else ""
     return f"{line}; {rest}" if rest else line

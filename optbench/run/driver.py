@@ -180,11 +180,11 @@ def run_study(
         store = Store(spec, create=True)
         safefs.write_text(spec.study_dir / "spec.yaml", spec.output, dump_spec(spec))
         _catch_up(store, trials, executor, console)
-        if spec.decide is None:
-            return _run_trials(store, trials, executor, console, live, detach, run).progress
-        rounds = Rounds(spec, map(Look.from_record, store.looks()))
-        ran = None
-        try:
+        try:  # one pool of workers serves every round of this run; none is left where it ends
+            if spec.decide is None:
+                return _run_trials(store, trials, executor, console, live, detach, run).progress
+            rounds = Rounds(spec, map(Look.from_record, store.looks()))
+            ran = None
             while True:
                 asked = _take_looks(store, rounds, trials, console)
                 if rounds.finished and ran is not None:
@@ -192,8 +192,8 @@ def run_study(
                 ran = _run_trials(store, asked, executor, console, live, detach, run, rounds)
                 if ran.detached or not ran.trials or rounds.finished:
                     break
-        finally:  # the workers served every round of this run (none left where it detached)
-            executor.close(cancel=False)
+        finally:
+            executor.close(cancel=False)  # detached SLURM jobs run on: close never cancels here
         if rounds.finished or not ran.trials:
             for line in decision_lines(rounds, waiting=not rounds.finished):
                 console.print(line, markup=False, highlight=False, soft_wrap=True)
@@ -263,8 +263,6 @@ def _run_trials(
     view = LiveView(progress, spec.name) if live and console.is_terminal else None
     following = Following(run, spec.executor.stall_timeout_s)
     _follow(store, executor, todo, progress, view, log, console, following)
-    if rounds is None:  # a sequential study keeps its workers for the next round
-        executor.close(cancel=False)
     if not view:
         console.print(progress.table(spec.name))
     for note in input_notes(progress.trials):
