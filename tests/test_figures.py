@@ -193,7 +193,7 @@ def test_the_edf_legend_gives_each_models_best_error_and_explains_the_band():
         best = trials.loc[
             (trials["model"] == model) & (trials["status"] == "finished"), "final_error"
         ]
-        assert f"{model}: best {best.min():.1f}%" in legend
+        assert any(t.startswith(f"{model}: best {best.min():.1f}%,") for t in legend)
     assert "shaded: simultaneous 95% band (whole curve), 20 resamples" in legend
 
 
@@ -317,3 +317,25 @@ def test_each_figure_on_the_page_has_a_caption_saying_what_it_draws(band, tmp_pa
         assert len(caption.split()) >= 12, caption
     assert f"Shaded: each curve's {band} 95% bootstrap band" in html.unescape(captions["edf"])
     assert "good range as a box" in captions["scatter"]
+
+
+def test_the_edf_marks_claim_as_area_and_gives_each_models_area_in_the_legend():
+    from optbench.report.edf import AUC_MAX_POINTS, dtop1, edf_auc
+
+    trials = synthetic_trials(MODELS, ["adamw"], [5], 8, seed=3)
+    fig = figures.edf_figure(trials, n_boot=20)
+    ax = fig.axes[0]
+    marks = [line for line in ax.get_lines() if line not in data_lines(ax)]
+    assert [tuple(line.get_xdata()) for line in marks] == [(AUC_MAX_POINTS, AUC_MAX_POINTS)]
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    for model in MODELS:
+        cell = trials[trials["model"] == model]
+        errors = np.where(cell["status"] == "finished", cell["final_error"], np.inf)
+        area = edf_auc(dtop1(errors))  # the area claim (a)'s estimate differences
+        assert any(
+            t.startswith(f"{model}: best") and t.endswith(f"area {area:.2f}") for t in legend
+        )
+    # the raw-error figure has no dtop-1 axis: no area to mark
+    raw = figures.edf_figure(trials, n_boot=20, raw=True)
+    assert data_lines(raw.axes[0]) == raw.axes[0].get_lines()
+    assert not any("area" in t.get_text() for t in raw.legends[0].get_texts())

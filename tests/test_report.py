@@ -131,6 +131,9 @@ def test_write_report_files_and_page(tmp_path: Path, monkeypatch):
     assert sorted(embedded) == sorted(figures)
     for text in ["partial:", "Peak error", "Between models", "Study spec", "name: tiny"]:
         assert text in page
+    # the comparisons' sample-size advice is about another statistic than claim (a)'s: said
+    between = page[page.index("Between models") :]
+    assert "not claim (a)'s EDF area to 10 points" in between[: between.index("<h2>", 5)]
     assert "src='http" not in page and "href=" not in page  # self-contained
     csv = pd.read_csv(tmp_path / "trials.csv")
     assert len(csv) == len(trials) and "metrics" not in csv.columns

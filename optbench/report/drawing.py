@@ -41,6 +41,7 @@ EDF_BANDS: dict[str, str] = {
     "none": "",
 }
 BAND_ALPHA = 0.18
+AREA_MARK_COLOR = "0.45"  # the grey line that bounds claim (a)'s EDF area
 TITLE_WIDTH = 52  # characters per line of a panel's title
 
 
@@ -113,6 +114,7 @@ class EdfCurve:
     beyond: int = 0
     near_chance: bool = False
     best: float | None = None  # the cell's best error (%), what dtop-1 is relative to
+    area: float | None = None  # claim (a)'s EDF area to `area_to` points (dtop-1 curves only)
 
 
 @dataclass(frozen=True)
@@ -148,12 +150,15 @@ def plot_edf(
     chance_error: float | None = None,
     n_boot: int | None = None,
     band: str = "simultaneous",
+    area_to: float | None = None,
 ) -> Figure:
     """One panel per (optimizer, epochs), one step curve per model with its band shaded in the
     model's colour (`band`: which kind the curves carry, EDF_BANDS); the x-axis ends at `x_max`
     (default: the curves' grid). A cell near chance level is dotted. The legend gives each
     model's best error per panel (each curve is relative to its own), each swatch drawn as the
-    panels draw the model (band and curve), and says what the band is."""
+    panels draw the model (band and curve), and says what the band is. With `area_to`, a grey
+    vertical line at that x bounds the area claim (a) compares, and the legend gives each
+    model's area (the curves' `area`)."""
     fig, axes = _grid(len(panels), ncols, sharey=True)
     for ax, panel in zip(axes, panels, strict=True):
         for curve in panel.curves:
@@ -165,6 +170,18 @@ def plot_edf(
                 ax.fill_between(
                     curve.xs, low, high, step="post", color=color, alpha=BAND_ALPHA, lw=0
                 )
+        if area_to is not None:  # "_" label: a mark, not a data curve
+            ax.axvline(area_to, color=AREA_MARK_COLOR, lw=0.8, zorder=0, label="_area")
+            ax.annotate(
+                f"area to {area_to:g} pts",
+                (area_to, 0.02),
+                xytext=(-3, 0),
+                textcoords="offset points",
+                ha="right",
+                va="bottom",
+                fontsize="small",
+                color=AREA_MARK_COLOR,
+            )
         counts = edf_counts(panel.curves, x_max)
         ax.set_title(
             f"{cell_title(panel.optimizer, panel.epochs)}\n{_wrap(counts)}", fontsize="medium"
@@ -181,6 +198,9 @@ def plot_edf(
         # "vit_p: best 8.1%" (one number per panel, in panel order)
         bests = [c.best for p in panels for c in p.curves if c.model == model]
         said = " / ".join("–" if b is None else f"{b:.1f}%" for b in bests)
+        if area_to is not None:
+            areas = [c.area for p in panels for c in p.curves if c.model == model]
+            said += ", area " + " / ".join("–" if a is None else f"{a:.2f}" for a in areas)
         line = Line2D([], [], color=colors[model])
         shade = Patch(facecolor=colors[model], alpha=BAND_ALPHA, lw=0)
         handles.append((shade, line) if banded else line)
@@ -189,6 +209,8 @@ def plot_edf(
     if banded:
         resamples = f", {n_boot} resamples" if n_boot else ""
         notes.append(f"shaded: {EDF_BANDS[band]}{resamples}")
+    if area_to is not None:
+        notes.append(f"area: under the curve left of the grey line, / {area_to:g} (claim (a))")
     if len(panels) > 1:
         notes.append("(best errors per panel, left to right)")
     for note in notes:  # text only: no swatch that the panels do not draw

@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 
 from optbench.report import drawing, frames
 from optbench.report.claims import STATISTIC
-from optbench.report.edf import dtop1, edf
+from optbench.report.edf import AUC_MAX_POINTS, dtop1, edf, edf_auc
 from optbench.report.stats import N_BOOT, edf_band, good_range
 from optbench.report.summary import Options, chance_error, near_chance
 from optbench.spec.roles import families
@@ -62,7 +62,8 @@ def edf_figure(
     cell's best; `raw`: of the error itself) with one kind of 95% bootstrap band (`band`):
     "simultaneous" (bootstrap of the largest deviation: it holds for the whole curve, the one
     to compare curves by), "pointwise" (each x on its own) or "none". With `num_classes`, a
-    cell whose best error is near chance level is drawn dotted."""
+    cell whose best error is near chance level is drawn dotted. A dtop-1 figure marks the area
+    claim (a) compares (to AUC_MAX_POINTS) and gives each model's in the legend."""
     if band not in drawing.EDF_BANDS:
         raise ValueError(f"band: {band!r} is not one of {list(drawing.EDF_BANDS)}")
     options = _options(metric, n_boot, seed)
@@ -102,6 +103,7 @@ def edf_figure(
                 "beyond": int((np.isfinite(values) & (values > xs[-1])).sum()),
                 "near_chance": bool(near_chance(best, num_classes)),
                 "best": None if best is None else float(best),
+                "area": None if raw else edf_auc(values),
             }
             curves.append(drawing.EdfCurve(model, xs, edf(values, xs), band=shaded, **counts))
         panels.append(drawing.EdfPanel(optimizer, epochs, curves))
@@ -115,6 +117,7 @@ def edf_figure(
         x_max=x_max,
         chance_error=chance_error(num_classes) if num_classes else None,
         band=band,
+        area_to=None if raw else AUC_MAX_POINTS,
     )
 
 

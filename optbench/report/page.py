@@ -188,13 +188,20 @@ def render_html(
     parts.append(
         "<h2>Between models (KS test on dtop-1; bootstrap CI of the difference in fraction within 4 points)</h2>"
     )
-    parts.append(
-        _table_html(comparisons)
-        if not comparisons.empty
-        else "<p class='note'>No panel has two models whose cells sample (lr, wd) (at least "
-        f"{MIN_EDF_SAMPLES} pairs each): no EDF comparison. Cells at fixed (lr, wd) are compared "
-        "by seed in the claims.</p>"
-    )
+    if comparisons.empty:
+        parts.append(
+            "<p class='note'>No panel has two models whose cells sample (lr, wd) (at least "
+            f"{MIN_EDF_SAMPLES} pairs each): no EDF comparison. Cells at fixed (lr, wd) are "
+            "compared by seed in the claims.</p>"
+        )
+    else:  # its evidence column advises sizes too: say why they may differ from a claim's
+        parts += [
+            _table_html(comparisons),
+            "<p class='note'>These rows test the fraction of trials within 4 points (and the "
+            "whole curves, KS), not claim (a)'s EDF area to 10 points: the same two models can "
+            "need a different number of samples for each, so a sample-size advice here can "
+            "differ from the claim's; the claims table holds a claim's verdict and its size.</p>",
+        ]
     for section in sections:
         if section.key != "claims":
             parts += _section_html(section, images)

@@ -30,7 +30,7 @@ from matplotlib.figure import Figure
 from optbench import safefs
 from optbench.errors import UsageError
 from optbench.report import claims, claims_page, drawing, figures, frames, trials_file
-from optbench.report.edf import MIN_EDF_SAMPLES
+from optbench.report.edf import AUC_MAX_POINTS, MIN_EDF_SAMPLES
 from optbench.report.page import Section, render_html
 from optbench.report.stats import N_BOOT
 from optbench.report.summary import Options, summarize
@@ -137,7 +137,10 @@ def _edf_section(
         "edf",
         lambda: figures.edf_figure(trials, **edf),
         "The EDF of dtop-1 of each model's trials (a colour per model, a panel per optimizer and "
-        f"schedule length; the legend gives each model's best error). {band}{near_chance}",
+        "schedule length; the legend gives each model's best error). The grey line at "
+        f"{AUC_MAX_POINTS:g} points bounds the area claim (a) compares: each model's area under "
+        f"its curve left of it, divided by {AUC_MAX_POINTS:g} (1 when every trial reaches the "
+        f"best), given in the legend. {band}{near_chance}",
     )
     _figure(
         section,
