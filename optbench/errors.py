@@ -4,7 +4,8 @@
 message and exits with code 2, before anything is written (`UnfinishedWrite`, a database that
 `optbench run` must recover first, is one too). `WriteError` is the machine's fault
 (disk full, I/O error: the errnos of `DISK_FAULTS`): one message, exit code 1. `StorageUnavailable`
-is a study database that does not answer: one line, exit code 1. Every module raises these; this one
+is a study database that does not answer, `MeasureFailed` a `--measure` process that failed: one
+line, exit code 1. Every module raises these; this one
 imports nothing from optbench.
 """
 
@@ -51,6 +52,11 @@ class WriteError(Exception):
     def from_os(cls, err: OSError) -> WriteError:
         where = f"{err.filename}: " if err.filename else ""
         return cls(f"{where}cannot write: {err.strerror or err}")
+
+
+class MeasureFailed(Exception):
+    """`--measure`'s fresh process failed to time its configuration (not bad input: the study
+    validated): one line with the process's last line, exit code 1."""
 
 
 class StorageUnavailable(Exception):

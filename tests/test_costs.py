@@ -330,3 +330,21 @@ def test_the_plans_total_counts_one_start_per_job(tiny_dict, kind, per_job, star
     if kind == "slurm":  # a job's time_min: one start and its trials
         job_s = 360.0 + per_job * trial_s
         assert f"needs time_min >= {job_minutes(job_s)} " in line, line
+
+
+def test_a_failed_measuring_process_is_one_line_exit_1_not_bad_input(
+    cli, tiny_dict, tmp_path, monkeypatch
+):
+    """The study validated; the process that times it failed (here: it dies at once). That is
+    the machine's or the code's fault, not the user's input: exit 1, one line, no cache."""
+    import sys
+
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(tiny_dict))
+    monkeypatch.setattr(sys, "executable", "false")  # the child `false -m optbench...` exits 1
+    small = ["--measure-steps", "1", "--measure-warmup", "0"]
+    code, _, err = cli("run", "tiny.yaml", "--dry-run", "--measure", *small)
+    assert code == 1, err
+    assert err.strip().splitlines() == [
+        "error: --measure: measuring vit_p_w64_16px failed: exit status 1"
+    ]
+    assert not list(tmp_path.rglob(COSTS_FILE))

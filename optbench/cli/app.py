@@ -20,7 +20,13 @@ from optbench.cli.data_commands import data_app
 from optbench.cli.report_commands import compare, report
 from optbench.cli.study_commands import cancel, run, status
 from optbench.cli.train_commands import models, train
-from optbench.errors import StorageUnavailable, UsageError, WriteError, torch_mismatch
+from optbench.errors import (
+    MeasureFailed,
+    StorageUnavailable,
+    UsageError,
+    WriteError,
+    torch_mismatch,
+)
 
 # Help is click's plain text, not typer's rich panels: rich reads "[...]" in a help string as
 # markup and drops it (the --set example lost its '[vit_c_4gf]'), keeps a docstring's line
@@ -76,7 +82,11 @@ def main() -> None:
     except UsageError as err:
         typer.echo(f"error: {err}", err=True)
         sys.exit(2)
-    except (WriteError, StorageUnavailable) as err:  # not bad input: a full disk, a server down
+    except (
+        WriteError,
+        StorageUnavailable,
+        MeasureFailed,
+    ) as err:  # not bad input: a full disk, a server down
         typer.echo(f"error: {err}", err=True)
         sys.exit(1)
     except (RuntimeError, ImportError) as err:  # torchvision built for another torch: one line

@@ -29,7 +29,7 @@ import torch
 
 from optbench import safefs
 from optbench.data.input_plan import resolve_execution
-from optbench.errors import UsageError
+from optbench.errors import MeasureFailed
 from optbench.train.compute import Compute, runtime_info
 from optbench.train.distributed import DistContext
 from optbench.train.epoch import run_epoch
@@ -204,7 +204,7 @@ def measure_fresh(
     construction), which a process that measured another configuration already holds. Adds
     `process_s`: what the process takes beyond its trial, its start and imports of what a job
     imports (submitit, the job's callable, the trainer, torch and timm) and its exit (the
-    interpreter's teardown, torch's included). UsageError with the child's last line if it
+    interpreter's teardown, torch's included). MeasureFailed with the child's last line if it
     fails."""
     request = {
         "config": cfg.model_dump(mode="json"),
@@ -225,7 +225,7 @@ def measure_fresh(
     ended = time.time()
     if proc.returncode != 0:
         lines = proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"]
-        raise UsageError(f"--measure: measuring {cfg.model} failed: {lines[-1]}")
+        raise MeasureFailed(f"--measure: measuring {cfg.model} failed: {lines[-1]}")
     figures = json.loads(proc.stdout.strip().splitlines()[-1])
     start_s = figures.pop("imported_at") - started
     figures["process_s"] = round(start_s + ended - figures.pop("measured_at"), 3)
