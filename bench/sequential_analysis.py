@@ -52,7 +52,7 @@ def looks_of(replicates: dict, claim: str, unit: str, sizes: list[int]) -> dict:
     for r, frame in replicates.items():
         for n in sizes:
             row = _claim_row(_prefix(frame, unit, n), claim, boundary=1.0)
-            df = None if unit == "samples" else n - 1
+            df = n - 1  # Student's t at the look's level, as claims_table's looks (either unit)
             out[r, n] = (float(row["estimate"]), float(row["se"]), df, row["design"])
     return out
 

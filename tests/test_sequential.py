@@ -145,9 +145,12 @@ def test_boxes_of_their_own_are_resampled_each_on_its_own():
 def test_a_look_reports_the_repeated_confidence_interval_at_its_boundary():
     frame = _shared_box(np.random.default_rng(5), 12, noise=1.0, spread_c=5.0, spread_p=30.0)
     row = _row_a(frame, boundary=2.5)
-    assert row["interval"] == "normal" and row["power_now"] is None and row["advice"] is None
-    assert row["low"] == pytest.approx(row["estimate"] - 2.5 * row["se"])
-    assert row["high"] == pytest.approx(row["estimate"] + 2.5 * row["se"])
+    assert row["interval"] == "t" and row["power_now"] is None and row["advice"] is None
+    # Student's t with 11 degrees of freedom (12 samples) at 2.5's two-sided level, 0.0124
+    t = stats.t.isf(stats.norm.sf(2.5), 11)
+    assert 2.9 < t < 3.0
+    assert row["low"] == pytest.approx(row["estimate"] - t * row["se"])
+    assert row["high"] == pytest.approx(row["estimate"] + t * row["se"])
     wider = _row_a(frame, boundary=4.0)
     assert wider["low"] < row["low"] and wider["estimate"] == row["estimate"]
 
