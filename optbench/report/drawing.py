@@ -543,8 +543,8 @@ def data_lines(ax: Axes) -> list:
 @dataclass
 class LookPanel:
     """One claim panel's path over a sequential study's looks: at each look its size n, the
-    estimate and the repeated confidence interval [low, high] (estimate +- the look's boundary
-    x se), and the boundary c itself; `outcome` is the last look's."""
+    estimate and the repeated confidence interval [low, high] (estimate +- t x se, t at the
+    level of the look's boundary c), and the boundary c itself; `outcome` is the last look's."""
 
     title: str
     statistic: str

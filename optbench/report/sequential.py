@@ -21,8 +21,9 @@ stops. The outcomes:
 - holds: the interval lies above 0;            - opposite: it lies below 0;
 - equivalent: it lies inside [-margin, +margin] (only with a margin, declared before the data);
 - continue: none of these and looks remain;    - undecided: none of these at the last look.
-A statistic with few degrees of freedom (a mean of k training seeds) uses Student's t at the
-boundary's nominal level instead of z (`critical`, the "significance level approach").
+An se estimated from few units (k training seeds; claim (a)'s bootstrap se of n samples) is
+read with Student's t at the boundary's nominal level instead of z (`critical`, the
+"significance level approach"; n - 1 degrees of freedom).
 
 The normal law is exact for means of independent units; claim (a)'s statistic (a difference of
 EDF areas of dtop-1, the best a minimum that moves as samples are added) only approximates it:
