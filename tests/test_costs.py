@@ -293,6 +293,18 @@ def test_status_compares_the_estimate_with_the_trials_and_their_slurm_jobs(tiny_
         "SLURM job time, estimated vs measured (median sacct elapsed): vit_p_w64_16px/adamw/e1 "
     )
     assert lines[1].endswith("(-50%, 2 job(s) of 1 trial(s))")
+    # bench/cost_accuracy.py reads these lines back, as status prints them (wrapped or not)
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "bench"))
+    from cost_accuracy import _compared
+
+    wrapped = "\n".join(lines).replace(" vs ", "\n  vs ")
+    trial_cells, job_cells = _compared("something first\n" + wrapped)
+    cell = "vit_p_w64_16px/adamw/e1"
+    assert trial_cells[cell]["estimate_over_measured"] == 0.8 and trial_cells[cell]["n"] == 2
+    assert job_cells[cell]["estimate_over_measured"] == 0.5 and job_cells[cell]["n"] == 2
 
 
 def test_a_cache_measured_before_the_fixed_costs_counts_as_not_measured(tiny_dict):
