@@ -5,8 +5,7 @@ message and exits with code 2, before anything is written (`UnfinishedWrite`, a 
 `optbench run` must recover first, is one too). `WriteError` is the machine's fault
 (disk full, I/O error: the errnos of `DISK_FAULTS`): one message, exit code 1. `StorageUnavailable`
 is a study database that does not answer, `MeasureFailed` a `--measure` process that failed: one
-line, exit code 1. Every module raises these; this one
-imports nothing from optbench.
+line, exit code 1. Every module raises these; this one imports nothing from optbench.
 """
 
 from __future__ import annotations

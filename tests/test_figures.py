@@ -319,7 +319,7 @@ def test_each_figure_on_the_page_has_a_caption_saying_what_it_draws(band, tmp_pa
     assert "good range as a box" in captions["scatter"]
 
 
-def test_the_edf_marks_claim_as_area_and_gives_each_models_area_in_the_legend():
+def test_the_edf_marks_claim_a_area_and_gives_each_models_area_in_the_legend():
     from optbench.report.edf import AUC_MAX_POINTS, dtop1, edf_auc
 
     trials = synthetic_trials(MODELS, ["adamw"], [5], 8, seed=3)
@@ -331,7 +331,7 @@ def test_the_edf_marks_claim_as_area_and_gives_each_models_area_in_the_legend():
     for model in MODELS:
         cell = trials[trials["model"] == model]
         errors = np.where(cell["status"] == "finished", cell["final_error"], np.inf)
-        area = edf_auc(dtop1(errors))  # the area claim (a)'s estimate differences
+        area = edf_auc(dtop1(errors))  # claim (a)'s estimate is the difference of two of these
         assert any(
             t.startswith(f"{model}: best") and t.endswith(f"area {area:.2f}") for t in legend
         )

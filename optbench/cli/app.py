@@ -82,11 +82,8 @@ def main() -> None:
     except UsageError as err:
         typer.echo(f"error: {err}", err=True)
         sys.exit(2)
-    except (
-        WriteError,
-        StorageUnavailable,
-        MeasureFailed,
-    ) as err:  # not bad input: a full disk, a server down
+    # not bad input: a full disk, a server down, a --measure process that failed
+    except (WriteError, StorageUnavailable, MeasureFailed) as err:
         typer.echo(f"error: {err}", err=True)
         sys.exit(1)
     except (RuntimeError, ImportError) as err:  # torchvision built for another torch: one line
