@@ -178,6 +178,7 @@ def test_an_img_size_the_patches_cannot_tile_is_refused(tmp_path, monkeypatch, c
     assert f"dataset.img_size: {size} is not a multiple of {model}'s patch size {patch}" in line
 
 
+@pytest.mark.slow  # builds every model of the zoo: over half a second here
 def test_the_patch_size_is_read_from_each_model_of_the_zoo():
     # the zoo's models refuse to be built at a size their patches cannot tile: input_multiple
     # must be that size for each family (read from the model, not from a table)

@@ -286,6 +286,7 @@ def test_the_dry_run_gives_the_smallest_the_largest_and_the_expected_size(tiny_d
     assert "about 12 trials, 6 device-hours expected" in expected  # z = 11: the first look
 
 
+@pytest.mark.slow  # renders a whole report: over half a second here
 def test_a_sequential_report_shows_the_looks_not_a_fixed_size_interval(tmp_path, tiny_dict):
     from optbench.report.writer import write_report
 

@@ -26,6 +26,7 @@ CLASSES = {"cifar": 100, "imagenet": 1000, "domainnet": 345}
 
 
 @pytest.mark.parametrize("name", list(OFFICIAL_PARAMS))
+@pytest.mark.slow  # builds the official-size DHVTs: over half a second here
 def test_parameter_counts_equal_the_official_models(name):
     size = 32 if "cifar" in name else 224
     with torch.device("meta"):

@@ -252,6 +252,7 @@ class _FollowsJobsThatRun(WritingExecutor):
         return [JobEvent(self.queue.pop(0).key, "ended")]
 
 
+@pytest.mark.slow  # trains a trial: over half a second here
 def test_a_result_written_while_the_next_driver_prepares_is_recorded(one_model, monkeypatch):
     # the job of attempt 1 outlived its driver and writes its result after the next driver's
     # catch-up read the folder, before it hands out the jobs: that result is kept and recorded

@@ -301,6 +301,7 @@ def test_the_scatter_reads_at_page_width_with_labelled_ticks_and_its_best_values
 
 
 @pytest.mark.parametrize("band", ["simultaneous", "pointwise"])
+@pytest.mark.slow  # renders a whole report: over half a second here
 def test_each_figure_on_the_page_has_a_caption_saying_what_it_draws(band, tmp_path):
     import html
     import re

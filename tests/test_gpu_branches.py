@@ -76,6 +76,7 @@ def test_under_ddp_on_cuda_batchnorm_becomes_syncbatchnorm(monkeypatch):
 
 
 @pytest.mark.parametrize("optimizer", ["adamw", "sgd"])
+@pytest.mark.slow  # steps a model with each fused optimizer: over half a second here
 def test_a_solo_stepper_on_a_cuda_compute_steps_with_fused_kernels(tmp_path, optimizer):
     from optbench.train.stepper import SoloStepper
 

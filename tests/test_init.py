@@ -94,6 +94,7 @@ def test_patchify_stem_is_truncated_normal_with_fan_in_std(name):
 
 
 @pytest.mark.parametrize("name", VIT_C + STEM_ABLATIONS)
+@pytest.mark.slow  # builds full-size models: over half a second here
 def test_conv_stem_keeps_pytorch_defaults_before_bn_and_he_normal_final_1x1(name):
     convs, last = conv_stem(build(name))
     for conv in convs:  # 3x3s, and the stem ablations' p x p patchify layer
@@ -144,6 +145,7 @@ def test_same_seed_same_model_and_init_does_not_depend_on_anything_else():
 
 
 @pytest.mark.parametrize("name", [VIT_P[0], VIT_P[1], VIT_C[0], VIT_C[1], STEM_ABLATIONS[1]])
+@pytest.mark.slow  # builds full-size models: over half a second here
 def test_timm_style_init_is_kept_as_a_choice(name):
     model = build(name, weight_init="timm")
     for m in model.modules():
@@ -240,6 +242,7 @@ def test_dhvt_starts_as_its_official_code(name):
 
 
 @pytest.mark.parametrize("name", ["regnety_1gf", "regnety_4gf"])
+@pytest.mark.slow  # builds full-size models: over half a second here
 def test_regnety_starts_as_pycls_init_weights(name):
     model = build(name)
     se_biases = []

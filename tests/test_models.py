@@ -113,6 +113,7 @@ CONV_STEM_MODELS = [c for _, c in PAIRS] + [name for name, _ in STEM_ABLATIONS]
 
 
 @pytest.mark.parametrize("name", CONV_STEM_MODELS)
+@pytest.mark.slow  # builds full-size models: over half a second here
 def test_conv_stems_have_bn_relu_after_each_conv_and_a_biased_final_1x1(name):
     model = build_meta(name)
     stem = model.stem

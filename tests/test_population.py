@@ -550,6 +550,7 @@ def test_a_slurm_job_trains_its_population_in_one_process(tmp_path):
         }
 
 
+@pytest.mark.slow  # trains a trial and a population: over half a second here
 def test_a_solo_trial_and_a_population_count_wall_s_from_the_same_moment(tmp_path, monkeypatch):
     # both start the clock before they set up where they compute (train/loop.py: start_program)
     from optbench.train.compute import Compute

@@ -98,6 +98,7 @@ def test_stages_match_the_definition(name):
 
 
 @pytest.mark.parametrize("name", list(DEFINITIONS))
+@pytest.mark.slow  # builds and counts full-size RegNetYs: over half a second here
 def test_params_and_flops_equal_the_derived_counts(name):
     train, _ = SIZES[name]
     params, flops = anynet_counts(**DEFINITIONS[name], size=train)
