@@ -47,7 +47,8 @@ def _prefix(frame: pd.DataFrame, unit: str, n: int) -> pd.DataFrame:
 
 def looks_of(replicates: dict, claim: str, unit: str, sizes: list[int]) -> dict:
     """(estimate, se, df) of every replicate at every size: what each look reads (a look's
-    interval is estimate +- critical(c, df) se, so one pass serves every boundary)."""
+    interval is sequential.repeated_interval(estimate, se, c, df), so one pass serves every
+    boundary)."""
     out = {}
     for r, frame in replicates.items():
         for n in sizes:
@@ -62,8 +63,7 @@ def replay(looks: dict, r, design: sequential.Design) -> dict:
     bounds = design.boundaries()
     for k, (n, c) in enumerate(zip(design.looks, bounds, strict=True)):
         estimate, se, df, _ = looks[r, n]
-        half = sequential.critical(c, df) * se
-        low, high = estimate - half, estimate + half
+        low, high = sequential.repeated_interval(estimate, se, c, df)
         last = k == len(design.looks) - 1
         found = sequential.outcome(low, high, design.margin, last)
         if found != "continue":

@@ -99,8 +99,8 @@ def test_the_quickstarts_sequential_design_decides_its_replicates_in_the_effects
         assert {looks[r, n][3] for n in trained} == {"paired"}
         for k, n in enumerate(trained):
             estimate, se, df, _ = looks[r, n]
-            half = sequential.critical(bounds[k], df) * se  # as the driver's look: Student's t
-            found = sequential.outcome(estimate - half, estimate + half, design.margin, last=False)
+            low, high = sequential.repeated_interval(estimate, se, bounds[k], df)  # as a look's
+            found = sequential.outcome(low, high, design.margin, last=False)
             if found != "continue":
                 stops.append(found)
                 break

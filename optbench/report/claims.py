@@ -226,8 +226,8 @@ class _Claims:
             power_now, n_needed = (power.power[0] if power.power else None), power.needed
             advice = advice_line(power, shown, n, "samples", MAX_SAMPLES)
         else:  # Student's t at the boundary's level: the se of a few samples is itself noisy
-            half = sequential.critical(self.boundary, min(sizes) - 1) * found.se
-            low, high = found.estimate - half, found.estimate + half
+            df = min(sizes) - 1
+            low, high = sequential.repeated_interval(found.estimate, found.se, self.boundary, df)
             method = "t"
         self.rows.append(
             self.row("a", optimizer, epochs, models, cells)

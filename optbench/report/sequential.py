@@ -143,6 +143,14 @@ def critical(c: float, df: float | None = None) -> float:
     return float(stats.t.isf(stats.norm.sf(c), df))
 
 
+def repeated_interval(
+    estimate: float, se: float, c: float, df: float | None
+) -> tuple[float, float]:
+    """A look's repeated confidence interval at boundary c: estimate +- critical(c, df) se."""
+    half = critical(c, df) * se
+    return estimate - half, estimate + half
+
+
 def outcome(low: float, high: float, margin: float | None, last: bool) -> str:
     """What a look's repeated confidence interval [low, high] decides (module docstring)."""
     if not (math.isfinite(low) and math.isfinite(high)):
