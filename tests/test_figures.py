@@ -5,7 +5,9 @@ missing, whole-number epochs."""
 from __future__ import annotations
 
 import itertools
+import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -340,3 +342,20 @@ def test_the_edf_marks_claim_a_area_and_gives_each_models_area_in_the_legend():
     raw = figures.edf_figure(trials, n_boot=20, raw=True)
     assert data_lines(raw.axes[0]) == raw.axes[0].get_lines()
     assert not any("area" in t.get_text() for t in raw.legends[0].get_texts())
+
+
+def test_each_looks_boundary_label_lies_inside_its_panel():
+    # the mini's stem study stopped at its last look (6 of at most 6 seeds): that look's "c=2.29",
+    # written above its interval, was cut by the panel's right edge
+    from optbench.api import looks_figure
+
+    summary = Path(__file__).parents[1] / "docs/reference/mini/mini_stem/summary.json"
+    fig = looks_figure(json.loads(summary.read_text())["looks"])
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    labels = [(ax, t) for ax in fig.axes for t in ax.texts if t.get_text().startswith("c=")]
+    assert len(labels) == 6
+    for ax, text in labels:
+        box, panel = text.get_window_extent(renderer), ax.get_window_extent(renderer)
+        assert panel.x0 <= box.x0 and box.x1 <= panel.x1, text.get_text()

@@ -448,3 +448,43 @@ def test_every_figure_a_report_draws_is_one_refuse_links_looks_for(tmp_path):
         n for s in build_sections(spec, trials, options=Options(n_boot=20)) for n, _ in s.figures
     }
     assert drawn and drawn <= set(FIGURE_NAMES)
+
+
+def test_the_claims_page_of_several_reports_reads_their_summaries_as_the_reports_decided(tmp_path):
+    # studies/mini/run.sh's claims.md: a sequential study's claim is its last look's (a repeated
+    # interval, "holds after 16 of at most 32 samples"), not a fixed-size interval recomputed from
+    # its trials.csv (which it was: the mini's page said "holds with 16 samples" and a BCa interval)
+    from optbench.report import claims_page
+
+    row = {
+        "claim": "a",
+        "paper": "ViT_C's lr/wd EDF is steeper than ViT_P's (Figs 4-5)",
+        "study": "mini_edf",
+        "optimizer": "adamw",
+        "epochs": 8,
+        "models": "vit_c_w64_16px vs vit_p_w64_16px",
+        "estimate": 0.333,
+        "low": 0.0043,
+        "high": 0.662,
+        "verdict": "holds",
+        "curve_verdict": None,
+        "unit": "samples",
+        "n_now": 16,
+        "advice": "decided after 16 of at most 32 samples",
+        "looks": 2,
+        "n_max": 32,
+    }
+    fixed = row | {"study": "mini_stem", "claim": "c", "verdict": "not shown", "looks": None}
+    fixed |= {"n_max": None, "n_now": 3, "unit": "seeds", "low": -0.1, "advice": "not shown; x"}
+    for name, claim in (("edf", row), ("stem", fixed)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "summary.json").write_text(json.dumps({"claims": [claim]}))
+    out = tmp_path / "claims.md"
+    assert claims_page.main([str(out), str(tmp_path / "edf"), str(tmp_path / "stem")]) == 0
+    text = out.read_text()
+    assert (
+        "holds after 16 of at most 32 samples (EDF area to 10 points: +0.333 [+0.0043, +0.662]"
+        in text
+    )
+    assert "not shown with 3 seeds" in text
+    assert "| mini_edf | adamw, 8 ep |" in text and "| mini_stem |" in text

@@ -2,18 +2,20 @@
 the report page's "claims" section, summary.json's rows and claims.md.
 
 `python -m optbench.report.claims_page OUT.md REPORT_DIR...` writes the claims of several
-reports (each folder's trials.csv) as one Markdown table (studies/mini/run.sh's claims.md).
+reports (each folder's summary.json, as its report computed them: a sequential study's at its
+last look) as one Markdown table (studies/mini/run.sh's claims.md).
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 import pandas as pd
 
 from optbench.report import frames, stats
-from optbench.report.claims import MIN_SEEDS, NOT_TESTED, claims_table
+from optbench.report.claims import MIN_SEEDS, NOT_TESTED
 from optbench.report.page import Section
 from optbench.report.summary import Options
 
@@ -64,17 +66,19 @@ MEASURE = {
 
 
 def _sequential(row) -> bool:
-    return bool(getattr(row, "looks", 0) or 0)
+    looks = getattr(row, "looks", None)  # None or NaN where a row has no looks
+    return looks is not None and not pd.isna(looks) and looks > 0
 
 
 def _outcome_words(row) -> str:
     """A sequential study's verdict and why it stopped, e.g. "holds after 6 of at most 24
     samples" (claims.with_looks)."""
+    looks, n_now, n_max = int(row.looks), int(row.n_now), int(row.n_max)  # floats in a mixed table
     if row.verdict == "continue":
-        return f"not decided yet at look {row.looks}, {row.n_now} of at most {row.n_max} {row.unit}"
+        return f"not decided yet at look {looks}, {n_now} of at most {n_max} {row.unit}"
     if row.verdict == "undecided":
-        return f"undecided at the maximum, {row.n_max} {row.unit}"
-    return f"{row.verdict} after {row.n_now} of at most {row.n_max} {row.unit}"
+        return f"undecided at the maximum, {n_max} {row.unit}"
+    return f"{row.verdict} after {n_now} of at most {n_max} {row.unit}"
 
 
 def sentence(row) -> str:
@@ -169,19 +173,16 @@ def records(table: pd.DataFrame) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m optbench.report.claims_page OUT.md REPORT_DIR...`: the claims of several reports
-    (each folder's trials.csv) in one Markdown table."""
+    (each folder's summary.json) in one Markdown table. The rows are read, not recomputed: a
+    sequential study's claims hold only at its looks (a fixed-size interval of its trials would
+    be another statistic)."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) < 2:
         print("usage: python -m optbench.report.claims_page OUT.md REPORT_DIR...", file=sys.stderr)
         return 2
     out, folders = Path(args[0]), [Path(a) for a in args[1:]]
-    parts = []
-    for folder in folders:
-        trials = pd.read_csv(folder / "trials.csv")
-        study = str(trials["study"].iloc[0]) if len(trials) else folder.name
-        parts.append(claims_table(frames.with_errors(trials), Options(), study))
-    table = pd.concat(parts, ignore_index=True)
-    out.write_text(markdown(table))
+    rows = [row for f in folders for row in json.loads((f / "summary.json").read_text())["claims"]]
+    out.write_text(markdown(pd.DataFrame(rows)))
     print(out.read_text(), end="")
     return 0
 

@@ -580,7 +580,7 @@ def plot_looks(panels: Sequence[LookPanel], ncols: int = 2) -> Figure:
             text = "c=inf" if not np.isfinite(c) else f"c={c:.2f}"
             ax.annotate(text, (xi, hi), xytext=(0, 4), textcoords="offset points",
                         ha="center", fontsize=7, color="0.35")  # fmt: skip
-        ax.set_xlim(0, panel.n_max * 1.05)
+        ax.set_xlim(0, panel.n_max * 1.1)  # room for the last look's boundary, written above it
         ax.margins(y=0.15)  # room for the boundaries written above the intervals
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel(f"{panel.unit} per cell at the look (at most {panel.n_max})")
