@@ -20,6 +20,7 @@ length, so it is compared with the median trial's wall_s.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 
@@ -45,7 +46,7 @@ def boundaries(records: list[tuple[float, float, float]], workers: int) -> dict:
     in seconds."""
     rounds = _rounds(records)
     rows = []
-    for this, after in zip(rounds, rounds[1:], strict=False):
+    for this, after in itertools.pairwise(rounds):
         completions = sorted(r[1] for r in this)
         end = completions[-1]
         tail = sum(end - c for c in completions[-workers:-1])
