@@ -232,6 +232,25 @@ CASES = [
         for word in ("true", "yes", "on")
     ),
     Case("population true", "executor.population", study={"executor": {"population": True}}),
+    Case(
+        "seed_per_sample a word",
+        "search.seed_per_sample: Input should be a valid boolean",
+        study={"search.seed_per_sample": "x"},
+    ),
+    Case(
+        "seed_per_sample with a population",
+        "search.seed_per_sample gives every sample its own",
+        study={"search.seed_per_sample": True, "executor": {"population": 2}},
+    ),
+    Case(
+        "seed_per_sample adding seeds",
+        "adding seeds needs the same seeds in every sample",
+        study={
+            "search.seed_per_sample": True,
+            "seeds": [0, 1, 2, 3],
+            "decide": {"claims": ["b"], "looks": [3, 4]},
+        },
+    ),
     *[
         Case(f"tracking {what}", needle, study={"tracking": block})
         for what, needle, block in [

@@ -142,3 +142,26 @@ def test_a_run_says_once_that_its_batch_scales_the_lr(tiny_dict, cli, monkeypatc
     (tmp_path / "basic.yaml").write_text(yaml.safe_dump(tiny_dict))
     code, out, err = cli("run", "basic.yaml")
     assert code == 0 and "ref_batch" not in out, (out, err)
+
+
+def test_seed_per_sample_gives_each_sample_its_seeds_and_keeps_the_box_paired(tiny_dict):
+    tiny_dict["seeds"] = [0, 1]
+    tiny_dict["search"]["n_samples"] = 3
+    shared = plan(parse_spec(tiny_dict))
+    tiny_dict["search"]["seed_per_sample"] = True
+    spec = parse_spec(tiny_dict)
+    own = plan(spec)
+    assert [(t.cell, t.sample, t.lr, t.wd) for t in own] == [
+        (t.cell, t.sample, t.lr, t.wd) for t in shared
+    ]  # the same pairs in the same order: only the training seeds differ
+    assert {t.seed for t in shared} == {0, 1}
+    seeds_of = {}
+    for t in own:
+        assert t.config.seed == t.seed and f"-seed{t.seed}" in t.key
+        seeds_of.setdefault(t.sample, {}).setdefault(t.cell.model, []).append(t.seed)
+    for by_model in seeds_of.values():  # sample i has the same two seeds in every model
+        assert len({tuple(s) for s in by_model.values()}) == 1
+    per_sample = [set(next(iter(m.values()))) for m in seeds_of.values()]
+    assert all(len(s) == 2 for s in per_sample)
+    assert len(set().union(*per_sample)) == 6  # no seed shared by two samples
+    assert {t.cell_id for t in own}.isdisjoint({t.cell_id for t in shared})  # new cells

@@ -137,6 +137,17 @@ def test_a_shared_box_resamples_pairs_together_and_its_interval_is_narrower():
     assert paired["high"] - paired["low"] < unpaired["high"] - unpaired["low"]
 
 
+def test_a_shared_box_with_a_seed_per_sample_is_still_resampled_by_pairs():
+    # search.seed_per_sample: sample i trains with seed s_i in both models, no seed in two
+    # samples; the claim resamples the same n pairs as with one seed, and gets the same numbers
+    frame = _shared_box(np.random.default_rng(3), 16, noise=0.5, spread_c=12.0, spread_p=20.0)
+    own = frame.assign(seed=1000 + 7 * frame["sample"])
+    one, per_sample = _row_a(frame), _row_a(own)
+    assert per_sample["design"] == "paired" and per_sample["n_now"] == 16
+    for key in ("estimate", "se", "low", "high"):
+        assert per_sample[key] == pytest.approx(one[key])
+
+
 def test_boxes_of_their_own_are_resampled_each_on_its_own():
     frame = _shared_box(np.random.default_rng(4), 12, 0.5, 5.0, 30.0, same_pairs=False)
     assert _row_a(frame)["design"] == "unpaired"

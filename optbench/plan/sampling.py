@@ -6,6 +6,10 @@ the unit square, mapped into that model's (lr, wd) box. With shared ranges, mode
 see identical pairs (a paired comparison); with per-model good values, the same relative
 position. Growing n_samples keeps the first n pairs.
 
+Training seeds: every sample trains with each of the study's `seeds`, or with
+`search.seed_per_sample` with seeds of its own (`sample_seed`), the same for sample i of every
+model, so a shared box stays paired.
+
 - random: optuna's RandomSampler, seeded (seed, optimizer), asked n times in order.
 - good: no sampling; the one pair is the (model, optimizer)'s good value (for schedule-length
   and optimizer grids run at known-good settings, as the paper's Figs 2-3).
@@ -35,6 +39,13 @@ def distributions(bounds: Range) -> dict[str, FloatDistribution]:
 
 def _stream_seed(seed: int, optimizer: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}/{optimizer}".encode()).digest()[:4], "little")
+
+
+def sample_seed(seed: int, sample: int) -> int:
+    """Sample `sample`'s training seed for the study seed `seed` under search.seed_per_sample:
+    a hash, so seeds of different samples and study seeds never meet (0 .. 2**63 - 1)."""
+    digest = hashlib.sha256(f"{seed}/sample{sample}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
 
 
 def _log_map(u: float, low: float, high: float) -> float:

@@ -3,7 +3,8 @@ key. A pure function of the spec: the same YAML gives the same plan on any machi
 reads and writes nothing (the store attaches what the database knows, see store.StoredTrial).
 
 A study's grid is its cells (model x optimizer x epochs); each cell trains the (lr, wd) pairs
-drawn for it (sampling.py) once per seed. With executor.population K > 1 the trials of a cell
+drawn for it (sampling.py) once per seed (with search.seed_per_sample each sample's own seeds,
+sampling.sample_seed). With executor.population K > 1 the trials of a cell
 and seed (which differ only in (lr, wd)) are grouped K by K in plan order (`populations`), each
 group one job (`jobs`).
 """
@@ -14,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from optbench.plan.sampling import study_pairs
+from optbench.plan.sampling import sample_seed, study_pairs
 from optbench.spec.schema import Cell, StudySpec
 from optbench.trial.config import Execution, TrainConfig, make_train_config
 from optbench.trial.jobs import Job, PopulationJob, TrialJob
@@ -56,7 +57,10 @@ def plan(spec: StudySpec) -> list[Trial]:
     for cell in spec.cells():
         cell_id = spec.cell_id(cell)
         for sample, (lr, wd) in enumerate(study_pairs(spec.search, cell.model, cell.optimizer)):
-            for seed in spec.seeds:
+            for study_seed in spec.seeds:
+                seed = (
+                    sample_seed(study_seed, sample) if spec.search.seed_per_sample else study_seed
+                )
                 key = f"{cell_id}/s{sample:03d}-seed{seed}"
                 config = _train_config(spec, cell, lr, wd, seed)
                 out_dir = spec.study_dir / "trials" / key

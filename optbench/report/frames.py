@@ -267,8 +267,14 @@ def seed_frame(results: pd.DataFrame, diverged_as: float) -> pd.DataFrame:
 
 
 def sample_matrix(results: pd.DataFrame, diverged_as: float) -> tuple[np.ndarray, np.ndarray]:
-    """(sample ids, samples x seeds errors) of one cell; incomplete samples are dropped."""
-    wide = seed_frame(results, diverged_as).dropna()
+    """(sample ids, samples x seeds errors) of one cell; incomplete samples are dropped. Column
+    j holds each sample's j-th smallest seed: the same seed in every sample, or under
+    search.seed_per_sample each sample's own j-th seed (plan.sampling.sample_seed)."""
+    errors = results["error"].where(np.isfinite(results["error"]), diverged_as)
+    place = results["seed"]
+    if results.groupby("seed")["sample"].nunique().max() == 1:  # no seed in two samples
+        place = results.groupby("sample")["seed"].rank(method="dense").astype(int)
+    wide = errors.groupby([results["sample"], place]).first().unstack().dropna()
     return wide.index.to_numpy(), wide.to_numpy(float)
 
 

@@ -92,6 +92,9 @@ class Search(StrictModel):
     ranges: dict[Optimizer, Range] = Field(default_factory=dict)
     good_values: dict[str, dict[Optimizer, GoodValue]] = Field(default_factory=dict)
     good_range: tuple[StrictFloat, StrictFloat] = (0.125, 4.0)
+    # each (lr, wd) sample trains with its own training seeds (plan.sampling.sample_seed), so a
+    # claim's bootstrap over samples also resamples the seed's effect (docs/sequential.md)
+    seed_per_sample: StrictBool = False
 
     @field_validator("n_samples")
     @classmethod
@@ -360,6 +363,12 @@ class StudySpec(StrictModel):
                 f"executor.population {self.executor.population}: a population does not run "
                 "torch.compile (recipe.compile); set recipe.compile false or population 1"
             )
+        if self.executor.population > 1 and self.search.seed_per_sample:
+            raise ValueError(
+                f"executor.population {self.executor.population}: a population's members share "
+                "one training seed, and search.seed_per_sample gives every sample its own; set "
+                "one of them off (population 1 or seed_per_sample false)"
+            )
         return self
 
     @model_validator(mode="after")
@@ -397,6 +406,11 @@ class StudySpec(StrictModel):
             raise ValueError(
                 f"decide.looks starts at {decide.looks[0]} {unit}: the first look needs at "
                 f"least {DECIDE_MIN[unit]} (claim {decide.claims[0]}'s interval)"
+            )
+        if unit == "seeds" and self.search.seed_per_sample:
+            raise ValueError(
+                f"decide.claims {decide.claims}: adding seeds needs the same seeds in every "
+                "sample, and search.seed_per_sample gives every sample its own; set it false"
             )
         if unit == "samples" and self.search.sampler == "good":
             raise ValueError(
@@ -490,7 +504,7 @@ class StudySpec(StrictModel):
             "search_seed": self.search.seed,
             "lr_bounds": list(bounds.lr),
             "wd_bounds": list(bounds.wd),
-        }
+        } | ({"seed_per_sample": True} if self.search.seed_per_sample else {})
 
     def cell_id(self, cell: Cell) -> str:
         blob = json.dumps(self.cell_config(cell), sort_keys=True).encode()
