@@ -156,10 +156,50 @@ def swapped_nulls(trials: pd.DataFrame, models: tuple[str, str], shifts: int) ->
     return out
 
 
+def seed_per_sample_studies(trials: pd.DataFrame, count: int, kind: str, seed: int = 0) -> dict:
+    """`count` studies of the search.seed_per_sample design made of real trainings: sample k of
+    a study is sample k of a replicate drawn for it (each replicate has its own sampler and
+    training seed, so the samples are independent draws of a pair and a seed, as that design
+    draws them), each replicate at most ceil(n / R) times per model. `kind`:
+    - "paired": both models' trials of the drawn replicate (one box, one seed per pair);
+    - "unpaired": a replicate drawn for each model on its own (boxes of their own);
+    - "null": one model against itself, each side from its own half of the replicates
+      (estimand 0 by symmetry; a seed is used up to 2 n / R times per side, more than the
+      design's once, so this null is harder than the design's own).
+    The studies share trials, so they are not independent: their shares are read with that in
+    mind. The report pools a sample's seeds, so the seed column is set to 0 here."""
+    rng = np.random.default_rng(seed)
+    index = trials.set_index(["replicate", "model", "sample"]).sort_index()
+    reps = np.array(sorted(set(trials["replicate"])))
+    n = int(trials["sample"].max()) + 1
+
+    def draw(pool: np.ndarray) -> np.ndarray:
+        repeats = -(-n // len(pool))
+        return rng.permutation(np.concatenate([rng.permutation(pool)] * repeats)[:n])
+
+    def cell(model: str, drawn: np.ndarray, label: str) -> pd.DataFrame:
+        rows = index.loc[[(r, model, k) for k, r in enumerate(drawn)]].reset_index()
+        return rows.assign(model=label, sample=np.arange(n), seed=0)
+
+    p, c = MODELS
+    out = {}
+    for j in range(count):
+        if kind == "paired":
+            drawn = draw(reps)
+            out[j] = pd.concat([cell(p, drawn, p), cell(c, drawn, c)])
+        elif kind == "unpaired":
+            out[j] = pd.concat([cell(p, draw(reps), p), cell(c, draw(reps), c)])
+        else:
+            model, halves = MODELS[j % 2], np.array_split(rng.permutation(reps), 2)
+            out[j] = pd.concat([cell(model, draw(halves[0]), p), cell(model, draw(halves[1]), c)])
+    return out
+
+
 # --- the bench's designs (issue 45): what bench/RESULTS.md reports -------------------------------
 
 MODELS = ("vit_p_w64_16px", "vit_c_w64_16px")  # ViT_P, ViT_C: bench/replicates.py's MODELS
 NULL_SHIFTS = 5  # swapped nulls: 2 models x 20 replicates x 5 shifts = 200 studies
+SEED_PER_SAMPLE_STUDIES = 400  # studies of the seed_per_sample design per kind
 SHARED_LOOKS = (6, 8, 10, 12, 16, 24)  # the quickstart's design (studies/quickstart.yaml)
 PER_MODEL_LOOKS = (8, 16, 24, 32)  # the mini's EDF design (studies/mini/mini_edf.yaml)
 NULL_LOOKS = (8, 16, 24, 32, 40)  # the 4-epoch null replicates were trained to 40
@@ -189,35 +229,41 @@ def _seed_replicates(folder, seeds_per: int) -> dict:
     return {r: f for r, f in trials.groupby("replicate") if r < full}
 
 
+def _looks(looks: tuple[int, ...], trials: pd.DataFrame) -> tuple[int, ...]:
+    """The design's looks that the replicates were trained far enough for."""
+    return tuple(n for n in looks if n <= int(trials["sample"].max()) + 1)
+
+
+def _sequential(studies: dict, looks: tuple[int, ...], null: bool = False) -> list[dict]:
+    return [evaluate(studies, "a", "samples", d, null=null) for d in _designs(looks, MARGIN_A)]
+
+
 def analyse(folder) -> dict:
-    """The JSON line of bench/RESULTS.md's sequential section, from what is trained so far."""
+    """The JSON line of bench/RESULTS.md's sequential section, from what is trained so far:
+    each design as trained (one training seed per study) and as search.seed_per_sample would
+    train it (seed_per_sample_studies), the "_seed_per_sample" keys."""
     out: dict = {"bench": "replicates-sequential"}
-    shared = _largest(folder, "shared")
-    if shared is not None:
-        reps = by_replicate(shared)
-        n_max = int(shared["sample"].max()) + 1
-        looks = tuple(n for n in SHARED_LOOKS if n <= n_max)
-        out["shared"] = [evaluate(reps, "a", "samples", d) for d in _designs(looks, MARGIN_A)]
-        out["shared_fixed"] = fixed_designs(
-            reps, "a", "samples", [n for n in (10, 24, 40) if n <= n_max]
+    for name, design_looks, pairing in (
+        ("shared", SHARED_LOOKS, "paired"),
+        ("per_model", PER_MODEL_LOOKS, "unpaired"),
+    ):
+        trials = _largest(folder, name)
+        if trials is None:
+            continue
+        looks, reps = _looks(design_looks, trials), by_replicate(trials)
+        out[name] = _sequential(reps, looks)
+        out[f"{name}_fixed"] = fixed_designs(
+            reps, "a", "samples", list(_looks((10, 24, 40), trials))
         )
-    per_model = _largest(folder, "per_model")
-    if per_model is not None:
-        reps = by_replicate(per_model)
-        out["per_model"] = [
-            evaluate(reps, "a", "samples", d) for d in _designs(PER_MODEL_LOOKS, MARGIN_A)
-        ]
-        out["per_model_fixed"] = fixed_designs(reps, "a", "samples", [10, 24])
+        many = seed_per_sample_studies(trials, SEED_PER_SAMPLE_STUDIES, pairing)
+        out[f"{name}_seed_per_sample"] = _sequential(many, looks)
     null = _largest(folder, "a")  # the 4-epoch design of issue 31: estimand near 0
     if null is not None:
-        reps = by_replicate(null)
-        out["null_4_epochs"] = [
-            evaluate(reps, "a", "samples", d, null=True) for d in _designs(NULL_LOOKS, MARGIN_A)
-        ]
+        out["null_4_epochs"] = _sequential(by_replicate(null), NULL_LOOKS, null=True)
         swapped = swapped_nulls(null, MODELS, NULL_SHIFTS)
-        out["null_swapped"] = [
-            evaluate(swapped, "a", "samples", d, null=True) for d in _designs(NULL_LOOKS, MARGIN_A)
-        ]
+        out["null_swapped"] = _sequential(swapped, NULL_LOOKS, null=True)
+        many = seed_per_sample_studies(null, SEED_PER_SAMPLE_STUDIES, "null")
+        out["null_seed_per_sample"] = _sequential(many, NULL_LOOKS, null=True)
     seeds = _seed_replicates(folder, SEED_LOOKS[-1])
     if seeds:
         out["seeds_b"] = [evaluate(seeds, "b", "seeds", d) for d in _designs(SEED_LOOKS, None)]
