@@ -99,6 +99,7 @@ BAD_TRIALS = {
     "epochs 20.0": (_cell("epochs", "20.0"), "row 4: epochs"),
     "epochs as words": (_cell("epochs", "twenty"), "row 4: epochs"),
     "a negative seed": (_cell("seed", "-1"), "row 4: seed"),
+    "a seed of 2**63": (_cell("seed", str(2**63)), "row 4: seed: not a training seed"),
     "an unknown status": (_cell("status", "done"), "row 4: status"),
     "a digest not hex": (_cell("digest", "z" * 64), "row 4: digest"),
     "an escape in a model": (_cell("model", f"{ESC}[2J{ESC}[31mvit"), "row 4: model"),
@@ -127,8 +128,11 @@ def test_a_trial_listed_twice_is_refused_naming_it(cli, tmp_path):
     folder = _edited(tmp_path, twice)
     code, _, err = cli("compare", str(folder), str(REFERENCE))
     assert code == 2 and len(err.strip().splitlines()) == 1, err
-    appended = len(pd.read_csv(REFERENCE / "trials.csv")) + 1  # rows count from 1
-    assert f"rows 6 and {appended} are one trial (vit_p_w64_16px adamw 20 sample 5 seed 0)" in err
+    reference = pd.read_csv(REFERENCE / "trials.csv")
+    appended, seed = len(reference) + 1, reference.loc[5, "seed"]  # rows count from 1
+    assert (
+        f"rows 6 and {appended} are one trial (vit_p_w64_16px adamw 20 sample 5 seed {seed})" in err
+    )
 
 
 def test_a_run_of_pending_trials_only_is_compared_not_a_traceback(cli, tmp_path):

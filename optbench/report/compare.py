@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from optbench.errors import UsageError
+from optbench.spec.caps import SEED_BOUND
 
 TRIAL_KEY: list[str] = ["model", "optimizer", "epochs", "sample", "seed"]
 NEEDED = [*TRIAL_KEY, "status", "final_error", "digest"]
@@ -35,6 +36,7 @@ MAKERS = {
 MAX_TRIALS_BYTES = 64 * 2**20  # a report's trials.csv: 10,000 trials are about 5 MB
 STATUSES = ("finished", "diverged", "failed", "pending")
 _COUNT = re.compile(r"[0-9]{1,18}")
+_SEED = re.compile(r"[0-9]{1,19}")
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
@@ -49,6 +51,14 @@ def _text(value: str) -> str:
 def _count(value: str) -> int:
     if not _COUNT.fullmatch(value):
         raise ValueError("not a count (digits only)")
+    return int(value)
+
+
+def _seed(value: str) -> int:
+    """A training seed: 0 .. 2**63 - 1, as a study may list (search.seed_per_sample draws them
+    from the whole range)."""
+    if not _SEED.fullmatch(value) or int(value) >= SEED_BOUND:
+        raise ValueError("not a training seed (digits only, below 2**63)")
     return int(value)
 
 
@@ -82,7 +92,7 @@ PARSERS = {
     "optimizer": _text,
     "epochs": _count,
     "sample": _count,
-    "seed": _count,
+    "seed": _seed,
     "status": _status,
     "final_error": _error,
     "digest": _digest,
