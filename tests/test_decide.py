@@ -4,6 +4,7 @@ recorded between them, and a driver stopped anywhere resuming to the same decisi
 from __future__ import annotations
 
 import copy
+import re
 import os
 import signal
 import subprocess
@@ -284,6 +285,13 @@ def test_the_dry_run_gives_the_smallest_the_largest_and_the_expected_size(tiny_d
     row["cells"] = [[P, "adamw", 1], [C, "adamw", 1]]
     _, expected = size_lines(spec, trials, hours, [row])
     assert "about 12 trials, 6 device-hours expected" in expected  # z = 11: the first look
+    # the dry run passes the trials of every look (rounds.most); it said "about 0 trials" when a
+    # cell no claim reads (D) has fewer of them
+    most = Rounds(spec, []).within(trials, Rounds(spec, []).most())
+    assert size_lines(spec, most, hours, [row])[1] == expected
+    row |= {"estimate": 0.0}  # no effect: most studies take every look (20 trials at most)
+    _, none = size_lines(spec, most, hours, [row])
+    assert 18 <= int(re.search(r"about (\d+) trials", none)[1]) <= 20, none
 
 
 @pytest.mark.slow  # renders a whole report: over half a second here

@@ -279,9 +279,9 @@ def size_lines(
     report estimated the named claims (`earlier`: its summary.json claims rows), the expected
     size if the effects are as estimated (report/sequential.stop_probabilities). `trial_hours`:
     device-hours of one trial per cell, None where unknown."""
-    rounds, unit = Rounds(spec, []), spec.decide.unit
-    looks, per_unit = spec.decide.looks, len(trials) // max(1, len(set(map(_cell, trials))))
-    per_unit //= looks[-1]  # trials per unit of a cell: seeds per sample, or samples per seed
+    rounds, unit, looks = Rounds(spec, []), spec.decide.unit, spec.decide.looks
+    # trials per unit of a cell: seeds per sample, or samples per seed
+    per_unit = len(spec.seeds) if unit == "samples" else spec.search.n_samples
     first, most = rounds.asked(trials), rounds.within(trials, rounds.most())
     expected = {_cell(t): float(looks[0]) for t in trials}
     found = False
