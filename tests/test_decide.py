@@ -4,8 +4,8 @@ recorded between them, and a driver stopped anywhere resuming to the same decisi
 from __future__ import annotations
 
 import copy
-import re
 import os
+import re
 import signal
 import subprocess
 import sys
