@@ -257,6 +257,20 @@ def test_a_seed_claim_below_three_seeds_is_not_tested(k):
     assert row["estimate"] == pytest.approx(16.0)  # every seed's contrast: (30-10) - (12-8)
 
 
+def test_a_seed_claim_of_cells_with_a_seed_per_sample_says_why_it_is_not_tested():
+    # search.seed_per_sample: sample i of every cell has its own seed, so no sample of a cell
+    # has the seeds of another's best sample; the row was left out (the EDF study's (c))
+    rng = np.random.default_rng(4)
+    rows = []
+    for model in (P, C):
+        for optimizer in ("adamw", "sgd"):
+            errors = [[10 + 20 * rng.uniform()] for _ in range(8)]
+            rows += [r | {"seed": 100 + r["sample"]} for r in _rows(model, optimizer, 8, errors)]
+    row = _row(_claims(rows), "c")
+    assert row["verdict"] == "not tested" and row["n_now"] == 0 and np.isnan(row["estimate"])
+    assert "share no seeds at one sample" in row["advice"]
+
+
 def test_a_three_seed_claim_gets_the_t_interval_of_its_per_seed_contrasts():
     # Seed s of every cell gives one contrast (P_short - P_long) - (C_short - C_long); the
     # interval is Student's t on those three values (scipy's), never narrower than it.

@@ -183,16 +183,16 @@ class _Claims:
     def seed_errors(self, cells: list[tuple[str, str, int]]) -> tuple[int, list[np.ndarray]]:
         """The seeds that every cell has (k) and, per cell, the errors of those seeds (k,) at
         the cell's sample with the lowest mean over them (module docstring); a diverged seed is
-        DIVERGED_ERROR. Empty vectors when the cells share no seed."""
+        DIVERGED_ERROR. No vectors when a cell has no result; k = 0 and empty vectors when a
+        cell has no sample with all the seeds the cells share."""
         wides = [frames.seed_frame(self.cell(*cell), frames.DIVERGED_ERROR) for cell in cells]
         seeds = sorted(set.intersection(*(set(w.columns) for w in wides)))
-        vectors = []
-        for wide in wides:
-            matrix = wide[seeds].dropna().to_numpy(float)
-            if matrix.size == 0:
-                return 0, []
-            vectors.append(matrix[np.argmin(matrix.mean(axis=1))])
-        return len(seeds), vectors
+        matrices = [wide[seeds].dropna().to_numpy(float) for wide in wides]
+        if any(m.size == 0 for m in matrices):  # a cell without a sample of all those seeds
+            # with results in every cell (search.seed_per_sample: each sample its own seeds),
+            # a row that says why it is not tested
+            return 0, [np.empty(0) for _ in wides] if all(len(w) for w in wides) else []
+        return len(seeds), [m[np.argmin(m.mean(axis=1))] for m in matrices]
 
     def row(self, claim: str, optimizer, epochs, models, cells) -> dict:
         """What every row of one claim and panel says besides its statistics."""
@@ -261,6 +261,11 @@ class _Claims:
         if k < MIN_SEEDS:
             estimate = float(np.min(np.mean(contrasts, axis=-1))) if k else float("nan")
             advice = f"too few seeds ({k}): needs at least {MIN_SEEDS} for an interval"
+            if k == 0:  # e.g. search.seed_per_sample: each cell's best sample has its own seeds
+                advice = (
+                    "its cells share no seeds at one sample (search.seed_per_sample gives each "
+                    "sample its own): a seed claim compares the same seeds"
+                )
             self.rows.append(
                 row
                 | {"estimate": estimate, "low": np.nan, "high": np.nan, "verdict": NOT_TESTED}
