@@ -36,7 +36,9 @@ over its samples), so no single "true" value serves every size.
 `python bench/replicates.py analyse-sequential DIR` reads what train-sequential wrote so far
 (with trials_a_40.csv and trials_b.csv beside it) and prints one JSON line: per design and
 spending, the share of replicates decided at each outcome, their mean size at the stop, and on
-null replicates the share of wrong decisions (bench/sequential_analysis.py; docs/sequential.md).
+null replicates the share of wrong decisions; each EDF design also as search.seed_per_sample
+trains it, studies made of the replicates' trainings with a seed per sample
+(bench/sequential_analysis.py; docs/sequential.md).
 """
 
 from __future__ import annotations

@@ -58,15 +58,21 @@ def looks_of(replicates: dict, claim: str, unit: str, sizes: list[int]) -> dict:
     return out
 
 
+def _size(frame: pd.DataFrame, unit: str) -> int:
+    return int(frame["sample"].max()) + 1 if unit == "samples" else frame["seed"].nunique()
+
+
 def replay(looks: dict, r, design: sequential.Design) -> dict:
-    """One replicate's sequential study: its looks until the first decision."""
+    """One replicate's sequential study: its looks until the first decision, or "continue" at
+    the last look its replicate was trained for (`looks` has no later size)."""
     bounds = design.boundaries()
     for k, (n, c) in enumerate(zip(design.looks, bounds, strict=True)):
         estimate, se, df, _ = looks[r, n]
         low, high = sequential.repeated_interval(estimate, se, c, df)
         last = k == len(design.looks) - 1
         found = sequential.outcome(low, high, design.margin, last)
-        if found != "continue":
+        trained_on = (r, design.looks[k + 1]) in looks if not last else False
+        if found != "continue" or not (last or trained_on):
             return {"outcome": found, "n": n, "estimate": estimate, "low": low, "high": high}
     raise AssertionError("the last look always decides or is undecided")
 
@@ -87,8 +93,9 @@ def evaluate(
     replicates: dict, claim: str, unit: str, design: sequential.Design, *, null: bool = False
 ) -> dict:
     """The design's figures over the replicates (module docstring)."""
-    looks = looks_of(replicates, claim, unit, list(design.looks))
-    estimand = {n: float(np.mean([looks[r, n][0] for r in replicates])) for n in design.looks}
+    trained = [n for n in design.looks if n <= max(_size(f, unit) for f in replicates.values())]
+    looks = looks_of(replicates, claim, unit, trained)
+    estimand = {n: float(np.mean([looks[r, n][0] for r in replicates])) for n in trained}
     runs = [replay(looks, r, design) for r in replicates]
     R = len(runs)
     outcomes = [run["outcome"] for run in runs]
@@ -250,13 +257,13 @@ def analyse(folder) -> dict:
         trials = _largest(folder, name)
         if trials is None:
             continue
-        looks, reps = _looks(design_looks, trials), by_replicate(trials)
-        out[name] = _sequential(reps, looks)
+        reps = by_replicate(trials)  # a design's looks beyond the trained size: "continue"
+        out[name] = _sequential(reps, design_looks)
         out[f"{name}_fixed"] = fixed_designs(
             reps, "a", "samples", list(_looks((10, 24, 40), trials))
         )
         many = seed_per_sample_studies(trials, SEED_PER_SAMPLE_STUDIES, pairing)
-        out[f"{name}_seed_per_sample"] = _sequential(many, looks)
+        out[f"{name}_seed_per_sample"] = _sequential(many, design_looks)
     null = _largest(folder, "a")  # the 4-epoch design of issue 31: estimand near 0
     if null is not None:
         out["null_4_epochs"] = _sequential(by_replicate(null), NULL_LOOKS, null=True)

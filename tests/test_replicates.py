@@ -145,6 +145,11 @@ def test_the_quickstarts_sequential_design_decides_its_replicates_in_the_effects
                 stops.append(found)
                 break
     assert len(reps) == 20 and set(stops) == {"holds"} and len(stops) >= 12
+    # the bench's replay of the whole design on replicates trained to 10: the same stops, the
+    # rest "continue" at the last look trained
+    found = sequential_analysis.evaluate(reps, "a", "samples", design)
+    assert found["outcomes"] == {"holds": len(stops), "continue": 20 - len(stops)}
+    assert list(found["estimand"]) == trained
 
 
 def test_the_quickstarts_sequential_design_decides_its_replicates_by_its_last_look():
