@@ -188,3 +188,20 @@ def test_the_quickstarts_design_with_a_seed_per_pair_decides_its_replicates_by_i
     )
     assert found["pairing"] == ["paired"] and found["decided"] >= 0.9
     assert found["wrong"] == 0.0 and found["coverage"] >= 0.9
+
+
+def test_the_minis_edf_design_decides_no_replicate_against_the_effect():
+    # 20 replicates of mini_edf's AdamW design (per-model boxes, 8 epochs) trained to 24 of its
+    # 32 samples: its own looks and spending replayed to 24; those undecided by then continue
+    bench = _bench()
+    from optbench.report import sequential
+
+    decide = yaml.safe_load(
+        (REPLICATES.parents[2] / "studies" / "mini" / "mini_edf.yaml").read_text()
+    )["decide"]
+    design = sequential.Design(tuple(decide["looks"]), decide["spending"], margin=decide["margin"])
+    reps = bench.by_replicate(pd.read_csv(REPLICATES / "trials_per_model_24.csv"))
+    found = bench.evaluate(reps, "a", "samples", design)
+    assert found["replicates"] == 20 and found["pairing"] == ["unpaired"]
+    assert set(found["outcomes"]) <= {"holds", "continue"} and found["wrong"] == 0.0
+    assert found["coverage"] >= 0.9 and list(found["estimand"]) == [8, 16, 24]
