@@ -205,3 +205,19 @@ def test_the_minis_edf_design_decides_no_replicate_against_the_effect():
     assert found["replicates"] == 20 and found["pairing"] == ["unpaired"]
     assert set(found["outcomes"]) <= {"holds", "continue"} and found["wrong"] == 0.0
     assert found["coverage"] >= 0.9 and list(found["estimand"]) == [8, 16, 24]
+
+
+def test_claim_b_adding_seeds_decides_its_twenty_replicates_in_the_effects_direction():
+    # mini_length's rule for (b) (seeds added at its looks) on 20 disjoint groups of 6 of the
+    # 120 seeds of trials_b.csv and trials_b_more.csv (bench/RESULTS.md: 20 of 20 "holds")
+    bench = _bench()
+    from optbench.report import sequential
+
+    decide = yaml.safe_load(
+        (REPLICATES.parents[2] / "studies" / "mini" / "mini_length.yaml").read_text()
+    )["decide"]
+    design = sequential.Design(tuple(decide["looks"]), decide["spending"])
+    reps = bench._seed_replicates(REPLICATES, design.looks[-1])
+    found = bench.evaluate(reps, "b", "seeds", design)
+    assert found["replicates"] == 20 and found["decided"] >= 0.9 and found["wrong"] == 0.0
+    assert found["coverage"] >= 0.9
