@@ -69,10 +69,9 @@ def replay(looks: dict, r, design: sequential.Design) -> dict:
     for k, (n, c) in enumerate(zip(design.looks, bounds, strict=True)):
         estimate, se, df, _ = looks[r, n]
         low, high = sequential.repeated_interval(estimate, se, c, df)
-        last = k == len(design.looks) - 1
-        found = sequential.outcome(low, high, design.margin, last)
-        trained_on = (r, design.looks[k + 1]) in looks if not last else False
-        if found != "continue" or not (last or trained_on):
+        found = sequential.outcome(low, high, design.margin, last=k == len(design.looks) - 1)
+        next_trained = k + 1 < len(design.looks) and (r, design.looks[k + 1]) in looks
+        if found != "continue" or not next_trained:
             return {"outcome": found, "n": n, "estimate": estimate, "low": low, "high": high}
     raise AssertionError("the last look always decides or is undecided")
 
@@ -89,12 +88,26 @@ def _wrong(outcome: str, estimand: float, margin: float | None, null: bool) -> b
     return False
 
 
+def trained_looks(replicates: dict, unit: str, looks: tuple[int, ...]) -> list[int]:
+    """The looks that the replicates were trained far enough for."""
+    largest = max(_size(frame, unit) for frame in replicates.values())
+    return [n for n in looks if n <= largest]
+
+
 def evaluate(
-    replicates: dict, claim: str, unit: str, design: sequential.Design, *, null: bool = False
+    replicates: dict,
+    claim: str,
+    unit: str,
+    design: sequential.Design,
+    *,
+    null: bool = False,
+    looks: dict | None = None,
 ) -> dict:
-    """The design's figures over the replicates (module docstring)."""
-    trained = [n for n in design.looks if n <= max(_size(f, unit) for f in replicates.values())]
-    looks = looks_of(replicates, claim, unit, trained)
+    """The design's figures over the replicates (module docstring); `looks` is looks_of's
+    answer when the caller already has it (designs that differ only in spending share it)."""
+    trained = trained_looks(replicates, unit, design.looks)
+    if looks is None:
+        looks = looks_of(replicates, claim, unit, trained)
     estimand = {n: float(np.mean([looks[r, n][0] for r in replicates])) for n in trained}
     runs = [replay(looks, r, design) for r in replicates]
     R = len(runs)
@@ -236,13 +249,17 @@ def _seed_replicates(folder, seeds_per: int) -> dict:
     return {r: f for r, f in trials.groupby("replicate") if r < full}
 
 
-def _looks(looks: tuple[int, ...], trials: pd.DataFrame) -> tuple[int, ...]:
-    """The design's looks that the replicates were trained far enough for."""
-    return tuple(n for n in looks if n <= int(trials["sample"].max()) + 1)
-
-
-def _sequential(studies: dict, looks: tuple[int, ...], null: bool = False) -> list[dict]:
-    return [evaluate(studies, "a", "samples", d, null=null) for d in _designs(looks, MARGIN_A)]
+def _sequential(
+    studies: dict, looks: tuple[int, ...], null: bool = False, claim: str = "a"
+) -> list[dict]:
+    """Every spending's figures for one set of looks; each look is computed once."""
+    unit = "samples" if claim == "a" else "seeds"
+    margin = MARGIN_A if claim == "a" else None
+    computed = looks_of(studies, claim, unit, trained_looks(studies, unit, looks))
+    return [
+        evaluate(studies, claim, unit, d, null=null, looks=computed)
+        for d in _designs(looks, margin)
+    ]
 
 
 def analyse(folder) -> dict:
@@ -260,7 +277,7 @@ def analyse(folder) -> dict:
         reps = by_replicate(trials)  # a design's looks beyond the trained size: "continue"
         out[name] = _sequential(reps, design_looks)
         out[f"{name}_fixed"] = fixed_designs(
-            reps, "a", "samples", list(_looks((10, 24, 40), trials))
+            reps, "a", "samples", trained_looks(reps, "samples", (10, 24, 40, 48))
         )
         many = seed_per_sample_studies(trials, SEED_PER_SAMPLE_STUDIES, pairing)
         out[f"{name}_seed_per_sample"] = _sequential(many, design_looks)
@@ -273,5 +290,5 @@ def analyse(folder) -> dict:
         out["null_seed_per_sample"] = _sequential(many, NULL_LOOKS, null=True)
     seeds = _seed_replicates(folder, SEED_LOOKS[-1])
     if seeds:
-        out["seeds_b"] = [evaluate(seeds, "b", "seeds", d) for d in _designs(SEED_LOOKS, None)]
+        out["seeds_b"] = _sequential(seeds, SEED_LOOKS, claim="b")
     return out
