@@ -221,7 +221,7 @@ MODELS = ("vit_p_w64_16px", "vit_c_w64_16px")  # ViT_P, ViT_C: bench/replicates.
 NULL_SHIFTS = 5  # swapped nulls: 2 models x 20 replicates x 5 shifts = 200 studies
 SEED_PER_SAMPLE_STUDIES = 400  # studies of the seed_per_sample design per kind
 SHARED_LOOKS = (6, 8, 10, 12, 16, 24)  # the quickstart's design (studies/quickstart.yaml)
-PER_MODEL_LOOKS = (8, 16, 24, 32)  # the mini's EDF design (studies/mini/mini_edf.yaml)
+PER_MODEL_LOOKS = (8, 16, 24, 32, 40, 48)  # the mini's EDF design (studies/mini/mini_edf.yaml)
 NULL_LOOKS = (8, 16, 24, 32, 40)  # the 4-epoch null replicates were trained to 40
 SEED_LOOKS = (3, 4, 6)  # claim (b) adding seeds (studies/mini/mini_length.yaml)
 MARGIN_A = 0.1  # EDF area: "equivalent" inside +-0.1
