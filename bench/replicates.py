@@ -21,7 +21,7 @@ prefix of it (sampling keeps the first n pairs; seeds are added in order):
   (lr, wd) box for both models, so both train the same pairs), R studies of up to 40 samples, in
   stages of 10, 24 and 40 samples so the bench is usable part-way; OUT/trials_shared_<n>.csv.
 - per_model: the mini's EDF design with AdamW (8 epochs, each model's box around its own good
-  value), R studies of N_SAMPLES_PER_MODEL samples; OUT/trials_per_model_32.csv.
+  value), R studies of N_SAMPLES_PER_MODEL samples; OUT/trials_per_model_48.csv.
 - seeds: claim (b)'s design above, seeds 2060 on, so that with trials_b.csv's 60 seeds there are
   R replicates of up to SEEDS_MAX_B seeds; OUT/trials_b_more.csv.
 
@@ -178,7 +178,7 @@ def study_shared(replicate: int, results: Path, n_samples: int) -> dict:
     return spec
 
 
-N_SAMPLES_PER_MODEL = 32  # studies/mini/mini_edf.yaml's largest look
+N_SAMPLES_PER_MODEL = 48  # studies/mini/mini_edf.yaml's largest look
 
 
 def study_per_model(replicate: int, results: Path, n_samples: int = N_SAMPLES_PER_MODEL) -> dict:

@@ -190,9 +190,9 @@ def test_the_quickstarts_design_with_a_seed_per_pair_decides_its_replicates_by_i
     assert found["wrong"] == 0.0 and found["coverage"] >= 0.9
 
 
-def test_the_minis_edf_design_decides_no_replicate_against_the_effect():
-    # 20 replicates of mini_edf's AdamW design (per-model boxes, 8 epochs) trained to 24 of its
-    # 32 samples: its own looks and spending replayed to 24; those undecided by then continue
+def test_the_minis_edf_design_decides_its_replicates_in_the_effects_direction():
+    # 20 replicates of mini_edf's AdamW design (per-model boxes, 8 epochs) trained to its last
+    # look, 48 samples: its own looks and spending replayed (bench/RESULTS.md: 19 of 20 "holds")
     bench = _bench()
     from optbench.report import sequential
 
@@ -200,11 +200,12 @@ def test_the_minis_edf_design_decides_no_replicate_against_the_effect():
         (REPLICATES.parents[2] / "studies" / "mini" / "mini_edf.yaml").read_text()
     )["decide"]
     design = sequential.Design(tuple(decide["looks"]), decide["spending"], margin=decide["margin"])
-    reps = bench.by_replicate(pd.read_csv(REPLICATES / "trials_per_model_24.csv"))
+    reps = bench.by_replicate(pd.read_csv(REPLICATES / "trials_per_model_48.csv"))
     found = bench.evaluate(reps, "a", "samples", design)
     assert found["replicates"] == 20 and found["pairing"] == ["unpaired"]
-    assert set(found["outcomes"]) <= {"holds", "continue"} and found["wrong"] == 0.0
-    assert found["coverage"] >= 0.9 and list(found["estimand"]) == [8, 16, 24]
+    assert list(found["estimand"]) == list(design.looks)  # every look was trained
+    assert set(found["outcomes"]) <= {"holds", "undecided"} and found["wrong"] == 0.0
+    assert found["decided"] >= 0.9 and found["coverage"] >= 0.9
 
 
 def test_claim_b_adding_seeds_decides_its_twenty_replicates_in_the_effects_direction():
