@@ -31,14 +31,17 @@ import json
 import statistics
 from datetime import datetime
 
+import submitit
+
 from optbench.api import load_study
-from optbench.executors.slurm.client import slurm_command
+from optbench.executors.slurm.client import base_state, slurm_command
 from optbench.executors.slurm.journal import read_records
 from optbench.executors.slurm.study import job_folder
 from optbench.run.rounds import asked_trials
 from optbench.store.database import Store
 
 Record = tuple[float, float, float, float]  # asked, started, completed, wall_s
+TIMES = ("Submit", "Start", "End")  # sacct's fields for asked, started, completed
 
 
 def _rounds(records: list[Record]) -> list[list[Record]]:
@@ -86,13 +89,13 @@ def boundaries(records: list[Record], workers: int) -> dict:
 
 
 def sacct_records(out: str) -> list[Record]:
-    """Records of the finished jobs in `sacct -X -P -o JobID,State,Submit,Start,End` output."""
+    """Records of the finished jobs in `sacct -X -P -o JobID,State,Submit,Start,End` output
+    (parsed as the SLURM executor parses sacct: submitit's reader, client.base_state)."""
     records = []
-    for line in out.splitlines()[1:]:
-        _, state, *times = line.split("|")
-        if state != "COMPLETED":
+    for job in submitit.slurm.slurm.SlurmInfoWatcher().read_info(out).values():
+        if base_state(job["State"]) != "COMPLETED":
             continue
-        submit, start, end = (datetime.fromisoformat(t).timestamp() for t in times)
+        submit, start, end = (datetime.fromisoformat(job[k]).timestamp() for k in TIMES)
         records.append((submit, start, end, end - start))
     return records
 
@@ -110,7 +113,7 @@ def _local_records(spec) -> list[Record]:
 
 def _slurm_records(spec) -> list[Record]:
     arrays = sorted({r.job_id.split("_")[0] for r in read_records(job_folder(spec)).values()})
-    fields = "JobID,State,Submit,Start,End"
+    fields = ",".join(("JobID", "State", *TIMES))
     return sacct_records(slurm_command("sacct", "-X", "-P", "-o", fields, "-j", ",".join(arrays)))
 
 
