@@ -25,8 +25,8 @@ from optbench.plan.trials import plan
 from optbench.spec.schema import parse_spec
 from optbench.trackers import backends as tracking_mod
 from optbench.trackers import trial_run as train_tracking
-from optbench.trackers.backends import RUN_FILE, Tracking, read_run_file, tracker_env
-from optbench.trackers.trial_run import TrialTracker
+from optbench.trackers.backends import RUN_FILE, Tracking, open_run, read_run_file, tracker_env
+from optbench.trackers.trial_run import RunWriter, TrialTracker
 from optbench.trial.config import TrialResult
 from optbench.trial.results import read_metrics, write_metrics
 
@@ -191,6 +191,56 @@ def _tracked(cfg, out: Path, study: Path, target, lines: list[dict], result) -> 
         write_metrics(out, lines[:n], study)
         tracker.epoch_ended()
     tracker.end(result)
+
+
+class _Stopped(Exception):
+    """The trial's stop, come after its run opened and before tracker.json recorded it."""
+
+
+@pytest.mark.parametrize("kind", ["mlflow", "wandb"])
+@pytest.mark.slow
+def test_a_trial_stopped_while_its_run_opens_continues_that_run(kind, tmp_path, monkeypatch):
+    study = tmp_path / "study"
+    out = _trial_folder(study)
+    target = Tracking(kind=kind).resolved(study)
+    cfg = tiny_config(epochs=2)
+    opened = []
+
+    def open_then_stop(*args):
+        opened.append(run := open_run(*args))
+        run.end(None, {"status": "stopped"})
+        raise _Stopped
+
+    monkeypatch.setattr(train_tracking, "open_run", open_then_stop)
+    with pytest.raises(_Stopped):
+        RunWriter(cfg, out, study, target).open()
+    monkeypatch.undo()
+    lines = [_line(1), _line(2)]
+    write_metrics(out, lines, study)
+    done = TrialResult(status="finished", final_error=88.0, epochs=2, config=cfg, epochs_run=2)
+    resumed = RunWriter(cfg, out, study, target)
+    resumed.open()
+    resumed.sync()
+    resumed.end(done)
+    [first] = opened
+    assert resumed.run.run_id == first.run_id
+    assert read_run_file(out, study, target) == (first.run_id, 2, True)
+    if kind == "mlflow":
+        [[run]] = _mlflow_runs(study).values()  # one run of the trial, not two
+        assert run.info.status == "FINISHED" and _mlflow_steps(study, run.info.run_id, "lr") == [
+            (1, 0.1),
+            (2, 0.05),
+        ]
+    else:
+        import wandb
+        from wandb_records import offline_runs, read_run
+
+        wandb.teardown()
+        runs = offline_runs(study)
+        assert list(runs) == [first.run_id]  # one run of the trial, in two sessions
+        got = read_run(runs[first.run_id])
+        assert [step for step, _ in got["history"]] == [1, 2]
+        assert got["summary"]["status"] == "finished"
 
 
 @pytest.mark.parametrize("kind", ["mlflow", "wandb"])

@@ -12,7 +12,10 @@ Runs. One tracker run per trial (trackers/trial_run.py feeds it from metrics.jso
 study for the report's files (`attach_report`). Grouping: MLflow's experiment is the study, a
 run's tags name its cell, model, optimizer, epochs, seed and sample; W&B's project is the
 study's (or `project`), group the cell, job_type "trial". A run is reopened by the id kept in
-its folder (RUN_FILE), so a resumed or retried trial continues its run.
+its folder (RUN_FILE), so a resumed or retried trial continues its run. A trial stopped while its
+run opens keeps that run too: a W&B id is chosen and recorded before the run opens (`new_run_id`),
+and an MLflow run (its id the server's) that holds this trial's key and nothing logged yet is
+taken up again rather than made twice.
 
 Nothing outside the study folder: `tracker_env` points W&B's run, cache, config and data
 folders into <study folder>/wandb and turns MLflow's telemetry off; an MLflow file or SQLite
@@ -26,6 +29,8 @@ import importlib.util
 import json
 import os
 import re
+import secrets
+import string
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal, NamedTuple
@@ -169,6 +174,14 @@ def write_run_file(
     safefs.write_text(folder / RUN_FILE, root, json.dumps({_where(tracking): entry}) + "\n")
 
 
+def new_run_id(tracking: Tracking) -> str | None:
+    """The id of a run not yet opened, to record before it opens: W&B takes one from the caller
+    (8 characters of [a-z0-9], as its own), MLflow's server assigns its own (None)."""
+    if tracking.kind != "wandb":
+        return None
+    return "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
+
+
 def _where(tracking: Tracking) -> str:
     return f"{tracking.kind}:{tracking.uri or tracking.project}"
 
@@ -263,9 +276,13 @@ class MlflowRun(TrackerRun):
             self.client.update_run(run_id, status="RUNNING")
             return
         experiment = self._experiment(study_dir, tracking.uri)
-        tags = {**meta["tags"], "optbench.group": meta["group"], "optbench.job": meta["job"]}
-        run = self.client.create_run(experiment, run_name=meta["name"], tags=tags)
-        self.run_id = run.info.run_id
+        self.run_id = self._unlogged(experiment, meta["tags"].get("key"))
+        if self.run_id is not None:
+            self.client.update_run(self.run_id, status="RUNNING")
+        else:
+            tags = {**meta["tags"], "optbench.group": meta["group"], "optbench.job": meta["job"]}
+            run = self.client.create_run(experiment, run_name=meta["name"], tags=tags)
+            self.run_id = run.info.run_id
         params = [Param(k, str(v)[:6000]) for k, v in meta["params"].items()]
         for i in range(0, len(params), 100):  # MLflow takes up to 100 params per batch
             self.client.log_batch(self.run_id, params=params[i : i + 100])
@@ -277,6 +294,14 @@ class MlflowRun(TrackerRun):
             return self.client.get_run(run_id).info.lifecycle_stage == "active"
         except MlflowException:
             return False
+
+    def _unlogged(self, experiment: str, key: str | None) -> str | None:
+        """The run of the trial `key` that was opened but never recorded in its folder (the
+        trial stopped while it opened): one with nothing logged yet, or None."""
+        if key is None:
+            return None
+        found = self.client.search_runs([experiment], f"tags.key = '{key}'")
+        return next((run.info.run_id for run in found if not run.data.metrics), None)
 
     def _experiment(self, study_dir: Path, uri: str) -> str:
         """The study's experiment id; workers that start together create it once (a lock file

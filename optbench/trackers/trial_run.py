@@ -42,6 +42,7 @@ from optbench.trackers.backends import (
     TrackerRun,
     Tracking,
     describe_failure,
+    new_run_id,
     open_run,
     read_run_file,
     write_run_file,
@@ -93,10 +94,14 @@ class RunWriter:
             self._lock = None
 
     def open(self) -> None:
-        """Continue the run whose id tracker.json holds, or start one (nothing logged yet)."""
+        """Continue the run whose id tracker.json holds, or start one (nothing logged yet),
+        its id recorded first where the tracker lets us choose it (a stop while it opens)."""
         held = read_run_file(self.out_dir, self.root, self.tracking)
+        run_id = held.run_id or new_run_id(self.tracking)
+        if held.run_id is None and run_id is not None:
+            write_run_file(self.out_dir, self.root, self.tracking, run_id, 0)
         with _OPENING:
-            self.run = open_run(self.tracking, self.root, held.run_id, self._meta())
+            self.run = open_run(self.tracking, self.root, run_id, self._meta())
         self.logged = held.logged if self.run.run_id == held.run_id else 0
         self._record(ended=False)
 
