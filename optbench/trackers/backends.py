@@ -298,7 +298,7 @@ class MlflowRun(TrackerRun):
     def _unlogged(self, experiment: str, key: str | None) -> str | None:
         """The run of the trial `key` that was opened but never recorded in its folder (the
         trial stopped while it opened): one with nothing logged yet, or None."""
-        if key is None:
+        if key is None or "'" in key:  # a folder's name, not optbench's key: not in a filter
             return None
         found = self.client.search_runs([experiment], f"tags.key = '{key}'")
         return next((run.info.run_id for run in found if not run.data.metrics), None)
