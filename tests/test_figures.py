@@ -15,7 +15,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from PIL import Image
 
 from optbench.report import figures, frames
-from optbench.report.drawing import data_lines
+from optbench.report.drawing import LookPanel, data_lines, plot_looks
 from optbench.report.summary import Options, format_table
 from optbench.report.synthetic import synthetic_trials
 from optbench.report.writer import build_sections, write_report
@@ -342,6 +342,43 @@ def test_the_edf_marks_claim_a_area_and_gives_each_models_area_in_the_legend():
     raw = figures.edf_figure(trials, n_boot=20, raw=True)
     assert data_lines(raw.axes[0]) == raw.axes[0].get_lines()
     assert not any("area" in t.get_text() for t in raw.legends[0].get_texts())
+
+
+def test_boundary_labels_of_close_looks_at_one_height_do_not_overlap():
+    # the quickstart on an Intel Xeon: looks 6, 8 and 10 whose intervals end near one height
+    # wrote "c=2.54" over "c=2.55" and over the cap of the interval at 10
+    looks = [
+        dict(n=6, estimate=0.287, low=-0.155, high=0.729, boundary=2.368),
+        dict(n=8, estimate=0.323, low=-0.036, high=0.682, boundary=2.541),
+        dict(n=10, estimate=0.392, low=0.087, high=0.697, boundary=2.549),
+    ]
+    panel = LookPanel(
+        title="(a) adamw 20ep vit_c vs vit_p", statistic="EDF area", unit="samples",
+        **{key: [look[key] for look in looks] for key in looks[0]},
+        outcome="holds", n_max=24, margin=0.1,
+    )  # fmt: skip
+    fig = plot_looks([panel])
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    [ax] = [ax for ax in fig.axes if ax.texts]
+    boxes = [t.get_window_extent(renderer) for t in ax.texts]
+    assert len(boxes) == 3
+    panel_box = ax.get_window_extent(renderer)
+    half = 4 * fig.dpi / 72  # a cap's half width: capsize 4 points
+    caps = [
+        ax.transData.transform((look["n"], look[end])) for look in looks for end in ("low", "high")
+    ]
+
+    def covers(box, cap) -> bool:
+        x, y = cap
+        return box.y0 <= y <= box.y1 and box.x0 <= x + half and x - half <= box.x1
+
+    for i, box in enumerate(boxes):
+        assert panel_box.x0 <= box.x0 and box.x1 <= panel_box.x1
+        assert panel_box.y0 <= box.y0 and box.y1 <= panel_box.y1
+        assert not any(box.overlaps(other) for other in boxes[i + 1 :])
+        assert not any(covers(box, cap) for cap in caps)
 
 
 def test_each_looks_boundary_label_lies_inside_its_panel():

@@ -578,10 +578,12 @@ def plot_looks(panels: Sequence[LookPanel], ncols: int = 2) -> Figure:
         )  # fmt: skip
         for xi, hi, c in zip(x, high, panel.boundary, strict=True):
             text = "c=inf" if not np.isfinite(c) else f"c={c:.2f}"
-            ax.annotate(text, (xi, hi), xytext=(0, 4), textcoords="offset points",
-                        ha="center", fontsize=7, color="0.35")  # fmt: skip
+            # upright: looks a few samples apart with intervals ending at one height would
+            # write level labels over each other and over the next interval's cap
+            ax.annotate(text, (xi, hi), xytext=(0, 4), textcoords="offset points", rotation=90,
+                        ha="center", va="bottom", fontsize=7, color="0.35")  # fmt: skip
         ax.set_xlim(0, panel.n_max * 1.1)  # room for the last look's boundary, written above it
-        ax.margins(y=0.15)  # room for the boundaries written above the intervals
+        ax.margins(y=0.3)  # room for the boundaries written above the intervals
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel(f"{panel.unit} per cell at the look (at most {panel.n_max})")
         ax.set_ylabel(_wrap(panel.statistic), fontsize=8)
