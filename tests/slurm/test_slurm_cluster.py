@@ -451,8 +451,12 @@ def test_a_driver_killed_inside_submission_leaves_no_job_that_the_next_run_does_
 def test_cancel_while_the_controller_is_down_says_so_exits_1_and_cancels_nothing(
     tiny_dict, tmp_path, slurm_daemons
 ):
-    study, spec = _study_file(tmp_path, tiny_dict, models=1)
+    # submitted held (sbatch --hold): a job that ran would finish its 1-epoch trial before the
+    # cancel, which then has nothing to cancel (seen in CI on a quiet machine)
+    study, spec = _study_file(tmp_path, tiny_dict, models=1, sbatch={"hold": True})
     assert _optbench("run", str(study), "--detach")[0] == 0
+    job_ids = sorted({r.job_id for r in read_records(job_folder(spec)).values()})
+    assert set(_squeue_states(job_ids).values()) == {"PENDING"}
     slurm_daemons.stop("slurmctld")
     try:
         code, out = _optbench("cancel", str(study))
@@ -461,6 +465,7 @@ def test_cancel_while_the_controller_is_down_says_so_exits_1_and_cancels_nothing
     assert code == 1, out
     assert "scancel failed for SLURM job" in out and "Unable to contact slurm controller" in out
     assert "cancelled" not in out
+    subprocess.run(["scontrol", "release", *job_ids], check=True, capture_output=True)
     code, out = _optbench("run", str(study))
     assert code == 0, out
     [item] = Store(spec, create=False).read(plan(spec))
