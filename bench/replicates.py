@@ -25,6 +25,13 @@ prefix of it (sampling keeps the first n pairs; seeds are added in order):
 - seeds: claim (b)'s design above, seeds 2060 on, so that with trials_b.csv's 60 seeds there are
   R replicates of up to SEEDS_MAX_B seeds; OUT/trials_b_more.csv.
 
+`python bench/replicates.py train-chain OUT` trains claim (d)'s replicates (issue 53): the mini's
+stem design (studies/mini/mini_stem.yaml: S1, S2 and ViT_P at their good values, AdamW and SGD, 8
+epochs) with SEEDS_PER_REPLICATE_D * R training seeds from 5000 on, in R / PARTS_D studies run one
+after another so that a part-way run leaves whole replicates; replicate r is seeds
+5000 + 6r .. 5005 + 6r, the mini's largest look. ViT_C, which (d)'s chain does not read, is not
+trained. OUT/trials_d.csv.
+
 `python bench/replicates.py analyse DIR` reads those files and prints one JSON line: per claim
 and study size, the share of replicate intervals covering the estimand, the share of
 verdicts agreeing with the pooled verdict, and the gap between the mean predicted power and
@@ -220,8 +227,40 @@ def train_sequential(out: Path) -> None:
     print(json.dumps({"bench": "replicates-train-sequential", "replicates": R, "wall_s": wall}))
 
 
+SEEDS_PER_REPLICATE_D = 6  # mini_stem.yaml's looks end at 6 seeds
+PARTS_D = 4
+CHAIN_D = ["vit_s1_w64_16px", "vit_s2_w64_16px", "vit_p_w64_16px"]  # (d)'s order, S1 -> S2 -> P
+GOOD_D = {  # studies/mini/mini_stem.yaml's: S1 and S2 take ViT_C's good values
+    "vit_s1_w64_16px": {"adamw": {"lr": 0.13, "wd": 0.023}, "sgd": {"lr": 0.7, "wd": 3.7e-05}},
+    "vit_s2_w64_16px": {"adamw": {"lr": 0.13, "wd": 0.023}, "sgd": {"lr": 0.7, "wd": 3.7e-05}},
+    "vit_p_w64_16px": {"adamw": {"lr": 0.068, "wd": 0.028}, "sgd": {"lr": 1.8, "wd": 4.5e-06}},
+}
+
+
+def study_d(part: int, results: Path) -> dict:
+    per_part = SEEDS_PER_REPLICATE_D * R // PARTS_D
+    first = 5000 + part * per_part
+    spec = _base(f"replicate_d_p{part}", results)
+    spec.update(models=CHAIN_D, optimizers=["adamw", "sgd"], epochs=8)
+    spec["search"] = {"n_samples": 1, "sampler": "good", "good_values": GOOD_D}
+    spec["seeds"] = list(range(first, first + per_part))
+    return spec
+
+
+def train_chain(out: Path) -> None:
+    (out / "studies").mkdir(parents=True, exist_ok=True)
+    started, parts = time.time(), []
+    for part in range(PARTS_D):
+        frame = _run(study_d(part, out / "results"), out / "studies")
+        frame.insert(0, "replicate", (frame["seed"] - 5000) // SEEDS_PER_REPLICATE_D)
+        parts.append(frame)
+        pd.concat(parts).to_csv(out / "trials_d.csv", index=False)
+    wall = time.time() - started
+    print(json.dumps({"bench": "replicates-train-chain", "replicates": R, "wall_s": wall}))
+
+
 def main(argv: list[str]) -> int:
-    commands = ("train", "train-sequential", "analyse", "analyse-sequential")
+    commands = ("train", "train-sequential", "train-chain", "analyse", "analyse-sequential")
     if len(argv) != 2 or argv[0] not in commands:
         print(__doc__.split("\n\n")[0], file=sys.stderr)
         print(f"usage: python bench/replicates.py {'|'.join(commands)} DIR", file=sys.stderr)
@@ -231,6 +270,9 @@ def main(argv: list[str]) -> int:
         return 0
     if argv[0] == "train-sequential":
         train_sequential(Path(argv[1]))
+        return 0
+    if argv[0] == "train-chain":
+        train_chain(Path(argv[1]))
         return 0
     if argv[0] == "analyse-sequential":
         from sequential_analysis import analyse as analyse_sequential  # bench/
