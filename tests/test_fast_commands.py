@@ -14,10 +14,10 @@ import pytest
 import yaml
 from fifos import fifo_never_waited_on
 
-from optbench.data.catalogue import CATALOGUE
 from optbench.data.datasets import check_dataset
 from optbench.errors import UsageError
 from optbench.models import cache
+from optbench.spec.catalogue import CATALOGUE
 from optbench.spec.recipe import Dataset
 
 REPO = Path(__file__).resolve().parent.parent

@@ -909,7 +909,7 @@ def test_kill_9_of_the_driver_ends_its_workers_and_the_rerun_completes(tmp_path,
 HOLD_WORKER_LOCK = """
 import sys, time
 from pathlib import Path
-from optbench.run.locks import hold_worker_lock
+from optbench.worker_lock import hold_worker_lock
 hold_worker_lock(Path(sys.argv[1]))
 print("holding", flush=True)
 time.sleep(float(sys.argv[2]))

@@ -9,8 +9,8 @@ import typing
 
 import pytest
 
-from optbench.data.catalogue import CATALOGUE
 from optbench.errors import SpecError
+from optbench.spec.catalogue import CATALOGUE
 from optbench.spec.identity import DATASET_IDENTITY, RECIPE_IDENTITY, cell_fields
 from optbench.spec.recipe import Recipe, StudyDataset
 from optbench.spec.schema import parse_spec

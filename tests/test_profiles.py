@@ -15,7 +15,7 @@ from optbench.errors import SpecError
 from optbench.plan.trials import plan
 from optbench.spec.overrides import load_study, parse_overrides
 from optbench.spec.profiles import PROFILE_ENV, read_profile
-from optbench.trackers.backends import Tracking
+from optbench.spec.tracking import Tracking
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "profiles" / "example-slurm.yaml"

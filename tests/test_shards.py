@@ -380,7 +380,7 @@ def test_a_class_beyond_the_datasets_classes_is_refused(packed, monkeypatch):
     # shards hold; here 2 classes, and the packed shards hold classes 0, 1 and 2
     import dataclasses
 
-    from optbench.data.catalogue import CATALOGUE
+    from optbench.spec.catalogue import CATALOGUE
 
     _, root = packed
     monkeypatch.setitem(

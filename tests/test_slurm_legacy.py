@@ -18,8 +18,8 @@ import submitit
 from cli_inprocess import tiny_config
 
 from optbench.executors.slurm.job import JOB_STEP_CODE, TrialBatch
-from optbench.executors.slurm.legacy import LEGACY_MODULES
-from optbench.trackers.backends import Tracking
+from optbench.executors.slurm.legacy import LEGACY_MODULES, MOVED_CLASSES
+from optbench.spec.tracking import Tracking
 from optbench.trial.config import Execution
 from optbench.trial.jobs import PopulationJob, TrialJob
 from optbench.trial.results import ResumeMismatch
@@ -50,7 +50,7 @@ READ_BACK = """
 import json, pickle, sys
 batch, outcome = pickle.load(open(sys.argv[1], "rb"))  # as submitit's pickle_load reads it
 from optbench.spec.recipe import Recipe
-from optbench.trackers.backends import Tracking
+from optbench.spec.tracking import Tracking
 from optbench.trial.config import TrainConfig
 from optbench.trial.jobs import PopulationJob, TrialJob
 from optbench.trial.results import ResumeMismatch
@@ -90,6 +90,29 @@ def test_a_job_pickled_under_the_old_module_paths_unpickles_as_the_current_class
     assert read["configs"] == [m.config.model_dump_json() for m in (solo, *members)]
     assert read["execution"] == solo.execution.model_dump_json()
     assert read["outcome"] == ["optbench.trial.results", str(outcome)]
+
+
+MOVED_BACK = """
+import pickle, sys
+from optbench.spec.tracking import Tracking
+batch = pickle.load(open(sys.argv[1], "rb"))
+assert type(batch.jobs[0].execution.tracking) is Tracking
+print(batch.jobs[0].execution.model_dump_json())
+"""
+
+
+def test_a_class_moved_out_of_a_module_that_remains_unpickles_from_its_old_name(tmp_path):
+    # a job queued before issue 52 names its tracking settings trackers.backends.Tracking
+    execution = Execution(pipeline="pil", tracking=Tracking(kind="mlflow", uri="http://h:5000"))
+    data = pickle.dumps(TrialBatch([TrialJob("a", tiny_config(), tmp_path, execution)]), 2)
+    for (old, name), new in MOVED_CLASSES.items():
+        current = f"c{new}\n{name}\n".encode()
+        assert current in data  # every entry of the table is exercised
+        data = data.replace(current, f"c{old}\n{name}\n".encode())
+    (tmp_path / "job.pkl").write_bytes(data)
+    run = _fresh_python(MOVED_BACK, str(tmp_path / "job.pkl"))
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == execution.model_dump_json()
 
 
 def test_without_the_table_the_old_pickle_does_not_load(tmp_path):

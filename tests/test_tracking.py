@@ -23,9 +23,10 @@ from services import needs_extra
 
 from optbench.plan.trials import plan
 from optbench.spec.schema import parse_spec
+from optbench.spec.tracking import Tracking
 from optbench.trackers import backends as tracking_mod
 from optbench.trackers import trial_run as train_tracking
-from optbench.trackers.backends import RUN_FILE, Tracking, open_run, read_run_file, tracker_env
+from optbench.trackers.backends import RUN_FILE, open_run, read_run_file, tracker_env
 from optbench.trackers.trial_run import RunWriter, TrialTracker
 from optbench.trial.config import TrialResult
 from optbench.trial.results import read_metrics, write_metrics

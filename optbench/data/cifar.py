@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from optbench.data.catalogue import CIFAR_SIDE, require_root
 from optbench.errors import UsageError
+from optbench.spec.catalogue import CIFAR_SIDE, require_root
 from optbench.spec.recipe import Dataset
 
 

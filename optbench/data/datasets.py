@@ -1,4 +1,4 @@
-"""Datasets, as the catalogue (optbench/data/catalogue.py) lists them: the checks of their files
+"""Datasets, as the catalogue (optbench/spec/catalogue.py) lists them: the checks of their files
 and loading them, in their on-disk formats (cifar.py: torchvision's pickles; folders.py: class
 folders; shards.py: WebDataset tar shards).
 
@@ -39,12 +39,13 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from optbench.data import catalogue, folders, shards
+from optbench.data import folders, shards
 from optbench.data.augment import IMAGENET_MEAN, IMAGENET_STD
-from optbench.data.catalogue import CATALOGUE, FOLDER_IMG_SIZE
 from optbench.data.cifar import check_cifar, check_cifar_files, cifar_layout, read_cifar_batches
 from optbench.data.cifar import download_cifar as download_dataset  # noqa: F401  (the CLI's)
 from optbench.errors import UsageError
+from optbench.spec import catalogue
+from optbench.spec.catalogue import CATALOGUE, FOLDER_IMG_SIZE
 from optbench.spec.recipe import Dataset
 
 # Image datasets, for a model whose pretrained cfg gives no crop_pct (nor input size:

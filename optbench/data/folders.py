@@ -11,8 +11,8 @@ import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from optbench.data.catalogue import require_root
 from optbench.errors import UsageError
+from optbench.spec.catalogue import require_root
 from optbench.spec.recipe import Dataset
 
 FOLDER_LAYOUT = "ROOT/train/<class>/<image> and ROOT/val/<class>/<image> (same classes in both)"

@@ -130,7 +130,7 @@ def _serve(
     if gpu is not None:  # before torch touches CUDA: this worker sees one GPU
         os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
     if study_dir is not None:
-        from optbench.run.locks import hold_worker_lock
+        from optbench.worker_lock import hold_worker_lock
 
         hold_worker_lock(study_dir)  # held until this process exits
     import torch

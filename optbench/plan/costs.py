@@ -40,10 +40,10 @@ import statistics
 from dataclasses import dataclass
 
 from optbench import safefs
-from optbench.data.catalogue import CATALOGUE
 from optbench.errors import UsageError
 from optbench.plan.trials import Trial, plan
 from optbench.spec.caps import MAX_BATCH
+from optbench.spec.catalogue import CATALOGUE
 from optbench.spec.schema import StudySpec
 
 COSTS_FILE = "costs.json"

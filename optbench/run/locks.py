@@ -4,10 +4,11 @@ Two lock files in the study folder (flock, released by the kernel when a process
 - `.lock`: the driver (`optbench run`) holds it exclusively for its whole run; a second driver
   fails at once. It holds the driver's pid and a token naming this run (`driver_lock` yields
   it); `running_driver` reads it only while a driver holds the lock (`optbench status`).
-- `.workers.lock`: each local worker holds it shared for its whole life. A driver that takes
-  over a study first waits until nobody holds it: workers of a driver that was killed (they
-  stop within seconds of its death, see executors/local.py) may still be writing a checkpoint,
-  and the same trial must never train twice in one folder.
+- `.workers.lock`: each local worker holds it shared for its whole life (optbench/worker_lock.py,
+  which the workers import without this package). A driver that takes over a study first waits
+  until nobody holds it: workers of a driver that was killed (they stop within seconds of its
+  death, see executors/local.py) may still be writing a checkpoint, and the same trial must
+  never train twice in one folder.
 
 Both are opened through safefs: a symbolic link, a FIFO, a device or a folder in their place is
 refused in one line (exit 2), never followed or waited on (an open of a FIFO blocks until its
@@ -26,9 +27,10 @@ from pathlib import Path
 
 from optbench import safefs
 from optbench.errors import UsageError
+from optbench.worker_lock import WORKERS_LOCK
+from optbench.worker_lock import open_lock as _open_lock
 
 DRIVER_LOCK = ".lock"
-WORKERS_LOCK = ".workers.lock"
 # How long a new driver waits for the workers of a dead one: they stop within one optimizer step
 # and a checkpoint write of their driver's death.
 WORKERS_EXIT_S = 120.0
@@ -36,10 +38,6 @@ WORKERS_EXIT_S = 120.0
 # it: a driver starting in that instant tries again for this long before it gives up.
 TAKE_S = 1.0
 MAX_LOCK_BYTES = 200
-
-
-def _open_lock(path: Path) -> int:
-    return safefs.open_rw(path, path.parent)
 
 
 @contextmanager
@@ -115,10 +113,3 @@ def _wait_for_workers(study_dir: Path, on_wait: Callable[[str], None]) -> None:
             time.sleep(0.2)
     finally:
         os.close(fd)  # releases the exclusive lock taken above
-
-
-def hold_worker_lock(study_dir: Path) -> int:
-    """Take `.workers.lock` shared for the rest of this worker's life (returns its fd)."""
-    fd = _open_lock(study_dir / WORKERS_LOCK)
-    fcntl.flock(fd, fcntl.LOCK_SH)
-    return fd

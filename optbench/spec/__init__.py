@@ -1,7 +1,12 @@
-"""The study as data, and its validation, before anything is written: the schema of a study
-YAML (`schema.py`: `StudySpec`, `parse_spec`, `load_spec`), what one trial trains with
-(`recipe.py`: `Recipe` and its presets, `Dataset`, optimizer names), which of their fields name
-a cell (`identity.py`), the caps on every number (`caps.py`), the strict YAML reader
-(`yamlio.py`), `--set KEY=VALUE` (`overrides.py`), cluster profiles (`profiles.py`) and what a
-study needs from this machine: models, datasets, data folders (`checks.py`).
+"""The study as data, and its validation, before anything is written.
+
+- `schema.py`: the schema of a study YAML (`StudySpec`, `parse_spec`, `load_spec`).
+- `recipe.py`: what one trial trains with (`Recipe` and its presets, `Dataset`, optimizer
+  names); `identity.py`: which of their fields name a cell.
+- `catalogue.py`: the dataset catalogue (names, formats, layouts, published sizes).
+- `tracking.py`: the `tracking:` block (`Tracking`); `storage_form.py`: a storage URL's form.
+- `caps.py`: the caps on every number; `yamlio.py`: the strict YAML reader; `overrides.py`:
+  `--set KEY=VALUE`; `profiles.py`: cluster profiles.
+- `roles.py`: which models play which part in the claims, by name.
+- `checks.py`: what a study needs from this machine (models, datasets, data folders).
 """

@@ -13,8 +13,8 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from optbench.data.catalogue import CATALOGUE, DATASET_NAMES
 from optbench.errors import SpecError, UnfinishedWrite, UsageError, did_you_mean, source_of
+from optbench.spec.catalogue import CATALOGUE, DATASET_NAMES
 from optbench.spec.recipe import Dataset, Recipe
 from optbench.spec.schema import StudySpec
 

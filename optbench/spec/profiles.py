@@ -26,8 +26,8 @@ from pydantic import ValidationError, field_validator
 from optbench.errors import SpecError, UsageError, did_you_mean, format_errors
 from optbench.spec.recipe import StrictModel, plain_path
 from optbench.spec.schema import ExecutorSettings, StudySpec
+from optbench.spec.tracking import Tracking, check_installed
 from optbench.spec.yamlio import read_study_yaml
-from optbench.trackers.backends import Tracking, check_installed
 
 PROFILE_ENV = "OPTBENCH_PROFILE"  # the default profile of `optbench run`, status, cancel, report
 
@@ -43,7 +43,7 @@ class ProfileSchema(StrictModel):
     @field_validator("storage")
     @classmethod
     def _storage(cls, v: str | None) -> str | None:
-        from optbench.store.storage_url import check_storage_url  # SQLAlchemy: only for a URL given
+        from optbench.spec.storage_form import check_storage_url  # SQLAlchemy: only for a URL given
 
         return v if v is None else check_storage_url(v)
 
@@ -115,7 +115,7 @@ def _merge(base: dict, top: dict) -> dict:
 
 def read_profile(path: Path | str) -> Profile:
     """Read and validate a profile file; SpecError naming the file and the field."""
-    from optbench.data.catalogue import DATASET_NAMES
+    from optbench.spec.catalogue import DATASET_NAMES
 
     path = Path(path)
     data = read_study_yaml(path, kind="profile")

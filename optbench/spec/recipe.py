@@ -24,8 +24,8 @@ from pydantic import (
     model_validator,
 )
 
-from optbench.data.catalogue import CATALOGUE, Layout
 from optbench.spec.caps import MAX_AUGMENT_OPS, MAX_IMG_SIZE, MAX_TRANSLATE, check_cap
+from optbench.spec.catalogue import CATALOGUE, Layout
 
 Optimizer = Literal["adamw", "sgd"]
 OPTIMIZERS: tuple[str, ...] = ("adamw", "sgd")

@@ -29,7 +29,6 @@ from pydantic import (
     model_validator,
 )
 
-from optbench.data.catalogue import is_image_dataset
 from optbench.errors import SpecError, format_errors
 from optbench.spec.caps import (
     CAP_REASONS,
@@ -42,6 +41,7 @@ from optbench.spec.caps import (
     SEED_BOUND,
     check_cap,
 )
+from optbench.spec.catalogue import is_image_dataset
 from optbench.spec.identity import DATASET_IDENTITY, RECIPE_IDENTITY, cell_fields
 from optbench.spec.recipe import (
     Optimizer,
@@ -51,8 +51,8 @@ from optbench.spec.recipe import (
     fill_ref_batch,
     plain_path,
 )
+from optbench.spec.tracking import Tracking, check_installed
 from optbench.spec.yamlio import read_study_yaml
-from optbench.trackers.backends import Tracking, check_installed
 
 
 def _check_range(value: tuple[float, float], what: str) -> tuple[float, float]:
@@ -319,7 +319,7 @@ class StudySpec(StrictModel):
     def _storage(cls, v: str | None) -> str | None:
         if v is None:
             return None
-        from optbench.store.storage_url import check_storage_url  # SQLAlchemy: only for a URL given
+        from optbench.spec.storage_form import check_storage_url  # SQLAlchemy: only for a URL given
 
         return check_storage_url(v)
 

@@ -1,12 +1,5 @@
-"""Experiment trackers (MLflow, Weights & Biases): the study's `tracking:` block (`Tracking`)
-and the two backends that write one tracker run (`open_run`), offline first.
-
-Settings. `kind: none | mlflow | wandb`; MLflow takes `uri` (default: a file store in
-<study folder>/mlruns), W&B `project` (default: the study's name) and `mode` (default
-"offline": nothing leaves the machine). An execution setting: not part of any cell id; the plan
-hands the resolved settings (`Tracking.resolved`) to every trial's job, and result.json records
-them under `execution`. The packages are optional extras (`pip install 'optbench[mlflow]'`);
-the study refuses a kind whose package is missing (`check_installed`).
+"""Experiment trackers (MLflow, Weights & Biases): the two backends that write one tracker run
+(`open_run`), offline first, as the study's `tracking:` block (spec/tracking.py) sets them.
 
 Runs. One tracker run per trial (trackers/trial_run.py feeds it from metrics.jsonl) and one per
 study for the report's files (`attach_report`). Grouping: MLflow's experiment is the study, a
@@ -25,7 +18,6 @@ store keeps its artifacts in the study folder (`_artifacts`).
 from __future__ import annotations
 
 import fcntl
-import importlib.util
 import json
 import os
 import re
@@ -33,21 +25,20 @@ import secrets
 import string
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Literal, NamedTuple
-
-from pydantic import Field, field_validator, model_validator
+from typing import NamedTuple
 
 from optbench import safefs
 from optbench.provenance import provenance
 from optbench.spec.caps import MAX_EPOCHS
-from optbench.spec.recipe import StrictModel
+
+# Tracking is also named here as optbench.trackers.backends.Tracking by the pickles of SLURM jobs
+# queued before it moved to spec/tracking.py (executors/slurm/legacy.py, MOVED_CLASSES)
+from optbench.spec.tracking import MLFLOW_FOLDER, Tracking
 
 RUN_FILE = "tracker.json"  # in a trial (or report) folder: which tracker run it writes to
 WANDB_FOLDER = "wandb"  # in the study folder: W&B's offline runs, cache and config
-MLFLOW_FOLDER = "mlruns"  # in the study folder: the default MLflow file store
 ARTIFACT_FOLDER = "mlartifacts"  # in the study folder: a SQLite store's artifacts
 LOCK_FILE = ".tracking.lock"  # in the study folder: one worker creates the experiment
-URI_SCHEMES = ("file:", "sqlite:", "http://", "https://")
 STATUS = {"finished": "FINISHED", "diverged": "FINISHED", "failed": "FAILED", None: "KILLED"}
 # A server that does not answer fails a write within seconds, not MLflow's minutes (7 retries,
 # 120 s timeouts): one retry after 1 s, 5 s to connect or answer (its trial's run is completed
@@ -57,62 +48,6 @@ MLFLOW_HTTP_LIMITS = {
     "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
     "MLFLOW_HTTP_REQUEST_TIMEOUT": "5",
 }
-
-
-class Tracking(StrictModel):
-    """The study's `tracking:` block (docs/study.md): where each trial's run is logged."""
-
-    kind: Literal["none", "mlflow", "wandb"] = "none"
-    uri: str | None = Field(default=None, max_length=1000)  # MLflow's tracking URI
-    project: str | None = Field(default=None, max_length=128)  # W&B's project
-    mode: Literal["offline", "online"] | None = None  # W&B's; default offline
-
-    @field_validator("uri")
-    @classmethod
-    def _uri(cls, v: str | None) -> str | None:
-        if v is not None and ":" in v.split("/")[0] and not v.startswith(URI_SCHEMES):
-            raise ValueError(f"{v!r}: give a folder, or a URI starting {', '.join(URI_SCHEMES)}")
-        return v
-
-    @field_validator("project")
-    @classmethod
-    def _project(cls, v: str | None) -> str | None:
-        if v is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", v):
-            raise ValueError(f"{v!r}: a W&B project name uses letters, digits, '_', '.', '-'")
-        return v
-
-    @model_validator(mode="after")
-    def _keys_of_its_kind(self) -> Tracking:
-        if self.uri is not None and self.kind != "mlflow":
-            raise ValueError(f"uri is MLflow's (kind mlflow), not {self.kind}'s")
-        if (self.project, self.mode) != (None, None) and self.kind != "wandb":
-            raise ValueError(f"project and mode are W&B's (kind wandb), not {self.kind}'s")
-        return self
-
-    def resolved(self, study_dir: Path) -> Tracking | None:
-        """These settings with every default filled in for `study_dir` (a local store as an
-        absolute file URI); None for kind none."""
-        if self.kind == "none":
-            return None
-        if self.kind == "wandb":
-            update = {"project": self.project or study_dir.name, "mode": self.mode or "offline"}
-        else:
-            uri = self.uri or str(study_dir / MLFLOW_FOLDER)
-            if not uri.startswith(URI_SCHEMES):  # a folder: a file store
-                uri = Path(uri).resolve().as_uri()
-            update = {"uri": uri}
-        return self.model_copy(update=update)
-
-
-def installed(kind: str) -> bool:
-    """Whether the package of tracker `kind` ("mlflow", "wandb") is installed."""
-    return importlib.util.find_spec(kind) is not None
-
-
-def check_installed(kind: str) -> None:
-    """ValueError naming the extra to install where `kind`'s package is missing."""
-    if kind != "none" and not installed(kind):
-        raise ValueError(f"{kind} is not installed: pip install 'optbench[{kind}]'")
 
 
 def tracker_env(tracking: Tracking, study_dir: Path) -> dict[str, str]:

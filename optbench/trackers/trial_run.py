@@ -38,9 +38,9 @@ from pathlib import Path
 
 from optbench import safefs
 from optbench.provenance import provenance
+from optbench.spec.tracking import Tracking
 from optbench.trackers.backends import (
     TrackerRun,
-    Tracking,
     describe_failure,
     new_run_id,
     open_run,

@@ -24,7 +24,7 @@ from optbench.errors import SpecError, format_errors
 from optbench.provenance import COMMIT_PATTERN, FINGERPRINT_PATTERN
 from optbench.spec.caps import MAX_EPOCHS, SEED_BOUND
 from optbench.spec.recipe import Dataset, Optimizer, Pipeline, Recipe, fill_ref_batch
-from optbench.trackers.backends import Tracking
+from optbench.spec.tracking import Tracking
 
 Status = Literal["finished", "diverged", "failed"]
 
@@ -111,7 +111,7 @@ class Execution(BaseModel):
     includes (docs/outputs.md). `population`: the number of trials trained together in the trial's
     process (population.py; the study's executor.population, or fewer for a cell's last
     group), 1 for a solo trial. `tracking`: the tracker run each trial writes (the study's
-    `tracking:` resolved, optbench/trackers/backends.py; None: none)."""
+    `tracking:` resolved, optbench/spec/tracking.py; None: none)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

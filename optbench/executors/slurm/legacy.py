@@ -11,8 +11,11 @@ answers only the old names below, and only where no installed module has that na
 the module that holds those classes now (the same module object: the classes are the current
 ones). The driver reads the pickled outcome of an ended job (ends.py) in a process that has
 imported this package too. A new entry is needed when a module that defines a class pickled into
-a job (or raised out of one) moves; tests/test_slurm_launch.py unpickles a job written under
+a job (or raised out of one) moves; tests/test_slurm_legacy.py unpickles a job written under
 every old name here.
+
+A class that moved out of a module that still exists (`MOVED_CLASSES`) needs no finder: the old
+module keeps importing it, so the pickle's old name finds the current class there.
 """
 
 from __future__ import annotations
@@ -28,9 +31,14 @@ from types import ModuleType
 LEGACY_MODULES = {
     "optbench.executors.base": "optbench.trial.jobs",  # TrialJob, PopulationJob
     "optbench.recipe": "optbench.spec.recipe",  # Recipe, Dataset
-    "optbench.tracking": "optbench.trackers.backends",  # Tracking
+    "optbench.tracking": "optbench.spec.tracking",  # Tracking (then trackers/backends.py)
     "optbench.train.config": "optbench.trial.config",  # TrainConfig, Execution
     "optbench.train.results": "optbench.trial.results",  # InvalidResultFile, ResumeMismatch
+}
+# (old module, class) -> the module that defines it now, where the old module still exists and
+# imports it from there (issue 52's moves)
+MOVED_CLASSES = {
+    ("optbench.trackers.backends", "Tracking"): "optbench.spec.tracking",
 }
 
 
