@@ -5,6 +5,14 @@ neither). optbench's models register with timm's registry as soon as timm is imp
 or after optbench: `import optbench; import timm; timm.create_model("vit_c_4gf")` works.
 The Python API (api.py, docs/api.md) is here too, loaded when first used:
 `optbench.load_trials(...)`, `optbench.load_summary(...)`, `optbench.edf_figure(...)`, ...
+
+Inside (docs/development.md), its packages in the order they build on each other: `spec/` (the
+study as data), `trial/` (the driver-worker contract), `plan/` (a study's trials and jobs),
+`models/`, `data/` (the input pipeline), `trackers/`, `train/` (the trainer), `store/` (the study
+database), `report/`, `executors/`, `run/` (the driver), `cli/` (the command line); below them
+`errors.py` (what a user can cause), `safefs.py` (no-follow file access in a study folder),
+`worker_lock.py` (the lock a local worker holds), `host.py` (this machine's cores and device),
+`provenance.py` (which code made a result); on top `api.py` (the Python API) and `__main__.py`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,11 @@
 """Executors: where a study's trials run. `make_executor(spec)` builds the one the study's
-`executor.kind` names: "local" (a process pool on this machine, local.py), "debug" (inline, in
-the driver, local.py) or "slurm" (job arrays through submitit, slurm/). Each follows the
-`Executor` protocol (protocol.py), the only thing the driver and the CLI know of it;
-`jobs_executor(spec)` is the one that answers `optbench status` and `cancel`.
+`executor.kind` names; `jobs_executor(spec)` is the one that answers `optbench status` and
+`cancel`.
+
+- `protocol.py`: what an executor is, the `Executor` protocol, the only thing the driver and
+  the CLI know of it.
+- `local.py`: "local" (a process pool on this machine) and "debug" (inline, in the driver).
+- `slurm/`: "slurm" (job arrays through submitit).
 """
 
 from __future__ import annotations

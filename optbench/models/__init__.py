@@ -5,9 +5,13 @@ Importing this package is cheap: torch and timm load when a model is built or a 
 the zoo is looked up. The models register with timm's registry as soon as timm is imported
 (see optbench/__init__.py), so `timm.create_model("vit_c_4gf")` works too.
 
-builder.py holds what the zoo's models share (their timm cfg, builder, init names and timm's
-classifier API); vit.py, stem_ablation.py, dhvt.py and regnet.py are the model families; zoo.py
-describes the zoo; complexity.py counts flops, params and activations of any model.
+- `builder.py`: what the zoo's models share (their timm cfg, builder, init names, timm's
+  classifier API).
+- The families: `vit.py` (ViT_P and ViT_C), `stem_ablation.py` (stems S1-S4), `dhvt.py` (DHVT),
+  `regnet.py` (RegNetY).
+- `zoo.py`: the zoo described (defaults, complexity, throughput; `optbench models`).
+- `complexity.py`: flops, params and activations of any model; `cache.py`: those counts and
+  default inputs cached on disk.
 """
 
 from __future__ import annotations
