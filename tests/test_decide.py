@@ -180,11 +180,14 @@ def test_a_population_is_grouped_within_a_round(tiny_dict):
     data["executor"] = {"population": 4}
     spec = parse_spec(data)
     rounds, trials = Rounds(spec, []), plan(spec)
-    pending = {t.key: 1 for t in trials}
-    for job in jobs(trials, pending, 4, rounds.round_of):
-        members = getattr(job, "members", [job])
-        keys = [m.key for m in members]
-        by_key = {t.key: t for t in trials}
+    by_key = {t.key: t for t in trials}
+    groups = [
+        [m.key for m in getattr(job, "members", [job])]
+        for job in jobs(trials, {t.key: 1 for t in trials}, 4, rounds.round_of)
+    ]
+    assert sorted(k for keys in groups for k in keys) == sorted(by_key)  # each trial once
+    assert max(map(len, groups)) == 4  # populations formed: the first round's 4 samples
+    for keys in groups:
         assert len({rounds.round_of(by_key[k]) for k in keys}) == 1, keys
 
 

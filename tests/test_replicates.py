@@ -17,7 +17,8 @@ from optbench.report import frames
 from optbench.report.claims import claims_table
 from optbench.report.summary import Options
 
-pytestmark = pytest.mark.slow  # 20 claims tables with their bootstrap power each
+# Each test that builds claims tables (with their bootstrap power) or replays a design on the
+# replicates is slow; the check that the quickstart trains the bench's design reads two files.
 
 REPLICATES = Path(__file__).resolve().parents[1] / "docs" / "reference" / "replicates"
 
@@ -36,6 +37,7 @@ def _coverage(rows: list[pd.Series]) -> float:
     return float(np.mean([r["low"] <= estimand <= r["high"] for r in rows]))
 
 
+@pytest.mark.slow
 def test_claim_a_intervals_cover_on_twenty_replicate_studies_of_ten_samples():
     # Each model's samples resampled on its own: 19 of 20 intervals cover. Resampled by the
     # same sample index for both models (the rule before), 17 of 20 did.
@@ -43,6 +45,7 @@ def test_claim_a_intervals_cover_on_twenty_replicate_studies_of_ten_samples():
     assert len(rows) == 20 and _coverage(rows) >= 0.9
 
 
+@pytest.mark.slow
 def test_seed_claims_cover_with_three_seeds_and_are_not_tested_with_two():
     trials = pd.read_csv(REPLICATES / "trials_b.csv")
     seeds = sorted(set(trials["seed"]))
@@ -84,6 +87,7 @@ def _bench():
     return sequential_analysis
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["paired", "unpaired", "null"])
 def test_seed_per_sample_studies_take_sample_k_of_a_replicate_drawn_for_it(kind):
     bench = _bench()
@@ -112,6 +116,7 @@ def test_seed_per_sample_studies_take_sample_k_of_a_replicate_drawn_for_it(kind)
             assert set(sides[p]).isdisjoint(sides[c])
 
 
+@pytest.mark.slow
 def test_the_quickstarts_sequential_design_decides_its_replicates_in_the_effects_direction():
     # 20 replicate studies of the quickstart's training design, trained to 10 samples
     # (docs/sequential.md): the quickstart's own looks and spending, replayed on each prefix as
@@ -152,6 +157,7 @@ def test_the_quickstarts_sequential_design_decides_its_replicates_in_the_effects
     assert list(found["estimand"]) == trained
 
 
+@pytest.mark.slow
 def test_the_quickstarts_sequential_design_decides_its_replicates_by_its_last_look():
     # the same 20 replicates trained on to 24 samples (the quickstart's last look): the issue asks
     # that its design decide claim (a) in >= 90% of them; measured 20 of 20, none wrong
@@ -171,6 +177,7 @@ def test_the_quickstarts_sequential_design_decides_its_replicates_by_its_last_lo
     assert found["wrong"] == 0.0 and found["coverage"] >= 0.9
 
 
+@pytest.mark.slow
 def test_the_quickstarts_design_with_a_seed_per_pair_decides_its_replicates_by_its_last_look():
     # the quickstart's design as it trains (a seed per pair), made of the 24-sample replicates'
     # real trainings (bench/sequential_analysis.seed_per_sample_studies); the bench's 400
@@ -190,6 +197,7 @@ def test_the_quickstarts_design_with_a_seed_per_pair_decides_its_replicates_by_i
     assert found["wrong"] == 0.0 and found["coverage"] >= 0.9
 
 
+@pytest.mark.slow
 def test_the_minis_edf_design_decides_its_replicates_in_the_effects_direction():
     # 20 replicates of mini_edf's AdamW design (per-model boxes, 8 epochs) trained to its last
     # look, 48 samples: its own looks and spending replayed (bench/RESULTS.md: 19 of 20 "holds")
@@ -208,6 +216,7 @@ def test_the_minis_edf_design_decides_its_replicates_in_the_effects_direction():
     assert found["decided"] >= 0.9 and found["coverage"] >= 0.9
 
 
+@pytest.mark.slow
 def test_claim_b_adding_seeds_decides_its_twenty_replicates_in_the_effects_direction():
     # mini_length's rule for (b) (seeds added at its looks) on 20 disjoint groups of 6 of the
     # 120 seeds of trials_b.csv and trials_b_more.csv (bench/RESULTS.md: 20 of 20 "holds")
