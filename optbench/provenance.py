@@ -5,8 +5,9 @@ the check that the results of one cell come from one training code (`mixed_code_
 A cell id hashes only the configuration, so results of changed training code would otherwise
 mix silently in one cell. The fingerprint is a sha256 over the sorted .py files of
 the folders that decide what a trial computes, optbench/data (the input pipeline), models,
-train (the trainer) and trial (its config), path and bytes: any edit there changes it, an edit
-of the report, the command line or the trackers does not. The commit is read from the .git folder
+train (the trainer) and trial (its config), and of spec/catalogue.py (the image sizes the input
+pipeline loads at), path and bytes: any edit there changes it, an edit of the report, the
+command line or the trackers does not. The commit is read from the .git folder
 above the package (no `git` is run); it is None outside a checkout (an installed wheel) and does not
 say whether the tree had uncommitted edits: the fingerprint does. Importing this loads neither torch
 nor pandas.
@@ -22,7 +23,8 @@ from pathlib import Path
 
 __version__ = "0.1.0"  # optbench's version (pyproject.toml says the same; a test checks)
 PACKAGE = Path(__file__).resolve().parent
-TRAINING_CODE: tuple[str, ...] = ("data", "models", "train", "trial")  # fingerprinted folders
+# fingerprinted folders and files
+TRAINING_CODE: tuple[str, ...] = ("data", "models", "train", "trial", "spec/catalogue.py")
 FINGERPRINT_CHARS = 16
 # What a result file's provenance may hold (trial/config.py's Provenance checks it): a git commit
 # (SHA-1, or SHA-256 in a sha256 repository) and a fingerprint of hex digits
@@ -35,7 +37,11 @@ def code_fingerprint(package: Path = PACKAGE) -> str:
     """sha256 (first 16 hex digits) over the sorted .py files of the training code, each as its
     path relative to the package and its bytes."""
     h = hashlib.sha256()
-    files = sorted(p for folder in TRAINING_CODE for p in (package / folder).rglob("*.py"))
+    files = sorted(
+        p
+        for entry in TRAINING_CODE
+        for p in ([package / entry] if entry.endswith(".py") else (package / entry).rglob("*.py"))
+    )
     for path in files:
         h.update(path.relative_to(package).as_posix().encode() + b"\n")
         h.update(path.read_bytes())
