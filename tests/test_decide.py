@@ -70,7 +70,9 @@ def test_a_claim_the_grid_cannot_test_is_refused(tiny_dict):
 
 
 def test_the_block_changes_no_cell_and_no_trial(tiny_dict):
+    # with seed_per_sample written down: left unset, decide: [a] makes it true (its own test)
     data = _sequential(tiny_dict)
+    data["search"]["seed_per_sample"] = True
     fixed = {k: v for k, v in data.items() if k != "decide"}
     ours, theirs = plan(parse_spec(data)), plan(parse_spec(fixed))
     assert [(t.key, t.lr, t.wd) for t in ours] == [(t.key, t.lr, t.wd) for t in theirs]
