@@ -6,6 +6,7 @@ planned trials, all pending.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from optbench.spec.overrides import override_sources, parse_overrides
 from optbench.spec.profiles import read_profile
 from optbench.spec.schema import StudySpec
 from optbench.store.database import Store
+from optbench.store.migrations import keep_recorded_cells
 
 __all__ = [
     "NothingToDraw",
@@ -61,6 +63,9 @@ def load_study(
         return study
     parsed = parse_overrides(list(overrides))
     spec = _load_study(study, parsed, profile=read_profile(profile) if profile else None)
+    spec, kept = keep_recorded_cells(spec)  # an earlier default's recorded cells
+    if kept:
+        warnings.warn(kept, stacklevel=2)
     check_spec(spec, data=False, source=study, sources=override_sources(parsed))
     return spec
 

@@ -70,7 +70,9 @@ def test_a_claim_the_grid_cannot_test_is_refused(tiny_dict):
 
 
 def test_the_block_changes_no_cell_and_no_trial(tiny_dict):
+    # with seed_per_sample written down: left unset, decide: [a] makes it true (its own test)
     data = _sequential(tiny_dict)
+    data["search"]["seed_per_sample"] = True
     fixed = {k: v for k, v in data.items() if k != "decide"}
     ours, theirs = plan(parse_spec(data)), plan(parse_spec(fixed))
     assert [(t.key, t.lr, t.wd) for t in ours] == [(t.key, t.lr, t.wd) for t in theirs]
@@ -281,19 +283,19 @@ def test_the_dry_run_gives_the_smallest_the_largest_and_the_expected_size(tiny_d
     spec = parse_spec(_sequential(tiny_dict))
     trials = plan(spec)
     hours = {(c.model, c.optimizer, c.epochs): 0.5 for c in spec.cells()}
-    first, unknown = size_lines(spec, trials, hours, [])
+    _, first, planned, _ = size_lines(spec, trials, hours, [])
     assert "from 12 trials, 6 device-hours" in first and "to 20, 10 device-hours" in first
-    assert "needs an estimate of the effects" in unknown
+    assert "expected if each effect is one a fixed study of 8 samples shows 90%" in planned
     row = {"claim": "a", "estimate": 0.4, "se": 0.05, "n_now": 4}
     row["cells"] = [[P, "adamw", 1], [C, "adamw", 1]]
-    _, expected = size_lines(spec, trials, hours, [row])
+    expected = size_lines(spec, trials, hours, [row])[2]
     assert "about 12 trials, 6 device-hours expected" in expected  # z = 11: the first look
     # the dry run passes the trials of every look (rounds.most); it said "about 0 trials" when a
     # cell no claim reads (D) has fewer of them
     most = Rounds(spec, []).within(trials, Rounds(spec, []).most())
-    assert size_lines(spec, most, hours, [row])[1] == expected
+    assert size_lines(spec, most, hours, [row])[2] == expected
     row |= {"estimate": 0.0}  # no effect: most studies take every look (20 trials at most)
-    _, none = size_lines(spec, most, hours, [row])
+    none = size_lines(spec, most, hours, [row])[2]
     assert 18 <= int(re.search(r"about (\d+) trials", none)[1]) <= 20, none
 
 

@@ -159,11 +159,15 @@ BUNDLED_STUDIES = [
     ids=lambda p: p.name,
 )
 @pytest.mark.slow
-def test_every_bundled_study_validates_and_plans(path, run_cli, tmp_path):
+def test_every_bundled_study_validates_and_plans(path, cli, tmp_path):
     spec = load_spec(path)
     assert spec.name == path.stem
-    code, err = run_cli(["run", str(path), "--dry-run"], tmp_path)
+    code, out, err = cli("run", str(path), "--dry-run")
     assert code in (0, None), err
+    if spec.decide is not None:  # its sequential design and its cost against the fixed design's
+        flat = " ".join(out.split())  # the table's caption wraps
+        assert "looked at after" in flat and "expected if each effect is one" in flat, flat
+        assert "for the fixed design, the same study without decide:" in flat, flat
     assert list(tmp_path.iterdir()) == []  # a plan writes nothing
 
 

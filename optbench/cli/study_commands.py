@@ -65,6 +65,7 @@ def read_study(
     from optbench.spec.checks import check_spec
     from optbench.spec.overrides import load_study, override_sources, parse_overrides
     from optbench.spec.profiles import find_profile
+    from optbench.store.migrations import keep_recorded_cells
 
     parsed = parse_overrides(overrides or [])
     spelled = {}
@@ -73,6 +74,9 @@ def read_study(
             parsed[key], spelled[key] = value, f"{flag} {value}"
     site = find_profile(profile)
     spec = load_study(path, parsed, spelled, site)
+    spec, kept = keep_recorded_cells(spec)  # an earlier default's recorded cells (migrations.py)
+    if kept:
+        console.print(kept, markup=False, highlight=False, soft_wrap=True)
     if checked:
         sources = {**(site.sources(spec) if site else {}), **override_sources(parsed), **spelled}
         check_spec(spec, data=data, sized=sized, source=path, sources=sources)
@@ -117,7 +121,7 @@ def run(
     profile: ProfileFlag = None,
 ) -> None:
     """Run a study's unfinished trials, recording each as it ends."""
-    from optbench.spec.checks import pipeline_note
+    from optbench.spec.checks import pipeline_note, seed_effect_note
 
     _check_measure_flags(dry_run, measure, measure_steps, measure_warmup)
     # The executor flags are study keys: validated with the study and every --set, as one
@@ -128,8 +132,9 @@ def run(
     }
     load = partial(read_study, study, sized=True, overrides=set_, flags=flags, profile=profile)
     spec = load(data=not dry_run or measure)  # a measurement trains: it needs the data
-    if note := pipeline_note(spec):
-        console.print(note, markup=False, highlight=False, soft_wrap=True)
+    for note in (pipeline_note(spec), seed_effect_note(spec)):
+        if note:
+            console.print(note, markup=False, highlight=False, soft_wrap=True)
     if dry_run:
         if measure:
             from optbench.plan.costs import measure_study

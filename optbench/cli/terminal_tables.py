@@ -204,7 +204,7 @@ def plan_table(spec: StudySpec, earlier: list[dict] = ()) -> TextTable:
     flops_of: dict[str, int] = {}
     speeds = {m: recorded_speed(stored, m, n_train) for m in spec.models}
     hours, longest_s = 0.0, 0.0
-    measured_costs, todo_of, trial_hours = cost_plan(spec), {}, {}
+    measured_costs, todo_of, trial_hours, trial_pf = cost_plan(spec), {}, {}, {}
     for cell in spec.cells():
         items = [s for s in stored if s.trial.cell == cell]
         todo = sum(not s.is_result for s in items)
@@ -228,9 +228,9 @@ def plan_table(spec: StudySpec, earlier: list[dict] = ()) -> TextTable:
             hours += todo * trial_s * processes(spec) / 3600
             longest_s = max(longest_s, trial_s)
         cell_h = None if trial_s is None else todo * trial_s * processes(spec) / 3600
-        trial_hours[(cell.model, cell.optimizer, cell.epochs)] = (
-            None if trial_s is None else trial_s * processes(spec) / 3600
-        )
+        key = (cell.model, cell.optimizer, cell.epochs)
+        trial_hours[key] = None if trial_s is None else trial_s * processes(spec) / 3600
+        trial_pf[key] = cell.epochs * n_train * flops * 3 / 1e15  # with backward (about 2x)
         rate = speed and speed.images_per_s
         peak = figures and figures.get("peak_memory_bytes")  # none where nothing fits
         if figures is not None and figures.get("images_per_s"):
@@ -254,7 +254,7 @@ def plan_table(spec: StudySpec, earlier: list[dict] = ()) -> TextTable:
         f"{len(stored)} trials, {to_run} to run: {total / 1e15:.3g} PF of forward "
         f"multiply-adds ({total * 3 / 1e15:.3g} PF with backward)" + execution_note(spec, trials)
     )
-    sizes = size_lines(spec, trials, trial_hours, list(earlier)) if spec.decide else []
+    sizes = size_lines(spec, trials, trial_hours, list(earlier), trial_pf) if spec.decide else []
     for line in [lr_scale_note(spec), *plan_notes(spec, measured_costs, todo_of, n_train), *sizes]:
         if line:
             table.add_caption(line)

@@ -58,9 +58,7 @@ def plan(spec: StudySpec) -> list[Trial]:
         cell_id = spec.cell_id(cell)
         for sample, (lr, wd) in enumerate(study_pairs(spec.search, cell.model, cell.optimizer)):
             for study_seed in spec.seeds:
-                seed = (
-                    sample_seed(study_seed, sample) if spec.search.seed_per_sample else study_seed
-                )
+                seed = sample_seed(study_seed, sample) if spec.seed_per_sample else study_seed
                 key = f"{cell_id}/s{sample:03d}-seed{seed}"
                 config = _train_config(spec, cell, lr, wd, seed)
                 out_dir = spec.study_dir / "trials" / key

@@ -23,7 +23,9 @@ import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
+import numpy as np
 import pandas as pd
+from scipy import stats
 
 from optbench.errors import SpecError
 from optbench.plan.trials import Trial, plan
@@ -125,16 +127,10 @@ class Rounds:
         """Each cell's largest possible size: the last look's for the models a named claim
         reads (spec/roles.py: a ViT_P / ViT_C pair, a stem ablation's chain), the first look's
         for the others (they never grow)."""
-        claims, looks = set(self.decide.claims), self.decide.looks
-        read: set[str] = set()
-        for fam in families(self.spec.models):
-            if fam.p and fam.c and claims & {"a", "b", "c"}:
-                read |= {fam.p, fam.c}
-            if "d" in claims and fam.p and fam.stems:
-                read |= {fam.p, *fam.stems}
+        looks = self.decide.looks
         return {
-            (c.model, c.optimizer, c.epochs): looks[-1] if c.model in read else looks[0]
-            for c in self.spec.cells()
+            cell: looks[-1] if claims else looks[0]
+            for cell, claims in claims_reading(self.spec).items()
         }
 
     def within(self, trials: list[Trial], sizes: dict[tuple[str, str, int], int]) -> list[Trial]:
@@ -271,18 +267,55 @@ def decision_lines(rounds: Rounds, waiting: bool) -> list[str]:
     return lines
 
 
+def claims_reading(spec: StudySpec) -> dict[tuple[str, str, int], set[str]]:
+    """The named claims that read each cell (spec/roles.py): (a)-(c) a ViT_P / ViT_C pair's
+    models, (d) ViT_P's and its stem ablation's; a cell none reads never grows."""
+    named, read = set(spec.decide.claims), {m: set() for m in spec.models}
+    for fam in families(spec.models):
+        if fam.p and fam.c:
+            for model in (fam.p, fam.c):
+                read[model] |= named & {"a", "b", "c"}
+        if fam.p and fam.stems:
+            for model in (fam.p, *fam.stems):
+                read[model] |= named & {"d"}
+    return {(c.model, c.optimizer, c.epochs): read[c.model] for c in spec.cells()}
+
+
+# The effect `--dry-run` plans for without an earlier report: one that the fixed-size study of
+# the design's largest size shows with this probability (the usual power of a planned study).
+PLANNED_POWER = 0.9
+
+
+def planned_size(spec: StudySpec, panels: int = 1) -> float:
+    """The expected size (samples or seeds per cell) of a cell that `panels` named claims read,
+    if each one's effect is the planned one (PLANNED_POWER), under the normal law
+    (report/sequential.stop_probabilities): the cell grows until its last panel stops, the
+    panels taken as independent."""
+    looks = spec.decide.looks
+    z = float(stats.norm.isf(spec.decide.alpha / 2) + stats.norm.ppf(PLANNED_POWER))
+    by_look = np.cumsum(sequential.stop_probabilities(design(spec.decide), z)) ** panels
+    return float(np.dot(np.diff(np.concatenate([[0.0], by_look])), looks))
+
+
 def size_lines(
-    spec: StudySpec, trials: list[Trial], trial_hours: dict, earlier: list[dict]
+    spec: StudySpec,
+    trials: list[Trial],
+    trial_hours: dict,
+    earlier: list[dict],
+    trial_pf: dict | None = None,
 ) -> list[str]:
-    """What a sequential study may cost (`optbench run --dry-run`): its trials and device-hours
-    if every claim is decided at the first look, if every look is taken, and, where an earlier
-    report estimated the named claims (`earlier`: its summary.json claims rows), the expected
-    size if the effects are as estimated (report/sequential.stop_probabilities). `trial_hours`:
-    device-hours of one trial per cell, None where unknown."""
+    """What a sequential study may cost (`optbench run --dry-run`): its design; its trials,
+    device-hours and compute if every claim is decided at the first look, if every look is
+    taken, and as expected: where an earlier report estimated the named claims (`earlier`: its
+    summary.json claims rows), if the effects are as estimated, else if each is the planned
+    effect (`planned_size`); and the same against the fixed design, the same study without
+    `decide:` (every cell at the last look's size). `trial_hours`: device-hours of one trial
+    per cell, None where unknown; `trial_pf`: its petaFLOPs (multiply-adds with backward)."""
     rounds, unit, looks = Rounds(spec, []), spec.decide.unit, spec.decide.looks
     # trials per unit of a cell: seeds per sample, or samples per seed
     per_unit = len(spec.seeds) if unit == "samples" else spec.search.n_samples
     first, most = rounds.asked(trials), rounds.within(trials, rounds.most())
+    reading = claims_reading(spec)
     expected = {_cell(t): float(looks[0]) for t in trials}
     found = False
     for row in earlier:
@@ -296,11 +329,21 @@ def size_lines(
             if cell in expected:
                 expected[cell] = max(expected[cell], size)
                 found = True
+    if not found:  # the planned effect in every panel a named claim reads
+        sizes = {m: planned_size(spec, m) for m in {len(c) for c in reading.values() if c}}
+        for cell in expected:
+            if reading.get(cell):
+                expected[cell] = sizes[len(reading[cell])]
 
-    def hours(counts: dict) -> str:
-        if any(trial_hours.get(cell) is None for cell in counts):
-            return ""
-        return f", {sum(n * trial_hours[cell] for cell, n in counts.items()):.3g} device-hours"
+    def cost(counts: dict) -> str:
+        parts = []
+        if all(trial_hours.get(cell) is not None for cell in counts):
+            parts.append(
+                f"{sum(n * trial_hours[cell] for cell, n in counts.items()):.3g} device-hours"
+            )
+        if trial_pf and all(trial_pf.get(cell) is not None for cell in counts):
+            parts.append(f"{sum(n * trial_pf[cell] for cell, n in counts.items()):.3g} PF")
+        return "".join(f", {part}" for part in parts)
 
     def per_cell(chosen: list[Trial]) -> dict:
         counts: dict = {}
@@ -308,22 +351,36 @@ def size_lines(
             counts[_cell(t)] = counts.get(_cell(t), 0) + 1
         return counts
 
+    decide = spec.decide
+    spending = {"pocock": "Pocock", "obrien-fleming": "O'Brien-Fleming"}[decide.spending]
+    margin = "" if decide.margin is None else f", margin {decide.margin:g}"
+    claims = ", ".join(f"({c})" for c in decide.claims)
     lines = [
-        f"decide: from {len(first)} trials{hours(per_cell(first))} (every claim decided at the "
-        f"first look, {looks[0]} {unit} per cell) to {len(most)}{hours(per_cell(most))} "
-        f"(every look taken, {looks[-1]} {unit} per cell a named claim reads)"
+        f"decide: {claims} looked at after {', '.join(map(str, looks))} {unit} per cell "
+        f"({spending}, alpha {decide.alpha:g}{margin}; docs/sequential.md)",
+        f"decide: from {len(first)} trials{cost(per_cell(first))} (every claim decided at the "
+        f"first look, {looks[0]} {unit} per cell) to {len(most)}{cost(per_cell(most))} "
+        f"(every look taken, {looks[-1]} {unit} per cell a named claim reads)",
     ]
-    if found:
-        counts = {cell: n * per_unit for cell, n in expected.items()}
-        lines.append(
-            f"decide: about {sum(counts.values()):.0f} trials{hours(counts)} expected if the "
-            "effects are as the earlier report estimated them"
+    counts = {cell: n * per_unit for cell, n in expected.items()}
+    why = (
+        "if the effects are as the earlier report estimated them"
+        if found
+        else f"if each effect is one a fixed study of {looks[-1]} {unit} shows {PLANNED_POWER:.0%} "
+        "of the time (an earlier report's estimate replaces it: optbench report)"
+    )
+    lines.append(f"decide: about {sum(counts.values()):.0f} trials{cost(counts)} expected {why}")
+    fixed = per_cell(plan(spec))
+    line = (
+        f"decide: against {sum(fixed.values())} trials{cost(fixed)} for the fixed design, the "
+        f"same study without decide: ({looks[-1]} {unit} per cell)"
+    )
+    if unit == "seeds":  # the paper's fixed design: one seed, which no seed claim reads
+        one = {cell: spec.search.n_samples for cell in fixed}
+        line += (
+            f"; one seed per cell, which decides none of (b)-(d): {sum(one.values())}{cost(one)}"
         )
-    else:
-        lines.append(
-            "decide: the expected size needs an estimate of the effects: an earlier report "
-            "of this study (optbench report) gives one"
-        )
+    lines.append(line)
     return lines
 
 

@@ -23,9 +23,13 @@ from typing import Literal
 
 Identity = Literal["cell", "cell_if_folder", "location", "execution"]
 
-IDENTITY_VERSION = 1
+IDENTITY_VERSION = 2
 MIGRATIONS: dict[int, str] = {
     1: "the table written down (2026-12); every cell keeps the id the code gave it before",
+    2: "search.seed_per_sample left unset is true where decide reads claim (a) (2026-12, "
+    "issue 53): such a study gets new cells, unless its storage holds trials in the cells it "
+    "had with the earlier default (false): then it keeps those, finds its trials and says so "
+    "(store/migrations.py); every other study keeps its cell ids",
 }
 
 RECIPE_IDENTITY: dict[str, Identity] = {

@@ -93,8 +93,9 @@ class Search(StrictModel):
     good_values: dict[str, dict[Optimizer, GoodValue]] = Field(default_factory=dict)
     good_range: tuple[StrictFloat, StrictFloat] = (0.125, 4.0)
     # each (lr, wd) sample trains with its own training seeds (plan.sampling.sample_seed), so a
-    # claim's bootstrap over samples also resamples the seed's effect (docs/sequential.md)
-    seed_per_sample: StrictBool = False
+    # claim's bootstrap over samples also resamples the seed's effect (docs/sequential.md);
+    # None: true where `decide` reads claim (a), else false (StudySpec.seed_per_sample)
+    seed_per_sample: StrictBool | None = None
 
     @field_validator("n_samples")
     @classmethod
@@ -278,7 +279,8 @@ class StudySpec(StrictModel):
     # an execution setting, as executor: not part of the cell id (optbench/trackers/backends.py)
     tracking: Tracking = Tracking()
     # when to stop adding samples or seeds: not part of the cell id (a stopped study's trials
-    # are those of the same study without it)
+    # are those of the same study without it), but deciding claim (a) turns the default of
+    # search.seed_per_sample on (seed_per_sample below)
     decide: Decide | None = None
 
     @model_validator(mode="before")
@@ -363,7 +365,7 @@ class StudySpec(StrictModel):
                 f"executor.population {self.executor.population}: a population does not run "
                 "torch.compile (recipe.compile); set recipe.compile false or population 1"
             )
-        if self.executor.population > 1 and self.search.seed_per_sample:
+        if self.executor.population > 1 and self.search.seed_per_sample:  # as written
             raise ValueError(
                 f"executor.population {self.executor.population}: a population's members share "
                 "one training seed, and search.seed_per_sample gives every sample its own; set "
@@ -407,7 +409,7 @@ class StudySpec(StrictModel):
                 f"decide.looks starts at {decide.looks[0]} {unit}: the first look needs at "
                 f"least {DECIDE_MIN[unit]} (claim {decide.claims[0]}'s interval)"
             )
-        if unit == "seeds" and self.search.seed_per_sample:
+        if unit == "seeds" and self.seed_per_sample:
             raise ValueError(
                 f"decide.claims {decide.claims}: adding seeds needs the same seeds in every "
                 "sample, and search.seed_per_sample gives every sample its own; set it false"
@@ -472,6 +474,19 @@ class StudySpec(StrictModel):
     # --- derived, never stored ------------------------------------------------------------
 
     @property
+    def seed_per_sample(self) -> bool:
+        """Whether each (lr, wd) sample trains with seeds of its own: search.seed_per_sample as
+        written, else (null, the default) where `decide` reads claim (a), whose interval then
+        covers the training seed's effect too (docs/sequential.md), and a population (whose
+        members share one seed) does not forbid it. False, it keeps the cell ids of earlier
+        optbench's default: a study that recorded trials under them keeps them
+        (store/migrations.py)."""
+        if self.search.seed_per_sample is not None:
+            return self.search.seed_per_sample
+        decides_a = self.decide is not None and "a" in self.decide.claims
+        return decides_a and self.executor.population == 1
+
+    @property
     def study_dir(self) -> Path:
         return self.output / self.name
 
@@ -504,7 +519,7 @@ class StudySpec(StrictModel):
             "search_seed": self.search.seed,
             "lr_bounds": list(bounds.lr),
             "wd_bounds": list(bounds.wd),
-        } | ({"seed_per_sample": True} if self.search.seed_per_sample else {})
+        } | ({"seed_per_sample": True} if self.seed_per_sample else {})
 
     def cell_id(self, cell: Cell) -> str:
         blob = json.dumps(self.cell_config(cell), sort_keys=True).encode()
