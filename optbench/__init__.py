@@ -69,7 +69,7 @@ elif not any(isinstance(f, _RegisterAfterTimm) for f in sys.meta_path):
 
 _API = ("NothingToDraw", "curves_figure", "edf_figure", "length_figure", "load_study",
         "load_summary", "load_trials", "looks_figure", "optimizer_figure", "scatter_figure",
-        "stem_figure")  # fmt: skip
+        "stem_figure", "tunability_figure", "tunability_table")  # fmt: skip
 
 
 def __getattr__(name: str):

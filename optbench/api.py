@@ -23,6 +23,7 @@ from optbench.report.figures import (
     per_epoch,
     scatter_figure,
     stem_figure,
+    tunability_figure,
 )
 from optbench.report.stats import N_BOOT
 from optbench.report.summary import Options
@@ -48,6 +49,8 @@ __all__ = [
     "scatter_figure",
     "stem_figure",
     "looks_figure",
+    "tunability_figure",
+    "tunability_table",
 ]
 
 Study = str | Path | StudySpec
@@ -110,3 +113,15 @@ def load_summary(
     trials = store.frame(asked_trials(spec, store))
     options = Options(metric=metric, n_boot=n_boot, seed=seed)
     return study_summary(spec, trials, options, looks=store.looks())
+
+
+def tunability_table(
+    trials: pd.DataFrame, *, metric: str = "final_error", n_boot: int = N_BOOT, seed: int = 0
+) -> pd.DataFrame:
+    """Per cell of a trials frame with two or more (lr, wd) samples: n, its best error, the
+    expected best error after k samples with its bootstrap band (columns e<k>, e<k>_low,
+    e<k>_high) and the samples needed to land within 1 point of the best with probability
+    0.9 (report/tunability.py; docs/reports.md)."""
+    from optbench.report import frames, tunability
+
+    return tunability.tunability_table(frames.with_errors(trials, metric), n_boot, seed)

@@ -39,6 +39,9 @@ def _study(**changes) -> dict:
     return changes
 
 
+# the good study trained with Lion, in its own (lr, wd) box
+LION_STUDY = {"optimizers": ["lion"], "search.ranges.lion": {"lr": [1e-4, 1e-3], "wd": [0.1, 1.0]}}
+
 train = train_args  # `optbench train` of a tiny trial, some flags changed
 
 
@@ -108,7 +111,11 @@ CASES = [
         "did you mean vit_c_w64_16px? (only the case differs",
         study=_study(models=["ViT_C_w64_16px"]),
     ),
-    Case("unknown optimizer", "optimizers.0", study=_study(optimizers=["lion"])),
+    Case(
+        "unknown optimizer",
+        "optimizers.0: unknown optimizer",
+        study=_study(optimizers=["loin"]),
+    ),
     Case("no optimizers", "optimizers", study=_study(optimizers=[])),
     Case("n_samples 0", "n_samples", study={"search.n_samples": 0}),
     Case(
@@ -133,6 +140,48 @@ CASES = [
     Case("lr low above high", "must be < high", study={"search.ranges.adamw.lr": [1e-2, 1e-3]}),
     Case("lr one bound", "search.ranges.adamw.lr", study={"search.ranges.adamw.lr": [1e-3]}),
     Case("no range for the optimizer", "no range for", study={"search.ranges": {}}),
+    Case(
+        "unknown optimizer, did you mean",
+        "did you mean lion?",
+        study={"optimizers": ["adamw", "loin"]},
+    ),
+    Case(
+        "no box for a timm optimizer",
+        "no range for optimizer 'lion'",
+        study=_study(optimizers=["adamw", "lion"]),
+    ),
+    Case(
+        "a range of no optimizer",
+        "did you mean lion?",
+        study={"search.ranges.loin": LION_STUDY["search.ranges.lion"]},
+    ),
+    Case("a CUDA-only optimizer", "not supported", study={"optimizers": ["bnbadam"]}),
+    Case(
+        "optimizer argument misspelt",
+        "did you mean betas?",
+        study={"recipe.optimizer_args": {"lion": {"beta": [0.9, 0.99]}}},
+    ),
+    Case(
+        "optimizer argument mistyped",
+        "a list of 2 numbers",
+        study={"recipe.optimizer_args": {"lion": {"betas": 0.9}}},
+    ),
+    Case(
+        "optimizer arguments of adamw",
+        "recipe.betas",
+        study={"recipe.optimizer_args": {"adamw": {"amsgrad": True}}},
+    ),
+    Case(
+        "optimizer argument out of range",
+        "refuses these arguments",
+        study={**LION_STUDY, "recipe.optimizer_args": {"lion": {"betas": [1.5, 0.99]}}},
+    ),
+    Case(
+        "a population of a timm optimizer",
+        "population trains adamw and sgd only",
+        study={**LION_STUDY, "executor.population": 2},
+    ),
+    Case("train: unknown optimizer", "did you mean lion?", args=train(optimizer="loin")),
     Case("good_range inf", "finite", study={"search.good_range": [float("inf"), 4.0]}),
     Case("search seed negative", "search.seed", study={"search.seed": -1}),
     Case("search seed beyond 64 bits", "search.seed", study={"search.seed": 2**64}),
@@ -425,7 +474,7 @@ CASES = [
     Case("train --img-size 10000", "cap of 1024", train(img_size="10000")),
     Case("train --img-size 18", "--img-size: 18 is not a multiple", train(img_size="18")),
     Case("train --ref-batch 0", "ref_batch", train("--ref-batch", "0")),
-    Case("train --optimizer lion", "--optimizer", train(optimizer="lion")),
+    Case("train --optimizer adahessian", "--optimizer", train(optimizer="adahessian")),
     Case("train unknown model", "unknown model", train()[:1] + ("nope",) + train()[2:]),
     Case(
         "train model in another case",

@@ -34,6 +34,8 @@ def _candidates(annotation, current) -> list:
         return [not current]
     if isinstance(current, tuple):
         return [(0.8, 0.99), ("bias",)]
+    if isinstance(current, dict):  # optimizer_args: another optimizer's (the study's is adamw)
+        return [{"lion": {"caution": True}}]
     if isinstance(current, str):
         return ["pycls_v0", "rand-m9-n2", "none"]
     numbers = [v for v in (current,) if isinstance(v, int | float)]
@@ -90,6 +92,7 @@ def test_a_recipe_field_changes_the_cell_id_exactly_when_declared(
     edited = _an_edit(data, field)
     assert edited is not None, f"no other valid value found for recipe.{field}"
     cell = base.cells()[0]
+    # a "cell_optimizer" edit of another optimizer's entry leaves this (adamw) cell's id
     names = RECIPE_IDENTITY[field] == "cell" or (
         RECIPE_IDENTITY[field] == "cell_if_folder" and folder
     )

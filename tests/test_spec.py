@@ -38,7 +38,7 @@ def _mutate(data: dict, path: str, value) -> dict:
         ("search.ranges.adamw.wd", [0.0, 0.1], "must be > 0"),
         ("models", ["vit_p_w64_16px", "no_such_model"], "no_such_model"),
         ("dataset.name", "mnist_typo", "mnist_typo"),
-        ("optimizers", ["adamw", "lion"], "optimizers.1"),
+        ("optimizers", ["adamw", "loin"], "optimizers.1"),
         ("search.sampler", "qmc", "power of 2"),
     ],
 )
@@ -54,7 +54,7 @@ def test_bad_spec_names_the_field(tiny_dict, path, value, needle):
 
 def test_search_must_cover_every_model_and_optimizer(tiny_dict):
     bad = _mutate(tiny_dict, "optimizers", ["adamw", "sgd"])
-    with pytest.raises(SpecError, match=r"no range for .*vit_p_w64_16px/sgd"):
+    with pytest.raises(SpecError, match=r"no range for optimizer 'sgd'"):
         parse_spec(bad)
 
 

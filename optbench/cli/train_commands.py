@@ -11,7 +11,7 @@ from typing import Annotated, get_args
 import typer
 
 from optbench.errors import UsageError, WriteError, format_errors
-from optbench.spec.recipe import OPTIMIZERS, Pipeline, Recipe
+from optbench.spec.recipe import Pipeline, Recipe
 
 
 def _complete_model(incomplete: str) -> list[str]:
@@ -28,7 +28,10 @@ def train(
         ),
     ],
     dataset: Annotated[str, typer.Option(help="dataset name, e.g. digits")],
-    optimizer: Annotated[str, typer.Option(help="adamw or sgd")],
+    optimizer: Annotated[
+        str,
+        typer.Option(help="adamw or sgd (the paper's), or any name of timm's optimizer registry"),
+    ],
     lr: Annotated[float, typer.Option(help="learning rate, normalized to --ref-batch")],
     wd: Annotated[float, typer.Option(help="weight decay")],
     epochs: Annotated[int, typer.Option(help="schedule length")],
@@ -87,14 +90,22 @@ def train(
     from optbench.data.datasets import check_dataset_files, download_dataset
     from optbench.errors import did_you_mean
     from optbench.models import is_model, model_names
-    from optbench.spec.checks import check_batch, check_input_size, check_pipeline
+    from optbench.spec.checks import (
+        check_batch,
+        check_input_size,
+        check_optimizer_runs,
+        check_pipeline,
+    )
+    from optbench.spec.optimizers import check_optimizer
     from optbench.spec.overrides import parse_overrides
     from optbench.train.run_trial import run_trial
     from optbench.train.signals import STOP_SIGNALS, TrialInterrupted
     from optbench.trial.config import Execution, make_train_config
 
-    if optimizer not in OPTIMIZERS:
-        raise UsageError(f"--optimizer: must be one of {list(OPTIMIZERS)}, got {optimizer!r}")
+    try:
+        check_optimizer(optimizer)
+    except ValueError as err:
+        raise UsageError(f"--optimizer: {err}") from None
     if pipeline not in get_args(Pipeline):
         raise UsageError(f"--pipeline: must be one of {list(get_args(Pipeline))}, got {pipeline!r}")
     if not is_model(model):
@@ -123,6 +134,7 @@ def train(
     )
     ds = cfg.dataset
     _check_train_flags(cfg, out, threads, device, resume)
+    check_optimizer_runs(cfg.optimizer, cfg.recipe, "--set optimizer_args")
     check_pipeline(cfg.recipe, pipeline, "--recipe/--set", "--pipeline")
     if download:
         download_dataset(ds)

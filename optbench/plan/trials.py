@@ -92,7 +92,7 @@ def _train_config(spec: StudySpec, cell: Cell, lr: float, wd: float, seed: int) 
         batch_size=spec.batch_size,
         ref_batch=spec.ref_batch,
         seed=seed,
-        recipe=spec.recipe,
+        recipe=spec.recipe.for_optimizer(cell.optimizer),  # its own optimizer_args only
     )
 
 

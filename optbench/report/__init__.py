@@ -3,7 +3,8 @@ trials.csv, the figures and index.html of one study) from
 - the numbers: `edf.py` (EDF math of one cell), `stats.py` (bootstrap and friends), `frames.py`
   (the tables, as frames, computed from the trials frame: panels, cell errors, stability, peak),
   `summary.py` (summary.json), `claims.py` (the paper's claims, tested), `sequential.py` (the
-  sequential rule: spending, boundaries, outcomes);
+  sequential rule: spending, boundaries, outcomes), `tunability.py` (the
+  expected best error after k (lr, wd) samples);
 - what is shown: `figures.py` (each figure from a trials frame, the public API), `drawing.py`
   (matplotlib drawing of precomputed data), `claims_page.py` (the claims in words), `page.py`
   (index.html), `trials_file.py` (trials.csv and trials.parquet);

@@ -596,3 +596,28 @@ def plot_looks(panels: Sequence[LookPanel], ncols: int = 2) -> Figure:
         handles = handles[:1]
     _legend_below(fig, handles)
     return fig
+
+
+def plot_tunability(curves: pd.DataFrame, colors: dict[str, str]) -> Figure:
+    """One panel per (optimizer, epochs), one line per model of the expected best error after k
+    random (lr, wd) samples against k (log x), its bootstrap band shaded
+    (report/tunability.py: tunability_curves' rows)."""
+    cells = list(dict.fromkeys(zip(curves["optimizer"], curves["epochs"], strict=True)))
+    fig, axes = _grid(len(cells), 3, sharey=True)
+    for ax, (optimizer, epochs) in zip(axes, cells, strict=True):
+        part = curves[(curves["optimizer"] == optimizer) & (curves["epochs"] == epochs)]
+        for model, rows in part.groupby("model", sort=False):
+            color = colors[model]
+            ax.fill_between(rows["k"], rows["low"], rows["high"], color=color, alpha=0.15, lw=0)
+            ax.plot(rows["k"], rows["expected_best"], "-", color=color, label=model)
+        ax.set_xscale("log", base=2)
+        ks = sorted(part["k"].unique())
+        ticks = [k for k in ks if k & (k - 1) == 0]  # powers of 2
+        ax.set_xticks(ticks, [str(k) for k in ticks])
+        ax.set_xlim(1, max(ks))
+        ax.set_title(cell_title(optimizer, int(epochs)))
+        ax.set_xlabel("(lr, wd) samples k")
+        ax.set_ylabel("expected best error (%)")
+        ax.grid(alpha=0.3)
+    _legend_below(fig, _unique_handles(axes))
+    return fig

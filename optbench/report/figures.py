@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from optbench.report import drawing, frames
+from optbench.report import drawing, frames, tunability
 from optbench.report.claims import STATISTIC
 from optbench.report.edf import AUC_MAX_POINTS, dtop1, edf, edf_auc
 from optbench.report.stats import N_BOOT, edf_band, good_range
@@ -215,6 +215,22 @@ def stem_figure(trials: pd.DataFrame, *, metric: str = "final_error") -> Figure:
     if best.empty:
         raise NothingToDraw("no finished trials of the stem ablation")
     return drawing.plot_stem(best, order)
+
+
+def tunability_figure(
+    trials: pd.DataFrame,
+    *,
+    metric: str = "final_error",
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+    colors: dict[str, str] | None = None,
+) -> Figure:
+    """Per model, the expected best error after k random (lr, wd) samples against k, with its
+    bootstrap band (report/tunability.py), a panel per optimizer and schedule length."""
+    curves = tunability.tunability_curves(_results(trials, metric), n_boot, seed)
+    if curves.empty:
+        raise NothingToDraw(f"no cell has {tunability.MIN_SAMPLES} or more (lr, wd) samples")
+    return drawing.plot_tunability(curves, _colors(trials, colors))
 
 
 def per_epoch(trials: pd.DataFrame) -> pd.DataFrame:

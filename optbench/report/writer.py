@@ -29,7 +29,15 @@ from matplotlib.figure import Figure
 
 from optbench import safefs
 from optbench.errors import UsageError
-from optbench.report import claims, claims_page, drawing, figures, frames, trials_file
+from optbench.report import (
+    claims,
+    claims_page,
+    drawing,
+    figures,
+    frames,
+    trials_file,
+    tunability,
+)
 from optbench.report.edf import AUC_MAX_POINTS, MIN_EDF_SAMPLES
 from optbench.report.page import Section, render_html
 from optbench.report.stats import N_BOOT
@@ -37,7 +45,16 @@ from optbench.report.summary import Options, summarize
 from optbench.spec.schema import StudySpec
 from optbench.trial.config import mixed_pipelines_note
 
-FIGURES: tuple[str, ...] = ("edf", "length", "optimizer", "stem", "peak", "complexity", "curves")
+FIGURES: tuple[str, ...] = (
+    "edf",
+    "tunability",
+    "length",
+    "optimizer",
+    "stem",
+    "peak",
+    "complexity",
+    "curves",
+)
 METRICS: tuple[str, ...] = ("final_error", "best_error", frames.PYCLS_BEST)
 PNG_DPI = 150
 # the page's column names, with units, for the tables' own columns
@@ -55,7 +72,17 @@ UNITS = {
 FORMATS: tuple[str, ...] = ("png", "svg", "pdf")
 # Every figure a section may draw (its file is NAME.FORMAT) and the report's other files: the
 # names a planted link is looked for at (refuse_links).
-FIGURE_NAMES = ("edf", "edf_raw", "scatter", "length", "optimizer", "stem", "curves", "looks")
+FIGURE_NAMES = (
+    "edf",
+    "edf_raw",
+    "scatter",
+    "length",
+    "optimizer",
+    "stem",
+    "curves",
+    "looks",
+    "tunability",
+)
 DATA_FILES: tuple[str, ...] = ("trials.csv", "trials.parquet", "summary.json", "index.html")
 DEFAULT_FORMATS: tuple[str, ...] = ("png", "svg")
 # Vector figures keep their text as text, editable in Inkscape or Illustrator for a paper: SVG
@@ -158,6 +185,38 @@ def _edf_section(
         "the best trial's value over bootstrap resamples) and its best trial's value as a "
         "tick.",
     )
+    return section
+
+
+def _tunability_section(trials: pd.DataFrame, colors: dict[str, str], options: Options) -> Section:
+    section = Section(
+        "tunability",
+        "Tunability: the expected best error after k (lr, wd) samples",
+        "What a search of k random (lr, wd) samples of each cell's box is expected to find, "
+        "from the cell's own n samples (Dodge et al. 2019's expected validation performance; "
+        "docs/reports.md defines each number).",
+    )
+    common = dict(n_boot=options.n_boot, seed=options.seed)
+    drawn = _figure(
+        section,
+        "tunability",
+        lambda: figures.tunability_figure(trials, metric=options.metric, colors=colors, **common),
+        "Each model's expected best error after k samples drawn with replacement from its "
+        "cell's n (a line per model, a panel per optimizer and schedule length, k on a log "
+        "axis): the mean error at k = 1, falling to the cell's best. Shaded: the 2.5-97.5 "
+        f"percentiles over {options.n_boot} bootstrap resamples of the n samples.",
+    )
+    if drawn:
+        results = frames.with_errors(trials, options.metric)
+        table = tunability.tunability_table(results, **common)
+        section.tables.append(
+            (
+                f"Expected best error (%) after k samples [95% band]; the samples needed to "
+                f"land within {tunability.WITHIN_POINTS:g} point of the cell's best with "
+                f"probability {tunability.PROBABILITY:g}",
+                tunability.page_table(table),
+            )
+        )
     return section
 
 
@@ -425,6 +484,7 @@ def build_sections(
     metric = options.metric
     builders: dict[str, Callable[[], Section]] = {
         "edf": lambda: _edf_section(trials, colors, options, _num_classes(spec, data_shape)),
+        "tunability": lambda: _tunability_section(trials, colors, options),
         "length": lambda: _length_section(trials, best, colors, metric),
         "optimizer": lambda: _optimizer_section(trials, best, metric),
         "stem": lambda: _stem_section(trials, metric),
@@ -482,6 +542,8 @@ def study_summary(
         claims_table = _claims(spec, frames.with_errors(trials, options.metric), options, looks)
     summary["claims"] = claims_page.records(claims_table)
     summary["looks"] = list(looks or [])
+    results = frames.with_errors(trials, options.metric)
+    summary["tunability"] = tunability.tunability_records(results, options.n_boot, options.seed)
     return summary
 
 

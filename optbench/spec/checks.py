@@ -15,8 +15,10 @@ from pathlib import Path
 
 from optbench.errors import SpecError, UnfinishedWrite, UsageError, did_you_mean, source_of
 from optbench.spec.catalogue import CATALOGUE, DATASET_NAMES
+from optbench.spec.optimizers import PAPER_OPTIMIZERS, optimizer_kwargs
 from optbench.spec.recipe import Dataset, Recipe
 from optbench.spec.schema import StudySpec
+from optbench.spec.timm_optimizers import TIMM_VERSION
 
 
 def check_spec(
@@ -68,6 +70,11 @@ def check_spec(
             check_dataset_files(spec.dataset, spec.study_dir)  # a shard index it may cache
         except UsageError as err:
             raise UsageError(f"{origin('dataset.root')}: {err}") from None
+    if data:
+        for optimizer in spec.optimizers:
+            check_optimizer_runs(
+                optimizer, spec.recipe, origin(f"recipe.optimizer_args.{optimizer}")
+            )
     if data or sized:
         check_pipeline(spec.recipe, spec.dataset.pipeline, origin("recipe.auto_augment"))
         for model in spec.models:
@@ -133,6 +140,30 @@ def seed_effect_note(spec: StudySpec) -> str | None:
         "study the bench decided 9.5% +- 2.1% of exact nulls wrongly, not 5%: "
         "docs/sequential.md); seed_per_sample: true gives each sample its own seeds"
     )
+
+
+def check_optimizer_runs(name: str, recipe: Recipe, where: str) -> None:
+    """timm, as installed, builds optimizer `name` with its recipe.optimizer_args (over one
+    small parameter): a name this timm lacks or an argument value the optimizer refuses (a beta
+    above 1) is a UsageError here, not every trial failing at its start. The paper's AdamW and
+    SGD take recipe keys that the recipe has checked already."""
+    if name in PAPER_OPTIMIZERS:
+        return
+    import timm
+    import torch
+    from timm.optim import create_optimizer_v2, list_optimizers
+
+    if name not in list_optimizers():
+        raise UsageError(
+            f"{where}: timm {timm.__version__} has no optimizer {name!r} (optbench's table is "
+            f"timm {TIMM_VERSION}'s): install that timm"
+        )
+    args = optimizer_kwargs(recipe.optimizer_args.get(name, {}))
+    try:
+        create_optimizer_v2([torch.nn.Parameter(torch.zeros(4, 4))], opt=name, lr=1e-3, **args)
+    except Exception as err:  # noqa: BLE001 - whatever the optimizer's own checks raise
+        message = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise UsageError(f"{where}: timm's {name} refuses these arguments: {message}") from None
 
 
 def check_batch(dataset: Dataset, batch_size: int, what: str) -> None:

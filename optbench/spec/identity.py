@@ -6,6 +6,9 @@ Each field declares what it is to a cell:
   results;
 - "cell_if_folder": names the cell only where the data are image files resized one by one
   (catalogue.is_image_dataset); elsewhere it changes nothing and stays out of the id;
+- "cell_optimizer": a mapping by optimizer name whose entry for a cell's optimizer names that
+  cell (StudySpec.cell_config hashes the recipe with that entry only: Recipe.for_optimizer); a
+  cell whose optimizer has no entry keeps the id it had before the field existed;
 - "location": where the data are read from; the same trials from any copy;
 - "execution": how the trials are fed, recorded in result.json's `execution` block, not a cell.
 
@@ -21,12 +24,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-Identity = Literal["cell", "cell_if_folder", "location", "execution"]
+Identity = Literal["cell", "cell_if_folder", "cell_optimizer", "location", "execution"]
 
-IDENTITY_VERSION = 2
+IDENTITY_VERSION = 3
 MIGRATIONS: dict[int, str] = {
     1: "the table written down (2026-12); every cell keeps the id the code gave it before",
-    2: "search.seed_per_sample left unset is true where decide reads claim (a) (2026-12, "
+    2: "optimizer_args (cell_optimizer) added; every cell without them keeps its id",
+    3: "search.seed_per_sample left unset is true where decide reads claim (a) (2026-12, "
     "issue 53): such a study gets new cells, unless its storage holds trials in the cells it "
     "had with the earlier default (false): then it keeps those, finds its trials and says so "
     "(store/migrations.py); every other study keeps its cell ids",
@@ -44,6 +48,7 @@ RECIPE_IDENTITY: dict[str, Identity] = {
     "nesterov": "cell",
     "betas": "cell",
     "eps": "cell",
+    "optimizer_args": "cell_optimizer",
     "wd_exclude": "cell",
     "label_smoothing": "cell",
     "ema": "cell",
@@ -87,7 +92,9 @@ DATASET_IDENTITY: dict[str, Identity] = {
 
 def names_cell(identity: Identity, folder_dataset: bool) -> bool:
     """Whether a field of this identity is part of the cell id for this kind of dataset."""
-    return identity == "cell" or (identity == "cell_if_folder" and folder_dataset)
+    return identity in ("cell", "cell_optimizer") or (
+        identity == "cell_if_folder" and folder_dataset
+    )
 
 
 def cell_fields(table: dict[str, Identity], values: dict, folder_dataset: bool) -> dict:

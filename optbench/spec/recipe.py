@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -21,14 +22,16 @@ from pydantic import (
     StrictFloat,
     StrictInt,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
 from optbench.spec.caps import MAX_AUGMENT_OPS, MAX_IMG_SIZE, MAX_TRANSLATE, check_cap
 from optbench.spec.catalogue import CATALOGUE, Layout
+from optbench.spec.optimizers import check_optimizer, check_optimizer_args
 
-Optimizer = Literal["adamw", "sgd"]
-OPTIMIZERS: tuple[str, ...] = ("adamw", "sgd")
+# An optimizer's name: any of timm's registry (spec/optimizers.py); adamw and sgd are the paper's.
+Optimizer = Annotated[str, AfterValidator(check_optimizer)]
 
 
 class StrictModel(BaseModel):
@@ -219,6 +222,8 @@ class Recipe(StrictModel):
     nesterov: StrictBool = False
     betas: tuple[StrictFloat, StrictFloat] = (0.9, 0.999)
     eps: StrictFloat = Field(default=1e-8, gt=0)
+    # every other optimizer's own arguments, by its name (spec/optimizers.py checks them)
+    optimizer_args: dict[str, dict[str, Any]] = Field(default_factory=dict)
     wd_exclude: tuple[str, ...] = ()
     # loss, weights average (train/ema.py), BN statistics and what is reported
     label_smoothing: StrictFloat = Field(default=0.1, ge=0, lt=1)
@@ -285,6 +290,31 @@ class Recipe(StrictModel):
         if data.get("schedule") in ("pycls", "deit") and "schedule_step" not in given:
             data["schedule_step"] = "epoch"
         return data
+
+    @field_validator("optimizer_args")
+    @classmethod
+    def _optimizer_args(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for name, args in v.items():
+            check_optimizer_args(name, args)
+        return v
+
+    @model_serializer(mode="wrap")
+    def _no_args_no_key(self, dump):
+        """A recipe without optimizer_args dumps as it did before the key existed, so the
+        paper's optimizers' trials keep their configs, checkpoints and cell ids."""
+        data = dump(self)
+        if not self.optimizer_args:
+            data.pop("optimizer_args", None)
+        return data
+
+    def __hash__(self) -> int:  # frozen, but optimizer_args is a dict: hashed as its JSON
+        return hash(self.model_dump_json())
+
+    def for_optimizer(self, name: str) -> Recipe:
+        """This recipe as a trial of optimizer `name` trains with: its optimizer_args keep
+        that optimizer's entry only."""
+        own = {name: self.optimizer_args[name]} if name in self.optimizer_args else {}
+        return self.model_copy(update={"optimizer_args": own})
 
     @field_validator("translate")
     @classmethod

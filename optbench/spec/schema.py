@@ -43,6 +43,7 @@ from optbench.spec.caps import (
 )
 from optbench.spec.catalogue import is_image_dataset
 from optbench.spec.identity import DATASET_IDENTITY, RECIPE_IDENTITY, cell_fields
+from optbench.spec.optimizers import PAPER_OPTIMIZERS
 from optbench.spec.recipe import (
     Optimizer,
     Recipe,
@@ -374,6 +375,17 @@ class StudySpec(StrictModel):
         return self
 
     @model_validator(mode="after")
+    def _population_optimizers(self) -> StudySpec:
+        others = [o for o in self.optimizers if o not in PAPER_OPTIMIZERS]
+        if self.executor.population > 1 and others:
+            raise ValueError(
+                f"executor.population {self.executor.population}: a population trains "
+                f"{' and '.join(PAPER_OPTIMIZERS)} only (train/population_optim.py), not "
+                f"{others[0]!r}; set population 1"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _not_too_many_trials(self) -> StudySpec:
         n_samples = 1 if self.search.sampler == "good" else self.search.n_samples
         grid = len(self.models) * len(self.optimizers) * len(self.epochs)
@@ -447,15 +459,17 @@ class StudySpec(StrictModel):
         # good values of its whole family while `--set models=[...]` picks some of them);
         # checks.check_spec still refuses a name that is no model at all.
         missing = [
-            f"{m}/{o}"
-            for m in self.models
+            o
             for o in self.optimizers
-            if o not in self.search.good_values.get(m, {}) and o not in self.search.ranges
+            if o not in self.search.ranges
+            and any(o not in self.search.good_values.get(m, {}) for m in self.models)
         ]
-        if missing:
+        if missing:  # one (lr, wd) box per optimizer: no optimizer's box fits another's
+            o = missing[0]
             raise ValueError(
-                f"search: no range for {missing}; give search.ranges.<optimizer> or "
-                "search.good_values.<model>.<optimizer>"
+                f"search: no range for optimizer {o!r}, its own (lr, wd) box; give search.ranges.{o} "
+                f"({{lr: [low, high], wd: [low, high]}}) or search.good_values.<model>.{o} for "
+                "every model"
             )
         if self.search.sampler == "good":
             no_good = [
@@ -507,6 +521,7 @@ class StudySpec(StrictModel):
         editing any of it makes new cells instead of mixing with old results."""
         bounds = self.search.bounds(cell.model, cell.optimizer)
         folder = is_image_dataset(self.dataset.name)
+        recipe = self.recipe.for_optimizer(cell.optimizer)  # its own optimizer_args only
         return {
             "model": cell.model,
             "optimizer": cell.optimizer,
@@ -514,7 +529,7 @@ class StudySpec(StrictModel):
             "dataset": cell_fields(DATASET_IDENTITY, dict(self.dataset), folder),
             "batch_size": self.batch_size,
             "ref_batch": self.ref_batch,
-            "recipe": cell_fields(RECIPE_IDENTITY, self.recipe.model_dump(mode="json"), folder),
+            "recipe": cell_fields(RECIPE_IDENTITY, recipe.model_dump(mode="json"), folder),
             "sampler": self.search.sampler,
             "search_seed": self.search.seed,
             "lr_bounds": list(bounds.lr),

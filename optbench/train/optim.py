@@ -6,9 +6,13 @@ whose names match a `recipe.wd_exclude` glob (e.g. "*pos_embed", "*cls_token", "
 are excluded too. A model's own `no_weight_decay()` hint is ignored on purpose: what is decayed
 is a recipe setting, visible in the study, not a model detail.
 
-Optimizers: AdamW (betas and eps from the recipe) and SGD (momentum from the recipe, 0.9 by
-default, dampening 0; `recipe.nesterov` for Nesterov), built with timm's `create_optimizer_v2`
-with fused kernels on CUDA and foreach kernels elsewhere.
+Optimizers: the paper's AdamW (betas and eps from the recipe) and SGD (momentum from the
+recipe, 0.9 by default, dampening 0; `recipe.nesterov` for Nesterov), built with timm's
+`create_optimizer_v2` with fused kernels on CUDA and foreach kernels elsewhere; any other name
+of timm's registry (spec/optimizers.py) with `create_optimizer_v2` over the same groups, its
+`recipe.optimizer_args` and timm's defaults for the rest (the hybrids' fallback is timm's own:
+Muon routes parameters by shape, Kron preconditions them; the trial's config records it).
+`registry_table` writes timm's registry as the torch-free table spec/timm_optimizers.py.
 
 Schedule (`LrSchedule`, a pure function of the step, so resuming needs no state): three rules,
 `recipe.schedule`, each one reference code's; `min_lr` and `warmup_factor` are fractions of the
@@ -37,6 +41,7 @@ from timm.scheduler import CosineLRScheduler
 from torch import nn
 from torch.optim import Optimizer
 
+from optbench.spec.optimizers import PAPER_OPTIMIZERS, optimizer_kwargs
 from optbench.trial.config import TrainConfig
 
 
@@ -61,12 +66,18 @@ def weight_decay_groups(model: nn.Module, wd: float, exclude: tuple[str, ...]) -
 
 
 def build_optimizer(model: nn.Module, cfg: TrainConfig, *, fused: bool = False) -> Optimizer:
-    """AdamW or SGD over `weight_decay_groups`; `fused` for CUDA (foreach kernels otherwise)."""
+    """The trial's optimizer over `weight_decay_groups`. AdamW or SGD: the paper's, `fused` for
+    CUDA (foreach kernels otherwise); any other: timm's, with its recipe.optimizer_args."""
     recipe = cfg.recipe
     groups = [
         {k: v for k, v in g.items() if k != "names"}
         for g in weight_decay_groups(model, cfg.wd, recipe.wd_exclude)
     ]
+    if cfg.optimizer not in PAPER_OPTIMIZERS:
+        args = optimizer_kwargs(recipe.optimizer_args.get(cfg.optimizer, {}))
+        return create_optimizer_v2(
+            groups, opt=cfg.optimizer, lr=cfg.lr_used, weight_decay=cfg.wd, **args
+        )
     kernel = {"fused": True} if fused else {"foreach": True}
     if cfg.optimizer == "adamw":
         opt, kwargs = "adamw", {"betas": recipe.betas, "eps": recipe.eps}
@@ -142,3 +153,92 @@ class LrSchedule:
         else:
             self.timm.step_update(step + 1)
         return self._written.param_groups[0]["lr"]
+
+
+# --- timm's optimizer registry as a torch-free table (spec/timm_optimizers.py) ---------------
+
+# Arguments optbench sets itself: the parameter groups, the lr (the search's, scheduled) and the
+# weight decay (the search's, on the decayed group only).
+SET_BY_OPTBENCH = ("params", "lr", "weight_decay")
+
+
+def _table_value(value):
+    """A default as the table writes it (tuples as tuples), or None for one no study can spell
+    (a torch dtype, a required argument)."""
+    if isinstance(value, bool | int | float | str) or value is None:
+        return value
+    if isinstance(value, tuple | list) and all(isinstance(v, int | float) for v in value):
+        return tuple(value)
+    return NOT_SETTABLE
+
+
+NOT_SETTABLE = object()
+
+
+def registry_table() -> dict[str, dict]:
+    """The installed timm's optimizer registry (timm.optim.list_optimizers) as the table
+    spec/timm_optimizers.py holds: per name, the class and each argument a study may set with
+    the default create_optimizer_v2 gives it (the class's, overridden by the registry's defaults,
+    momentum 0.9 where timm adds it), leaving out what create_optimizer_v2 drops (eps, betas,
+    momentum where the registry says the class has none) and what no study can spell; a class
+    from another package (apex, bitsandbytes) or a second-order one is marked unsupported."""
+    import inspect
+
+    from timm.optim import list_optimizers
+    from timm.optim._optim_factory import default_registry
+
+    table = {}
+    for name in list_optimizers():
+        info = default_registry.get_optimizer_info(name)
+        if isinstance(info.opt_class, str):
+            package = info.opt_class.split(".")[0]
+            table[name] = {"class": info.opt_class, "unsupported": f"a {package} class (CUDA only)"}
+            continue
+        cls = info.opt_class
+        entry = {"class": f"{cls.__module__}.{cls.__qualname__}"}
+        if info.second_order:
+            table[name] = {**entry, "unsupported": "second order (its step needs the Hessian)"}
+            continue
+        dropped = {"eps": not info.has_eps, "betas": not info.has_betas}
+        dropped["momentum"] = not info.has_momentum
+        args = {}
+        for arg, param in inspect.signature(cls.__init__).parameters.items():
+            if arg in ("self", *SET_BY_OPTBENCH) or dropped.get(arg):
+                continue
+            default = param.default
+            if arg in (info.defaults or {}):
+                default = info.defaults[arg]
+            elif arg == "momentum":
+                default = 0.9  # create_optimizer_v2's, for every optimizer with momentum
+            value = _table_value(default)
+            if value is not NOT_SETTABLE:
+                args[arg] = value
+        table[name] = {**entry, "args": args}
+    return table
+
+
+def optimizer_table_source() -> str:
+    """spec/timm_optimizers.py's text for the installed timm (tests compare it with the file;
+    `python -m optbench.train.optim` writes it)."""
+    import timm
+
+    lines = [
+        '"""timm\'s optimizer registry as data, written by `python -m optbench.train.optim` from',
+        f"timm {timm.__version__} (train/optim.py: registry_table): each optimizer's class and the",
+        "arguments a study may give it (recipe.optimizer_args), with their defaults. Read by",
+        'spec/optimizers.py, so a study\'s optimizers are checked without importing torch or timm."""',
+        "",
+        f'TIMM_VERSION = "{timm.__version__}"',
+        "",
+        f"TIMM_OPTIMIZERS: dict[str, dict] = {registry_table()!r}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    import subprocess
+    from pathlib import Path
+
+    target = Path(__file__).resolve().parent.parent / "spec" / "timm_optimizers.py"
+    target.write_text(optimizer_table_source())
+    subprocess.run(["ruff", "format", str(target)], check=True)

@@ -23,6 +23,7 @@ from pydantic import (
 from optbench.errors import SpecError, format_errors
 from optbench.provenance import COMMIT_PATTERN, FINGERPRINT_PATTERN
 from optbench.spec.caps import MAX_EPOCHS, SEED_BOUND
+from optbench.spec.optimizers import optimizer_fallback
 from optbench.spec.recipe import Dataset, Optimizer, Pipeline, Recipe, fill_ref_batch
 from optbench.spec.tracking import Tracking
 
@@ -54,11 +55,30 @@ class TrainConfig(BaseModel):
     ref_batch: StrictInt = Field(ge=1)  # default: the recipe preset's (recipe.PRESET_REF_BATCH)
     seed: StrictInt = Field(default=0, ge=0, lt=SEED_BOUND)
     recipe: Recipe = Recipe()
+    # what a hybrid optimizer does with the parameters it does not treat as matrices
+    # (spec/optimizers.py: optimizer_fallback): derived from the optimizer, recorded in
+    # result.json; None (and no key) for every other optimizer
+    fallback: str | None = None
 
     @model_validator(mode="before")
     @classmethod
     def _ref_batch_from_preset(cls, data):
         return fill_ref_batch(data)
+
+    @model_validator(mode="after")
+    def _fallback_of_optimizer(self) -> TrainConfig:
+        args = self.recipe.optimizer_args.get(self.optimizer, {})
+        object.__setattr__(self, "fallback", optimizer_fallback(self.optimizer, args))
+        return self
+
+    @model_serializer(mode="wrap")
+    def _no_fallback_no_key(self, dump):
+        """A config without a fallback dumps as it did before the key existed (the paper's
+        optimizers' result files, checkpoints and journal hashes stay as they were)."""
+        data = dump(self)
+        if self.fallback is None:
+            data.pop("fallback", None)
+        return data
 
     @model_validator(mode="after")
     def _warmup_fits(self) -> TrainConfig:
