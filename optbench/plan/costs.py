@@ -411,6 +411,46 @@ def estimate_notes(spec: StudySpec, store, job_times=lambda: []) -> list[str]:
     return lines
 
 
+def spent_notes(spec: StudySpec, store) -> list[str]:
+    """Where the finished and diverged trials' seconds went (result.json's `timing`,
+    trial/timing.py), a line per cell that has them (`optbench status`): the share of what its
+    trials cost their workers (their wall_s and the process starts they paid) spent outside the
+    training epochs, and that share's largest parts. [] where no trial recorded its timing."""
+    from pydantic import ValidationError
+
+    from optbench.trial.timing import PARTS, TrialTiming
+
+    by_cell: dict = {}
+    for s in store.read(plan(spec)):
+        raw = s.record.user_attrs.get("timing") if s.is_result else None
+        if s.status in ("finished", "diverged") and isinstance(raw, dict):
+            try:  # the store holds what the driver validated; an edited database may not
+                by_cell.setdefault(s.trial.cell, []).append(TrialTiming.model_validate(raw))
+            except ValidationError:
+                continue
+    lines = []
+    for cell in spec.cells():
+        timings = by_cell.get(cell)
+        if not timings:
+            continue
+        paid = sum(t.paid_s() for t in timings)
+        if paid <= 0:
+            continue
+        shares = {p: sum(getattr(t, p) for t in timings) / paid for p in PARTS if p != "epochs"}
+        shares["process start"] = (
+            sum((t.process_start_s or 0) + (t.imports_s or 0) for t in timings) / paid
+        )
+        outside = 1 - sum(t.epochs for t in timings) / paid
+        largest = sorted(shares.items(), key=lambda kv: -kv[1])[:4]
+        lines.append(
+            f"cost {_label(cell)} ({len(timings)} trial(s), {_clock(paid / len(timings))} each): "
+            f"{outside:.1%} outside the epochs ("
+            + ", ".join(f"{name} {share:.1%}" for name, share in largest)
+            + ")"
+        )
+    return lines
+
+
 def _label(cell) -> str:
     return f"{cell.model}/{cell.optimizer}/e{cell.epochs}"
 

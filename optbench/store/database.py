@@ -270,6 +270,8 @@ class Store:
         attempt.set_user_attr("pipeline", execution.pipeline if execution else None)
         attempt.set_user_attr("population", execution.population if execution else None)
         attempt.set_user_attr("metrics", metrics)
+        if result.timing is not None:  # where its seconds went (trial/timing.py)
+            attempt.set_user_attr("timing", result.timing.model_dump())
         if result.provenance is not None:  # which code made it (optbench.provenance)
             attempt.set_user_attr("provenance", result.provenance.model_dump())
         if result.status != "failed":
