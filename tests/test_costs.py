@@ -344,6 +344,42 @@ def test_the_plans_total_counts_one_start_per_job(tiny_dict, kind, per_job, star
         assert f"needs time_min >= {job_minutes(job_s)} " in line, line
 
 
+def test_auto_packs_the_fewest_trials_that_pay_a_jobs_start_within_its_time_limit():
+    from optbench.plan.costs import START_SHARE, packed_trials
+
+    def start_share(n: int) -> float:
+        return 7.0 / job_seconds({"process_s": 7.0}, 6.0, n)
+
+    n = packed_trials(7.0, 6.0, time_min=60)  # the local cluster's: 7 s of start, 6 s trials
+    assert start_share(n) <= START_SHARE < start_share(n - 1)
+    # a long trial pays its start alone
+    assert packed_trials(7.0, 600.0, time_min=60) == 1
+    # the time limit binds: as many as fit with the plan's margin, and never none
+    n = packed_trials(60.0, 100.0, time_min=20)
+    assert start_share(1) > START_SHARE and n > 1
+    assert job_minutes(job_seconds({"process_s": 60.0}, 100.0, n)) <= 20
+    assert job_minutes(job_seconds({"process_s": 60.0}, 100.0, n + 1)) > 20
+    assert packed_trials(60.0, 100.0, time_min=6) == 1
+
+
+def test_the_slurm_executor_runs_auto_trials_per_job_as_the_cost_plan_says(tiny_dict):
+    from optbench.executors import _slurm_executor
+    from optbench.plan.costs import packed_trials, trials_per_job
+
+    tiny_dict["executor"] = {"kind": "slurm"}  # trials_per_job: auto, the default
+    spec = load_study_dict(tiny_dict)
+    assert trials_per_job(spec) == 1  # nothing measured: a job per trial, as before
+    short = {**FIGURES, "step_s": 0.01, "start_s": 1.0, "eval_s_per_image": 1e-4}
+    _cache_for(spec, short)
+    trial_s = trial_seconds(short, spec, 1)
+    packed = packed_trials(short["process_s"], trial_s, spec.executor.slurm.time_min)
+    assert packed > 1
+    assert trials_per_job(spec) == packed
+    assert _slurm_executor(spec, print).settings.trials_per_job == packed
+    tiny_dict["executor"]["slurm"] = {"trials_per_job": 2}  # a number is kept
+    assert _slurm_executor(load_study_dict(tiny_dict), print).settings.trials_per_job == 2
+
+
 def test_a_failed_measuring_process_is_one_line_exit_1_not_bad_input(
     cli, tiny_dict, tmp_path, monkeypatch
 ):

@@ -248,14 +248,46 @@ def job_seconds(figures: dict, trial_s: float, trials: int) -> float:
     return figures["process_s"] + trials * trial_s
 
 
-def job_starts(spec: StudySpec, trials: int) -> float:
-    """How many job starts `trials` trials of a cell cost: on SLURM one per job of
-    slurm.trials_per_job trials (a population counts as one trial), as a share where a job
-    holds trials of several cells; elsewhere none (a local worker starts once per run, the debug
+def job_starts(spec: StudySpec, trials: int, per_job: int) -> float:
+    """How many job starts `trials` trials of a cell cost: on SLURM one per job of `per_job`
+    trials (trials_per_job; a population counts as one trial), as a share where a job holds
+    trials of several cells; elsewhere none (a local worker starts once per run, the debug
     executor runs in the driver)."""
     if spec.executor.kind != "slurm":
         return 0.0
-    return trials / spec.executor.population / spec.executor.slurm.trials_per_job
+    return trials / spec.executor.population / per_job
+
+
+# trials_per_job auto: a job runs trials until its start (process_s) is at most this share of it.
+START_SHARE = 0.10
+
+
+def packed_trials(process_s: float, trial_s: float, time_min: int) -> int:
+    """How many trials of `trial_s` seconds one SLURM job of `auto` runs: the fewest that make
+    its start (`process_s`) at most START_SHARE of the job, but no more than fit in `time_min`
+    with the plan's margin (job_minutes); at least one."""
+    if trial_s <= 0:
+        return 1
+    wanted = math.ceil(process_s * (1 - START_SHARE) / (START_SHARE * trial_s))
+    fitting = math.floor(((time_min - MARGIN_MIN) * 60 / MARGIN - process_s) / trial_s)
+    return max(1, min(wanted, fitting))
+
+
+def trials_per_job(spec: StudySpec, costs: CostPlan | None = None) -> int:
+    """slurm.trials_per_job, `auto` resolved: the fewest of `packed_trials` over the study's
+    cells (each at its measured costs), 1 where a cell has none (its trial might not fit)."""
+    setting = spec.executor.slurm.trials_per_job
+    if setting != "auto":
+        return setting
+    costs = costs or cost_plan(spec)
+    time_min = spec.executor.slurm.time_min
+    packed = []
+    for cell in spec.cells():
+        trial_s, figures = costs.trial_s(spec, cell), costs.figures.get(cell)
+        if trial_s is None or figures is None:
+            return 1
+        packed.append(packed_trials(figures["process_s"], trial_s, time_min))
+    return min(packed, default=1)
 
 
 def job_minutes(job_s: float) -> int:
@@ -303,7 +335,7 @@ def plan_notes(spec: StudySpec, costs: CostPlan, todo: dict, n_train: int) -> li
         return ["no measured costs yet: `optbench run STUDY --dry-run --measure` times each "
                 "training configuration on this machine"]  # fmt: skip
     lines, hours, longest, missing, too_big = [], 0.0, None, [], []
-    per_job = spec.executor.slurm.trials_per_job
+    per_job = trials_per_job(spec, costs)
     for cell in spec.cells():
         figures, trial_s = costs.figures.get(cell), costs.trial_s(spec, cell, n_train)
         label = _label(cell)
@@ -325,7 +357,9 @@ def plan_notes(spec: StudySpec, costs: CostPlan, todo: dict, n_train: int) -> li
         else:
             n = todo.get(cell, 0)
             hours += (
-                (n * trial_s + job_starts(spec, n) * figures["process_s"]) * processes(spec) / 3600
+                (n * trial_s + job_starts(spec, n, per_job) * figures["process_s"])
+                * processes(spec)
+                / 3600
             )
             job = (job_seconds(figures, trial_s, per_job), trial_s, figures["process_s"])
             longest = max(longest or job, job)
