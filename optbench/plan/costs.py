@@ -45,6 +45,7 @@ from optbench.errors import UsageError
 from optbench.plan.trials import Trial, plan
 from optbench.spec.caps import MAX_BATCH
 from optbench.spec.schema import StudySpec
+from optbench.trial.timing import CHECKPOINT_SHARE
 
 COSTS_FILE = "costs.json"
 MAX_COSTS_BYTES = 4 * 2**20
@@ -225,20 +226,43 @@ def cpu_threads(spec: StudySpec) -> int:
     return pool_size(spec.executor.workers, usable_cores())[1]
 
 
-def trial_seconds(
+def trial_parts(
     figures: dict, spec: StudySpec, epochs: int, n_train: int | None = None
-) -> float | None:
+) -> dict[str, float] | None:
     """One trial's wall time (result.json's wall_s) from a configuration's figures (module
-    docstring), at `n_train` training images (default: as many as the measured copy had); None
-    where the figures are of a smaller batch than a process gets (it does not fit)."""
+    docstring), by the parts result.json's `timing` names (trial/timing.py; `start` is its
+    setup, data and model together), at `n_train` training images (default: as many as the
+    measured copy had); None where the figures are of a smaller batch than a process gets (it
+    does not fit). Checkpoints at train/loop.py's cadence: one after the first epoch, then at
+    most CHECKPOINT_SHARE of the time, none after the last."""
     if not figures.get("fits"):
         return None
     steps = (n_train or figures["n_train"]) // (figures["batch"] * processes(spec)) or 1
     # the published validation size where there is one: a measured copy may be a sample
     n_val = CATALOGUE[spec.dataset.name].n_val or figures["n_val"]
-    epoch_end = n_val * figures["eval_s_per_image"] / processes(spec) + figures["precise_bn_s"]
-    epoch_s = steps * figures["step_s"] + epoch_end + figures["checkpoint_s"]
-    return figures["start_s"] + epochs * epoch_s + figures["end_s"]
+    training = epochs * steps * figures["step_s"]
+    evaluation = epochs * (
+        n_val * figures["eval_s_per_image"] / processes(spec) + figures["precise_bn_s"]
+    )
+    checkpoints = min(
+        (epochs - 1) * figures["checkpoint_s"],
+        figures["checkpoint_s"] + CHECKPOINT_SHARE * (training + evaluation),
+    )
+    return {
+        "start": figures["start_s"],
+        "epochs": training,
+        "evaluation": evaluation,
+        "checkpoints": checkpoints,
+        "end": figures["end_s"],
+    }
+
+
+def trial_seconds(
+    figures: dict, spec: StudySpec, epochs: int, n_train: int | None = None
+) -> float | None:
+    """One trial's wall time: its parts (trial_parts) added up; None where it does not fit."""
+    parts = trial_parts(figures, spec, epochs, n_train)
+    return None if parts is None else sum(parts.values())
 
 
 def job_seconds(figures: dict, trial_s: float, trials: int) -> float:
@@ -306,6 +330,10 @@ class CostPlan:
     def trial_s(self, spec: StudySpec, cell, n_train: int | None = None) -> float | None:
         figures = self.figures.get(cell)
         return None if figures is None else trial_seconds(figures, spec, cell.epochs, n_train)
+
+    def parts(self, spec: StudySpec, cell) -> dict[str, float] | None:
+        figures = self.figures.get(cell)
+        return None if figures is None else trial_parts(figures, spec, cell.epochs)
 
 
 def cost_plan(spec: StudySpec) -> CostPlan:
@@ -410,7 +438,7 @@ def estimate_notes(spec: StudySpec, store, job_times=lambda: []) -> list[str]:
         for s in store.read(plan(spec))
         if s.status == "finished" and s.record is not None
     }
-    trial_parts, job_parts = [], []
+    trial_parts, part_lines, job_parts = [], [], []
     for cell in spec.cells():
         estimate = costs.trial_s(spec, cell)
         if estimate is None:
@@ -421,6 +449,13 @@ def estimate_notes(spec: StudySpec, store, job_times=lambda: []) -> list[str]:
         walls = [w for w in walls if isinstance(w, (int, float)) and w > 0]
         if walls:
             trial_parts.append(_compared(cell, estimate, walls, "trial(s)"))
+        timings = [
+            t
+            for s in finished.values()
+            if s.trial.cell == cell and isinstance(t := s.record.user_attrs.get("timing"), dict)
+        ]
+        if timings:
+            part_lines.append(_parts_compared(cell, costs.parts(spec, cell), timings))
         jobs = [
             (len(keys), elapsed)
             for keys, elapsed in ended_jobs
@@ -437,6 +472,11 @@ def estimate_notes(spec: StudySpec, store, job_times=lambda: []) -> list[str]:
         lines.append(
             f"trial time, estimated on {costs.device} vs measured (median wall_s): "
             + "; ".join(trial_parts)
+        )
+    if part_lines:
+        lines.append(
+            "a trial's parts, estimated vs measured (median of result.json's timing): "
+            + "; ".join(part_lines)
         )
     if job_parts:
         lines.append(
@@ -483,6 +523,22 @@ def spent_notes(spec: StudySpec, store) -> list[str]:
             + ")"
         )
     return lines
+
+
+def _parts_compared(cell, estimate: dict[str, float], timings: list[dict]) -> str:
+    """`cell`'s estimated parts (trial_parts) beside the median of its trials' recorded ones
+    (`timings`: result.json's, as the store holds them; `start`: setup, data and model)."""
+
+    def recorded(timing: dict, part: str) -> float:
+        names = ("setup", "data", "model") if part == "start" else (part,)
+        values = [timing.get(name) for name in names]
+        return sum(v for v in values if isinstance(v, (int, float)))
+
+    shown = [
+        f"{part} {estimate[part]:.3g} vs {statistics.median(recorded(t, part) for t in timings):.3g}"
+        for part in estimate
+    ]
+    return f"{_label(cell)} (s) " + ", ".join(shown)
 
 
 def _label(cell) -> str:

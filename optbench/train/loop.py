@@ -45,7 +45,7 @@ from optbench.trial.results import (
     write_metrics,
     write_result,
 )
-from optbench.trial.timing import PartClock
+from optbench.trial.timing import CHECKPOINT_SHARE, PartClock
 
 
 def weights_digest(model: nn.Module | dict[str, torch.Tensor]) -> str:
@@ -213,16 +213,12 @@ class Members:
                 sinks.close()
 
 
-# Checkpoints at epoch ends cost at most this share of the time they protect: one is written once
-# the time since the last is at least 1 / CHECKPOINT_SHARE times the last write's (a stop signal
-# still writes one at its exact step, signals.py). Any checkpoint resumes to the same result.
-CHECKPOINT_SHARE = 0.02
-
-
 class CheckpointCadence:
     """Which epoch ends write a checkpoint: the first, then each once the seconds since the last
-    one reach its write time / CHECKPOINT_SHARE; never the last epoch's (the result follows:
-    nothing is left to resume), unless `every_epoch` (keep_checkpoint: the caller reads it)."""
+    one reach its write time / CHECKPOINT_SHARE (trial/timing.py), so checkpoints cost at most
+    that share of the time they protect; never the last epoch's (the result follows: nothing is
+    left to resume), unless `every_epoch` (keep_checkpoint: the caller reads it). A stop signal
+    still writes one at its exact step (signals.py); any checkpoint resumes to the same result."""
 
     def __init__(self, every_epoch: bool = False):
         self.every_epoch = every_epoch

@@ -29,6 +29,10 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
 
+# Checkpoints at epoch ends cost at most this share of a trial's time (train/loop.py's cadence;
+# the cost plan, plan/costs.py, estimates them so).
+CHECKPOINT_SHARE = 0.02
+
 PARTS = ("setup", "data", "model", "epochs", "evaluation", "checkpoints", "writes", "end")
 
 # A part of a trial never takes more than a year: more is a crafted file, not a measurement.
