@@ -15,6 +15,7 @@ from cli_inprocess import tiny_config
 from optbench.plan.costs import spent_notes
 from optbench.plan.trials import plan
 from optbench.spec.schema import parse_spec
+from optbench.store.database import Store
 from optbench.train import loop, parts
 from optbench.train.checkpoint import CHECKPOINT_FILE
 from optbench.train.run_trial import run_trial
@@ -171,6 +172,10 @@ def test_a_local_worker_pays_its_start_once_and_status_prints_the_cost_line(
     assert by_order[1].process_start_s is None and by_order[1].imports_s is None
     for r in results:
         assert abs(r.timing.within_wall() - r.wall_s) <= 0.02 * r.wall_s + 0.05
+    # the report's trials table: each trial's seconds outside its epochs
+    frame = Store(spec, create=False).frame(plan(spec))
+    expected = sorted(r.wall_s - r.timing.epochs for r in results)
+    assert sorted(frame["outside_epochs_s"]) == pytest.approx(expected)
     code, out, err = cli("status", "tiny.yaml")
     flat = " ".join(out.split())
     assert code == 0, err
