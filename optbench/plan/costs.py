@@ -216,7 +216,7 @@ def measure_study(spec: StudySpec, *, steps: int, warmup: int, notify=print) -> 
 def cpu_threads(spec: StudySpec) -> int:
     """The torch threads one of the study's CPU trials gets: a local worker's share of the
     cores, all of them in the debug executor, a SLURM job's cpus_per_task."""
-    from optbench.executors import pool_size
+    from optbench.executors.local import pool_size
     from optbench.host import usable_cores
 
     if spec.executor.kind == "slurm":
