@@ -58,7 +58,8 @@ FIGURES = {
 
 def test_a_trial_estimate_grows_with_its_epochs_and_shrinks_with_its_processes(tiny_dict):
     spec = load_study_dict(tiny_dict)
-    one, two = (trial_seconds(FIGURES, spec, e) for e in (1, 2))
+    no_checkpoint = {**FIGURES, "checkpoint_s": 0.0}  # checkpoints: their own cadence, below
+    one, two = (trial_seconds(no_checkpoint, spec, e) for e in (1, 2))
     fixed = FIGURES["start_s"] + FIGURES["end_s"]
     assert two - one == pytest.approx(one - fixed)  # each epoch costs the same
     ddp = copy.deepcopy(tiny_dict)
@@ -75,13 +76,31 @@ def test_a_trial_estimate_counts_its_fixed_costs_and_a_job_its_start(tiny_dict):
     spec = load_study_dict(tiny_dict)
     epochs = 4
     bare = {**FIGURES, "start_s": 0.0, "end_s": 0.0, "precise_bn_s": 0.0}
-    per_epoch = 1280 // 128 * 1.0 + 400 * 0.01 + 0.5  # steps, validation, checkpoint
-    assert trial_seconds(bare, spec, epochs) == pytest.approx(epochs * per_epoch)
+    per_epoch = 1280 // 128 * 1.0 + 400 * 0.01  # steps, validation
+    checkpoints = 3 * 0.5  # one at each epoch end but the last (each costs under 2% here)
+    assert trial_seconds(bare, spec, epochs) == pytest.approx(epochs * per_epoch + checkpoints)
     assert trial_seconds(FIGURES, spec, epochs) - trial_seconds(bare, spec, epochs) == (
         pytest.approx(10.0 + 0.25 + epochs * 2.0)
     )
     trial_s = trial_seconds(FIGURES, spec, epochs)
     assert job_seconds(FIGURES, trial_s, 2) == pytest.approx(7.0 + 2 * trial_s)
+
+
+def test_the_plans_parts_are_those_a_result_records_and_checkpoints_keep_to_their_share(
+    tiny_dict,
+):
+    from optbench.plan.costs import trial_parts
+    from optbench.trial.timing import CHECKPOINT_SHARE, PARTS
+
+    spec = load_study_dict(tiny_dict)
+    parts = trial_parts(FIGURES, spec, 20)
+    assert set(parts) - {"start"} <= set(PARTS)  # start: a result's setup, data and model
+    assert sum(parts.values()) == pytest.approx(trial_seconds(FIGURES, spec, 20))
+    # 20 epochs of 16 s with 0.5 s checkpoints: not one per epoch (9.5 s) but at most the share
+    work = parts["epochs"] + parts["evaluation"]
+    assert parts["checkpoints"] == pytest.approx(0.5 + CHECKPOINT_SHARE * work)
+    assert parts["checkpoints"] < 19 * 0.5
+    assert trial_parts(FIGURES, spec, 1)["checkpoints"] == 0  # the result follows the last
 
 
 def load_study_dict(data: dict):
@@ -265,10 +284,10 @@ class _Finished:
     """A study store whose trials all finished, each in `wall_s` seconds (Store.read's shape)."""
 
     def __init__(self, wall_s: float):
-        self.wall_s = wall_s
+        self.attrs = {"wall_s": wall_s}
 
     def read(self, trials):
-        record = SimpleNamespace(user_attrs={"wall_s": self.wall_s})
+        record = SimpleNamespace(user_attrs=self.attrs)
         return [SimpleNamespace(trial=t, status="finished", record=record) for t in trials]
 
 
@@ -307,6 +326,23 @@ def test_status_compares_the_estimate_with_the_trials_and_their_slurm_jobs(tiny_
     assert job_cells[cell]["estimate_over_measured"] == 0.5 and job_cells[cell]["n"] == 2
 
 
+def test_status_sets_each_estimated_part_beside_the_trials_recorded_ones(tiny_dict):
+    tiny_dict["models"] = ["vit_p_w64_16px"]
+    spec = load_study_dict(tiny_dict)
+    _cache_for(spec, FIGURES)
+    store = _Finished(wall_s=30.0)
+    assert not any("parts" in line for line in estimate_notes(spec, store))  # no timing: none
+    timing = {"setup": 0.5, "data": 1.0, "model": 1.5, "epochs": 11.0, "evaluation": 6.0,
+              "checkpoints": 0.0, "writes": 0.1, "end": 0.25}  # fmt: skip
+    store.attrs = {"wall_s": 30.0, "timing": timing}
+    [line] = [line for line in estimate_notes(spec, store) if "parts" in line]
+    assert line.startswith(
+        "a trial's parts, estimated vs measured (median of result.json's timing): "
+        "vit_p_w64_16px/adamw/e1 (s) start 10 vs 3, epochs 10 vs 11, evaluation "
+    )
+    assert "checkpoints 0 vs 0, end 0.25 vs 0.25" in line
+
+
 def test_a_cache_measured_before_the_fixed_costs_counts_as_not_measured(tiny_dict):
     tiny_dict["models"] = ["vit_p_w64_16px"]
     spec = load_study_dict(tiny_dict)
@@ -342,6 +378,42 @@ def test_the_plans_total_counts_one_start_per_job(tiny_dict, kind, per_job, star
     if kind == "slurm":  # a job's time_min: one start and its trials
         job_s = 360.0 + per_job * trial_s
         assert f"needs time_min >= {job_minutes(job_s)} " in line, line
+
+
+def test_auto_packs_the_fewest_trials_that_pay_a_jobs_start_within_its_time_limit():
+    from optbench.plan.costs import START_SHARE, packed_trials
+
+    def start_share(n: int) -> float:
+        return 7.0 / job_seconds({"process_s": 7.0}, 6.0, n)
+
+    n = packed_trials(7.0, 6.0, time_min=60)  # the local cluster's: 7 s of start, 6 s trials
+    assert start_share(n) <= START_SHARE < start_share(n - 1)
+    # a long trial pays its start alone
+    assert packed_trials(7.0, 600.0, time_min=60) == 1
+    # the time limit binds: as many as fit with the plan's margin, and never none
+    n = packed_trials(60.0, 100.0, time_min=20)
+    assert start_share(1) > START_SHARE and n > 1
+    assert job_minutes(job_seconds({"process_s": 60.0}, 100.0, n)) <= 20
+    assert job_minutes(job_seconds({"process_s": 60.0}, 100.0, n + 1)) > 20
+    assert packed_trials(60.0, 100.0, time_min=6) == 1
+
+
+def test_the_slurm_executor_runs_auto_trials_per_job_as_the_cost_plan_says(tiny_dict):
+    from optbench.executors import _slurm_executor
+    from optbench.plan.costs import packed_trials, trials_per_job
+
+    tiny_dict["executor"] = {"kind": "slurm"}  # trials_per_job: auto, the default
+    spec = load_study_dict(tiny_dict)
+    assert trials_per_job(spec) == 1  # nothing measured: a job per trial, as before
+    short = {**FIGURES, "step_s": 0.01, "start_s": 1.0, "eval_s_per_image": 1e-4}
+    _cache_for(spec, short)
+    trial_s = trial_seconds(short, spec, 1)
+    packed = packed_trials(short["process_s"], trial_s, spec.executor.slurm.time_min)
+    assert packed > 1
+    assert trials_per_job(spec) == packed
+    assert _slurm_executor(spec, print).settings.trials_per_job == packed
+    tiny_dict["executor"]["slurm"] = {"trials_per_job": 2}  # a number is kept
+    assert _slurm_executor(load_study_dict(tiny_dict), print).settings.trials_per_job == 2
 
 
 def test_a_failed_measuring_process_is_one_line_exit_1_not_bad_input(

@@ -251,6 +251,8 @@ CRAFTED_RESULTS = {
     "a huge provenance version": {"provenance": {"version": "v" * 200_000, "code_fingerprint": FP}},
     "a provenance commit of markup": {"provenance": {"version": "1", "commit": "[/]", **FP_KEY}},
     "a provenance fingerprint of markup": {"provenance": {"version": "1", "code_fingerprint": "x"}},
+    "a negative part of the timing": {"timing": {"epochs": -1.0}},
+    "an unknown part of the timing": {"timing": {"lunch": 1.0}},
 }
 
 

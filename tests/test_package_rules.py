@@ -46,7 +46,7 @@ KNOWN_UPWARD = {
     ("optbench.spec.checks", "optbench.store.storage_url"),
     # the cost plan's measuring loop (measure_study) moves out of plan/, with the executor's
     # threads per trial asked of the executor; left while another change edits plan/costs.py
-    ("optbench.plan.costs", "optbench.executors"),
+    ("optbench.plan.costs", "optbench.executors.local"),
     ("optbench.plan.costs", "optbench.train.measure"),
     # --measure times what a job imports by importing the SLURM job module: the job's imports
     # are to be named once, below both

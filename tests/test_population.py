@@ -34,7 +34,7 @@ from optbench.trial.jobs import PopulationJob, TrialJob
 from optbench.trial.results import read_metrics
 
 DIGITS = Dataset(name="digits", img_size=16)
-TIMING = {"wall_s", "images_per_s", "epoch_s", "input_wait", "digest", "execution"}
+TIMING = {"wall_s", "images_per_s", "epoch_s", "input_wait", "digest", "execution", "timing"}
 BATCH = 64
 
 

@@ -278,6 +278,8 @@ def test_complexity_table_counts_each_models_parameters():
         built = create_model(model, num_classes=10, in_chans=1, img_size=16)
         assert params == pytest.approx(sum(p.numel() for p in built.parameters()) / 1e6)
     assert {"GF", "acts (M)", "s/epoch", "img/s"} <= set(table.columns)
+    # the harness's share of each trial: 0.1 of its 0.4 s per epoch outside the epochs
+    assert table["outside epochs (%)"].tolist() == pytest.approx([25.0] * len(MODELS))
 
 
 @pytest.mark.slow

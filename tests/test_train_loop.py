@@ -37,7 +37,7 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-TIMING = {"wall_s", "images_per_s", "epoch_s", "input_wait"}
+TIMING = {"wall_s", "images_per_s", "epoch_s", "input_wait", "timing"}
 
 
 def config(epochs: int = 3, **recipe) -> TrainConfig:

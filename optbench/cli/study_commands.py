@@ -204,7 +204,7 @@ def status(
     """Print a study's trial counts per cell; runs and writes nothing."""
     from optbench.cli.terminal_tables import status_table, trials_table
     from optbench.executors import jobs_executor
-    from optbench.plan.costs import estimate_notes
+    from optbench.plan.costs import estimate_notes, spent_notes
     from optbench.plan.trials import plan
     from optbench.store.database import Store
 
@@ -215,7 +215,8 @@ def status(
     console.print(table)
     stored = Store(spec, create=False)
     estimates = estimate_notes(spec, stored, jobs.job_times)
-    for note in (mixed_code, stored.earlier_note(plan(spec)), *estimates):
+    spent = spent_notes(spec, stored)
+    for note in (mixed_code, stored.earlier_note(plan(spec)), *spent, *estimates):
         if note:
             console.print(note, markup=False, highlight=False, soft_wrap=True)
     if spec.decide is not None:  # a sequential study: where each claim stands

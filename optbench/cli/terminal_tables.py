@@ -13,7 +13,7 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from optbench.plan.costs import cost_plan, job_minutes, plan_notes, processes
+from optbench.plan.costs import cost_plan, job_minutes, plan_notes, processes, trials_per_job
 from optbench.plan.trials import plan, populations
 from optbench.provenance import mixed_code_warning
 from optbench.run.console import TextTable
@@ -261,7 +261,7 @@ def plan_table(spec: StudySpec, earlier: list[dict] = ()) -> TextTable:
     measured = {m: v for m, v in speeds.items() if v is not None}
     if measured and longest_s:  # cells without measured costs, from finished trials
         devices = sorted({v.device for v in measured.values()})
-        per_job = spec.executor.slurm.trials_per_job
+        per_job = trials_per_job(spec)
         minutes = job_minutes(per_job * longest_s)
         table.add_caption(
             f"img/s: median of this study's finished trials of the model on {', '.join(devices)}; "
@@ -283,9 +283,10 @@ def execution_note(spec: StudySpec, trials: list) -> str:
             f"\nexecutor.population {k}: {len(groups)} population(s) of up to {k} trials of one "
             "cell and seed, each trained in one process (one batched forward per step)"
         )
-    if ex.kind == "slurm" and (k > 1 or ex.slurm.trials_per_job > 1):
+    per_job = trials_per_job(spec)
+    if ex.kind == "slurm" and (k > 1 or per_job > 1):
         note += (
-            f"\nslurm: each array element runs {ex.slurm.trials_per_job} "
+            f"\nslurm: each array element runs {per_job} "
             f"{'population(s)' if k > 1 else 'trial(s)'} one after another; time_min "
             f"{ex.slurm.time_min} must cover them all"
             + (

@@ -55,5 +55,7 @@ def jobs_executor(spec: StudySpec) -> Executor:
 def _slurm_executor(spec: StudySpec, notify: Callable[[str], None]) -> Executor:
     from optbench.executors.slurm.executor import SlurmExecutor
     from optbench.executors.slurm.study import job_folder
+    from optbench.plan.costs import trials_per_job
 
-    return SlurmExecutor(spec.executor.slurm, job_folder(spec), spec.name, notify)
+    settings = spec.executor.slurm.model_copy(update={"trials_per_job": trials_per_job(spec)})
+    return SlurmExecutor(settings, job_folder(spec), spec.name, notify)

@@ -125,6 +125,9 @@ def _serve(
 ) -> None:
     """Take the study's worker lock, then run the jobs sent over `conn` until None (or the
     driver's end of the pipe closes)."""
+    from optbench.trial import timing
+
+    timing.process_started()  # the process's start, recorded with its first trial
     _die_with(driver_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if gpu is not None:  # before torch touches CUDA: this worker sees one GPU
@@ -133,10 +136,12 @@ def _serve(
         from optbench.worker_lock import hold_worker_lock
 
         hold_worker_lock(study_dir)  # held until this process exits
+    t0 = time.perf_counter()
     import torch
 
     from optbench.train.run_trial import run_job
 
+    timing.imports_took(time.perf_counter() - t0)
     torch.set_num_threads(threads)
     device = training_device()  # the GPU CUDA_VISIBLE_DEVICES left this worker, if any
     conn.send(("ready", None, None))

@@ -45,6 +45,7 @@ from optbench.plan.trials import Trial, plan
 from optbench.spec.caps import MAX_BATCH
 from optbench.spec.catalogue import CATALOGUE
 from optbench.spec.schema import StudySpec
+from optbench.trial.timing import CHECKPOINT_SHARE
 
 COSTS_FILE = "costs.json"
 MAX_COSTS_BYTES = 4 * 2**20
@@ -215,7 +216,7 @@ def measure_study(spec: StudySpec, *, steps: int, warmup: int, notify=print) -> 
 def cpu_threads(spec: StudySpec) -> int:
     """The torch threads one of the study's CPU trials gets: a local worker's share of the
     cores, all of them in the debug executor, a SLURM job's cpus_per_task."""
-    from optbench.executors import pool_size
+    from optbench.executors.local import pool_size
     from optbench.host import usable_cores
 
     if spec.executor.kind == "slurm":
@@ -225,20 +226,43 @@ def cpu_threads(spec: StudySpec) -> int:
     return pool_size(spec.executor.workers, usable_cores())[1]
 
 
-def trial_seconds(
+def trial_parts(
     figures: dict, spec: StudySpec, epochs: int, n_train: int | None = None
-) -> float | None:
+) -> dict[str, float] | None:
     """One trial's wall time (result.json's wall_s) from a configuration's figures (module
-    docstring), at `n_train` training images (default: as many as the measured copy had); None
-    where the figures are of a smaller batch than a process gets (it does not fit)."""
+    docstring), by the parts result.json's `timing` names (trial/timing.py; `start` is its
+    setup, data and model together), at `n_train` training images (default: as many as the
+    measured copy had); None where the figures are of a smaller batch than a process gets (it
+    does not fit). Checkpoints at train/loop.py's cadence: one after the first epoch, then at
+    most CHECKPOINT_SHARE of the time, none after the last."""
     if not figures.get("fits"):
         return None
     steps = (n_train or figures["n_train"]) // (figures["batch"] * processes(spec)) or 1
     # the published validation size where there is one: a measured copy may be a sample
     n_val = CATALOGUE[spec.dataset.name].n_val or figures["n_val"]
-    epoch_end = n_val * figures["eval_s_per_image"] / processes(spec) + figures["precise_bn_s"]
-    epoch_s = steps * figures["step_s"] + epoch_end + figures["checkpoint_s"]
-    return figures["start_s"] + epochs * epoch_s + figures["end_s"]
+    training = epochs * steps * figures["step_s"]
+    evaluation = epochs * (
+        n_val * figures["eval_s_per_image"] / processes(spec) + figures["precise_bn_s"]
+    )
+    checkpoints = min(
+        (epochs - 1) * figures["checkpoint_s"],
+        figures["checkpoint_s"] + CHECKPOINT_SHARE * (training + evaluation),
+    )
+    return {
+        "start": figures["start_s"],
+        "epochs": training,
+        "evaluation": evaluation,
+        "checkpoints": checkpoints,
+        "end": figures["end_s"],
+    }
+
+
+def trial_seconds(
+    figures: dict, spec: StudySpec, epochs: int, n_train: int | None = None
+) -> float | None:
+    """One trial's wall time: its parts (trial_parts) added up; None where it does not fit."""
+    parts = trial_parts(figures, spec, epochs, n_train)
+    return None if parts is None else sum(parts.values())
 
 
 def job_seconds(figures: dict, trial_s: float, trials: int) -> float:
@@ -248,14 +272,46 @@ def job_seconds(figures: dict, trial_s: float, trials: int) -> float:
     return figures["process_s"] + trials * trial_s
 
 
-def job_starts(spec: StudySpec, trials: int) -> float:
-    """How many job starts `trials` trials of a cell cost: on SLURM one per job of
-    slurm.trials_per_job trials (a population counts as one trial), as a share where a job
-    holds trials of several cells; elsewhere none (a local worker starts once per run, the debug
+def job_starts(spec: StudySpec, trials: int, per_job: int) -> float:
+    """How many job starts `trials` trials of a cell cost: on SLURM one per job of `per_job`
+    trials (trials_per_job; a population counts as one trial), as a share where a job holds
+    trials of several cells; elsewhere none (a local worker starts once per run, the debug
     executor runs in the driver)."""
     if spec.executor.kind != "slurm":
         return 0.0
-    return trials / spec.executor.population / spec.executor.slurm.trials_per_job
+    return trials / spec.executor.population / per_job
+
+
+# trials_per_job auto: a job runs trials until its start (process_s) is at most this share of it.
+START_SHARE = 0.10
+
+
+def packed_trials(process_s: float, trial_s: float, time_min: int) -> int:
+    """How many trials of `trial_s` seconds one SLURM job of `auto` runs: the fewest that make
+    its start (`process_s`) at most START_SHARE of the job, but no more than fit in `time_min`
+    with the plan's margin (job_minutes); at least one."""
+    if trial_s <= 0:
+        return 1
+    wanted = math.ceil(process_s * (1 - START_SHARE) / (START_SHARE * trial_s))
+    fitting = math.floor(((time_min - MARGIN_MIN) * 60 / MARGIN - process_s) / trial_s)
+    return max(1, min(wanted, fitting))
+
+
+def trials_per_job(spec: StudySpec, costs: CostPlan | None = None) -> int:
+    """slurm.trials_per_job, `auto` resolved: the fewest of `packed_trials` over the study's
+    cells (each at its measured costs), 1 where a cell has none (its trial might not fit)."""
+    setting = spec.executor.slurm.trials_per_job
+    if setting != "auto":
+        return setting
+    costs = costs or cost_plan(spec)
+    time_min = spec.executor.slurm.time_min
+    packed = []
+    for cell in spec.cells():
+        trial_s, figures = costs.trial_s(spec, cell), costs.figures.get(cell)
+        if trial_s is None or figures is None:
+            return 1
+        packed.append(packed_trials(figures["process_s"], trial_s, time_min))
+    return min(packed, default=1)
 
 
 def job_minutes(job_s: float) -> int:
@@ -274,6 +330,10 @@ class CostPlan:
     def trial_s(self, spec: StudySpec, cell, n_train: int | None = None) -> float | None:
         figures = self.figures.get(cell)
         return None if figures is None else trial_seconds(figures, spec, cell.epochs, n_train)
+
+    def parts(self, spec: StudySpec, cell) -> dict[str, float] | None:
+        figures = self.figures.get(cell)
+        return None if figures is None else trial_parts(figures, spec, cell.epochs)
 
 
 def cost_plan(spec: StudySpec) -> CostPlan:
@@ -303,7 +363,7 @@ def plan_notes(spec: StudySpec, costs: CostPlan, todo: dict, n_train: int) -> li
         return ["no measured costs yet: `optbench run STUDY --dry-run --measure` times each "
                 "training configuration on this machine"]  # fmt: skip
     lines, hours, longest, missing, too_big = [], 0.0, None, [], []
-    per_job = spec.executor.slurm.trials_per_job
+    per_job = trials_per_job(spec, costs)
     for cell in spec.cells():
         figures, trial_s = costs.figures.get(cell), costs.trial_s(spec, cell, n_train)
         label = _label(cell)
@@ -325,7 +385,9 @@ def plan_notes(spec: StudySpec, costs: CostPlan, todo: dict, n_train: int) -> li
         else:
             n = todo.get(cell, 0)
             hours += (
-                (n * trial_s + job_starts(spec, n) * figures["process_s"]) * processes(spec) / 3600
+                (n * trial_s + job_starts(spec, n, per_job) * figures["process_s"])
+                * processes(spec)
+                / 3600
             )
             job = (job_seconds(figures, trial_s, per_job), trial_s, figures["process_s"])
             longest = max(longest or job, job)
@@ -376,7 +438,7 @@ def estimate_notes(spec: StudySpec, store, job_times=lambda: []) -> list[str]:
         for s in store.read(plan(spec))
         if s.status == "finished" and s.record is not None
     }
-    trial_parts, job_parts = [], []
+    trial_parts, part_lines, job_parts = [], [], []
     for cell in spec.cells():
         estimate = costs.trial_s(spec, cell)
         if estimate is None:
@@ -387,6 +449,13 @@ def estimate_notes(spec: StudySpec, store, job_times=lambda: []) -> list[str]:
         walls = [w for w in walls if isinstance(w, (int, float)) and w > 0]
         if walls:
             trial_parts.append(_compared(cell, estimate, walls, "trial(s)"))
+        timings = [
+            t
+            for s in finished.values()
+            if s.trial.cell == cell and isinstance(t := s.record.user_attrs.get("timing"), dict)
+        ]
+        if timings:
+            part_lines.append(_parts_compared(cell, costs.parts(spec, cell), timings))
         jobs = [
             (len(keys), elapsed)
             for keys, elapsed in ended_jobs
@@ -404,11 +473,72 @@ def estimate_notes(spec: StudySpec, store, job_times=lambda: []) -> list[str]:
             f"trial time, estimated on {costs.device} vs measured (median wall_s): "
             + "; ".join(trial_parts)
         )
+    if part_lines:
+        lines.append(
+            "a trial's parts, estimated vs measured (median of result.json's timing): "
+            + "; ".join(part_lines)
+        )
     if job_parts:
         lines.append(
             "SLURM job time, estimated vs measured (median sacct elapsed): " + "; ".join(job_parts)
         )
     return lines
+
+
+def spent_notes(spec: StudySpec, store) -> list[str]:
+    """Where the finished and diverged trials' seconds went (result.json's `timing`,
+    trial/timing.py), a line per cell that has them (`optbench status`): the share of what its
+    trials cost their workers (their wall_s and the process starts they paid) spent outside the
+    training epochs, and that share's largest parts. [] where no trial recorded its timing."""
+    from pydantic import ValidationError
+
+    from optbench.trial.timing import PARTS, TrialTiming
+
+    by_cell: dict = {}
+    for s in store.read(plan(spec)):
+        raw = s.record.user_attrs.get("timing") if s.is_result else None
+        if s.status in ("finished", "diverged") and isinstance(raw, dict):
+            try:  # the store holds what the driver validated; an edited database may not
+                by_cell.setdefault(s.trial.cell, []).append(TrialTiming.model_validate(raw))
+            except ValidationError:
+                continue
+    lines = []
+    for cell in spec.cells():
+        timings = by_cell.get(cell)
+        if not timings:
+            continue
+        paid = sum(t.paid_s() for t in timings)
+        if paid <= 0:
+            continue
+        shares = {p: sum(getattr(t, p) for t in timings) / paid for p in PARTS if p != "epochs"}
+        shares["process start"] = (
+            sum((t.process_start_s or 0) + (t.imports_s or 0) for t in timings) / paid
+        )
+        outside = 1 - sum(t.epochs for t in timings) / paid
+        largest = sorted(shares.items(), key=lambda kv: -kv[1])[:4]
+        lines.append(
+            f"cost {_label(cell)} ({len(timings)} trial(s), {_clock(paid / len(timings))} each): "
+            f"{outside:.1%} outside the epochs ("
+            + ", ".join(f"{name} {share:.1%}" for name, share in largest)
+            + ")"
+        )
+    return lines
+
+
+def _parts_compared(cell, estimate: dict[str, float], timings: list[dict]) -> str:
+    """`cell`'s estimated parts (trial_parts) beside the median of its trials' recorded ones
+    (`timings`: result.json's, as the store holds them; `start`: setup, data and model)."""
+
+    def recorded(timing: dict, part: str) -> float:
+        names = ("setup", "data", "model") if part == "start" else (part,)
+        values = [timing.get(name) for name in names]
+        return sum(v for v in values if isinstance(v, (int, float)))
+
+    shown = [
+        f"{part} {estimate[part]:.3g} vs {statistics.median(recorded(t, part) for t in timings):.3g}"
+        for part in estimate
+    ]
+    return f"{_label(cell)} (s) " + ", ".join(shown)
 
 
 def _label(cell) -> str:

@@ -69,6 +69,7 @@ def synthetic_trials(
                                 "final_error": final if done else np.nan,
                                 "best_error": float(curve.min()) if done else np.nan,
                                 "wall_s": 0.4 * n_epochs if done else np.nan,
+                                "outside_epochs_s": 0.1 * n_epochs if done else np.nan,
                                 "images_per_s": 3000.0 if done else np.nan,
                                 "digest": None,
                                 "diverged_epoch": float(n_epochs // 2) if diverged else np.nan,

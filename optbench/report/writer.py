@@ -374,6 +374,11 @@ def _complexity_section(
                 "input wait (%)": 100 * float(mine["input_wait"].median())
                 if len(mine) and "input_wait" in mine
                 else np.nan,
+                # the harness's share of a trial (result.json's timing): NaN before it was kept
+                "outside epochs (%)": 100
+                * float((mine["outside_epochs_s"] / mine["wall_s"]).median())
+                if len(mine) and "outside_epochs_s" in mine
+                else np.nan,
             }
         )
     if rows:

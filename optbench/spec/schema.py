@@ -145,7 +145,8 @@ class SlurmSettings(StrictModel):
     sbatch: dict[str, str | StrictInt | StrictBool] = Field(
         default_factory=dict, description="extra sbatch flags, e.g. {mail-type: END}"
     )
-    trials_per_job: StrictInt = Field(default=1, ge=1)
+    # auto: as many as the cost plan says pay their job's start (plan/costs.py: trials_per_job)
+    trials_per_job: StrictInt | Literal["auto"] = Field(default="auto", ge=1)
     signal_delay_s: StrictInt = Field(default=120, ge=10)
     max_requeues: StrictInt = Field(default=3, ge=0)
     poll_s: StrictFloat = Field(default=10.0, ge=2.0)

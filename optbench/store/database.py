@@ -270,6 +270,8 @@ class Store:
         attempt.set_user_attr("pipeline", execution.pipeline if execution else None)
         attempt.set_user_attr("population", execution.population if execution else None)
         attempt.set_user_attr("metrics", metrics)
+        if result.timing is not None:  # where its seconds went (trial/timing.py)
+            attempt.set_user_attr("timing", result.timing.model_dump())
         if result.provenance is not None:  # which code made it (optbench.provenance)
             attempt.set_user_attr("provenance", result.provenance.model_dump())
         if result.status != "failed":
@@ -321,6 +323,7 @@ class Store:
                     "final_error": _num(attrs.get("final_error")),
                     "best_error": _num(attrs.get("best_error")),
                     "wall_s": _num(attrs.get("wall_s")),
+                    "outside_epochs_s": _outside_epochs(attrs),
                     "images_per_s": _num(attrs.get("images_per_s")),
                     "input_wait": _num(attrs.get("input_wait")),
                     "pipeline": attrs.get("pipeline"),
@@ -338,6 +341,14 @@ class Store:
         if "threads" in frame:  # a count: 1 in trials.csv, not 1.0 (empty while pending)
             frame["threads"] = frame["threads"].astype("Int64")
         return frame
+
+
+def _outside_epochs(attrs: dict) -> float:
+    """A result's wall_s outside its training epochs (its `timing`, trial/timing.py); NaN for
+    a result without one."""
+    timing = attrs.get("timing")
+    epochs = _num(timing.get("epochs")) if isinstance(timing, dict) else math.nan
+    return max(0.0, _num(attrs.get("wall_s")) - epochs) if not math.isnan(epochs) else math.nan
 
 
 def running_since(item: StoredTrial, run: str | None) -> float | None:

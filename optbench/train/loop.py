@@ -45,6 +45,7 @@ from optbench.trial.results import (
     write_metrics,
     write_result,
 )
+from optbench.trial.timing import CHECKPOINT_SHARE, PartClock
 
 
 def weights_digest(model: nn.Module | dict[str, torch.Tensor]) -> str:
@@ -155,6 +156,7 @@ class Members:
         self.roots = [Path(root or d) for d in out_dirs]
         self.results = list(results) if results is not None else [None] * len(cfgs)
         self.start = start  # for wall_s
+        self.clock = PartClock()  # where the wall_s goes (trial/timing.py)
         self.sinks = [
             epoch_sinks(c, d, r, on_epoch) if is_main and done is None else None
             for c, d, r, done in zip(cfgs, out_dirs, self.roots, self.results, strict=True)
@@ -166,6 +168,7 @@ class Members:
             TrialTracker(c, d, r, tracking if done is None else None)
             for c, d, r, done in zip(cfgs, out_dirs, self.roots, self.results, strict=True)
         ]
+        self.clock.seconds["setup"] = time.perf_counter() - start  # since start_program
 
     def metrics(self, k: int, history: list[dict]) -> None:
         """Member k's metrics.jsonl: exactly its completed epochs' lines."""
@@ -182,6 +185,7 @@ class Members:
     def ended(self, k: int, result: TrialResult) -> None:
         """Member k's result, stamped and written as its result.json (main process)."""
         result.execution, result.attempt = self.execution, self.attempts[k]
+        result.timing = self.clock.timing()
         stamp_result(result, self.start, self.device)
         self.trackers[k].end(result, wait=False)  # the other members train on meanwhile
         if self.is_main:
@@ -209,6 +213,32 @@ class Members:
                 sinks.close()
 
 
+class CheckpointCadence:
+    """Which epoch ends write a checkpoint: the first, then each once the seconds since the last
+    one reach its write time / CHECKPOINT_SHARE (trial/timing.py), so checkpoints cost at most
+    that share of the time they protect; never the last epoch's (the result follows: nothing is
+    left to resume), unless `every_epoch` (keep_checkpoint: the caller reads it). A stop signal
+    still writes one at its exact step (signals.py); any checkpoint resumes to the same result."""
+
+    def __init__(self, every_epoch: bool = False):
+        self.every_epoch = every_epoch
+        self.write_s: float | None = None  # the last write's time; None: none written yet
+        self.since = time.perf_counter()  # when the last write ended
+
+    def due(self, last_epoch: bool) -> bool:
+        if self.every_epoch:
+            return True
+        if last_epoch:
+            return False
+        return (
+            self.write_s is None
+            or (time.perf_counter() - self.since) * CHECKPOINT_SHARE >= self.write_s
+        )
+
+    def written(self, seconds: float) -> None:
+        self.write_s, self.since = seconds, time.perf_counter()
+
+
 def diverges(loss: float, recipe: Recipe) -> bool:
     return not math.isfinite(loss) or loss > recipe.diverge_loss
 
@@ -226,50 +256,73 @@ def metrics_line(epoch: int, lr: float, loss: float, ran: EpochRun, images: int)
 
 
 def train_members(
-    stepper: Stepper, members: Members, compute: Compute, stop: StopRequest, resume: bool
+    stepper: Stepper,
+    members: Members,
+    compute: Compute,
+    stop: StopRequest,
+    resume: bool,
+    cadence: CheckpointCadence | None = None,
 ) -> None:
     """Train the active members from the start (or the checkpoint's position, with `resume`) to
     the last epoch, each to its divergence at the latest; each member's result is recorded as
-    it ends. An agreed stop checkpoints and raises TrialInterrupted."""
-    cfg = stepper.cfgs[0]
-    states = stepper.begin(resume)
-    for k, on in enumerate(stepper.active):
-        if on:
-            members.metrics(k, states[k].history)
+    it ends. Checkpoints at the epoch ends `cadence` says (default: CheckpointCadence()). An
+    agreed stop checkpoints and raises TrialInterrupted."""
+    cfg, clock = stepper.cfgs[0], members.clock
+    cadence = cadence or CheckpointCadence()
+    with clock.part("model"):  # a checkpoint's weights restored
+        states = stepper.begin(resume)
+    with clock.part("writes"):
+        for k, on in enumerate(stepper.active):
+            if on:
+                members.metrics(k, states[k].history)
     images_per_epoch = len(stepper.parts.batches) * cfg.batch_size
     while any(stepper.active) and states[stepper.active.index(True)].epoch < cfg.epochs:
         epoch = states[stepper.active.index(True)].epoch
-        ran = run_epoch(stepper, states, compute, stop)
+        with clock.part("epochs"):
+            ran = run_epoch(stepper, states, compute, stop)
         if not ran.complete:
-            stepper.save(states)
+            with clock.part("checkpoints"):
+                stepper.save(states)
             raise TrialInterrupted(ran.stop)
         running = [k for k, on in enumerate(stepper.active) if on]
         diverged = {k for k in running if diverges(ran.train_losses[k], cfg.recipe)}
-        errors = evaluate_members(stepper, compute, epoch) if diverged != set(running) else []
+        with clock.part("evaluation"):
+            errors = evaluate_members(stepper, compute, epoch) if diverged != set(running) else []
         for k in running:
             line = metrics_line(epoch, ran.lrs[k], ran.train_losses[k], ran, images_per_epoch)
             if k not in diverged:
                 line.update(errors[k])
             states[k] = states[k].after_epoch(line, ran.seconds, images_per_epoch, ran.wait_s)
-            members.epoch_ended(k, states[k].history)
+            with clock.part("writes"):
+                members.epoch_ended(k, states[k].history)
             if k in diverged:
                 stepper.active[k] = False  # frozen: its weights are no longer updated
-                members.ended(k, _result(stepper, k, states[k], epoch + 1, compute))
+                members.ended(k, _result(stepper, k, states[k], epoch + 1, compute, clock))
         if not any(stepper.active):
             return
-        stepper.save(states)
+        if cadence.due(last_epoch=epoch + 1 == cfg.epochs) or ran.stop:
+            t0 = time.perf_counter()
+            with clock.part("checkpoints"):
+                stepper.save(states)
+            cadence.written(time.perf_counter() - t0)
         if ran.stop and epoch + 1 < cfg.epochs:
             raise TrialInterrupted(ran.stop)
     for k, on in enumerate(stepper.active):
         if on:
-            members.ended(k, _result(stepper, k, states[k], None, compute))
+            members.ended(k, _result(stepper, k, states[k], None, compute, clock))
 
 
 def _result(
-    stepper: Stepper, k: int, state: TrialState, diverged_epoch: int | None, compute: Compute
+    stepper: Stepper,
+    k: int,
+    state: TrialState,
+    diverged_epoch: int | None,
+    compute: Compute,
+    clock: PartClock,
 ) -> TrialResult:
-    weights = stepper.member_weights(k)
-    return trial_result(stepper.cfgs[k], state, diverged_epoch, weights, compute.dist)
+    with clock.part("end"):  # mostly the weights' digest
+        weights = stepper.member_weights(k)
+        return trial_result(stepper.cfgs[k], state, diverged_epoch, weights, compute.dist)
 
 
 def run_guarded(

@@ -7,6 +7,7 @@ optimizer, lr schedules and EMA.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -22,12 +23,14 @@ from optbench.data.batches import (
     TrainBatches,
     loader_workers,
 )
-from optbench.data.datasets import DeviceData, load_dataset
+from optbench.data.datasets import DeviceData, FolderData, load_dataset
 from optbench.data.input_plan import InputPlan, input_plan
 from optbench.data.tensor_folder import TensorFolderBatches, device_policy
 from optbench.models import create_model
+from optbench.spec.catalogue import CATALOGUE
 from optbench.train.compute import Compute
 from optbench.trial.config import TrainConfig
+from optbench.trial.timing import PartClock
 
 
 @dataclass
@@ -40,6 +43,33 @@ class TrialParts:
     model: nn.Module
     augment: BatchAugment
     criterion: nn.Module
+
+
+# The in-memory dataset (and its copy on the device) of this process's last trial: a warm worker
+# (executors/local.py, a SLURM job of several trials) loads it once for the trials of a cell.
+# Read only: the batches index it, nothing writes into it.
+_warm: dict = {"key": None, "data": None, "device": None, "on_device": None}
+
+
+def warm_dataset(cfg: TrainConfig, compute: Compute) -> DeviceData | FolderData:
+    """The trial's dataset: the process's last one where it is the same (a dataset held in
+    memory, data/datasets.py's DeviceData), else loaded (load_dataset)."""
+    if CATALOGUE[cfg.dataset.name].format == "images":  # read from its files by the batches
+        return load_dataset(cfg.dataset, cfg.model, compute.data_cache)
+    key = cfg.dataset.model_dump_json()
+    if _warm["key"] != key:
+        data = load_dataset(cfg.dataset, cfg.model, compute.data_cache)
+        _warm.update(key=key, data=data, device=None, on_device=None)
+    return _warm["data"]
+
+
+def warm_on_device(data: DeviceData, device: torch.device) -> DeviceData:
+    """`data` on `device`: copied there once for the trials of this process (warm_dataset's)."""
+    if _warm["data"] is not data:
+        return data.to(device)
+    if _warm["device"] != device:
+        _warm.update(device=device, on_device=data.to(device))
+    return _warm["on_device"]
 
 
 def build_batches(
@@ -58,7 +88,7 @@ def build_batches(
         raise ValueError(
             "mixup/CutMix pair each image with the batch reversed: the batch per process must be even"
         )
-    data = load_dataset(cfg.dataset, cfg.model, compute.data_cache)
+    data = warm_dataset(cfg, compute)
     shard = Shard(compute.dist.rank, compute.dist.world)
     workers = compute.workers if compute.workers is not None else loader_workers()
     common = dict(seed=cfg.seed, shard=shard)
@@ -71,7 +101,7 @@ def build_batches(
         )
     elif isinstance(data, DeviceData):  # the policy, if any, runs on the device (BatchAugment)
         batches = DeviceBatches(
-            data.to(compute.device),
+            warm_on_device(data, compute.device),
             cfg.batch_size,
             repeated_aug=cfg.recipe.repeated_aug,
             pipeline=pipeline,
@@ -125,9 +155,13 @@ def build_model(cfg: TrainConfig, batches: TrainBatches, compute: Compute) -> nn
     return model
 
 
-def build_parts(cfg: TrainConfig, compute: Compute, pipeline: str = "pil") -> TrialParts:
+def build_parts(
+    cfg: TrainConfig, compute: Compute, pipeline: str = "pil", clock: PartClock | None = None
+) -> TrialParts:
+    """The parts; the batches' seconds go to `clock`'s "data" part (trial/timing.py)."""
     recipe = cfg.recipe
-    batches, plan = build_batches(cfg, compute, pipeline)
+    with clock.part("data") if clock is not None else nullcontext():
+        batches, plan = build_batches(cfg, compute, pipeline)
     model = build_model(cfg, batches, compute)
     augment = BatchAugment(
         recipe,

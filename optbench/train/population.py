@@ -54,7 +54,13 @@ from optbench.train.checkpoint import load_checkpoint, restoring, save_checkpoin
 from optbench.train.compute import Compute
 from optbench.train.distributed import DistContext
 from optbench.train.ema import WeightAverage
-from optbench.train.loop import Members, run_guarded, start_program, train_members
+from optbench.train.loop import (
+    CheckpointCadence,
+    Members,
+    run_guarded,
+    start_program,
+    train_members,
+)
 from optbench.train.optim import LrSchedule, is_decayed, weight_decay_groups
 from optbench.train.parts import build_parts
 from optbench.train.population_optim import PopulationOptimizer
@@ -63,6 +69,7 @@ from optbench.train.signals import StopRequest
 from optbench.train.state import TrialState
 from optbench.trial.config import Execution, TrainConfig, TrialResult
 from optbench.trial.results import finished_result
+from optbench.trial.timing import PartClock
 
 POPULATION_CHECKPOINT = "population.pt"
 # vmap runs an op without a batching rule (e.g. CPU flash attention) member by member; it warns
@@ -142,10 +149,11 @@ class PopulationStepper:
         active: list[bool],
         checkpoint: Path,
         root: Path | None = None,
+        clock: PartClock | None = None,
     ):
         cfg = cfgs[0]
         self.cfgs, self.active, self.checkpoint, self.root = cfgs, list(active), checkpoint, root
-        self.parts = parts = build_parts(cfg, compute, pipeline)
+        self.parts = parts = build_parts(cfg, compute, pipeline, clock)
         groups = weight_decay_groups(parts.model, cfg.wd, cfg.recipe.wd_exclude)
         params = dict(parts.model.named_parameters())
         names = [g["names"] for g in groups]
@@ -286,8 +294,12 @@ def run_population(
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_NO_BATCHING_RULE)
             active = [r is None for r in results]
-            pop = PopulationStepper(cfgs, compute, execution.pipeline, active, checkpoint, root)
-            train_members(pop, members, compute, stop, resume=True)
+            with members.clock.part("model"):
+                pop = PopulationStepper(
+                    cfgs, compute, execution.pipeline, active, checkpoint, root, members.clock
+                )
+            cadence = CheckpointCadence(every_epoch=keep_checkpoint)
+            train_members(pop, members, compute, stop, resume=True, cadence=cadence)
 
     return run_guarded(
         members,

@@ -49,7 +49,13 @@ from optbench.train.distributed import (
     init_process_group,
     master_port,
 )
-from optbench.train.loop import Members, run_guarded, start_program, train_members
+from optbench.train.loop import (
+    CheckpointCadence,
+    Members,
+    run_guarded,
+    start_program,
+    train_members,
+)
 from optbench.train.population import run_population
 from optbench.train.signals import StopRequest
 from optbench.train.state import check_resumable
@@ -68,12 +74,16 @@ def _train(
     resume: bool,
     members: Members,
     execution: Execution,
+    cadence: CheckpointCadence,
 ) -> TrialResult:
     """Train from the start (or the checkpoint's position) to the last epoch or a divergence
     and record the result in `members` (the trial in `out_dir` alone); an agreed stop
     checkpoints and raises TrialInterrupted."""
-    stepper = SoloStepper(cfg, compute, execution.pipeline, out_dir / CHECKPOINT_FILE, root)
-    train_members(stepper, members, compute, stop, resume)
+    with members.clock.part("model"):  # the data's share goes to its own part (parts.py)
+        stepper = SoloStepper(
+            cfg, compute, execution.pipeline, out_dir / CHECKPOINT_FILE, root, members.clock
+        )
+    train_members(stepper, members, compute, stop, resume, cadence)
     return members.results[0]
 
 
@@ -144,8 +154,10 @@ def run_trial(
     stop = StopRequest()
 
     def train() -> None:
-        init_process_group(ctx, compute.device.type)
-        _train(cfg, out_dir, root, compute, stop, resume, members, execution)
+        with members.clock.part("setup"):
+            init_process_group(ctx, compute.device.type)
+        cadence = CheckpointCadence(every_epoch=keep_checkpoint)
+        _train(cfg, out_dir, root, compute, stop, resume, members, execution, cadence)
 
     try:
         [result] = run_guarded(

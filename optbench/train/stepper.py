@@ -21,6 +21,7 @@ from optbench.train.parts import TrialParts, build_parts, for_training
 from optbench.train.precise_bn import recompute_bn_stats
 from optbench.train.state import TrialState, restore_state, save_state
 from optbench.trial.config import TrainConfig
+from optbench.trial.timing import PartClock
 
 
 class Stepper(Protocol):
@@ -85,10 +86,11 @@ class SoloStepper:
         pipeline: str,
         checkpoint: Path,
         root: Path | None = None,
+        clock: PartClock | None = None,
     ):
         self.cfgs, self.compute = [cfg], compute
         self.checkpoint, self.root = checkpoint, root
-        self.parts = build_parts(cfg, compute, pipeline)
+        self.parts = build_parts(cfg, compute, pipeline, clock)
         self.weights = self.model = self.parts.model
         self.trained: nn.Module | None = None  # the model as the steps call it, from begin()
         self.optimizer = build_optimizer(self.model, cfg, fused=compute.fused)

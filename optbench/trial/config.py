@@ -26,6 +26,7 @@ from optbench.spec.caps import MAX_EPOCHS, SEED_BOUND
 from optbench.spec.optimizers import optimizer_fallback
 from optbench.spec.recipe import Dataset, Optimizer, Pipeline, Recipe, fill_ref_batch
 from optbench.spec.tracking import Tracking
+from optbench.trial.timing import TrialTiming
 
 Status = Literal["finished", "diverged", "failed"]
 
@@ -208,6 +209,8 @@ class TrialResult(BaseModel):
     # the study's attempt it belongs to (store/database.py counts them): the driver records a result
     # file only on that attempt (None: trained outside a study, or written before attempts were)
     attempt: StrictInt | None = Field(default=None, ge=1, le=1_000_000)
+    # where its wall_s went, part by part (trial/timing.py; None in files written before it was)
+    timing: TrialTiming | None = None
 
     @field_validator("message")
     @classmethod

@@ -163,7 +163,10 @@ class SlurmExecutor:
             return
         executor = self._executor()
         comment = executor.parameters["comment"]
-        batches = chunks(jobs, self.settings.trials_per_job)  # populations count as one
+        # "auto" is resolved from the cost plan where a study makes its executor
+        # (executors._slurm_executor); left unresolved it is a trial per job
+        per_job = self.settings.trials_per_job
+        batches = chunks(jobs, 1 if per_job == "auto" else per_job)  # populations count as one
         for array in chunks(batches, max_array_size()):
             trials = [[m for job in batch for m in members_of(job)] for batch in array]
             intent = Submission(

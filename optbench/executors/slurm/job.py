@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import signal
+import time
 from collections.abc import Sequence
 
 import submitit
@@ -43,6 +44,10 @@ class TrialBatch:
         # JOB_STEP_CODE held SIGUSR2 back until submitit's handler was in place: a signal that
         # came meanwhile is delivered now, and that handler requeues the job.
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR2})
+        from optbench.trial import timing
+
+        timing.process_started()  # the job step's start, recorded with its first trial
+        t0 = time.perf_counter()
         import torch
 
         from optbench.host import training_device
@@ -50,6 +55,7 @@ class TrialBatch:
         from optbench.train.run_trial import run_job
         from optbench.train.signals import TrialInterrupted
 
+        timing.imports_took(time.perf_counter() - t0)
         # task/none and some clusters do not bind CPUs: keep torch within the task's share.
         torch.set_num_threads(env_int("SLURM_CPUS_PER_TASK", 1, minimum=1))
         device = training_device()

@@ -1,0 +1,182 @@
+"""Where a trial's seconds go (issue 55): result.json's `timing` (trial/timing.py), the parts a
+worker's process pays once, `optbench status`'s cost line per cell, and what a warm worker keeps
+(its dataset) or skips (checkpoints beyond their cadence) without changing what it computes."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+import yaml
+from cli_inprocess import tiny_config
+
+from optbench.plan.costs import spent_notes
+from optbench.plan.trials import plan
+from optbench.spec.schema import parse_spec
+from optbench.store.database import Store
+from optbench.train import loop, parts
+from optbench.train.checkpoint import CHECKPOINT_FILE
+from optbench.train.run_trial import run_trial
+from optbench.trial import timing
+from optbench.trial.results import load_result
+from optbench.trial.timing import PARTS, PartClock, TrialTiming
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+class FakeClock:
+    """time.perf_counter that moves only when told."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_part_inside_another_pauses_it_so_each_second_counts_once(monkeypatch):
+    fake = FakeClock()
+    monkeypatch.setattr(timing.time, "perf_counter", fake)
+    clock = PartClock()
+    with clock.part("model"):
+        fake.now += 1.0
+        with clock.part("data"):  # the batches, built inside the model's part (parts.py)
+            fake.now += 3.0
+        fake.now += 0.5
+    fake.now += 10.0  # between parts: in none
+    with clock.part("epochs"):
+        fake.now += 2.0
+    got = clock.timing()
+    assert (got.model, got.data, got.epochs) == (1.5, 3.0, 2.0)
+    assert got.within_wall() == 6.5
+    with pytest.raises(ValueError, match="lunch"):
+        with clock.part("lunch"):
+            pass
+
+
+def test_a_result_without_timing_still_reads_and_a_crafted_one_is_refused(tmp_path):
+    from optbench.trial.config import TrialResult
+    from optbench.trial.results import InvalidResultFile
+
+    old = TrialResult(status="failed", epochs=2, config=tiny_config(), message="x")
+    data = json.loads(old.model_dump_json())
+    data.pop("timing")  # as written before issue 55
+    (tmp_path / "result.json").write_text(json.dumps(data))
+    assert load_result(tmp_path).timing is None
+    data["timing"] = {"epochs": 1.0, "checkpoints": -2.0}
+    (tmp_path / "result.json").write_text(json.dumps(data))
+    with pytest.raises(InvalidResultFile, match="timing.checkpoints"):
+        load_result(tmp_path)
+
+
+def test_the_checkpoint_cadence_costs_at_most_its_share(monkeypatch):
+    fake = FakeClock()
+    monkeypatch.setattr(loop.time, "perf_counter", fake)
+    cadence = loop.CheckpointCadence()
+    assert cadence.due(last_epoch=False)  # the first epoch end: always
+    cadence.written(1.0)  # a write of 1 s: the next once 1 / CHECKPOINT_SHARE s have passed
+    fake.now += 1.0 / loop.CHECKPOINT_SHARE - 0.5
+    assert not cadence.due(last_epoch=False)
+    fake.now += 0.5
+    assert cadence.due(last_epoch=False)
+    assert not cadence.due(last_epoch=True)  # the result follows: nothing left to resume
+    every = loop.CheckpointCadence(every_epoch=True)  # keep_checkpoint: the caller reads it
+    every.written(1.0)
+    assert every.due(last_epoch=False) and every.due(last_epoch=True)
+
+
+class _Store:
+    """Store.read's shape: each trial finished with the given timing record."""
+
+    def __init__(self, records: list[dict | None]):
+        self.records = records
+
+    def read(self, trials):
+        return [
+            SimpleNamespace(
+                trial=t,
+                status="finished",
+                is_result=True,
+                record=SimpleNamespace(user_attrs={} if r is None else {"timing": r}),
+            )
+            for t, r in zip(trials, self.records, strict=False)
+        ]
+
+
+def test_status_says_per_cell_the_share_outside_the_epochs_and_its_largest_parts(tiny_dict):
+    tiny_dict["models"] = ["vit_p_w64_16px"]
+    spec = parse_spec(tiny_dict)
+    first = {"epochs": 6.0, "evaluation": 1.0, "data": 0.5, "process_start_s": 1.5,
+             "imports_s": 1.0, "process_trial": 1}  # fmt: skip
+    second = {"epochs": 6.0, "evaluation": 1.0, "checkpoints": 1.0, "process_trial": 2}
+    [line] = spent_notes(spec, _Store([first, second]))
+    # paid: 10 + 8 = 18 s, 12 of them in the epochs
+    assert line.startswith("cost vit_p_w64_16px/adamw/e1 (2 trial(s), 9 s each): 33.3% outside")
+    assert "(process start 13.9%, evaluation 11.1%," in line
+    assert spent_notes(spec, _Store([None, None])) == []  # results from before issue 55
+
+
+@pytest.mark.slow
+def test_a_finished_trials_result_has_every_part_and_they_sum_to_its_wall_time(tmp_path):
+    result = run_trial(tiny_config(epochs=3), tmp_path)
+    assert result.status == "finished"
+    recorded = json.loads((tmp_path / "result.json").read_text())["timing"]
+    assert set(PARTS) <= set(recorded)
+    got = TrialTiming(**recorded)
+    assert all(getattr(got, p) > 0 for p in PARTS if p != "setup"), got
+    assert abs(got.within_wall() - result.wall_s) <= 0.02 * result.wall_s + 0.05
+    # outside a worker no process start is anyone's to pay
+    assert got.process_start_s is None and got.process_trial is None
+    # 3 epochs: checkpoints at the first epoch's end (and later ones as their cost allows)
+    # but never at the last, whose result follows
+    assert not (tmp_path / CHECKPOINT_FILE).exists()
+
+
+@pytest.mark.slow
+def test_a_warm_process_loads_its_dataset_once_and_trains_the_same_weights(tmp_path, monkeypatch):
+    loads = []
+    load = parts.load_dataset
+    monkeypatch.setattr(parts, "load_dataset", lambda *a: loads.append(1) or load(*a))
+    parts._warm.update(key=None, data=None, device=None, on_device=None)
+    first = run_trial(tiny_config(epochs=1), tmp_path / "a")
+    warm = run_trial(tiny_config(epochs=1, lr=1e-2), tmp_path / "b")
+    assert len(loads) == 1  # the second trial of the same dataset reads none
+    parts._warm.update(key=None, data=None, device=None, on_device=None)
+    cold = run_trial(tiny_config(epochs=1, lr=1e-2), tmp_path / "c")
+    assert len(loads) == 2 and first.status == warm.status == "finished"
+    assert warm.digest == cold.digest and warm.final_error == cold.final_error
+
+
+@pytest.mark.slow
+def test_a_local_worker_pays_its_start_once_and_status_prints_the_cost_line(
+    cli, one_model, tmp_path
+):
+    one_model["search"]["n_samples"] = 2
+    one_model["executor"] = {"kind": "local", "workers": 1}
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(one_model))
+    code, _, err = cli("run", "tiny.yaml")
+    assert code == 0, err
+    spec = parse_spec(one_model)
+    results = [load_result(t.out_dir) for t in plan(spec)]
+    by_order = sorted((r.timing for r in results), key=lambda t: t.process_trial)
+    assert [t.process_trial for t in by_order] == [1, 2]  # one worker, warm for the second
+    assert by_order[0].process_start_s > 0 and by_order[0].imports_s > 0
+    assert by_order[1].process_start_s is None and by_order[1].imports_s is None
+    for r in results:
+        assert abs(r.timing.within_wall() - r.wall_s) <= 0.02 * r.wall_s + 0.05
+    # the report's trials table: each trial's seconds outside its epochs
+    frame = Store(spec, create=False).frame(plan(spec))
+    expected = sorted(r.wall_s - r.timing.epochs for r in results)
+    assert sorted(frame["outside_epochs_s"]) == pytest.approx(expected)
+    code, out, err = cli("status", "tiny.yaml")
+    flat = " ".join(out.split())
+    assert code == 0, err
+    assert "cost vit_p_w64_16px/adamw/e1 (2 trial(s)," in flat and "outside the epochs" in flat
