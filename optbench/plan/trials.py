@@ -95,6 +95,7 @@ def _train_config(spec: StudySpec, cell: Cell, lr: float, wd: float, seed: int) 
         ref_batch=spec.ref_batch,
         seed=seed,
         recipe=spec.recipe,
+        imports=tuple(spec.imports),
     )
 
 

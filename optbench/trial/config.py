@@ -25,6 +25,7 @@ from optbench.provenance import COMMIT_PATTERN, FINGERPRINT_PATTERN
 from optbench.spec.caps import MAX_EPOCHS, SEED_BOUND
 from optbench.spec.recipe import Dataset, Optimizer, Pipeline, Recipe, fill_ref_batch
 from optbench.spec.tracking import Tracking
+from optbench.user_code import check_module_names
 
 Status = Literal["finished", "diverged", "failed"]
 
@@ -54,11 +55,28 @@ class TrainConfig(BaseModel):
     ref_batch: StrictInt = Field(ge=1)  # default: the recipe preset's (recipe.PRESET_REF_BATCH)
     seed: StrictInt = Field(default=0, ge=0, lt=SEED_BOUND)
     recipe: Recipe = Recipe()
+    # the study's own modules (its `imports:`, optbench/user_code.py): every process that trains
+    # this config imports them before building its model and optimizer
+    imports: tuple[str, ...] = ()
 
     @model_validator(mode="before")
     @classmethod
     def _ref_batch_from_preset(cls, data):
         return fill_ref_batch(data)
+
+    @field_validator("imports")
+    @classmethod
+    def _imports(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(check_module_names(v))
+
+    @model_serializer(mode="wrap")
+    def _no_imports_no_key(self, dump):
+        """A config without imports dumps as it did before the key existed: its result.json,
+        checkpoint and SLURM journal entries stay those of earlier runs."""
+        data = dump(self)
+        if not self.imports:
+            data.pop("imports", None)
+        return data
 
     @model_validator(mode="after")
     def _warmup_fits(self) -> TrainConfig:
@@ -93,15 +111,38 @@ def make_train_config(what: str, **fields) -> TrainConfig:
         raise SpecError(format_errors(what, err)) from None
 
 
+class UserModule(BaseModel):
+    """One module of the study's own code that trained a result (optbench/user_code.py): its
+    version (None without one) and the digest of its source files."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    version: Short | None = None
+    digest: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{16}$")]
+
+
+ModuleName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_.]{0,199}$")]
+
+
 class Provenance(BaseModel):
     """Which code made a result (optbench.provenance): optbench's version, the git commit of
-    the checkout it ran from (None outside one) and the fingerprint of the training code."""
+    the checkout it ran from (None outside one) and the fingerprint of the training code (with
+    the study's own modules folded in); `user_code`: each such module (None: the study imports
+    none, and the key is left out)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     version: Short
     commit: Commit | None = None
     code_fingerprint: Fingerprint
+    user_code: Annotated[dict[ModuleName, UserModule], Field(max_length=20)] | None = None
+
+    @model_serializer(mode="wrap")
+    def _none_no_key(self, dump):
+        data = dump(self)
+        if self.user_code is None:
+            data.pop("user_code", None)
+        return data
 
 
 class Execution(BaseModel):
