@@ -131,8 +131,8 @@ CASES = [
     ),
     Case(
         "--import a file path",
-        "--import: 'TMP/lab.py' is not a module name",
-        args=("models", "--import", "TMP/lab.py"),
+        "--import: 'lab/models.py' is not a module name",
+        args=("models", "--import", "lab/models.py"),
     ),
     Case(
         "--import a missing module",

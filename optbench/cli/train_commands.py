@@ -252,8 +252,9 @@ def models(
     ] = False,
     imports: ImportFlag = None,
 ) -> None:
-    """Print the model zoo: each model's input, flops, params, acts (and, with --import, the
-    models those modules register)."""
+    """Print the model zoo: each model's input, flops, params, acts.
+
+    With --import, the modules' own models too (docs/extending.md)."""
     import json
 
     from optbench.errors import did_you_mean
