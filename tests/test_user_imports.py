@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import pickle
 import sys
 from pathlib import Path
 
@@ -151,6 +152,15 @@ def test_a_config_without_imports_dumps_as_before_and_one_with_them_round_trips(
     assert cfg.population_key() != plain.population_key()
     with pytest.raises(ValueError, match="not a module name"):
         tiny_config(imports=("lab/models.py",))
+
+
+def test_a_config_pickled_before_imports_existed_unpickles_without_them():
+    """A SLURM job queued before the upgrade holds a TrainConfig pickled without the field."""
+    old = tiny_config()
+    del old.__dict__["imports"]  # as the pickle of the earlier class holds it
+    queued = pickle.loads(pickle.dumps(old))
+    assert queued.imports == () and queued == tiny_config()
+    assert queued.model_dump_json() == tiny_config().model_dump_json()
 
 
 def test_provenance_records_each_modules_version_and_digest_and_tells_edits_apart(code_dir):

@@ -90,6 +90,15 @@ class TrainConfig(BaseModel):
             )
         return self
 
+    def __setstate__(self, state: dict) -> None:
+        """A config pickled before one of its fields existed (a SLURM job queued before an
+        upgrade: executors/slurm/legacy.py) gets that field's default, as its JSON would."""
+        values = state.setdefault("__dict__", {})
+        for name, field in type(self).model_fields.items():
+            if name not in values and not field.is_required():
+                values[name] = field.get_default(call_default_factory=True)
+        super().__setstate__(state)
+
     def population_key(self) -> str:
         """What the members of one population share (train/population.py): all but (lr, wd)."""
         return self.model_dump_json(exclude={"lr", "wd"})
