@@ -7,7 +7,9 @@ mix silently in one cell. The fingerprint is a sha256 over the sorted .py files 
 the folders that decide what a trial computes, optbench/data (the input pipeline), models,
 train (the trainer) and trial (its config), and of spec/catalogue.py (the image sizes the input
 pipeline loads at), path and bytes: any edit there changes it, an edit of the report, the
-command line or the trackers does not. The commit is read from the .git folder
+command line or the trackers does not. A study that imports code of its own (`imports:`,
+user_code.py) folds each such module's source digest into its results' fingerprint and records
+the module's version and digest beside it. The commit is read from the .git folder
 above the package (no `git` is run); it is None outside a checkout (an installed wheel) and does not
 say whether the tree had uncommitted edits: the fingerprint does. Importing this loads neither torch
 nor pandas.
@@ -18,8 +20,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+
+from optbench.user_code import describe_modules, fold_fingerprint
 
 __version__ = "0.1.0"  # optbench's version (pyproject.toml says the same; a test checks)
 PACKAGE = Path(__file__).resolve().parent
@@ -98,9 +102,19 @@ def git_commit(package: Path = PACKAGE) -> str | None:
     return sha if sha and re.fullmatch(COMMIT_PATTERN, sha) else None
 
 
-def provenance() -> dict[str, str | None]:
-    """What result.json records of the code that made it: version, commit, code_fingerprint."""
-    return {"version": __version__, "commit": git_commit(), "code_fingerprint": code_fingerprint()}
+def provenance(imports: Sequence[str] = ()) -> dict:
+    """What result.json records of the code that made it: version, commit, code_fingerprint;
+    with a study's `imports` (user_code.py) also `user_code`, each module's version and source
+    digest, which the fingerprint then covers too (results of other user code are told apart)."""
+    fingerprint = code_fingerprint()
+    recorded = {"version": __version__, "commit": git_commit(), "code_fingerprint": fingerprint}
+    if imports:
+        user_code = describe_modules(imports)
+        recorded |= {
+            "code_fingerprint": fold_fingerprint(fingerprint, user_code),
+            "user_code": user_code,
+        }
+    return recorded
 
 
 def mixed_code_warning(cells: Iterable[tuple[str, str | None]]) -> str | None:

@@ -116,6 +116,36 @@ CASES = [
         "optimizers.0: unknown optimizer",
         study=_study(optimizers=["loin"]),
     ),
+    # --- imports: module names only, each importable (tests/test_user_imports.py: its own code)
+    Case(
+        "imports a file path",
+        "'lab/models.py' is not a module name",
+        study=_study(imports=["lab/models.py"]),
+    ),
+    Case("imports a URL", "never a file path or URL", study=_study(imports=["https://x.org/m.py"])),
+    Case(
+        "imports a relative name",
+        "'.models' is not a module name",
+        study=_study(imports=[".models"]),
+    ),
+    Case(
+        "imports not a list", "imports: Input should be a valid list", study=_study(imports="lab")
+    ),
+    Case(
+        "imports a missing module",
+        "imports: cannot import module 'no_such_lab_module': ModuleNotFoundError",
+        study=_study(imports=["no_such_lab_module"]),
+    ),
+    Case(
+        "--import a file path",
+        "--import: 'lab/models.py' is not a module name",
+        args=("models", "--import", "lab/models.py"),
+    ),
+    Case(
+        "--import a missing module",
+        "--import: cannot import module 'no_such_lab_module'",
+        args=train_args("--import", "no_such_lab_module"),
+    ),
     Case("no optimizers", "optimizers", study=_study(optimizers=[])),
     Case("n_samples 0", "n_samples", study={"search.n_samples": 0}),
     Case(

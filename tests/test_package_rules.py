@@ -20,7 +20,7 @@ from test_imports import PACKAGE, import_graph
 
 # Each stage: the top-level packages and modules of optbench in it ("" is optbench/__init__.py).
 STAGES: tuple[tuple[str, ...], ...] = (
-    ("errors", "safefs", "host", "provenance", "worker_lock"),  # utilities
+    ("errors", "safefs", "host", "provenance", "user_code", "worker_lock"),  # utilities
     ("spec",),  # the study as data
     ("trial",),  # the driver-worker contract
     ("plan",),  # a study's trials and jobs

@@ -13,6 +13,30 @@ import typer
 from optbench.errors import UsageError, WriteError, format_errors
 from optbench.spec.recipe import Pipeline, Recipe
 
+# `--import MODULE`: a module of your own that registers models or optimizers (a study's
+# `imports:`, optbench/user_code.py), imported before any name is looked up.
+ImportFlag = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--import",
+        metavar="MODULE",
+        help="import this module first (a dotted name, installed or on PYTHONPATH): one that "
+        "registers your own models or optimizers; repeatable",
+    ),
+]
+
+
+def _import_flags(modules: list[str] | None) -> tuple[str, ...]:
+    """The --import modules checked as names and imported: one line naming a bad one, exit 2."""
+    from optbench.user_code import check_module_names, import_modules
+
+    try:
+        names = check_module_names(modules or [])
+    except ValueError as err:
+        raise UsageError(f"--import: {err}") from None
+    import_modules(names, "--import")
+    return tuple(names)
+
 
 def _complete_model(incomplete: str) -> list[str]:
     from optbench.models.zoo import zoo_models
@@ -78,6 +102,7 @@ def train(
     download: Annotated[
         bool, typer.Option(help="download the dataset into --data-root first (cifar10/100)")
     ] = False,
+    imports: ImportFlag = None,
 ) -> None:
     """Train one configuration (writes OUT/result.json).
 
@@ -102,6 +127,7 @@ def train(
     from optbench.train.signals import STOP_SIGNALS, TrialInterrupted
     from optbench.trial.config import Execution, make_train_config
 
+    modules = _import_flags(imports)
     try:
         check_optimizer(optimizer)
     except ValueError as err:
@@ -131,6 +157,7 @@ def train(
         ref_batch=ref_batch,
         seed=seed,
         recipe=resolved_recipe,
+        imports=modules,
     )
     ds = cfg.dataset
     _check_train_flags(cfg, out, threads, device, resume)
@@ -235,14 +262,22 @@ def models(
     measure: Annotated[
         bool, typer.Option(help="also measure training images/s on this machine's device")
     ] = False,
+    imports: ImportFlag = None,
 ) -> None:
-    """Print the model zoo: each model's input, flops, params, acts."""
+    """Print the model zoo: each model's input, flops, params, acts.
+
+    With --import, the modules' own models too (docs/extending.md)."""
     import json
 
     from optbench.errors import did_you_mean
     from optbench.models import is_model, model_names
     from optbench.models.zoo import describe, markdown_table, measure_throughput, zoo_models
 
+    if imports:  # before any name is looked up; without NAME, the zoo and what they register
+        from optbench.models import registered_by
+
+        added = registered_by(_import_flags(imports))
+        names = names or [*zoo_models(), *added]
     names = names or zoo_models()
     for name in names:
         if not is_model(name):

@@ -9,6 +9,8 @@ the zoo is looked up. The models register with timm's registry as soon as timm i
   classifier API).
 - The families: `vit.py` (ViT_P and ViT_C), `stem_ablation.py` (stems S1-S4), `dhvt.py` (DHVT),
   `regnet.py` (RegNetY).
+- A model of the user's own is registered with timm by a module the study imports
+  (optbench/user_code.py): `is_user_model` tells it, `registered_by` lists what a module adds.
 - `zoo.py`: the zoo described (defaults, complexity, throughput; `optbench models`).
 - `complexity.py`: flops, params and activations of any model; `cache.py`: those counts and
   default inputs cached on disk.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -69,6 +72,35 @@ def is_model(name: str) -> bool:
 
     register_zoo()
     return timm.is_model(name)
+
+
+def is_user_model(name: str) -> bool:
+    """True if `name` is registered by a module of the user's own (a study's `imports`), not by
+    optbench or timm: no cache key covers its code. Without timm imported nothing else is
+    registered, so this imports nothing."""
+    if name in ZOO or "timm" not in sys.modules:
+        return False
+    import timm
+
+    if not timm.is_model(name):
+        return False
+    owner = timm.models.model_entrypoint(name).__module__.partition(".")[0]
+    return owner not in ("timm", "optbench")
+
+
+def registered_by(modules: Sequence[str]) -> list[str]:
+    """The model names that `modules` (imported) or their submodules registered with timm,
+    sorted: what a study's `imports` add to the zoo."""
+    import timm
+
+    register_zoo()
+    owners = tuple(modules)
+    return [
+        name
+        for name in timm.list_models()
+        if (module := timm.models.model_entrypoint(name).__module__) in owners
+        or module.startswith(tuple(f"{owner}." for owner in owners))
+    ]
 
 
 def model_names() -> list[str]:

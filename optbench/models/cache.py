@@ -5,7 +5,8 @@ Counting runs each model's forward pass op by op through Python (complexity.py):
 second a model, 25 s for the zoo, after 5-10 s of importing torch and timm. A count is a pure
 function of the model's code, its arguments and the installed torch and timm, so the cache is
 keyed by a fingerprint of optbench/models/*.py and those two versions and starts afresh when any
-of them changes. It lives in $XDG_CACHE_HOME/optbench/ (default ~/.cache/optbench/).
+of them changes; a model of the user's own (a study's `imports`) is counted afresh each time,
+never cached. It lives in $XDG_CACHE_HOME/optbench/ (default ~/.cache/optbench/).
 
 A cache never hangs or crashes a command: it is read and written through safefs (a link, a FIFO
 or a device in its place is not opened for reading, only replaced on the next write), a file
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from optbench import safefs
 from optbench.errors import UsageError
+from optbench.models import is_user_model
 
 CACHE_FILE = "models.json"
 # A zoo's entries take a few KB; a larger file is none of ours (and is not read into memory).
@@ -108,20 +110,24 @@ def cached_counts(name: str, *, num_classes: int, in_chans: int, img_size: int) 
     """{"flops", "params", "acts"} for one image of `name` (complexity.model_complexity), from
     the cache when this code has counted them before on this install."""
     key = f"counts/{name}/{num_classes}/{in_chans}/{img_size}"
-    counts = CACHE.get(key, COUNT_FIELDS)
+    user = is_user_model(name)  # its code is the user's: counted afresh, never cached
+    counts = None if user else CACHE.get(key, COUNT_FIELDS)
     if counts is None:
         from optbench.models.complexity import model_complexity
 
         counts = model_complexity(
             name, num_classes=num_classes, in_chans=in_chans, img_size=img_size
         )
-        CACHE.put(key, counts)
+        if not user:
+            CACHE.put(key, counts)
     return counts
 
 
 def cached_defaults(name: str, compute) -> dict[str, int]:
     """The default input and classes of `name` ({"img_size", "in_chans", "num_classes"}), from
     the cache, or `compute()` (which reads the model's timm cfg) the first time."""
+    if is_user_model(name):  # the user's code: no cache key covers it
+        return compute()
     key = f"defaults/{name}"
     defaults = CACHE.get(key, DEFAULT_FIELDS)
     if defaults is None:

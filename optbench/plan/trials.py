@@ -93,6 +93,7 @@ def _train_config(spec: StudySpec, cell: Cell, lr: float, wd: float, seed: int) 
         ref_batch=spec.ref_batch,
         seed=seed,
         recipe=spec.recipe.for_optimizer(cell.optimizer),  # its own optimizer_args only
+        imports=tuple(spec.imports),
     )
 
 

@@ -19,6 +19,7 @@ from optbench.spec.optimizers import PAPER_OPTIMIZERS, optimizer_kwargs
 from optbench.spec.recipe import Dataset, Recipe
 from optbench.spec.schema import StudySpec
 from optbench.spec.timm_optimizers import TIMM_VERSION
+from optbench.user_code import import_modules
 
 
 def check_spec(
@@ -29,7 +30,8 @@ def check_spec(
     source: Path | str = "<spec>",
     sources: Mapping[str, str] | None = None,
 ) -> None:
-    """Raise SpecError naming `source` and the field if a model or the dataset is unknown (with
+    """Import the study's own modules (`imports`; a UsageError naming one that cannot be), then
+    raise SpecError naming `source` and the field if a model or the dataset is unknown (with
     the closest known name); with `sized` or `data`, a UsageError if the batch is larger than
     the training set (where its size is known without the files) or the images' side not a
     multiple of a model's patch size; with `data` (a real run on this machine), a UsageError
@@ -42,13 +44,16 @@ def check_spec(
     def origin(key: str) -> str:
         return source_of(key, source, sources or {})
 
+    # the study's own modules register their models (and optimizers) as they are imported
+    import_modules(spec.imports, f"{origin('imports')}: imports")
     problems = []
     for model in spec.models:
         if not is_model(model):
             problems.append(
                 f"{origin('models')}: models: unknown model {model!r}"
                 f"{did_you_mean(model, model_names())} (`optbench models` lists optbench's "
-                "models; any timm model name works)"
+                "models; any timm model name works, and a model of your own once the module "
+                "that registers it is in `imports`)"
             )
     for model in spec.search.good_values:
         if not is_model(model):

@@ -54,6 +54,7 @@ from optbench.spec.recipe import (
 )
 from optbench.spec.tracking import Tracking, check_installed
 from optbench.spec.yamlio import read_study_yaml
+from optbench.user_code import check_module_names
 
 
 def _check_range(value: tuple[float, float], what: str) -> tuple[float, float]:
@@ -266,6 +267,9 @@ class StudySpec(StrictModel):
     """One study: a grid of cells (model x optimizer x epochs), n (lr, wd) samples in each."""
 
     name: str
+    # modules of the user's own that register models or optimizers, imported wherever the study
+    # is read or trained (optbench/user_code.py; docs/study.md): part of the cell id when given
+    imports: list[str] = Field(default_factory=list, max_length=20)
     dataset: StudyDataset
     models: list[str] = Field(min_length=1)
     optimizers: list[Optimizer] = Field(min_length=1)
@@ -299,6 +303,11 @@ class StudySpec(StrictModel):
                 "name may use letters, digits, '_', '.', '-' and must not start with one of the last three"
             )
         return v
+
+    @field_validator("imports")
+    @classmethod
+    def _imports(cls, v: list[str]) -> list[str]:
+        return check_module_names(v)
 
     @field_validator("batch_size")
     @classmethod
@@ -523,7 +532,7 @@ class StudySpec(StrictModel):
         bounds = self.search.bounds(cell.model, cell.optimizer)
         folder = is_image_dataset(self.dataset.name)
         recipe = self.recipe.for_optimizer(cell.optimizer)  # its own optimizer_args only
-        return {
+        config = {
             "model": cell.model,
             "optimizer": cell.optimizer,
             "epochs": cell.epochs,
@@ -536,6 +545,9 @@ class StudySpec(StrictModel):
             "lr_bounds": list(bounds.lr),
             "wd_bounds": list(bounds.wd),
         } | ({"seed_per_sample": True} if self.seed_per_sample else {})
+        # which code builds a name is part of what it means; a study without imports keeps the
+        # ids it had before the key existed
+        return config | ({"imports": list(self.imports)} if self.imports else {})
 
     def cell_id(self, cell: Cell) -> str:
         blob = json.dumps(self.cell_config(cell), sort_keys=True).encode()

@@ -140,7 +140,7 @@ class RunWriter:
             "epochs": str(cfg.epochs),
             "seed": str(cfg.seed),
             "sample": str(int(found.group(1))) if found else "",
-            **{k: str(v) for k, v in provenance().items()},
+            **{k: str(v) for k, v in provenance(cfg.imports).items()},
         }
         params = dict(_flat(cfg.model_dump(mode="json")), lr_used=cfg.lr_used)
         return {"name": self.key, "group": cell, "job": "trial", "tags": tags, "params": params}

@@ -40,6 +40,7 @@ from optbench.train.signals import StopRequest
 from optbench.train.state import TrialState, save_state
 from optbench.train.stepper import SoloStepper
 from optbench.trial.config import Execution, TrainConfig
+from optbench.user_code import import_modules
 
 SCRATCH_CHECKPOINT = "measure-checkpoint.pt"  # written in `scratch`, then removed
 
@@ -175,6 +176,7 @@ def measure_config(
     """Time `cfg` on `device` (module docstring). The figures at the largest per-process
     batch that fits, halving from cfg.batch_size; `fits` says whether cfg.batch_size did and
     `fitting_batch` which batch was measured."""
+    import_modules(cfg.imports)  # the study's own models and optimizers, as a job imports them
     batch = cfg.batch_size
     while True:
         try:

@@ -70,6 +70,7 @@ from optbench.train.state import TrialState
 from optbench.trial.config import Execution, TrainConfig, TrialResult
 from optbench.trial.results import finished_result
 from optbench.trial.timing import PartClock
+from optbench.user_code import import_modules
 
 POPULATION_CHECKPOINT = "population.pt"
 # vmap runs an op without a batching rule (e.g. CPU flash attention) member by member; it warns
@@ -272,6 +273,7 @@ def run_population(
     `attempts[k]`: the study's attempt member k runs, recorded in its result.json."""
     if len({c.population_key() for c in cfgs}) != 1:
         raise ValueError("a population's members must differ in lr and wd only")
+    import_modules(cfgs[0].imports)  # the study's own models and optimizers (user_code.py)
     out_dirs = [Path(d) for d in out_dirs]
     for d in out_dirs:
         safefs.make_dirs(d, root or d)

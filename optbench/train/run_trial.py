@@ -63,6 +63,7 @@ from optbench.train.stepper import SoloStepper
 from optbench.trial.config import Execution, TrainConfig, TrialResult
 from optbench.trial.jobs import Job, PopulationJob
 from optbench.trial.results import finished_result
+from optbench.user_code import import_modules
 
 
 def _train(
@@ -129,8 +130,10 @@ def run_trial(
     result.json). `distributed=False` ignores torchrun's / SLURM's environment and trains in
     this process alone (see distributed.py). `on_epoch(line)` is called with each epoch's
     metrics line (trackers/sinks.py). No link below `root` (default `out_dir`; a study's workers
-    pass the study folder) is followed (safefs.UnsafePath). `attempt`: the study's attempt it runs
+    pass the study folder) is followed (safefs.UnsafePath). The config's `imports` are imported
+    first (a UsageError naming one that cannot be). `attempt`: the study's attempt it runs
     (executors.base.TrialJob), recorded in result.json."""
+    import_modules(cfg.imports)  # the study's own models and optimizers, in every process
     out_dir = Path(out_dir)
     root = Path(root or out_dir)
     safefs.make_dirs(out_dir, root)

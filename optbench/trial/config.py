@@ -27,6 +27,7 @@ from optbench.spec.optimizers import optimizer_fallback
 from optbench.spec.recipe import Dataset, Optimizer, Pipeline, Recipe, fill_ref_batch
 from optbench.spec.tracking import Tracking
 from optbench.trial.timing import TrialTiming
+from optbench.user_code import check_module_names
 
 Status = Literal["finished", "diverged", "failed"]
 
@@ -60,11 +61,19 @@ class TrainConfig(BaseModel):
     # (spec/optimizers.py: optimizer_fallback): derived from the optimizer, recorded in
     # result.json; None (and no key) for every other optimizer
     fallback: str | None = None
+    # the study's own modules (its `imports:`, optbench/user_code.py): every process that trains
+    # this config imports them before building its model and optimizer
+    imports: tuple[str, ...] = ()
 
     @model_validator(mode="before")
     @classmethod
     def _ref_batch_from_preset(cls, data):
         return fill_ref_batch(data)
+
+    @field_validator("imports")
+    @classmethod
+    def _imports(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(check_module_names(v))
 
     @model_validator(mode="after")
     def _fallback_of_optimizer(self) -> TrainConfig:
@@ -73,12 +82,14 @@ class TrainConfig(BaseModel):
         return self
 
     @model_serializer(mode="wrap")
-    def _no_fallback_no_key(self, dump):
-        """A config without a fallback dumps as it did before the key existed (the paper's
-        optimizers' result files, checkpoints and journal hashes stay as they were)."""
+    def _unset_later_keys_absent(self, dump):
+        """A config without a fallback or imports dumps as it did before those keys existed: the
+        paper's optimizers' result files, checkpoints and SLURM journal hashes stay as they were."""
         data = dump(self)
         if self.fallback is None:
             data.pop("fallback", None)
+        if not self.imports:
+            data.pop("imports", None)
         return data
 
     @model_validator(mode="after")
@@ -92,6 +103,15 @@ class TrainConfig(BaseModel):
                 "shorten warmup in proportion for short schedules"
             )
         return self
+
+    def __setstate__(self, state: dict) -> None:
+        """A config pickled before one of its fields existed (a SLURM job queued before an
+        upgrade: executors/slurm/legacy.py) gets that field's default, as its JSON would."""
+        values = state.setdefault("__dict__", {})
+        for name, field in type(self).model_fields.items():
+            if name not in values and not field.is_required():
+                values[name] = field.get_default(call_default_factory=True)
+        super().__setstate__(state)
 
     def population_key(self) -> str:
         """What the members of one population share (train/population.py): all but (lr, wd)."""
@@ -114,15 +134,38 @@ def make_train_config(what: str, **fields) -> TrainConfig:
         raise SpecError(format_errors(what, err)) from None
 
 
+class UserModule(BaseModel):
+    """One module of the study's own code that trained a result (optbench/user_code.py): its
+    version (None without one) and the digest of its source files."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    version: Short | None = None
+    digest: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{16}$")]
+
+
+ModuleName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_.]{0,199}$")]
+
+
 class Provenance(BaseModel):
     """Which code made a result (optbench.provenance): optbench's version, the git commit of
-    the checkout it ran from (None outside one) and the fingerprint of the training code."""
+    the checkout it ran from (None outside one) and the fingerprint of the training code (with
+    the study's own modules folded in); `user_code`: each such module (None: the study imports
+    none, and the key is left out)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     version: Short
     commit: Commit | None = None
     code_fingerprint: Fingerprint
+    user_code: Annotated[dict[ModuleName, UserModule], Field(max_length=20)] | None = None
+
+    @model_serializer(mode="wrap")
+    def _none_no_key(self, dump):
+        data = dump(self)
+        if self.user_code is None:
+            data.pop("user_code", None)
+        return data
 
 
 class Execution(BaseModel):

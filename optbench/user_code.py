@@ -1,0 +1,127 @@
+"""The study's own code: the modules a study names under `imports:` (a model or an optimizer of
+the user's, registered with timm when imported), checked as module names, imported where a study
+is read or a trial trained, and described for provenance (each module's version and a digest of
+its source files).
+
+Importing a named module runs its code, as `import my_models` in a Python script would: that is
+what `imports:` is for (docs/study.md). Only a plain dotted module name is taken (never a path, a
+URL or anything else that Python's import system would not look up on sys.path), so no other key
+of a study and no other file optbench reads makes it run code. Importing this loads nothing but
+the standard library (optbench.errors once a module fails).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import keyword
+import re
+from collections.abc import Iterable, Sequence
+from importlib import metadata
+from pathlib import Path
+from types import ModuleType
+
+MAX_MODULE_NAME = 200  # characters: a module path, not a file's contents
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+DIGEST_CHARS = 16  # hex digits of a module's source digest (as provenance's fingerprint)
+MAX_SOURCE_FILES = 10_000  # a package's .py files hashed: more is no module of one's own
+
+
+def check_module_name(name: str) -> str:
+    """`name` if it is a plain dotted module name (`my_models`, `lab.models.stems`); else
+    ValueError saying why (a file path, a URL, a relative import, a keyword)."""
+    if not isinstance(name, str) or not 0 < len(name) <= MAX_MODULE_NAME:
+        raise ValueError(f"a module name of 1 to {MAX_MODULE_NAME} characters, got {name!r:.80}")
+    if not _NAME.fullmatch(name) or any(keyword.iskeyword(part) for part in name.split(".")):
+        raise ValueError(
+            f"{name!r:.80} is not a module name: name an importable module (installed or on "
+            "PYTHONPATH) by its dotted name, e.g. my_models; never a file path or URL"
+        )
+    return name
+
+
+def check_module_names(names: Sequence[str]) -> list[str]:
+    """Each of `names` a module name (check_module_name), none twice."""
+    names = [check_module_name(n) for n in names]
+    if len(set(names)) != len(names):
+        raise ValueError(f"duplicate entries in {names}")
+    return names
+
+
+def import_modules(names: Iterable[str], where: str = "imports") -> list[ModuleType]:
+    """Import each module of `names` (once per process, as Python does). One that cannot be
+    imported (not found, or its own code raised) is a UsageError of one line naming it, `where`
+    and the cause: the study's names cannot be built without it."""
+    from optbench.errors import UsageError  # pydantic: not loaded by `import optbench`
+
+    modules = []
+    for name in names:
+        check_module_name(name)
+        try:
+            modules.append(importlib.import_module(name))
+        except (Exception, SystemExit) as err:  # noqa: BLE001 - the user's code: any cause
+            cause = str(err).splitlines()[0] if str(err) else ""
+            raise UsageError(
+                f"{where}: cannot import module {name!r}: {type(err).__name__}"
+                f"{': ' + cause[:300] if cause else ''} (is it installed or on PYTHONPATH?)"
+            ) from None
+    return modules
+
+
+def source_files(module: ModuleType) -> list[Path]:
+    """The .py files of `module`: every one under a package's folders, or its own file (none for
+    a module without files, a built-in one)."""
+    folders = [Path(p) for p in getattr(module, "__path__", None) or []]
+    if folders:
+        files = sorted({p for folder in folders for p in folder.rglob("*.py")})
+        return files[:MAX_SOURCE_FILES]
+    file = getattr(module, "__file__", None)
+    return [Path(file)] if file else []
+
+
+def source_digest(module: ModuleType) -> str:
+    """sha256 (first DIGEST_CHARS hex digits) over `module`'s .py files, each as its path
+    relative to the module's folder and its bytes: any edit of its source changes it."""
+    h = hashlib.sha256()
+    files = source_files(module)
+    base = files[0].parent if files and not hasattr(module, "__path__") else None
+    for path in files:
+        root = base or next(Path(p) for p in module.__path__ if path.is_relative_to(p))
+        h.update(path.relative_to(root).as_posix().encode() + b"\n")
+        h.update(path.read_bytes())
+    return h.hexdigest()[:DIGEST_CHARS]
+
+
+def module_version(module: ModuleType) -> str | None:
+    """The module's `__version__`, else its installed distribution's version (by its top-level
+    name), else None (a module on PYTHONPATH without one)."""
+    version = getattr(module, "__version__", None)
+    if isinstance(version, str) and version.isprintable():
+        return version[:100]
+    try:
+        return metadata.version(module.__name__.partition(".")[0])
+    except (metadata.PackageNotFoundError, ValueError):
+        return None
+
+
+def describe_modules(names: Sequence[str]) -> dict[str, dict[str, str | None]]:
+    """{module: {"version", "digest"}} of the (imported) modules `names`, for provenance."""
+    described = {}
+    for module in import_modules(names):
+        described[module.__name__] = {
+            "version": module_version(module),
+            "digest": source_digest(module),
+        }
+    return described
+
+
+def fold_fingerprint(fingerprint: str, described: dict[str, dict[str, str | None]]) -> str:
+    """optbench's training-code `fingerprint` with the study's own modules' digests folded in:
+    results of different user code then carry different fingerprints, so the report's
+    mixed-code warning and `optbench compare` tell them apart. Unchanged without modules."""
+    if not described:
+        return fingerprint
+    h = hashlib.sha256(fingerprint.encode())
+    for name in sorted(described):
+        h.update(f"\n{name} {described[name]['digest']}".encode())
+    return h.hexdigest()[: len(fingerprint)]

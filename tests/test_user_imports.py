@@ -1,0 +1,267 @@
+"""A model of one's own, outside the repository, named by a study's `imports:` (optbench/
+user_code.py): checked as a module name, imported by the driver, `--dry-run`, `optbench models`,
+`status`, every worker (the local pool, a SLURM job, a population) and `optbench train`, recorded
+in provenance (its version and source digest) and in the cell id. Each test writes its module into
+its own folder outside the repository, under a name of its own (timm's registry lives as long as
+the process)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import pickle
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from cli_inprocess import ONE_MODEL_STUDY, tiny_config
+
+from optbench.provenance import code_fingerprint, mixed_code_warning, provenance
+from optbench.spec.schema import parse_spec
+from optbench.trial.config import TrainConfig, TrialResult
+from optbench.user_code import check_module_name, source_digest
+
+MODULE = '''
+"""A model of one's own: registered with timm when imported."""
+from timm.models import register_model
+from torch import nn
+
+__version__ = "0.3"
+
+
+class TinyConvNet(nn.Module):
+    def __init__(self, num_classes=1000, in_chans=3, drop_path_rate=0.0, **kwargs):
+        super().__init__()
+        self.stem = nn.Conv2d(in_chans, 8, 3, padding=1)
+        self.head = nn.Linear(8, num_classes)
+
+    def forward(self, x):
+        return self.head(self.stem(x).relu().mean((2, 3)))
+
+
+@register_model
+def {model}(pretrained=False, **kwargs):
+    return TinyConvNet(**kwargs)
+'''
+
+
+def write_module(folder: Path, name: str, model: str) -> Path:
+    """`name`.py in `folder` (put on sys.path, and PYTHONPATH for processes it starts),
+    registering `model`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.py"
+    path.write_text(MODULE.replace("{model}", model))
+    return path
+
+
+@pytest.fixture
+def code_dir(tmp_path, monkeypatch) -> Path:
+    """A folder outside the repository and outside the study's, on the path."""
+    folder = tmp_path / "code"
+    folder.mkdir()
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join([str(folder), os.environ.get("PYTHONPATH", "")])
+    )
+    return folder
+
+
+def lab_study(tmp_path: Path, module: str, model: str, **changes) -> Path:
+    data = copy.deepcopy(ONE_MODEL_STUDY)
+    output = str(tmp_path / "work" / "results")
+    data |= {"name": "lab", "imports": [module], "models": [model], "output": output}
+    data["search"] |= {"n_samples": 1}
+    data["executor"] = {"workers": 1, "retries": 0}
+    data |= changes
+    path = tmp_path / "work" / "study.yaml"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+# --- module names ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["lab_models", "lab.models.stems", "_private", "M2"])
+def test_a_dotted_module_name_is_taken(name):
+    assert check_module_name(name) == name
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["lab/models.py", "lab_models.py ", "https://x.org/m.py", ".models", "lab..models", "2lab",
+     "import", "lab.class", "os; rm", "", "a" * 201, "lab-models", "~/lab"],
+)  # fmt: skip
+def test_anything_but_a_module_name_is_refused_before_import(name):
+    with pytest.raises(ValueError, match="module name"):
+        check_module_name(name)
+
+
+# --- failing imports: one line, exit 2, nothing written ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "body, needle",
+    [
+        ("raise RuntimeError('no GPU driver here')", "RuntimeError: no GPU driver here"),
+        ("import no_such_dependency_of_lab", "ModuleNotFoundError"),
+        ("def broken(:\n", "SyntaxError"),
+        ("import sys\nsys.exit(3)", "SystemExit"),
+    ],
+    ids=["raises", "missing dependency", "syntax error", "exits"],
+)
+def test_a_module_that_fails_to_import_is_one_line_naming_it(body, needle, code_dir, tmp_path, cli):
+    module = f"lab_fails_{abs(hash(body)) % 10**8}"
+    (code_dir / f"{module}.py").write_text(body + "\n")
+    study = lab_study(tmp_path, module, "vit_p_w64_16px")
+    work = sorted(p for p in study.parent.rglob("*"))
+    for args in (["run", str(study), "--dry-run"], ["run", str(study)], ["status", str(study)]):
+        code, out, err = cli(*args)
+        lines = err.strip().splitlines()
+        assert code == 2 and len(lines) == 1, err
+        assert f"imports: cannot import module '{module}'" in lines[0] and needle in lines[0]
+    assert sorted(p for p in study.parent.rglob("*")) == work  # nothing written
+    code, out, err = cli("models", "--import", module)
+    assert code == 2 and f"--import: cannot import module '{module}'" in err.strip()
+
+
+# --- identity and provenance ----------------------------------------------------------------------
+
+
+def _ids(tiny_dict, **changes) -> list[str]:
+    spec = parse_spec({**tiny_dict, **changes})
+    return [spec.cell_id(c) for c in spec.cells()]
+
+
+def test_the_imports_are_part_of_a_cell_id_and_a_study_without_them_keeps_its_ids(tiny_dict):
+    plain = _ids(tiny_dict)
+    assert _ids(tiny_dict, imports=[]) == plain
+    assert "imports" not in parse_spec(tiny_dict).cell_config(parse_spec(tiny_dict).cells()[0])
+    with_lab = _ids(tiny_dict, imports=["lab_models"])
+    assert all(a != b for a, b in zip(with_lab, plain, strict=True))
+    assert _ids(tiny_dict, imports=["other_lab"]) != with_lab  # other code, other cells
+
+
+def test_a_config_without_imports_dumps_as_before_and_one_with_them_round_trips():
+    plain = tiny_config()
+    assert "imports" not in plain.model_dump(mode="json")  # result.json, checkpoints, journal
+    cfg = tiny_config(imports=("lab_models",))
+    assert TrainConfig.model_validate_json(cfg.model_dump_json()) == cfg
+    assert cfg.population_key() != plain.population_key()
+    with pytest.raises(ValueError, match="not a module name"):
+        tiny_config(imports=("lab/models.py",))
+
+
+def test_a_config_pickled_before_imports_existed_unpickles_without_them():
+    """A SLURM job queued before the upgrade holds a TrainConfig pickled without the field."""
+    old = tiny_config()
+    del old.__dict__["imports"]  # as the pickle of the earlier class holds it
+    queued = pickle.loads(pickle.dumps(old))
+    assert queued.imports == () and queued == tiny_config()
+    assert queued.model_dump_json() == tiny_config().model_dump_json()
+
+
+def test_provenance_records_each_modules_version_and_digest_and_tells_edits_apart(code_dir):
+    path = write_module(code_dir, "lab_provenance", "lab_provenance_net")
+    first = provenance(("lab_provenance",))
+    recorded = first["user_code"]["lab_provenance"]
+    assert recorded["version"] == "0.3"
+    assert first["code_fingerprint"] != code_fingerprint()  # the user's code is covered
+    assert "user_code" not in provenance()
+    path.write_text(path.read_text() + "\n# an edit\n")
+    second = provenance(("lab_provenance",))
+    assert second["user_code"]["lab_provenance"]["digest"] != recorded["digest"]
+    assert second["code_fingerprint"] != first["code_fingerprint"]
+    # one cell trained by both versions is flagged as mixed code, as optbench's own edits are
+    warning = mixed_code_warning(
+        [("cell", first["code_fingerprint"]), ("cell", second["code_fingerprint"])]
+    )
+    assert warning and "cell" in warning
+
+
+def test_a_package_digest_covers_every_source_file(code_dir):
+    package = code_dir / "lab_package"
+    (package / "stems").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "stems" / "__init__.py").write_text("")
+    (package / "stems" / "conv.py").write_text("WIDTH = 8\n")
+    import lab_package
+
+    before = source_digest(lab_package)
+    (package / "stems" / "conv.py").write_text("WIDTH = 16\n")
+    assert source_digest(lab_package) != before
+
+
+# --- training with the model of one's own ---------------------------------------------------------
+
+
+def _trained(study_dir: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(study_dir.rglob("result.json"))]
+
+
+@pytest.mark.slow
+def test_a_model_of_ones_own_is_seen_by_dry_run_models_and_status(code_dir, tmp_path, cli):
+    write_module(code_dir, "lab_seen", "lab_seen_net")
+    study = lab_study(tmp_path, "lab_seen", "lab_seen_net")
+    assert "lab_seen" not in sys.modules
+    code, out, err = cli("models", "lab_seen_net", "--import", "lab_seen", "--json")
+    assert code == 0 and [row["name"] for row in json.loads(out)] == ["lab_seen_net"], err
+    code, out, err = cli("run", str(study), "--dry-run")
+    assert code == 0 and "lab_seen_net" in out, err
+    code, out, err = cli("models", "--import", "lab_seen", "--json")
+    assert code == 0, err
+    rows = {row["name"]: row for row in json.loads(out)}
+    assert "vit_p_w64_16px" in rows and rows["lab_seen_net"]["params"] > 0
+    code, out, err = cli("status", str(study))
+    assert code == 0 and "lab_seen_net" in out, err
+    # its counts are the user's code's: never cached under a name that other code may take
+    cache = Path(os.environ["XDG_CACHE_HOME"]) / "optbench" / "models.json"
+    assert "lab_seen_net" not in (cache.read_text() if cache.exists() else "")
+    # without the import, the name is unknown: the study's imports are what registered it
+    study_without = lab_study(tmp_path, "lab_seen", "lab_seen_net_not_registered")
+    code, out, err = cli("run", str(study_without), "--dry-run")
+    assert code == 2 and "unknown model 'lab_seen_net_not_registered'" in err
+
+
+@pytest.mark.slow
+def test_a_model_of_ones_own_trains_through_the_local_pool(code_dir, tmp_path, cli):
+    path = write_module(code_dir, "lab_pool", "lab_pool_net")
+    study = lab_study(tmp_path, "lab_pool", "lab_pool_net")
+    code, out, err = cli("run", str(study))
+    assert code == 0, err
+    [result] = _trained(study.parent / "results" / "lab")
+    assert result["status"] == "finished", result.get("message")
+    assert result["config"]["imports"] == ["lab_pool"]
+    import lab_pool
+
+    assert result["provenance"]["user_code"] == {
+        "lab_pool": {"version": "0.3", "digest": source_digest(lab_pool)}
+    }
+    assert path.is_file()
+
+
+@pytest.mark.slow
+def test_a_slurm_job_and_a_population_import_the_module_themselves(code_dir, tmp_path):
+    """The job function of a SLURM job (TrialBatch, called in this process as its job step
+    would) and a population import what the config names: neither module is imported here
+    before they run."""
+    from optbench.executors.slurm.job import TrialBatch
+    from optbench.train.population import run_population
+    from optbench.trial.jobs import TrialJob
+
+    write_module(code_dir, "lab_slurm", "lab_slurm_net")
+    write_module(code_dir, "lab_population", "lab_population_net")
+    assert "lab_slurm" not in sys.modules and "lab_population" not in sys.modules
+    cfg = tiny_config(model="lab_slurm_net", imports=("lab_slurm",), epochs=1)
+    assert TrialBatch([TrialJob("k", cfg, tmp_path / "slurm")])() == ["finished"]
+    assert "lab_slurm" in sys.modules
+    members = [
+        tiny_config(model="lab_population_net", imports=("lab_population",), epochs=1, lr=lr)
+        for lr in (1e-3, 1e-2)
+    ]
+    results = run_population(members, [tmp_path / "p0", tmp_path / "p1"], handle_signals=False)
+    assert [r.status for r in results] == ["finished", "finished"]
+    assert all(r.provenance.user_code["lab_population"].version == "0.3" for r in results)
+    assert TrialResult.model_validate_json((tmp_path / "p0" / "result.json").read_text())
