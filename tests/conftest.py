@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 from cli_inprocess import TINY
-from services import PrivatePostgres, needs_extra, skip_or_fail
+from services import PrivatePostgres, needs_extra, needs_slurm, skip_or_fail
 
 # A fast test that takes this long hangs or belongs in the slow lane; the slow lane's limit is
 # pyproject.toml's `timeout`. Generous: a loaded 2-core machine runs tests several times slower.
@@ -79,7 +79,14 @@ def cli(monkeypatch, capsys, tmp_path):
     return run
 
 
-# --- services (PostgreSQL) ------------------------------------------------------------------------
+# --- services (SLURM, PostgreSQL) ------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def _needs_services(request: pytest.FixtureRequest) -> None:
+    """A test marked `slurm` (a running cluster) or `slurm_commands` (only srun and sbatch on
+    PATH) skips without them, saying why, wherever it lies (services.needs_slurm)."""
+    needs_slurm(request.node)
 
 
 @pytest.fixture(scope="session")

@@ -1,22 +1,30 @@
-"""Services that some tests need (a SLURM cluster, a PostgreSQL server, an MLflow server) and
-what a test does when one is missing: skip, or fail where OPTBENCH_TEST_REQUIRE names it (CI
-starts them all, so a skip there would hide a broken setup)."""
+"""Services that some tests need (a SLURM cluster or only SLURM's commands, a PostgreSQL server,
+an MLflow server, the optional extras) and what a test does when one is missing: skip saying why,
+or fail where OPTBENCH_TEST_REQUIRE names it (CI starts them all, so a skip there would hide a
+broken setup). scripts/test-fresh-machine.sh runs the fast lane with all of them hidden."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from optbench.executors.slurm.client import max_array_size
+
 SCRIPTS = Path(__file__).parents[1] / "scripts"
+# What submitit needs on PATH to build a job's command (it checks for srun) and to submit it.
+SLURM_COMMANDS = ("srun", "sbatch")
 
 
 def skip_or_fail(service: str, why: str) -> None:
@@ -31,6 +39,57 @@ def needs_extra(module: str, extra: str, service: str) -> None:
     of optbench that this environment lacks, saying how to install it."""
     if importlib.util.find_spec(module) is None:
         skip_or_fail(service, f"needs {module}: pip install -e '.[{extra}]'")
+
+
+def needs_slurm(node: pytest.Item) -> None:
+    """Skip (or fail, as skip_or_fail) a test marked `slurm` where no cluster answers, and one
+    marked `slurm_commands` where SLURM's commands are not on PATH, saying which."""
+    if node.get_closest_marker("slurm") and reachable_cluster() is None:
+        skip_or_fail(
+            "slurm",
+            "no SLURM cluster reachable (sinfo); `bash scripts/slurm-local.sh start` makes one",
+        )
+    if node.get_closest_marker("slurm_commands") is None:
+        return
+    missing = [name for name in SLURM_COMMANDS if shutil.which(name) is None]
+    if missing:
+        skip_or_fail(
+            "slurm",
+            f"needs SLURM's {' and '.join(missing)} on PATH (submitit builds its jobs' commands "
+            "only there); `bash scripts/slurm-local.sh start` installs them",
+        )
+
+
+@dataclass(frozen=True)
+class Cluster:
+    max_array_size: int
+    gpus: int  # GPUs (gres gpu) on the first node
+
+
+def query(*args: str) -> str | None:
+    """A SLURM command's output, or None where it cannot run or fails."""
+    try:
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=15)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+@functools.cache  # asked once per process, and only by a test that needs the cluster
+def reachable_cluster() -> Cluster | None:
+    """The SLURM cluster that sinfo reaches, if its first node can run jobs."""
+    if shutil.which("sinfo") is None or shutil.which("sbatch") is None:
+        return None
+    nodes = query("sinfo", "-h", "-o", "%t|%G")
+    if not nodes:
+        return None
+    state, gres = nodes.splitlines()[0].split("|")
+    if state.rstrip("*~#") not in ("idle", "mix", "alloc", "comp"):
+        return None  # down or drained: jobs would never start
+    gpus = sum(
+        int(g.rsplit(":", 1)[-1].split("(")[0]) for g in gres.split(",") if g.startswith("gpu")
+    )
+    return Cluster(max_array_size=max_array_size(), gpus=gpus)
 
 
 def script(name: str, *args: str, env: dict | None = None) -> str:

@@ -18,6 +18,7 @@ import yaml
 from cli_inprocess import run_cli
 from driver_process import driver_command, run_again, stoppable_study
 from fifos import fifo_never_waited_on
+from services import needs_extra
 from test_faults import WritingExecutor, _finished_counts, _quiet, _valid_result_json
 
 from optbench import safefs
@@ -518,7 +519,7 @@ def test_an_endless_schedule_is_refused(tiny_dict, tmp_path, monkeypatch, capsys
 
 
 def test_tensorboard_writer_refuses_a_linked_trial_folder(tmp_path):
-    pytest.importorskip("tensorboard")
+    needs_extra("tensorboard", "tensorboard", "tensorboard")
     from optbench.trackers.tensorboard import EpochEvents
 
     outside = tmp_path / "outside"

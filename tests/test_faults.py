@@ -27,6 +27,7 @@ import torch
 import yaml
 from cli_inprocess import ONE_MODEL_STUDY, run_cli, tiny_config, train_args
 from rich.console import Console
+from services import needs_extra
 from writing_driver import WritingExecutor
 
 import optbench.train.epoch as epoch
@@ -1114,7 +1115,7 @@ def test_a_full_disk_at_the_slurm_journal_names_it(tmp_path, monkeypatch):
 def test_a_full_disk_at_the_tensorboard_events_is_one_line_naming_them(
     tmp_path, monkeypatch, capsys
 ):
-    pytest.importorskip("tensorboard")
+    needs_extra("tensorboard", "tensorboard", "tensorboard")
     from tensorboard.summary.writer.record_writer import RecordWriter
 
     thread_errors = []  # what a thread's uncaught error would print (20 lines)

@@ -412,6 +412,7 @@ def test_the_job_step_lets_a_held_back_usr2_through_once_submitits_handler_is_th
         signal.signal(signal.SIGUSR2, previous)
 
 
+@pytest.mark.slurm_commands  # submitit's SlurmExecutor refuses to build without srun
 def test_jobs_start_in_an_entry_that_holds_usr2_back_until_submitit_handles_it(tmp_path):
     from slow_unpickle import WaitsWhileUnpickled
 

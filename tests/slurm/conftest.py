@@ -1,64 +1,21 @@
 """Fixtures for tests against a real SLURM cluster, e.g. the one `scripts/slurm-local.sh start`
 brings up. Tests marked `slurm` skip cleanly when `sinfo` cannot reach a controller (and fail
-where OPTBENCH_TEST_REQUIRE names slurm, as in CI)."""
+where OPTBENCH_TEST_REQUIRE names slurm, as in CI): tests/conftest.py's `_needs_services`, for
+every test wherever it lies."""
 
 from __future__ import annotations
 
-import functools
 import os
-import shutil
 import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pytest
-from services import SCRIPTS, script, skip_or_fail
-
-from optbench.executors.slurm.client import max_array_size
-
-
-@dataclass(frozen=True)
-class Cluster:
-    max_array_size: int
-    gpus: int  # GPUs (gres gpu) on the first node
-
-
-def _query(*args: str) -> str | None:
-    try:
-        proc = subprocess.run(args, capture_output=True, text=True, timeout=15)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return proc.stdout.strip() if proc.returncode == 0 else None
-
-
-@functools.cache  # asked once per process, and only by a test that needs the cluster
-def _cluster() -> Cluster | None:
-    if shutil.which("sinfo") is None or shutil.which("sbatch") is None:
-        return None
-    nodes = _query("sinfo", "-h", "-o", "%t|%G")
-    if not nodes:
-        return None
-    state, gres = nodes.splitlines()[0].split("|")
-    if state.rstrip("*~#") not in ("idle", "mix", "alloc", "comp"):
-        return None  # down or drained: jobs would never start
-    gpus = sum(
-        int(g.rsplit(":", 1)[-1].split("(")[0]) for g in gres.split(",") if g.startswith("gpu")
-    )
-    return Cluster(max_array_size=max_array_size(), gpus=gpus)
-
-
-@pytest.fixture(autouse=True)
-def _needs_slurm(request: pytest.FixtureRequest) -> None:
-    if request.node.get_closest_marker("slurm") and _cluster() is None:
-        skip_or_fail(
-            "slurm",
-            "no SLURM cluster reachable (sinfo); `bash scripts/slurm-local.sh start` makes one",
-        )
+from services import SCRIPTS, Cluster, query, reachable_cluster, script, skip_or_fail
 
 
 @pytest.fixture
 def slurm_cluster() -> Cluster:
-    cluster = _cluster()
+    cluster = reachable_cluster()
     if cluster is None:
         skip_or_fail("slurm", "no SLURM cluster reachable (sinfo)")
     return cluster
@@ -111,7 +68,7 @@ def _cluster_state(item: pytest.Item) -> str:
         ["sinfo", "-N", "-o", "%N %T %E %C %G"],
         ["sacct", "-X", "--starttime", "now-20minutes", "-o", "JobID,JobName%24,State,Elapsed"],
     ):
-        lines += [f"$ {' '.join(args)}", _query(*args) or "(no answer)"]
+        lines += [f"$ {' '.join(args)}", query(*args) or "(no answer)"]
     tmp = getattr(item, "funcargs", {}).get("tmp_path")
     for log in sorted(tmp.rglob("*_log.err"))[-4:] if tmp else []:
         lines += [f"--- {log}", *log.read_text(errors="replace").splitlines()[-15:]]
