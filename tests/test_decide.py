@@ -357,8 +357,9 @@ def test_run_and_status_refuse_a_changed_study_before_any_write(
     (spec.study_dir / "spec.yaml").write_text(dump_spec(spec))
     before = _tree(spec.study_dir)
     (tmp_path / "study.yaml").write_text(yaml.safe_dump(_changed(data, key, value)))
+    run, dry = ["run", "study.yaml", "--executor", "debug"], ["run", "study.yaml", "--dry-run"]
     report = ["report", "study.yaml", "--out", str(tmp_path / "reports")]
-    for command in (["run", "study.yaml", "--executor", "debug"], ["status", "study.yaml"], report):
+    for command in (run, dry, ["status", "study.yaml"], report):
         code, out, err = cli(*command)
         assert code == 2 and said in err and len(err.strip().splitlines()) == 1, (out, err)
         assert "Traceback" not in out + err
