@@ -171,7 +171,9 @@ def run_study(
     run), submit, and follow until every job has ended. With `detach`, an executor whose jobs
     outlive the driver (SLURM) returns right after submitting: a later run follows them.
     A study with `decide:` runs those phases once per round (rounds.py): between rounds the
-    driver takes the looks that are due and records them before it asks for more trials."""
+    driver takes the looks that are due and records them before it asks for more trials; its
+    recorded looks are read and checked (Rounds.of) before anything is written. A stop (Ctrl-C,
+    SIGTERM, SIGHUP) anywhere says so in one line, and the same command resumes."""
     console = console or text_console()
     trials = plan(spec)  # pure: a spec that cannot be planned stops here, before any write
     refuse_links(spec, trials)  # before any write, too
