@@ -331,6 +331,56 @@ def test_a_look_that_waits_for_failed_trials_says_what_to_do(tiny_dict):
     assert "--set executor.retries=1" in line and "retried by the next run" not in line
 
 
+def _two_rounds(tmp_path: Path, tiny_dict: dict, **executor) -> dict:
+    data = _sequential(tiny_dict, looks=(4, 6), alpha=1e-6)  # two rounds, whatever the data
+    data["models"], data["executor"] = [P, C], executor
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(data))
+    return data
+
+
+@pytest.mark.slow  # three runs of the driver, nothing trained: about 15 s, more under load
+def test_a_look_waiting_for_failed_trials_says_what_a_rerun_does(
+    tmp_path, tiny_dict, cli, monkeypatch
+):
+    import optbench.train.run_trial
+
+    def broken(job, device):  # every trial fails in its worker, at once: nothing trains
+        raise RuntimeError("a broken image")
+
+    monkeypatch.setattr(optbench.train.run_trial, "run_job", broken)
+    spec = parse_spec(_two_rounds(tmp_path, tiny_dict, retries=0))
+
+    def attempts() -> set[int]:
+        return {s.attempts for s in Store(spec, create=False).read(plan(spec)) if s.attempts}
+
+    for _ in range(2):  # it said "failed ones are retried by the next run", which retried none
+        code, out, _ = cli("run", "study.yaml", "--executor", "debug")
+        out = " ".join(out.split())
+        assert code == 1 and "retried by the next run" not in out, out
+        assert "waits for 8 failed trial(s) that no run retries with executor.retries: 0" in out
+        assert "raise it (e.g. --set executor.retries=1) and run again" in out
+        assert attempts() == {1}
+    code, out, _ = cli("run", "study.yaml", "--executor", "debug", "--set", "executor.retries=1")
+    assert code == 1 and "no run retries with executor.retries: 1" in " ".join(out.split())
+    assert attempts() == {2}  # as it said: each failed trial was tried again
+
+
+def test_a_stop_at_a_round_boundary_says_how_to_resume(tmp_path, tiny_dict, cli, monkeypatch):
+    from optbench.run import driver
+
+    def sigterm(*args):  # what the driver's handler raises on SIGTERM (stop_signals_as_ctrl_c)
+        raise driver.StopSignal(signal.SIGTERM)
+
+    monkeypatch.setattr(driver, "_take_looks", sigterm)  # the boundary before round 1
+    _two_rounds(tmp_path, tiny_dict)
+    code, out, err = cli("run", "study.yaml", "--executor", "debug")
+    assert code == 128 + signal.SIGTERM, err
+    assert (
+        "stopped: tiny: every result recorded stays recorded; run the same command to resume"
+        in " ".join(out.split())
+    )
+
+
 def _tree(folder: Path) -> dict:
     return {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()}
 
@@ -479,31 +529,6 @@ def test_a_driver_killed_at_a_look_resumes_to_the_same_decision(tmp_path, tiny_d
     rerun = _run(reference)
     assert "nothing to run" in rerun.stdout and _looks(reference) == expected
     assert os.path.exists(reference.parent / "results" / "tiny" / "study.db")
-
-
-@pytest.mark.slow
-def test_a_look_that_waits_for_a_trial_no_run_retries_says_what_to_do(tmp_path, tiny_dict):
-    data = _sequential(tiny_dict, looks=(4, 6), alpha=1e-6)
-    data["models"], data["executor"] = [P, C], {"retries": 0}
-    path = _study_file(tmp_path, data)
-    fails = (  # sample 1 of ViT_P fails in the worker
-        "import optbench.train.run_trial as t\n"
-        "original = t.run_job\n"
-        "def run_job(job, device):\n"
-        "    if any('vit_p' in k and '/s001-' in k for k in job.keys):\n"
-        "        raise RuntimeError('a broken image')\n"
-        "    return original(job, device)\n"
-        "t.run_job = run_job\n"
-    )
-    for _ in range(2):  # the next run retries nothing, and says why and what to do
-        stuck = _run(path, hook=fails)
-        assert stuck.returncode == 1 and _looks(path) == [], stuck.stderr
-        assert "1 failed trial(s) that no run retries with executor.retries: 0" in stuck.stdout
-        assert "--set executor.retries=1" in stuck.stdout
-        assert "retried by the next run" not in stuck.stdout
-    done = _run(path, "--set", "executor.retries=1")  # as it says: the trial is retried
-    assert done.returncode == 0, done.stderr
-    assert [look[1:3] for look in _looks(path)] == [(0, 4), (1, 6)]
 
 
 # --- what status, the report and --dry-run say of a sequential study -----------------------------

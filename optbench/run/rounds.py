@@ -508,8 +508,6 @@ def _inconsistent(decide: Decide, looks: list[Look]) -> Iterator[str]:
             yield f"{where}claim ({look.claim}) in {look.unit} is not one this study decides"
         elif not look.panel.startswith(f"{look.claim} "):
             yield f"{where}panel {look.panel!r} is not claim ({look.claim})'s"
-        elif (look.spending, look.margin) != (decide.spending, decide.margin):
-            yield f"{where}spending and margin are not the design's"
         else:
             last = look.k == len(decide.looks) - 1
             said = sequential.outcome(look.low, look.high, decide.margin, last)
