@@ -205,8 +205,8 @@ def format_errors(
         for key, errors in groups.items()
         if (kept := [e for e in errors if not (e["type"] == "missing" and key[0] in meant)])
     }
-    lines = []
-    for (field, in_union), errors in groups.items():
+
+    def label_of(field: tuple) -> str:
         where = ".".join(str(p) for p in field)
         # "--set epochs=x: ..." names the key already; a file or a key above it needs the field
         # (an error of the whole mapping, e.g. a warmup as long as the schedule, has none)
@@ -215,6 +215,12 @@ def format_errors(
         )
         if not field and sources:  # a rule across keys: the overrides may be what broke it
             label = f"{source} with {' '.join(sources.values())}"
+        return label
+
+    lines: list = []  # a line, or the (label,) of a list whose items' errors make one line
+    items: dict[str, list[tuple[str, int, str, str]]] = {}  # list's label -> its items' errors
+    for (field, in_union), errors in groups.items():
+        label = label_of(field)
         if in_union:
             options = [_clause(e["msg"]).removeprefix("Input should be ") for e in errors]
             lines.append(f"{label}: should be {' or '.join(options)}{_got(errors[0])}")
@@ -224,10 +230,34 @@ def format_errors(
                 allowed = _keys_at(schema, field[:-1]) if schema else []
                 parent = "".join(f"{p}." for p in field[:-1])
                 lines.append(f"{label}: unknown key{did_you_mean(str(field[-1]), allowed, parent)}")
+                continue
+            msg = e["msg"].removeprefix("Value error, ")
+            if field and isinstance(field[-1], int):  # an item of a list: one line per list
+                parent = label_of(field[:-1])
+                if parent not in items:
+                    items[parent] = []
+                    lines.append((parent,))
+                items[parent].append((label, field[-1], msg, _got(e)))
             else:
-                msg = e["msg"].removeprefix("Value error, ")
                 lines.append(f"{label}: {msg}{_got(e)}")
-    return "\n".join(lines)
+    return "\n".join(
+        line if isinstance(line, str) else _items_line(line[0], items[line[0]]) for line in lines
+    )
+
+
+def _items_line(label: str, errors: list[tuple[str, int, str, str]]) -> str:
+    """One line for the errors of a list's items (item label, index, message, got): the
+    item's own line for one, else "looks: items 0, 1: Input should be a valid integer (got
+    4.0, 6.0)" when they say the same and each item's clause otherwise."""
+    if len(errors) == 1:
+        item, _, msg, got = errors[0]
+        return f"{item}: {msg}{got}"
+    if len({msg for _, _, msg, _ in errors}) == 1:
+        got = [g.removeprefix(" (got ").removesuffix(")") for *_, g in errors if g]
+        which = ", ".join(str(i) for _, i, _, _ in errors)
+        said = f" (got {', '.join(got)})" if got else ""
+        return f"{label}: items {which}: {errors[0][2]}{said}"
+    return f"{label}: " + "; ".join(f"item {i}: {msg}{got}" for _, i, msg, got in errors)
 
 
 def source_of(key: str, source: Path | str, sources: Mapping[str, str]) -> str:

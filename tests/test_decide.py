@@ -47,6 +47,10 @@ def _sequential(tiny_dict, looks=(4, 6, 8), **decide) -> dict:
         ({"spending": "linear"}, "decide.spending: Input should be 'pocock' or 'obrien-fleming'"),
         ({"margin": 0}, "decide.margin: Input should be greater than 0"),
         ({"alpha": 0.5}, "decide.alpha: Input should be less than or equal to 0.2"),
+        ({"alpha": 1e-12}, "decide.alpha: Input should be greater than or equal to 0.000001"),
+        ({"margin": 5.0}, "decide.margin: 5 is not below 1: claim (a)'s unit is a difference"),
+        ({"margin": 1e9}, "decide.margin: 1e+09 is not below 1"),
+        ({"looks": [4.0, 8.0]}, "decide.looks: items 0, 1: Input should be a valid integer"),
         ({"look": [4, 8]}, "decide.look: unknown key"),
     ],
 )
@@ -56,6 +60,17 @@ def test_a_bad_decide_block_is_one_line_naming_the_field(tiny_dict, change, need
     with pytest.raises(SpecError) as err:
         parse_spec(data, "study.yaml")
     assert needle in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+def test_a_margin_is_bounded_in_its_claims_unit(tiny_dict):
+    data = _sequential(tiny_dict)
+    data["epochs"], data["seeds"] = [1, 2], [0, 1, 2, 3]
+    data["search"]["seed_per_sample"] = False
+    data["decide"] = {"claims": ["b"], "looks": [3, 4], "margin": 5.0}  # error points: fine
+    assert parse_spec(data).decide.margin == 5.0
+    data["decide"]["margin"] = 100.0
+    with pytest.raises(SpecError, match=r"decide.margin: 100 is not below 100: claim \(b\)'s"):
+        parse_spec(data, "study.yaml")
 
 
 def test_a_claim_the_grid_cannot_test_is_refused(tiny_dict):
@@ -177,6 +192,233 @@ def test_looks_taken_under_another_design_are_refused(tiny_dict):
         Rounds(changed, [Look.from_record(look.record())])
 
 
+def _first_looks(spec, error_of=None) -> list[dict]:
+    """The records of the study's first look, taken on made-up errors."""
+    rounds = Rounds(spec, [])
+    frame = _frame(rounds.asked(plan(spec)), error_of or _errors(12.0, 8.0, 4.0))
+    return [look.record() for look in rounds.look(frame)]
+
+
+def _changed(data: dict, key: str, value) -> dict:
+    data = copy.deepcopy(data)
+    *path, last = key.split(".")
+    node = data
+    for part in path:
+        node = node.setdefault(part, {})
+    node[last] = value
+    return data
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("seeds", [0, 1]),  # a second seed of every sample: more units per sample
+        ("search.seed", 7),  # other (lr, wd) pairs
+        ("recipe.label_smoothing", 0.2),  # other cells (their ids)
+        ("epochs", 2),  # other cells; Rounds.targets ended in a KeyError
+        ("models", [P, C]),  # a cell the first look read is gone
+        ("search.seed_per_sample", True),  # other training seeds
+    ],
+)
+def test_a_change_to_what_a_look_read_is_refused_in_one_line(tiny_dict, key, value):
+    # alpha 1e-6: the first look continues, so a change would mix data under the next looks
+    data = _sequential(tiny_dict, alpha=1e-6)
+    records = _first_looks(parse_spec(data))
+    changed = parse_spec(_changed(data, key, value))
+    with pytest.raises(SpecError) as err:
+        Rounds(changed, [Look.from_record(r) for r in records]).targets()
+    line = str(err.value)
+    assert "read other trials than this study now plans" in line and "\n" not in line, line
+    assert "new name or output to start its looks afresh" in line
+    # the same spec (and a change that names no cell: the executor) reads the same trials
+    same = _changed(data, "executor.retries", 3)
+    assert Rounds(parse_spec(same), [Look.from_record(r) for r in records]).next_k() == 1
+
+
+def test_a_look_recorded_before_looks_carried_what_they_read_still_counts(tiny_dict):
+    data = _sequential(tiny_dict, alpha=1e-6)
+    spec = parse_spec(data)
+    records = _first_looks(spec)
+    old = [{k: v for k, v in r.items() if k != "read"} for r in records]  # an older optbench's
+    rounds = Rounds(spec, [Look.from_record(r) for r in old])
+    assert rounds.next_k() == 1 and rounds.targets()[(P, "adamw", 1)] == 6
+    # the next look is taken as before, and carries what it read
+    (look,) = rounds.look(_frame(rounds.asked(plan(spec)), _errors(12.0, 8.0, 4.0)))
+    assert look.k == 1 and look.read is not None
+    # a cell of its record that the spec no longer has is refused, not a KeyError
+    with pytest.raises(SpecError, match="read other trials than this study now plans"):
+        Rounds(parse_spec(_changed(data, "epochs", 2)), [Look.from_record(r) for r in old])
+
+
+def _damage(spec, records, how) -> None:
+    """Record `records` in the study's store, then damage the first as `how` says."""
+    import json
+    import sqlite3
+
+    store = Store(spec, create=True)
+    for record in records:
+        store.record_look(record)
+    value = how(copy.deepcopy(records[0]))
+    with sqlite3.connect(spec.study_dir / "study.db") as db:
+        db.execute(
+            "UPDATE study_user_attributes SET value_json = ? WHERE key = ?",
+            (
+                value if isinstance(value, str) else json.dumps(value),
+                f"look/{records[0]['panel']}/000",
+            ),
+        )
+
+
+@pytest.mark.parametrize(
+    ("how", "why"),
+    [
+        (lambda r: "{not json", "not JSON"),
+        (lambda r: {}, "missing"),
+        (lambda r: [1, 2], "not a look's record"),
+        (lambda r: r | {"k": "0"}, "k: not a look's index"),
+        (lambda r: r | {"outcome": "holds"}, "outcome 'holds', but its interval gives 'continue'"),
+        (lambda r: r | {"cells": "all"}, "cells: not a list"),
+        (lambda r: r | {"k": 5}, "the record is look 5"),  # under look 1's key
+    ],
+)
+def test_a_damaged_looks_record_is_one_line_naming_the_study(tiny_dict, how, why):
+    from optbench.errors import UsageError
+    from optbench.run.rounds import asked_trials
+
+    spec = parse_spec(_sequential(tiny_dict, alpha=1e-6))
+    _damage(spec, _first_looks(spec), how)
+    with pytest.raises(UsageError) as err:
+        asked_trials(spec, Store(spec, create=False))
+    line = str(err.value)
+    assert line.startswith("tiny: its looks record in the study database is damaged"), line
+    assert why in line and "\n" not in line and "optuna delete-study" in line, line
+
+
+def test_a_look_beyond_the_design_or_after_a_decision_is_refused(tiny_dict):
+    from optbench.errors import UsageError
+    from optbench.run.rounds import asked_trials
+
+    spec = parse_spec(_sequential(tiny_dict, alpha=1e-6))
+    (record,) = _first_looks(spec)
+    store = Store(spec, create=True)
+    store.record_look(record)
+    store.record_look(record | {"k": 7})  # look 8 of a design of 3
+    with pytest.raises(UsageError, match="look 8 of a design of 3 looks"):
+        asked_trials(spec, Store(spec, create=False))
+    spec = parse_spec(_sequential(tiny_dict, alpha=1e-6) | {"name": "other"})
+    (record,) = _first_looks(spec)
+    store = Store(spec, create=True)
+    decided = record | {"low": 0.5, "high": 1.0, "outcome": "holds"}  # consistent, then more
+    store.record_look(decided)
+    store.record_look(record | {"k": 1, "n": 6})
+    with pytest.raises(UsageError, match="a look after its panel was decided"):
+        asked_trials(spec, Store(spec, create=False))
+
+
+def test_a_look_that_waits_for_failed_trials_says_what_to_do(tiny_dict):
+    from types import SimpleNamespace
+
+    from optbench.run.driver import _waiting_for
+    from optbench.run.rounds import decision_lines
+    from optbench.store.database import StoredTrial
+
+    spec = parse_spec(_sequential(tiny_dict))
+    trials = plan(spec)
+    stored = [StoredTrial(t, "failed", 1) for t in trials[:2]] + [
+        StoredTrial(trials[2], "finished")
+    ]
+    why = _waiting_for(SimpleNamespace(trials=stored), retries=0)
+    (line,) = decision_lines(Rounds(spec, []), why)
+    assert "waits for 2 failed trial(s) that no run retries with executor.retries: 0" in line
+    assert "--set executor.retries=1" in line and "retried by the next run" not in line
+
+
+def _two_rounds(tmp_path: Path, tiny_dict: dict, **executor) -> dict:
+    data = _sequential(tiny_dict, looks=(4, 6), alpha=1e-6)  # two rounds, whatever the data
+    data["models"], data["executor"] = [P, C], executor
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(data))
+    return data
+
+
+@pytest.mark.slow  # three runs of the driver, nothing trained: about 15 s, more under load
+def test_a_look_waiting_for_failed_trials_says_what_a_rerun_does(
+    tmp_path, tiny_dict, cli, monkeypatch
+):
+    import optbench.train.run_trial
+
+    def broken(job, device):  # every trial fails in its worker, at once: nothing trains
+        raise RuntimeError("a broken image")
+
+    monkeypatch.setattr(optbench.train.run_trial, "run_job", broken)
+    spec = parse_spec(_two_rounds(tmp_path, tiny_dict, retries=0))
+
+    def attempts() -> set[int]:
+        return {s.attempts for s in Store(spec, create=False).read(plan(spec)) if s.attempts}
+
+    for _ in range(2):  # it said "failed ones are retried by the next run", which retried none
+        code, out, _ = cli("run", "study.yaml", "--executor", "debug")
+        out = " ".join(out.split())
+        assert code == 1 and "retried by the next run" not in out, out
+        assert "waits for 8 failed trial(s) that no run retries with executor.retries: 0" in out
+        assert "raise it (e.g. --set executor.retries=1) and run again" in out
+        assert attempts() == {1}
+    code, out, _ = cli("run", "study.yaml", "--executor", "debug", "--set", "executor.retries=1")
+    assert code == 1 and "no run retries with executor.retries: 1" in " ".join(out.split())
+    assert attempts() == {2}  # as it said: each failed trial was tried again
+
+
+def test_a_stop_at_a_round_boundary_says_how_to_resume(tmp_path, tiny_dict, cli, monkeypatch):
+    from optbench.run import driver
+
+    def sigterm(*args):  # what the driver's handler raises on SIGTERM (stop_signals_as_ctrl_c)
+        raise driver.StopSignal(signal.SIGTERM)
+
+    monkeypatch.setattr(driver, "_take_looks", sigterm)  # the boundary before round 1
+    _two_rounds(tmp_path, tiny_dict)
+    code, out, err = cli("run", "study.yaml", "--executor", "debug")
+    assert code == 128 + signal.SIGTERM, err
+    assert (
+        "stopped: tiny: every result recorded stays recorded; run the same command to resume"
+        in " ".join(out.split())
+    )
+
+
+def _tree(folder: Path) -> dict:
+    return {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "said"),
+    [
+        ("seeds", [0, 1], "read other trials than this study now plans"),
+        ("epochs", 2, "read other trials than this study now plans"),
+        ("decide.alpha", 0.1, "another decide: block"),
+        ("decide.looks", [4, 5, 8], "another decide: block"),
+    ],
+)
+def test_run_and_status_refuse_a_changed_study_before_any_write(
+    tmp_path, tiny_dict, cli, key, value, said
+):
+    from optbench.spec.schema import dump_spec
+
+    data = _sequential(tiny_dict, alpha=1e-6)
+    spec = parse_spec(data)
+    store = Store(spec, create=True)  # the first look recorded, as a driver leaves it
+    for record in _first_looks(spec):
+        store.record_look(record)
+    (spec.study_dir / "spec.yaml").write_text(dump_spec(spec))
+    before = _tree(spec.study_dir)
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(_changed(data, key, value)))
+    run, dry = ["run", "study.yaml", "--executor", "debug"], ["run", "study.yaml", "--dry-run"]
+    report = ["report", "study.yaml", "--out", str(tmp_path / "reports")]
+    for command in (run, dry, ["status", "study.yaml"], report):
+        code, out, err = cli(*command)
+        assert code == 2 and said in err and len(err.strip().splitlines()) == 1, (out, err)
+        assert "Traceback" not in out + err
+    assert _tree(spec.study_dir) == before  # spec.yaml, the lock, the database: untouched
+    assert not (tmp_path / "reports" / "tiny" / "index.html").exists()
+
+
 def test_a_population_is_grouped_within_a_round(tiny_dict):
     data = _sequential(tiny_dict, looks=(4, 6, 8))
     data["executor"] = {"population": 4}
@@ -204,21 +446,31 @@ def _study_file(folder: Path, data: dict) -> Path:
     return path
 
 
-def _run(path: Path, *extra: str, kill_at: str | None = None) -> subprocess.CompletedProcess:
-    """`optbench run STUDY` in a child process; `kill_at` "before" or "after": it kills itself
-    with SIGKILL when it records its first look, before or after the store's write."""
-    hook = ""
-    if kill_at:
-        hook = (
-            "import os, signal\n"
-            "from optbench.store.database import Store\n"
-            "write = Store.record_look\n"
-            "def record_look(self, record):\n"
-            f"    if '{kill_at}' == 'after': write(self, record)\n"
-            "    os.kill(os.getpid(), signal.SIGKILL)\n"
-            "Store.record_look = record_look\n"
-        )
-    code = hook + "from optbench.cli.app import main; main()"
+def _signal_at(where: str, call: int, signum: int, after: bool = False) -> str:
+    """Code that makes the driver send itself `signum` at the `call`-th call of `where`
+    ("module:Class.method" or "module:function"), before it runs (after it, with `after`)."""
+    return f"""
+import importlib, os
+module, _, attr = {where!r}.partition(":")
+owner_name, _, name = attr.rpartition(".")
+owner = importlib.import_module(module)
+owner = getattr(owner, owner_name) if owner_name else owner
+original, calls = getattr(owner, name), []
+def hooked(*args, **kwargs):
+    calls.append(1)
+    if len(calls) == {call} and not {after}:
+        os.kill(os.getpid(), {int(signum)})
+    out = original(*args, **kwargs)
+    if len(calls) == {call} and {after}:
+        os.kill(os.getpid(), {int(signum)})
+    return out
+setattr(owner, name, hooked)
+"""
+
+
+def _run(path: Path, *extra: str, hook: str = "") -> subprocess.CompletedProcess:
+    """`optbench run STUDY` in a child process, after the code `hook` (e.g. _signal_at's)."""
+    code = hook + "\nfrom optbench.cli.app import main; main()"
     command = [sys.executable, "-c", code, "run", str(path), "--executor", "debug", *extra]
     return subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=path.parent)
 
@@ -231,6 +483,20 @@ def _looks(path: Path) -> list[tuple]:
     ]
 
 
+def _digests(path: Path) -> dict:
+    spec = parse_spec(yaml.safe_load(path.read_text()))
+    frame = Store(spec, create=False).frame(plan(spec))
+    done = frame[frame["status"] == "finished"]
+    return dict(
+        zip(done["cell_id"] + "/" + done["sample"].astype(str), done["digest"], strict=True)
+    )
+
+
+LOOK = "optbench.store.database:Store.record_look"
+ROUND = "optbench.store.database:Store.prepare"  # once per round: round 2's is the 2nd call
+TRIAL = "optbench.train.run_trial:run_job"  # the debug executor's trials, in the driver
+
+
 @pytest.mark.slow
 def test_a_driver_killed_at_a_look_resumes_to_the_same_decision(tmp_path, tiny_dict):
     data = _sequential(tiny_dict, looks=(4, 6), alpha=1e-6)  # two rounds, whatever the data
@@ -241,19 +507,30 @@ def test_a_driver_killed_at_a_look_resumes_to_the_same_decision(tmp_path, tiny_d
     assert (
         "look 1 (4 of at most 6 samples)" in done.stdout and "after 6 of at most 6" in done.stdout
     )
-    expected = _looks(reference)
-    assert [look[1:3] for look in expected] == [(0, 4), (1, 6)]
-    for kill_at in ("before", "after"):
-        path = _study_file(tmp_path / kill_at, data)
-        killed = _run(path, kill_at=kill_at)
-        assert killed.returncode == -signal.SIGKILL
-        assert len(_looks(path)) == (1 if kill_at == "after" else 0)
+    expected, digests = _looks(reference), _digests(reference)
+    assert [look[1:3] for look in expected] == [(0, 4), (1, 6)] and len(digests) == 12
+    kills = {  # where: (hook, looks recorded when it stops)
+        "before its first look is recorded": (_signal_at(LOOK, 1, signal.SIGKILL), 0),
+        "after it": (_signal_at(LOOK, 1, signal.SIGKILL, after=True), 1),
+        "between the rounds": (_signal_at(ROUND, 2, signal.SIGKILL), 1),
+        # round 2's first trial wrote its result, which the driver had not recorded
+        "in round 2": (_signal_at(TRIAL, 9, signal.SIGKILL, after=True), 1),
+        "SIGTERM just before a look": (_signal_at(LOOK, 1, signal.SIGTERM), 0),
+        "SIGTERM at the round boundary": (_signal_at(ROUND, 2, signal.SIGTERM), 1),
+    }
+    for where, (hook, recorded) in kills.items():
+        path = _study_file(tmp_path / where.replace(" ", "-"), data)
+        killed = _run(path, hook=hook)
+        if "SIGTERM" in where:  # it stops as on Ctrl-C, saying so (docs/faults.md)
+            assert killed.returncode == 128 + signal.SIGTERM, (where, killed.stderr)
+            assert "run the same command to resume" in killed.stdout, (where, killed.stdout)
+        else:
+            assert killed.returncode == -signal.SIGKILL, (where, killed.stderr)
+        assert len(_looks(path)) == recorded, where
         again = _run(path)
-        assert again.returncode == 0, again.stderr
-        assert _looks(path) == expected  # the same looks, each taken once, the same decision
-        spec = parse_spec(yaml.safe_load(path.read_text()))
-        frame = Store(spec, create=False).frame(plan(spec))
-        assert (frame["status"] == "finished").sum() == 12  # every trial once
+        assert again.returncode == 0, (where, again.stderr)
+        assert _looks(path) == expected, where  # the same looks, each taken once
+        assert _digests(path) == digests, where  # every trial once, every weight the same
     rerun = _run(reference)
     assert "nothing to run" in rerun.stdout and _looks(reference) == expected
     assert os.path.exists(reference.parent / "results" / "tiny" / "study.db")
@@ -268,12 +545,12 @@ def test_status_says_where_each_claim_stands_and_what_is_left(tiny_dict):
     spec = parse_spec(_sequential(tiny_dict, alpha=1e-6))
     rounds, trials = Rounds(spec, []), plan(spec)
     assert "the first look, at 4 samples per cell, comes once they are trained" in " ".join(
-        decision_lines(rounds, waiting=False)
+        decision_lines(rounds, waiting=None)
     )
     rounds.add(rounds.look(_frame(rounds.asked(trials), _errors(12.0, 8.0, 4.0))))
-    (line,) = decision_lines(rounds, waiting=False)
+    (line,) = decision_lines(rounds, waiting=None)
     assert "look 1 of 3 at 4 samples" in line and "next look at 6, at most 4 more samples" in line
-    (waiting,) = decision_lines(rounds, waiting=True)
+    (waiting,) = decision_lines(rounds, waiting="trials without a result")
     assert "waits for trials without a result" in waiting
 
 

@@ -189,3 +189,17 @@ def test_the_stopping_distribution_spends_alpha_under_no_effect_and_stops_early_
     assert null.sum() == pytest.approx(1.0) and null[:-1].sum() <= spent + 0.005
     strong = sequential.stop_probabilities(design, 6.0)
     assert strong[0] > 0.6 and strong[-1] < 0.05
+
+
+def test_boundaries_and_intervals_stay_finite_at_a_tiny_alpha():
+    # 12 looks at alpha 1e-12: O'Brien-Fleming's first looks spend less than a double holds
+    # beside 1 (2 - 2 Phi(z) was 0), and their boundaries were infinite
+    fractions = [k / 12 for k in range(1, 13)]
+    for alpha in (1e-6, 1e-12):
+        for spending in sequential.SPENDING:
+            bounds = sequential.boundaries(fractions, spending, alpha)
+            assert all(math.isfinite(c) for c in bounds), (spending, alpha, bounds)
+            assert bounds == sorted(bounds, reverse=True) or spending == "pocock"
+            low, high = sequential.repeated_interval(0.2, 0.05, bounds[0], 5)
+            assert math.isfinite(low) and math.isfinite(high) and low < 0.2 < high
+    assert sequential.spent("obrien-fleming", 1 / 12, 1e-12) > 0

@@ -87,9 +87,11 @@ def report(
     for spec in specs:  # before any report is written: the last could not be
         check_writable_folder(out / spec.name, "--out")
         refuse_links(out / spec.name, out)
-    for spec in specs:
-        store = Store(spec, create=False)
-        planned = asked_trials(spec, store)
+    # every study read before any report is written: a refused one (a sequential study changed
+    # after its looks, a damaged looks record) stops the command with nothing written
+    stores = [Store(spec, create=False) for spec in specs]
+    asked = [asked_trials(spec, store) for spec, store in zip(specs, stores, strict=True)]
+    for spec, store, planned in zip(specs, stores, asked, strict=True):
         trials = store.frame(planned)
         wanted = [f.strip() for f in formats.split(",") if f.strip()]
         summary = write_report(

@@ -220,10 +220,9 @@ def status(
         if note:
             console.print(note, markup=False, highlight=False, soft_wrap=True)
     if spec.decide is not None:  # a sequential study: where each claim stands
-        from optbench.run.rounds import Look, Rounds, decision_lines
+        from optbench.run.rounds import Rounds, decision_lines
 
-        rounds = Rounds(spec, map(Look.from_record, stored.looks()))
-        for line in decision_lines(rounds, waiting=False):
+        for line in decision_lines(Rounds.of(spec, stored), waiting=None):
             console.print(line, markup=False, highlight=False, soft_wrap=True)
     if summary:  # the study has been on SLURM: its jobs' states
         console.print(summary, markup=False, highlight=False)

@@ -179,10 +179,11 @@ def plan_table(spec: StudySpec, earlier: list[dict] = ()) -> TextTable:
     info = {model: dataset_info(spec.dataset, model) for model in spec.models}
     n_train = info[spec.models[0]].n_train
     trials = plan(spec)
+    store = Store(spec, create=False)
     if spec.decide is not None:  # a sequential study: the most it may train
-        rounds = Rounds(spec, [])
+        rounds = Rounds.of(spec, store, trials)  # what a real run refuses, the dry run too
         trials = rounds.within(trials, rounds.most())
-    stored = Store(spec, create=False).read(trials)
+    stored = store.read(trials)
     table = TextTable(title=f"{spec.name}: plan ({spec.dataset.name}, {n_train} training images)")
     for col in (
         "model",

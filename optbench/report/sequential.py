@@ -43,7 +43,9 @@ SPENDING = ("pocock", "obrien-fleming")
 OUTCOMES = ("holds", "opposite", "equivalent", "continue", "undecided")
 DECIDED = ("holds", "opposite", "equivalent")
 _GRID_POINTS = 801  # per look: boundaries within 1e-5 of a 2001-point grid's
-_FAR = 40.0  # a z no look reaches: the grid's edge where a look spends nothing
+# A z no look reaches: the grid's edge, and the boundary of a look that spends nothing (finite:
+# its tail, about 1e-88, and Student's t at that tail are numbers, and so is its interval)
+_FAR = 20.0
 
 
 def spent(spending: str, t: float, alpha: float = ALPHA) -> float:
@@ -53,8 +55,8 @@ def spent(spending: str, t: float, alpha: float = ALPHA) -> float:
     t = min(t, 1.0)
     if spending == "pocock":
         return alpha * math.log(1 + (math.e - 1) * t)
-    if spending == "obrien-fleming":
-        return 2 - 2 * stats.norm.cdf(stats.norm.ppf(1 - alpha / 2) / math.sqrt(t))
+    if spending == "obrien-fleming":  # the upper tail itself: 2 - 2 Phi underflows to 0
+        return float(2 * stats.norm.sf(stats.norm.isf(alpha / 2) / math.sqrt(t)))
     raise ValueError(f"unknown spending {spending!r}: one of {', '.join(SPENDING)}")
 
 
@@ -119,7 +121,7 @@ def boundaries(fractions: list[float], spending: str, alpha: float = ALPHA) -> l
         now = spent(spending, tk, alpha)
         target = now - before
         if target <= 0 or law.crossing(tk, _FAR) >= target:
-            c = math.inf  # nothing left to spend at this look
+            c = _FAR  # nothing left to spend at this look
         else:
             root = optimize.brentq(_excess, 0.0, _FAR, args=(law, tk, target), xtol=1e-10)
             c = float(root)

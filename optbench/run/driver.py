@@ -28,14 +28,14 @@ from rich.console import Console
 from rich.live import Live
 
 from optbench import safefs
-from optbench.errors import StorageUnavailable, WriteError
+from optbench.errors import StorageUnavailable, UnfinishedWrite, WriteError
 from optbench.executors.protocol import Executor
 from optbench.plan.trials import Trial, plan
 from optbench.plan.trials import jobs as plan_jobs
 from optbench.run.console import text_console
 from optbench.run.locks import driver_lock
 from optbench.run.progress import EventLog, LiveView, StudyProgress, input_notes
-from optbench.run.rounds import Look, Rounds, decision_lines, look_line
+from optbench.run.rounds import Rounds, decision_lines, look_line
 from optbench.spec.schema import StudySpec, dump_spec
 from optbench.store.database import Store, StoredTrial, refuse_links
 from optbench.trackers.repair import complete_runs
@@ -171,19 +171,53 @@ def run_study(
     run), submit, and follow until every job has ended. With `detach`, an executor whose jobs
     outlive the driver (SLURM) returns right after submitting: a later run follows them.
     A study with `decide:` runs those phases once per round (rounds.py): between rounds the
-    driver takes the looks that are due and records them before it asks for more trials."""
+    driver takes the looks that are due and records them before it asks for more trials; its
+    recorded looks are read and checked (Rounds.of) before anything is written. A stop (Ctrl-C,
+    SIGTERM, SIGHUP) anywhere says so in one line, and the same command resumes."""
     console = console or text_console()
     trials = plan(spec)  # pure: a spec that cannot be planned stops here, before any write
     refuse_links(spec, trials)  # before any write, too
+    try:
+        if spec.decide is not None:  # a changed design or cells, a damaged looks record
+            _check_rounds(spec, trials)  # refused before the lock, spec.yaml or any write
+        return _drive(spec, executor, trials, console, live, detach)
+    except KeyboardInterrupt as stop:  # StopSignal too: Ctrl-C, SIGTERM, SIGHUP
+        if not getattr(stop, "said", False):  # _follow says how many trials it left
+            console.print(
+                f"stopped: {spec.name}: every result recorded stays recorded; run the same "
+                "command to resume"
+            )
+        raise
+
+
+def _check_rounds(spec: StudySpec, trials: list[Trial]) -> None:
+    """Rounds.of on the store opened read-only: DesignChanged, CellsChanged or DamagedLooks
+    before anything is written. A database that holds a killed driver's unfinished write is
+    read once the driver rolled it back (run_study checks the looks again then)."""
+    try:
+        Rounds.of(spec, Store(spec, create=False), trials)
+    except UnfinishedWrite:
+        pass
+
+
+def _drive(
+    spec: StudySpec,
+    executor: Executor,
+    trials: list[Trial],
+    console: Console,
+    live: bool,
+    detach: bool,
+) -> StudyProgress:
+    """run_study's phases, under the study's lock."""
     # one driver per study, and none while an earlier driver's workers still write (locks.py)
     with write_faults_as_one_line(), driver_lock(spec.study_dir, on_wait=console.print) as run:
         store = Store(spec, create=True)
+        rounds = Rounds.of(spec, store, trials) if spec.decide is not None else None
         safefs.write_text(spec.study_dir / "spec.yaml", spec.output, dump_spec(spec))
         _catch_up(store, trials, executor, console)
         try:  # one pool of workers serves every round of this run; none is left where it ends
-            if spec.decide is None:
+            if rounds is None:
                 return _run_trials(store, trials, executor, console, live, detach, run).progress
-            rounds = Rounds(spec, map(Look.from_record, store.looks()))
             ran = None
             while True:
                 asked = _take_looks(store, rounds, trials, console)
@@ -192,12 +226,39 @@ def run_study(
                 ran = _run_trials(store, asked, executor, console, live, detach, run, rounds)
                 if ran.detached or not ran.trials or rounds.finished:
                     break
+        except KeyboardInterrupt:  # a stop between rounds: stop the workers as _follow does
+            executor.close(cancel=not executor.jobs_outlive_driver)
+            raise
         finally:
             executor.close(cancel=False)  # detached SLURM jobs run on: close never cancels here
         if rounds.finished or not ran.trials:
-            for line in decision_lines(rounds, waiting=not rounds.finished):
+            waiting = None if rounds.finished else _waiting_for(ran.progress, spec.executor.retries)
+            for line in decision_lines(rounds, waiting):
                 console.print(line, markup=False, highlight=False, soft_wrap=True)
         return ran.progress
+
+
+def _waiting_for(progress: StudyProgress, retries: int) -> str:
+    """What keeps a sequential study's next look from being taken after a run: its round's
+    failed trials, which no later run retries (each had its executor.retries, or failed twice
+    the same way), and what to do."""
+    failed = [s for s in progress.trials if s.status == "failed"]
+    repeating = [s for s in failed if repeats_itself(s)]
+    if not failed:
+        return "trials without a result"
+    parts = []
+    if len(failed) > len(repeating):
+        parts.append(
+            f"{len(failed) - len(repeating)} failed trial(s) that no run retries with "
+            f"executor.retries: {retries}; raise it (e.g. --set executor.retries={retries + 1}) "
+            "and run again to retry them"
+        )
+    if repeating:
+        parts.append(
+            f"{len(repeating)} failed trial(s) that failed twice the same way and are not "
+            "retried (`not retried` above): remove the cause"
+        )
+    return "; ".join(parts)
 
 
 def _take_looks(store: Store, rounds: Rounds, trials: list[Trial], console: Console) -> list[Trial]:
@@ -454,13 +515,15 @@ def _follow(
                     display.update(view.render())
                 else:
                     log.tick()
-    except (KeyboardInterrupt, StorageUnavailable):  # the storage's error says which
+    except (KeyboardInterrupt, StorageUnavailable) as stop:  # the storage's error says which
         executor.close(cancel=not outlive)  # cluster jobs keep running: Ctrl-C detaches
         left = "still queued or running" if outlive else "left"
         console.print(
             f"stopped: {progress.ran} trial(s) recorded, {len(todo)} {left}; "
             "run the same command to resume"
         )
+        if isinstance(stop, KeyboardInterrupt):
+            stop.said = True  # run_study says nothing more
         raise
     except BaseException:  # e.g. a full disk: stop the workers (they checkpoint) first
         executor.close(cancel=not outlive)

@@ -12,15 +12,20 @@ The recorded looks are the state: which trials a study asks for now (`asked`) is
 the spec and its looks, so a driver killed anywhere resumes at the same look. A look is taken
 once, on exactly the first n_k units (a cell that grew further for another panel does not
 change it), and never again: a look already recorded is read, not recomputed. Its record
-carries the design's fingerprint; a study whose `decide:` changed after a look is refused
-(`DesignChanged`), since boundaries hold only for looks fixed before the data.
+carries the design's fingerprint and a digest of the trials its round read (`read`: the keys
+of the first n_k units of the cells it waited for, which name each cell's configuration); a
+study whose `decide:` changed after a look is refused (`DesignChanged`), and so is one whose
+cells, seeds or samples changed under a look (`CellsChanged`): boundaries hold only for looks
+fixed before the data, and a look's data is fixed once it is taken. `Rounds.of` is the one
+reader of the store's looks: every record is checked field by field and against the design
+(`DamagedLooks` for one that is not what a driver wrote) before anything runs or is written.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -34,13 +39,20 @@ from optbench.report.claims import claims_table, panel_key
 from optbench.report.summary import Options
 from optbench.spec.roles import families
 from optbench.spec.schema import Decide, StudySpec
-from optbench.store.database import Store
+from optbench.store.database import DamagedLooks, Store
 
 METRIC = "final_error"  # what a look reads: the trial's error at its last epoch
 
 
 class DesignChanged(SpecError):
     """The study's `decide:` block differs from the one its recorded looks were taken under."""
+
+
+class CellsChanged(SpecError):
+    """The study's cells, seeds or samples differ from the trials its recorded looks read."""
+
+
+START_AFRESH = "restore it, or give the study a new name or output to start its looks afresh"
 
 
 @dataclass(frozen=True)
@@ -63,6 +75,9 @@ class Look:
     design: str  # the design's fingerprint
     spending: str = "pocock"  # the design's, for the report's words
     margin: float | None = None
+    # digest of the trials the look's round read (`Rounds.reads`); None in records written
+    # before looks carried it (then only their cells are checked against the spec)
+    read: str | None = None
 
     @property
     def done(self) -> bool:
@@ -75,7 +90,77 @@ class Look:
 
     @classmethod
     def from_record(cls, data: dict) -> Look:
+        """A look from its stored record, every field checked by type (ValueError naming the
+        field otherwise): the record is data in a file a user can edit."""
+        if not isinstance(data, dict):
+            raise ValueError(f"not a look's record ({type(data).__name__})")
+        missing = sorted(set(_REQUIRED) - set(data))
+        if missing:
+            raise ValueError(f"{', '.join(missing)}: missing")
+        unknown = sorted(set(data) - set(_FIELD_TYPES))
+        if unknown:
+            raise ValueError(f"{unknown[0]}: not a field of a look")
+        for name, check in _FIELD_TYPES.items():
+            if name in data and not check(data[name]):
+                raise ValueError(f"{name}: not {_FIELD_WORDS[name]} ({data[name]!r:.60})")
         return cls(**{**data, "cells": tuple(tuple(c) for c in data["cells"])})
+
+
+def _count(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
+def _number(x) -> bool:  # inf and nan included: a look that spends nothing wrote them
+    return isinstance(x, int | float) and not isinstance(x, bool)
+
+
+def _text(x) -> bool:
+    return isinstance(x, str) and 0 < len(x) <= 1000
+
+
+def _cells(x) -> bool:
+    return (
+        isinstance(x, list)
+        and len(x) > 0
+        and all(
+            isinstance(c, list) and len(c) == 3 and _text(c[0]) and _text(c[1]) and _count(c[2])
+            for c in x
+        )
+    )
+
+
+_FIELD_TYPES = {
+    "panel": _text,
+    "claim": lambda x: x in ("a", "b", "c", "d"),
+    "k": _count,
+    "n": _count,
+    "n_max": _count,
+    "unit": lambda x: x in ("samples", "seeds"),
+    "estimate": _number,
+    "se": _number,
+    "boundary": _number,
+    "low": _number,
+    "high": _number,
+    "outcome": lambda x: x in sequential.OUTCOMES,
+    "cells": _cells,
+    "design": _text,
+    "spending": lambda x: x in sequential.SPENDING,
+    "margin": lambda x: x is None or _number(x),
+    "read": lambda x: x is None or _text(x),
+}
+_FIELD_WORDS = {
+    "claim": "a claim (a, b, c or d)",
+    "k": "a look's index (a count)",
+    "n": "a count",
+    "n_max": "a count",
+    "unit": "samples or seeds",
+    "outcome": f"an outcome ({', '.join(sequential.OUTCOMES)})",
+    "cells": "a list of [model, optimizer, epochs]",
+    "spending": f"a spending ({', '.join(sequential.SPENDING)})",
+    "margin": "a number or null",
+} | {name: "a number" for name in ("estimate", "se", "boundary", "low", "high")}
+_FIELD_WORDS |= {name: "text" for name in ("panel", "design", "read")}
+_REQUIRED = [name for name in _FIELD_TYPES if name not in ("spending", "margin", "read")]
 
 
 def design(decide: Decide) -> sequential.Design:
@@ -89,22 +174,81 @@ def fingerprint(decide: Decide) -> str:
 
 
 class Rounds:
-    """Where a sequential study stands: its looks so far and each cell's target size."""
+    """Where a sequential study stands: its looks so far and each cell's target size.
+    `trials`: the study's plan (plan.plan(spec), made here when not given)."""
 
-    def __init__(self, spec: StudySpec, looks: Iterable[Look]):
+    def __init__(self, spec: StudySpec, looks: Iterable[Look], trials: list[Trial] | None = None):
         assert spec.decide is not None
         self.spec, self.decide = spec, spec.decide
         self.design = design(spec.decide)
         self.fingerprint = fingerprint(spec.decide)
+        self._trials = trials
         self.looks: dict[str, list[Look]] = {}
         for look in sorted(looks, key=lambda x: (x.panel, x.k)):
             if look.design != self.fingerprint:
                 raise DesignChanged(
                     f"{spec.name}: its looks were recorded under another decide: block (the "
-                    "boundaries hold only for looks fixed before the data); restore it, or "
-                    "give the study a new name or output to start again"
+                    f"boundaries hold only for looks fixed before the data); {START_AFRESH}"
                 )
             self.looks.setdefault(look.panel, []).append(look)
+        self._check_read()
+
+    @classmethod
+    def of(cls, spec: StudySpec, store: Store, trials: list[Trial] | None = None) -> Rounds:
+        """The study's rounds from the looks its store recorded: the one reader of them.
+        DamagedLooks (one line, exit 2) for a record that is not what a driver wrote: not a
+        look's fields and types, or not one of this design's looks."""
+        looks = []
+        for key, record in store.look_records():
+            try:
+                look = Look.from_record(record)
+                if key != _record_key(look):
+                    raise ValueError(f"the record is look {look.k} of panel {look.panel!r}")
+            except ValueError as err:
+                raise DamagedLooks(store.damaged_looks(f"{key}: {err}")) from None
+            looks.append(look)
+        ours = fingerprint(spec.decide)  # another design's looks: DesignChanged, below
+        for why in _inconsistent(spec.decide, [look for look in looks if look.design == ours]):
+            raise DamagedLooks(store.damaged_looks(why))
+        return cls(spec, looks, trials)
+
+    @property
+    def trials(self) -> list[Trial]:
+        if self._trials is None:
+            self._trials = plan(self.spec)
+        return self._trials
+
+    def reads(self, k: int, cells: set[tuple[str, str, int]]) -> str:
+        """The digest of the trials a look at decide.looks[k] units of `cells` reads: the
+        sorted keys of their first n_k units (a key names its cell's configuration, its
+        sample and its seed)."""
+        sizes = {cell: self.decide.looks[k] for cell in cells}
+        keys = sorted(
+            t.key for t in self.trials if _cell(t) in sizes and self._index(t) < sizes[_cell(t)]
+        )
+        return hashlib.sha256("\n".join(keys).encode()).hexdigest()[:16]
+
+    def _check_read(self) -> None:
+        """CellsChanged unless every recorded look would read the same trials in this spec:
+        a key that names the cells (models, optimizers, epochs, the recipe, the search) or
+        adds units (seeds, samples) changed after a look would mix new data under an old
+        decision. A record without `read` (an older optbench's) is checked by its cells."""
+        planned = {(c.model, c.optimizer, c.epochs) for c in self.spec.cells()}
+        digests: dict[int, str] = {}
+        for look in (look for panel in self.looks.values() for look in panel):
+            if look.read is None:
+                same = set(look.cells) <= planned
+            else:
+                if look.k not in digests:
+                    digests[look.k] = self.reads(look.k, self._reading(look.k))
+                same = digests[look.k] == look.read
+            if not same:
+                raise CellsChanged(
+                    f"{self.spec.name}: look {look.k + 1} of ({look.claim}) {look.panel.split(' ', 1)[1]} "
+                    "read other trials than this study now plans (a key that names its cells or "
+                    "adds samples or seeds changed after the look: models, optimizers, epochs, "
+                    f"seeds, search, recipe, dataset); {START_AFRESH}"
+                )
 
     # --- what the study asks for now -----------------------------------------------------------
 
@@ -135,9 +279,7 @@ class Rounds:
 
     def within(self, trials: list[Trial], sizes: dict[tuple[str, str, int], int]) -> list[Trial]:
         """The trials of each cell's first `sizes[cell]` samples (claim a) or seeds (b-d)."""
-        if self.decide.unit == "samples":
-            return [t for t in trials if t.sample < sizes[_cell(t)]]
-        return [t for t in trials if self.spec.seeds.index(t.seed) < sizes[_cell(t)]]
+        return [t for t in trials if self._index(t) < sizes[_cell(t)]]
 
     def asked(self, trials: list[Trial]) -> list[Trial]:
         """The trials of the full plan that the study asks for now: each cell's first target
@@ -170,6 +312,7 @@ class Rounds:
         if not _complete(prefix, self.decide.unit, n, self._reading(k)):
             return []
         c = self.design.boundaries()[k]
+        read = self.reads(k, self._reading(k))
         rows = claims_table(frames.with_errors(prefix, METRIC), Options(), self.spec.name, c)
         last = k == len(self.decide.looks) - 1
         new = []
@@ -196,16 +339,28 @@ class Rounds:
                     design=self.fingerprint,
                     spending=self.decide.spending,
                     margin=self.decide.margin,
+                    read=read,
                 )
             )
         return new
 
     def _reading(self, k: int) -> set[tuple[str, str, int]]:
         """The cells look k reads: every cell at the first look (which panels exist is known
-        only from data), then the cells of the panels still open."""
+        only from data), then the cells of the panels that look k - 1 left open."""
         if k == 0:
             return {(c.model, c.optimizer, c.epochs) for c in self.spec.cells()}
-        return {cell for p in self.looks.values() if not p[-1].done for cell in p[-1].cells}
+        return {
+            cell
+            for p in self.looks.values()
+            if len(p) >= k and p[k - 1].outcome == "continue"
+            for cell in p[k - 1].cells
+        }
+
+    def _index(self, trial: Trial) -> int:
+        """The trial's unit: its sample (claim a) or its seed's place in `seeds` (b-d)."""
+        if self.decide.unit == "samples":
+            return trial.sample
+        return self.spec.seeds.index(trial.seed)
 
     def add(self, looks: list[Look]) -> None:
         for look in looks:
@@ -214,7 +369,7 @@ class Rounds:
     def round_of(self, trial: Trial) -> int:
         """The round that first asks for `trial`: the first look whose size covers it (how
         population jobs are grouped: within a round, never across, plan.jobs)."""
-        index = trial.sample if self.decide.unit == "samples" else self.spec.seeds.index(trial.seed)
+        index = self._index(trial)
         return next(k for k, n in enumerate(self.decide.looks) if index < n)
 
 
@@ -232,10 +387,10 @@ def look_line(look: Look) -> str:
     )
 
 
-def decision_lines(rounds: Rounds, waiting: bool) -> list[str]:
+def decision_lines(rounds: Rounds, waiting: str | None) -> list[str]:
     """Where each named claim's panel stands: its decision and why it stopped, or its last look
     and the next one with what is left of the study's size; `waiting`: after a run that could
-    not take the next look (trials without a result), which says so."""
+    not take the next look, what the look waits for (the driver's `_waiting_for`)."""
     looks = rounds.decide.looks
     lines = []
     for key, panel in sorted(rounds.looks.items()):
@@ -253,14 +408,12 @@ def decision_lines(rounds: Rounds, waiting: bool) -> list[str]:
             f"decided; next look at {nxt}, at most {last.n_max - last.n} more {last.unit} per cell"
         )
         if waiting:
-            line += (
-                " (it waits for trials without a result; failed ones are retried by the next run)"
-            )
+            line += f" (it waits for {waiting})"
         lines.append(line)
     if not rounds.looks:
         first = f"the first look, at {looks[0]} {rounds.decide.unit} per cell"
         lines.append(
-            f"{first}, waits for trials without a result (failed ones are retried by the next run)"
+            f"{first}, waits for {waiting}"
             if waiting
             else f"{first}, comes once they are trained (looks at {', '.join(map(str, looks))})"
         )
@@ -390,7 +543,39 @@ def asked_trials(spec: StudySpec, store: Store) -> list[Trial]:
     trials = plan(spec)
     if spec.decide is None:
         return trials
-    return Rounds(spec, map(Look.from_record, store.looks())).asked(trials)
+    return Rounds.of(spec, store, trials).asked(trials)
+
+
+def _record_key(look: Look) -> str:
+    return f"look/{look.panel}/{look.k:03d}"
+
+
+def _inconsistent(decide: Decide, looks: list[Look]) -> Iterator[str]:
+    """Why recorded looks taken under this design (its fingerprint) cannot be what a driver
+    wrote: a look beyond the design, a size or unit that is not its look's, an outcome that
+    its interval does not give, a panel whose looks skip one or go on after a decision."""
+    panels: dict[str, list[Look]] = {}
+    for look in looks:
+        where = f"{_record_key(look)}: "
+        if look.k >= len(decide.looks):
+            yield f"{where}look {look.k + 1} of a design of {len(decide.looks)} looks"
+        elif look.n != decide.looks[look.k] or look.n_max != decide.looks[-1]:
+            yield f"{where}{look.n} of at most {look.n_max} {look.unit}, not look {look.k + 1}'s size"
+        elif look.unit != decide.unit or look.claim not in decide.claims:
+            yield f"{where}claim ({look.claim}) in {look.unit} is not one this study decides"
+        elif not look.panel.startswith(f"{look.claim} "):
+            yield f"{where}panel {look.panel!r} is not claim ({look.claim})'s"
+        else:
+            last = look.k == len(decide.looks) - 1
+            said = sequential.outcome(look.low, look.high, decide.margin, last)
+            if look.outcome != said:
+                yield f"{where}outcome {look.outcome!r}, but its interval gives {said!r}"
+        panels.setdefault(look.panel, []).append(look)
+    for key, panel in panels.items():
+        if [look.k for look in panel] != list(range(len(panel))):
+            yield f"look/{key}: looks {[look.k + 1 for look in panel]}, not 1 to {len(panel)}"
+        elif any(look.done for look in panel[:-1]):
+            yield f"look/{key}: a look after its panel was decided"
 
 
 def _cell(t: Trial) -> tuple[str, str, int]:

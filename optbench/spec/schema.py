@@ -25,6 +25,7 @@ from pydantic import (
     StrictFloat,
     StrictInt,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -218,6 +219,15 @@ class ExecutorSettings(StrictModel):
 
 DECIDE_MIN = {"samples": 4, "seeds": 3}  # a look's smallest size: an EDF area, a t interval
 MAX_LOOKS = 12  # more looks spend alpha thinner for little saving (docs/sequential.md)
+# The smallest decide.alpha: a boundary beyond about 5 sd (alpha 1e-6) is never crossed by a
+# study of optbench's sizes, and tinier ones spend less than a double holds at early looks.
+MIN_ALPHA = 1e-6
+# decide.margin is below the largest difference a claim's statistic can take, in its unit: a
+# difference of EDF areas (0..1) for (a), of errors in points (0..100) for (b)-(d)
+MARGIN_BELOW = {
+    "samples": (1.0, "a difference of EDF areas (each 0..1)"),
+    "seeds": (100.0, "error points"),
+}
 
 
 def claim_unit(claim: str) -> str:
@@ -234,7 +244,7 @@ class Decide(StrictModel):
     claims: list[Literal["a", "b", "c", "d"]] = Field(min_length=1)
     looks: list[StrictInt] = Field(min_length=2, max_length=MAX_LOOKS)
     spending: Literal["pocock", "obrien-fleming"] = "pocock"
-    alpha: StrictFloat = Field(default=0.05, gt=0.0, le=0.2)
+    alpha: StrictFloat = Field(default=0.05, ge=MIN_ALPHA, le=0.2)
     margin: StrictFloat | None = Field(
         default=None, gt=0, description="equivalent when the interval lies inside +-margin"
     )
@@ -256,6 +266,20 @@ class Decide(StrictModel):
     def _increasing(cls, v: list[int]) -> list[int]:
         if any(b <= a for a, b in zip(v, v[1:], strict=False)):
             raise ValueError(f"looks must increase, got {v}")
+        return v
+
+    @field_validator("margin")
+    @classmethod
+    def _in_the_claims_unit(cls, v: float | None, info: ValidationInfo) -> float | None:
+        claims = info.data.get("claims")
+        if v is None or not claims:  # claims invalid: its own line says why
+            return v
+        below, unit = MARGIN_BELOW[claim_unit(claims[0])]
+        if v >= below:
+            raise ValueError(
+                f"{v:g} is not below {below:g}: claim ({claims[0]})'s unit is {unit}, so every "
+                "interval would be 'equivalent'"
+            )
         return v
 
     @property

@@ -27,10 +27,11 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from optbench import safefs
+from optbench.errors import UsageError
 from optbench.plan.sampling import distributions
 from optbench.plan.trials import Trial
 from optbench.spec.schema import StudySpec
-from optbench.store.storage_url import make_storage, storage_errors
+from optbench.store.storage_url import make_storage, masked, storage_errors
 from optbench.trial.config import TrialResult
 
 if TYPE_CHECKING:
@@ -60,6 +61,13 @@ RUNNING_ATTR = "running"  # {"run": driver token, "since": time.time()} while a 
 # A sequential study's looks (optbench/run/rounds.py): one more optuna study, "<study name>/looks",
 # without trials; each look is one user attr "look/<panel>/<k>" holding its record.
 LOOKS_STUDY = "looks"
+
+
+class DamagedLooks(UsageError):
+    """A sequential study's looks record that is not what a driver wrote (not JSON, not a
+    look's fields, not one of the design's looks): one line naming the study, exit 2, and the
+    record is left as it is."""
+
 
 # which code made a result (TrialResult.provenance): columns of the trials frame and trials.csv
 PROVENANCE_COLUMNS = ("version", "commit", "code_fingerprint")
@@ -189,11 +197,31 @@ class Store:
         )
 
     @_storage_errors
-    def looks(self) -> list[dict]:
-        """The looks recorded so far (record_look), in panel and look order. Reads only."""
+    def look_records(self) -> list[tuple[str, object]]:
+        """The looks recorded so far (record_look) as (key, record), in panel and look order,
+        unchecked: run/rounds.py's `Rounds.of` is their reader. DamagedLooks if they are not
+        JSON. Reads only."""
         study = self._study(LOOKS_STUDY, False)
-        attrs = study.user_attrs if study is not None else {}
-        return [attrs[key] for key in sorted(attrs) if key.startswith("look/")]
+        try:
+            attrs = study.user_attrs if study is not None else {}
+        except ValueError as err:  # optuna's json.loads of a value edited into not JSON
+            raise DamagedLooks(self.damaged_looks(f"not JSON: {err}")) from None
+        return [(key, attrs[key]) for key in sorted(attrs) if key.startswith("look/")]
+
+    def looks(self) -> list[dict]:
+        """The records of look_records (the report's copy of them, read after Rounds.of)."""
+        return [record for _, record in self.look_records()]
+
+    def damaged_looks(self, why: str) -> str:
+        """The line for a damaged looks record: the study, why, and what to do."""
+        name = f"{self.spec.name}/{LOOKS_STUDY}"
+        return (
+            f"{self.spec.name}: its looks record in the study database is damaged ({why}); "
+            f"it is left as it is: restore the database from a copy, or delete the study "
+            f"{name!r} from it (`optuna delete-study --study-name {name} --storage "
+            f"{masked(self.spec.storage_url)}`) so "
+            "that the next run takes its looks again, from the same trials"
+        )
 
     # --- writing (driver only) ----------------------------------------------------------------
 
