@@ -102,12 +102,15 @@ def test_edf_statistic_is_the_difference_of_areas_under_the_dtop1_edf():
 
 
 def test_length_claim_estimate_and_verdicts():
-    # P: 30 at 4 epochs, 10 at 32 (20 above its asymptote); C: 12 and 8 (4 above).
+    # P: 30 at 4 epochs, 10 at 32 (20 above its asymptote); C: 12 and 8 (4 above); seed
+    # noise of each model its own, so the per-seed contrasts spread
     rows = []
-    for seed_noise in ([0.0, 0.3, -0.3],):
-        for model, short, long in ((P, 30.0, 10.0), (C, 12.0, 8.0)):
-            rows += _good(model, "adamw", 4, [short + n for n in seed_noise])
-            rows += _good(model, "adamw", 32, [long - n for n in seed_noise])
+    for model, short, long, noise in (
+        (P, 30.0, 10.0, [0.0, 0.3, -0.3]),
+        (C, 12.0, 8.0, [-0.3, 0.3, 0.0]),
+    ):
+        rows += _good(model, "adamw", 4, [short + n for n in noise])
+        rows += _good(model, "adamw", 32, [long - n for n in noise])
     row = _row(_claims(rows), "b")
     assert row["estimate"] == pytest.approx((30 - 10) - (12 - 8))
     assert row["verdict"] == "holds"
@@ -146,8 +149,9 @@ def test_optimizer_gap_claim_counts_a_diverged_trial_at_100_percent():
 def test_stem_claim_needs_every_step_to_grow():
     def stem_rows(errors, noise):
         rows = []
-        for model, error in zip((S1, S2, P), errors, strict=True):
-            rows += _good(model, "adamw", 8, [error + n for n in noise])
+        for i, (model, error) in enumerate(zip((S1, S2, P), errors, strict=True)):
+            own = noise[i:] + noise[:i]  # each model's seeds their own noise: steps spread
+            rows += _good(model, "adamw", 8, [error + n for n in own])
         return rows
 
     noise = [0.0, 0.2, -0.2, 0.1]
@@ -310,8 +314,12 @@ def test_a_stem_chain_whose_steps_point_both_ways_is_not_shown_and_gets_no_power
     # S2 beats S1 while P is far worse: "error grows at every step" is neither shown nor its
     # opposite, and no number of seeds would show it; the advice says why, without a power
     rows = []
-    for model, error in ((S1, 10.0), (S2, 5.0), (P, 36.0)):
-        rows += _good(model, "adamw", 8, [error - 0.5, error, error + 0.7])
+    for model, error, noise in (
+        (S1, 10.0, [-0.5, 0, 0.7]),
+        (S2, 5.0, [0, 0.7, -0.5]),
+        (P, 36.0, [0.7, -0.5, 0]),
+    ):
+        rows += _good(model, "adamw", 8, [error + n for n in noise])
     row = _row(_claims(rows), "d")
     assert row["verdict"] == "not shown" and row["estimate"] == pytest.approx(-5.0, abs=0.1)
     assert "steps point both ways" in row["advice"] and "%" not in row["advice"]

@@ -28,7 +28,7 @@ import pandas as pd
 from optbench.errors import SpecError
 from optbench.plan.trials import Trial, plan
 from optbench.report import frames, sequential
-from optbench.report.claims import claims_table, panel_key
+from optbench.report.claims import claims_table, panel_key, panels
 from optbench.report.summary import Options
 from optbench.spec.roles import families
 from optbench.spec.schema import Decide, StudySpec
@@ -56,11 +56,14 @@ class Look:
     boundary: float  # the z boundary c_k; the interval is estimate +- critical(c_k) se
     low: float
     high: float
-    outcome: str  # holds | opposite | equivalent | continue | undecided
+    outcome: str  # sequential.OUTCOMES: holds, opposite, equivalent, ..., continue, undecided
     cells: tuple[tuple[str, str, int], ...]  # (model, optimizer, epochs) it read
     design: str  # the design's fingerprint
     spending: str = "pocock"  # the design's, for the report's words
     margin: float | None = None
+    note: str | None = None  # why it decides nothing: degenerate data, a mixed chain (claims.py)
+    alpha: float = sequential.ALPHA  # the study's, split evenly over its `panels`
+    panels: int = 1
 
     @property
     def done(self) -> bool:
@@ -76,8 +79,14 @@ class Look:
         return cls(**{**data, "cells": tuple(tuple(c) for c in data["cells"])})
 
 
-def design(decide: Decide) -> sequential.Design:
-    return sequential.Design(tuple(decide.looks), decide.spending, decide.alpha, decide.margin)
+def design(spec: StudySpec) -> sequential.Design:
+    """The study's design: its alpha split over the panels its named claims can read in its
+    grid (claims.panels, counted before any data; docs/sequential.md)."""
+    decide = spec.decide
+    cells = [(c.model, c.optimizer, c.epochs) for c in spec.cells()]
+    count = sum(p.claim in decide.claims for p in panels(cells))
+    looks = tuple(decide.looks)
+    return sequential.Design(looks, decide.spending, decide.alpha, decide.margin, max(1, count))
 
 
 def fingerprint(decide: Decide) -> str:
@@ -92,7 +101,7 @@ class Rounds:
     def __init__(self, spec: StudySpec, looks: Iterable[Look]):
         assert spec.decide is not None
         self.spec, self.decide = spec, spec.decide
-        self.design = design(spec.decide)
+        self.design = design(spec)
         self.fingerprint = fingerprint(spec.decide)
         self.looks: dict[str, list[Look]] = {}
         for look in sorted(looks, key=lambda x: (x.panel, x.k)):
@@ -174,8 +183,9 @@ class Rounds:
         if not _complete(prefix, self.decide.unit, n, self._reading(k)):
             return []
         c = self.design.boundaries()[k]
-        rows = claims_table(frames.with_errors(prefix, METRIC), Options(), self.spec.name, c)
         last = k == len(self.decide.looks) - 1
+        results = frames.with_errors(prefix, METRIC)
+        rows = claims_table(results, Options(), self.spec.name, c, self.decide.margin, last)
         new = []
         for _, row in rows[rows["claim"].isin(self.decide.claims)].iterrows():
             key = panel_key(row)
@@ -195,11 +205,14 @@ class Rounds:
                     boundary=float(c),
                     low=float(row["low"]),
                     high=float(row["high"]),
-                    outcome=sequential.outcome(row["low"], row["high"], self.decide.margin, last),
+                    outcome=row["verdict"],  # the look's outcome (claims.py)
                     cells=tuple(tuple(cell) for cell in row["cells"]),
                     design=self.fingerprint,
                     spending=self.decide.spending,
                     margin=self.decide.margin,
+                    note=row["note"],
+                    alpha=self.decide.alpha,
+                    panels=self.design.panels,
                 )
             )
         return new
@@ -229,6 +242,8 @@ def _signed(x: float) -> str:
 def look_line(look: Look) -> str:
     """One line per look, as the driver records it."""
     what = {"continue": "not decided yet, continues"}.get(look.outcome, look.outcome)
+    if look.note:  # why it decides nothing (degenerate data, a mixed chain)
+        what += f" ({look.note})"
     return (
         f"look {look.k + 1} ({look.n} of at most {look.n_max} {look.unit}): ({look.claim}) "
         f"{look.panel.split(' ', 1)[1]}: {_signed(look.estimate)} "
@@ -289,7 +304,7 @@ def size_lines(
         if row.get("claim") not in spec.decide.claims or not row.get("se") or not row.get("n_now"):
             continue
         z_full = row["estimate"] / row["se"] * (looks[-1] / row["n_now"]) ** 0.5
-        stops = sequential.stop_probabilities(design(spec.decide), z_full)
+        stops = sequential.stop_probabilities(rounds.design, z_full)
         size = float(sum(p * n for p, n in zip(stops, looks, strict=True)))
         for cell in row.get("cells") or []:
             cell = tuple(cell)
