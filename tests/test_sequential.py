@@ -5,6 +5,7 @@ and simulation, and claim (a)'s intervals by design (paired where both models tr
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -227,3 +228,24 @@ def test_a_chain_decides_on_every_step_at_a_look_as_in_a_fixed_size_study():
     assert sequential.outcome(*falls, None, last=False) == verdict(*falls) == "opposite"
     # degenerate data decide nothing even where the interval excludes 0
     assert sequential.outcome(0.1, 0.2, None, last=True, decidable=False) == "undecided"
+
+
+@pytest.mark.slow  # six designs of 200,000 simulated studies: about 4 s here
+def test_the_error_rate_docs_state_for_estimated_se_holds_in_a_normal_simulation():
+    # docs/sequential.md states how often the rule (t intervals, the se estimated at each look)
+    # decides at an effect of 0 on normal units; re-measured here with other seeds, each stated
+    # rate holds within the Monte-Carlo errors of both measurements (and its rounding)
+    from pathlib import Path
+
+    docs = (Path(__file__).parents[1] / "docs" / "sequential.md").read_text()
+    stated = re.findall(
+        r"^\| ([\d, ]+?)(?: \(.*?\))? \| (pocock|obrien-fleming) \| ([\d.]+)% \|", docs, re.M
+    )
+    assert len(stated) >= 6, "the table of measured error rates is missing"
+    for looks, spending, percent in stated:
+        design = sequential.Design(tuple(int(n) for n in looks.split(",")), spending)
+        found = sequential.simulate(design, 0.0, paths=200_000, seed=7)
+        doc_se = math.sqrt(found.wrong * (1 - found.wrong) / 1_000_000)
+        tolerance = 3 * math.hypot(found.wrong_se, doc_se) + 0.00005
+        assert found.wrong == pytest.approx(float(percent) / 100, abs=tolerance), looks
+        assert found.wrong > sequential.ALPHA  # the excess is real: "at most alpha" was not
