@@ -338,8 +338,10 @@ def test_a_stem_chain_with_one_step_down_and_one_up_is_not_decided_opposite(tiny
         return base[t.cell.model] + noise[index[t.cell.model], spec.seeds.index(t.seed)]
 
     sizes = _play(rounds, trials, error_of)
-    ((first, *_, last),) = rounds.looks.values()
-    assert (first.outcome, last.outcome, sizes[-1]) == ("continue", "undecided", 18)
+    (panel,) = rounds.looks.values()
+    first, last = panel[0], panel[-1]
+    assert [look.outcome for look in panel] == ["continue", "continue", "undecided"]
+    assert sizes[-1] == 18  # every look taken: 3 cells x 6 seeds
     assert first.low < 0 < first.high or first.high < 0  # its smallest step: S1 -> S2 falls
     assert "mixed: error falls at S1 -> S2" in first.note and "grows at S2 -> P" in last.note
 
