@@ -18,7 +18,7 @@ import yaml
 
 from optbench.errors import SpecError
 from optbench.plan.trials import jobs, plan
-from optbench.run.rounds import DesignChanged, Look, Rounds
+from optbench.run.rounds import DesignChanged, Look, Rounds, decision_lines
 from optbench.spec.schema import parse_spec
 from optbench.store.database import Store
 
@@ -280,6 +280,7 @@ def test_the_dry_run_gives_the_smallest_the_largest_and_the_expected_size(tiny_d
     hours = {(c.model, c.optimizer, c.epochs): 0.5 for c in spec.cells()}
     first, unknown = size_lines(spec, trials, hours, [])
     assert "from 12 trials, 6 device-hours" in first and "to 20, 10 device-hours" in first
+    assert "alpha 0.05 for the study, 0.05 for each of its 1 panels" in first
     assert "needs an estimate of the effects" in unknown
     row = {"claim": "a", "estimate": 0.8, "se": 0.05, "n_now": 4}
     row["cells"] = [[P, "adamw", 1], [C, "adamw", 1]]
@@ -344,6 +345,8 @@ def test_a_stem_chain_with_one_step_down_and_one_up_is_not_decided_opposite(tiny
     assert sizes[-1] == 18  # every look taken: 3 cells x 6 seeds
     assert first.low < 0 < first.high or first.high < 0  # its smallest step: S1 -> S2 falls
     assert "mixed: error falls at S1 -> S2" in first.note and "grows at S2 -> P" in last.note
+    (line,) = decision_lines(rounds, waiting=False)
+    assert "undecided at the maximum after 6 of at most 6 seeds" in line and last.note in line
 
 
 def _diverged(trials) -> pd.DataFrame:

@@ -260,6 +260,7 @@ def decision_lines(rounds: Rounds, waiting: bool) -> list[str]:
     for key, panel in sorted(rounds.looks.items()):
         last, where = panel[-1], f"({panel[-1].claim}) {key.split(' ', 1)[1]}"
         here = f"{_signed(last.estimate)} [{_signed(last.low)}, {_signed(last.high)}]"
+        here += f" ({last.note})" if last.note else ""  # why it decides nothing
         if last.outcome != "continue":
             reason = "undecided at the maximum" if last.outcome == "undecided" else last.outcome
             lines.append(
@@ -326,7 +327,9 @@ def size_lines(
     lines = [
         f"decide: from {len(first)} trials{hours(per_cell(first))} (every claim decided at the "
         f"first look, {looks[0]} {unit} per cell) to {len(most)}{hours(per_cell(most))} "
-        f"(every look taken, {looks[-1]} {unit} per cell a named claim reads)"
+        f"(every look taken, {looks[-1]} {unit} per cell a named claim reads); alpha "
+        f"{rounds.design.alpha:g} for the study, {rounds.design.panel_alpha:.3g} for each of its "
+        f"{rounds.design.panels} panels"
     ]
     if found:
         counts = {cell: n * per_unit for cell, n in expected.items()}
