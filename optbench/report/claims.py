@@ -29,9 +29,11 @@ Definitions (each statistic is defined here once; "error" is the trial's `option
   G(P, ep) - G(C, ep). Positive: ViT_C's SGD - AdamW gap is smaller.
 - (d) panel (opt, ep) with ViT_P and at least one stem ablation of its family, ordered S1, S2,
   ..., P: the smallest step E(next) - E(previous) along that order. Positive: error grows at
-  every step. Its verdict is "opposite" only when the interval of the largest step lies below
-  0 (error falls at every step): the smallest of several noisy steps is biased low, so its own
-  interval below 0 would not show a reversed order.
+  every step. Its verdict reads every step's interval (sequential.direction, the one chain rule
+  of the fixed-size verdict and of a look): "holds" when every one lies above 0, "opposite"
+  only when every one lies below 0 (error falls at every step); a chain with a step shown down
+  and another up is neither, and its `note` names them ("mixed: error falls at S1 -> S2 but
+  grows at S2 -> P"); `steps` lists each step's estimate and interval.
 
 Intervals of (a): BCa bootstrap (stats.interval: scipy.stats.bootstrap, N_BOOT resamples, 95%),
 the percentile interval of the same resamples where BCa degenerates (the row's `interval` says
@@ -53,7 +55,10 @@ is a chain of steps: each step gets its t interval; the row shows the smallest s
 and [smallest low, smallest high]. Below MIN_SEEDS seeds a seed claim gets no interval and no
 power: the verdict is "not tested" and the evidence says how many seeds it needs.
 Verdict: "holds" when the interval lies above 0 (for (d): every step's), "opposite" when it
-lies below 0 (for (d): every step's), "not shown" otherwise. (a) also states the whole curve:
+lies below 0 (for (d): every step's), "not shown" otherwise; "not tested" (at a look: no
+decision) where a cell has no finished trial (every result diverged: its error is a placeholder)
+or the contrast has no spread (se 0: every resample gives one value), the row's `note` saying
+which. (a) also states the whole curve:
 `curve_verdict` reads the simultaneous 95% band (bootstrap of the maximum deviation,
 stats.sup_band) of D(x) = F_C(x) - F_P(x) on [0, AUC_MAX_POINTS]: "holds" when the band lies
 above 0 somewhere and below 0 nowhere (ViT_C's EDF is above ViT_P's somewhere and below it
@@ -64,8 +69,10 @@ row's interval is instead the repeated confidence interval of that look at c's n
 with Student's t (sequential.critical, the "significance level approach"): (a) estimate +-
 t_{n-1}(c) se, n the samples per cell (se: the standard deviation of the same bootstrap
 replicates; with z instead of t these intervals covered 17 of 20 replicate studies of the
-quickstart's design, with t 20 of 20: docs/sequential.md), (b)-(d) each step's t interval; a look
-computes neither the power nor the curve verdict.
+quickstart's design, with t 20 of 20: docs/sequential.md), (b)-(d) each step's t interval; the
+row's verdict is the look's outcome (sequential.outcome, with the design's margin); a look
+computes neither the power nor the curve verdict. `panels` lists every claim and panel a grid
+can test: what the table computes, and what a sequential study splits its alpha over.
 
 Evidence (`advice`): how many units of what the row resamples ((a): (lr, wd) samples per cell,
 each with the study's seeds; (b)-(d): seeds) a study would need so that its 95% interval shows
