@@ -102,12 +102,15 @@ def test_edf_statistic_is_the_difference_of_areas_under_the_dtop1_edf():
 
 
 def test_length_claim_estimate_and_verdicts():
-    # P: 30 at 4 epochs, 10 at 32 (20 above its asymptote); C: 12 and 8 (4 above).
+    # P: 30 at 4 epochs, 10 at 32 (20 above its asymptote); C: 12 and 8 (4 above); seed
+    # noise of each model its own, so the per-seed contrasts spread
     rows = []
-    for seed_noise in ([0.0, 0.3, -0.3],):
-        for model, short, long in ((P, 30.0, 10.0), (C, 12.0, 8.0)):
-            rows += _good(model, "adamw", 4, [short + n for n in seed_noise])
-            rows += _good(model, "adamw", 32, [long - n for n in seed_noise])
+    for model, short, long, noise in (
+        (P, 30.0, 10.0, [0.0, 0.3, -0.3]),
+        (C, 12.0, 8.0, [-0.3, 0.3, 0.0]),
+    ):
+        rows += _good(model, "adamw", 4, [short + n for n in noise])
+        rows += _good(model, "adamw", 32, [long - n for n in noise])
     row = _row(_claims(rows), "b")
     assert row["estimate"] == pytest.approx((30 - 10) - (12 - 8))
     assert row["verdict"] == "holds"
@@ -146,8 +149,9 @@ def test_optimizer_gap_claim_counts_a_diverged_trial_at_100_percent():
 def test_stem_claim_needs_every_step_to_grow():
     def stem_rows(errors, noise):
         rows = []
-        for model, error in zip((S1, S2, P), errors, strict=True):
-            rows += _good(model, "adamw", 8, [error + n for n in noise])
+        for i, (model, error) in enumerate(zip((S1, S2, P), errors, strict=True)):
+            own = noise[i:] + noise[:i]  # each model's seeds their own noise: steps spread
+            rows += _good(model, "adamw", 8, [error + n for n in own])
         return rows
 
     noise = [0.0, 0.2, -0.2, 0.1]
@@ -310,8 +314,59 @@ def test_a_stem_chain_whose_steps_point_both_ways_is_not_shown_and_gets_no_power
     # S2 beats S1 while P is far worse: "error grows at every step" is neither shown nor its
     # opposite, and no number of seeds would show it; the advice says why, without a power
     rows = []
-    for model, error in ((S1, 10.0), (S2, 5.0), (P, 36.0)):
-        rows += _good(model, "adamw", 8, [error - 0.5, error, error + 0.7])
+    for model, error, noise in (
+        (S1, 10.0, [-0.5, 0, 0.7]),
+        (S2, 5.0, [0, 0.7, -0.5]),
+        (P, 36.0, [0.7, -0.5, 0]),
+    ):
+        rows += _good(model, "adamw", 8, [error + n for n in noise])
     row = _row(_claims(rows), "d")
     assert row["verdict"] == "not shown" and row["estimate"] == pytest.approx(-5.0, abs=0.1)
     assert "steps point both ways" in row["advice"] and "%" not in row["advice"]
+
+
+def _looked(verdict, n, n_max=24, margin=0.1, panels=2):
+    """Claim (a)'s row of a sequential study whose last look (k 1) said `verdict` at n."""
+    from optbench.report.claims import panel_key, with_looks
+
+    table = _claims(_edf_cells(np.random.default_rng(0), p_spread=40.0, c_spread=2.0))
+    look = {"panel": panel_key(table.iloc[0]), "k": 1, "n": n, "n_max": n_max, "unit": "samples"}
+    look |= {"estimate": 0.05, "se": 0.01, "low": 0.02, "high": 0.08, "outcome": verdict}
+    look |= {"boundary": 2.4, "margin": margin, "alpha": 0.05, "panels": panels, "note": None}
+    return with_looks(table, [look]).iloc[0]
+
+
+def test_the_page_says_a_decision_inside_the_margin_is_negligible_and_whose_error_rate_it_is():
+    from optbench.report.claims_page import records, sentence
+
+    line = sentence(_looked("holds, negligible", 8))
+    assert "holds, negligible (the interval lies above 0 and inside +-0.1" in line
+    # the study's 95%, shared by both its panels; an early stop's estimate is labelled
+    assert "95% for all 2 panels and looks of the study together" in line
+    assert "the estimate at the stop, biased away from 0 by stopping early" in line
+    assert "biased" not in sentence(_looked("holds", 24))  # ran to its last look
+    row = records(pd.DataFrame([_looked("holds", 8)]))[0]
+    assert (row["alpha"], row["panels"], row["margin"]) == (0.05, 2, 0.1)
+    json.dumps(row)
+
+
+def test_a_mixed_chain_and_a_cell_without_a_finished_trial_say_why_they_decide_nothing():
+    rows = []
+    noise = {S1: [-0.5, 0, 0.7], S2: [0, 0.7, -0.5], P: [0.7, -0.5, 0]}
+    for model, error in ((S1, 10.0), (S2, 5.0), (P, 36.0)):
+        rows += _good(model, "adamw", 8, [error + n for n in noise[model]])
+    row = _row(_claims(rows), "d")
+    assert (
+        row["note"].startswith("mixed: error falls at S1 -> S2")
+        and "grows at S2 -> P" in row["note"]
+    )
+    assert [s["step"] for s in row["steps"]] == ["S1 -> S2", "S2 -> P"]
+    # ViT_P diverged in every trial: its area is 0 in every resample, whatever ViT_C did
+    edf = [r for r in _edf_cells(np.random.default_rng(0), 2.0, 40.0) if r["model"] == C]
+    edf += [
+        r | {"status": "diverged", "final_error": np.nan}
+        for r in _edf_cells(np.random.default_rng(0), 2.0, 40.0)
+        if r["model"] == P
+    ]
+    a = _row(_claims(edf), "a")
+    assert a["verdict"] == "not tested" and "has no finished trial" in a["advice"]

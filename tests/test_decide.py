@@ -18,7 +18,7 @@ import yaml
 
 from optbench.errors import SpecError
 from optbench.plan.trials import jobs, plan
-from optbench.run.rounds import DesignChanged, Look, Rounds
+from optbench.run.rounds import DesignChanged, Look, Rounds, decision_lines
 from optbench.spec.schema import parse_spec
 from optbench.store.database import Store
 
@@ -562,13 +562,14 @@ def test_the_dry_run_gives_the_smallest_the_largest_and_the_expected_size(tiny_d
     spec = parse_spec(_sequential(tiny_dict))
     trials = plan(spec)
     hours = {(c.model, c.optimizer, c.epochs): 0.5 for c in spec.cells()}
-    _, first, planned, _ = size_lines(spec, trials, hours, [])
+    design, first, planned, _ = size_lines(spec, trials, hours, [])
     assert "from 12 trials, 6 device-hours" in first and "to 20, 10 device-hours" in first
     assert "expected if each effect is one a fixed study of 8 samples shows 90%" in planned
-    row = {"claim": "a", "estimate": 0.4, "se": 0.05, "n_now": 4}
+    assert "alpha 0.05 for the study, 0.05 for each of its 1 panels" in design
+    row = {"claim": "a", "estimate": 0.8, "se": 0.05, "n_now": 4}
     row["cells"] = [[P, "adamw", 1], [C, "adamw", 1]]
     expected = size_lines(spec, trials, hours, [row])[2]
-    assert "about 12 trials, 6 device-hours expected" in expected  # z = 11: the first look
+    assert "about 12 trials, 6 device-hours expected" in expected  # z = 23: the first look
     # the dry run passes the trials of every look (rounds.most); it said "about 0 trials" when a
     # cell no claim reads (D) has fewer of them
     most = Rounds(spec, []).within(trials, Rounds(spec, []).most())
@@ -597,3 +598,81 @@ def test_a_sequential_report_shows_the_looks_not_a_fixed_size_interval(tmp_path,
     assert summary["looks"] == looks and (tmp_path / "r" / "looks.png").exists()
     page = (tmp_path / "r" / "index.html").read_text()
     assert "of at most 8 samples" in page or "undecided at the maximum, 8 samples" in page
+
+
+# --- decisions right by construction (issue 53) --------------------------------------------------
+
+S1, S2 = "vit_s1_w64_16px", "vit_s2_w64_16px"
+
+
+def test_a_stem_chain_with_one_step_down_and_one_up_is_not_decided_opposite(tiny_dict):
+    # the mini_stem situation: S2 beats S1 (the first step falls) while ViT_P is far worse than
+    # S2 (the second rises steeply). "Opposite" means error falls at every step: not shown here,
+    # so the look continues and says why; the last look leaves it undecided.
+    data = copy.deepcopy(tiny_dict)
+    data |= {"models": [S1, S2, P], "seeds": [0, 1, 2, 3, 4, 5]}
+    good = {m: {"adamw": {"lr": 1e-3, "wd": 0.05}} for m in (S1, S2, P)}
+    data["search"] |= {"sampler": "good", "n_samples": 1, "good_values": good}
+    data["decide"] = {"claims": ["d"], "looks": [3, 4, 6]}
+    spec = parse_spec(data)
+    rounds, trials = Rounds(spec, []), plan(spec)
+    base, noise = {S1: 20.0, S2: 15.0, P: 48.0}, np.random.default_rng(2).normal(0, 0.5, (3, 6))
+    index = {S1: 0, S2: 1, P: 2}
+
+    def error_of(t):
+        return base[t.cell.model] + noise[index[t.cell.model], spec.seeds.index(t.seed)]
+
+    sizes = _play(rounds, trials, error_of)
+    (panel,) = rounds.looks.values()
+    first, last = panel[0], panel[-1]
+    assert [look.outcome for look in panel] == ["continue", "continue", "undecided"]
+    assert sizes[-1] == 18  # every look taken: 3 cells x 6 seeds
+    assert first.low < 0 < first.high or first.high < 0  # its smallest step: S1 -> S2 falls
+    assert "mixed: error falls at S1 -> S2" in first.note and "grows at S2 -> P" in last.note
+    (line,) = decision_lines(rounds, waiting=False)
+    assert "undecided at the maximum after 6 of at most 6 seeds" in line and last.note in line
+
+
+def _diverged(trials) -> pd.DataFrame:
+    return _frame(trials, lambda t: np.nan).assign(status="diverged")
+
+
+def test_two_cells_whose_trials_all_diverged_are_not_equivalent(tiny_dict):
+    # every trial diverged: both EDF areas are 0 in every resample, an estimate 0 with se 0 and
+    # an interval [0, 0] inside any margin; nothing was measured, so nothing is decided
+    spec = parse_spec(_sequential(tiny_dict, margin=0.1))
+    rounds, trials = Rounds(spec, []), plan(spec)
+    (look,) = rounds.look(_diverged(rounds.asked(trials)))
+    assert look.outcome == "continue" and "has no finished trial" in look.note
+    rounds.add([look])
+    while not rounds.finished:
+        rounds.add(rounds.look(_diverged(rounds.asked(trials))))
+    ((*_, last),) = rounds.looks.values()
+    assert last.outcome == "undecided" and last.n == 8
+
+
+def test_a_contrast_without_spread_decides_nothing(tiny_dict):
+    # every trial at chance, the same error everywhere: finished, but se 0, [0, 0]
+    spec = parse_spec(_sequential(tiny_dict, margin=0.1))
+    rounds, trials = Rounds(spec, []), plan(spec)
+    (look,) = rounds.look(_frame(rounds.asked(trials), lambda t: 90.0))
+    assert look.outcome == "continue" and "no spread" in look.note
+
+
+def test_a_study_splits_its_alpha_over_the_panels_it_decides(tiny_dict):
+    # two epochs: claim (a) has two panels, each decided at alpha / 2, so the chance that any
+    # of the study's decisions is wrong stays at most alpha (Bonferroni)
+    from optbench.report import sequential
+
+    data = _sequential(tiny_dict)
+    data["epochs"] = [1, 2]
+    spec = parse_spec(data)
+    rounds = Rounds(spec, [])
+    assert rounds.design.panels == 2
+    half = sequential.boundaries(rounds.design.fractions, "pocock", 0.025)
+    assert rounds.design.boundaries() == pytest.approx(half)
+    looks = rounds.look(_frame(rounds.asked(plan(spec)), _errors(12.0, 8.0, 4.0)))
+    assert len(looks) == 2 and all((x.alpha, x.panels) == (0.05, 2) for x in looks)
+    assert looks[0].boundary == pytest.approx(half[0])
+    # one panel (the quickstart's design): the whole alpha
+    assert Rounds(parse_spec(_sequential(tiny_dict)), []).design.panels == 1

@@ -29,9 +29,11 @@ Definitions (each statistic is defined here once; "error" is the trial's `option
   G(P, ep) - G(C, ep). Positive: ViT_C's SGD - AdamW gap is smaller.
 - (d) panel (opt, ep) with ViT_P and at least one stem ablation of its family, ordered S1, S2,
   ..., P: the smallest step E(next) - E(previous) along that order. Positive: error grows at
-  every step. Its verdict is "opposite" only when the interval of the largest step lies below
-  0 (error falls at every step): the smallest of several noisy steps is biased low, so its own
-  interval below 0 would not show a reversed order.
+  every step. Its verdict reads every step's interval (sequential.direction, the one chain rule
+  of the fixed-size verdict and of a look): "holds" when every one lies above 0, "opposite"
+  only when every one lies below 0 (error falls at every step); a chain with a step shown down
+  and another up is neither, and its `note` names them ("mixed: error falls at S1 -> S2 but
+  grows at S2 -> P"); `steps` lists each step's estimate and interval.
 
 Intervals of (a): BCa bootstrap (stats.interval: scipy.stats.bootstrap, N_BOOT resamples, 95%),
 the percentile interval of the same resamples where BCa degenerates (the row's `interval` says
@@ -53,7 +55,10 @@ is a chain of steps: each step gets its t interval; the row shows the smallest s
 and [smallest low, smallest high]. Below MIN_SEEDS seeds a seed claim gets no interval and no
 power: the verdict is "not tested" and the evidence says how many seeds it needs.
 Verdict: "holds" when the interval lies above 0 (for (d): every step's), "opposite" when it
-lies below 0 (for (d): every step's), "not shown" otherwise. (a) also states the whole curve:
+lies below 0 (for (d): every step's), "not shown" otherwise; "not tested" (at a look: no
+decision) where a cell has no finished trial (every result diverged: its error is a placeholder)
+or the contrast has no spread (se 0: every resample gives one value), the row's `note` saying
+which. (a) also states the whole curve:
 `curve_verdict` reads the simultaneous 95% band (bootstrap of the maximum deviation,
 stats.sup_band) of D(x) = F_C(x) - F_P(x) on [0, AUC_MAX_POINTS]: "holds" when the band lies
 above 0 somewhere and below 0 nowhere (ViT_C's EDF is above ViT_P's somewhere and below it
@@ -64,8 +69,10 @@ row's interval is instead the repeated confidence interval of that look at c's n
 with Student's t (sequential.critical, the "significance level approach"): (a) estimate +-
 t_{n-1}(c) se, n the samples per cell (se: the standard deviation of the same bootstrap
 replicates; with z instead of t these intervals covered 17 of 20 replicate studies of the
-quickstart's design, with t 20 of 20: docs/sequential.md), (b)-(d) each step's t interval; a look
-computes neither the power nor the curve verdict.
+quickstart's design, with t 20 of 20: docs/sequential.md), (b)-(d) each step's t interval; the
+row's verdict is the look's outcome (sequential.outcome, with the design's margin); a look
+computes neither the power nor the curve verdict. `panels` lists every claim and panel a grid
+can test: what the table computes, and what a sequential study splits its alpha over.
 
 Evidence (`advice`): how many units of what the row resamples ((a): (lr, wd) samples per cell,
 each with the study's seeds; (b)-(d): seeds) a study would need so that its 95% interval shows
@@ -76,13 +83,16 @@ contrasts for (b)-(d) (stats.seed_power).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
 from optbench.report import frames, sequential, stats
 from optbench.report.edf import AUC_MAX_POINTS, MIN_EDF_SAMPLES
 from optbench.report.summary import MAX_SAMPLES, Options, advice_line
-from optbench.spec.roles import Family, families, role_name
+from optbench.spec.roles import families, role_name
 
 # (b)-(d): a t interval of 2 seeds has 1 degree of freedom (t = 12.7) and says next to nothing;
 # from 3 seeds (t = 4.3) a seed claim is tested
@@ -114,6 +124,7 @@ COLUMNS = [
     "low",
     "high",
     "verdict",
+    "note",
     "trials",
     "diverged",
     "cells",
@@ -126,15 +137,16 @@ COLUMNS = [
     "power_now",
     "n_needed",
     "advice",
+    "steps",
 ]
 
 
-def verdict(low: float, high: float, against_high: float | None = None) -> str:
-    """Holds when the interval [low, high] lies above 0; opposite when it (or, for a chain of
-    steps, the interval of the largest step, whose upper end is `against_high`) lies below 0."""
-    if low > 0:
-        return "holds"
-    return "opposite" if (high if against_high is None else against_high) < 0 else "not shown"
+def verdict(lows, highs) -> str:
+    """The fixed-size verdict of a claim's step intervals (one step, or every step of a chain):
+    "holds" or "opposite" as sequential.direction (the same rule as a look's), else "not
+    shown"."""
+    shown = sequential.direction(lows, highs)
+    return shown if shown in ("holds", "opposite") else "not shown"
 
 
 NOT_TESTED = "not tested"
@@ -157,6 +169,69 @@ def _auc(trials: np.ndarray) -> np.ndarray:
     return np.clip(1.0 - dtop / AUC_MAX_POINTS, 0.0, 1.0).mean(axis=-1)
 
 
+# --- the panels a grid can test ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One claim on one panel of a grid: the cells its statistic reads."""
+
+    claim: str
+    optimizer: str
+    epochs: int | str  # (b): "short vs long"; (c): the lengths, "4, 8"
+    models: tuple[str, ...]  # (C, P), or the stem chain S1, ..., P for (d)
+    cells: tuple[tuple[str, str, int], ...]
+
+
+def panels(cells: Iterable[tuple[str, str, int]]) -> list[Panel]:
+    """Every claim and panel that a grid of (model, optimizer, epochs) cells can test (module
+    docstring), in the table's order: what claims_table computes from the cells with results,
+    and what a sequential study counts from its spec before any data (run/rounds.py: alpha is
+    split over them). (a) also needs MIN_EDF_SAMPLES samples of both models, known only from
+    data."""
+    cells = list(dict.fromkeys(tuple(c) for c in cells))
+    optimizers = sorted({o for _, o, _ in cells})
+
+    def epochs_of(*models: str, among: Iterable[str] = optimizers) -> list[int]:
+        shared = [{e for m_, o, e in cells if m_ == m and o in among} for m in models]
+        return sorted(set.intersection(*shared)) if shared else []
+
+    out: list[Panel] = []
+    for fam in families(list(dict.fromkeys(m for m, _, _ in cells))):
+        if fam.p and fam.c:
+            pair = (fam.c, fam.p)
+            for opt in optimizers:
+                for ep in epochs_of(fam.p, fam.c, among=[opt]):
+                    out.append(Panel("a", opt, ep, pair, ((fam.p, opt, ep), (fam.c, opt, ep))))
+            for opt in optimizers:
+                lengths = epochs_of(fam.p, fam.c, among=[opt])
+                if len(lengths) >= 2:
+                    short, long = lengths[0], lengths[-1]
+                    read = tuple((m, opt, e) for m in (fam.p, fam.c) for e in (short, long))
+                    out.append(Panel("b", opt, f"{short} vs {long}", pair, read))
+            lengths = sorted(
+                set.intersection(
+                    *(
+                        set(epochs_of(m, among=[o]))
+                        for m in (fam.p, fam.c)
+                        for o in ("adamw", "sgd")
+                    )
+                )
+            )
+            if lengths:
+                read = tuple(
+                    (m, o, e) for m in (fam.p, fam.c) for o in ("adamw", "sgd") for e in lengths
+                )
+                out.append(Panel("c", "sgd - adamw", ", ".join(map(str, lengths)), pair, read))
+        order = fam.stem_order
+        if len(order) >= 2:
+            for opt in optimizers:
+                for ep in epochs_of(*order, among=[opt]):
+                    out.append(Panel("d", opt, ep, order, tuple((m, opt, ep) for m in order)))
+    rank = {k: i for i, k in enumerate(PAPER)}
+    return sorted(out, key=lambda p: rank[p.claim])
+
+
 # --- the claims ----------------------------------------------------------------------------------
 
 
@@ -164,21 +239,24 @@ class _Claims:
     """Builds the table's rows for one study's results (with `error`, +inf for diverged)."""
 
     def __init__(
-        self, results: pd.DataFrame, options: Options, study: str, boundary: float | None
+        self,
+        results: pd.DataFrame,
+        options: Options,
+        study: str,
+        boundary: float | None,
+        margin: float | None = None,
+        last: bool = False,
     ) -> None:
         self.results = results
         self.options = options
         self.study = study
         self.boundary = boundary  # a sequential look's z boundary (module docstring), or None
+        self.margin, self.last = margin, last  # the look's, for its outcome
         self.rows: list[dict] = []
 
     def cell(self, model: str, optimizer: str, epochs: int) -> pd.DataFrame:
         r = self.results
         return r[(r["model"] == model) & (r["optimizer"] == optimizer) & (r["epochs"] == epochs)]
-
-    def epochs_of(self, model: str, optimizer: str) -> set[int]:
-        r = self.results
-        return set(r.loc[(r["model"] == model) & (r["optimizer"] == optimizer), "epochs"])
 
     def seed_errors(self, cells: list[tuple[str, str, int]]) -> tuple[int, list[np.ndarray]]:
         """The seeds that every cell has (k) and, per cell, the errors of those seeds (k,) at
@@ -194,48 +272,91 @@ class _Claims:
             return 0, [np.empty(0) for _ in wides] if all(len(w) for w in wides) else []
         return len(seeds), [m[np.argmin(m.mean(axis=1))] for m in matrices]
 
-    def row(self, claim: str, optimizer, epochs, models, cells) -> dict:
+    def unfinished(self, cells) -> str | None:
+        """Why the cells cannot decide anything: one of them has no finished trial (every
+        result diverged), so its error is a placeholder, not a measurement; None if each has."""
+        for model, optimizer, epochs in cells:
+            statuses = self.cell(model, optimizer, epochs)["status"]
+            if not (statuses == "finished").any():
+                return (
+                    f"{model} {optimizer} {epochs} ep has no finished trial ({len(statuses)} "
+                    "diverged): no decision from it"
+                )
+        return None
+
+    def decide(self, row: dict, lows, highs, ses, steps: list[str] | None = None) -> dict:
+        """The row's verdict from its step intervals (one step, or a chain's every step) and
+        why it decides nothing where it does not (`note`): a cell with no finished trial, a
+        contrast without spread (se 0: every resample gives one value, the interval is a
+        point), a chain shown both ways. At a look the verdict is the look's outcome
+        (sequential.outcome), else the fixed-size verdict; both read sequential.direction."""
+        lows, highs, ses = (np.atleast_1d(np.asarray(x, float)) for x in (lows, highs, ses))
+        note = self.unfinished(row["cells"])
+        if note is None and not (ses > SE_FLOOR * max(1.0, float(np.abs(lows).max()))).all():
+            note = "its contrast has no spread (se 0: every resample gives one value): no decision"
+        degenerate = note is not None
+        if not degenerate and steps and sequential.direction(lows, highs) == "mixed":
+            shown = [
+                f"{'falls' if h < 0 else 'grows'} at {step} ([{lo:+.3g}, {h:+.3g}])"
+                for step, lo, h in zip(steps, lows, highs, strict=True)
+                if lo > 0 or h < 0
+            ]
+            note = "mixed: error " + " but ".join(shown)
+        if self.boundary is not None:
+            found = sequential.outcome(lows, highs, self.margin, self.last, not degenerate)
+        else:
+            found = NOT_TESTED if degenerate else verdict(lows, highs)
+        return {"verdict": found, "note": note}
+
+    def row(self, panel: Panel) -> dict:
         """What every row of one claim and panel says besides its statistics."""
-        subset = pd.concat([self.cell(*c) for c in cells])
+        subset = pd.concat([self.cell(*c) for c in panel.cells])
+        models = panel.models
         return {
-            "claim": claim,
-            "paper": PAPER[claim].format(chain=" -> ".join(map(role_name, models))),
+            "claim": panel.claim,
+            "paper": PAPER[panel.claim].format(chain=" -> ".join(map(role_name, models))),
             "study": self.study,
-            "optimizer": optimizer,
-            "epochs": epochs,
-            "models": " vs ".join(models) if claim != "d" else " < ".join(models),
-            "statistic": STATISTIC[claim],
+            "optimizer": panel.optimizer,
+            "epochs": panel.epochs,
+            "models": " vs ".join(models) if panel.claim != "d" else " < ".join(models),
+            "statistic": STATISTIC[panel.claim],
             "trials": int(len(subset)),
             "diverged": int((subset["status"] == "diverged").sum()),
-            "cells": [[m, o, int(e)] for m, o, e in cells],
+            "cells": [[m, o, int(e)] for m, o, e in panel.cells],
+            "steps": None,
+            "note": None,
         }
 
-    def add_edf(self, optimizer, epochs, models, statistic, sizes, cells, curve) -> None:
+    def add_edf(self, panel: Panel, statistic, sizes, curve) -> None:
         """Claim (a)'s row: the statistic of resampled (lr, wd) samples (`sizes`: (n,) paired,
         (n, n) unpaired), its BCa interval, verdict and bootstrap power; at a look, its
         repeated confidence interval (module docstring)."""
         n = sizes[0]
-        seed = self.options.rng_seed("claims", "a", optimizer, epochs)
+        seed = self.options.rng_seed("claims", "a", panel.optimizer, panel.epochs)
         found = stats.interval(statistic, sizes, n_boot=self.options.n_boot, seed=seed)
         low, high = found.low, found.high
         power_now = n_needed = advice = None
         method = found.method
-        if self.boundary is None:
+        if self.boundary is not None:  # Student's t at the boundary's level: a noisy se
+            df = min(sizes) - 1
+            low, high = sequential.repeated_interval(found.estimate, found.se, self.boundary, df)
+            method = "t"
+        row = self.row(panel)
+        decided = self.decide(row, low, high, found.se)
+        if self.boundary is None and decided["verdict"] != NOT_TESTED:
             power = stats.power(statistic, sizes, MAX_SAMPLES, seed=seed)
             shown = found.low > 0 or found.high < 0
             power_now, n_needed = (power.power[0] if power.power else None), power.needed
             advice = advice_line(power, shown, n, "samples", MAX_SAMPLES)
-        else:  # Student's t at the boundary's level: the se of a few samples is itself noisy
-            df = min(sizes) - 1
-            low, high = sequential.repeated_interval(found.estimate, found.se, self.boundary, df)
-            method = "t"
+        elif self.boundary is None:
+            advice = decided["note"]
         self.rows.append(
-            self.row("a", optimizer, epochs, models, cells)
+            row
+            | decided
             | {
                 "estimate": found.estimate,
                 "low": low,
                 "high": high,
-                "verdict": verdict(low, high),
                 "interval": method,
                 "curve_verdict": curve,
                 "unit": "samples",
@@ -248,11 +369,11 @@ class _Claims:
             }
         )
 
-    def add_seeds(self, claim, optimizer, epochs, models, contrasts, k: int, cells) -> None:
+    def add_seeds(self, panel: Panel, contrasts, k: int) -> None:
         """One seed claim's row from its per-seed contrasts (steps, k): per step a t interval;
         the smallest step's estimate and [smallest low, smallest high]; no interval and no
         power below MIN_SEEDS seeds (module docstring)."""
-        row = self.row(claim, optimizer, epochs, models, cells) | {
+        row = self.row(panel) | {
             "curve_verdict": None,
             "unit": "seeds",
             "design": "paired",  # seed s of every cell gives one contrast
@@ -277,21 +398,33 @@ class _Claims:
         steps = [stats.t_interval(step, level) for step in np.atleast_2d(contrasts)]
         smallest = min(steps, key=lambda i: i.estimate)
         low, high = min(i.low for i in steps), min(i.high for i in steps)
-        largest_high = max(i.high for i in steps)  # below 0: every step is
+        names = None
+        if panel.claim == "d":
+            chain = list(map(role_name, panel.models))
+            names = [f"{a} -> {b}" for a, b in zip(chain, chain[1:], strict=False)]
+            row["steps"] = [
+                {"step": name, "estimate": i.estimate, "low": i.low, "high": i.high, "se": i.se}
+                for name, i in zip(names, steps, strict=True)
+            ]
+        decided = self.decide(
+            row, [i.low for i in steps], [i.high for i in steps], [i.se for i in steps], names
+        )
         power_now = n_needed = advice = None
-        if self.boundary is None:
-            seed = self.options.rng_seed("claims", claim, optimizer, epochs)
+        if self.boundary is None and decided["verdict"] != NOT_TESTED:
+            seed = self.options.rng_seed("claims", panel.claim, panel.optimizer, panel.epochs)
             power = stats.seed_power(contrasts, MAX_SEEDS, seed=seed)
-            shown = low > 0 or largest_high < 0
+            shown = decided["verdict"] != "not shown"
             power_now, n_needed = (power.power[0] if power.power else None), power.needed
             advice = advice_line(power, shown, k, "seeds", MAX_SEEDS)
+        elif self.boundary is None:
+            advice = decided["note"]
         self.rows.append(
             row
+            | decided
             | {
                 "estimate": smallest.estimate,
                 "low": low,
                 "high": high,
-                "verdict": verdict(low, high, largest_high),
                 "interval": "t",
                 "se": smallest.se,
                 "power_now": power_now,
@@ -300,31 +433,25 @@ class _Claims:
             }
         )
 
-    def edf(self, fam: Family) -> None:
-        for optimizer in sorted(set(self.results["optimizer"])):
-            for epochs in sorted(
-                self.epochs_of(fam.p, optimizer) & self.epochs_of(fam.c, optimizer)
-            ):
-                cells = [(fam.p, optimizer, epochs), (fam.c, optimizer, epochs)]
-                (ids_p, m_p), (ids_c, m_c) = (
-                    frames.sample_matrix(self.cell(*c), np.inf) for c in cells
-                )
-                shared = np.intersect1d(ids_p, ids_c)
-                if shared.size < MIN_EDF_SAMPLES:
-                    continue
-                m_p, m_c = m_p[np.isin(ids_p, shared)], m_c[np.isin(ids_c, shared)]
-                paired = frames.same_pairs([self.cell(*c) for c in cells], shared)
+    def edf(self, panel: Panel) -> None:
+        (ids_p, m_p), (ids_c, m_c) = (
+            frames.sample_matrix(self.cell(*c), np.inf) for c in panel.cells
+        )
+        shared = np.intersect1d(ids_p, ids_c)
+        if shared.size < MIN_EDF_SAMPLES:
+            return
+        m_p, m_c = m_p[np.isin(ids_p, shared)], m_c[np.isin(ids_c, shared)]
+        paired = frames.same_pairs([self.cell(*c) for c in panel.cells], shared)
 
-                def area_diff(idx_p, idx_c=None, m_p=m_p, m_c=m_c):
-                    idx_c = idx_p if idx_c is None else idx_c  # paired: one index for both
-                    return _auc(frames.pooled(m_c, idx_c)) - _auc(frames.pooled(m_p, idx_p))
+        def area_diff(idx_p, idx_c=None, m_p=m_p, m_c=m_c):
+            idx_c = idx_p if idx_c is None else idx_c  # paired: one index for both
+            return _auc(frames.pooled(m_c, idx_c)) - _auc(frames.pooled(m_p, idx_p))
 
-                sizes = (shared.size,) if paired else (shared.size, shared.size)
-                curve = None
-                if self.boundary is None:
-                    curve = self.curve(m_p, m_c, optimizer, epochs, paired)
-                models = (fam.c, fam.p)
-                self.add_edf(optimizer, epochs, models, area_diff, sizes, cells, curve)
+        sizes = (shared.size,) if paired else (shared.size, shared.size)
+        curve = None
+        if self.boundary is None:
+            curve = self.curve(m_p, m_c, panel.optimizer, panel.epochs, paired)
+        self.add_edf(panel, area_diff, sizes, curve)
 
     def curve(self, m_p: np.ndarray, m_c: np.ndarray, optimizer, epochs, paired: bool) -> str:
         """Claim (a)'s curve verdict: the simultaneous band of F_C - F_P on [0, 10], the (lr,
@@ -344,53 +471,34 @@ class _Claims:
         diffs = edf_of(m_c, picks_c) - edf_of(m_p, picks_p)
         return curve_verdict(*stats.sup_band(diffs[0], diffs[1:]))
 
-    def length(self, fam: Family) -> None:
-        for optimizer in sorted(set(self.results["optimizer"])):
-            lengths = sorted(self.epochs_of(fam.p, optimizer) & self.epochs_of(fam.c, optimizer))
-            if len(lengths) < 2:
-                continue
-            short, long = lengths[0], lengths[-1]
-            cells = [(m, optimizer, e) for m in (fam.p, fam.c) for e in (short, long)]
-            k, v = self.seed_errors(cells)
-            if not v:
-                continue
+    def seeds(self, panel: Panel) -> None:
+        """A seed claim's row: (b) [P_s - P_l] - [C_s - C_l], (c) the mean over lengths of
+        gap(P) - gap(C), (d) the chain's steps (module docstring)."""
+        k, v = self.seed_errors(list(panel.cells))
+        if not v:
+            return
+        if panel.claim == "b":
             contrast = (v[0] - v[1]) - (v[2] - v[3])
-            epochs = f"{short} vs {long}"
-            self.add_seeds("b", optimizer, epochs, (fam.c, fam.p), contrast, k, cells)
+        elif panel.claim == "c":
+            e = dict(zip(panel.cells, v, strict=True))
+            p, c = panel.models[1], panel.models[0]
+            lengths = sorted({ep for _, _, ep in panel.cells})
+            contrast = np.mean(
+                [
+                    (e[(p, "sgd", n)] - e[(p, "adamw", n)])
+                    - (e[(c, "sgd", n)] - e[(c, "adamw", n)])
+                    for n in lengths
+                ],
+                axis=0,
+            )
+        else:
+            contrast = np.diff(np.stack(v), axis=0)  # (steps, k)
+        self.add_seeds(panel, contrast, k)
 
-    def optimizer(self, fam: Family) -> None:
-        both = [self.epochs_of(m, o) for m in (fam.p, fam.c) for o in ("adamw", "sgd")]
-        lengths = sorted(set.intersection(*both))
-        if not lengths:
-            return
-        cells = [(m, o, e) for m in (fam.p, fam.c) for o in ("adamw", "sgd") for e in lengths]
-        k, vectors = self.seed_errors(cells)
-        if not vectors:
-            return
-        v = dict(zip(cells, vectors, strict=True))
-        contrast = np.mean(
-            [
-                (v[(fam.p, "sgd", n)] - v[(fam.p, "adamw", n)])
-                - (v[(fam.c, "sgd", n)] - v[(fam.c, "adamw", n)])
-                for n in lengths
-            ],
-            axis=0,
-        )
-        epochs = ", ".join(map(str, lengths))
-        self.add_seeds("c", "sgd - adamw", epochs, (fam.c, fam.p), contrast, k, cells)
 
-    def stem(self, fam: Family) -> None:
-        order = fam.stem_order
-        if len(order) < 2:
-            return
-        for optimizer in sorted(set(self.results["optimizer"])):
-            lengths = set.intersection(*(self.epochs_of(m, optimizer) for m in order))
-            for epochs in sorted(lengths):
-                cells = [(m, optimizer, epochs) for m in order]
-                k, vectors = self.seed_errors(cells)
-                if vectors:
-                    steps = np.diff(np.stack(vectors), axis=0)  # (steps, k)
-                    self.add_seeds("d", optimizer, epochs, order, steps, k, cells)
+# a standard error this small against the interval's scale is no spread (float rounding of a
+# bootstrap of identical values)
+SE_FLOOR = 1e-12
 
 
 def claims_table(
@@ -398,21 +506,23 @@ def claims_table(
     options: Options | None = None,
     study: str = "",
     boundary: float | None = None,
+    margin: float | None = None,
+    last: bool = False,
 ) -> pd.DataFrame:
     """Every claim the results can test, one row per claim and panel (COLUMNS). `results` are
     `frames.with_errors(trials, options.metric)`: finished and diverged trials with `error`.
     With `boundary`, a sequential look's z boundary, the intervals are that look's repeated
-    confidence intervals and neither power nor curve verdict is computed (module docstring)."""
-    claims = _Claims(results, options or Options(), study, boundary)
-    for fam in families(list(dict.fromkeys(results["model"]))):
-        if fam.p and fam.c:
-            claims.edf(fam)
-            claims.length(fam)
-            claims.optimizer(fam)
-        claims.stem(fam)
-    order = {k: i for i, k in enumerate(PAPER)}
-    rows = sorted(claims.rows, key=lambda r: order[r["claim"]])
-    return pd.DataFrame(rows, columns=COLUMNS)
+    confidence intervals, each verdict is the look's outcome (with the design's `margin`;
+    `last`: the design's last look) and neither power nor curve verdict is computed (module
+    docstring)."""
+    claims = _Claims(results, options or Options(), study, boundary, margin, last)
+    present = results[frames.CELL_KEYS].drop_duplicates().itertuples(index=False)
+    for panel in panels((m, o, int(e)) for m, o, e in present):
+        if panel.claim == "a":
+            claims.edf(panel)
+        else:
+            claims.seeds(panel)
+    return pd.DataFrame(claims.rows, columns=COLUMNS)
 
 
 # --- a sequential study's claims: its looks, not a fixed-size interval --------------------------
@@ -429,12 +539,16 @@ def with_looks(table: pd.DataFrame, looks: list[dict]) -> pd.DataFrame:
     panel that was looked at shows its last look, its repeated confidence interval and its
     outcome (holds, opposite, equivalent, undecided; "continue" while the study runs) instead
     of a fixed-size interval, which would not hold after stopping on the data. Columns `looks`
-    (how many were taken) and `n_max` are added; rows without looks keep their own."""
+    (how many were taken), `n_max`, `alpha` (the study's), `panels` (the panels it is split
+    over) and `margin` are added; rows without looks keep their own."""
     last: dict[str, dict] = {}
     for look in looks:
         if look["panel"] not in last or look["k"] > last[look["panel"]]["k"]:
             last[look["panel"]] = look
-    table = table.assign(looks=0, n_max=pd.NA).astype({"n_max": "object"})
+    added = ("n_max", "alpha", "panels", "margin")
+    table = table.assign(looks=0, **dict.fromkeys(added, pd.NA)).astype(
+        dict.fromkeys(added, "object")
+    )
     for i, row in table.iterrows():
         look = last.get(panel_key(row))
         if look is None:
@@ -446,6 +560,10 @@ def with_looks(table: pd.DataFrame, looks: list[dict]) -> pd.DataFrame:
             ("high", look["high"]),
             ("se", look["se"]),
             ("verdict", look["outcome"]),
+            ("note", look.get("note")),  # records before it had none
+            ("alpha", look.get("alpha", sequential.ALPHA)),
+            ("panels", look.get("panels", 1)),  # before alpha was split: each panel its own
+            ("margin", look.get("margin")),
             ("interval", "repeated"),
             ("curve_verdict", None),
             ("n_now", look["n"]),
@@ -470,5 +588,9 @@ def _look_advice(look: dict) -> str:
     more = sequential.more_needed(
         look["estimate"], look["se"], n, look["boundary"], look.get("margin")
     )
-    likely = f"about {more} {unit} would likely decide it" if more else "no size would decide it"
+    likely = (
+        f"a last look at about {more} {unit} would likely decide it"
+        if more
+        else "no size would decide it"
+    )
     return f"undecided at the maximum ({n_max} {unit}); {likely} (if the effect is as estimated)"

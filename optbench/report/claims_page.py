@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from optbench.report import frames, stats
+from optbench.report import frames, sequential, stats
 from optbench.report.claims import MIN_SEEDS, NOT_TESTED
 from optbench.report.page import Section
 from optbench.report.summary import Options
@@ -78,7 +78,31 @@ def _outcome_words(row) -> str:
         return f"not decided yet at look {looks}, {n_now} of at most {n_max} {row.unit}"
     if row.verdict == "undecided":
         return f"undecided at the maximum, {n_max} {row.unit}"
-    return f"{row.verdict} after {n_now} of at most {n_max} {row.unit}"
+    verdict = row.verdict
+    if verdict in (sequential.HOLDS_NEGLIGIBLE, sequential.OPPOSITE_NEGLIGIBLE):
+        side = "above" if verdict == sequential.HOLDS_NEGLIGIBLE else "below"
+        verdict = (
+            f"{verdict} (the interval lies {side} 0 and inside +-{row.margin:g}: a difference "
+            "smaller than the margin)"
+        )
+    return f"{verdict} after {n_now} of at most {n_max} {row.unit}"
+
+
+def _interval_words(row) -> str:
+    """What a sequential row's interval is: repeated over the looks, its level the study's,
+    shared by every panel the study decides (alpha split over them: docs/sequential.md); and
+    what its estimate is at an early stop."""
+    alpha = sequential.ALPHA if pd.isna(getattr(row, "alpha", None)) else float(row.alpha)
+    panels = 1 if pd.isna(getattr(row, "panels", None)) else int(row.panels)
+    level = f"{1 - alpha:.0%}"
+    words = (
+        f"a repeated interval, {level} for all {panels} panels and looks of the study together"
+        if panels > 1
+        else f"a repeated {level} interval"
+    )
+    if row.verdict in sequential.DECIDED and int(row.n_now) < int(row.n_max):
+        words = "the estimate at the stop, biased away from 0 by stopping early; " + words
+    return words
 
 
 def sentence(row) -> str:
@@ -86,16 +110,19 @@ def sentence(row) -> str:
     with what it rests on, the estimate and interval, and what the evidence says, e.g. "(a)
     ViT_C's lr/wd EDF is steeper than ViT_P's (Figs 4-5), with AdamW at 8 epochs: holds with 40
     samples (EDF area to 10 points: +0.26 [+0.15, +0.43]; as whole curves: holds); a new study
-    of that size: 97% (if the effect is as estimated)"."""
+    of that size: 97% (if the effect is as estimated)"; why a row decides nothing (its `note`:
+    degenerate data, a mixed chain) follows its verdict."""
     claim = f"({row.claim}) {row.paper}, {_panel_words(row)}"
     measured = f"{MEASURE[row.claim]}: {_here(row)}"
+    note = getattr(row, "note", None)
+    note = "" if note is None or pd.isna(note) else f"; {note}"
     if row.verdict == NOT_TESTED and not _sequential(row):
         return f"{claim}: not tested ({measured}); {row.advice}"
     if _sequential(row):
-        line = f"{claim}: {_outcome_words(row)} ({measured}, a repeated 95% interval)"
+        line = f"{claim}: {_outcome_words(row)} ({measured}, {_interval_words(row)}){note}"
     else:
         curve = "" if pd.isna(row.curve_verdict) else f"; as whole curves: {row.curve_verdict}"
-        line = f"{claim}: {row.verdict} with {row.n_now} {row.unit} ({measured}{curve})"
+        line = f"{claim}: {row.verdict} with {row.n_now} {row.unit} ({measured}{curve}){note}"
     # the advice without its own opening ("not shown with 10 samples"), which the line says
     rest = row.advice.split("; ", 1)[1] if "; " in row.advice else ""
     return f"{line}; {rest}" if rest else line
@@ -140,9 +167,13 @@ def sections(table: pd.DataFrame, options: Options, drawn: set[str] | None = Non
         "claims",
         "The paper's claims",
         "Each claim's statistic on this study, its 95% interval and verdict: holds when the "
-        "interval lies on the claim's side of 0, opposite when on the other, otherwise not "
-        "shown (in a study with decide:, the repeated interval of its last look: holds, "
-        "opposite, equivalent or undecided; docs/sequential.md). (a): bootstrap over the "
+        "interval lies on the claim's side of 0 (for (d)'s chain: every step's), opposite when "
+        "on the other, otherwise not shown; not tested where a cell has no finished trial or "
+        "the contrast has no spread (the row says why). In a study with decide:, the repeated "
+        'interval of its last look: holds, opposite ("negligible" too when it lies inside '
+        "the margin), equivalent or undecided, its error rate the study's, split evenly over "
+        "the panels it decides, and the estimate at an early stop biased away from 0 "
+        "(docs/sequential.md). (a): bootstrap over the "
         "(lr, wd) samples, resampled together where both models trained the same pairs "
         "(paired) and each model's alone otherwise (BCa in a fixed-size study, "
         f"{options.n_boot} resamples; percentile where BCa degenerates), and the verdict of "
@@ -163,11 +194,14 @@ def records(table: pd.DataFrame) -> list[dict]:
     """claims_table's rows as summary.json rows (JSON's null where a value is missing)."""
     rows = table.to_dict(orient="records")
     for row in rows:
-        for key in ("n_needed", "n_max", "looks"):  # counts; looks and n_max: sequential only
+        for key in ("n_needed", "n_max", "looks", "panels"):  # counts; all but the first: looks
             if key in row:
                 row[key] = None if pd.isna(row[key]) else int(row[key])
         for key in ("curve_verdict", "power_now", "interval", "se", "estimate", "low", "high"):
             row[key] = None if pd.isna(row[key]) else row[key]
+        for key in ("note", "alpha", "margin"):
+            if key in row and not isinstance(row[key], str):
+                row[key] = None if pd.isna(row[key]) else float(row[key])
     return rows
 
 

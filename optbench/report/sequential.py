@@ -15,15 +15,24 @@ sqrt(t_i / t_j)), computed by recursive numerical integration (Armitage, McPhers
 1969; Jennison and Turnbull 2000, ch. 19): deterministic, no Monte Carlo.
 
 Each look reports a *repeated confidence interval* estimate +- c_k se (Jennison and Turnbull
-ch. 9): the intervals of all looks cover the true value together with probability 1 - alpha,
-so every decision read off them is wrong with probability at most alpha however the study
-stops. The outcomes:
-- holds: the interval lies above 0;            - opposite: it lies below 0;
+ch. 9): with z and a known se the intervals of all looks cover together with probability
+1 - alpha, so every decision read off them is wrong with probability at most alpha however the
+study stops. A study's alpha is its own, not each panel's: a study that decides m panels gives
+each alpha / m (Bonferroni; m counted from its grid before any data, `Design.panels`), so the
+chance that any of its decisions is wrong is at most alpha. The outcomes (`outcome`):
+- holds: the interval lies above 0 (for a chain of steps, claim (d): every step's);
+- opposite: it lies below 0 (every step's: error falls at every step);
+- "holds, negligible" / "opposite, negligible": one of these with the interval inside
+  [-margin, +margin] too: a real difference, smaller than the margin;
 - equivalent: it lies inside [-margin, +margin] (only with a margin, declared before the data);
 - continue: none of these and looks remain;    - undecided: none of these at the last look.
+A chain whose steps are shown both ways ("mixed", `direction`), a cell with no finished trial
+and a contrast with no spread decide nothing (continue, or undecided at the last look).
 An se estimated from few units (k training seeds; claim (a)'s bootstrap se of n samples) is
 read with Student's t at the boundary's nominal level instead of z (`critical`, the
-"significance level approach"; n - 1 degrees of freedom).
+"significance level approach"; n - 1 degrees of freedom). That is close to alpha, not exact:
+on normal units with an estimated variance it errs slightly more often (`simulate`, measured in
+docs/sequential.md).
 
 The normal law is exact for means of independent units; claim (a)'s statistic (a difference of
 EDF areas of dtop-1, the best a minimum that moves as samples are added) only approximates it:
@@ -40,8 +49,9 @@ from scipy import optimize, stats
 
 ALPHA = 0.05
 SPENDING = ("pocock", "obrien-fleming")
-OUTCOMES = ("holds", "opposite", "equivalent", "continue", "undecided")
-DECIDED = ("holds", "opposite", "equivalent")
+HOLDS_NEGLIGIBLE, OPPOSITE_NEGLIGIBLE = "holds, negligible", "opposite, negligible"
+DECIDED = ("holds", "opposite", HOLDS_NEGLIGIBLE, OPPOSITE_NEGLIGIBLE, "equivalent")
+OUTCOMES = (*DECIDED, "continue", "undecided")
 _GRID_POINTS = 801  # per look: boundaries within 1e-5 of a 2001-point grid's
 # A z no look reaches: the grid's edge, and the boundary of a look that spends nothing (finite:
 # its tail, about 1e-88, and Student's t at that tail are numbers, and so is its interval)
@@ -153,62 +163,136 @@ def repeated_interval(
     return estimate - half, estimate + half
 
 
-def outcome(low: float, high: float, margin: float | None, last: bool) -> str:
-    """What a look's repeated confidence interval [low, high] decides (module docstring)."""
-    if not (math.isfinite(low) and math.isfinite(high)):
-        return "undecided" if last else "continue"
-    if low > 0:
+def direction(lows, highs) -> str:
+    """What the intervals [lows[i], highs[i]] of a claim's steps show together (one step for
+    most claims, every step of a chain for claim (d)): "holds" when every one lies above 0,
+    "opposite" when every one lies below 0, "mixed" when some lie above and some below, ""
+    when none of these. The one chain rule of the fixed-size verdict and of a look."""
+    lows, highs = np.atleast_1d(np.asarray(lows, float)), np.atleast_1d(np.asarray(highs, float))
+    if (lows > 0).all():
         return "holds"
-    if high < 0:
+    if (highs < 0).all():
         return "opposite"
-    if margin is not None and -margin < low and high < margin:
-        return "equivalent"
-    return "undecided" if last else "continue"
+    return "mixed" if (lows > 0).any() and (highs < 0).any() else ""
+
+
+def outcome(low, high, margin: float | None, last: bool, decidable: bool = True) -> str:
+    """What a look's repeated confidence interval [low, high] decides (module docstring); for a
+    chain, `low` and `high` are every step's. `decidable` False (degenerate data, claims.py)
+    decides nothing."""
+    lows, highs = np.atleast_1d(np.asarray(low, float)), np.atleast_1d(np.asarray(high, float))
+    open_ = "undecided" if last else "continue"
+    if not (decidable and np.isfinite(lows).all() and np.isfinite(highs).all()):
+        return open_
+    inside = margin is not None and bool(((-margin < lows) & (highs < margin)).all())
+    shown = direction(lows, highs)
+    if shown in ("holds", "opposite"):
+        return f"{shown}, negligible" if inside else shown
+    return "equivalent" if inside else open_
 
 
 @dataclass(frozen=True)
 class Design:
     """The looks of a sequential study: the sizes n_1 < ... < n_K (samples or seeds), how
-    alpha is spent over them, and the equivalence margin (None: no "equivalent" outcome)."""
+    alpha is spent over them, the equivalence margin (None: no "equivalent" outcome), and the
+    number of panels the study decides, over which its alpha is split (module docstring)."""
 
     looks: tuple[int, ...]
     spending: str = "pocock"
     alpha: float = ALPHA
     margin: float | None = None
+    panels: int = 1
 
     @property
     def fractions(self) -> list[float]:
         return [n / self.looks[-1] for n in self.looks]
 
+    @property
+    def panel_alpha(self) -> float:
+        """Each panel's share of the study's alpha."""
+        return self.alpha / max(1, self.panels)
+
     def boundaries(self) -> list[float]:
-        return boundaries(self.fractions, self.spending, self.alpha)
+        return boundaries(self.fractions, self.spending, self.panel_alpha)
+
+    def criticals(self) -> list[float]:
+        """The critical value of each look's interval: Student's t with n_k - 1 degrees of
+        freedom at its boundary's tail, as a look reads an estimated se."""
+        return [critical(c, n - 1) for c, n in zip(self.boundaries(), self.looks, strict=True)]
+
+
+@dataclass(frozen=True)
+class Simulated:
+    """Studies of one design simulated on normal units (`simulate`)."""
+
+    stops: np.ndarray  # the share that stops at each look (the last one whatever it shows)
+    decided: float  # the share whose interval left 0 at some look (holds or opposite)
+    wrong: float  # the share decided against the effect's sign (any decision at effect 0)
+    paths: int
+
+    @property
+    def wrong_se(self) -> float:
+        """The Monte-Carlo standard error of `wrong`."""
+        return math.sqrt(self.wrong * (1 - self.wrong) / self.paths)
+
+
+def simulate(
+    design: Design, effect: float = 0.0, paths: int = 200_000, seed: int = 0, chunk: int = 50_000
+) -> Simulated:
+    """The rule as a look applies it, on `paths` studies of independent normal units N(effect,
+    1) (effect in standard deviations of one unit): at look k the mean of the first n_k units
+    and its estimated se s / sqrt(n_k), the interval mean +- design.criticals()[k] se. Seeded
+    and vectorised; what `--dry-run`'s expected size and the calibration in docs/sequential.md
+    rest on (margins are not simulated: only holds and opposite stop a path early)."""
+    rng = np.random.default_rng(seed)
+    looks = np.asarray(design.looks)
+    crit = np.asarray(design.criticals())
+    stops = np.zeros(looks.size)
+    decided = wrong = 0
+    for start in range(0, paths, chunk):
+        units = rng.normal(effect, 1.0, size=(min(chunk, paths - start), looks[-1]))
+        sums = np.cumsum(units, axis=1)[:, looks - 1]
+        squares = np.cumsum(units * units, axis=1)[:, looks - 1]
+        mean = sums / looks
+        var = np.maximum(squares - looks * mean * mean, 0.0) / (looks - 1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = mean / np.sqrt(var / looks)
+        crossed = np.abs(t) >= crit
+        any_ = crossed.any(axis=1)
+        first = np.where(any_, crossed.argmax(axis=1), looks.size - 1)
+        stops += np.bincount(first, minlength=looks.size)
+        sign = np.sign(mean[np.arange(first.size), first])
+        decided += int(any_.sum())
+        wrong += int((any_ & ((sign != np.sign(effect)) | (effect == 0))).sum())
+    return Simulated(stops / paths, decided / paths, wrong / paths, paths)
 
 
 def more_needed(estimate: float, se: float, n_now: int, c: float, margin: float | None) -> int:
-    """How many units in all (samples or seeds) a fixed-size study would likely need to decide
-    what the last look left undecided, if the effect and the spread per unit are as estimated:
-    the n where the estimate is (c + z_0.8) standard errors from 0 (to show it) or, with a
-    margin, from the nearer margin (to show equivalence), se shrinking as 1 / sqrt(n). A normal
-    approximation: it says how far off a decision is, not a guarantee."""
-    need = c + float(stats.norm.ppf(0.8))
+    """The size (units per cell: samples or seeds) at which one look at boundary c, read with
+    Student's t as a look reads it (n - 1 degrees of freedom), would likely (80%) show what the
+    last look left undecided, if the effect and the spread per unit are as estimated: the
+    smallest n where the estimate is critical(c, n - 1) + z_0.8 standard errors from 0 (to show
+    it) or, with a margin, from the nearer margin (to show equivalence), se shrinking as
+    1 / sqrt(n). A guide for the last look of a new design, not a guarantee."""
     gaps = [abs(estimate)]
     if margin is not None and abs(estimate) < margin:
         gaps.append(margin - abs(estimate))
     gap = max(gaps)
-    if gap <= 0 or se <= 0:
+    if gap <= 0 or not se > 0:
         return 0  # no effect and no margin: no size shows anything
-    return max(n_now + 1, math.ceil(n_now * (need * se / gap) ** 2))
+    power = float(stats.norm.ppf(0.8))
+    n = n_now + 1
+    # start near the normal law's answer; t only adds to it
+    n = max(n, math.ceil(n_now * ((c + power) * se / gap) ** 2))
+    while gap / (se * math.sqrt(n_now / n)) < critical(c, n - 1) + power:
+        n += 1
+    return n
 
 
 def stop_probabilities(design: Design, z_full: float, paths: int = 20_000, seed: int = 0):
     """The probability that a study of this design stops at each look (the last one whatever
-    it shows) if the effect is z_full standard errors of the full study away from 0: Brownian
-    paths with that drift, seeded. What `--dry-run` turns into an expected size."""
-    rng = np.random.default_rng(seed)
-    t = np.asarray(design.fractions)
-    steps = rng.normal(size=(paths, t.size)) * np.sqrt(np.diff(np.concatenate([[0.0], t])))
-    z = (np.cumsum(steps, axis=1) + z_full * t) / np.sqrt(t)  # the look's z, with the drift
-    bounds = np.asarray(design.boundaries())
-    crossed = np.abs(z) >= bounds
-    first = np.where(crossed.any(axis=1), crossed.argmax(axis=1), t.size - 1)
-    return np.bincount(first, minlength=t.size) / paths
+    it shows) if the effect is z_full standard errors of the full study away from 0, with the
+    se estimated at each look as the looks read it (`simulate`, t intervals). What
+    `--dry-run` turns into an expected size."""
+    effect = z_full / math.sqrt(design.looks[-1])  # per unit, in units' standard deviations
+    return simulate(design, effect, paths, seed).stops

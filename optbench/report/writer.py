@@ -510,8 +510,9 @@ def build_sections(
 
 LOOKS_CAPTION = (
     "Each decided claim's path over the study's looks: at each look (its size on the x axis) "
-    "the estimate and its repeated 95% interval, estimate +- t x se, t Student's t (n - 1 "
-    "degrees of freedom) at the level of the look's boundary c written above it; the study "
+    "the estimate and its repeated interval (the study's 95%, shared by every panel it "
+    "decides), estimate +- t x se, t Student's t (n - 1 degrees of freedom) at the level of "
+    "the look's boundary c written above it; the study "
     "stopped adding to a claim at its first interval wholly above or below 0 (or inside the "
     "shaded equivalence margin). docs/sequential.md."
 )

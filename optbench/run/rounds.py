@@ -4,7 +4,9 @@ A round trains every cell up to its target size: the (lr, wd) samples of claim (
 seeds of claims (b)-(d), at the design's next look (`decide.looks`). When a round's trials are
 all recorded, a *look* computes each named claim's panel (claims_table at the look's boundary,
 report/sequential.py) on the first n_k units of its cells, and the store records it
-(`Store.record_look`) before anything else runs. A panel whose look decides (holds, opposite,
+(`Store.record_look`) before anything else runs; the row's verdict is the look's outcome
+(claims.py). The study's alpha is split evenly over the panels its named claims can read in
+its grid (`design`, counted before any data). A panel whose look decides (holds, opposite,
 equivalent) or that reached the last look (undecided) is done: its cells stop there. A cell
 grows while some undecided panel reads it; a cell no named claim reads stays at the first look.
 
@@ -35,7 +37,7 @@ from scipy import stats
 from optbench.errors import SpecError
 from optbench.plan.trials import Trial, plan
 from optbench.report import frames, sequential
-from optbench.report.claims import claims_table, panel_key
+from optbench.report.claims import claims_table, panel_key, panels
 from optbench.report.summary import Options
 from optbench.spec.roles import families
 from optbench.spec.schema import Decide, StudySpec
@@ -70,7 +72,7 @@ class Look:
     boundary: float  # the z boundary c_k; the interval is estimate +- critical(c_k) se
     low: float
     high: float
-    outcome: str  # holds | opposite | equivalent | continue | undecided
+    outcome: str  # sequential.OUTCOMES: holds, opposite, equivalent, ..., continue, undecided
     cells: tuple[tuple[str, str, int], ...]  # (model, optimizer, epochs) it read
     design: str  # the design's fingerprint
     spending: str = "pocock"  # the design's, for the report's words
@@ -78,6 +80,9 @@ class Look:
     # digest of the trials the look's round read (`Rounds.reads`); None in records written
     # before looks carried it (then only their cells are checked against the spec)
     read: str | None = None
+    note: str | None = None  # why it decides nothing: degenerate data, a mixed chain (claims.py)
+    alpha: float = sequential.ALPHA  # the study's, split evenly over its `panels`
+    panels: int = 1
 
     @property
     def done(self) -> bool:
@@ -147,6 +152,9 @@ _FIELD_TYPES = {
     "spending": lambda x: x in sequential.SPENDING,
     "margin": lambda x: x is None or _number(x),
     "read": lambda x: x is None or _text(x),
+    "note": lambda x: x is None or _text(x),
+    "alpha": lambda x: _number(x) and 0 < x < 1,
+    "panels": lambda x: _count(x) and x >= 1,
 }
 _FIELD_WORDS = {
     "claim": "a claim (a, b, c or d)",
@@ -159,12 +167,21 @@ _FIELD_WORDS = {
     "spending": f"a spending ({', '.join(sequential.SPENDING)})",
     "margin": "a number or null",
 } | {name: "a number" for name in ("estimate", "se", "boundary", "low", "high")}
-_FIELD_WORDS |= {name: "text" for name in ("panel", "design", "read")}
-_REQUIRED = [name for name in _FIELD_TYPES if name not in ("spending", "margin", "read")]
+_FIELD_WORDS |= {name: "text" for name in ("panel", "design", "read", "note")}
+_FIELD_WORDS |= {"alpha": "a number in (0, 1)", "panels": "a count of at least 1"}
+# fields that records written before them lack (their defaults read them)
+_LATER = ("spending", "margin", "read", "note", "alpha", "panels")
+_REQUIRED = [name for name in _FIELD_TYPES if name not in _LATER]
 
 
-def design(decide: Decide) -> sequential.Design:
-    return sequential.Design(tuple(decide.looks), decide.spending, decide.alpha, decide.margin)
+def design(spec: StudySpec) -> sequential.Design:
+    """The study's design: its alpha split over the panels its named claims can read in its
+    grid (claims.panels, counted before any data; docs/sequential.md)."""
+    decide = spec.decide
+    cells = [(c.model, c.optimizer, c.epochs) for c in spec.cells()]
+    count = sum(p.claim in decide.claims for p in panels(cells))
+    looks = tuple(decide.looks)
+    return sequential.Design(looks, decide.spending, decide.alpha, decide.margin, max(1, count))
 
 
 def fingerprint(decide: Decide) -> str:
@@ -180,7 +197,7 @@ class Rounds:
     def __init__(self, spec: StudySpec, looks: Iterable[Look], trials: list[Trial] | None = None):
         assert spec.decide is not None
         self.spec, self.decide = spec, spec.decide
-        self.design = design(spec.decide)
+        self.design = design(spec)
         self.fingerprint = fingerprint(spec.decide)
         self._trials = trials
         self.looks: dict[str, list[Look]] = {}
@@ -315,6 +332,8 @@ class Rounds:
         read = self.reads(k, self._reading(k))
         rows = claims_table(frames.with_errors(prefix, METRIC), Options(), self.spec.name, c)
         last = k == len(self.decide.looks) - 1
+        results = frames.with_errors(prefix, METRIC)
+        rows = claims_table(results, Options(), self.spec.name, c, self.decide.margin, last)
         new = []
         for _, row in rows[rows["claim"].isin(self.decide.claims)].iterrows():
             key = panel_key(row)
@@ -334,12 +353,15 @@ class Rounds:
                     boundary=float(c),
                     low=float(row["low"]),
                     high=float(row["high"]),
-                    outcome=sequential.outcome(row["low"], row["high"], self.decide.margin, last),
+                    outcome=row["verdict"],  # the look's outcome (claims.py)
                     cells=tuple(tuple(cell) for cell in row["cells"]),
                     design=self.fingerprint,
                     spending=self.decide.spending,
                     margin=self.decide.margin,
                     read=read,
+                    note=row["note"],
+                    alpha=self.decide.alpha,
+                    panels=self.design.panels,
                 )
             )
         return new
@@ -380,6 +402,8 @@ def _signed(x: float) -> str:
 def look_line(look: Look) -> str:
     """One line per look, as the driver records it."""
     what = {"continue": "not decided yet, continues"}.get(look.outcome, look.outcome)
+    if look.note:  # why it decides nothing (degenerate data, a mixed chain)
+        what += f" ({look.note})"
     return (
         f"look {look.k + 1} ({look.n} of at most {look.n_max} {look.unit}): ({look.claim}) "
         f"{look.panel.split(' ', 1)[1]}: {_signed(look.estimate)} "
@@ -396,6 +420,7 @@ def decision_lines(rounds: Rounds, waiting: str | None) -> list[str]:
     for key, panel in sorted(rounds.looks.items()):
         last, where = panel[-1], f"({panel[-1].claim}) {key.split(' ', 1)[1]}"
         here = f"{_signed(last.estimate)} [{_signed(last.low)}, {_signed(last.high)}]"
+        here += f" ({last.note})" if last.note else ""  # why it decides nothing
         if last.outcome != "continue":
             reason = "undecided at the maximum" if last.outcome == "undecided" else last.outcome
             lines.append(
@@ -441,12 +466,12 @@ PLANNED_POWER = 0.9
 
 def planned_size(spec: StudySpec, panels: int = 1) -> float:
     """The expected size (samples or seeds per cell) of a cell that `panels` named claims read,
-    if each one's effect is the planned one (PLANNED_POWER), under the normal law
-    (report/sequential.stop_probabilities): the cell grows until its last panel stops, the
-    panels taken as independent."""
-    looks = spec.decide.looks
-    z = float(stats.norm.isf(spec.decide.alpha / 2) + stats.norm.ppf(PLANNED_POWER))
-    by_look = np.cumsum(sequential.stop_probabilities(design(spec.decide), z)) ** panels
+    if each one's effect is the planned one (PLANNED_POWER at a panel's share of alpha), with
+    the se estimated at each look as the looks read it (report/sequential.stop_probabilities):
+    the cell grows until its last panel stops, the panels taken as independent."""
+    looks, study = spec.decide.looks, design(spec)
+    z = float(stats.norm.isf(study.panel_alpha / 2) + stats.norm.ppf(PLANNED_POWER))
+    by_look = np.cumsum(sequential.stop_probabilities(study, z)) ** panels
     return float(np.dot(np.diff(np.concatenate([[0.0], by_look])), looks))
 
 
@@ -475,7 +500,7 @@ def size_lines(
         if row.get("claim") not in spec.decide.claims or not row.get("se") or not row.get("n_now"):
             continue
         z_full = row["estimate"] / row["se"] * (looks[-1] / row["n_now"]) ** 0.5
-        stops = sequential.stop_probabilities(design(spec.decide), z_full)
+        stops = sequential.stop_probabilities(rounds.design, z_full)
         size = float(sum(p * n for p, n in zip(stops, looks, strict=True)))
         for cell in row.get("cells") or []:
             cell = tuple(cell)
@@ -510,7 +535,8 @@ def size_lines(
     claims = ", ".join(f"({c})" for c in decide.claims)
     lines = [
         f"decide: {claims} looked at after {', '.join(map(str, looks))} {unit} per cell "
-        f"({spending}, alpha {decide.alpha:g}{margin}; docs/sequential.md)",
+        f"({spending}, alpha {decide.alpha:g} for the study, {rounds.design.panel_alpha:.3g} for "
+        f"each of its {rounds.design.panels} panels{margin}; docs/sequential.md)",
         f"decide: from {len(first)} trials{cost(per_cell(first))} (every claim decided at the "
         f"first look, {looks[0]} {unit} per cell) to {len(most)}{cost(per_cell(most))} "
         f"(every look taken, {looks[-1]} {unit} per cell a named claim reads)",
@@ -568,7 +594,13 @@ def _inconsistent(decide: Decide, looks: list[Look]) -> Iterator[str]:
         else:
             last = look.k == len(decide.looks) - 1
             said = sequential.outcome(look.low, look.high, decide.margin, last)
-            if look.outcome != said:
+            if look.note is not None and look.outcome in sequential.DECIDED:
+                yield f"{where}outcome {look.outcome!r}, but it decides nothing: {look.note}"
+            elif look.outcome != said and (
+                # a chain (d) decides on every step, which its record's one interval (the
+                # smallest step's) does not hold: only a decision is checked against it
+                look.claim != "d" or look.outcome in sequential.DECIDED
+            ):
                 yield f"{where}outcome {look.outcome!r}, but its interval gives {said!r}"
         panels.setdefault(look.panel, []).append(look)
     for key, panel in panels.items():
