@@ -262,6 +262,75 @@ def _sequential(
     ]
 
 
+CHAIN_LOOKS = (3, 4, 6)  # claim (d) adding seeds (studies/mini/mini_stem.yaml)
+
+
+def chain_replicates(folder) -> dict:
+    """Claim (d)'s replicates (bench/replicates.py train-chain): trials_d.csv's whole replicates
+    of CHAIN_LOOKS[-1] seeds each."""
+    path = folder / "trials_d.csv"
+    if not path.exists():
+        return {}
+    trials = pd.read_csv(path)
+    sizes = trials.groupby("replicate")["seed"].nunique()
+    return {int(r): f for r, f in trials.groupby("replicate") if sizes[r] == CHAIN_LOOKS[-1]}
+
+
+def _chain_rows(frame: pd.DataFrame, boundary: float | None, last: bool = False) -> dict:
+    """Claim (d)'s row of each panel (its optimizer), as a look (boundary) or a fixed-size
+    report (None) reads them."""
+    results = frames.with_errors(frame)
+    table = claims.claims_table(results, OPTIONS, "replicate", boundary, None, last)
+    return {row["optimizer"]: row for _, row in table[table["claim"] == "d"].iterrows()}
+
+
+def chain_evaluate(replicates: dict, design: sequential.Design) -> dict:
+    """Claim (d)'s design replayed on its replicates, per panel: each replicate's looks (the
+    report's claims_table at the look's boundary: one chain rule) until the first decision.
+    wrong: a decision against the pooled steps (every step's mean over all the replicates'
+    seeds: "holds" wrong unless every pooled step is above 0, "opposite" unless every one is
+    below); coverage: every step's repeated interval at the stop covers its pooled step."""
+    pooled = _chain_rows(pd.concat(replicates.values()), None)
+    bounds = design.boundaries()
+    out = {}
+    for optimizer, whole in pooled.items():
+        truth = {step["step"]: step["estimate"] for step in whole["steps"]}
+        runs = []
+        for frame in replicates.values():
+            for k, (n, c) in enumerate(zip(design.looks, bounds, strict=True)):
+                last = k == len(design.looks) - 1
+                row = _chain_rows(_prefix(frame, "seeds", n), c, last)[optimizer]
+                if row["verdict"] != "continue":
+                    break
+            runs.append((row, n))
+        outcomes = [row["verdict"] for row, _ in runs]
+        wrong = [
+            (o == "holds" and min(truth.values()) <= 0)
+            or (o == "opposite" and max(truth.values()) >= 0)
+            for o in outcomes
+        ]
+        covered = [
+            all(s["low"] <= truth[s["step"]] <= s["high"] for s in row["steps"]) for row, _ in runs
+        ]
+        R = len(runs)
+        share_wrong = float(np.mean(wrong))
+        out[optimizer] = {
+            "pooled_steps": {name: round(v, 2) for name, v in truth.items()},
+            "pooled_seeds": int(whole["n_now"]),
+            "outcomes": {o: outcomes.count(o) for o in sorted(set(outcomes))},
+            "decided": round(float(np.mean([o in sequential.DECIDED for o in outcomes])), 3),
+            "wrong": round(share_wrong, 3),
+            "wrong_mc_se": round(math.sqrt(share_wrong * (1 - share_wrong) / R), 3),
+            "coverage": round(float(np.mean(covered)), 3),
+            "mean_seeds": round(float(np.mean([n for _, n in runs])), 2),
+        }
+    return {
+        "design": asdict(design) | {"boundaries": [round(c, 3) for c in bounds]},
+        "replicates": len(replicates),
+        "panels": out,
+    }
+
+
 def analyse(folder) -> dict:
     """The JSON line of bench/RESULTS.md's sequential section, from what is trained so far:
     each design as trained (one training seed per study) and as search.seed_per_sample would
@@ -291,4 +360,7 @@ def analyse(folder) -> dict:
     seeds = _seed_replicates(folder, SEED_LOOKS[-1])
     if seeds:
         out["seeds_b"] = _sequential(seeds, SEED_LOOKS, claim="b")
+    chain = chain_replicates(folder)
+    if chain:  # the mini's stem design: (d) on AdamW and SGD, alpha split over both panels
+        out["chain_d"] = chain_evaluate(chain, sequential.Design(CHAIN_LOOKS, "pocock", panels=2))
     return out

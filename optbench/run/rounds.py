@@ -330,7 +330,6 @@ class Rounds:
             return []
         c = self.design.boundaries()[k]
         read = self.reads(k, self._reading(k))
-        rows = claims_table(frames.with_errors(prefix, METRIC), Options(), self.spec.name, c)
         last = k == len(self.decide.looks) - 1
         results = frames.with_errors(prefix, METRIC)
         rows = claims_table(results, Options(), self.spec.name, c, self.decide.margin, last)
