@@ -1005,6 +1005,7 @@ def test_disk_full_in_a_trial_is_one_line_loses_nothing_and_the_same_command_com
     one_model, tmp_path, monkeypatch, capsys
 ):
     one_model["search"]["n_samples"] = 2
+    one_model["epochs"] = 2  # a checkpoint after epoch 1 (none after the last: loop.py's cadence)
     one_model["executor"] = {"kind": "debug", "retries": 0}
     one_model["output"] = "results"
     (tmp_path / "study.yaml").write_text(yaml.safe_dump(one_model))
@@ -1175,6 +1176,7 @@ def test_a_full_tmpfs_stops_the_run_in_one_line_and_the_same_command_completes_a
         pytest.skip("needs root and tmpfs to mount a small file system")
     try:
         one_model["executor"] = {"kind": "debug", "retries": 0}
+        one_model["epochs"] = 2  # a checkpoint after epoch 1, none after the last
         one_model["output"] = str(disk / "results")
         (tmp_path / "study.yaml").write_text(yaml.safe_dump(one_model))
         spec = parse_spec(one_model)

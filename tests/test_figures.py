@@ -54,7 +54,15 @@ def _every_figure():
 @pytest.mark.slow
 def test_legends_sit_outside_every_panel():
     drawn = _every_figure()
-    assert set(drawn) == {"edf", "edf_raw", "scatter", "length", "optimizer", "curves"}
+    assert set(drawn) == {
+        "edf",
+        "edf_raw",
+        "scatter",
+        "length",
+        "optimizer",
+        "curves",
+        "tunability",
+    }
     for name, fig in drawn.items():
         renderer = FigureCanvasAgg(fig).get_renderer()
         fig.draw(renderer)
@@ -109,7 +117,7 @@ def test_pngs_are_150_dpi_beside_svgs(tmp_path):
     trials = synthetic_trials(MODELS, ["adamw", "sgd"], [5, 10], 4, seed=2)
     write_report(_spec(), trials, tmp_path, n_boot=20, data_shape=(10, 1, 16))
     pngs = sorted(tmp_path.glob("*.png"))
-    assert len(pngs) == 6
+    assert len(pngs) == 7  # edf, edf_raw, scatter, length, optimizer, curves, tunability
     for png in pngs:
         assert Image.open(png).info["dpi"][0] >= 150 - 0.5  # PNG stores pixels per metre
         assert png.with_suffix(".svg").stat().st_size > 0

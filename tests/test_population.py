@@ -127,8 +127,8 @@ def test_the_model_runs_once_per_step_for_the_whole_population(tmp_path, monkeyp
     def count(module, args) -> None:
         calls["train" if module.training else "eval"] += 1
 
-    def counted(cfg, compute, pipeline):
-        parts = build_parts(cfg, compute, pipeline)
+    def counted(cfg, compute, pipeline, clock=None):
+        parts = build_parts(cfg, compute, pipeline, clock)
         parts.model.register_forward_pre_hook(count)
         return parts
 
@@ -200,8 +200,8 @@ def test_each_member_trains_as_its_solo_trial(tmp_path, monkeypatch, model):
     for k, cfg in enumerate(cfgs):
         seen: list[float] = []
 
-        def with_recorded_loss(cfg, compute, pipeline, seen=seen):
-            parts = build_parts(cfg, compute, pipeline)
+        def with_recorded_loss(cfg, compute, pipeline, clock=None, seen=seen):
+            parts = build_parts(cfg, compute, pipeline, clock)
             parts.criterion = StepLosses(parts.criterion, seen)
             return parts
 

@@ -122,7 +122,7 @@ def test_write_report_files_and_page(tmp_path: Path, monkeypatch):
     assert len(tables_made) == 1 and summary["claims"] == claims_page.records(tables_made[0])
     on_disk = json.loads((tmp_path / "summary.json").read_text())
     assert on_disk == summary and len(summary["cells"]) == 8
-    figures = ["edf", "edf_raw", "scatter", "length", "optimizer", "curves"]
+    figures = ["edf", "edf_raw", "scatter", "length", "optimizer", "curves", "tunability"]
     for name in figures:
         assert (tmp_path / f"{name}.png").stat().st_size > 0
         assert (tmp_path / f"{name}.svg").stat().st_size > 0

@@ -270,7 +270,8 @@ def test_status_shows_the_trial_a_running_driver_trains_as_running(cli, one_mode
         assert driver.wait(300) == 0, driver.stderr.read()
     assert seen[-1] == "1" and set(seen) <= {"0", "1"}  # pending until its worker started it
     code, out, _ = cli("status", str(study))
-    (row,) = [r for r in out.splitlines() if "vit_p_w64_16px" in r]
+    # the table's row (a finished cell also gets a "cost ..." line: where its seconds went)
+    (row,) = [r for r in out.splitlines() if "vit_p_w64_16px" in r and "│" in r]
     assert _cells(row)[3] == "1" and _cells(row)[6] == "0"  # finished, and nothing runs
 
 

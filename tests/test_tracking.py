@@ -22,6 +22,7 @@ from driver_process import ctrl_c_after_first_end, run_again, stoppable_study
 from services import needs_extra
 
 from optbench.plan.trials import plan
+from optbench.spec import tracking as tracking_settings
 from optbench.spec.schema import parse_spec
 from optbench.spec.tracking import Tracking
 from optbench.trackers import backends as tracking_mod
@@ -138,7 +139,7 @@ def test_tracking_is_an_execution_setting_never_part_of_a_cell_id(tiny_dict):
 
 
 def test_a_tracker_that_is_not_installed_is_refused_with_its_extra(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(tracking_mod, "installed", lambda kind: False)
+    monkeypatch.setattr(tracking_settings, "installed", lambda kind: False)
     study = tmp_path / "study.yaml"
     study.write_text(yaml.safe_dump({**ONE_MODEL_STUDY, "output": "results"}))
     code, _, err = run_cli(

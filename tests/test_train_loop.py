@@ -19,7 +19,7 @@ import optbench.train.epoch as epoch
 from optbench.spec.recipe import Dataset, Recipe
 from optbench.train import run_trial as run_trial_module
 from optbench.train.checkpoint import CHECKPOINT_FILE
-from optbench.train.loop import Members
+from optbench.train.loop import CheckpointCadence, Members
 from optbench.train.run_trial import run_trial
 from optbench.train.signals import STOP_SIGNALS, StopRequest, TrialInterrupted
 from optbench.trial.config import Execution, TrainConfig
@@ -231,8 +231,9 @@ def test_the_gpu_settings_bf16_channels_last_and_compile_train_through_the_loop_
     cfg = config(epochs=2)
     run = Execution(pipeline="pil")
     members = Members([cfg], [tmp_path], tmp_path, compute.device, run, start=time.perf_counter())
+    cadence = CheckpointCadence()
     result = run_trial_module._train(
-        cfg, tmp_path, tmp_path, compute, StopRequest(), False, members, run
+        cfg, tmp_path, tmp_path, compute, StopRequest(), False, members, run, cadence
     )
     assert result.status == "finished" and len(compiled) == 1
     assert 0 <= result.ema_final_error <= 100 and 0 <= result.raw_final_error <= 100

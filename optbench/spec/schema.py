@@ -16,7 +16,7 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import (
@@ -148,7 +148,7 @@ class SlurmSettings(StrictModel):
         default_factory=dict, description="extra sbatch flags, e.g. {mail-type: END}"
     )
     # auto: as many as the cost plan says pay their job's start (plan/costs.py: trials_per_job)
-    trials_per_job: StrictInt | Literal["auto"] = Field(default="auto", ge=1)
+    trials_per_job: Annotated[StrictInt, Field(ge=1)] | Literal["auto"] = "auto"
     signal_delay_s: StrictInt = Field(default=120, ge=10)
     max_requeues: StrictInt = Field(default=3, ge=0)
     poll_s: StrictFloat = Field(default=10.0, ge=2.0)
