@@ -15,10 +15,12 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from PIL import Image
 
 from optbench.report import figures, frames
-from optbench.report.drawing import LookPanel, data_lines, plot_looks
+from optbench.report.drawing import data_lines
+from optbench.report.drawing_curves import LookPanel, plot_looks
+from optbench.report.sections import build_sections
 from optbench.report.summary import Options, format_table
 from optbench.report.synthetic import synthetic_trials
-from optbench.report.writer import build_sections, write_report
+from optbench.report.writer import write_report
 from optbench.spec.schema import parse_spec
 
 MODELS = ["vit_p_w64_16px", "vit_c_w64_16px"]

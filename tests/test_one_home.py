@@ -95,7 +95,7 @@ def test_optbench_run_and_the_report_say_a_pipeline_mix_alike():
 
     import pandas as pd
 
-    from optbench.report.writer import _pipeline_notes
+    from optbench.report.sections import _pipeline_notes
     from optbench.run.progress import input_notes
 
     rows = [("a", "pil"), ("a", "tensor"), ("a", "pil"), ("b", "tensor")]

@@ -13,9 +13,10 @@ import pytest
 from optbench.errors import UsageError
 from optbench.models import create_model
 from optbench.report.drawing import data_lines
+from optbench.report.sections import build_sections
 from optbench.report.summary import Options, format_table, summarize
 from optbench.report.synthetic import synthetic_trials
-from optbench.report.writer import build_sections, write_report
+from optbench.report.writer import write_report
 from optbench.spec.schema import parse_spec
 
 MODELS = ["vit_p_w64_16px", "vit_c_w64_16px"]

@@ -1,5 +1,5 @@
 """Every figure of the report, drawn from a trials DataFrame: one function per figure, each
-returning a matplotlib Figure. writer.py calls them for its page; a notebook calls them on
+returning a matplotlib Figure. sections.py calls them for the page; a notebook calls them on
 `optbench.load_trials(...)` (or any frame with its columns).
 
 A trials frame has one row per trial: model, optimizer, epochs, sample, seed, lr, wd, status
@@ -14,7 +14,14 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from optbench.report import drawing, frames, tunability
+from optbench.report import (
+    drawing,
+    drawing_cells,
+    drawing_curves,
+    drawing_samples,
+    frames,
+    tunability,
+)
 from optbench.report.claims import STATISTIC
 from optbench.report.edf import AUC_MAX_POINTS, dtop1, edf, edf_auc
 from optbench.report.stats import N_BOOT, edf_band, good_range
@@ -64,8 +71,8 @@ def edf_figure(
     to compare curves by), "pointwise" (each x on its own) or "none". With `num_classes`, a
     cell whose best error is near chance level is drawn dotted. A dtop-1 figure marks the area
     claim (a) compares (to AUC_MAX_POINTS) and gives each model's in the legend."""
-    if band not in drawing.EDF_BANDS:
-        raise ValueError(f"band: {band!r} is not one of {list(drawing.EDF_BANDS)}")
+    if band not in drawing_samples.EDF_BANDS:
+        raise ValueError(f"band: {band!r} is not one of {list(drawing_samples.EDF_BANDS)}")
     options = _options(metric, n_boot, seed)
     results = _results(trials, metric)
     x_max = None if raw else dtop1_axis_end(results)
@@ -105,11 +112,13 @@ def edf_figure(
                 "best": None if best is None else float(best),
                 "area": None if raw else edf_auc(values),
             }
-            curves.append(drawing.EdfCurve(model, xs, edf(values, xs), band=shaded, **counts))
-        panels.append(drawing.EdfPanel(optimizer, epochs, curves))
+            curves.append(
+                drawing_samples.EdfCurve(model, xs, edf(values, xs), band=shaded, **counts)
+            )
+        panels.append(drawing_samples.EdfPanel(optimizer, epochs, curves))
     if not panels:
         raise NothingToDraw("no finished trial: no error to draw")
-    return drawing.plot_edf(
+    return drawing_samples.plot_edf(
         panels,
         _colors(trials, colors),
         xlabel="error (%)" if raw else "dtop-1 = error - the model's best (points)",
@@ -151,15 +160,15 @@ def scatter_figure(
             _scatter_series(model, cell, options, options.rng_seed(model, optimizer, epochs))
             for model, cell in panel.groupby("model", sort=False)
         ]
-        panels.append(drawing.ScatterPanel(optimizer, epochs, series))
+        panels.append(drawing_samples.ScatterPanel(optimizer, epochs, series))
     if not panels:
         raise NothingToDraw("no finished trial: no error to draw")
-    return drawing.plot_scatter(panels, _colors(trials, colors))
+    return drawing_samples.plot_scatter(panels, _colors(trials, colors))
 
 
 def _scatter_series(
     model: str, cell: pd.DataFrame, options: Options, seed: list[int]
-) -> drawing.ScatterSeries:
+) -> drawing_samples.ScatterSeries:
     errors = cell["error"].to_numpy()
     values = {
         "lr": cell["lr"].to_numpy(float),
@@ -170,7 +179,7 @@ def _scatter_series(
         name: good_range(errors, v, n_boot=options.n_boot, seed=seed) for name, v in values.items()
     }
     finished = np.isfinite(errors)
-    return drawing.ScatterSeries(
+    return drawing_samples.ScatterSeries(
         model, {k: v[finished] for k, v in values.items()}, errors[finished], best
     )
 
@@ -184,7 +193,7 @@ def length_figure(
         raise NothingToDraw(
             "needs at least two schedule lengths with finished trials for some model"
         )
-    return drawing.plot_length(length, _colors(trials, colors))
+    return drawing_cells.plot_length(length, _colors(trials, colors))
 
 
 def optimizer_figure(trials: pd.DataFrame, *, metric: str = "final_error") -> Figure:
@@ -195,7 +204,7 @@ def optimizer_figure(trials: pd.DataFrame, *, metric: str = "final_error") -> Fi
     stability = frames.optimizer_stability(best)
     if stability.empty:
         raise NothingToDraw("no finished trials")
-    return drawing.plot_optimizer(stability, frames.optimizer_gaps(stability))
+    return drawing_cells.plot_optimizer(stability, frames.optimizer_gaps(stability))
 
 
 def stem_figure(trials: pd.DataFrame, *, metric: str = "final_error") -> Figure:
@@ -214,7 +223,7 @@ def stem_figure(trials: pd.DataFrame, *, metric: str = "final_error") -> Figure:
     best = best[best["model"].isin(order)].dropna(subset=["best_error"])
     if best.empty:
         raise NothingToDraw("no finished trials of the stem ablation")
-    return drawing.plot_stem(best, order)
+    return drawing_cells.plot_stem(best, order)
 
 
 def tunability_figure(
@@ -230,7 +239,7 @@ def tunability_figure(
     curves = tunability.tunability_curves(_results(trials, metric), n_boot, seed)
     if curves.empty:
         raise NothingToDraw(f"no cell has {tunability.MIN_SAMPLES} or more (lr, wd) samples")
-    return drawing.plot_tunability(curves, _colors(trials, colors))
+    return drawing_curves.plot_tunability(curves, _colors(trials, colors))
 
 
 def per_epoch(trials: pd.DataFrame) -> pd.DataFrame:
@@ -275,13 +284,13 @@ def curves_figure(
                     rows["val_error"].to_numpy(),
                 )
             )
-        panels.append(drawing.CurvePanel(optimizer, n_epochs, lines))
-    return drawing.plot_curves(panels, _colors(epochs, colors))
+        panels.append(drawing_curves.CurvePanel(optimizer, n_epochs, lines))
+    return drawing_curves.plot_curves(panels, _colors(epochs, colors))
 
 
 def looks_figure(looks: list[dict]) -> Figure:
     """A sequential study's looks (the store's records, run/rounds.py): per claim panel, the
-    estimate and repeated 95% interval at each look against its size (drawing.plot_looks)."""
+    estimate and repeated 95% interval at each look against its size (drawing_curves.plot_looks)."""
     by_panel: dict[str, list[dict]] = {}
     for look in sorted(looks, key=lambda x: (x["panel"], x["k"])):
         by_panel.setdefault(look["panel"], []).append(look)
@@ -292,7 +301,7 @@ def looks_figure(looks: list[dict]) -> Figure:
         claim, rest = key.split(" ", 1)
         last = path[-1]
         panels.append(
-            drawing.LookPanel(
+            drawing_curves.LookPanel(
                 title=f"({claim}) {rest}",
                 statistic=STATISTIC[claim],
                 unit=last["unit"],
@@ -306,4 +315,4 @@ def looks_figure(looks: list[dict]) -> Figure:
                 margin=last.get("margin"),
             )
         )
-    return drawing.plot_looks(panels)
+    return drawing_curves.plot_looks(panels)

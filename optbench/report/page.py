@@ -1,5 +1,5 @@
 """The report's HTML page: one self-contained index.html (figures as base64 PNG, every table,
-the study spec, the trial counts). `Section` is one part of the page, as writer.py assembles it.
+the study spec, the trial counts). `Section` is one part of the page, as sections.py builds it.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ MAX_SAMPLES = 128  # the power search's largest (lr, wd) sample count: twice the
 @dataclass(frozen=True)
 class Options:
     """How the statistics are computed: bootstrap resamples and the seed they derive from, and
-    which 95% band the EDF figures shade (drawing.EDF_BANDS; nothing in summary.json)."""
+    which 95% band the EDF figures shade (drawing_samples.EDF_BANDS; nothing in summary.json)."""
 
     metric: str = "final_error"
     n_boot: int = N_BOOT
