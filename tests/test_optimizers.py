@@ -1,5 +1,5 @@
 """Every optimizer of timm's registry by name (spec/optimizers.py): the torch-free table equals
-the installed timm's registry, a study's optimizer arguments are checked against it, an
+the installed timm's registry and a wheel ships it, a study's optimizer arguments are checked against it, an
 optimizer and its arguments name its cells while the paper's AdamW and SGD cells keep their ids,
 a hybrid optimizer's fallback is recorded, and a Lion and a Muon study train."""
 
@@ -8,6 +8,12 @@ from __future__ import annotations
 import copy
 import inspect
 import json
+import os
+import shutil
+import subprocess
+import sys
+from importlib import resources
+from pathlib import Path
 
 import pytest
 import yaml
@@ -16,7 +22,9 @@ from cli_inprocess import TINY, run_cli, tiny_config
 from optbench.errors import SpecError
 from optbench.spec.optimizers import OPTIMIZER_NAMES, check_optimizer_args
 from optbench.spec.schema import parse_spec
-from optbench.spec.timm_optimizers import TIMM_OPTIMIZERS, TIMM_VERSION
+from optbench.spec.timm_optimizers import TABLE_FILE, TIMM_OPTIMIZERS, TIMM_VERSION
+
+REPO = Path(__file__).resolve().parents[1]
 
 SGD_BOX = {"lr": [0.1, 1.0], "wd": [1e-5, 1e-4]}
 LION_BOX = {"lr": [1e-4, 1e-3], "wd": [0.1, 1.0]}
@@ -45,6 +53,41 @@ def test_the_table_is_the_installed_timms_registry():
         if "args" in entry:  # each argument a study may set is one the class takes
             assert set(entry["args"]) <= set(inspect.signature(cls.__init__).parameters), name
     assert {"lion", "adopt", "muon", "kron", "mars", "lamb", "lars"} <= set(OPTIMIZER_NAMES)
+    # the shipped file is what `python -m optbench.train.optim` writes from this timm
+    from optbench.train.optim import optimizer_table_text
+
+    shipped = resources.files("optbench.spec").joinpath(TABLE_FILE).read_text(encoding="utf-8")
+    assert shipped == optimizer_table_text()
+
+
+@pytest.mark.slow  # builds a wheel and starts a Python
+def test_a_wheel_ships_the_table_and_reads_it_from_there(tmp_path):
+    source = tmp_path / "source"  # a copy: a build writes build/ and egg-info beside its source
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, source / name)
+    shutil.copytree(REPO / "optbench", source / "optbench", ignore=shutil.ignore_patterns("*.pyc"))
+    build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation"]
+    build += ["--no-index", "-q", "-w", str(tmp_path / "dist"), str(source)]
+    subprocess.run(build, check=True, capture_output=True, timeout=300)
+    (wheel,) = (tmp_path / "dist").glob("optbench-*.whl")
+    # the wheel first on the path: its optbench, not the checkout's (no PYTHONPATH either)
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); "
+        "from optbench.spec import timm_optimizers as t; "
+        "print(t.__file__); print(repr(t.TIMM_OPTIMIZERS))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    ran = subprocess.run(
+        [sys.executable, "-c", code, str(wheel)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    where, table = ran.stdout.splitlines()
+    assert where.startswith(str(wheel)) and table == repr(TIMM_OPTIMIZERS)
 
 
 def test_the_paper_cells_keep_their_ids():

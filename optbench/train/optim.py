@@ -12,7 +12,7 @@ recipe, 0.9 by default, dampening 0; `recipe.nesterov` for Nesterov), built with
 of timm's registry (spec/optimizers.py) with `create_optimizer_v2` over the same groups, its
 `recipe.optimizer_args` and timm's defaults for the rest (the hybrids' fallback is timm's own:
 Muon routes parameters by shape, Kron preconditions them; the trial's config records it).
-`registry_table` writes timm's registry as the torch-free table spec/timm_optimizers.py.
+`registry_table` writes timm's registry as the torch-free table spec/timm_optimizers.json.
 
 Schedule (`LrSchedule`, a pure function of the step, so resuming needs no state): three rules,
 `recipe.schedule`, each one reference code's; `min_lr` and `warmup_factor` are fractions of the
@@ -155,7 +155,7 @@ class LrSchedule:
         return self._written.param_groups[0]["lr"]
 
 
-# --- timm's optimizer registry as a torch-free table (spec/timm_optimizers.py) ---------------
+# --- timm's optimizer registry as a torch-free table (spec/timm_optimizers.json) -------------
 
 # Arguments optbench sets itself: the parameter groups, the lr (the search's, scheduled) and the
 # weight decay (the search's, on the decayed group only).
@@ -177,7 +177,7 @@ NOT_SETTABLE = object()
 
 def registry_table() -> dict[str, dict]:
     """The installed timm's optimizer registry (timm.optim.list_optimizers) as the table
-    spec/timm_optimizers.py holds: per name, the class and each argument a study may set with
+    spec/timm_optimizers.json holds: per name, the class and each argument a study may set with
     the default create_optimizer_v2 gives it (the class's, overridden by the registry's defaults,
     momentum 0.9 where timm adds it), leaving out what create_optimizer_v2 drops (eps, betas,
     momentum where the registry says the class has none) and what no study can spell; a class
@@ -217,28 +217,18 @@ def registry_table() -> dict[str, dict]:
     return table
 
 
-def optimizer_table_source() -> str:
-    """spec/timm_optimizers.py's text for the installed timm (tests compare it with the file;
-    `python -m optbench.train.optim` writes it)."""
+def optimizer_table_text() -> str:
+    """spec/timm_optimizers.json's text for the installed timm: its version and registry_table
+    (tests compare it with the file; `python -m optbench.train.optim` writes it)."""
+    import json
+
     import timm
 
-    lines = [
-        '"""timm\'s optimizer registry as data, written by `python -m optbench.train.optim` from',
-        f"timm {timm.__version__} (train/optim.py: registry_table): each optimizer's class and the",
-        "arguments a study may give it (recipe.optimizer_args), with their defaults. Read by",
-        'spec/optimizers.py, so a study\'s optimizers are checked without importing torch or timm."""',
-        "",
-        f'TIMM_VERSION = "{timm.__version__}"',
-        "",
-        f"TIMM_OPTIMIZERS: dict[str, dict] = {registry_table()!r}",
-    ]
-    return "\n".join(lines) + "\n"
+    table = {"timm_version": timm.__version__, "optimizers": registry_table()}
+    return json.dumps(table, indent=2, allow_nan=False) + "\n"
 
 
 if __name__ == "__main__":
-    import subprocess
-    from pathlib import Path
+    from optbench.spec.timm_optimizers import TABLE_PATH
 
-    target = Path(__file__).resolve().parent.parent / "spec" / "timm_optimizers.py"
-    target.write_text(optimizer_table_source())
-    subprocess.run(["ruff", "format", str(target)], check=True)
+    TABLE_PATH.write_text(optimizer_table_text(), encoding="utf-8")
