@@ -28,6 +28,7 @@ import pandas as pd
 
 from optbench.report import claims, frames, sequential
 from optbench.report.summary import Options
+from optbench.spec.claim_kinds import KINDS
 
 OPTIONS = Options()
 
@@ -253,7 +254,7 @@ def _sequential(
     studies: dict, looks: tuple[int, ...], null: bool = False, claim: str = "a"
 ) -> list[dict]:
     """Every spending's figures for one set of looks; each look is computed once."""
-    unit = "samples" if claim == "a" else "seeds"
+    unit = KINDS[claim].unit
     margin = MARGIN_A if claim == "a" else None
     computed = looks_of(studies, claim, unit, trained_looks(studies, unit, looks))
     return [

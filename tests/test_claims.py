@@ -327,10 +327,13 @@ def test_a_stem_chain_whose_steps_point_both_ways_is_not_shown_and_gets_no_power
 
 def _looked(verdict, n, n_max=24, margin=0.1, panels=2):
     """Claim (a)'s row of a sequential study whose last look (k 1) said `verdict` at n."""
-    from optbench.report.claims import panel_key, with_looks
+    from optbench.report.claims import with_looks
+    from optbench.spec.claim_kinds import comparison_key
 
     table = _claims(_edf_cells(np.random.default_rng(0), p_spread=40.0, c_spread=2.0))
-    look = {"panel": panel_key(table.iloc[0]), "k": 1, "n": n, "n_max": n_max, "unit": "samples"}
+    claim, cells = table.iloc[0]["claim"], table.iloc[0]["cells"]
+    look = {"panel": comparison_key(claim, cells), "claim": claim, "cells": cells}
+    look |= {"k": 1, "n": n, "n_max": n_max, "unit": "samples"}
     look |= {"estimate": 0.05, "se": 0.01, "low": 0.02, "high": 0.08, "outcome": verdict}
     look |= {"boundary": 2.4, "margin": margin, "alpha": 0.05, "panels": panels, "note": None}
     return with_looks(table, [look]).iloc[0]

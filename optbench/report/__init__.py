@@ -3,8 +3,9 @@ trials.csv, the figures and index.html of one study; `sections.py`: the page's s
 with its figures, tables and notes) from
 - the numbers: `edf.py` (EDF math of one cell), `stats.py` (bootstrap and friends), `frames.py`
   (the tables, as frames, computed from the trials frame: panels, cell errors, stability, peak),
-  `summary.py` (summary.json), `claims.py` (the paper's claims, tested), `sequential.py` (the
-  sequential rule: spending, boundaries, outcomes), `tunability.py` (the
+  `summary.py` (summary.json), `claims.py` (the paper's claims, tested: each kind's statistic), `looks.py` (a
+  sequential study's look records, their lines, the claims at their last looks),
+  `sequential.py` (the sequential rule: spending, boundaries, outcomes), `tunability.py` (the
   expected best error after k (lr, wd) samples);
 - what is shown: `figures.py` (each figure from a trials frame, the public API), matplotlib's
   drawing of precomputed data: `drawing.py` (what every figure shares: grid, legend, colours),

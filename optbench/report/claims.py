@@ -7,9 +7,11 @@ Xiao et al. (2021) claim that, compared with ViT_P (patchify stem), ViT_C (conv 
   (c) loses less when SGD replaces AdamW (Fig 3),
 and (d) that error grows as the stem's patchify layer grows, S1 -> S4 -> P (Table 3).
 
-Models take their roles from their zoo names (optbench/spec/roles.py): `vit_p_<x>` and
+Each claim is a kind of spec/claim_kinds.py (its unit, smallest look, the cells it reads, its
+words); models take their roles from their zoo names (spec/roles.py): `vit_p_<x>` and
 `vit_c_<x>` are a pair, `vit_s<k>_<x>` the stem ablation with a k-th patchify size of the same
-family `<x>`.
+family `<x>`. Here are the statistics: the EDF kind's below (`_Claims.edf`), the seed kinds'
+per-seed contrasts in `SEED_CONTRASTS`.
 
 Definitions (each statistic is defined here once; "error" is the trial's `options.metric`):
 - cell: the trials of one (model, optimizer, epochs); a sample is one (lr, wd) pair of it, a
@@ -71,8 +73,8 @@ t_{n-1}(c) se, n the samples per cell (se: the standard deviation of the same bo
 replicates; with z instead of t these intervals covered 17 of 20 replicate studies of the
 quickstart's design, with t 20 of 20: docs/sequential.md), (b)-(d) each step's t interval; the
 row's verdict is the look's outcome (sequential.outcome, with the design's margin); a look
-computes neither the power nor the curve verdict. `panels` lists every claim and panel a grid
-can test: what the table computes, and what a sequential study splits its alpha over.
+computes neither the power nor the curve verdict (report/looks.py: a look's record and the
+rows at a study's last looks).
 
 Evidence (`advice`): how many units of what the row resamples ((a): (lr, wd) samples per cell,
 each with the study's seeds; (b)-(d): seeds) a study would need so that its 95% interval shows
@@ -83,35 +85,19 @@ contrasts for (b)-(d) (stats.seed_power).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
-
 import numpy as np
 import pandas as pd
 
 from optbench.report import frames, sequential, stats
-from optbench.report.edf import AUC_MAX_POINTS, MIN_EDF_SAMPLES
+from optbench.report.edf import AUC_MAX_POINTS
+from optbench.report.looks import with_looks as with_looks  # the report writer's name for it
 from optbench.report.summary import MAX_SAMPLES, Options, advice_line
-from optbench.spec.roles import families, role_name
+from optbench.spec.claim_kinds import MIN_EDF_SAMPLES, MIN_SEEDS, Panel, panels
+from optbench.spec.roles import role_name
 
-# (b)-(d): a t interval of 2 seeds has 1 degree of freedom (t = 12.7) and says next to nothing;
-# from 3 seeds (t = 4.3) a seed claim is tested
-MIN_SEEDS = 3
 MAX_SEEDS = 32
 CURVE_STEPS = 200  # D(x) of claim (a)'s curve statement on this many steps of [0, 10]
 
-PAPER = {
-    "a": "ViT_C's lr/wd EDF is steeper than ViT_P's (Figs 4-5)",
-    "b": "ViT_C is closer to its asymptote at short schedules (Fig 2)",
-    "c": "ViT_C's SGD - AdamW gap is smaller (Fig 3)",
-    "d": "error grows with the stem's patchify size, {chain} (Table 3)",  # the stems that ran
-}
-STATISTIC = {
-    "a": "auc_10(C) - auc_10(P) (EDF area, 0-1)",
-    "b": "[E(P,short) - E(P,long)] - [E(C,short) - E(C,long)] (points)",
-    "c": "mean over lengths of gap(P) - gap(C), gap = E(sgd) - E(adamw) (points)",
-    "d": "min step of E along the stem order (points)",
-}
 COLUMNS = [
     "claim",
     "paper",
@@ -167,69 +153,6 @@ def _auc(trials: np.ndarray) -> np.ndarray:
         dtop = trials - trials.min(axis=-1, keepdims=True)
     dtop = np.where(np.isfinite(trials.min(axis=-1, keepdims=True)), dtop, np.inf)
     return np.clip(1.0 - dtop / AUC_MAX_POINTS, 0.0, 1.0).mean(axis=-1)
-
-
-# --- the panels a grid can test ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Panel:
-    """One claim on one panel of a grid: the cells its statistic reads."""
-
-    claim: str
-    optimizer: str
-    epochs: int | str  # (b): "short vs long"; (c): the lengths, "4, 8"
-    models: tuple[str, ...]  # (C, P), or the stem chain S1, ..., P for (d)
-    cells: tuple[tuple[str, str, int], ...]
-
-
-def panels(cells: Iterable[tuple[str, str, int]]) -> list[Panel]:
-    """Every claim and panel that a grid of (model, optimizer, epochs) cells can test (module
-    docstring), in the table's order: what claims_table computes from the cells with results,
-    and what a sequential study counts from its spec before any data (run/rounds.py: alpha is
-    split over them). (a) also needs MIN_EDF_SAMPLES samples of both models, known only from
-    data."""
-    cells = list(dict.fromkeys(tuple(c) for c in cells))
-    optimizers = sorted({o for _, o, _ in cells})
-
-    def epochs_of(*models: str, among: Iterable[str] = optimizers) -> list[int]:
-        shared = [{e for m_, o, e in cells if m_ == m and o in among} for m in models]
-        return sorted(set.intersection(*shared)) if shared else []
-
-    out: list[Panel] = []
-    for fam in families(list(dict.fromkeys(m for m, _, _ in cells))):
-        if fam.p and fam.c:
-            pair = (fam.c, fam.p)
-            for opt in optimizers:
-                for ep in epochs_of(fam.p, fam.c, among=[opt]):
-                    out.append(Panel("a", opt, ep, pair, ((fam.p, opt, ep), (fam.c, opt, ep))))
-            for opt in optimizers:
-                lengths = epochs_of(fam.p, fam.c, among=[opt])
-                if len(lengths) >= 2:
-                    short, long = lengths[0], lengths[-1]
-                    read = tuple((m, opt, e) for m in (fam.p, fam.c) for e in (short, long))
-                    out.append(Panel("b", opt, f"{short} vs {long}", pair, read))
-            lengths = sorted(
-                set.intersection(
-                    *(
-                        set(epochs_of(m, among=[o]))
-                        for m in (fam.p, fam.c)
-                        for o in ("adamw", "sgd")
-                    )
-                )
-            )
-            if lengths:
-                read = tuple(
-                    (m, o, e) for m in (fam.p, fam.c) for o in ("adamw", "sgd") for e in lengths
-                )
-                out.append(Panel("c", "sgd - adamw", ", ".join(map(str, lengths)), pair, read))
-        order = fam.stem_order
-        if len(order) >= 2:
-            for opt in optimizers:
-                for ep in epochs_of(*order, among=[opt]):
-                    out.append(Panel("d", opt, ep, order, tuple((m, opt, ep) for m in order)))
-    rank = {k: i for i, k in enumerate(PAPER)}
-    return sorted(out, key=lambda p: rank[p.claim])
 
 
 # --- the claims ----------------------------------------------------------------------------------
@@ -314,12 +237,12 @@ class _Claims:
         models = panel.models
         return {
             "claim": panel.claim,
-            "paper": PAPER[panel.claim].format(chain=" -> ".join(map(role_name, models))),
+            "paper": panel.kind.paper.format(chain=" -> ".join(map(role_name, models))),
             "study": self.study,
             "optimizer": panel.optimizer,
             "epochs": panel.epochs,
-            "models": " vs ".join(models) if panel.claim != "d" else " < ".join(models),
-            "statistic": STATISTIC[panel.claim],
+            "models": panel.model_words,
+            "statistic": panel.kind.statistic,
             "trials": int(len(subset)),
             "diverged": int((subset["status"] == "diverged").sum()),
             "cells": [[m, o, int(e)] for m, o, e in panel.cells],
@@ -399,7 +322,7 @@ class _Claims:
         smallest = min(steps, key=lambda i: i.estimate)
         low, high = min(i.low for i in steps), min(i.high for i in steps)
         names = None
-        if panel.claim == "d":
+        if panel.kind.chain:
             chain = list(map(role_name, panel.models))
             names = [f"{a} -> {b}" for a, b in zip(chain, chain[1:], strict=False)]
             row["steps"] = [
@@ -472,28 +395,39 @@ class _Claims:
         return curve_verdict(*stats.sup_band(diffs[0], diffs[1:]))
 
     def seeds(self, panel: Panel) -> None:
-        """A seed claim's row: (b) [P_s - P_l] - [C_s - C_l], (c) the mean over lengths of
-        gap(P) - gap(C), (d) the chain's steps (module docstring)."""
+        """A seed claim's row from its kind's per-seed contrast (SEED_CONTRASTS)."""
         k, v = self.seed_errors(list(panel.cells))
-        if not v:
-            return
-        if panel.claim == "b":
-            contrast = (v[0] - v[1]) - (v[2] - v[3])
-        elif panel.claim == "c":
-            e = dict(zip(panel.cells, v, strict=True))
-            p, c = panel.models[1], panel.models[0]
-            lengths = sorted({ep for _, _, ep in panel.cells})
-            contrast = np.mean(
-                [
-                    (e[(p, "sgd", n)] - e[(p, "adamw", n)])
-                    - (e[(c, "sgd", n)] - e[(c, "adamw", n)])
-                    for n in lengths
-                ],
-                axis=0,
-            )
-        else:
-            contrast = np.diff(np.stack(v), axis=0)  # (steps, k)
-        self.add_seeds(panel, contrast, k)
+        if v:
+            self.add_seeds(panel, SEED_CONTRASTS[panel.claim](panel, v), k)
+
+
+def _length_contrast(panel: Panel, v: list[np.ndarray]) -> np.ndarray:
+    """(b): [P_s - P_l] - [C_s - C_l], the cells read as P short, P long, C short, C long."""
+    return (v[0] - v[1]) - (v[2] - v[3])
+
+
+def _optimizer_contrast(panel: Panel, v: list[np.ndarray]) -> np.ndarray:
+    """(c): the mean over lengths of gap(P) - gap(C), gap = E(sgd) - E(adamw)."""
+    e = dict(zip(panel.cells, v, strict=True))
+    p, c = panel.models[1], panel.models[0]
+    lengths = sorted({ep for _, _, ep in panel.cells})
+    return np.mean(
+        [
+            (e[(p, "sgd", n)] - e[(p, "adamw", n)]) - (e[(c, "sgd", n)] - e[(c, "adamw", n)])
+            for n in lengths
+        ],
+        axis=0,
+    )
+
+
+def _chain_contrast(panel: Panel, v: list[np.ndarray]) -> np.ndarray:
+    """(d): each step E(next) - E(previous) along the stem order, (steps, k)."""
+    return np.diff(np.stack(v), axis=0)
+
+
+# The statistic of each kind whose `reads` is "seeds" (spec/claim_kinds.py): the per-seed
+# contrasts (k,) or, for a chain, (steps, k), from the per-seed errors of its cells in order.
+SEED_CONTRASTS = {"b": _length_contrast, "c": _optimizer_contrast, "d": _chain_contrast}
 
 
 # a standard error this small against the interval's scale is no spread (float rounding of a
@@ -518,79 +452,8 @@ def claims_table(
     claims = _Claims(results, options or Options(), study, boundary, margin, last)
     present = results[frames.CELL_KEYS].drop_duplicates().itertuples(index=False)
     for panel in panels((m, o, int(e)) for m, o, e in present):
-        if panel.claim == "a":
+        if panel.kind.reads == "edf":
             claims.edf(panel)
         else:
             claims.seeds(panel)
     return pd.DataFrame(claims.rows, columns=COLUMNS)
-
-
-# --- a sequential study's claims: its looks, not a fixed-size interval --------------------------
-
-
-def panel_key(row) -> str:
-    """A claim's panel by name, e.g. "a adamw 20ep vit_c_w64_16px vs vit_p_w64_16px": how a
-    sequential study's looks (run/rounds.py) are matched to claims rows."""
-    return f"{row['claim']} {row['optimizer']} {row['epochs']}ep {row['models']}"
-
-
-def with_looks(table: pd.DataFrame, looks: list[dict]) -> pd.DataFrame:
-    """The claims of a sequential study (`looks`: the store's records, run/rounds.py): each
-    panel that was looked at shows its last look, its repeated confidence interval and its
-    outcome (holds, opposite, equivalent, undecided; "continue" while the study runs) instead
-    of a fixed-size interval, which would not hold after stopping on the data. Columns `looks`
-    (how many were taken), `n_max`, `alpha` (the study's), `panels` (the panels it is split
-    over) and `margin` are added; rows without looks keep their own."""
-    last: dict[str, dict] = {}
-    for look in looks:
-        if look["panel"] not in last or look["k"] > last[look["panel"]]["k"]:
-            last[look["panel"]] = look
-    added = ("n_max", "alpha", "panels", "margin")
-    table = table.assign(looks=0, **dict.fromkeys(added, pd.NA)).astype(
-        dict.fromkeys(added, "object")
-    )
-    for i, row in table.iterrows():
-        look = last.get(panel_key(row))
-        if look is None:
-            continue
-        advice = _look_advice(look)
-        for column, value in (
-            ("estimate", look["estimate"]),
-            ("low", look["low"]),
-            ("high", look["high"]),
-            ("se", look["se"]),
-            ("verdict", look["outcome"]),
-            ("note", look.get("note")),  # records before it had none
-            ("alpha", look.get("alpha", sequential.ALPHA)),
-            ("panels", look.get("panels", 1)),  # before alpha was split: each panel its own
-            ("margin", look.get("margin")),
-            ("interval", "repeated"),
-            ("curve_verdict", None),
-            ("n_now", look["n"]),
-            ("power_now", None),
-            ("n_needed", None),
-            ("advice", advice),
-            ("looks", look["k"] + 1),
-            ("n_max", look["n_max"]),
-        ):
-            table.at[i, column] = value
-    return table
-
-
-def _look_advice(look: dict) -> str:
-    """What the last look says of the study's size: where it stopped and why, or how far an
-    undecided claim is from a decision (sequential.more_needed)."""
-    n, n_max, unit = look["n"], look["n_max"], look["unit"]
-    if look["outcome"] == "continue":
-        return f"look {look['k'] + 1} at {n} of at most {n_max} {unit}: not decided yet"
-    if look["outcome"] != "undecided":
-        return f"decided after {n} of at most {n_max} {unit}"
-    more = sequential.more_needed(
-        look["estimate"], look["se"], n, look["boundary"], look.get("margin")
-    )
-    likely = (
-        f"a last look at about {more} {unit} would likely decide it"
-        if more
-        else "no size would decide it"
-    )
-    return f"undecided at the maximum ({n_max} {unit}); {likely} (if the effect is as estimated)"

@@ -18,6 +18,7 @@ from optbench.report import frames, sequential, stats
 from optbench.report.claims import MIN_SEEDS, NOT_TESTED
 from optbench.report.page import Section
 from optbench.report.summary import Options
+from optbench.spec.claim_kinds import KINDS
 
 
 def _here(row) -> str:
@@ -49,20 +50,9 @@ def evidence_lines(table: pd.DataFrame) -> list[str]:
 
 
 def _panel_words(row) -> str:
-    if row.claim == "c":
-        return f"over {row.epochs} epochs"
+    """The row's panel in its kind's phrase, e.g. "with AdamW at 8 epochs"."""
     optimizer = {"adamw": "AdamW", "sgd": "SGD"}.get(row.optimizer, row.optimizer)
-    epochs = f"{row.epochs} epochs" if row.claim == "b" else f"at {row.epochs} epochs"
-    return f"with {optimizer}, {epochs}" if row.claim == "b" else f"with {optimizer} {epochs}"
-
-
-# what each claim's estimate measures, in the sentence beside it (claims.py: the statistics)
-MEASURE = {
-    "a": "EDF area to 10 points",
-    "b": "error points",
-    "c": "error points",
-    "d": "smallest step, error points",
-}
+    return KINDS[row.claim].phrase.format(optimizer=optimizer, epochs=row.epochs)
 
 
 def _sequential(row) -> bool:
@@ -113,7 +103,7 @@ def sentence(row) -> str:
     of that size: 97% (if the effect is as estimated)"; why a row decides nothing (its `note`:
     degenerate data, a mixed chain) follows its verdict."""
     claim = f"({row.claim}) {row.paper}, {_panel_words(row)}"
-    measured = f"{MEASURE[row.claim]}: {_here(row)}"
+    measured = f"{KINDS[row.claim].measure}: {_here(row)}"
     note = getattr(row, "note", None)
     note = "" if note is None or pd.isna(note) else f"; {note}"
     if row.verdict == NOT_TESTED and not _sequential(row):
@@ -151,16 +141,12 @@ def markdown(table: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-# the report section whose figure each claim reads
-CLAIM_SECTION = {"a": "edf", "b": "length", "c": "optimizer", "d": "stem"}
-
-
 def sections(table: pd.DataFrame, options: Options, drawn: set[str] | None = None) -> list[Section]:
     """The report page's "claims" section from `claims_table`'s rows (computed once per report:
     the page and summary.json show the same bootstrap), or nothing when the study tests no
     claim; with `drawn` (the report's sections), only the claims whose section is drawn."""
     if drawn is not None:
-        table = table[table["claim"].map(CLAIM_SECTION).isin(drawn)]
+        table = table[table["claim"].map(lambda claim: KINDS[claim].section).isin(drawn)]
     if table.empty:
         return []
     section = Section(

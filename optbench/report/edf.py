@@ -11,11 +11,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from optbench.spec.claim_kinds import MIN_EDF_SAMPLES  # noqa: F401  (its home: the claim kinds)
+
 FRAC_WITHIN_POINTS: tuple[int, ...] = (1, 2, 4, 8)
 AUC_MAX_POINTS = 10.0
-# An EDF over (lr, wd) needs sampled pairs: a cell with fewer (a `sampler: good` cell trains one
-# fixed pair) gets no EDF figure, KS test or EDF claim; its seeds are compared instead.
-MIN_EDF_SAMPLES = 4
 
 
 def trial_errors(statuses: Sequence[str], errors: Sequence[float]) -> np.ndarray:

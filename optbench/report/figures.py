@@ -22,10 +22,10 @@ from optbench.report import (
     frames,
     tunability,
 )
-from optbench.report.claims import STATISTIC
 from optbench.report.edf import AUC_MAX_POINTS, dtop1, edf, edf_auc
 from optbench.report.stats import N_BOOT, edf_band, good_range
 from optbench.report.summary import Options, chance_error, near_chance
+from optbench.spec.claim_kinds import KINDS, comparison_key, panel_of
 from optbench.spec.roles import families
 
 # The dtop-1 axis ends at the largest finite dtop-1 (rounded up to 5 points), at least at
@@ -291,19 +291,18 @@ def curves_figure(
 def looks_figure(looks: list[dict]) -> Figure:
     """A sequential study's looks (the store's records, run/rounds.py): per claim panel, the
     estimate and repeated 95% interval at each look against its size (drawing_curves.plot_looks)."""
-    by_panel: dict[str, list[dict]] = {}
-    for look in sorted(looks, key=lambda x: (x["panel"], x["k"])):
-        by_panel.setdefault(look["panel"], []).append(look)
+    by_panel: dict[str, list[dict]] = {}  # by the comparison, whatever key kept the record
+    for look in sorted(looks, key=lambda x: x["k"]):
+        by_panel.setdefault(comparison_key(look["claim"], look["cells"]), []).append(look)
     if not by_panel:
         raise NothingToDraw("no look taken yet")
     panels = []
-    for key, path in by_panel.items():
-        claim, rest = key.split(" ", 1)
+    for path in sorted(by_panel.values(), key=lambda p: _look_title(p[-1])):
         last = path[-1]
         panels.append(
             drawing_curves.LookPanel(
-                title=f"({claim}) {rest}",
-                statistic=STATISTIC[claim],
+                title=_look_title(last),
+                statistic=KINDS[last["claim"]].statistic,
                 unit=last["unit"],
                 n=[look["n"] for look in path],
                 estimate=[look["estimate"] for look in path],
@@ -316,3 +315,9 @@ def looks_figure(looks: list[dict]) -> Figure:
             )
         )
     return drawing_curves.plot_looks(panels)
+
+
+def _look_title(look: dict) -> str:
+    """A look's panel in words, e.g. "(a) adamw 20ep vit_c_x vs vit_p_x"."""
+    panel = panel_of(look["claim"], look["cells"])
+    return f"({look['claim']}) {panel.words if panel else look['panel']}"

@@ -27,8 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable
 
 import numpy as np
 import pandas as pd
@@ -37,11 +36,15 @@ from scipy import stats
 from optbench.errors import SpecError
 from optbench.plan.trials import Trial, plan
 from optbench.report import frames, sequential
-from optbench.report.claims import claims_table, panel_key, panels
+from optbench.report.claims import claims_table
+from optbench.report.looks import Look, inconsistent, record_key, signed
+from optbench.report.looks import look_line as look_line  # the driver's name for it
 from optbench.report.summary import Options
-from optbench.spec.roles import families
-from optbench.spec.schema import Decide, StudySpec
+from optbench.spec.claim_kinds import cells_read, comparison_key, panels
+from optbench.spec.decide import Decide
+from optbench.spec.schema import StudySpec
 from optbench.store.database import DamagedLooks, Store
+from optbench.store.migrations import looks_under_stable_keys
 
 METRIC = "final_error"  # what a look reads: the trial's error at its last epoch
 
@@ -57,129 +60,12 @@ class CellsChanged(SpecError):
 START_AFRESH = "restore it, or give the study a new name or output to start its looks afresh"
 
 
-@dataclass(frozen=True)
-class Look:
-    """One panel's look, as the store records it."""
-
-    panel: str  # claim and panel, e.g. "a adamw 20ep vit_c_w64_16px vs vit_p_w64_16px"
-    claim: str
-    k: int  # the look's index in decide.looks (0-based)
-    n: int  # samples or seeds per cell it read
-    n_max: int
-    unit: str
-    estimate: float
-    se: float
-    boundary: float  # the z boundary c_k; the interval is estimate +- critical(c_k) se
-    low: float
-    high: float
-    outcome: str  # sequential.OUTCOMES: holds, opposite, equivalent, ..., continue, undecided
-    cells: tuple[tuple[str, str, int], ...]  # (model, optimizer, epochs) it read
-    design: str  # the design's fingerprint
-    spending: str = "pocock"  # the design's, for the report's words
-    margin: float | None = None
-    # digest of the trials the look's round read (`Rounds.reads`); None in records written
-    # before looks carried it (then only their cells are checked against the spec)
-    read: str | None = None
-    note: str | None = None  # why it decides nothing: degenerate data, a mixed chain (claims.py)
-    alpha: float = sequential.ALPHA  # the study's, split evenly over its `panels`
-    panels: int = 1
-
-    @property
-    def done(self) -> bool:
-        return self.outcome != "continue"
-
-    def record(self) -> dict:
-        out = asdict(self)
-        out["cells"] = [list(c) for c in self.cells]
-        return out
-
-    @classmethod
-    def from_record(cls, data: dict) -> Look:
-        """A look from its stored record, every field checked by type (ValueError naming the
-        field otherwise): the record is data in a file a user can edit."""
-        if not isinstance(data, dict):
-            raise ValueError(f"not a look's record ({type(data).__name__})")
-        missing = sorted(set(_REQUIRED) - set(data))
-        if missing:
-            raise ValueError(f"{', '.join(missing)}: missing")
-        unknown = sorted(set(data) - set(_FIELD_TYPES))
-        if unknown:
-            raise ValueError(f"{unknown[0]}: not a field of a look")
-        for name, check in _FIELD_TYPES.items():
-            if name in data and not check(data[name]):
-                raise ValueError(f"{name}: not {_FIELD_WORDS[name]} ({data[name]!r:.60})")
-        return cls(**{**data, "cells": tuple(tuple(c) for c in data["cells"])})
-
-
-def _count(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
-
-
-def _number(x) -> bool:  # inf and nan included: a look that spends nothing wrote them
-    return isinstance(x, int | float) and not isinstance(x, bool)
-
-
-def _text(x) -> bool:
-    return isinstance(x, str) and 0 < len(x) <= 1000
-
-
-def _cells(x) -> bool:
-    return (
-        isinstance(x, list)
-        and len(x) > 0
-        and all(
-            isinstance(c, list) and len(c) == 3 and _text(c[0]) and _text(c[1]) and _count(c[2])
-            for c in x
-        )
-    )
-
-
-_FIELD_TYPES = {
-    "panel": _text,
-    "claim": lambda x: x in ("a", "b", "c", "d"),
-    "k": _count,
-    "n": _count,
-    "n_max": _count,
-    "unit": lambda x: x in ("samples", "seeds"),
-    "estimate": _number,
-    "se": _number,
-    "boundary": _number,
-    "low": _number,
-    "high": _number,
-    "outcome": lambda x: x in sequential.OUTCOMES,
-    "cells": _cells,
-    "design": _text,
-    "spending": lambda x: x in sequential.SPENDING,
-    "margin": lambda x: x is None or _number(x),
-    "read": lambda x: x is None or _text(x),
-    "note": lambda x: x is None or _text(x),
-    "alpha": lambda x: _number(x) and 0 < x < 1,
-    "panels": lambda x: _count(x) and x >= 1,
-}
-_FIELD_WORDS = {
-    "claim": "a claim (a, b, c or d)",
-    "k": "a look's index (a count)",
-    "n": "a count",
-    "n_max": "a count",
-    "unit": "samples or seeds",
-    "outcome": f"an outcome ({', '.join(sequential.OUTCOMES)})",
-    "cells": "a list of [model, optimizer, epochs]",
-    "spending": f"a spending ({', '.join(sequential.SPENDING)})",
-    "margin": "a number or null",
-} | {name: "a number" for name in ("estimate", "se", "boundary", "low", "high")}
-_FIELD_WORDS |= {name: "text" for name in ("panel", "design", "read", "note")}
-_FIELD_WORDS |= {"alpha": "a number in (0, 1)", "panels": "a count of at least 1"}
-# fields that records written before them lack (their defaults read them)
-_LATER = ("spending", "margin", "read", "note", "alpha", "panels")
-_REQUIRED = [name for name in _FIELD_TYPES if name not in _LATER]
-
-
 def design(spec: StudySpec) -> sequential.Design:
     """The study's design: its alpha split over the panels its named claims can read in its
     grid (claims.panels, counted before any data; docs/sequential.md)."""
     decide = spec.decide
     cells = [(c.model, c.optimizer, c.epochs) for c in spec.cells()]
-    count = sum(p.claim in decide.claims for p in panels(cells))
+    count = len(panels(cells, decide.claims))
     looks = tuple(decide.looks)
     return sequential.Design(looks, decide.spending, decide.alpha, decide.margin, max(1, count))
 
@@ -216,16 +102,16 @@ class Rounds:
         DamagedLooks (one line, exit 2) for a record that is not what a driver wrote: not a
         look's fields and types, or not one of this design's looks."""
         looks = []
-        for key, record in store.look_records():
+        for key, record in looks_under_stable_keys(store.look_records()):
             try:
                 look = Look.from_record(record)
-                if key != _record_key(look):
+                if key != record_key(look):
                     raise ValueError(f"the record is look {look.k} of panel {look.panel!r}")
             except ValueError as err:
                 raise DamagedLooks(store.damaged_looks(f"{key}: {err}")) from None
             looks.append(look)
         ours = fingerprint(spec.decide)  # another design's looks: DesignChanged, below
-        for why in _inconsistent(spec.decide, [look for look in looks if look.design == ours]):
+        for why in inconsistent(spec.decide, [look for look in looks if look.design == ours]):
             raise DamagedLooks(store.damaged_looks(why))
         return cls(spec, looks, trials)
 
@@ -261,7 +147,7 @@ class Rounds:
                 same = digests[look.k] == look.read
             if not same:
                 raise CellsChanged(
-                    f"{self.spec.name}: look {look.k + 1} of ({look.claim}) {look.panel.split(' ', 1)[1]} "
+                    f"{self.spec.name}: look {look.k + 1} of ({look.claim}) {look.words} "
                     "read other trials than this study now plans (a key that names its cells or "
                     "adds samples or seeds changed after the look: models, optimizers, epochs, "
                     f"seeds, search, recipe, dataset); {START_AFRESH}"
@@ -335,7 +221,7 @@ class Rounds:
         rows = claims_table(results, Options(), self.spec.name, c, self.decide.margin, last)
         new = []
         for _, row in rows[rows["claim"].isin(self.decide.claims)].iterrows():
-            key = panel_key(row)
+            key = comparison_key(row["claim"], row["cells"])
             panel = self.looks.get(key, [])
             if panel and (panel[-1].done or panel[-1].k >= k):
                 continue  # done already, or this look is recorded
@@ -394,31 +280,16 @@ class Rounds:
         return next(k for k, n in enumerate(self.decide.looks) if index < n)
 
 
-def _signed(x: float) -> str:
-    return f"{x:+.3g}"
-
-
-def look_line(look: Look) -> str:
-    """One line per look, as the driver records it."""
-    what = {"continue": "not decided yet, continues"}.get(look.outcome, look.outcome)
-    if look.note:  # why it decides nothing (degenerate data, a mixed chain)
-        what += f" ({look.note})"
-    return (
-        f"look {look.k + 1} ({look.n} of at most {look.n_max} {look.unit}): ({look.claim}) "
-        f"{look.panel.split(' ', 1)[1]}: {_signed(look.estimate)} "
-        f"[{_signed(look.low)}, {_signed(look.high)}]: {what}"
-    )
-
-
 def decision_lines(rounds: Rounds, waiting: str | None) -> list[str]:
     """Where each named claim's panel stands: its decision and why it stopped, or its last look
     and the next one with what is left of the study's size; `waiting`: after a run that could
     not take the next look, what the look waits for (the driver's `_waiting_for`)."""
     looks = rounds.decide.looks
     lines = []
-    for key, panel in sorted(rounds.looks.items()):
-        last, where = panel[-1], f"({panel[-1].claim}) {key.split(' ', 1)[1]}"
-        here = f"{_signed(last.estimate)} [{_signed(last.low)}, {_signed(last.high)}]"
+    # in the order of the panels' words (their claim first), as the page lists them
+    for panel in sorted(rounds.looks.values(), key=lambda p: f"{p[-1].claim} {p[-1].words}"):
+        last, where = panel[-1], f"({panel[-1].claim}) {panel[-1].words}"
+        here = f"{signed(last.estimate)} [{signed(last.low)}, {signed(last.high)}]"
         here += f" ({last.note})" if last.note else ""  # why it decides nothing
         if last.outcome != "continue":
             reason = "undecided at the maximum" if last.outcome == "undecided" else last.outcome
@@ -445,17 +316,9 @@ def decision_lines(rounds: Rounds, waiting: str | None) -> list[str]:
 
 
 def claims_reading(spec: StudySpec) -> dict[tuple[str, str, int], set[str]]:
-    """The named claims that read each cell (spec/roles.py): (a)-(c) a ViT_P / ViT_C pair's
-    models, (d) ViT_P's and its stem ablation's; a cell none reads never grows."""
-    named, read = set(spec.decide.claims), {m: set() for m in spec.models}
-    for fam in families(spec.models):
-        if fam.p and fam.c:
-            for model in (fam.p, fam.c):
-                read[model] |= named & {"a", "b", "c"}
-        if fam.p and fam.stems:
-            for model in (fam.p, *fam.stems):
-                read[model] |= named & {"d"}
-    return {(c.model, c.optimizer, c.epochs): read[c.model] for c in spec.cells()}
+    """The named claims that read each cell (their panels' cells, spec/claim_kinds.py); a
+    cell none reads never grows."""
+    return cells_read([(c.model, c.optimizer, c.epochs) for c in spec.cells()], spec.decide.claims)
 
 
 # The effect `--dry-run` plans for without an earlier report: one that the fixed-size study of
@@ -569,44 +432,6 @@ def asked_trials(spec: StudySpec, store: Store) -> list[Trial]:
     if spec.decide is None:
         return trials
     return Rounds.of(spec, store, trials).asked(trials)
-
-
-def _record_key(look: Look) -> str:
-    return f"look/{look.panel}/{look.k:03d}"
-
-
-def _inconsistent(decide: Decide, looks: list[Look]) -> Iterator[str]:
-    """Why recorded looks taken under this design (its fingerprint) cannot be what a driver
-    wrote: a look beyond the design, a size or unit that is not its look's, an outcome that
-    its interval does not give, a panel whose looks skip one or go on after a decision."""
-    panels: dict[str, list[Look]] = {}
-    for look in looks:
-        where = f"{_record_key(look)}: "
-        if look.k >= len(decide.looks):
-            yield f"{where}look {look.k + 1} of a design of {len(decide.looks)} looks"
-        elif look.n != decide.looks[look.k] or look.n_max != decide.looks[-1]:
-            yield f"{where}{look.n} of at most {look.n_max} {look.unit}, not look {look.k + 1}'s size"
-        elif look.unit != decide.unit or look.claim not in decide.claims:
-            yield f"{where}claim ({look.claim}) in {look.unit} is not one this study decides"
-        elif not look.panel.startswith(f"{look.claim} "):
-            yield f"{where}panel {look.panel!r} is not claim ({look.claim})'s"
-        else:
-            last = look.k == len(decide.looks) - 1
-            said = sequential.outcome(look.low, look.high, decide.margin, last)
-            if look.note is not None and look.outcome in sequential.DECIDED:
-                yield f"{where}outcome {look.outcome!r}, but it decides nothing: {look.note}"
-            elif look.outcome != said and (
-                # a chain (d) decides on every step, which its record's one interval (the
-                # smallest step's) does not hold: only a decision is checked against it
-                look.claim != "d" or look.outcome in sequential.DECIDED
-            ):
-                yield f"{where}outcome {look.outcome!r}, but its interval gives {said!r}"
-        panels.setdefault(look.panel, []).append(look)
-    for key, panel in panels.items():
-        if [look.k for look in panel] != list(range(len(panel))):
-            yield f"look/{key}: looks {[look.k + 1 for look in panel]}, not 1 to {len(panel)}"
-        elif any(look.done for look in panel[:-1]):
-            yield f"look/{key}: a look after its panel was decided"
 
 
 def _cell(t: Trial) -> tuple[str, str, int]:

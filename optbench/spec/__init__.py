@@ -9,6 +9,8 @@
 - `tracking.py`: the `tracking:` block (`Tracking`); `storage_form.py`: a storage URL's form.
 - `caps.py`: the caps on every number; `yamlio.py`: the strict YAML reader; `overrides.py`:
   `--set KEY=VALUE`; `profiles.py`: cluster profiles.
-- `roles.py`: which models play which part in the claims, by name.
+- `roles.py`: which models play which part in the claims, by name; `claim_kinds.py`: the
+  claim kinds, one entry per kind of comparison (its unit, smallest look, cells, words), and
+  a comparison's stable key; `decide.py`: the `decide:` block, checked against the grid.
 - `checks.py`: what a study needs from this machine (models, datasets, data folders).
 """

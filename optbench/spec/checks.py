@@ -127,10 +127,10 @@ def seed_effect_note(spec: StudySpec) -> str | None:
     its interval then misses the training seed's study-wide effect (docs/sequential.md, "A
     training seed per sample"); None where each sample has its own seeds or claim (a) reads
     no samples."""
+    from optbench.spec.claim_kinds import MIN_EDF_SAMPLES
     from optbench.spec.roles import families  # names only: no torch, no timm
-    from optbench.spec.schema import DECIDE_MIN
 
-    resampled = spec.search.sampler != "good" and spec.search.n_samples >= DECIDE_MIN["samples"]
+    resampled = spec.search.sampler != "good" and spec.search.n_samples >= MIN_EDF_SAMPLES
     if spec.seed_per_sample or not resampled or not any(f.p and f.c for f in families(spec.models)):
         return None
     if spec.search.seed_per_sample is not None:

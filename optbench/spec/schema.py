@@ -2,7 +2,7 @@
 
 A study is explicit data: its grid (models x optimizers x epochs), its (lr, wd) search, its
 seeds, where its results and database go and where its trials run (SLURM settings). What each
-trial trains with (the recipe, the dataset) is recipe.py's; the caps on numbers are caps.py's;
+trial trains with (the recipe, the dataset) is recipe.py's; its `decide:` block is decide.py's; the caps on numbers are caps.py's;
 the strict YAML reader is yamlio.py's. Every key is documented in docs/study.md and every
 default lives in those modules, once. `load_spec` turns a YAML file into a `StudySpec` or
 raises `SpecError` with a message that names the file and the offending field. The schema is
@@ -25,7 +25,6 @@ from pydantic import (
     StrictFloat,
     StrictInt,
     ValidationError,
-    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -43,6 +42,7 @@ from optbench.spec.caps import (
     check_cap,
 )
 from optbench.spec.catalogue import is_image_dataset
+from optbench.spec.decide import Decide, check_decidable
 from optbench.spec.identity import DATASET_IDENTITY, RECIPE_IDENTITY, cell_fields
 from optbench.spec.optimizers import PAPER_OPTIMIZERS
 from optbench.spec.recipe import (
@@ -217,76 +217,6 @@ class ExecutorSettings(StrictModel):
         return v
 
 
-DECIDE_MIN = {"samples": 4, "seeds": 3}  # a look's smallest size: an EDF area, a t interval
-MAX_LOOKS = 12  # more looks spend alpha thinner for little saving (docs/sequential.md)
-# The smallest decide.alpha: a boundary beyond about 5 sd (alpha 1e-6) is never crossed by a
-# study of optbench's sizes, and tinier ones spend less than a double holds at early looks.
-MIN_ALPHA = 1e-6
-# decide.margin is below the largest difference a claim's statistic can take, in its unit: a
-# difference of EDF areas (0..1) for (a), of errors in points (0..100) for (b)-(d)
-MARGIN_BELOW = {
-    "samples": (1.0, "a difference of EDF areas (each 0..1)"),
-    "seeds": (100.0, "error points"),
-}
-
-
-def claim_unit(claim: str) -> str:
-    """What a claim adds until it is decided: (lr, wd) samples for (a), seeds for (b)-(d)."""
-    return "samples" if claim == "a" else "seeds"
-
-
-class Decide(StrictModel):
-    """Sample until decided (docs/sequential.md): train in rounds, look at the named claims
-    after each, stop once each is decided. `looks` are the sizes (samples for claim a, seeds for
-    b-d) at which it looks, fixed before any data; the last one is the study's whole size
-    (search.n_samples, or the number of seeds), so a study that stops is a prefix of it."""
-
-    claims: list[Literal["a", "b", "c", "d"]] = Field(min_length=1)
-    looks: list[StrictInt] = Field(min_length=2, max_length=MAX_LOOKS)
-    spending: Literal["pocock", "obrien-fleming"] = "pocock"
-    alpha: StrictFloat = Field(default=0.05, ge=MIN_ALPHA, le=0.2)
-    margin: StrictFloat | None = Field(
-        default=None, gt=0, description="equivalent when the interval lies inside +-margin"
-    )
-
-    @field_validator("claims")
-    @classmethod
-    def _one_unit(cls, v: list[str]) -> list[str]:
-        if len(set(v)) != len(v):
-            raise ValueError(f"duplicate entries in {v}")
-        if len({claim_unit(c) for c in v}) > 1:
-            raise ValueError(
-                f"claims {v}: (a) adds (lr, wd) samples and (b)-(d) add seeds; decide one kind "
-                "per study"
-            )
-        return v
-
-    @field_validator("looks")
-    @classmethod
-    def _increasing(cls, v: list[int]) -> list[int]:
-        if any(b <= a for a, b in zip(v, v[1:], strict=False)):
-            raise ValueError(f"looks must increase, got {v}")
-        return v
-
-    @field_validator("margin")
-    @classmethod
-    def _in_the_claims_unit(cls, v: float | None, info: ValidationInfo) -> float | None:
-        claims = info.data.get("claims")
-        if v is None or not claims:  # claims invalid: its own line says why
-            return v
-        below, unit = MARGIN_BELOW[claim_unit(claims[0])]
-        if v >= below:
-            raise ValueError(
-                f"{v:g} is not below {below:g}: claim ({claims[0]})'s unit is {unit}, so every "
-                "interval would be 'equivalent'"
-            )
-        return v
-
-    @property
-    def unit(self) -> str:
-        return claim_unit(self.claims[0])
-
-
 class StudySpec(StrictModel):
     """One study: a grid of cells (model x optimizer x epochs), n (lr, wd) samples in each."""
 
@@ -433,58 +363,17 @@ class StudySpec(StrictModel):
 
     @model_validator(mode="after")
     def _decidable(self) -> StudySpec:
-        if self.decide is None:
-            return self
-        from optbench.spec.roles import families  # names only: no torch, no timm
-
-        decide, unit = self.decide, self.decide.unit
-        size = len(self.seeds) if unit == "seeds" else self.search.n_samples
-        where = "the number of seeds" if unit == "seeds" else "search.n_samples"
-        fix = (
-            f"list {decide.looks[-1]} seeds"
-            if unit == "seeds"
-            else f"set {where} to {decide.looks[-1]}"
-        )
-        if decide.looks[-1] != size:
-            raise ValueError(
-                f"decide.looks ends at {decide.looks[-1]} {unit}, but {where} is {size}: the "
-                f"last look is the whole study ({fix})"
+        if self.decide is not None:
+            cells = [(c.model, c.optimizer, c.epochs) for c in self.cells()]
+            search = self.search
+            check_decidable(
+                self.decide,
+                cells,
+                len(self.seeds),
+                search.n_samples,
+                search.sampler,
+                self.seed_per_sample,
             )
-        if decide.looks[0] < DECIDE_MIN[unit]:
-            raise ValueError(
-                f"decide.looks starts at {decide.looks[0]} {unit}: the first look needs at "
-                f"least {DECIDE_MIN[unit]} (claim {decide.claims[0]}'s interval)"
-            )
-        if unit == "seeds" and self.seed_per_sample:
-            raise ValueError(
-                f"decide.claims {decide.claims}: adding seeds needs the same seeds in every "
-                "sample, and search.seed_per_sample gives every sample its own; set it false"
-            )
-        if unit == "samples" and self.search.sampler == "good":
-            raise ValueError(
-                "decide.claims [a] samples (lr, wd) pairs: search.sampler 'good' has one"
-            )
-        fams = families(self.models)
-        pairs = [f for f in fams if f.p and f.c]
-        needs = {
-            "a": (pairs, "a ViT_P / ViT_C pair (vit_p_<x>, vit_c_<x>) in models"),
-            "b": (
-                pairs if len(self.epochs) > 1 else [],
-                "a ViT_P / ViT_C pair and two or more epochs",
-            ),
-            "c": (
-                pairs if {"adamw", "sgd"} <= set(self.optimizers) else [],
-                "a ViT_P / ViT_C pair and both optimizers",
-            ),
-            "d": (
-                [f for f in fams if f.p and f.stems],
-                "vit_p_<x> and a stem ablation vit_s<k>_<x>",
-            ),
-        }
-        for claim in decide.claims:
-            found, what = needs[claim]
-            if not found:
-                raise ValueError(f"decide.claims: claim ({claim}) needs {what}; this grid has none")
         return self
 
     @model_validator(mode="after")
@@ -531,8 +420,8 @@ class StudySpec(StrictModel):
         (store/migrations.py)."""
         if self.search.seed_per_sample is not None:
             return self.search.seed_per_sample
-        decides_a = self.decide is not None and "a" in self.decide.claims
-        return decides_a and self.executor.population == 1
+        resamples_samples = self.decide is not None and self.decide.unit == "samples"
+        return resamples_samples and self.executor.population == 1
 
     @property
     def study_dir(self) -> Path:

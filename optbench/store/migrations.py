@@ -7,12 +7,20 @@ such a study run by an earlier optbench would get new cells and train its sample
 the recorded ones. `keep_recorded_cells` finds it: where the storage holds trials in the cells
 the study has with seed_per_sample false and none in the cells it has by the new default, the
 study keeps false, and a line says so. Reads only.
+
+Revision 3: a sequential study's look is kept under its comparison's stable key
+(spec/claim_kinds.py, `comparison_key` of its claim and cells), where an earlier optbench kept
+it under the panel's words ("look/a adamw 20ep vit_c_x vs vit_p_x/000"). `looks_under_stable_keys`
+reads such a record as if kept under the stable key (its `panel` too), so the study's looks are
+found and never taken again; the store is not rewritten (reading writes nothing), and new looks
+are kept under the stable key beside the old ones.
 """
 
 from __future__ import annotations
 
 import optuna
 
+from optbench.spec.claim_kinds import comparison_key, panel_of
 from optbench.spec.schema import StudySpec
 from optbench.store.database import Store
 from optbench.store.storage_url import storage_errors
@@ -48,3 +56,23 @@ def keep_recorded_cells(spec: StudySpec) -> tuple[StudySpec, str | None]:
         "study-wide effect (docs/sequential.md). Write seed_per_sample: false to keep it "
         "silently, or true under a new name or output to train a seed per sample"
     )
+
+
+def looks_under_stable_keys(records: list[tuple[str, object]]) -> list[tuple[str, object]]:
+    """The store's look records (key, record) with each one kept under its panel's words (an
+    earlier optbench's key) read under its comparison's stable key (module docstring, revision
+    3). A record that is neither is left as it is, for the looks' reader to name it damaged."""
+    out = []
+    for key, record in records:
+        try:
+            panel = panel_of(record["claim"], record["cells"])
+            old = panel is not None and record["panel"] == panel.old_key
+            old = old and key == f"look/{panel.old_key}/{record['k']:03d}"
+        except (TypeError, KeyError, ValueError):  # not a look's record: its reader says why
+            old = False
+        if old:
+            stable = comparison_key(record["claim"], record["cells"])
+            record = record | {"panel": stable}
+            key = f"look/{stable}/{record['k']:03d}"
+        out.append((key, record))
+    return out

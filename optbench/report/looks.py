@@ -1,0 +1,269 @@
+"""A sequential study's looks as records and in words: the record the store keeps of each look
+(`Look`: its fields checked by type, `from_record`; where it is kept, `record_key`; whether
+records taken under a design are what a driver wrote, `inconsistent`), the line a driver prints
+per look (`look_line`), and the claims rows of a study at their last looks (`with_looks`, with
+what the last look says of the study's size).
+
+A look is kept and matched under its comparison's stable key (spec/claim_kinds.py,
+`comparison_key` of its claim and cells), never under display text; records an earlier optbench
+kept under the panel's words are read under the stable key (store/migrations.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+
+import pandas as pd
+
+from optbench.report import sequential
+from optbench.spec.claim_kinds import KINDS, comparison_key, panel_of
+from optbench.spec.decide import Decide
+
+
+@dataclass(frozen=True)
+class Look:
+    """One panel's look, as the store records it."""
+
+    panel: str  # the comparison's stable key (claim_kinds.comparison_key of claim and cells)
+    claim: str
+    k: int  # the look's index in decide.looks (0-based)
+    n: int  # samples or seeds per cell it read
+    n_max: int
+    unit: str
+    estimate: float
+    se: float
+    boundary: float  # the z boundary c_k; the interval is estimate +- critical(c_k) se
+    low: float
+    high: float
+    outcome: str  # sequential.OUTCOMES: holds, opposite, equivalent, ..., continue, undecided
+    cells: tuple[tuple[str, str, int], ...]  # (model, optimizer, epochs) it read
+    design: str  # the design's fingerprint
+    spending: str = "pocock"  # the design's, for the report's words
+    margin: float | None = None
+    # digest of the trials the look's round read (`Rounds.reads`); None in records written
+    # before looks carried it (then only their cells are checked against the spec)
+    read: str | None = None
+    note: str | None = None  # why it decides nothing: degenerate data, a mixed chain (claims.py)
+    alpha: float = sequential.ALPHA  # the study's, split evenly over its `panels`
+    panels: int = 1
+
+    @property
+    def done(self) -> bool:
+        return self.outcome != "continue"
+
+    @property
+    def words(self) -> str:
+        """Its panel in words, e.g. "adamw 20ep vit_c_x vs vit_p_x" (claim_kinds.Panel.words)."""
+        return panel_words(self.claim, self.cells)
+
+    def record(self) -> dict:
+        out = asdict(self)
+        out["cells"] = [list(c) for c in self.cells]
+        return out
+
+    @classmethod
+    def from_record(cls, data: dict) -> Look:
+        """A look from its stored record, every field checked by type (ValueError naming the
+        field otherwise): the record is data in a file a user can edit."""
+        if not isinstance(data, dict):
+            raise ValueError(f"not a look's record ({type(data).__name__})")
+        missing = sorted(set(_REQUIRED) - set(data))
+        if missing:
+            raise ValueError(f"{', '.join(missing)}: missing")
+        unknown = sorted(set(data) - set(_FIELD_TYPES))
+        if unknown:
+            raise ValueError(f"{unknown[0]}: not a field of a look")
+        for name, check in _FIELD_TYPES.items():
+            if name in data and not check(data[name]):
+                raise ValueError(f"{name}: not {_FIELD_WORDS[name]} ({data[name]!r:.60})")
+        return cls(**{**data, "cells": tuple(tuple(c) for c in data["cells"])})
+
+
+def _count(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
+def _number(x) -> bool:  # inf and nan included: a look that spends nothing wrote them
+    return isinstance(x, int | float) and not isinstance(x, bool)
+
+
+def _text(x) -> bool:
+    return isinstance(x, str) and 0 < len(x) <= 1000
+
+
+def _cells(x) -> bool:
+    return (
+        isinstance(x, list)
+        and len(x) > 0
+        and all(
+            isinstance(c, list) and len(c) == 3 and _text(c[0]) and _text(c[1]) and _count(c[2])
+            for c in x
+        )
+    )
+
+
+_FIELD_TYPES = {
+    "panel": _text,
+    "claim": lambda x: x in KINDS,
+    "k": _count,
+    "n": _count,
+    "n_max": _count,
+    "unit": lambda x: x in ("samples", "seeds"),
+    "estimate": _number,
+    "se": _number,
+    "boundary": _number,
+    "low": _number,
+    "high": _number,
+    "outcome": lambda x: x in sequential.OUTCOMES,
+    "cells": _cells,
+    "design": _text,
+    "spending": lambda x: x in sequential.SPENDING,
+    "margin": lambda x: x is None or _number(x),
+    "read": lambda x: x is None or _text(x),
+    "note": lambda x: x is None or _text(x),
+    "alpha": lambda x: _number(x) and 0 < x < 1,
+    "panels": lambda x: _count(x) and x >= 1,
+}
+_FIELD_WORDS = {
+    "claim": f"a claim ({', '.join(KINDS)})",
+    "k": "a look's index (a count)",
+    "n": "a count",
+    "n_max": "a count",
+    "unit": "samples or seeds",
+    "outcome": f"an outcome ({', '.join(sequential.OUTCOMES)})",
+    "cells": "a list of [model, optimizer, epochs]",
+    "spending": f"a spending ({', '.join(sequential.SPENDING)})",
+    "margin": "a number or null",
+} | {name: "a number" for name in ("estimate", "se", "boundary", "low", "high")}
+_FIELD_WORDS |= {name: "text" for name in ("panel", "design", "read", "note")}
+_FIELD_WORDS |= {"alpha": "a number in (0, 1)", "panels": "a count of at least 1"}
+# fields that records written before them lack (their defaults read them)
+_LATER = ("spending", "margin", "read", "note", "alpha", "panels")
+_REQUIRED = [name for name in _FIELD_TYPES if name not in _LATER]
+
+
+def panel_words(claim: str, cells) -> str:
+    """A comparison's panel in words from its claim and cells, e.g. "adamw 20ep vit_c_x vs
+    vit_p_x"; the key itself where no panel of that claim reads those cells."""
+    panel = panel_of(claim, cells)
+    return panel.words if panel else comparison_key(claim, cells)
+
+
+def signed(x: float) -> str:
+    """A look's number with its sign, as its lines show it."""
+    return f"{x:+.3g}"
+
+
+def look_line(look: Look) -> str:
+    """One line per look, as the driver records it."""
+    what = {"continue": "not decided yet, continues"}.get(look.outcome, look.outcome)
+    if look.note:  # why it decides nothing (degenerate data, a mixed chain)
+        what += f" ({look.note})"
+    return (
+        f"look {look.k + 1} ({look.n} of at most {look.n_max} {look.unit}): ({look.claim}) "
+        f"{look.words}: {signed(look.estimate)} "
+        f"[{signed(look.low)}, {signed(look.high)}]: {what}"
+    )
+
+
+def record_key(look: Look) -> str:
+    """Where the store keeps a look: under its comparison's stable key and its index."""
+    return f"look/{look.panel}/{look.k:03d}"
+
+
+def inconsistent(decide: Decide, looks: list[Look]) -> Iterator[str]:
+    """Why recorded looks taken under this design (its fingerprint) cannot be what a driver
+    wrote: a look beyond the design, a size or unit that is not its look's, an outcome that
+    its interval does not give, a panel whose looks skip one or go on after a decision."""
+    panels: dict[str, list[Look]] = {}
+    for look in looks:
+        where = f"{record_key(look)}: "
+        if look.k >= len(decide.looks):
+            yield f"{where}look {look.k + 1} of a design of {len(decide.looks)} looks"
+        elif look.n != decide.looks[look.k] or look.n_max != decide.looks[-1]:
+            yield f"{where}{look.n} of at most {look.n_max} {look.unit}, not look {look.k + 1}'s size"
+        elif look.unit != decide.unit or look.claim not in decide.claims:
+            yield f"{where}claim ({look.claim}) in {look.unit} is not one this study decides"
+        elif look.panel != comparison_key(look.claim, look.cells):
+            yield f"{where}panel {look.panel!r} is not claim ({look.claim})'s on its cells"
+        else:
+            last = look.k == len(decide.looks) - 1
+            said = sequential.outcome(look.low, look.high, decide.margin, last)
+            if look.note is not None and look.outcome in sequential.DECIDED:
+                yield f"{where}outcome {look.outcome!r}, but it decides nothing: {look.note}"
+            elif look.outcome != said and (
+                # a chain (d) decides on every step, which its record's one interval (the
+                # smallest step's) does not hold: only a decision is checked against it
+                not KINDS[look.claim].chain or look.outcome in sequential.DECIDED
+            ):
+                yield f"{where}outcome {look.outcome!r}, but its interval gives {said!r}"
+        panels.setdefault(look.panel, []).append(look)
+    for key, panel in panels.items():
+        if [look.k for look in panel] != list(range(len(panel))):
+            yield f"look/{key}: looks {[look.k + 1 for look in panel]}, not 1 to {len(panel)}"
+        elif any(look.done for look in panel[:-1]):
+            yield f"look/{key}: a look after its panel was decided"
+
+
+def with_looks(table: pd.DataFrame, looks: list[dict]) -> pd.DataFrame:
+    """The claims of a sequential study (`looks`: the store's records, run/rounds.py): each
+    panel that was looked at shows its last look, its repeated confidence interval and its
+    outcome (holds, opposite, equivalent, undecided; "continue" while the study runs) instead
+    of a fixed-size interval, which would not hold after stopping on the data. Columns `looks`
+    (how many were taken), `n_max`, `alpha` (the study's), `panels` (the panels it is split
+    over) and `margin` are added; rows without looks keep their own."""
+    last: dict[str, dict] = {}
+    for look in looks:  # matched by the comparison's key, whatever key the record was kept under
+        key = comparison_key(look["claim"], look["cells"])
+        if key not in last or look["k"] > last[key]["k"]:
+            last[key] = look
+    added = ("n_max", "alpha", "panels", "margin")
+    table = table.assign(looks=0, **dict.fromkeys(added, pd.NA)).astype(
+        dict.fromkeys(added, "object")
+    )
+    for i, row in table.iterrows():
+        look = last.get(comparison_key(row["claim"], row["cells"]))
+        if look is None:
+            continue
+        advice = _look_advice(look)
+        for column, value in (
+            ("estimate", look["estimate"]),
+            ("low", look["low"]),
+            ("high", look["high"]),
+            ("se", look["se"]),
+            ("verdict", look["outcome"]),
+            ("note", look.get("note")),  # records before it had none
+            ("alpha", look.get("alpha", sequential.ALPHA)),
+            ("panels", look.get("panels", 1)),  # before alpha was split: each panel its own
+            ("margin", look.get("margin")),
+            ("interval", "repeated"),
+            ("curve_verdict", None),
+            ("n_now", look["n"]),
+            ("power_now", None),
+            ("n_needed", None),
+            ("advice", advice),
+            ("looks", look["k"] + 1),
+            ("n_max", look["n_max"]),
+        ):
+            table.at[i, column] = value
+    return table
+
+
+def _look_advice(look: dict) -> str:
+    """What the last look says of the study's size: where it stopped and why, or how far an
+    undecided claim is from a decision (sequential.more_needed)."""
+    n, n_max, unit = look["n"], look["n_max"], look["unit"]
+    if look["outcome"] == "continue":
+        return f"look {look['k'] + 1} at {n} of at most {n_max} {unit}: not decided yet"
+    if look["outcome"] != "undecided":
+        return f"decided after {n} of at most {n_max} {unit}"
+    more = sequential.more_needed(
+        look["estimate"], look["se"], n, look["boundary"], look.get("margin")
+    )
+    likely = (
+        f"a last look at about {more} {unit} would likely decide it"
+        if more
+        else "no size would decide it"
+    )
+    return f"undecided at the maximum ({n_max} {unit}); {likely} (if the effect is as estimated)"

@@ -1,0 +1,255 @@
+"""The claim kinds: one home for what a comparison is, as data (no torch, no numpy).
+
+A *kind* (`ClaimKind`) says once: its name, what its statistic computes, the unit a study adds
+until it is decided (`samples`: (lr, wd) samples, or `seeds`), its smallest look (the fewest
+units its interval needs), which cells of a grid it reads (`panels_of`: one `Panel` per
+comparison the grid can test), what it reads of them (`reads`: an EDF over the samples, or
+per-seed contrasts), and its words: the paper's claim in the verdict sentence, what its
+estimate measures, the panel's phrase, the report section whose figure it shows, and what a
+grid needs for it. `KINDS` holds the paper's claims (a)-(d) (report/claims.py defines their
+statistics and intervals); the study schema (`decide:`), the rounds (run/rounds.py), the
+claims table and its page (report/claims.py, report/claims_page.py) iterate it, so a kind is
+added here and beside its statistic (report/claims.py, `SEED_CONTRASTS` or the EDF reader).
+
+A comparison (a kind on one panel of a grid) is named by `comparison_key`, made of its kind and
+the cells it reads, never of display text: a sequential study's looks are stored and matched
+under it (an earlier optbench stored them under the panel's words, `Panel.old_key`;
+store/migrations.py reads those). Models take their roles from their zoo names (roles.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from optbench.spec.roles import Family, families
+
+# An EDF over (lr, wd) needs sampled pairs: a cell with fewer (a `sampler: good` cell trains one
+# fixed pair) gets no EDF figure, KS test or EDF claim; its seeds are compared instead.
+MIN_EDF_SAMPLES = 4
+# a t interval of 2 seeds has 1 degree of freedom (t = 12.7) and says next to nothing; from 3
+# seeds (t = 4.3) a seed claim is tested
+MIN_SEEDS = 3
+
+CellKey = tuple[str, str, int]  # (model, optimizer, epochs)
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One comparison: a kind on one panel of a grid, and the cells its statistic reads."""
+
+    claim: str
+    optimizer: str
+    epochs: int | str  # (b): "short vs long"; (c): the lengths, "4, 8"
+    models: tuple[str, ...]  # (C, P), or the stem chain S1, ..., P for (d)
+    cells: tuple[CellKey, ...]
+
+    @property
+    def kind(self) -> ClaimKind:
+        return KINDS[self.claim]
+
+    @property
+    def key(self) -> str:
+        """Its stable name, where its looks are stored (comparison_key)."""
+        return comparison_key(self.claim, self.cells)
+
+    @property
+    def model_words(self) -> str:
+        """The models in the order the claim reads them, e.g. "vit_c_x vs vit_p_x"."""
+        return self.kind.joiner.join(self.models)
+
+    @property
+    def words(self) -> str:
+        """The panel in words, e.g. "adamw 20ep vit_c_x vs vit_p_x" (lines and figures)."""
+        return f"{self.optimizer} {self.epochs}ep {self.model_words}"
+
+    @property
+    def old_key(self) -> str:
+        """The display text an earlier optbench stored its looks under (store/migrations.py)."""
+        return f"{self.claim} {self.words}"
+
+
+class _Grid:
+    """The cells of a grid, and which epochs some models share."""
+
+    def __init__(self, cells: Iterable[CellKey]) -> None:
+        self.cells = list(dict.fromkeys(tuple(c) for c in cells))
+        self.optimizers = sorted({o for _, o, _ in self.cells})
+
+    def epochs_of(self, *models: str, among: Iterable[str] | None = None) -> list[int]:
+        """The epochs every one of `models` has with an optimizer of `among` (any if None)."""
+        among = self.optimizers if among is None else list(among)
+        shared = [{e for m_, o, e in self.cells if m_ == m and o in among} for m in models]
+        return sorted(set.intersection(*shared)) if shared else []
+
+
+def _edf_panels(fam: Family, grid: _Grid) -> Iterator[Panel]:
+    if fam.p and fam.c:
+        for opt in grid.optimizers:
+            for ep in grid.epochs_of(fam.p, fam.c, among=[opt]):
+                yield Panel("a", opt, ep, (fam.c, fam.p), ((fam.p, opt, ep), (fam.c, opt, ep)))
+
+
+def _length_panels(fam: Family, grid: _Grid) -> Iterator[Panel]:
+    if fam.p and fam.c:
+        for opt in grid.optimizers:
+            lengths = grid.epochs_of(fam.p, fam.c, among=[opt])
+            if len(lengths) >= 2:
+                short, long = lengths[0], lengths[-1]
+                read = tuple((m, opt, e) for m in (fam.p, fam.c) for e in (short, long))
+                yield Panel("b", opt, f"{short} vs {long}", (fam.c, fam.p), read)
+
+
+def _optimizer_panels(fam: Family, grid: _Grid) -> Iterator[Panel]:
+    if fam.p and fam.c:
+        both = ("adamw", "sgd")
+        lengths = sorted(
+            set.intersection(
+                *(set(grid.epochs_of(m, among=[o])) for m in (fam.p, fam.c) for o in both)
+            )
+        )
+        if lengths:
+            read = tuple((m, o, e) for m in (fam.p, fam.c) for o in both for e in lengths)
+            epochs = ", ".join(map(str, lengths))
+            yield Panel("c", "sgd - adamw", epochs, (fam.c, fam.p), read)
+
+
+def _stem_panels(fam: Family, grid: _Grid) -> Iterator[Panel]:
+    order = fam.stem_order
+    if len(order) >= 2:
+        for opt in grid.optimizers:
+            for ep in grid.epochs_of(*order, among=[opt]):
+                yield Panel("d", opt, ep, order, tuple((m, opt, ep) for m in order))
+
+
+@dataclass(frozen=True)
+class ClaimKind:
+    """One kind of comparison (module docstring)."""
+
+    name: str  # "a": how `decide.claims` and the page name it
+    paper: str  # the claim in the paper's words ({chain}: the stems that ran)
+    statistic: str  # what it computes, in its unit (report/claims.py defines it)
+    unit: str  # what a study adds until it is decided: "samples" or "seeds"
+    smallest_look: int  # the fewest units its interval needs
+    reads: str  # "edf": the cells' (lr, wd) samples; "seeds": per-seed contrasts
+    panels_of: Callable[[Family, _Grid], Iterator[Panel]]  # the cells it reads in a grid
+    needs: str  # what a grid needs for it, in words (the schema's refusal)
+    measure: str  # what its estimate measures, beside it in the sentence
+    phrase: str  # its panel in the sentence ({optimizer}, {epochs})
+    section: str  # the report section whose figure it reads
+    margin_below: float  # the largest difference its statistic can take: a margin is below it
+    margin_words: str  # that scale, in words
+    joiner: str = " vs "  # between its models' names
+    chain: bool = False  # a chain of steps: decided on every step's interval
+
+
+_EDF_AREA = (1.0, "a difference of EDF areas (each 0..1)")
+_POINTS = (100.0, "error points")
+KINDS: dict[str, ClaimKind] = {
+    kind.name: kind
+    for kind in (
+        ClaimKind(
+            "a",
+            "ViT_C's lr/wd EDF is steeper than ViT_P's (Figs 4-5)",
+            "auc_10(C) - auc_10(P) (EDF area, 0-1)",
+            "samples",
+            MIN_EDF_SAMPLES,
+            "edf",
+            _edf_panels,
+            "a ViT_P / ViT_C pair (vit_p_<x>, vit_c_<x>) in models",
+            "EDF area to 10 points",
+            "with {optimizer} at {epochs} epochs",
+            "edf",
+            *_EDF_AREA,
+        ),
+        ClaimKind(
+            "b",
+            "ViT_C is closer to its asymptote at short schedules (Fig 2)",
+            "[E(P,short) - E(P,long)] - [E(C,short) - E(C,long)] (points)",
+            "seeds",
+            MIN_SEEDS,
+            "seeds",
+            _length_panels,
+            "a ViT_P / ViT_C pair and two or more epochs",
+            "error points",
+            "with {optimizer}, {epochs} epochs",
+            "length",
+            *_POINTS,
+        ),
+        ClaimKind(
+            "c",
+            "ViT_C's SGD - AdamW gap is smaller (Fig 3)",
+            "mean over lengths of gap(P) - gap(C), gap = E(sgd) - E(adamw) (points)",
+            "seeds",
+            MIN_SEEDS,
+            "seeds",
+            _optimizer_panels,
+            "a ViT_P / ViT_C pair and both optimizers",
+            "error points",
+            "over {epochs} epochs",
+            "optimizer",
+            *_POINTS,
+        ),
+        ClaimKind(
+            "d",
+            "error grows with the stem's patchify size, {chain} (Table 3)",
+            "min step of E along the stem order (points)",
+            "seeds",
+            MIN_SEEDS,
+            "seeds",
+            _stem_panels,
+            "vit_p_<x> and a stem ablation vit_s<k>_<x>",
+            "smallest step, error points",
+            "with {optimizer} at {epochs} epochs",
+            "stem",
+            *_POINTS,
+            joiner=" < ",
+            chain=True,
+        ),
+    )
+}
+
+
+def panels(cells: Iterable[CellKey], claims: Iterable[str] | None = None) -> list[Panel]:
+    """Every comparison of the kinds `claims` (all if None) that a grid of (model, optimizer,
+    epochs) cells can test, in KINDS' order: what the claims table computes from the cells with
+    results, and what a sequential study counts from its spec before any data (its alpha is
+    split over them). An EDF kind also needs MIN_EDF_SAMPLES samples of both models, known only
+    from data."""
+    grid = _Grid(cells)
+    fams = families(list(dict.fromkeys(m for m, _, _ in grid.cells)))
+    named = KINDS if claims is None else set(claims)
+    return [
+        p
+        for kind in KINDS.values()
+        if kind.name in named
+        for f in fams
+        for p in kind.panels_of(f, grid)
+    ]
+
+
+def comparison_key(claim: str, cells: Iterable[Iterable]) -> str:
+    """A comparison's stable name: its kind and the models, optimizers and epochs of the cells
+    it reads, each in the order it reads them, e.g. "a:vit_p_x,vit_c_x:adamw:20"."""
+    cells = [tuple(c) for c in cells]
+    parts = (dict.fromkeys(str(c[i]) for c in cells) for i in range(3))
+    return ":".join([claim, *(",".join(part) for part in parts)])
+
+
+def panel_of(claim: str, cells: Iterable[Iterable]) -> Panel | None:
+    """The comparison of kind `claim` on exactly `cells` (a look's record names it so), or None
+    where no panel of that kind reads them."""
+    cells = tuple((str(m), str(o), int(e)) for m, o, e in cells)
+    found = [p for p in panels(cells, [claim]) if p.cells == cells]
+    return found[0] if found else None
+
+
+def cells_read(cells: Iterable[CellKey], claims: Iterable[str]) -> dict[CellKey, set[str]]:
+    """The kinds of `claims` that read each cell of a grid (an empty set: none, and the cell
+    never grows in a sequential study)."""
+    cells = list(dict.fromkeys(tuple(c) for c in cells))
+    out: dict[CellKey, set[str]] = {cell: set() for cell in cells}
+    for panel in panels(cells, claims):
+        for cell in panel.cells:
+            out[cell].add(panel.claim)
+    return out
