@@ -1,4 +1,5 @@
-"""`optbench run` as a terminal's foreground command, for the tests that press Ctrl-C on it."""
+"""`optbench run` as a terminal's foreground command, for the tests that press Ctrl-C on it, and
+the code that makes a driver signal itself at a chosen call (signal_at), for those that kill it."""
 
 from __future__ import annotations
 
@@ -78,3 +79,25 @@ def stoppable_study(data: dict, folder: Path) -> tuple[Path, StudySpec]:
     study = folder / "study.yaml"
     study.write_text(yaml.safe_dump(data))
     return study, parse_spec(data)
+
+
+def signal_at(where: str, call: int, signum: int, after: bool = False) -> str:
+    """Code that makes the driver send itself `signum` at the `call`-th call of `where`
+    ("module:Class.method" or "module:function"), before it runs (after it, with `after`)."""
+    return f"""
+import importlib, os
+module, _, attr = {where!r}.partition(":")
+owner_name, _, name = attr.rpartition(".")
+owner = importlib.import_module(module)
+owner = getattr(owner, owner_name) if owner_name else owner
+original, calls = getattr(owner, name), []
+def hooked(*args, **kwargs):
+    calls.append(1)
+    if len(calls) == {call} and not {after}:
+        os.kill(os.getpid(), {int(signum)})
+    out = original(*args, **kwargs)
+    if len(calls) == {call} and {after}:
+        os.kill(os.getpid(), {int(signum)})
+    return out
+setattr(owner, name, hooked)
+"""

@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import copy
 import os
+import random
 import re
 import signal
 import subprocess
 import sys
+import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from driver_process import signal_at
 
 from optbench.errors import SpecError
 from optbench.plan.trials import jobs, plan
@@ -448,28 +452,6 @@ def _study_file(folder: Path, data: dict) -> Path:
     return path
 
 
-def _signal_at(where: str, call: int, signum: int, after: bool = False) -> str:
-    """Code that makes the driver send itself `signum` at the `call`-th call of `where`
-    ("module:Class.method" or "module:function"), before it runs (after it, with `after`)."""
-    return f"""
-import importlib, os
-module, _, attr = {where!r}.partition(":")
-owner_name, _, name = attr.rpartition(".")
-owner = importlib.import_module(module)
-owner = getattr(owner, owner_name) if owner_name else owner
-original, calls = getattr(owner, name), []
-def hooked(*args, **kwargs):
-    calls.append(1)
-    if len(calls) == {call} and not {after}:
-        os.kill(os.getpid(), {int(signum)})
-    out = original(*args, **kwargs)
-    if len(calls) == {call} and {after}:
-        os.kill(os.getpid(), {int(signum)})
-    return out
-setattr(owner, name, hooked)
-"""
-
-
 def _run(path: Path, *extra: str, hook: str = "") -> subprocess.CompletedProcess:
     """`optbench run STUDY` in a child process, after the code `hook` (e.g. _signal_at's)."""
     code = hook + "\nfrom optbench.cli.app import main; main()"
@@ -512,13 +494,13 @@ def test_a_driver_killed_at_a_look_resumes_to_the_same_decision(tmp_path, tiny_d
     expected, digests = _looks(reference), _digests(reference)
     assert [look[1:3] for look in expected] == [(0, 4), (1, 6)] and len(digests) == 12
     kills = {  # where: (hook, looks recorded when it stops)
-        "before its first look is recorded": (_signal_at(LOOK, 1, signal.SIGKILL), 0),
-        "after it": (_signal_at(LOOK, 1, signal.SIGKILL, after=True), 1),
-        "between the rounds": (_signal_at(ROUND, 2, signal.SIGKILL), 1),
+        "before its first look is recorded": (signal_at(LOOK, 1, signal.SIGKILL), 0),
+        "after it": (signal_at(LOOK, 1, signal.SIGKILL, after=True), 1),
+        "between the rounds": (signal_at(ROUND, 2, signal.SIGKILL), 1),
         # round 2's first trial wrote its result, which the driver had not recorded
-        "in round 2": (_signal_at(TRIAL, 9, signal.SIGKILL, after=True), 1),
-        "SIGTERM just before a look": (_signal_at(LOOK, 1, signal.SIGTERM), 0),
-        "SIGTERM at the round boundary": (_signal_at(ROUND, 2, signal.SIGTERM), 1),
+        "in round 2": (signal_at(TRIAL, 9, signal.SIGKILL, after=True), 1),
+        "SIGTERM just before a look": (signal_at(LOOK, 1, signal.SIGTERM), 0),
+        "SIGTERM at the round boundary": (signal_at(ROUND, 2, signal.SIGTERM), 1),
     }
     for where, (hook, recorded) in kills.items():
         path = _study_file(tmp_path / where.replace(" ", "-"), data)
@@ -536,6 +518,133 @@ def test_a_driver_killed_at_a_look_resumes_to_the_same_decision(tmp_path, tiny_d
     rerun = _run(reference)
     assert "nothing to run" in rerun.stdout and _looks(reference) == expected
     assert os.path.exists(reference.parent / "results" / "tiny" / "study.db")
+
+
+RECORD = "optbench.store.database:Store.record"  # a trial's result, into the store
+CATCH_UP = "optbench.run.driver:_catch_up"  # results that ended while no driver followed
+COMPUTE = "optbench.run.rounds:claims_table"  # called only while a look is computed
+# Where a killed driver may stop: the hook, before or after the call, how many calls a run
+# makes from a study's state (_progress: trials trained, trials recorded, looks recorded) of
+# the 12-trial, 2-look study below (0: no kill can land there), and the moment's rank: those
+# whose window closes first come first, so that one study has room for all the kills.
+MOMENTS = {
+    "before a trial trains": (TRIAL, False, lambda trained, recorded, looks: 12 - trained, 0),
+    "a trial trained, not recorded": (TRIAL, True, lambda trained, recorded, looks: 12 - trained, 0),
+    "while a trial is recorded": (RECORD, False, lambda trained, recorded, looks: 12 - recorded, 0),
+    "while catching up": (CATCH_UP, False, lambda trained, recorded, looks: 1, 1),
+    "after catching up": (CATCH_UP, True, lambda trained, recorded, looks: 1, 1),
+    # a run from look 0 prepares round 1, then round 2; after look 1, round 2
+    "before a round's trials are asked": (ROUND, False, lambda trained, recorded, looks: 2 - looks, 1),
+    "after a round's trials are asked": (ROUND, True, lambda trained, recorded, looks: 2 - looks, 1),
+    "while a look is computed": (COMPUTE, False, lambda trained, recorded, looks: 2 - looks, 2),
+    "before a look is recorded": (LOOK, False, lambda trained, recorded, looks: 2 - looks, 2),
+    "after a look is recorded": (LOOK, True, lambda trained, recorded, looks: 2 - looks, 3),
+}  # fmt: skip
+AT_RANDOM = "at a random time"  # early (rank 0): a delay of a few start-ups, while trials train
+
+
+def _progress(path: Path) -> tuple[int, int, int] | None:
+    """(trials with a result file, trials recorded, looks recorded) of the study at `path`;
+    None while its database holds a killed driver's unfinished write (only a run reads it)."""
+    from optbench.errors import UnfinishedWrite
+    from optbench.trial.results import read_result
+
+    spec = parse_spec(yaml.safe_load(path.read_text()))
+    trained = sum(read_result(t.out_dir) is not None for t in plan(spec))
+    try:
+        return trained, len(_digests(path)), len(_looks(path))
+    except UnfinishedWrite:
+        return None
+
+
+def _finished_attempts(path: Path) -> Counter:
+    """How many finished attempts each trial has in the study database (each must have one)."""
+    import optuna
+
+    spec = parse_spec(yaml.safe_load(path.read_text()))
+    counts = Counter()
+    for cell_id in {t.cell_id for t in plan(spec)}:
+        study = optuna.load_study(study_name=f"{spec.name}/{cell_id}", storage=spec.storage_url)
+        complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+        counts.update(t.user_attrs["key"] for t in complete)
+    return counts
+
+
+@pytest.mark.slow
+def test_a_driver_killed_at_random_moments_resumes_to_the_same_decision(tmp_path, tiny_dict):
+    # One study killed again and again (the test above: one kill per study), each run at a
+    # moment drawn at random (seeded) from those its state still has ahead: 5 of MOMENTS, each
+    # at a call drawn from those left, and 2 delays; SIGKILL mostly, SIGTERM a quarter of the
+    # hooked ones. Where a study is complete with kills left, a fresh one takes them. The
+    # reference runs uninterrupted meanwhile; a recorded look or result is never rewritten, so
+    # the end shows whether any kill recorded something of its own.
+    data = _sequential(tiny_dict, looks=(4, 6), alpha=1e-6)  # two rounds, whatever the data
+    data["models"] = [P, C]
+    reference = _study_file(tmp_path / "reference", data)
+    main = "\nfrom optbench.cli.app import main; main()"
+
+    def driver(path: Path, log: Path) -> subprocess.Popen:
+        command = [sys.executable, "-c", main, "run", str(path), "--executor", "debug"]
+        return subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT)
+
+    uninterrupted = driver(reference, tmp_path / "reference.log")
+    start = time.monotonic()  # a driver's start-up: `status` of a study that has not run
+    not_run = _study_file(tmp_path / "not-run", data)
+    subprocess.run([sys.executable, "-m", "optbench", "status", str(not_run)], capture_output=True)
+    startup_s = time.monotonic() - start
+
+    rng = random.Random(56)
+    moments = [*rng.sample(sorted(MOMENTS), 5), AT_RANDOM, AT_RANDOM]
+    rng.shuffle(moments)
+    moments.sort(key=lambda m: MOMENTS[m][3] if m in MOMENTS else 0)
+    studies, kills = [], []
+    while moments:
+        if not studies or (state := _progress(studies[-1])) == (12, 12, 2):
+            studies.append(_study_file(tmp_path / f"study-{len(studies) + 1}", data))
+            state = _progress(studies[-1])
+        path = studies[-1]
+        if state is None:  # a hot journal: only moments a run reaches before reading it
+            ahead = {m: 1 for m in moments if m in ("while catching up", AT_RANDOM)}
+        else:
+            ahead = {m: MOMENTS[m][2](*state) if m in MOMENTS else 12 - state[1] for m in moments}
+        moment = next((m for m in moments if ahead.get(m)), None)
+        if moment is None:  # none lands in what is left: the same command completes it
+            assert _run(path).returncode == 0
+            continue
+        if moment == AT_RANDOM:
+            delay = rng.uniform(1.0, 3.0) * startup_s
+            killed = driver(path, tmp_path / "killed.log")
+            try:
+                killed.wait(timeout=delay)
+                what = f"{moment}, {delay:.1f} s: it ended first"  # not a kill: drawn again
+            except subprocess.TimeoutExpired:
+                killed.kill()
+                killed.wait()
+                moments.remove(moment)
+                what = f"{moment}, {delay:.1f} s in"
+        else:
+            where, after, _, _ = MOMENTS[moment]
+            call = rng.randint(1, ahead[moment])
+            signum = signal.SIGTERM if rng.random() < 0.25 else signal.SIGKILL
+            killed = _run(path, hook=signal_at(where, call, signum, after=after))
+            if signum == signal.SIGTERM:  # it stops as on Ctrl-C, saying so (docs/faults.md)
+                assert killed.returncode == 128 + signum, (moment, killed.stderr)
+                assert "run the same command to resume" in killed.stdout, (moment, killed.stdout)
+            else:
+                assert killed.returncode == -signum, (moment, call, killed.stderr)
+            moments.remove(moment)
+            what = f"{moment}, call {call}, {signal.Signals(signum).name}"
+        kills.append(f"study {len(studies)}, {state}: {what}")
+    assert uninterrupted.wait(timeout=900) == 0, (tmp_path / "reference.log").read_text()
+    expected, digests = _looks(reference), _digests(reference)
+    assert [look[1:3] for look in expected] == [(0, 4), (1, 6)] and len(digests) == 12
+    for path in studies:  # each resumed by the same command, as the reference ended
+        again = _run(path)
+        assert again.returncode == 0 and "Traceback" not in again.stderr, again.stderr
+        assert _looks(path) == expected  # the same decision at the same look, each look once
+        assert _digests(path) == digests  # every trial, every weight the uninterrupted one's
+        assert set(_finished_attempts(path).values()) == {1}  # none recorded twice
+    print(f"{len(kills)} runs killed:", *kills, sep="\n  ")
 
 
 # --- what status, the report and --dry-run say of a sequential study -----------------------------

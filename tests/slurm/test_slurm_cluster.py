@@ -9,6 +9,7 @@ import copy
 import json
 import math
 import os
+import random
 import re
 import signal
 import subprocess
@@ -16,11 +17,13 @@ import sys
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
 import pytest
 import yaml
+from driver_process import MAIN, signal_at
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -546,3 +549,205 @@ def test_a_sequential_study_runs_its_rounds_as_arrays_detached_and_reattached(ti
     stored = Store(spec, create=False).read(plan(spec))
     assert [s.status for s in stored] == ["finished"] * 12 and {s.attempts for s in stored} == {1}
     assert len(read_records(job_folder(spec))) == 12  # one job per trial, none submitted twice
+
+
+# --- a detached sequential study whose driver is killed at random moments ------------------------
+
+RECORD = "optbench.store.database:Store.record"  # a trial's result (or failure), into the store
+# Where a `run --detach` driver may be killed, with the hook, before or after its call, and
+# whether a run from a state (_detached_progress) still makes that call (each at most once).
+DETACHED_MOMENTS = {
+    "while catching up": ("optbench.run.driver:_catch_up", False, lambda s: True),
+    # a call for each result on disk not recorded: which one is drawn at random
+    "while a result is recorded": (RECORD, False, lambda s: s.trained - s.recorded),
+    "while a look is computed": ("optbench.run.rounds:claims_table", False, lambda s: s.due),
+    "before a look is recorded": ("optbench.store.database:Store.record_look", False, lambda s: s.due),
+    "after a look is recorded": ("optbench.store.database:Store.record_look", True, lambda s: s.due),
+    "before round 2 is asked": (
+        "optbench.store.database:Store.prepare", False, lambda s: s.between_rounds
+    ),
+    "after round 2 is asked": (
+        "optbench.store.database:Store.prepare", True, lambda s: s.between_rounds
+    ),
+    "before submitting": (
+        "optbench.executors.slurm.executor:SlurmExecutor.submit", False, lambda s: s.unfinished
+    ),
+    "after submitting": (
+        "optbench.executors.slurm.executor:SlurmExecutor.submit", True, lambda s: s.unfinished
+    ),
+    # sbatch has returned, the job ids are not journaled: the next run adopts them by comment
+    "sbatch done, its jobs not journaled": (
+        "optbench.executors.slurm.executor:append_records", False, lambda s: s.unsubmitted
+    ),
+}  # fmt: skip
+AT_RANDOM = "at a random time"
+WINDOW = {  # a moment's rank: the narrower the window of states where it can land, the lower
+    "while a result is recorded": -1,  # any run records them all
+    "before round 2 is asked": 0,
+    "after round 2 is asked": 0,
+    "while a look is computed": 1,
+    "before a look is recorded": 1,
+    "after a look is recorded": 2,  # it closes its look's window
+    "sbatch done, its jobs not journaled": 3,
+}
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a sequential study of 8 + 4 trials (looks at 4 and 6 samples) stands."""
+
+    trained: int  # trials with a result file
+    recorded: int  # trials whose result is recorded
+    looks: int  # looks recorded
+    journaled: int  # trials with a SLURM job in the journal
+    active: bool  # a job of the study is queued or running (journaled or not)
+
+    @property
+    def asked(self) -> int:  # the trials the study asks for once the due look is taken
+        return 8 if self.looks == 0 and self.trained < 8 else 12
+
+    @property
+    def due(self) -> bool:  # a run records every result on disk, then takes the look
+        return (self.looks, min(self.trained, 8)) == (0, 8) or (self.looks, self.trained) == (1, 12)
+
+    @property
+    def between_rounds(self) -> bool:  # the next prepare asks for round 2, not yet submitted
+        return self.asked == 12 and self.journaled < 12 and self.looks < 2
+
+    @property
+    def unfinished(self) -> bool:  # the run submits (or reattaches to) trials without results
+        return self.trained < self.asked
+
+    @property
+    def unsubmitted(self) -> bool:  # the run calls sbatch
+        return self.journaled < self.asked
+
+    @property
+    def complete(self) -> bool:
+        return self.looks == 2 and self.recorded == 12
+
+
+def _detached_progress(spec: StudySpec) -> Progress | None:
+    """The study's Progress; None while its database holds a killed driver's unfinished write."""
+    from optbench.errors import UnfinishedWrite
+
+    trials = plan(spec)
+    trained = sum(read_result(t.out_dir) is not None for t in trials)
+    active = any(s in ACTIVE_STATES for _, s in followed_jobs(job_folder(spec))[0].values())
+    journaled = len(read_records(job_folder(spec)))
+    try:
+        store = Store(spec, create=False)
+        recorded = sum(s.status == "finished" for s in store.read(trials))
+        return Progress(trained, recorded, len(store.looks()), journaled, active)
+    except UnfinishedWrite:
+        return None
+
+
+def _decision(spec: StudySpec) -> tuple[list[tuple], dict[str, str]]:
+    """The study's looks and the weight digest of each finished trial."""
+    store = Store(spec, create=False)
+    looks = [
+        (r["panel"], r["k"], r["n"], r["estimate"], r["low"], r["high"], r["outcome"])
+        for r in store.looks()
+    ]
+    done = [s for s in store.read(plan(spec)) if s.status == "finished"]
+    return looks, {s.trial.key: read_result(s.trial.out_dir).digest for s in done}
+
+
+def _driver(study: Path, *args: str, hook: str = "") -> list[str]:
+    return [sys.executable, "-c", f"{hook}\n{MAIN}", "run", str(study), *args]
+
+
+def test_a_detached_sequential_study_killed_at_random_moments_ends_as_an_uninterrupted_one(
+    tiny_dict, tmp_path
+):
+    # `run --detach` again and again until the study is complete, 12 of the runs killed at a
+    # moment drawn at random (seeded) from those still ahead: while it catches up, records a
+    # result or a look, computes a look, asks for round 2, submits, or after a random delay;
+    # SIGKILL mostly, SIGTERM for a quarter of the hooked ones. The reference is the same study
+    # run uninterrupted in one process with a SLURM job's one thread (cpus_per_task 1), meanwhile.
+    data = _study(tiny_dict, models=2, samples=6)
+    data["decide"] = {"claims": ["a"], "looks": [4, 6], "alpha": 1e-6}  # two rounds
+    reference = tmp_path / "reference" / "study.yaml"
+    reference.parent.mkdir()
+    reference_data = {**data, "executor": {"kind": "debug"}, "output": str(reference.parent)}
+    reference.write_text(yaml.safe_dump(reference_data))
+    one_thread = "import torch; torch.set_num_threads(1)"
+    log = open(tmp_path / "reference.log", "w")  # noqa: SIM115
+    uninterrupted = subprocess.Popen(_driver(reference, hook=one_thread), stdout=log, stderr=log)
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump(data))
+    spec = load_spec(study)
+
+    start = time.monotonic()
+    _optbench("status", str(study))
+    run_s = time.monotonic() - start  # a detached run's start-up and a little work
+    rng = random.Random(56)
+    moments = [*DETACHED_MOMENTS, AT_RANDOM, AT_RANDOM]
+    rng.shuffle(moments)
+    # The moments with the narrowest windows first (round 2's prepare, then a look, then
+    # sbatch), so that one study has room for all: rank, then the seeded order.
+    moments.sort(key=lambda m: WINDOW.get(m, len(WINDOW)))
+    runs = []
+    while True:
+        progress = _detached_progress(spec)
+        if progress is None:  # a hot journal: only moments a run reaches before reading it
+            ahead = {m: 1 for m in moments if m in ("while catching up", AT_RANDOM)}
+        else:
+            ahead = {m: int(DETACHED_MOMENTS[m][2](progress)) for m in moments if m != AT_RANDOM}
+            ahead[AT_RANDOM] = int(not progress.complete)
+        moment = next((m for m in moments if ahead.get(m)), None)
+        if moment is None and progress is not None and progress.complete:
+            assert not moments, f"the study is complete before these kills: {moments}"
+            break
+        if moment is None and progress is not None and progress.active:
+            _wait_for("the study's jobs to end", lambda: not _detached_progress(spec).active, 600)
+            continue
+        if moment is None:  # a plain detached run: it records, looks and submits what is due
+            code, out = _optbench("run", str(study), "--detach")
+            assert code == 0 and "Traceback" not in out, out
+            runs.append(f"{progress}: not killed")
+            continue
+        if moment == AT_RANDOM:
+            delay = rng.uniform(0.2, 1.5) * run_s
+            driver = subprocess.Popen(
+                _driver(study, "--detach"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+            )
+            try:
+                driver.wait(timeout=delay)
+                what = f"{moment}, {delay:.1f} s: it ended first"  # drawn again
+            except subprocess.TimeoutExpired:
+                driver.kill()
+                moments.remove(moment)
+                what = f"{moment}, {delay:.1f} s in"
+            out = driver.communicate()[0].decode()
+            assert "Traceback" not in out, out
+        else:
+            where, after, _ = DETACHED_MOMENTS[moment]
+            call = rng.randint(1, ahead[moment])
+            signum = signal.SIGTERM if rng.random() < 0.25 else signal.SIGKILL
+            hook = signal_at(where, call, signum, after=after)
+            killed = subprocess.run(_driver(study, "--detach", hook=hook), capture_output=True)
+            out = (killed.stdout + killed.stderr).decode()
+            if signum == signal.SIGTERM:  # it stops as on Ctrl-C, saying so (docs/faults.md)
+                assert killed.returncode == 128 + signum, (moment, out)
+                assert "run the same command to resume" in out, (moment, out)
+            else:
+                assert killed.returncode == -signum, (moment, call, out)
+            moments.remove(moment)
+            what = f"{moment}, call {call}, {signal.Signals(signum).name}"
+        runs.append(f"{progress}: {what}")
+    # the study is complete: an attached run has nothing to run and ends with the decision
+    code, out = _optbench("run", str(study))
+    assert code == 0 and "nothing to run" in out, out
+    assert uninterrupted.wait(timeout=600) == 0, (tmp_path / "reference.log").read_text()
+    expected = _decision(load_spec(reference))
+    assert [look[1:3] for look in expected[0]] == [(0, 4), (1, 6)] and len(expected[1]) == 12
+    assert _decision(spec) == expected  # the same decision at the same look, every weight
+    for item in Store(spec, create=False).read(plan(spec)):  # each trial recorded once
+        name = f"{spec.name}/{item.trial.cell_id}"
+        cell = optuna.load_study(study_name=name, storage=spec.storage_url)
+        complete = optuna.trial.TrialState.COMPLETE
+        finished = [t for t in cell.trials if t.user_attrs["key"] == item.trial.key]
+        assert [t.state for t in finished].count(complete) == 1, item.trial.key
+    print(f"{len(runs)} detached runs:", *runs, sep="\n  ")
