@@ -482,6 +482,7 @@ TRIAL = "optbench.train.run_trial:run_job"  # the debug executor's trials, in th
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # drivers killed and resumed; past 900 s at load 12 here
 def test_a_driver_killed_at_a_look_resumes_to_the_same_decision(tmp_path, tiny_dict):
     data = _sequential(tiny_dict, looks=(4, 6), alpha=1e-6)  # two rounds, whatever the data
     data["models"] = [P, C]
@@ -571,6 +572,7 @@ def _finished_attempts(path: Path) -> Counter:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # drivers killed and resumed; past 900 s at load 12 here
 def test_a_driver_killed_at_random_moments_resumes_to_the_same_decision(tmp_path, tiny_dict):
     # One study killed again and again (the test above: one kill per study), each run at a
     # moment drawn at random (seeded) from those its state still has ahead: 5 of MOMENTS, each

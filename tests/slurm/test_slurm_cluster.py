@@ -658,6 +658,7 @@ def _driver(study: Path, *args: str, hook: str = "") -> list[str]:
     return [sys.executable, "-c", f"{hook}\n{MAIN}", "run", str(study), *args]
 
 
+@pytest.mark.timeout(1800)  # 12 min at load 11 here; 13 driver runs and their jobs
 def test_a_detached_sequential_study_killed_at_random_moments_ends_as_an_uninterrupted_one(
     tiny_dict, tmp_path
 ):
