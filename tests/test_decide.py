@@ -4,6 +4,8 @@ recorded between them, and a driver stopped anywhere resuming to the same decisi
 from __future__ import annotations
 
 import copy
+import dataclasses
+import json
 import os
 import random
 import re
@@ -742,6 +744,36 @@ def test_a_stem_chain_with_one_step_down_and_one_up_is_not_decided_opposite(tiny
     assert "mixed: error falls at S1 -> S2" in first.note and "grows at S2 -> P" in last.note
     (line,) = decision_lines(rounds, waiting=False)
     assert "undecided at the maximum after 6 of at most 6 seeds" in line and last.note in line
+
+
+def test_a_panel_without_a_note_beside_one_with_a_note_records_a_look_its_reader_takes(tiny_dict):
+    # the mini_stem situation at a look: AdamW's chain is mixed (a note says why) and SGD's falls
+    # at every step (no note). pandas turned SGD's missing note into NaN beside AdamW's text, the
+    # look was stored with it, and the next run refused its own record as damaged.
+    data = copy.deepcopy(tiny_dict)
+    data |= {"models": [S1, S2, P], "optimizers": ["adamw", "sgd"], "seeds": [0, 1, 2, 3, 4, 5]}
+    good = {
+        m: {"adamw": {"lr": 1e-3, "wd": 0.05}, "sgd": {"lr": 0.1, "wd": 1e-5}} for m in (S1, S2, P)
+    }
+    data["search"] |= {"sampler": "good", "n_samples": 1, "good_values": good}
+    data["search"]["ranges"]["sgd"] = {"lr": [0.1, 1.0], "wd": [1e-5, 1e-4]}
+    data["decide"] = {"claims": ["d"], "looks": [3, 4, 6]}
+    spec = parse_spec(data)
+    rounds, trials = Rounds(spec, []), plan(spec)
+    base = {"adamw": {S1: 40.0, S2: 15.0, P: 48.0}, "sgd": {S1: 10.0, S2: 25.0, P: 40.0}}
+    noise = np.random.default_rng(3).normal(0, 0.5, (2, 3, 6))
+    where = {"adamw": 0, "sgd": 1, S1: 0, S2: 1, P: 2}
+
+    def error_of(t):
+        at = where[t.cell.optimizer], where[t.cell.model], spec.seeds.index(t.seed)
+        return base[t.cell.optimizer][t.cell.model] + noise[at]
+
+    looks = {look.cells[0][1]: look for look in rounds.look(_frame(rounds.asked(trials), error_of))}
+    assert "mixed" in looks["adamw"].note and looks["sgd"].note is None
+    for look in looks.values():  # what the store keeps is what the next run reads back
+        assert Look.from_record(json.loads(json.dumps(look.record()))) == look
+    with pytest.raises(ValueError, match="note: not text"):  # no run writes what none reads
+        dataclasses.replace(looks["sgd"], note=float("nan")).record()
 
 
 def _diverged(trials) -> pd.DataFrame:

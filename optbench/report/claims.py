@@ -456,4 +456,8 @@ def claims_table(
             claims.edf(panel)
         else:
             claims.seeds(panel)
-    return pd.DataFrame(claims.rows, columns=COLUMNS)
+    table = pd.DataFrame(claims.rows, columns=COLUMNS)
+    # pandas makes a row's None NaN beside another row's text; a look stores the note as text or
+    # None, and its reader refuses NaN (report/looks.py)
+    table["note"] = table["note"].astype(object).where(table["note"].notna(), None)
+    return table

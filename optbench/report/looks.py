@@ -58,8 +58,11 @@ class Look:
         return panel_words(self.claim, self.cells)
 
     def record(self) -> dict:
+        """What the store keeps: checked by the reader's rules, so that no run writes a record
+        the next one refuses as damaged (a NaN note did, issue 56)."""
         out = asdict(self)
         out["cells"] = [list(c) for c in self.cells]
+        Look.from_record(out)
         return out
 
     @classmethod
