@@ -24,7 +24,10 @@ from driver_process import signal_at
 
 from optbench.errors import SpecError
 from optbench.plan.trials import jobs, plan
-from optbench.run.rounds import DesignChanged, Look, Rounds, decision_lines
+from optbench.report.claims import claims_table
+from optbench.report.frames import with_errors
+from optbench.report.looks import with_looks
+from optbench.run.rounds import METRIC, DesignChanged, Look, Rounds, decision_lines
 from optbench.spec.schema import parse_spec
 from optbench.store.database import Store
 
@@ -744,6 +747,11 @@ def test_a_stem_chain_with_one_step_down_and_one_up_is_not_decided_opposite(tiny
     assert "mixed: error falls at S1 -> S2" in first.note and "grows at S2 -> P" in last.note
     (line,) = decision_lines(rounds, waiting=False)
     assert "undecided at the maximum after 6 of at most 6 seeds" in line and last.note in line
+    # the smallest step alone (-5 points, well estimated) said "a last look at about N seeds
+    # would likely decide it", while more seeds only show the mixed chain better
+    results = with_errors(_frame(rounds.asked(trials), error_of), METRIC)
+    (row,) = with_looks(claims_table(results, study="tiny"), [last.record()]).to_dict("records")
+    assert "about" not in row["advice"] and "every step goes one way" in row["advice"]
 
 
 def test_a_panel_without_a_note_beside_one_with_a_note_records_a_look_its_reader_takes(tiny_dict):

@@ -261,6 +261,11 @@ def _look_advice(look: dict) -> str:
         return f"look {look['k'] + 1} at {n} of at most {n_max} {unit}: not decided yet"
     if look["outcome"] != "undecided":
         return f"decided after {n} of at most {n_max} {unit}"
+    if KINDS[look["claim"]].chain:  # the record keeps the smallest step, not the chain's others
+        return (
+            f"undecided at the maximum ({n_max} {unit}); how many more would decide it is not "
+            "estimated: a chain decides only when every step goes one way"
+        )
     more = sequential.more_needed(
         look["estimate"], look["se"], n, look["boundary"], look.get("margin")
     )
