@@ -205,3 +205,31 @@ def test_the_alpha_split_counts_declared_comparisons_and_the_dry_run_says_so(tin
     design = size_lines(spec, plan(spec), hours, [])[0]
     assert "decide: (a), (mine) looked at" in design
     assert "0.025 for each of its 2 panels, 1 of them declared" in design
+
+
+@pytest.mark.slow  # trains 12 one-epoch trials and renders a report
+def test_a_trained_study_of_a_declared_comparison_decides_stops_and_reports_it(
+    tmp_path, tiny_dict, cli
+):
+    from optbench.store.database import Store
+
+    data = _declaring(tiny_dict, "a", (C, P), "first", n_samples=6)
+    data["decide"] = {"claims": ["mine"], "looks": [4, 6], "alpha": 1e-6}  # two rounds at most
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(data))
+    code, out, err = cli("run", "study.yaml", "--executor", "debug")
+    assert code == 0, err
+    said = " ".join(out.split())
+    assert "look 1 (4 of at most 6 samples): (mine) vit_c_w64_16px adamw 1ep vs" in said, said
+    spec = parse_spec(data)
+    looks = Store(spec, create=False).looks()
+    assert {(r["claim"], r["kind"]) for r in looks} == {("mine", "a")}
+    assert looks[-1]["outcome"] != "continue"  # decided, or undecided at the last look: done
+    code, out, _ = cli("run", "study.yaml", "--executor", "debug")
+    assert code == 0 and "nothing to run" in out
+    code, _, err = cli("report", "study.yaml", "--out", str(tmp_path / "reports"))
+    assert code == 0, err
+    summary = yaml.safe_load((tmp_path / "reports" / "tiny" / "summary.json").read_text())
+    (row,) = [r for r in summary["claims"] if r["claim"] == "mine"]
+    assert row["kind"] == "a" and row["looks"] == len(looks) and row["panels"] == 1
+    page = (tmp_path / "reports" / "tiny" / "index.html").read_text()
+    assert "mine: vit_c_w64_16px adamw 1ep vs vit_p_w64_16px adamw 1ep, EDF area to 10" in page
