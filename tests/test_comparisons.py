@@ -65,6 +65,7 @@ def test_a_declared_comparison_is_parsed_and_named_by_decide(tiny_dict):
             "comparisons.0.sides.1: vit_p_w64_16px adamw 7ep is no cell of the study",
         ),
         ({"sides": [_side(C), _side("vit_x", "sgd")]}, "comparisons.0.sides.1: vit_x sgd 1ep"),
+        ({"sides": [_side(C), _side(C)]}, "comparisons.0.sides: both name vit_c_w64_16px adamw"),
         ({"kind": "edf"}, "comparisons.0.kind: unknown kind 'edf'"),
         ({"kind": "A"}, "did you mean a?"),
         ({"kind": "b"}, "kind 'b' reads more than two cells; a comparison of two sides is one of"),

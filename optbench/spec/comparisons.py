@@ -83,8 +83,8 @@ def declared_words(panel: Panel) -> str:
 def check_comparisons(
     comparisons: list[Comparison], cells: list[CellKey], seeds: int, n_samples: int, sampler: str
 ) -> None:
-    """ValueError (one line naming the field) for a name declared twice, a side that is no
-    cell of the grid, or a kind whose statistic the study's sizes cannot test (fewer seeds or
+    """ValueError (one line naming the field) for a name declared twice, sides that name one
+    cell, a side that is no cell of the grid, or a kind whose statistic the study's sizes cannot test (fewer seeds or
     (lr, wd) samples than its smallest look)."""
     grid = set(cells)
     seen: set[str] = set()
@@ -93,6 +93,9 @@ def check_comparisons(
         if comparison.name in seen:
             raise ValueError(f"{where}.name: {comparison.name!r} is declared twice")
         seen.add(comparison.name)
+        first, second = (side.cell for side in comparison.sides)
+        if first == second:
+            raise ValueError(f"{where}.sides: both name {side_words(first)}; compare two cells")
         for j, side in enumerate(comparison.sides):
             if side.cell not in grid:
                 raise ValueError(
