@@ -20,7 +20,7 @@ from optbench.report.looks import Look
 from optbench.run.rounds import Rounds, size_lines
 from optbench.spec.schema import parse_spec
 
-P, C, S1 = "vit_p_w64_16px", "vit_c_w64_16px", "vit_s1_w64_16px"
+P, C, S1, D = "vit_p_w64_16px", "vit_c_w64_16px", "vit_s1_w64_16px", "dhvt_w64_16px"
 
 
 def _side(model: str, optimizer: str = "adamw", epochs: int = 1) -> dict:
@@ -163,7 +163,7 @@ def test_a_declared_seed_comparison_of_two_stems_is_claim_d_on_them(tiny_dict):
 
 def _only_declared(tiny_dict, looks=(4, 6, 8), **decide) -> dict:
     data = _declaring(tiny_dict, "a", (C, P), "first", n_samples=looks[-1])
-    data["models"] = [P, C, "dhvt_w64_16px"]  # a model no comparison reads
+    data["models"] = [P, C, D]  # a model no comparison reads
     data["decide"] = {"claims": ["mine"], "looks": list(looks), **decide}
     return data
 
@@ -173,7 +173,7 @@ def test_a_study_deciding_only_a_declared_comparison_decides_and_stops(tiny_dict
     spec = parse_spec(_only_declared(tiny_dict, looks=(6, 8, 10)))
     rounds, trials = Rounds(spec, []), plan(spec)
     assert rounds.design.panels == 1  # the paper's (a) on the same cells is not decided
-    error_of = _errors({P: 40.0, C: 1.0, "dhvt_w64_16px": 5.0})
+    error_of = _errors({P: 40.0, C: 1.0, D: 5.0})
     (look,) = rounds.look(_frame(rounds.asked(trials), error_of))
     assert (look.claim, look.kind, look.outcome, look.k) == ("mine", "a", "holds", 0)
     assert look.words == "vit_c_w64_16px adamw 1ep vs vit_p_w64_16px adamw 1ep"
@@ -185,16 +185,29 @@ def test_a_study_deciding_only_a_declared_comparison_decides_and_stops(tiny_dict
     assert Look.from_record(old).kind_of == "a"
 
 
+def test_a_look_of_a_declared_name_under_another_kind_is_not_this_studys(tiny_dict):
+    import dataclasses
+
+    from optbench.report.looks import inconsistent
+
+    spec = parse_spec(_only_declared(tiny_dict))
+    rounds, trials = Rounds(spec, []), plan(spec)
+    (look,) = rounds.look(_frame(rounds.asked(trials), _errors({P: 5.0, C: 5.0, D: 5.0})))
+    assert list(inconsistent(spec.decide, [look])) == []
+    (why,) = inconsistent(spec.decide, [dataclasses.replace(look, kind="d")])
+    assert "claim (mine) in samples is not one this study decides" in why
+
+
 def test_an_open_declared_comparison_grows_only_its_cells(tiny_dict):
     spec = parse_spec(_only_declared(tiny_dict))
     rounds, trials = Rounds(spec, []), plan(spec)
-    error_of = _errors({P: 5.0, C: 5.0, "dhvt_w64_16px": 5.0}, noise=3.0)
+    error_of = _errors({P: 5.0, C: 5.0, D: 5.0}, noise=3.0)
     (look,) = rounds.look(_frame(rounds.asked(trials), error_of))
     assert look.outcome == "continue"
     rounds.add([look])
     targets = rounds.targets()
     assert targets[(P, "adamw", 1)] == targets[(C, "adamw", 1)] == 6
-    assert targets[("dhvt_w64_16px", "adamw", 1)] == 4
+    assert targets[(D, "adamw", 1)] == 4
 
 
 def test_the_alpha_split_counts_declared_comparisons_and_the_dry_run_says_so(tiny_dict):

@@ -10,7 +10,9 @@ and (d) that error grows as the stem's patchify layer grows, S1 -> S4 -> P (Tabl
 Each claim is a kind of spec/claim_kinds.py (its unit, smallest look, the cells it reads, its
 words); models take their roles from their zoo names (spec/roles.py): `vit_p_<x>` and
 `vit_c_<x>` are a pair, `vit_s<k>_<x>` the stem ablation with a k-th patchify size of the same
-family `<x>`. Here are the statistics: the EDF kind's below (`_Claims.edf`), the seed kinds'
+family `<x>`. A comparison a study declares on two cells of its own (spec/comparisons.py) is
+a row of its kind's statistic under its own name (`claim`; `kind` says which). Here are the
+statistics: the EDF kind's below (`_Claims.edf`), the seed kinds'
 per-seed contrasts in `SEED_CONTRASTS`.
 
 Definitions (each statistic is defined here once; "error" is the trial's `options.metric`):

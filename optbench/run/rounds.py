@@ -6,7 +6,7 @@ all recorded, a *look* computes each named claim's panel (claims_table at the lo
 report/sequential.py) on the first n_k units of its cells, and the store records it
 (`Store.record_look`) before anything else runs; the row's verdict is the look's outcome
 (claims.py). The study's alpha is split evenly over the panels its named claims can read in
-its grid (`design`, counted before any data). A panel whose look decides (holds, opposite,
+its grid and the declared comparisons it names (`design`, counted before any data). A panel whose look decides (holds, opposite,
 equivalent) or that reached the last look (undecided) is done: its cells stop there. A cell
 grows while some undecided panel reads it; a cell no named claim reads stays at the first look.
 

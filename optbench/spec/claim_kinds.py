@@ -10,6 +10,9 @@ grid needs for it. `KINDS` holds the paper's claims (a)-(d) (report/claims.py de
 statistics and intervals); the study schema (`decide:`), the rounds (run/rounds.py), the
 claims table and its page (report/claims.py, report/claims_page.py) iterate it, so a kind is
 added here and beside its statistic (report/claims.py, `SEED_CONTRASTS` or the EDF reader).
+A kind with `better` compares two cells, and a study may declare comparisons of it on cells of
+its own (spec/comparisons.py, `declared_panel`): a panel's name (`claim`: a-d or the declared
+name) is kept apart from its kind (`kind_name`, None where the name is the kind).
 
 A comparison (a kind on one panel of a grid) is named by `comparison_key`, made of its kind and
 the cells it reads, never of display text: a sequential study's looks are stored and matched

@@ -1,6 +1,8 @@
 """The `decide:` block of a study (docs/sequential.md): its schema (`Decide`) and its checks
 against the study's grid (`check_decidable`), both read off the claim kinds (claim_kinds.py):
-each named claim's unit, smallest look, margin scale and what a grid needs for it."""
+each named claim's unit, smallest look, margin scale and what a grid needs for it. A named
+claim is one of the paper's (a)-(d) or a comparison the study declares (spec/comparisons.py),
+whose kind `read_kinds` looks up."""
 
 from __future__ import annotations
 
