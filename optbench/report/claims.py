@@ -10,7 +10,9 @@ and (d) that error grows as the stem's patchify layer grows, S1 -> S4 -> P (Tabl
 Each claim is a kind of spec/claim_kinds.py (its unit, smallest look, the cells it reads, its
 words); models take their roles from their zoo names (spec/roles.py): `vit_p_<x>` and
 `vit_c_<x>` are a pair, `vit_s<k>_<x>` the stem ablation with a k-th patchify size of the same
-family `<x>`. Here are the statistics: the EDF kind's below (`_Claims.edf`), the seed kinds'
+family `<x>`. A comparison a study declares on two cells of its own (spec/comparisons.py) is
+a row of its kind's statistic under its own name (`claim`; `kind` says which). Here are the
+statistics: the EDF kind's below (`_Claims.edf`), the seed kinds'
 per-seed contrasts in `SEED_CONTRASTS`.
 
 Definitions (each statistic is defined here once; "error" is the trial's `options.metric`):
@@ -85,6 +87,8 @@ contrasts for (b)-(d) (stats.seed_power).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 import pandas as pd
 
@@ -93,13 +97,15 @@ from optbench.report.edf import AUC_MAX_POINTS
 from optbench.report.looks import with_looks as with_looks  # the report writer's name for it
 from optbench.report.summary import MAX_SAMPLES, Options, advice_line
 from optbench.spec.claim_kinds import MIN_EDF_SAMPLES, MIN_SEEDS, Panel, panels
+from optbench.spec.comparisons import Comparison, declared_words
 from optbench.spec.roles import role_name
 
 MAX_SEEDS = 32
 CURVE_STEPS = 200  # D(x) of claim (a)'s curve statement on this many steps of [0, 10]
 
 COLUMNS = [
-    "claim",
+    "claim",  # its name: a-d, or a declared comparison's (spec/comparisons.py)
+    "kind",  # its kind (spec/claim_kinds.py): the name, for (a)-(d)
     "paper",
     "study",
     "optimizer",
@@ -235,9 +241,11 @@ class _Claims:
         """What every row of one claim and panel says besides its statistics."""
         subset = pd.concat([self.cell(*c) for c in panel.cells])
         models = panel.models
+        paper = panel.kind.paper.format(chain=" -> ".join(map(role_name, models)))
         return {
             "claim": panel.claim,
-            "paper": panel.kind.paper.format(chain=" -> ".join(map(role_name, models))),
+            "kind": panel.kind.name,
+            "paper": declared_words(panel) if panel.declared else paper,
             "study": self.study,
             "optimizer": panel.optimizer,
             "epochs": panel.epochs,
@@ -398,7 +406,7 @@ class _Claims:
         """A seed claim's row from its kind's per-seed contrast (SEED_CONTRASTS)."""
         k, v = self.seed_errors(list(panel.cells))
         if v:
-            self.add_seeds(panel, SEED_CONTRASTS[panel.claim](panel, v), k)
+            self.add_seeds(panel, SEED_CONTRASTS[panel.kind.name](panel, v), k)
 
 
 def _length_contrast(panel: Panel, v: list[np.ndarray]) -> np.ndarray:
@@ -442,8 +450,10 @@ def claims_table(
     boundary: float | None = None,
     margin: float | None = None,
     last: bool = False,
+    comparisons: Iterable[Comparison] = (),
 ) -> pd.DataFrame:
-    """Every claim the results can test, one row per claim and panel (COLUMNS). `results` are
+    """Every claim the results can test, one row per claim and panel (COLUMNS), then each of the
+    study's declared `comparisons` whose two cells have results. `results` are
     `frames.with_errors(trials, options.metric)`: finished and diverged trials with `error`.
     With `boundary`, a sequential look's z boundary, the intervals are that look's repeated
     confidence intervals, each verdict is the look's outcome (with the design's `margin`;
@@ -451,7 +461,9 @@ def claims_table(
     docstring)."""
     claims = _Claims(results, options or Options(), study, boundary, margin, last)
     present = results[frames.CELL_KEYS].drop_duplicates().itertuples(index=False)
-    for panel in panels((m, o, int(e)) for m, o, e in present):
+    present = [(m, o, int(e)) for m, o, e in present]
+    declared = [c.panel() for c in comparisons]
+    for panel in panels(present) + [p for p in declared if set(p.cells) <= set(present)]:
         if panel.kind.reads == "edf":
             claims.edf(panel)
         else:

@@ -18,7 +18,7 @@ from optbench.report import frames, sequential, stats
 from optbench.report.claims import MIN_SEEDS, NOT_TESTED
 from optbench.report.page import Section
 from optbench.report.summary import Options
-from optbench.spec.claim_kinds import KINDS
+from optbench.spec.claim_kinds import KINDS, ClaimKind
 
 
 def _here(row) -> str:
@@ -49,10 +49,20 @@ def evidence_lines(table: pd.DataFrame) -> list[str]:
     return [f"({r.claim}) {r.optimizer}, {r.epochs} ep: {r.advice}" for r in table.itertuples()]
 
 
+def kind_of(row) -> ClaimKind:
+    """A row's kind: its `kind` (spec/claim_kinds.py), its claim in rows written before it."""
+    kind = getattr(row, "kind", None)
+    return KINDS[kind if isinstance(kind, str) else row.claim]
+
+
+def _declared(row) -> bool:
+    return kind_of(row).name != row.claim
+
+
 def _panel_words(row) -> str:
     """The row's panel in its kind's phrase, e.g. "with AdamW at 8 epochs"."""
     optimizer = {"adamw": "AdamW", "sgd": "SGD"}.get(row.optimizer, row.optimizer)
-    return KINDS[row.claim].phrase.format(optimizer=optimizer, epochs=row.epochs)
+    return kind_of(row).phrase.format(optimizer=optimizer, epochs=row.epochs)
 
 
 def _sequential(row) -> bool:
@@ -102,8 +112,9 @@ def sentence(row) -> str:
     samples (EDF area to 10 points: +0.26 [+0.15, +0.43]; as whole curves: holds); a new study
     of that size: 97% (if the effect is as estimated)"; why a row decides nothing (its `note`:
     degenerate data, a mixed chain) follows its verdict."""
-    claim = f"({row.claim}) {row.paper}, {_panel_words(row)}"
-    measured = f"{KINDS[row.claim].measure}: {_here(row)}"
+    # a declared comparison's `paper` is its words: its name, sides and measure
+    claim = row.paper if _declared(row) else f"({row.claim}) {row.paper}, {_panel_words(row)}"
+    measured = f"{kind_of(row).measure}: {_here(row)}"
     note = getattr(row, "note", None)
     note = "" if note is None or pd.isna(note) else f"; {note}"
     if row.verdict == NOT_TESTED and not _sequential(row):
@@ -146,7 +157,8 @@ def sections(table: pd.DataFrame, options: Options, drawn: set[str] | None = Non
     the page and summary.json show the same bootstrap), or nothing when the study tests no
     claim; with `drawn` (the report's sections), only the claims whose section is drawn."""
     if drawn is not None:
-        table = table[table["claim"].map(lambda claim: KINDS[claim].section).isin(drawn)]
+        sections = [kind_of(row).section for row in table.itertuples()]
+        table = table[pd.Series(sections, index=table.index, dtype=object).isin(drawn)]
     if table.empty:
         return []
     section = Section(

@@ -23,9 +23,10 @@ from optbench.report import (
     tunability,
 )
 from optbench.report.edf import AUC_MAX_POINTS, dtop1, edf, edf_auc
+from optbench.report.looks import panel_words
 from optbench.report.stats import N_BOOT, edf_band, good_range
 from optbench.report.summary import Options, chance_error, near_chance
-from optbench.spec.claim_kinds import KINDS, comparison_key, panel_of
+from optbench.spec.claim_kinds import KINDS, comparison_key
 from optbench.spec.roles import families
 
 # The dtop-1 axis ends at the largest finite dtop-1 (rounded up to 5 points), at least at
@@ -302,7 +303,7 @@ def looks_figure(looks: list[dict]) -> Figure:
         panels.append(
             drawing_curves.LookPanel(
                 title=_look_title(last),
-                statistic=KINDS[last["claim"]].statistic,
+                statistic=KINDS[last.get("kind") or last["claim"]].statistic,
                 unit=last["unit"],
                 n=[look["n"] for look in path],
                 estimate=[look["estimate"] for look in path],
@@ -319,5 +320,4 @@ def looks_figure(looks: list[dict]) -> Figure:
 
 def _look_title(look: dict) -> str:
     """A look's panel in words, e.g. "(a) adamw 20ep vit_c_x vs vit_p_x"."""
-    panel = panel_of(look["claim"], look["cells"])
-    return f"({look['claim']}) {panel.words if panel else look['panel']}"
+    return f"({look['claim']}) {panel_words(look['claim'], look['cells'], look.get('kind'))}"

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 import pandas as pd
 
 from optbench.report import sequential
-from optbench.spec.claim_kinds import KINDS, comparison_key, panel_of
+from optbench.spec.claim_kinds import KINDS, comparison_key, declared_panel, panel_of
 from optbench.spec.decide import Decide
 
 
@@ -47,6 +47,14 @@ class Look:
     note: str | None = None  # why it decides nothing: degenerate data, a mixed chain (claims.py)
     alpha: float = sequential.ALPHA  # the study's, split evenly over its `panels`
     panels: int = 1
+    # a declared comparison's kind (spec/comparisons.py), `claim` being its name; None: the
+    # claim is its own kind, (a)-(d) (and every record written before comparisons were declared)
+    kind: str | None = None
+
+    @property
+    def kind_of(self) -> str:
+        """Its kind's name in claim_kinds.KINDS."""
+        return self.kind or self.claim
 
     @property
     def done(self) -> bool:
@@ -55,7 +63,7 @@ class Look:
     @property
     def words(self) -> str:
         """Its panel in words, e.g. "adamw 20ep vit_c_x vs vit_p_x" (claim_kinds.Panel.words)."""
-        return panel_words(self.claim, self.cells)
+        return panel_words(self.claim, self.cells, self.kind)
 
     def record(self) -> dict:
         """What the store keeps: checked by the reader's rules, so that no run writes a record
@@ -108,7 +116,7 @@ def _cells(x) -> bool:
 
 _FIELD_TYPES = {
     "panel": _text,
-    "claim": lambda x: x in KINDS,
+    "claim": _text,
     "k": _count,
     "n": _count,
     "n_max": _count,
@@ -127,9 +135,10 @@ _FIELD_TYPES = {
     "note": lambda x: x is None or _text(x),
     "alpha": lambda x: _number(x) and 0 < x < 1,
     "panels": lambda x: _count(x) and x >= 1,
+    "kind": lambda x: x is None or x in KINDS,
 }
 _FIELD_WORDS = {
-    "claim": f"a claim ({', '.join(KINDS)})",
+    "kind": f"a claim kind ({', '.join(KINDS)}) or null",
     "k": "a look's index (a count)",
     "n": "a count",
     "n_max": "a count",
@@ -139,16 +148,19 @@ _FIELD_WORDS = {
     "spending": f"a spending ({', '.join(sequential.SPENDING)})",
     "margin": "a number or null",
 } | {name: "a number" for name in ("estimate", "se", "boundary", "low", "high")}
-_FIELD_WORDS |= {name: "text" for name in ("panel", "design", "read", "note")}
+_FIELD_WORDS |= {name: "text" for name in ("panel", "claim", "design", "read", "note")}
 _FIELD_WORDS |= {"alpha": "a number in (0, 1)", "panels": "a count of at least 1"}
 # fields that records written before them lack (their defaults read them)
-_LATER = ("spending", "margin", "read", "note", "alpha", "panels")
+_LATER = ("spending", "margin", "read", "note", "alpha", "panels", "kind")
 _REQUIRED = [name for name in _FIELD_TYPES if name not in _LATER]
 
 
-def panel_words(claim: str, cells) -> str:
+def panel_words(claim: str, cells, kind: str | None = None) -> str:
     """A comparison's panel in words from its claim and cells, e.g. "adamw 20ep vit_c_x vs
-    vit_p_x"; the key itself where no panel of that claim reads those cells."""
+    vit_p_x" (a declared one of `kind`: its sides); the key itself where no panel of that claim
+    reads those cells."""
+    if kind is not None and KINDS[kind].better is not None and len(cells) == 2:
+        return declared_panel(claim, kind, cells).words
     panel = panel_of(claim, cells)
     return panel.words if panel else comparison_key(claim, cells)
 
@@ -186,7 +198,11 @@ def inconsistent(decide: Decide, looks: list[Look]) -> Iterator[str]:
             yield f"{where}look {look.k + 1} of a design of {len(decide.looks)} looks"
         elif look.n != decide.looks[look.k] or look.n_max != decide.looks[-1]:
             yield f"{where}{look.n} of at most {look.n_max} {look.unit}, not look {look.k + 1}'s size"
-        elif look.unit != decide.unit or look.claim not in decide.claims:
+        elif (
+            look.unit != decide.unit
+            or look.claim not in decide.claims
+            or look.kind_of != decide.kind_of(look.claim).name
+        ):
             yield f"{where}claim ({look.claim}) in {look.unit} is not one this study decides"
         elif look.panel != comparison_key(look.claim, look.cells):
             yield f"{where}panel {look.panel!r} is not claim ({look.claim})'s on its cells"
@@ -198,7 +214,7 @@ def inconsistent(decide: Decide, looks: list[Look]) -> Iterator[str]:
             elif look.outcome != said and (
                 # a chain (d) decides on every step, which its record's one interval (the
                 # smallest step's) does not hold: only a decision is checked against it
-                not KINDS[look.claim].chain or look.outcome in sequential.DECIDED
+                not KINDS[look.kind_of].chain or look.outcome in sequential.DECIDED
             ):
                 yield f"{where}outcome {look.outcome!r}, but its interval gives {said!r}"
         panels.setdefault(look.panel, []).append(look)

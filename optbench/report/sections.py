@@ -428,6 +428,7 @@ def _looks_figure(section: Section, looks: list[dict]) -> None:
 def claims_with_looks(
     spec: StudySpec, results: pd.DataFrame, options: Options, looks: list[dict] | None
 ) -> pd.DataFrame:
-    """The claims table; a sequential study's panels show their looks (claims.with_looks)."""
-    table = claims.claims_table(results, options, spec.name)
+    """The claims table, the study's declared comparisons with the paper's claims; a sequential
+    study's panels show their looks (claims.with_looks)."""
+    table = claims.claims_table(results, options, spec.name, comparisons=spec.comparisons)
     return claims.with_looks(table, looks) if looks else table

@@ -6,7 +6,7 @@ all recorded, a *look* computes each named claim's panel (claims_table at the lo
 report/sequential.py) on the first n_k units of its cells, and the store records it
 (`Store.record_look`) before anything else runs; the row's verdict is the look's outcome
 (claims.py). The study's alpha is split evenly over the panels its named claims can read in
-its grid (`design`, counted before any data). A panel whose look decides (holds, opposite,
+its grid and the declared comparisons it names (`design`, counted before any data). A panel whose look decides (holds, opposite,
 equivalent) or that reached the last look (undecided) is done: its cells stop there. A cell
 grows while some undecided panel reads it; a cell no named claim reads stays at the first look.
 
@@ -41,7 +41,7 @@ from optbench.report.looks import Look, inconsistent, record_key, signed
 from optbench.report.looks import look_line as look_line  # the driver's name for it
 from optbench.report.summary import Options
 from optbench.spec.claim_kinds import cells_read, comparison_key, panels
-from optbench.spec.decide import Decide
+from optbench.spec.comparisons import Comparison
 from optbench.spec.schema import StudySpec
 from optbench.store.database import DamagedLooks, Store
 from optbench.store.migrations import looks_under_stable_keys
@@ -65,14 +65,23 @@ def design(spec: StudySpec) -> sequential.Design:
     grid (claims.panels, counted before any data; docs/sequential.md)."""
     decide = spec.decide
     cells = [(c.model, c.optimizer, c.epochs) for c in spec.cells()]
-    count = len(panels(cells, decide.claims))
+    count = len(panels(cells, decide.paper_claims)) + len(declared(spec))
     looks = tuple(decide.looks)
     return sequential.Design(looks, decide.spending, decide.alpha, decide.margin, max(1, count))
 
 
-def fingerprint(decide: Decide) -> str:
-    """What a recorded look depends on: the claims, the looks, alpha's spending, the margin."""
-    blob = json.dumps(decide.model_dump(mode="json"), sort_keys=True).encode()
+def declared(spec: StudySpec) -> list[Comparison]:
+    """The declared comparisons (spec/comparisons.py) that the study's `decide:` names."""
+    return [c for c in spec.comparisons if c.name in spec.decide.claims]
+
+
+def fingerprint(spec: StudySpec) -> str:
+    """What a recorded look depends on: the claims, the looks, alpha's spending, the margin,
+    and each named declared comparison (none named: the fingerprint of earlier optbench)."""
+    what = spec.decide.model_dump(mode="json")
+    if declared(spec):
+        what = {"decide": what, "comparisons": [c.model_dump(mode="json") for c in declared(spec)]}
+    blob = json.dumps(what, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:12]
 
 
@@ -84,7 +93,7 @@ class Rounds:
         assert spec.decide is not None
         self.spec, self.decide = spec, spec.decide
         self.design = design(spec)
-        self.fingerprint = fingerprint(spec.decide)
+        self.fingerprint = fingerprint(spec)
         self._trials = trials
         self.looks: dict[str, list[Look]] = {}
         for look in sorted(looks, key=lambda x: (x.panel, x.k)):
@@ -110,7 +119,7 @@ class Rounds:
             except ValueError as err:
                 raise DamagedLooks(store.damaged_looks(f"{key}: {err}")) from None
             looks.append(look)
-        ours = fingerprint(spec.decide)  # another design's looks: DesignChanged, below
+        ours = fingerprint(spec)  # another design's looks: DesignChanged, below
         for why in inconsistent(spec.decide, [look for look in looks if look.design == ours]):
             raise DamagedLooks(store.damaged_looks(why))
         return cls(spec, looks, trials)
@@ -218,7 +227,9 @@ class Rounds:
         read = self.reads(k, self._reading(k))
         last = k == len(self.decide.looks) - 1
         results = frames.with_errors(prefix, METRIC)
-        rows = claims_table(results, Options(), self.spec.name, c, self.decide.margin, last)
+        rows = claims_table(
+            results, Options(), self.spec.name, c, self.decide.margin, last, declared(self.spec)
+        )
         new = []
         for _, row in rows[rows["claim"].isin(self.decide.claims)].iterrows():
             key = comparison_key(row["claim"], row["cells"])
@@ -247,6 +258,7 @@ class Rounds:
                     note=row["note"],
                     alpha=self.decide.alpha,
                     panels=self.design.panels,
+                    kind=None if row["kind"] == row["claim"] else row["kind"],
                 )
             )
         return new
@@ -318,7 +330,11 @@ def decision_lines(rounds: Rounds, waiting: str | None) -> list[str]:
 def claims_reading(spec: StudySpec) -> dict[tuple[str, str, int], set[str]]:
     """The named claims that read each cell (their panels' cells, spec/claim_kinds.py); a
     cell none reads never grows."""
-    return cells_read([(c.model, c.optimizer, c.epochs) for c in spec.cells()], spec.decide.claims)
+    out = cells_read([(c.model, c.optimizer, c.epochs) for c in spec.cells()], spec.decide.claims)
+    for comparison in declared(spec):
+        for cell in comparison.panel().cells:
+            out[cell].add(comparison.name)
+    return out
 
 
 # The effect `--dry-run` plans for without an earlier report: one that the fixed-size study of
@@ -395,10 +411,12 @@ def size_lines(
     spending = {"pocock": "Pocock", "obrien-fleming": "O'Brien-Fleming"}[decide.spending]
     margin = "" if decide.margin is None else f", margin {decide.margin:g}"
     claims = ", ".join(f"({c})" for c in decide.claims)
+    # every panel shares the alpha, a declared comparison's as the paper's claims' (Bonferroni)
+    of_them = f", {len(declared(spec))} of them declared" if declared(spec) else ""
     lines = [
         f"decide: {claims} looked at after {', '.join(map(str, looks))} {unit} per cell "
         f"({spending}, alpha {decide.alpha:g} for the study, {rounds.design.panel_alpha:.3g} for "
-        f"each of its {rounds.design.panels} panels{margin}; docs/sequential.md)",
+        f"each of its {rounds.design.panels} panels{of_them}{margin}; docs/sequential.md)",
         f"decide: from {len(first)} trials{cost(per_cell(first))} (every claim decided at the "
         f"first look, {looks[0]} {unit} per cell) to {len(most)}{cost(per_cell(most))} "
         f"(every look taken, {looks[-1]} {unit} per cell a named claim reads)",

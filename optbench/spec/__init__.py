@@ -11,6 +11,7 @@
   `--set KEY=VALUE`; `profiles.py`: cluster profiles.
 - `roles.py`: which models play which part in the claims, by name; `claim_kinds.py`: the
   claim kinds, one entry per kind of comparison (its unit, smallest look, cells, words), and
-  a comparison's stable key; `decide.py`: the `decide:` block, checked against the grid.
+  a comparison's stable key; `comparisons.py`: the comparisons of two cells a study declares;
+  `decide.py`: the `decide:` block, checked against the grid.
 - `checks.py`: what a study needs from this machine (models, datasets, data folders).
 """

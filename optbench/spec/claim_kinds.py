@@ -10,6 +10,9 @@ grid needs for it. `KINDS` holds the paper's claims (a)-(d) (report/claims.py de
 statistics and intervals); the study schema (`decide:`), the rounds (run/rounds.py), the
 claims table and its page (report/claims.py, report/claims_page.py) iterate it, so a kind is
 added here and beside its statistic (report/claims.py, `SEED_CONTRASTS` or the EDF reader).
+A kind with `better` compares two cells, and a study may declare comparisons of it on cells of
+its own (spec/comparisons.py, `declared_panel`): a panel's name (`claim`: a-d or the declared
+name) is kept apart from its kind (`kind_name`, None where the name is the kind).
 
 A comparison (a kind on one panel of a grid) is named by `comparison_key`, made of its kind and
 the cells it reads, never of display text: a sequential study's looks are stored and matched
@@ -38,15 +41,20 @@ CellKey = tuple[str, str, int]  # (model, optimizer, epochs)
 class Panel:
     """One comparison: a kind on one panel of a grid, and the cells its statistic reads."""
 
-    claim: str
+    claim: str  # its name: the paper's a-d, or a comparison the study declares
     optimizer: str
     epochs: int | str  # (b): "short vs long"; (c): the lengths, "4, 8"
     models: tuple[str, ...]  # (C, P), or the stem chain S1, ..., P for (d)
     cells: tuple[CellKey, ...]
+    kind_name: str | None = None  # a declared comparison's kind; None: its name is its kind
 
     @property
     def kind(self) -> ClaimKind:
-        return KINDS[self.claim]
+        return KINDS[self.kind_name or self.claim]
+
+    @property
+    def declared(self) -> bool:
+        return self.kind_name is not None
 
     @property
     def key(self) -> str:
@@ -56,11 +64,16 @@ class Panel:
     @property
     def model_words(self) -> str:
         """The models in the order the claim reads them, e.g. "vit_c_x vs vit_p_x"."""
-        return self.kind.joiner.join(self.models)
+        return (" vs " if self.declared else self.kind.joiner).join(self.models)
 
     @property
     def words(self) -> str:
-        """The panel in words, e.g. "adamw 20ep vit_c_x vs vit_p_x" (lines and figures)."""
+        """The panel in words, e.g. "adamw 20ep vit_c_x vs vit_p_x" (lines and figures); a
+        declared comparison's sides, the one expected to do better first."""
+        if self.declared:
+            better = self.cells[self.kind.better]
+            other = self.cells[1 - self.kind.better]
+            return f"{side_words(better)} vs {side_words(other)}"
         return f"{self.optimizer} {self.epochs}ep {self.model_words}"
 
     @property
@@ -141,6 +154,9 @@ class ClaimKind:
     margin_words: str  # that scale, in words
     joiner: str = " vs "  # between its models' names
     chain: bool = False  # a chain of steps: decided on every step's interval
+    # a kind a study may declare on two cells of its own (spec/comparisons.py): the place in
+    # its two cells of the one a positive estimate says does better; None: it reads more cells
+    better: int | None = None
 
 
 _EDF_AREA = (1.0, "a difference of EDF areas (each 0..1)")
@@ -161,6 +177,7 @@ KINDS: dict[str, ClaimKind] = {
             "with {optimizer} at {epochs} epochs",
             "edf",
             *_EDF_AREA,
+            better=1,  # auc(cells[1]) - auc(cells[0])
         ),
         ClaimKind(
             "b",
@@ -205,6 +222,7 @@ KINDS: dict[str, ClaimKind] = {
             *_POINTS,
             joiner=" < ",
             chain=True,
+            better=0,  # on two cells: E(cells[1]) - E(cells[0])
         ),
     )
 }
@@ -242,6 +260,22 @@ def panel_of(claim: str, cells: Iterable[Iterable]) -> Panel | None:
     cells = tuple((str(m), str(o), int(e)) for m, o, e in cells)
     found = [p for p in panels(cells, [claim]) if p.cells == cells]
     return found[0] if found else None
+
+
+def side_words(cell: Iterable) -> str:
+    """One cell in words, e.g. "vit_p_x adamw 20ep" (a declared comparison's side)."""
+    model, optimizer, epochs = cell
+    return f"{model} {optimizer} {epochs}ep"
+
+
+def declared_panel(name: str, kind: str, cells: Iterable[Iterable]) -> Panel:
+    """A declared comparison of kind `kind` (one with `better`) on two cells in the order its
+    statistic reads them (spec/comparisons.py orders them by the side expected to do better)."""
+    cells = tuple((str(m), str(o), int(e)) for m, o, e in cells)
+    better, other = cells[KINDS[kind].better], cells[1 - KINDS[kind].better]
+    optimizers = " vs ".join(dict.fromkeys((better[1], other[1])))
+    epochs = better[2] if better[2] == other[2] else f"{better[2]} vs {other[2]}"
+    return Panel(name, optimizers, epochs, (better[0], other[0]), cells, kind_name=kind)
 
 
 def cells_read(cells: Iterable[CellKey], claims: Iterable[str]) -> dict[CellKey, set[str]]:

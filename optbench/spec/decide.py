@@ -1,14 +1,18 @@
 """The `decide:` block of a study (docs/sequential.md): its schema (`Decide`) and its checks
 against the study's grid (`check_decidable`), both read off the claim kinds (claim_kinds.py):
-each named claim's unit, smallest look, margin scale and what a grid needs for it."""
+each named claim's unit, smallest look, margin scale and what a grid needs for it. A named
+claim is one of the paper's (a)-(d) or a comparison the study declares (spec/comparisons.py),
+whose kind `read_kinds` looks up."""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, StrictFloat, StrictInt, ValidationInfo, field_validator
+from pydantic import Field, PrivateAttr, StrictFloat, StrictInt, field_validator
 
-from optbench.spec.claim_kinds import KINDS, CellKey, panels
+from optbench.errors import did_you_mean
+from optbench.spec.claim_kinds import KINDS, CellKey, ClaimKind, panels
+from optbench.spec.comparisons import Comparison
 from optbench.spec.recipe import StrictModel
 
 MAX_LOOKS = 12  # more looks spend alpha thinner for little saving (docs/sequential.md)
@@ -22,9 +26,10 @@ class Decide(StrictModel):
     after each, stop once each is decided. `looks` are the sizes (the claims' unit: samples for
     claim a, seeds for b-d) at which it looks, fixed before any data; the last one is the
     study's whole size (search.n_samples, or the number of seeds), so a study that stops is a
-    prefix of it."""
+    prefix of it. `claims` names the paper's (a)-(d) and the study's declared comparisons
+    (spec/comparisons.py); `check_decidable` reads each name's kind."""
 
-    claims: list[Literal[tuple(KINDS)]] = Field(min_length=1)  # type: ignore[valid-type]
+    claims: list[str] = Field(min_length=1)
     looks: list[StrictInt] = Field(min_length=2, max_length=MAX_LOOKS)
     spending: Literal["pocock", "obrien-fleming"] = "pocock"
     alpha: StrictFloat = Field(default=0.05, ge=MIN_ALPHA, le=0.2)
@@ -32,16 +37,14 @@ class Decide(StrictModel):
         default=None, gt=0, description="equivalent when the interval lies inside +-margin"
     )
 
+    # each named declared comparison's kind (check_decidable); a name of (a)-(d) is its kind
+    _kinds: dict[str, str] = PrivateAttr(default_factory=dict)
+
     @field_validator("claims")
     @classmethod
-    def _one_unit(cls, v: list[str]) -> list[str]:
+    def _once(cls, v: list[str]) -> list[str]:
         if len(set(v)) != len(v):
             raise ValueError(f"duplicate entries in {v}")
-        if len({KINDS[c].unit for c in v}) > 1:
-            raise ValueError(
-                f"claims {v}: (a) adds (lr, wd) samples and (b)-(d) add seeds; decide one kind "
-                "per study"
-            )
         return v
 
     @field_validator("looks")
@@ -51,24 +54,45 @@ class Decide(StrictModel):
             raise ValueError(f"looks must increase, got {v}")
         return v
 
-    @field_validator("margin")
-    @classmethod
-    def _in_the_claims_unit(cls, v: float | None, info: ValidationInfo) -> float | None:
-        claims = info.data.get("claims")
-        if v is None or not claims:  # claims invalid: its own line says why
-            return v
-        kind = KINDS[claims[0]]
-        if v >= kind.margin_below:
-            raise ValueError(
-                f"{v:g} is not below {kind.margin_below:g}: claim ({claims[0]})'s unit is "
-                f"{kind.margin_words}, so every interval would be 'equivalent'"
-            )
-        return v
+    def kind_of(self, claim: str) -> ClaimKind:
+        """The kind of a named claim: (a)-(d) itself, a declared comparison's its `kind`."""
+        return KINDS[self._kinds.get(claim, claim)]
 
     @property
     def unit(self) -> str:
         """What the named claims add until they are decided: samples or seeds."""
-        return KINDS[self.claims[0]].unit
+        return self.kind_of(self.claims[0]).unit
+
+    @property
+    def paper_claims(self) -> list[str]:
+        """The named claims of the paper, (a)-(d), without the declared comparisons."""
+        return [c for c in self.claims if c not in self._kinds]
+
+
+def read_kinds(decide: Decide, comparisons: list[Comparison]) -> None:
+    """Each named claim's kind (Decide._kinds), or ValueError naming one that is neither a
+    paper's claim nor a declared comparison; then the units and the margin of those kinds."""
+    declared = {c.name: c.kind for c in comparisons}
+    for claim in decide.claims:
+        if claim not in KINDS and claim not in declared:
+            known = [*KINDS, *declared]
+            raise ValueError(
+                f"decide.claims: {claim!r} is neither a claim of the paper ({', '.join(KINDS)}) "
+                f"nor a name in comparisons:{did_you_mean(claim, known)}"
+            )
+    decide._kinds = {c: declared[c] for c in decide.claims if c in declared}
+    if len({decide.kind_of(c).unit for c in decide.claims}) > 1:
+        raise ValueError(
+            f"decide.claims {decide.claims}: some add (lr, wd) samples and some add seeds; "
+            "decide one kind per study"
+        )
+    kind, v = decide.kind_of(decide.claims[0]), decide.margin
+    if v is not None and v >= kind.margin_below:
+        raise ValueError(
+            f"decide.margin: {v:g} is not below {kind.margin_below:g}: claim "
+            f"({decide.claims[0]})'s unit is {kind.margin_words}, so every interval would be "
+            "'equivalent'"
+        )
 
 
 def check_decidable(
@@ -83,7 +107,7 @@ def check_decidable(
     search.n_samples, search.sampler, and whether each sample has seeds of its own) let every
     named claim decide: the last look is the whole study, the first one at least each claim's
     smallest look, the units can grow as the claims resample them, and the grid has a panel of
-    each claim."""
+    each claim. `read_kinds` comes first."""
     unit = decide.unit
     size = seeds if unit == "seeds" else n_samples
     where = "the number of seeds" if unit == "seeds" else "search.n_samples"
@@ -97,11 +121,11 @@ def check_decidable(
             f"decide.looks ends at {decide.looks[-1]} {unit}, but {where} is {size}: the "
             f"last look is the whole study ({fix})"
         )
-    needs = max(decide.claims, key=lambda c: KINDS[c].smallest_look)
-    if decide.looks[0] < KINDS[needs].smallest_look:
+    needs = max(decide.claims, key=lambda c: decide.kind_of(c).smallest_look)
+    if decide.looks[0] < decide.kind_of(needs).smallest_look:
         raise ValueError(
             f"decide.looks starts at {decide.looks[0]} {unit}: the first look needs at "
-            f"least {KINDS[needs].smallest_look} (claim {needs}'s interval)"
+            f"least {decide.kind_of(needs).smallest_look} (claim {needs}'s interval)"
         )
     if unit == "seeds" and seed_per_sample:
         raise ValueError(
@@ -110,7 +134,7 @@ def check_decidable(
         )
     if unit == "samples" and sampler == "good":
         raise ValueError("decide.claims [a] samples (lr, wd) pairs: search.sampler 'good' has one")
-    for claim in decide.claims:
+    for claim in decide.paper_claims:
         if not panels(cells, [claim]):
             raise ValueError(
                 f"decide.claims: claim ({claim}) needs {KINDS[claim].needs}; this grid has none"

@@ -42,7 +42,8 @@ from optbench.spec.caps import (
     check_cap,
 )
 from optbench.spec.catalogue import is_image_dataset
-from optbench.spec.decide import Decide, check_decidable
+from optbench.spec.comparisons import MAX_COMPARISONS, Comparison, check_comparisons
+from optbench.spec.decide import Decide, check_decidable, read_kinds
 from optbench.spec.identity import DATASET_IDENTITY, RECIPE_IDENTITY, cell_fields
 from optbench.spec.optimizers import PAPER_OPTIMIZERS
 from optbench.spec.recipe import (
@@ -242,6 +243,8 @@ class StudySpec(StrictModel):
     # are those of the same study without it), but deciding claim (a) turns the default of
     # search.seed_per_sample on (seed_per_sample below)
     decide: Decide | None = None
+    # comparisons of two cells the study declares, named in decide.claims (spec/comparisons.py)
+    comparisons: list[Comparison] = Field(default_factory=list, max_length=MAX_COMPARISONS)
 
     @model_validator(mode="before")
     @classmethod
@@ -363,17 +366,15 @@ class StudySpec(StrictModel):
 
     @model_validator(mode="after")
     def _decidable(self) -> StudySpec:
+        cells = [(c.model, c.optimizer, c.epochs) for c in self.cells()]
+        search = self.search
+        check_comparisons(
+            self.comparisons, cells, len(self.seeds), search.n_samples, search.sampler
+        )
         if self.decide is not None:
-            cells = [(c.model, c.optimizer, c.epochs) for c in self.cells()]
-            search = self.search
-            check_decidable(
-                self.decide,
-                cells,
-                len(self.seeds),
-                search.n_samples,
-                search.sampler,
-                self.seed_per_sample,
-            )
+            read_kinds(self.decide, self.comparisons)
+            sizes = (len(self.seeds), search.n_samples, search.sampler, self.seed_per_sample)
+            check_decidable(self.decide, cells, *sizes)
         return self
 
     @model_validator(mode="after")
