@@ -8,6 +8,7 @@ import copy
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 from test_decide import _frame  # the store's frame of trials with made-up errors
@@ -247,3 +248,20 @@ def test_a_trained_study_of_a_declared_comparison_decides_stops_and_reports_it(
     assert row["kind"] == "a" and row["looks"] == len(looks) and row["panels"] == 1
     page = (tmp_path / "reports" / "tiny" / "index.html").read_text()
     assert "mine: vit_c_w64_16px adamw 1ep vs vit_p_w64_16px adamw 1ep, EDF area to 10" in page
+
+
+def test_an_undecided_declared_step_still_says_how_far_a_decision_is():
+    # a declared "d" comparison of two cells is one step: its last look's advice estimates a
+    # size, as for (a); a stem chain of three cells (claim d) does not (test_decide)
+    from optbench.report.looks import with_looks
+
+    cells = [["vit_s2_w64_16px", "adamw", 8], ["vit_p_w64_16px", "adamw", 8]]
+    row = {"claim": "mine", "kind": "d", "cells": cells, "optimizer": "adamw", "epochs": 8}
+    look = {
+        "panel": "mine", "claim": "mine", "kind": "d", "k": 2, "n": 6, "n_max": 6,
+        "unit": "seeds", "estimate": 1.0, "se": 0.8, "boundary": 2.5, "low": -1.0, "high": 3.0,
+        "outcome": "undecided", "cells": cells, "note": None,
+    }  # fmt: skip
+    (shown,) = with_looks(pd.DataFrame([row]), [look]).to_dict("records")
+    assert "undecided at the maximum (6 seeds)" in shown["advice"]
+    assert "about" in shown["advice"] or "no size would decide it" in shown["advice"]

@@ -277,7 +277,8 @@ def _look_advice(look: dict) -> str:
         return f"look {look['k'] + 1} at {n} of at most {n_max} {unit}: not decided yet"
     if look["outcome"] != "undecided":
         return f"decided after {n} of at most {n_max} {unit}"
-    if KINDS[look["claim"]].chain:  # the record keeps the smallest step, not the chain's others
+    chain = KINDS[look.get("kind") or look["claim"]].chain and len(look["cells"]) > 2
+    if chain:  # the record keeps the smallest step, not the chain's others
         return (
             f"undecided at the maximum ({n_max} {unit}); how many more would decide it is not "
             "estimated: a chain decides only when every step goes one way"
