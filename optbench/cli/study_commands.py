@@ -145,7 +145,9 @@ def run(
         return
     from optbench.cli.terminal_tables import lr_scale_note
     from optbench.executors import make_executor
-    from optbench.run.driver import failed_trials, run_study, stop_signals_as_ctrl_c
+    from optbench.run.driver import run_study
+    from optbench.run.messages import failed_trials
+    from optbench.run.stop_signals import stop_signals_as_ctrl_c
 
     if note := lr_scale_note(spec):  # the plan's lr column says it; a run says it once too
         console.print(note, markup=False, highlight=False, soft_wrap=True)
