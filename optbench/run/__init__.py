@@ -1,6 +1,9 @@
 """`optbench run`'s side of a study. The executors (optbench/executors) run the jobs; the
 trainer (optbench/train) is what a job runs.
 
+- `preflight.py`: what a study needs from this install and machine, checked before a command
+  writes anything (models, datasets and their files, devices, storage), and `run`'s first notes.
+- `measuring.py`: `--dry-run --measure`, each training configuration timed on this machine.
 - `driver.py`: `run_study`, its phases in order under the study's lock: catch up, prepare,
   submit, follow (and a sequential study's looks between rounds).
 - `catch_up.py`: record what ended while no driver followed, before anything runs.

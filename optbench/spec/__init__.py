@@ -10,5 +10,7 @@
 - `caps.py`: the caps on every number; `yamlio.py`: the strict YAML reader; `overrides.py`:
   `--set KEY=VALUE`; `profiles.py`: cluster profiles.
 - `roles.py`: which models play which part in the claims, by name.
-- `checks.py`: what a study needs from this machine (models, datasets, data folders).
+
+What a study needs from this machine (models, datasets, data folders) is checked a stage up, by
+the preflight step (run/preflight.py): the spec is data, and imports no model or dataset code.
 """
