@@ -28,8 +28,8 @@ from optbench.report.figures import (
 from optbench.report.stats import N_BOOT
 from optbench.report.summary import Options
 from optbench.report.writer import study_summary
+from optbench.run.preflight import check_spec
 from optbench.run.rounds import asked_trials
-from optbench.spec.checks import check_spec
 from optbench.spec.overrides import load_study as _load_study
 from optbench.spec.overrides import override_sources, parse_overrides
 from optbench.spec.profiles import read_profile

@@ -2,13 +2,16 @@
 its affinity mask, capped by a cgroup CPU quota; the executors divide them among their workers,
 and a trial's input pipeline sizes its workers from its share (data/batches.py). And the device
 a trial trains on (`training_device`): every executor's workers, `--measure` and
-`optbench models --measure` ask it."""
+`optbench models --measure` ask it. And whether a folder can be written here
+(`check_writable_folder`: a study's output, `--out`, the storage's folder)."""
 
 from __future__ import annotations
 
 import math
 import os
 from pathlib import Path
+
+from optbench.errors import UsageError
 
 CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")  # cgroup v2: "<quota> <period>" or "max <period>"
 
@@ -40,3 +43,23 @@ def training_device() -> str:
     import torch  # a trial's process has it loaded already; the driver never asks
 
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def check_writable_folder(path: Path, what: str) -> None:
+    """`path` is a folder, or can be made one: no part of it is a file, and the deepest part
+    that exists is a folder this process may write into, on a file system that stores files
+    (not /proc or /sys, where even root's writes fail after the folders above were made)."""
+    path = Path(path)
+    existing = path
+    while not (existing.exists() or existing.is_symlink()):
+        if existing.parent == existing:
+            break
+        existing = existing.parent
+    inside = "" if existing == path else f" (on the way to {path})"
+    if not existing.is_dir():
+        kind = "a file" if existing.exists() else "a broken symbolic link"
+        raise UsageError(f"{what}: {existing} is {kind}, not a folder{inside}")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"{what}: {existing} is not writable{inside}")
+    if os.statvfs(existing).f_blocks == 0:  # proc, sysfs, devpts: no blocks to store a file in
+        raise UsageError(f"{what}: {existing} is on a file system that stores no files{inside}")

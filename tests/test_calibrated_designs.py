@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from optbench.plan.trials import plan
+from optbench.run.preflight import seed_effect_note
 from optbench.run.rounds import Look, Rounds
-from optbench.spec.checks import seed_effect_note
 from optbench.spec.schema import load_spec, parse_spec
 from optbench.store.database import Store
 from optbench.store.migrations import keep_recorded_cells

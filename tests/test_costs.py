@@ -13,15 +13,8 @@ import torch
 import yaml
 from cli_inprocess import tiny_config
 
-from optbench.plan.costs import (
-    COSTS_FILE,
-    cost_plan,
-    estimate_notes,
-    job_minutes,
-    job_seconds,
-    plan_notes,
-    trial_seconds,
-)
+from optbench.plan.cost_notes import estimate_notes, plan_notes
+from optbench.plan.costs import COSTS_FILE, cost_plan, job_minutes, job_seconds, trial_seconds
 from optbench.plan.trials import plan
 from optbench.train.compute import Compute
 from optbench.train.distributed import DistContext
@@ -432,3 +425,23 @@ def test_a_failed_measuring_process_is_one_line_exit_1_not_bad_input(
         "error: --measure: measuring vit_p_w64_16px failed: exit status 1"
     ]
     assert not list(tmp_path.rglob(COSTS_FILE))
+
+
+@pytest.mark.parametrize(
+    ("executor", "threads"),
+    [
+        ({"kind": "local", "workers": 2}, 4),  # a worker's share of the 8 cores
+        ({"kind": "local"}, 1),  # one worker per core
+        ({"kind": "debug"}, 8),  # alone, in the driver
+        ({"kind": "slurm", "slurm": {"cpus_per_task": 3}}, 3),  # what the job's task holds
+    ],
+)
+def test_measure_times_a_trial_with_the_threads_its_executor_gives_it(
+    tiny_dict, monkeypatch, executor, threads
+):
+    from optbench.executors import local, threads_per_trial
+    from optbench.spec.schema import parse_spec
+
+    monkeypatch.setattr(local, "usable_cores", lambda: 8)
+    tiny_dict["executor"] = executor
+    assert threads_per_trial(parse_spec(tiny_dict)) == threads

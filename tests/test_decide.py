@@ -329,7 +329,7 @@ def test_a_look_beyond_the_design_or_after_a_decision_is_refused(tiny_dict):
 def test_a_look_that_waits_for_failed_trials_says_what_to_do(tiny_dict):
     from types import SimpleNamespace
 
-    from optbench.run.driver import _waiting_for
+    from optbench.run.messages import waiting_for
     from optbench.run.rounds import decision_lines
     from optbench.store.database import StoredTrial
 
@@ -338,7 +338,7 @@ def test_a_look_that_waits_for_failed_trials_says_what_to_do(tiny_dict):
     stored = [StoredTrial(t, "failed", 1) for t in trials[:2]] + [
         StoredTrial(trials[2], "finished")
     ]
-    why = _waiting_for(SimpleNamespace(trials=stored), retries=0)
+    why = waiting_for(SimpleNamespace(trials=stored), retries=0)
     (line,) = decision_lines(Rounds(spec, []), why)
     assert "waits for 2 failed trial(s) that no run retries with executor.retries: 0" in line
     assert "--set executor.retries=1" in line and "retried by the next run" not in line
@@ -380,9 +380,10 @@ def test_a_look_waiting_for_failed_trials_says_what_a_rerun_does(
 
 def test_a_stop_at_a_round_boundary_says_how_to_resume(tmp_path, tiny_dict, cli, monkeypatch):
     from optbench.run import driver
+    from optbench.run.stop_signals import StopSignal
 
     def sigterm(*args):  # what the driver's handler raises on SIGTERM (stop_signals_as_ctrl_c)
-        raise driver.StopSignal(signal.SIGTERM)
+        raise StopSignal(signal.SIGTERM)
 
     monkeypatch.setattr(driver, "_take_looks", sigterm)  # the boundary before round 1
     _two_rounds(tmp_path, tiny_dict)

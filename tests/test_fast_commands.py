@@ -48,7 +48,7 @@ def _loaded_after(*args: str, cwd: Path) -> list[str]:
 def test_importing_optbench_loads_neither_torch_nor_timm():
     code = (
         "import sys, optbench, optbench.cli, optbench.models\n"
-        "import optbench.spec.checks, optbench.spec.overrides\n"
+        "import optbench.run.preflight, optbench.spec.overrides\n"
         "print([m for m in ('torch', 'timm') if m in sys.modules])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)

@@ -1350,7 +1350,9 @@ class FailingExecutor(WritingExecutor):
             return []
         job = self.queue.pop(0)
         message = next(self.messages)
-        failed = TrialResult(status="failed", epochs=1, config=job.config, message=message)
+        failed = TrialResult(
+            status="failed", epochs=1, config=job.config, message=message, attempt=job.attempt
+        )  # a worker names its attempt (run/attempts.py: an unnumbered failure is an earlier one's)
         write_result(job.out_dir, failed)
         (job.out_dir / "error.log").write_text(f"Traceback ...\n{message}\n")
         return [JobEvent(job.key, "ended")]

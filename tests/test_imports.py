@@ -122,7 +122,7 @@ RUNS_THE_TRAINER = {
         "optbench.train.run_trial",
         "optbench.train.signals",
     },
-    "optbench.plan.costs": {"optbench.train.measure"},  # --measure times a short training run
+    "optbench.run.measuring": {"optbench.train.measure"},  # --measure times a short training run
 }
 
 
@@ -163,7 +163,7 @@ def test_the_cli_talks_to_executors_only_through_the_protocol():
 
 
 def test_executors_read_no_result_file():
-    # executors say that a job ended; the driver (run/driver.py) alone reads what it wrote
+    # executors say that a job ended; the driver (run/attempts.py) alone reads what it wrote
     readers = {"load_result", "read_result", "read_metrics"}
     for path in (PACKAGE / "executors").rglob("*.py"):
         names = {

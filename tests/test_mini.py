@@ -14,7 +14,7 @@ import pytest
 
 from optbench.plan.trials import plan
 from optbench.report import claims
-from optbench.spec.checks import check_spec
+from optbench.run.preflight import check_spec
 from optbench.spec.schema import load_spec
 
 ROOT = Path(__file__).parent.parent

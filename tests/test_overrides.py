@@ -186,7 +186,7 @@ def _readme_example_sets() -> list[str]:
 
 
 def test_the_readme_override_example_works_on_the_studies_it_fits():
-    from optbench.spec.checks import check_spec
+    from optbench.run.preflight import check_spec
 
     sets = _readme_example_sets()
     assert "models=[vit_c_4gf]" in sets
@@ -211,7 +211,7 @@ def test_a_rule_broken_by_overrides_names_them(study):
 
 
 def test_good_values_of_a_model_that_does_not_exist_are_refused(tiny_dict):
-    from optbench.spec.checks import check_spec
+    from optbench.run.preflight import check_spec
 
     tiny_dict["search"]["good_values"] = {"vit_c_w64_16pxx": {"adamw": {"lr": 1e-3, "wd": 0.1}}}
     with pytest.raises(SpecError, match=r"search.good_values: unknown model 'vit_c_w64_16pxx'"):

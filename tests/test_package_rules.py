@@ -35,24 +35,6 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ("cli", "api", "__main__", ""),  # the entry points
 )
 
-# The upward imports that are still there, each waiting for its move (issue 52). The list only
-# shrinks: a new upward import fails, and so does an entry whose import has gone (remove it).
-KNOWN_UPWARD = {
-    # spec/checks.py (what a study needs from this machine: models, data folders, storage)
-    # moves up into a preflight step; left while another change edits that file
-    ("optbench.spec.checks", "optbench.data.datasets"),
-    ("optbench.spec.checks", "optbench.data.input_plan"),
-    ("optbench.spec.checks", "optbench.models"),
-    ("optbench.spec.checks", "optbench.store.storage_url"),
-    # the cost plan's measuring loop (measure_study) moves out of plan/, with the executor's
-    # threads per trial asked of the executor; left while another change edits plan/costs.py
-    ("optbench.plan.costs", "optbench.executors.local"),
-    ("optbench.plan.costs", "optbench.train.measure"),
-    # --measure times what a job imports by importing the SLURM job module: the job's imports
-    # are to be named once, below both
-    ("optbench.train.measure", "optbench.executors.slurm.job"),
-}
-
 
 def stage_of(module: str) -> int:
     """The index in STAGES of `module` ("optbench.x.y" is in the stage of "x")."""
@@ -125,11 +107,8 @@ def test_every_package_maps_its_modules():
 def test_imports_go_down_the_stages():
     graph = import_graph()
     assert graph["optbench.cli.app"] and graph["optbench.spec.schema"]  # the graph was read
-    upward = upward_imports(graph)
-    new = sorted(upward - KNOWN_UPWARD)
-    assert not new, f"imports of a later stage (tests/test_package_rules.py, STAGES): {new}"
-    gone = sorted(KNOWN_UPWARD - upward)
-    assert not gone, f"no longer imported: remove them from KNOWN_UPWARD: {gone}"
+    upward = sorted(upward_imports(graph))
+    assert not upward, f"imports of a later stage (tests/test_package_rules.py, STAGES): {upward}"
 
 
 def test_each_stage_is_named_once_and_names_what_exists():

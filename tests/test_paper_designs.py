@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from optbench.plan.trials import plan
+from optbench.run.preflight import seed_effect_note
 from optbench.run.rounds import Rounds, size_lines
-from optbench.spec.checks import seed_effect_note
 from optbench.spec.schema import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -128,10 +128,10 @@ def test_the_plans_lr_column_is_the_lr_trained_after_batch_scaling(tiny_dict):
 
 
 def test_a_run_says_once_that_its_batch_scales_the_lr(tiny_dict, cli, monkeypatch, tmp_path):
-    from optbench.run import driver
+    from optbench.run import driver, messages
 
     monkeypatch.setattr(driver, "run_study", lambda *args, **kw: None)  # no training
-    monkeypatch.setattr(driver, "failed_trials", lambda *args: None)
+    monkeypatch.setattr(messages, "failed_trials", lambda *args: None)
     tiny_dict["ref_batch"] = 2048
     (tmp_path / "scaled.yaml").write_text(yaml.safe_dump(tiny_dict))
     code, out, err = cli("run", "scaled.yaml")

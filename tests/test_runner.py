@@ -19,7 +19,8 @@ from optbench.executors.local import InlineExecutor, LocalExecutor, split_cores
 from optbench.executors.protocol import Executor
 from optbench.executors.slurm.executor import SlurmExecutor
 from optbench.plan.trials import plan
-from optbench.run.driver import _record_end, run_study
+from optbench.run.attempts import record_end
+from optbench.run.driver import run_study
 from optbench.spec.schema import parse_spec
 from optbench.store.database import Store
 from optbench.store.storage_url import make_storage
@@ -197,7 +198,7 @@ def test_a_result_file_of_another_configuration_is_never_recorded(tiny_dict):
         item.trial.out_dir,
         TrialResult(status="finished", final_error=1.0, epochs=1, config=other),
     )
-    _record_end(store, item, None)
+    record_end(store, item, None)
     [recorded] = [s for s in Store(spec, create=False).read(plan(spec)) if s.trial == item.trial]
     assert recorded.status == "failed"
     assert "result of another configuration" in recorded.record.user_attrs["message"]

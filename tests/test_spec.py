@@ -14,7 +14,7 @@ from pydantic import BaseModel
 
 from optbench.cli.app import main
 from optbench.errors import SpecError
-from optbench.spec.checks import check_spec
+from optbench.run.preflight import check_spec
 from optbench.spec.schema import StudySpec, load_spec, parse_spec
 
 

@@ -26,7 +26,8 @@ from optbench.cli.terminal_tables import status_table, trials_table
 from optbench.executors.local import LocalExecutor
 from optbench.executors.protocol import JobEvent
 from optbench.plan.trials import plan
-from optbench.run.driver import Following, run_study
+from optbench.run.driver import run_study
+from optbench.run.following import Following
 from optbench.run.locks import driver_lock, running_driver
 from optbench.run.progress import (
     STALL_EPOCHS,

@@ -12,7 +12,7 @@ import torch
 import yaml
 from cli_inprocess import tiny_config
 
-from optbench.plan.costs import spent_notes
+from optbench.plan.cost_notes import spent_notes
 from optbench.plan.trials import plan
 from optbench.spec.schema import parse_spec
 from optbench.store.database import Store

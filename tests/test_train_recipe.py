@@ -316,7 +316,7 @@ STUDY = {  # a one-cell study on digits
 
 def test_a_study_picks_a_preset_and_overrides_keys(tmp_path):
     from optbench.errors import SpecError, UsageError
-    from optbench.spec.checks import check_spec
+    from optbench.run.preflight import check_spec
     from optbench.spec.schema import parse_spec
 
     study = {**STUDY, "recipe": {"preset": "deit", "drop_path": 0.0}}

@@ -82,7 +82,7 @@ def report(
                 f"--results: no studies under {results} (no */spec.yaml); run one first"
             )
         specs = [read_study(path, data=False, overrides=set_, profile=profile) for path in saved]
-    from optbench.spec.checks import check_writable_folder
+    from optbench.host import check_writable_folder
 
     for spec in specs:  # before any report is written: the last could not be
         check_writable_folder(out / spec.name, "--out")

@@ -62,7 +62,7 @@ def read_study(
     executor.kind), None values left out: applied after the --set overrides (a flag wins), so
     that the whole study is validated once with every override, and named in errors as the
     flag was typed."""
-    from optbench.spec.checks import check_spec
+    from optbench.run.preflight import check_spec
     from optbench.spec.overrides import load_study, override_sources, parse_overrides
     from optbench.spec.profiles import find_profile
     from optbench.store.migrations import keep_recorded_cells
@@ -121,7 +121,7 @@ def run(
     profile: ProfileFlag = None,
 ) -> None:
     """Run a study's unfinished trials, recording each as it ends."""
-    from optbench.spec.checks import pipeline_note, seed_effect_note
+    from optbench.run.preflight import pipeline_note, seed_effect_note
 
     _check_measure_flags(dry_run, measure, measure_steps, measure_warmup)
     # The executor flags are study keys: validated with the study and every --set, as one
@@ -137,7 +137,7 @@ def run(
             console.print(note, markup=False, highlight=False, soft_wrap=True)
     if dry_run:
         if measure:
-            from optbench.plan.costs import measure_study
+            from optbench.run.measuring import measure_study
 
             notify = partial(console.print, markup=False, highlight=False)
             measure_study(spec, steps=measure_steps, warmup=measure_warmup, notify=notify)
@@ -145,7 +145,9 @@ def run(
         return
     from optbench.cli.terminal_tables import lr_scale_note
     from optbench.executors import make_executor
-    from optbench.run.driver import failed_trials, run_study, stop_signals_as_ctrl_c
+    from optbench.run.driver import run_study
+    from optbench.run.messages import failed_trials
+    from optbench.run.stop_signals import stop_signals_as_ctrl_c
 
     if note := lr_scale_note(spec):  # the plan's lr column says it; a run says it once too
         console.print(note, markup=False, highlight=False, soft_wrap=True)
@@ -204,7 +206,7 @@ def status(
     """Print a study's trial counts per cell; runs and writes nothing."""
     from optbench.cli.terminal_tables import status_table, trials_table
     from optbench.executors import jobs_executor
-    from optbench.plan.costs import estimate_notes, spent_notes
+    from optbench.plan.cost_notes import estimate_notes, spent_notes
     from optbench.plan.trials import plan
     from optbench.store.database import Store
 

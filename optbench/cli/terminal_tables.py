@@ -13,7 +13,8 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from optbench.plan.costs import cost_plan, job_minutes, plan_notes, processes, trials_per_job
+from optbench.plan.cost_notes import plan_notes
+from optbench.plan.costs import cost_plan, job_minutes, processes, trials_per_job
 from optbench.plan.trials import plan, populations
 from optbench.provenance import mixed_code_warning
 from optbench.run.console import TextTable

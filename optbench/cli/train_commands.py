@@ -115,7 +115,7 @@ def train(
     from optbench.data.datasets import check_dataset_files, download_dataset
     from optbench.errors import did_you_mean
     from optbench.models import is_model, model_names
-    from optbench.spec.checks import (
+    from optbench.run.preflight import (
         check_batch,
         check_input_size,
         check_optimizer_runs,
@@ -238,7 +238,8 @@ def _check_train_flags(cfg, out: Path, threads: int | None, device: str, resume:
     """`optbench train`'s flags against this machine, before anything is written: threads,
     device, the process group's environment, the output folder and what --resume would
     continue from."""
-    from optbench.spec.checks import check_device, check_threads, check_writable_folder
+    from optbench.host import check_writable_folder
+    from optbench.run.preflight import check_device, check_threads
     from optbench.train.run_trial import check_environment, check_resume
 
     if threads is not None:

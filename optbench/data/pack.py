@@ -88,7 +88,7 @@ def _write_split(samples: list[tuple[str, int]], split: str, out: Path, per_shar
 
 
 def _check_out(folder: Path, out: Path) -> None:
-    from optbench.spec.checks import check_writable_folder
+    from optbench.host import check_writable_folder
 
     # resolved (links, `..`), as the writes and reads will go: OUT within FOLDER would pack its
     # own shards into the dataset it reads (which then fails its checks), FOLDER within OUT

@@ -1,6 +1,6 @@
 """Executors: where a study's trials run. `make_executor(spec)` builds the one the study's
 `executor.kind` names; `jobs_executor(spec)` is the one that answers `optbench status` and
-`cancel`.
+`cancel`; `threads_per_trial(spec)` asks the study's executor what one CPU trial gets.
 
 - `protocol.py`: what an executor is, the `Executor` protocol, the only thing the driver and
   the CLI know of it.
@@ -38,6 +38,18 @@ def make_executor(
 
     max_array_size()  # fails with a usage error, without SLURM
     return _slurm_executor(spec, notify)
+
+
+def threads_per_trial(spec: StudySpec) -> int:
+    """The torch threads one of the study's CPU trials gets, as the executor of its
+    `executor.kind` answers (Executor.threads_per_trial); reaches no cluster, starts nothing."""
+    kind = spec.executor.kind
+    if kind == "slurm":
+        from optbench.executors.slurm.executor import SlurmExecutor
+
+        return SlurmExecutor.threads_per_trial(spec.executor)
+    executor = InlineExecutor if kind == "debug" else LocalExecutor
+    return executor.threads_per_trial(spec.executor)
 
 
 def jobs_executor(spec: StudySpec) -> Executor:

@@ -41,6 +41,7 @@ from pathlib import Path
 from optbench.errors import DISK_FAULTS, UsageError, WriteError
 from optbench.executors.protocol import DiesWithDriver, JobEvent, described
 from optbench.host import training_device, usable_cores
+from optbench.spec.schema import ExecutorSettings
 from optbench.trial.jobs import Job
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -211,6 +212,11 @@ class LocalExecutor(DiesWithDriver):
         self._start_failures = 0
         self._ctx = multiprocessing.get_context("spawn")
 
+    @staticmethod
+    def threads_per_trial(settings: ExecutorSettings) -> int:
+        """A worker's share of this machine's cores (`pool_size`, as without GPUs)."""
+        return pool_size(settings.workers, usable_cores())[1]
+
     def submit(self, jobs: Sequence[Job]) -> str:
         self._queue.extend(jobs)
         if self._pool is None:
@@ -366,6 +372,11 @@ class InlineExecutor(DiesWithDriver):
     def __init__(self) -> None:
         self._queue: list[Job] = []
         self._next: Job | None = None
+
+    @staticmethod
+    def threads_per_trial(settings: ExecutorSettings) -> int:
+        """Every core: a trial runs alone, in the driver."""
+        return usable_cores()
 
     def submit(self, jobs: Sequence[Job]) -> str:
         self._queue.extend(jobs)

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from optbench.spec.schema import ExecutorSettings
 from optbench.trial.jobs import Job, PopulationJob, TrialJob
 
 
@@ -75,6 +76,12 @@ class Executor(Protocol):
         """Without a driver (`optbench status`, the cost plan's comparison): each of the study's
         latest jobs that ran to its end, as (its trials' keys, its elapsed seconds by the
         cluster's accounting); [] where there is none or accounting does not answer."""
+
+    @staticmethod
+    def threads_per_trial(settings: ExecutorSettings) -> int:
+        """The torch threads one CPU trial gets where this executor runs it (`settings`: the
+        study's executor block), asked before any executor exists: `--measure` times a trial
+        with them."""
 
 
 class DiesWithDriver:

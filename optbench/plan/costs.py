@@ -1,15 +1,17 @@
-"""The measured cost plan: what a study's trials cost on a device, before any of them runs.
+"""The measured cost plan: what a study's trials cost on a device, before any of them runs: its
+cache and its arithmetic (cost_notes.py says it in words).
 
 `optbench run STUDY --dry-run --measure` times a short training run of each distinct training
 configuration of the study (`distinct_configs`: the model, optimizer, recipe, per-process batch,
 dataset, input pipeline and population; not lr, wd, seed or epochs, which change no step's
-cost) on this machine (train/measure.py), and caches the figures in the study folder
-(`<output>/<name>/costs.json`) per (device name, configuration). The plan table
-(cli/terminal_tables.py: plan_table) turns the cache into device-hours per cell and in total, the
-SLURM `time_min` a job needs (`job_minutes`: the estimate + 25% + 5 min), and whether a trial fits
-its device at its batch; `optbench status` compares the estimate with the finished trials' wall time
-and, on SLURM, with the completed jobs' elapsed time by sacct (`estimate_notes`). Without
-`--measure` the plan reads the cache only and says which cells are measured and which are missing.
+cost) on this machine (run/measuring.py, train/measure.py), and caches the figures in the study
+folder (`<output>/<name>/costs.json`, `save_figures`) per (device name, configuration). The plan
+table (cli/terminal_tables.py: plan_table) turns the cache into device-hours per cell and in
+total, the SLURM `time_min` a job needs (`job_minutes`: the estimate + 25% + 5 min), and whether
+a trial fits its device at its batch; `optbench status` compares the estimate with the finished
+trials' wall time and, on SLURM, with the completed jobs' elapsed time by sacct
+(cost_notes.py: `estimate_notes`). Without `--measure` the plan reads the cache only and says
+which cells are measured and which are missing.
 
 What is measured, each in the trainer's own code and in a fresh Python process as a job runs its
 trial (train/measure.py: `measure_fresh`): the process's start, imports and exit (`process_s`), the
@@ -36,7 +38,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import statistics
 from dataclasses import dataclass
 
 from optbench import safefs
@@ -96,6 +97,14 @@ def read_costs(spec: StudySpec) -> dict[str, dict[str, dict]]:
             f"{path}: not a cost cache optbench wrote ({problem}); remove it and measure again"
         )
     return data
+
+
+def save_figures(spec: StudySpec, device: str, measured: dict[str, dict]) -> None:
+    """Add `measured` (config key -> figures, as measured on `device`) to the study's cache;
+    writes only in the study folder."""
+    cache = read_costs(spec)
+    cache.setdefault(device, {}).update(measured)
+    safefs.write_text(spec.study_dir / COSTS_FILE, spec.output, json.dumps(cache, indent=1))
 
 
 # Each figure of a cache entry (measure.measure_config's): its type and range. A figure outside
@@ -175,55 +184,6 @@ def _entry_problem(entry) -> str | None:
         if not (math.isfinite(value) and lo <= value <= hi):
             return f"{name}: {value!r:.40} is not within {lo:g}..{hi:g}"
     return None
-
-
-def measure_study(spec: StudySpec, *, steps: int, warmup: int, notify=print) -> dict[str, dict]:
-    """Time each distinct configuration on this machine (a GPU if there is one) and add the
-    figures to the study's cache; the figures, by config key. Writes only in the study folder."""
-    import torch
-
-    from optbench.host import training_device
-    from optbench.train.measure import device_name, measure_fresh
-
-    device = training_device()
-    threads = cpu_threads(spec)
-    if device == "cpu":
-        torch.set_num_threads(threads)
-    name = device_name(torch.device(device))
-    configs = distinct_configs(spec)
-    safefs.make_dirs(spec.study_dir, spec.output)
-    measured = {}
-    for n, (key, trial) in enumerate(configs.items(), 1):
-        notify(f"measuring {n}/{len(configs)}: {key} ({warmup} + {steps} steps on {name})")
-        cfg = trial.config.model_copy(
-            update={"batch_size": max(1, trial.config.batch_size // processes(spec))}
-        )
-        measured[key] = measure_fresh(
-            cfg,
-            trial.execution,
-            device,
-            steps=steps,
-            warmup=warmup,
-            scratch=spec.study_dir,
-            threads=threads,
-        )
-    cache = read_costs(spec)
-    cache.setdefault(name, {}).update(measured)
-    safefs.write_text(spec.study_dir / COSTS_FILE, spec.output, json.dumps(cache, indent=1))
-    return measured
-
-
-def cpu_threads(spec: StudySpec) -> int:
-    """The torch threads one of the study's CPU trials gets: a local worker's share of the
-    cores, all of them in the debug executor, a SLURM job's cpus_per_task."""
-    from optbench.executors.local import pool_size
-    from optbench.host import usable_cores
-
-    if spec.executor.kind == "slurm":
-        return spec.executor.slurm.cpus_per_task
-    if spec.executor.kind == "debug":
-        return usable_cores()
-    return pool_size(spec.executor.workers, usable_cores())[1]
 
 
 def trial_parts(
@@ -353,205 +313,3 @@ def cost_plan(spec: StudySpec) -> CostPlan:
         if e is not None and e.get("fits") is not False and not all(k in e for k in FIXED_FIGURES)
     )
     return CostPlan(device, {c: None if c in stale else e for c, e in found.items()}, stale)
-
-
-def plan_notes(spec: StudySpec, costs: CostPlan, todo: dict, n_train: int) -> list[str]:
-    """The plan's caption lines about measured costs: the device, device-hours, time_min per
-    job, what is missing and what does not fit. `todo`: cell -> trials left to run;
-    `n_train`: the training images of an epoch (the dataset's published size, where known)."""
-    if costs.device is None:
-        return ["no measured costs yet: `optbench run STUDY --dry-run --measure` times each "
-                "training configuration on this machine"]  # fmt: skip
-    lines, hours, longest, missing, too_big = [], 0.0, None, [], []
-    per_job = trials_per_job(spec, costs)
-    for cell in spec.cells():
-        figures, trial_s = costs.figures.get(cell), costs.trial_s(spec, cell, n_train)
-        label = _label(cell)
-        if figures is None:
-            if cell not in costs.stale:
-                missing.append(label)
-        elif trial_s is None and figures.get("fitting_batch") is None:  # not even at batch 1
-            too_big.append(
-                f"{label} does not fit at batch {figures_batch(spec, cell)} per process, nor at "
-                "batch 1: too large for one device"
-            )
-        elif trial_s is None:
-            gpus = -(-figures_batch(spec, cell) // figures["fitting_batch"])
-            too_big.append(
-                f"{label} does not fit at batch {figures_batch(spec, cell)} per process "
-                f"(fits at {figures.get('fitting_batch')}: {gpus * processes(spec)} GPUs per "
-                "trial with DDP)"
-            )
-        else:
-            n = todo.get(cell, 0)
-            hours += (
-                (n * trial_s + job_starts(spec, n, per_job) * figures["process_s"])
-                * processes(spec)
-                / 3600
-            )
-            job = (job_seconds(figures, trial_s, per_job), trial_s, figures["process_s"])
-            longest = max(longest or job, job)
-    lines.append(
-        f"measured on {costs.device} (cached in {spec.study_dir / COSTS_FILE}): "
-        f"{hours:.3g} device-hours to run the cells measured"
-        + (" (with one start per SLURM job)" if spec.executor.kind == "slurm" else "")
-        + (
-            f"; a SLURM job of {per_job} trial(s) needs time_min >= {job_minutes(longest[0])} "
-            f"(the longest, {longest[0] / 60:.3g} min: trials of {_clock(longest[1])} each, its "
-            f"process's start and exit {_clock(longest[2])}; +{MARGIN - 1:.0%} +{MARGIN_MIN} min; "
-            f"executor.slurm.time_min is {spec.executor.slurm.time_min})"
-            if longest
-            else ""
-        )
-    )
-    if missing:
-        lines.append(f"not measured on it: {', '.join(missing)}")
-    if costs.stale:
-        stale = ", ".join(map(_label, costs.stale))
-        lines.append(
-            f"measured by an earlier optbench, which did not count a trial's fixed costs: "
-            f"{stale}; `optbench run STUDY --dry-run --measure` measures them again"
-        )
-    lines.extend(too_big)
-    if spec.executor.population > 1:
-        lines.append("population trials measured as solo trials (their speed-up is not counted)")
-    return lines
-
-
-def figures_batch(spec: StudySpec, cell) -> int:
-    """The batch one process of a trial of `cell` trains at."""
-    return max(1, spec.batch_size // processes(spec))
-
-
-def estimate_notes(spec: StudySpec, store, job_times=lambda: []) -> list[str]:
-    """Estimated vs measured time per cell (`optbench status`; `store`: the study's Store):
-    a trial's (the median wall_s of its finished trials) and, on SLURM, a job's (the median
-    elapsed time of its completed jobs of finished trials; `job_times`: Executor.job_times,
-    asked only where there are measured costs). A line for each that has something to
-    compare; [] without measured costs."""
-    costs = cost_plan(spec)
-    if costs.device is None:
-        return []
-    ended_jobs = job_times()
-    finished = {
-        s.trial.key: s
-        for s in store.read(plan(spec))
-        if s.status == "finished" and s.record is not None
-    }
-    trial_parts, part_lines, job_parts = [], [], []
-    for cell in spec.cells():
-        estimate = costs.trial_s(spec, cell)
-        if estimate is None:
-            continue
-        walls = [
-            s.record.user_attrs.get("wall_s") for s in finished.values() if s.trial.cell == cell
-        ]
-        walls = [w for w in walls if isinstance(w, (int, float)) and w > 0]
-        if walls:
-            trial_parts.append(_compared(cell, estimate, walls, "trial(s)"))
-        timings = [
-            t
-            for s in finished.values()
-            if s.trial.cell == cell and isinstance(t := s.record.user_attrs.get("timing"), dict)
-        ]
-        if timings:
-            part_lines.append(_parts_compared(cell, costs.parts(spec, cell), timings))
-        jobs = [
-            (len(keys), elapsed)
-            for keys, elapsed in ended_jobs
-            if elapsed > 0 and all(k in finished and finished[k].trial.cell == cell for k in keys)
-        ]
-        if jobs:
-            figures = costs.figures[cell]
-            size = statistics.median_low(n for n, _ in jobs)
-            elapsed = [e for n, e in jobs if n == size]
-            job_s = job_seconds(figures, estimate, size)
-            job_parts.append(_compared(cell, job_s, elapsed, f"job(s) of {size} trial(s)"))
-    lines = []
-    if trial_parts:
-        lines.append(
-            f"trial time, estimated on {costs.device} vs measured (median wall_s): "
-            + "; ".join(trial_parts)
-        )
-    if part_lines:
-        lines.append(
-            "a trial's parts, estimated vs measured (median of result.json's timing): "
-            + "; ".join(part_lines)
-        )
-    if job_parts:
-        lines.append(
-            "SLURM job time, estimated vs measured (median sacct elapsed): " + "; ".join(job_parts)
-        )
-    return lines
-
-
-def spent_notes(spec: StudySpec, store) -> list[str]:
-    """Where the finished and diverged trials' seconds went (result.json's `timing`,
-    trial/timing.py), a line per cell that has them (`optbench status`): the share of what its
-    trials cost their workers (their wall_s and the process starts they paid) spent outside the
-    training epochs, and that share's largest parts. [] where no trial recorded its timing."""
-    from pydantic import ValidationError
-
-    from optbench.trial.timing import PARTS, TrialTiming
-
-    by_cell: dict = {}
-    for s in store.read(plan(spec)):
-        raw = s.record.user_attrs.get("timing") if s.is_result else None
-        if s.status in ("finished", "diverged") and isinstance(raw, dict):
-            try:  # the store holds what the driver validated; an edited database may not
-                by_cell.setdefault(s.trial.cell, []).append(TrialTiming.model_validate(raw))
-            except ValidationError:
-                continue
-    lines = []
-    for cell in spec.cells():
-        timings = by_cell.get(cell)
-        if not timings:
-            continue
-        paid = sum(t.paid_s() for t in timings)
-        if paid <= 0:
-            continue
-        shares = {p: sum(getattr(t, p) for t in timings) / paid for p in PARTS if p != "epochs"}
-        shares["process start"] = (
-            sum((t.process_start_s or 0) + (t.imports_s or 0) for t in timings) / paid
-        )
-        outside = 1 - sum(t.epochs for t in timings) / paid
-        largest = sorted(shares.items(), key=lambda kv: -kv[1])[:4]
-        lines.append(
-            f"cost {_label(cell)} ({len(timings)} trial(s), {_clock(paid / len(timings))} each): "
-            f"{outside:.1%} outside the epochs ("
-            + ", ".join(f"{name} {share:.1%}" for name, share in largest)
-            + ")"
-        )
-    return lines
-
-
-def _parts_compared(cell, estimate: dict[str, float], timings: list[dict]) -> str:
-    """`cell`'s estimated parts (trial_parts) beside the median of its trials' recorded ones
-    (`timings`: result.json's, as the store holds them; `start`: setup, data and model)."""
-
-    def recorded(timing: dict, part: str) -> float:
-        names = ("setup", "data", "model") if part == "start" else (part,)
-        values = [timing.get(name) for name in names]
-        return sum(v for v in values if isinstance(v, (int, float)))
-
-    shown = [
-        f"{part} {estimate[part]:.3g} vs {statistics.median(recorded(t, part) for t in timings):.3g}"
-        for part in estimate
-    ]
-    return f"{_label(cell)} (s) " + ", ".join(shown)
-
-
-def _label(cell) -> str:
-    return f"{cell.model}/{cell.optimizer}/e{cell.epochs}"
-
-
-def _compared(cell, estimate: float, measured: list[float], what: str) -> str:
-    median = statistics.median(measured)
-    return (
-        f"{_label(cell)} {_clock(estimate)} vs {_clock(median)} "
-        f"({estimate / median - 1:+.0%}, {len(measured)} {what})"
-    )
-
-
-def _clock(seconds: float) -> str:
-    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"

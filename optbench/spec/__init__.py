@@ -13,5 +13,7 @@
   claim kinds, one entry per kind of comparison (its unit, smallest look, cells, words), and
   a comparison's stable key; `comparisons.py`: the comparisons of two cells a study declares;
   `decide.py`: the `decide:` block, checked against the grid.
-- `checks.py`: what a study needs from this machine (models, datasets, data folders).
+
+What a study needs from this machine (models, datasets, data folders) is checked a stage up, by
+the preflight step (run/preflight.py): the spec is data, and imports no model or dataset code.
 """

@@ -1,6 +1,6 @@
 """The dataset catalogue: every dataset optbench reads, by name, with its on-disk format, the
 layouts it may take, and what is known of it without its files (published sizes). spec/schema.py,
-spec/checks.py and data/datasets.py all read it, so a dataset is added here once. Pure data: no
+run/preflight.py and data/datasets.py all read it, so a dataset is added here once. Pure data: no
 torch, so a study's names are checked without importing it.
 """
 

@@ -7,7 +7,7 @@ the strict YAML reader is yamlio.py's. Every key is documented in docs/study.md 
 default lives in those modules, once. `load_spec` turns a YAML file into a `StudySpec` or
 raises `SpecError` with a message that names the file and the offending field. The schema is
 pure data: whether the named models and dataset exist on this install and machine is checked
-by `optbench.spec.checks.check_spec`, where a command needs them.
+by `optbench.run.preflight.check_spec`, where a command needs them.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ existing file: `check_storage_file`; a server's driver: `server_url`), printing 
 password masked (`masked`), opening it (`make_storage`: for the study's one driver, after
 recovering what a killed driver left unfinished; for every other command, read-only) and turning
 a storage that stops answering into one line (`storage_errors`). Whether this machine can write
-where it points is checks.check_storage's (folders are spec/checks.py's).
+where it points is run/preflight.py's (check_storage; folders too).
 
 A URL is journal:///path (optuna's journal file, for shared file systems) or an SQLAlchemy URL
 of a known database kind: sqlite:///path (the default, in the study folder) or a server such as

@@ -17,6 +17,7 @@ each process). Nothing here reads a study; the checkpoint goes to `scratch` and 
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import json
 import resource
@@ -40,6 +41,7 @@ from optbench.train.signals import StopRequest
 from optbench.train.state import TrialState, save_state
 from optbench.train.stepper import SoloStepper
 from optbench.trial.config import Execution, TrainConfig
+from optbench.trial.timing import JOB_IMPORTS
 from optbench.user_code import import_modules
 
 SCRATCH_CHECKPOINT = "measure-checkpoint.pt"  # written in `scratch`, then removed
@@ -204,10 +206,9 @@ def measure_fresh(
     (`threads` torch threads on a CPU), as a job runs its trial: the first trial of a process
     pays for what its build loads first (the dataset's library, the model's first
     construction), which a process that measured another configuration already holds. Adds
-    `process_s`: what the process takes beyond its trial, its start and imports of what a job
-    imports (submitit, the job's callable, the trainer, torch and timm) and its exit (the
-    interpreter's teardown, torch's included). MeasureFailed with the child's last line if it
-    fails."""
+    `process_s`: what the process takes beyond its trial, its start, the imports of a job
+    (trial/timing.py: JOB_IMPORTS) and its exit (the interpreter's teardown, torch's included).
+    MeasureFailed with the child's last line if it fails."""
     request = {
         "config": cfg.model_dump(mode="json"),
         "execution": execution.model_dump(mode="json"),
@@ -237,12 +238,8 @@ def measure_fresh(
 def _measure_here() -> None:
     """`python -m optbench.train.measure`: measure the configuration JSON on stdin, print its
     figures as one JSON line (module `measure_fresh`)."""
-    import submitit  # noqa: F401 - what a job's process imports before its trial
-    import timm  # noqa: F401
-
-    import optbench.executors.slurm.job  # noqa: F401
-    import optbench.train.run_trial  # noqa: F401
-
+    for name in JOB_IMPORTS:  # what a SLURM job's process imports before its trial
+        importlib.import_module(name)
     imported_at = time.time()
     request = json.loads(sys.stdin.read())
     torch.set_num_threads(request["threads"])

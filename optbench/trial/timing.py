@@ -1,6 +1,7 @@
 """Where a trial's seconds go: `TrialTiming`, result.json's `timing` (docs/outputs.md), the
 `PartClock` the trainer times its parts with, and what the trial's process paid before its
-first trial (`process_started`, `imports_took`, `process_costs`).
+first trial (`process_started`, `imports_took`, `process_costs`; what a SLURM job imports
+first, `JOB_IMPORTS`).
 
 The parts of a trial (PARTS) cover its wall_s, from the moment it starts (train/loop.py:
 start_program) to its result: `setup` (the compute settings), `data` (its dataset loaded and
@@ -28,6 +29,17 @@ from contextlib import contextmanager
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
+
+# What a SLURM job's process imports before its first trial, named once: submitit unpickles the
+# job (TrialBatch's module), whose call imports the trainer (executors/slurm/job.py), and
+# `--measure` imports the same to time a job's start (train/measure.py: process_s).
+JOB_IMPORTS = (
+    "submitit",
+    "optbench.executors.slurm.job",
+    "torch",
+    "timm",
+    "optbench.train.run_trial",
+)
 
 # Checkpoints at epoch ends cost at most this share of a trial's time (train/loop.py's cadence;
 # the cost plan, plan/costs.py, estimates them so).

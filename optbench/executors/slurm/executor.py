@@ -39,7 +39,7 @@ from optbench.executors.slurm.journal import (
     followed_jobs,
 )
 from optbench.executors.slurm.study import cancel_study_jobs, completed_job_times, jobs_status
-from optbench.spec.schema import SlurmSettings
+from optbench.spec.schema import ExecutorSettings, SlurmSettings
 from optbench.trial.jobs import Job, TrialJob, members_of
 
 # states of a job that ran and waits again (requeued after a time limit, preempted, suspended):
@@ -118,6 +118,11 @@ class SlurmExecutor:
         self._trouble = _Trouble()
         self.submitted = 0
         self.reattached = 0
+
+    @staticmethod
+    def threads_per_trial(settings: ExecutorSettings) -> int:
+        """A job's cpus_per_task (the job keeps torch within them: job.py)."""
+        return settings.slurm.cpus_per_task
 
     def _executor(self) -> submitit.SlurmExecutor:
         # The job step holds SIGUSR2 back until submitit can handle it (JOB_STEP_CODE).

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import importlib
 import signal
 import time
 from collections.abc import Sequence
@@ -48,6 +49,8 @@ class TrialBatch:
 
         timing.process_started()  # the job step's start, recorded with its first trial
         t0 = time.perf_counter()
+        for name in timing.JOB_IMPORTS:  # the trainer's, as --measure times them
+            importlib.import_module(name)
         import torch
 
         from optbench.host import training_device

@@ -1,10 +1,12 @@
-"""What a study (or `optbench train`) needs from this install and this machine: its models
-registered, its dataset known and big enough for its batch, its images' size one its models
-can take and, for a real run, the dataset's files where `dataset.root` says (with what is cheap
-to see of their contents), folders it can write, a storage it can open, a device that is
-there. The spec is pure data (schema.py); the CLI calls these with what each command needs,
-before it writes anything. Every check only reads. Checking a study's names (status, report)
-imports neither torch nor timm; sizes, data files and devices do.
+"""The preflight step: what a study (or `optbench train`) needs from this install and this
+machine, checked before a command writes anything: its models registered, its dataset known and
+big enough for its batch, its images' size one its models can take, its optimizers built by the
+installed timm and, for a real run, the dataset's files where `dataset.root` says (with what is
+cheap to see of their contents), folders it can write (host.check_writable_folder), a storage it
+can open, a device that is there; and the notes `optbench run` prints first. The spec is pure
+data (spec/schema.py); the CLI and the API call these with what each command needs. Every check
+only reads. Checking a study's names (status, report) imports neither torch nor timm; sizes,
+data files and devices do.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from optbench.errors import SpecError, UnfinishedWrite, UsageError, did_you_mean, source_of
+from optbench.host import check_writable_folder
 from optbench.spec.catalogue import CATALOGUE, DATASET_NAMES
 from optbench.spec.optimizers import PAPER_OPTIMIZERS, optimizer_kwargs
 from optbench.spec.recipe import Dataset, Recipe
@@ -135,10 +138,10 @@ def seed_effect_note(spec: StudySpec) -> str | None:
         return None
     if spec.search.seed_per_sample is not None:
         why = "as written, or as this study recorded its trials"
-    elif spec.decide is not None and "a" in spec.decide.claims:  # off: a population's one seed
+    elif spec.decide is not None and spec.decide.unit == "samples":  # off: a population's one seed
         why = f"executor.population {spec.executor.population} trains its members with one seed"
     else:
-        why = "the default of a study whose decide: does not read claim (a)"
+        why = "the default of a study whose decide: reads no (lr, wd) samples"
     return (
         f"note: search.seed_per_sample is false ({why}): claim (a)'s interval resamples (lr, wd) "
         "samples, not the training seed, and misses its study-wide effect (with one seed per "
@@ -196,26 +199,6 @@ def check_input_size(dataset: Dataset, model: str, what: str) -> None:
             f"{what}: {size}{own} is not a multiple of {model}'s patch size {multiple}, so its "
             "patches cannot tile the image"
         )
-
-
-def check_writable_folder(path: Path, what: str) -> None:
-    """`path` is a folder, or can be made one: no part of it is a file, and the deepest part
-    that exists is a folder this process may write into, on a file system that stores files
-    (not /proc or /sys, where even root's writes fail after the folders above were made)."""
-    path = Path(path)
-    existing = path
-    while not (existing.exists() or existing.is_symlink()):
-        if existing.parent == existing:
-            break
-        existing = existing.parent
-    inside = "" if existing == path else f" (on the way to {path})"
-    if not existing.is_dir():
-        kind = "a file" if existing.exists() else "a broken symbolic link"
-        raise UsageError(f"{what}: {existing} is {kind}, not a folder{inside}")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise UsageError(f"{what}: {existing} is not writable{inside}")
-    if os.statvfs(existing).f_blocks == 0:  # proc, sysfs, devpts: no blocks to store a file in
-        raise UsageError(f"{what}: {existing} is on a file system that stores no files{inside}")
 
 
 def check_storage(url: str, what: str, study_dir: Path) -> None:
