@@ -528,7 +528,7 @@ def test_a_driver_killed_at_a_look_resumes_to_the_same_decision(tmp_path, tiny_d
 
 
 RECORD = "optbench.store.database:Store.record"  # a trial's result, into the store
-CATCH_UP = "optbench.run.driver:_catch_up"  # results that ended while no driver followed
+CATCH_UP = "optbench.run.driver:catch_up"  # results that ended while no driver followed
 COMPUTE = "optbench.run.rounds:claims_table"  # called only while a look is computed
 # Where a killed driver may stop: the hook, before or after the call, how many calls a run
 # makes from a study's state (_progress: trials trained, trials recorded, looks recorded) of

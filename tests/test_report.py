@@ -115,7 +115,7 @@ def test_write_report_files_and_page(tmp_path: Path, monkeypatch):
     tables_made = []  # the claims' bootstrap runs once per report (summary.json and the page)
     real = claims.claims_table
     monkeypatch.setattr(
-        claims, "claims_table", lambda *a: tables_made.append(real(*a)) or tables_made[-1]
+        claims, "claims_table", lambda *a, **k: tables_made.append(real(*a, **k)) or tables_made[-1]
     )
     spec = _spec(optimizers=("adamw", "sgd"), epochs=(5, 10))
     trials = synthetic_trials(MODELS, ["adamw", "sgd"], [5, 10], 6, pending_fraction=0.1, seed=2)

@@ -250,7 +250,9 @@ def test_a_job_that_crashed_unwatched_keeps_its_message_and_is_retried_by_the_ne
     # the crash's message) while no driver followed it. The next run records that failure as it
     # was and runs the retry at once, not one run later.
     spec, job, folder = _one_trial_with_a_job(tiny_dict, "42_0")
-    crash = TrialResult(status="failed", epochs=1, config=job.config, message="RuntimeError: boom")
+    crash = TrialResult(  # its worker names the attempt it ran, the first (run/attempts.py)
+        status="failed", epochs=1, config=job.config, message="RuntimeError: boom", attempt=1
+    )
     write_result(job.out_dir, crash)
     monkeypatch.setattr(
         "optbench.executors.slurm.client.sacct_states", lambda ids: dict.fromkeys(ids, "FAILED")

@@ -557,7 +557,7 @@ RECORD = "optbench.store.database:Store.record"  # a trial's result (or failure)
 # Where a `run --detach` driver may be killed, with the hook, before or after its call, and
 # whether a run from a state (_detached_progress) still makes that call (each at most once).
 DETACHED_MOMENTS = {
-    "while catching up": ("optbench.run.driver:_catch_up", False, lambda s: True),
+    "while catching up": ("optbench.run.driver:catch_up", False, lambda s: True),
     # a call for each result on disk not recorded: which one is drawn at random
     "while a result is recorded": (RECORD, False, lambda s: s.trained - s.recorded),
     "while a look is computed": ("optbench.run.rounds:claims_table", False, lambda s: s.due),
