@@ -11,8 +11,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from optbench.spec.claim_kinds import MIN_EDF_SAMPLES  # noqa: F401  (its home: the claim kinds)
-
 FRAC_WITHIN_POINTS: tuple[int, ...] = (1, 2, 4, 8)
 AUC_MAX_POINTS = 10.0
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from optbench.report.edf import MIN_EDF_SAMPLES, trial_errors
+from optbench.report.edf import trial_errors
+from optbench.spec.claim_kinds import MIN_EDF_SAMPLES
 
 RESULT_STATUSES: tuple[str, ...] = ("finished", "diverged")
 CELL_KEYS: list[str] = ["model", "optimizer", "epochs"]

@@ -15,9 +15,10 @@ from matplotlib.figure import Figure
 
 from optbench.errors import UsageError
 from optbench.report import claims, claims_page, drawing, figures, frames, tunability
-from optbench.report.edf import AUC_MAX_POINTS, MIN_EDF_SAMPLES
+from optbench.report.edf import AUC_MAX_POINTS
 from optbench.report.page import Section
 from optbench.report.summary import Options
+from optbench.spec.claim_kinds import MIN_EDF_SAMPLES
 from optbench.spec.schema import StudySpec
 from optbench.trial.config import mixed_pipelines_note
 
