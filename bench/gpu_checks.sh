@@ -9,20 +9,25 @@
 #      (bf16, compiled) for one epoch on a generated ImageNet-layout folder of 20,000 JPEGs,
 #      --pipeline pil (cores - 1 workers) against --pipeline tensor; dhvt_tiny_cifar_p4 with the
 #      deit recipe on CIFAR-100-sized data, pil against tensor. Goals (docs/datasets.md):
-#      vit_p_4gf >= 8,000 img/s with input wait < 10% (tensor); DHVT >= 5 x 1,900 img/s.
+#      vit_p_4gf >= 8,000 img/s with input wait < 10% (tensor); DHVT >= 5 x 1,900 img/s;
+#   5. issue 55's harness cost on the GPU: bench/harness_cost.py runs the quickstart study as
+#      `optbench run` does (one worker per GPU) and says where the trials' seconds went beside
+#      their epochs. Each finished trial above prints its result.json `timing` as well.
 # Every JSON line and log goes to $OUT (default bench/out). Exit status 0 only if every check
 # passed. `DEVICE=cpu bash bench/gpu_checks.sh` runs the same plumbing on tiny models on the CPU;
-# `CHECKS=input` runs only part 4. `CHECKS=population` runs issue 22's population bench alone
-# instead (vit_c_w64_16px on digits-sized and dhvt_tiny_cifar_p4 on CIFAR-sized input, K = 1, 4,
-# 16, fused and manual attention).
+# `CHECKS=input` runs only part 4, `CHECKS=cost` only part 5. `CHECKS=population` runs issue
+# 22's population bench alone instead (vit_c_w64_16px on digits-sized and dhvt_tiny_cifar_p4 on
+# CIFAR-sized input, K = 1, 4, 16, fused and manual attention).
 #
-# On the lent H200 machine (device tool), python3 (3.12) has torch, timm, typer, rich, pyyaml and
-# scikit-learn, but not pydantic, the one other import these steps need. Carry its wheels in .whl/
-# (ignored by git; name it in the run's `carry`); this script installs what .whl/ holds first:
+# On the lent H200 machine (device tool), python3 (3.12) has torch, timm, typer, rich, pyyaml,
+# pandas, scipy, matplotlib and scikit-learn, but not pydantic (every step), nor optuna,
+# SQLAlchemy and submitit (part 5's `optbench run`). Carry their wheels in .whl/ (ignored by git;
+# name it in the run's `carry`); this script installs what .whl/ holds first:
 #   echo /.whl/ >> .git/info/exclude
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
-#     --implementation cp --platform manylinux_2_17_x86_64 -d .whl \
-#     pydantic pydantic-core annotated-types typing-inspection typing-extensions
+#     --implementation cp --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+#     -d .whl pydantic pydantic-core annotated-types typing-inspection typing-extensions \
+#     optuna sqlalchemy greenlet alembic mako colorlog submitit
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench/out}
@@ -50,7 +55,7 @@ check() {  # check NAME COMMAND...: run it, keep its output in $OUT/NAME.log, co
 }
 finished() {  # finished DIR: its result.json says "finished"
     python3 -c "import json,sys; r=json.load(open(sys.argv[1]+'/result.json')); \
-print(json.dumps({k: r.get(k) for k in ('status','final_error','images_per_s','input_wait','execution','wall_s','digest','message')})); \
+print(json.dumps({k: r.get(k) for k in ('status','final_error','images_per_s','input_wait','execution','wall_s','timing','digest','message')})); \
 sys.exit(r['status'] != 'finished')" "$1"
 }
 
@@ -108,6 +113,7 @@ check train_resume_result finished "$run_dir/stopped"
 fi
 
 # Issue 21: the input pipelines, on generated data.
+if [ "$CHECKS" = all ] || [ "$CHECKS" = input ]; then
 data_dir=$(mktemp -d)
 if [ "$DEVICE" = cuda ]; then
     check input_pipeline python3 bench/input_pipeline.py --images 4000 --batch 256 --batches 12 --workers 15
@@ -135,6 +141,11 @@ for pipeline in pil tensor; do
     check "cifar_${pipeline}_result" finished "$run_dir/cifar_$pipeline"
 done
 rm -rf "$data_dir"
+fi
+
+if [ "$CHECKS" = all ] || [ "$CHECKS" = cost ]; then  # issue 55: the harness around the epochs
+    check harness_cost python3 bench/harness_cost.py
+fi
 
 rm -rf "$run_dir"
 echo "== $failed check(s) failed"

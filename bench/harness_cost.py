@@ -13,7 +13,8 @@ where its seconds went, read from its own records. Prints one JSON line.
 - `parts_s`: result.json's `timing` (trial/timing.py) added over the trials, each part in
   seconds, and `process_s`, the worker processes' starts and imports they recorded; absent for
   results written before it.
-With the run it made itself: its wall time and the user + sys CPU seconds of it and its workers.
+With the run it made itself: the device its workers trained on (one worker per GPU where
+there is one, as `optbench run` starts them), its wall time and the user + sys CPU seconds of it and its workers.
 The machine (CPU model, load average before and after) is in the line: on a shared machine read
 the ratios, not the seconds.
 """
@@ -103,7 +104,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as scratch:
             (Path(scratch) / "studies").mkdir()
             (Path(scratch) / STUDY).write_bytes((REPO / STUDY).read_bytes())
-            env = {**os.environ, "PYTHONPATH": str(REPO)}
+            paths = [str(REPO), os.environ.get("PYTHONPATH", "")]  # and where wheels went
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
             t0 = time.perf_counter()
             subprocess.run(
                 [sys.executable, "-m", "optbench", "run", STUDY],
@@ -112,9 +114,15 @@ def main() -> None:
             usage = resource.getrusage(resource.RUSAGE_CHILDREN)
             line["run_s"] = round(time.perf_counter() - t0, 1)
             line["user_sys_s"] = round(usage.ru_utime + usage.ru_stime, 1)
+            import torch
+
+            from optbench.executors.local import split_cores
             from optbench.host import usable_cores
 
-            line.update(measured(Path(scratch), min(usable_cores(), 26)))
+            gpus = torch.cuda.device_count()  # one worker per GPU where there are GPUs
+            workers, _ = split_cores(26, "auto", usable_cores(), gpus)
+            line["device"] = torch.cuda.get_device_name() if gpus else "cpu"
+            line.update(measured(Path(scratch), workers))
     line["load_before"], line["load_after"] = round(load_before, 2), round(os.getloadavg()[0], 2)
     print(json.dumps(line))
 

@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -131,7 +132,7 @@ def shard_rates(folder: Path, args, devices: list[torch.device]) -> dict:
     from optbench.data import shards
     from optbench.data.pack import pack_folder
 
-    out_dir = folder / "shards"
+    out_dir = folder.with_name(folder.name + "-shards")  # outside it: pack refuses to nest
     t = time.perf_counter()
     pack_folder(folder, out_dir, per_shard=args.per_shard)
     pack_s = time.perf_counter() - t
@@ -259,7 +260,10 @@ def main() -> None:
         write_jpegs(Path(tmp), args.images, jobs=args.jobs)
         generate_s = time.perf_counter() - t
         folder = folder_rates(Dataset(name="imagefolder", root=tmp, img_size=224), args, devices)
-        shards = shard_rates(Path(tmp), args, devices)
+        try:
+            shards = shard_rates(Path(tmp), args, devices)
+        finally:
+            shutil.rmtree(Path(tmp + "-shards"), ignore_errors=True)
     cifar = {} if args.no_cifar else cifar_rates(args, devices)
     models = {} if args.no_model else model_rates(args, devices)
     done = os.times()
