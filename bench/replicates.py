@@ -32,6 +32,13 @@ after another so that a part-way run leaves whole replicates; replicate r is see
 5000 + 6r .. 5005 + 6r, the mini's largest look. ViT_C, which (d)'s chain does not read, is not
 trained. OUT/trials_d.csv.
 
+`python bench/replicates.py train-length OUT` trains claim (c)'s replicates (issue 53): the mini's
+length design (studies/mini/mini_length.yaml: ViT_P and ViT_C at their good values, AdamW and
+SGD, 4, 8 and 16 epochs) on claim (b)'s seeds 2000-2119, of which trials_b.csv and
+trials_b_more.csv already hold AdamW at 4 and 16 epochs: AdamW at 8 and SGD at each length are
+trained, in PARTS_C parts of whole replicates (replicate r: seeds 2000 + 6r .. 2005 + 6r, the
+mini's largest look). OUT/trials_c.csv.
+
 `python bench/replicates.py analyse DIR` reads those files and prints one JSON line: per claim
 and study size, the share of replicate intervals covering the estimand, the share of
 verdicts agreeing with the pooled verdict, and the gap between the mean predicted power and
@@ -259,8 +266,45 @@ def train_chain(out: Path) -> None:
     print(json.dumps({"bench": "replicates-train-chain", "replicates": R, "wall_s": wall}))
 
 
+# Claim (c)'s replicates: the mini's length design (studies/mini/mini_length.yaml) on ViT_P and
+# ViT_C, AdamW and SGD at 4, 8 and 16 epochs, on claim (b)'s 120 seeds: trials_b.csv and
+# trials_b_more.csv hold their AdamW cells at 4 and 16 epochs, so only AdamW at 8 and SGD at
+# every length are trained here (the same trainings: a trial's weights depend on its cell and
+# seed, not on the study around it; bench/RESULTS.md checks a digest of each file).
+PARTS_C = 4
+GOOD_C = {  # studies/mini/mini_length.yaml's
+    "vit_p_w64_16px": {"adamw": {"lr": 0.068, "wd": 0.028}, "sgd": {"lr": 1.8, "wd": 4.5e-06}},
+    "vit_c_w64_16px": {"adamw": {"lr": 0.13, "wd": 0.023}, "sgd": {"lr": 0.7, "wd": 3.7e-05}},
+}
+CELLS_C = {"adamw": [8], "sgd": [4, 8, 16]}  # those trials_b*.csv lack
+
+
+def study_c(part: int, optimizer: str, results: Path) -> dict:
+    per_part = SEEDS_MAX_B * R // PARTS_C
+    first = 2000 + part * per_part
+    spec = _base(f"replicate_c_p{part}_{optimizer}", results)
+    spec.update(optimizers=[optimizer], epochs=CELLS_C[optimizer])
+    spec["search"] = {"n_samples": 1, "sampler": "good", "good_values": GOOD_C}
+    spec["seeds"] = list(range(first, first + per_part))
+    return spec
+
+
+def train_length(out: Path) -> None:
+    (out / "studies").mkdir(parents=True, exist_ok=True)
+    started, parts = time.time(), []
+    for part in range(PARTS_C):
+        for optimizer in CELLS_C:
+            frame = _run(study_c(part, optimizer, out / "results"), out / "studies")
+            frame.insert(0, "replicate", (frame["seed"] - 2000) // SEEDS_MAX_B)
+            parts.append(frame)
+        pd.concat(parts).to_csv(out / "trials_c.csv", index=False)
+    wall = time.time() - started
+    print(json.dumps({"bench": "replicates-train-length", "replicates": R, "wall_s": wall}))
+
+
 def main(argv: list[str]) -> int:
-    commands = ("train", "train-sequential", "train-chain", "analyse", "analyse-sequential")
+    commands = ("train", "train-sequential", "train-chain", "train-length", "analyse")
+    commands += ("analyse-sequential",)
     if len(argv) != 2 or argv[0] not in commands:
         print(__doc__.split("\n\n")[0], file=sys.stderr)
         print(f"usage: python bench/replicates.py {'|'.join(commands)} DIR", file=sys.stderr)
@@ -273,6 +317,9 @@ def main(argv: list[str]) -> int:
         return 0
     if argv[0] == "train-chain":
         train_chain(Path(argv[1]))
+        return 0
+    if argv[0] == "train-length":
+        train_length(Path(argv[1]))
         return 0
     if argv[0] == "analyse-sequential":
         from sequential_analysis import analyse as analyse_sequential  # bench/
