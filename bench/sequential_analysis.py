@@ -263,13 +263,14 @@ def _sequential(
     ]
 
 
-CHAIN_LOOKS = (3, 4, 6)  # claim (d) adding seeds (studies/mini/mini_stem.yaml)
+CHAIN_LOOKS = (3, 4, 6)  # claims (c) and (d) adding seeds (mini_length.yaml, mini_stem.yaml)
+SEEDS_PANELS = {"c": 3, "d": 2}  # the panels over which those studies split alpha: (b) x 2 + (c)
 
 
-def chain_replicates(folder) -> dict:
-    """Claim (d)'s replicates (bench/replicates.py train-chain): trials_d.csv's whole replicates
-    of CHAIN_LOOKS[-1] seeds each."""
-    path = folder / "trials_d.csv"
+def seeds_replicates(folder, claim: str) -> dict:
+    """Claim (c)'s or (d)'s replicates (bench/replicates.py train-length, train-chain):
+    trials_c.csv's or trials_d.csv's whole replicates of CHAIN_LOOKS[-1] seeds each."""
+    path = folder / f"trials_{claim}.csv"
     if not path.exists():
         return {}
     trials = pd.read_csv(path)
@@ -277,30 +278,39 @@ def chain_replicates(folder) -> dict:
     return {int(r): f for r, f in trials.groupby("replicate") if sizes[r] == CHAIN_LOOKS[-1]}
 
 
-def _chain_rows(frame: pd.DataFrame, boundary: float | None, last: bool = False) -> dict:
-    """Claim (d)'s row of each panel (its optimizer), as a look (boundary) or a fixed-size
-    report (None) reads them."""
+def _panel_rows(frame: pd.DataFrame, claim: str, boundary: float | None, last: bool = False):
+    """The claim's row of each panel (its optimizer, or "sgd - adamw" for (c)), as a look
+    (boundary) or a fixed-size report (None) reads them."""
     results = frames.with_errors(frame)
     table = claims.claims_table(results, OPTIONS, "replicate", boundary, None, last)
-    return {row["optimizer"]: row for _, row in table[table["claim"] == "d"].iterrows()}
+    return {row["optimizer"]: row for _, row in table[table["claim"] == claim].iterrows()}
 
 
-def chain_evaluate(replicates: dict, design: sequential.Design) -> dict:
-    """Claim (d)'s design replayed on its replicates, per panel: each replicate's looks (the
-    report's claims_table at the look's boundary: one chain rule) until the first decision.
-    wrong: a decision against the pooled steps (every step's mean over all the replicates'
-    seeds: "holds" wrong unless every pooled step is above 0, "opposite" unless every one is
-    below); coverage: every step's repeated interval at the stop covers its pooled step."""
-    pooled = _chain_rows(pd.concat(replicates.values()), None)
+def _intervals(row) -> dict:
+    """{name: (estimate, low, high)}: a chain's steps, or the row's one interval."""
+    steps = row.get("steps")
+    if isinstance(steps, list) and steps:
+        return {s["step"]: (s["estimate"], s["low"], s["high"]) for s in steps}
+    return {"estimate": (row["estimate"], row["low"], row["high"])}
+
+
+def seeds_evaluate(replicates: dict, design: sequential.Design, claim: str = "d") -> dict:
+    """Claim (c)'s or (d)'s design replayed on its replicates, per panel: each replicate's
+    looks (the report's claims_table at the look's boundary: one rule) until the first
+    decision. wrong: a decision against the pooled estimate (over all the replicates' seeds;
+    for a chain every pooled step: "holds" wrong unless every one is above 0, "opposite"
+    unless every one is below); coverage: every interval at the stop (each step's, for a
+    chain) covers its pooled value."""
+    pooled = _panel_rows(pd.concat(replicates.values()), claim, None)
     bounds = design.boundaries()
     out = {}
-    for optimizer, whole in pooled.items():
-        truth = {step["step"]: step["estimate"] for step in whole["steps"]}
+    for panel, whole in pooled.items():
+        truth = {name: est for name, (est, _, _) in _intervals(whole).items()}
         runs = []
         for frame in replicates.values():
             for k, (n, c) in enumerate(zip(design.looks, bounds, strict=True)):
                 last = k == len(design.looks) - 1
-                row = _chain_rows(_prefix(frame, "seeds", n), c, last)[optimizer]
+                row = _panel_rows(_prefix(frame, "seeds", n), claim, c, last)[panel]
                 if row["verdict"] != "continue":
                     break
             runs.append((row, n))
@@ -311,12 +321,13 @@ def chain_evaluate(replicates: dict, design: sequential.Design) -> dict:
             for o in outcomes
         ]
         covered = [
-            all(s["low"] <= truth[s["step"]] <= s["high"] for s in row["steps"]) for row, _ in runs
+            all(low <= truth[name] <= high for name, (_, low, high) in _intervals(row).items())
+            for row, _ in runs
         ]
         R = len(runs)
         share_wrong = float(np.mean(wrong))
-        out[optimizer] = {
-            "pooled_steps": {name: round(v, 2) for name, v in truth.items()},
+        out[panel] = {
+            "pooled": {name: round(v, 2) for name, v in truth.items()},
             "pooled_seeds": int(whole["n_now"]),
             "outcomes": {o: outcomes.count(o) for o in sorted(set(outcomes))},
             "decided": round(float(np.mean([o in sequential.DECIDED for o in outcomes])), 3),
@@ -361,7 +372,9 @@ def analyse(folder) -> dict:
     seeds = _seed_replicates(folder, SEED_LOOKS[-1])
     if seeds:
         out["seeds_b"] = _sequential(seeds, SEED_LOOKS, claim="b")
-    chain = chain_replicates(folder)
-    if chain:  # the mini's stem design: (d) on AdamW and SGD, alpha split over both panels
-        out["chain_d"] = chain_evaluate(chain, sequential.Design(CHAIN_LOOKS, "pocock", panels=2))
+    for claim, key in (("c", "length_c"), ("d", "chain_d")):  # the mini's length and stem designs
+        reps = seeds_replicates(folder, claim)
+        if reps:
+            design = sequential.Design(CHAIN_LOOKS, "pocock", panels=SEEDS_PANELS[claim])
+            out[key] = seeds_evaluate(reps, design, claim)
     return out
