@@ -340,6 +340,15 @@ def test_the_edf_marks_claim_a_area_and_gives_each_models_area_in_the_legend():
     ax = fig.axes[0]
     marks = [line for line in ax.get_lines() if line not in data_lines(ax)]
     assert [tuple(line.get_xdata()) for line in marks] == [(AUC_MAX_POINTS, AUC_MAX_POINTS)]
+    # its label sits right of the line near the top, where a model's curve has not risen yet at
+    # the left, and neither hides a curve nor is hidden by a band (it once sat at the bottom,
+    # over the curves' first steps)
+    (label,) = [t for t in ax.texts if t.get_text().startswith("area to")]
+    fig.canvas.draw()
+    box = label.get_window_extent().transformed(ax.transData.inverted())
+    assert box.x0 > AUC_MAX_POINTS and box.y0 > 0.8
+    bands = [c.get_zorder() for c in ax.collections]
+    assert max(bands) < label.get_zorder() < min(line.get_zorder() for line in data_lines(ax))
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     for model in MODELS:
         cell = trials[trials["model"] == model]

@@ -107,15 +107,18 @@ def plot_edf(
                 )
         if area_to is not None:  # "_" label: a mark, not a data curve
             ax.axvline(area_to, color=AREA_MARK_COLOR, lw=0.8, zorder=0, label="_area")
-            ax.annotate(
+            ax.annotate(  # at the line's top on white, over the bands, under the curves
                 f"area to {area_to:g} pts",
-                (area_to, 0.02),
-                xytext=(-3, 0),
+                (area_to, 0.97),
+                xycoords=("data", "axes fraction"),
+                xytext=(3, 0),
                 textcoords="offset points",
-                ha="right",
-                va="bottom",
+                ha="left",
+                va="top",
                 fontsize="small",
                 color=AREA_MARK_COLOR,
+                bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.85},
+                zorder=1.5,  # fill_between's bands draw at 1, step curves at 2
             )
         counts = edf_counts(panel.curves, x_max)
         ax.set_title(
