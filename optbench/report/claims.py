@@ -94,7 +94,6 @@ import pandas as pd
 
 from optbench.report import frames, sequential, stats
 from optbench.report.edf import AUC_MAX_POINTS
-from optbench.report.looks import with_looks as with_looks  # the report writer's name for it
 from optbench.report.summary import MAX_SAMPLES, Options, advice_line
 from optbench.spec.claim_kinds import MIN_EDF_SAMPLES, MIN_SEEDS, Panel, panels
 from optbench.spec.comparisons import Comparison, declared_words

@@ -72,7 +72,7 @@ def _sequential(row) -> bool:
 
 def _outcome_words(row) -> str:
     """A sequential study's verdict and why it stopped, e.g. "holds after 6 of at most 24
-    samples" (claims.with_looks)."""
+    samples" (looks.with_looks)."""
     looks, n_now, n_max = int(row.looks), int(row.n_now), int(row.n_max)  # floats in a mixed table
     if row.verdict == "continue":
         return f"not decided yet at look {looks}, {n_now} of at most {n_max} {row.unit}"

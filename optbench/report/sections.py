@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 from optbench.errors import UsageError
 from optbench.report import claims, claims_page, drawing, figures, frames, tunability
 from optbench.report.edf import AUC_MAX_POINTS
+from optbench.report.looks import with_looks
 from optbench.report.page import Section
 from optbench.report.summary import Options
 from optbench.spec.claim_kinds import MIN_EDF_SAMPLES
@@ -380,7 +381,7 @@ def build_sections(
     model's input; None: each model's, looked up (unknown without the dataset's files: no
     complexity table, no near-chance check). `claims_table`: claims.claims_table's rows, where
     the caller has them already (computed here when None). `looks`: a sequential study's looks
-    (the store's records): the claims show them (claims.with_looks) and draw their path."""
+    (the store's records): the claims show them (looks.with_looks) and draw their path."""
     options = options or Options()
     wanted = set(FIGURES) if figures is None else set(figures)
     results = frames.with_errors(trials, options.metric)
@@ -430,6 +431,6 @@ def claims_with_looks(
     spec: StudySpec, results: pd.DataFrame, options: Options, looks: list[dict] | None
 ) -> pd.DataFrame:
     """The claims table, the study's declared comparisons with the paper's claims; a sequential
-    study's panels show their looks (claims.with_looks)."""
+    study's panels show their looks (looks.with_looks)."""
     table = claims.claims_table(results, options, spec.name, comparisons=spec.comparisons)
-    return claims.with_looks(table, looks) if looks else table
+    return with_looks(table, looks) if looks else table
