@@ -20,7 +20,16 @@ import pytest
 import yaml
 from driver_process import signal_at
 from test_decide import COMPUTE, LOOK, _finished_attempts, _looks, _run, _study_file
-from your_question import COMPARISON, MODEL, MODULE_NAME, put_on_path, write_module, your_study
+from your_question import (
+    COMPARISON,
+    MODEL,
+    MODULE_NAME,
+    SAID,
+    module_digest,
+    put_on_path,
+    write_module,
+    your_study,
+)
 
 from optbench.plan.trials import plan
 from optbench.spec.schema import load_spec
@@ -31,7 +40,6 @@ from optbench.user_code import source_digest
 pytestmark = pytest.mark.slow  # each test trains and runs drivers
 
 REPO = Path(__file__).resolve().parents[1]
-SIDES = f"({COMPARISON}) {MODEL} lion 2ep vs {MODEL} adamw 2ep"
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +63,8 @@ def test_your_model_and_lion_decide_through_the_local_executor_and_stop(user_cod
     code, out, err = cli("run", "study.yaml")
     assert code == 0, err
     said = " ".join(out.split())
-    assert f"look 1 (3 of at most 6 seeds): {SIDES}" in said, said
-    assert f"{SIDES}: holds after 3 of at most 6 seeds" in said, said
+    assert f"look 1 (3 of at most 6 seeds): {SAID}" in said, said
+    assert f"{SAID}: holds after 3 of at most 6 seeds" in said, said
 
     spec = load_spec(tmp_path / "study.yaml")
     (look,) = Store(spec, create=False).looks()  # decided at the first look: no second
@@ -123,7 +131,7 @@ def test_a_driver_killed_at_the_declared_comparisons_look_resumes_to_the_same_de
         assert len(_looks(path)) == recorded, where
         again = _run(path)  # the same command
         assert again.returncode == 0, (where, again.stderr)
-        assert f"{SIDES}: holds after 3 of at most 6 seeds" in " ".join(again.stdout.split())
+        assert f"{SAID}: holds after 3 of at most 6 seeds" in " ".join(again.stdout.split())
         assert _looks(path) == expected, where  # the same decision at the same look, once
         assert _digests(path) == digests, where  # the same 6 trials, no seed beyond the look
         assert Counter(_finished_attempts(path).values()) == Counter({1: 6}), where
@@ -154,7 +162,7 @@ def test_results_of_another_version_of_your_module_are_told_apart(tmp_path, monk
         (result,) = _results(tmp_path / version / "results")
         recorded = result["provenance"]["user_code"][MODULE_NAME]
         assert recorded["version"] == version
-        assert recorded["digest"] == _digest_of(module)
+        assert recorded["digest"] == module_digest(module)
         fingerprints[version] = result["provenance"]["code_fingerprint"]
     assert fingerprints["1.0"] != fingerprints["1.1"]
     run, reference = (tmp_path / v / "reports" / "your_question" for v in ("1.1", "1.0"))
@@ -164,12 +172,3 @@ def test_results_of_another_version_of_your_module_are_told_apart(tmp_path, monk
         f"the training code ({fingerprints['1.1']} here; {fingerprints['1.0']} in the reference)"
         in out
     ), out
-
-
-def _digest_of(path: Path) -> str:
-    """source_digest of the module file at `path`, as its importer computes it."""
-    import types
-
-    module = types.ModuleType(path.stem)
-    module.__file__ = str(path)
-    return source_digest(module)

@@ -15,6 +15,7 @@ import pytest
 MODULE_NAME = "your_question_models"  # one name per process: timm's registry outlives a test
 MODEL = "your_question_net"
 COMPARISON = "lion_beats_adamw"
+SAID = f"({COMPARISON}) {MODEL} lion 2ep vs {MODEL} adamw 2ep"  # as the driver names it
 
 SOURCE = '''"""A model of one's own, registered with timm when imported."""
 
@@ -47,6 +48,18 @@ def write_module(folder: Path, version: str = "1.0", width: int = 16) -> Path:
     path = folder / f"{MODULE_NAME}.py"
     path.write_text(SOURCE.format(version=version, width=width, model=MODEL))
     return path
+
+
+def module_digest(path: Path) -> str:
+    """The source digest provenance records for the module file at `path`, without importing
+    it (in this process the module may be another version, or imported from elsewhere)."""
+    import types
+
+    from optbench.user_code import source_digest
+
+    module = types.ModuleType(path.stem)
+    module.__file__ = str(path)
+    return source_digest(module)
 
 
 def put_on_path(monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
