@@ -222,6 +222,16 @@ def test_the_alpha_split_counts_declared_comparisons_and_the_dry_run_says_so(tin
     assert "0.025 for each of its 2 panels, 1 of them declared" in design
 
 
+def test_the_dry_run_of_a_declared_seed_comparison_names_it_not_the_papers_claims(tiny_dict):
+    # one seed per cell decides no seed claim: the line names the claims this study decides
+    data = _declaring(tiny_dict, "d", (C, P), "first", n_samples=1, seeds=[0, 1, 2, 3])
+    data["decide"] = {"claims": ["mine"], "looks": [3, 4]}
+    spec = parse_spec(data)
+    hours = {(c.model, c.optimizer, c.epochs): 0.5 for c in spec.cells()}
+    *_, fixed = size_lines(spec, plan(spec), hours, [])
+    assert "; one seed per cell, which decides none of (mine): 2, 1 device-hours" in fixed, fixed
+
+
 @pytest.mark.slow  # trains 12 one-epoch trials and renders a report
 def test_a_trained_study_of_a_declared_comparison_decides_stops_and_reports_it(
     tmp_path, tiny_dict, cli

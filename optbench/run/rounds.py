@@ -436,8 +436,9 @@ def size_lines(
     )
     if unit == "seeds":  # the paper's fixed design: one seed, which no seed claim reads
         one = {cell: spec.search.n_samples for cell in fixed}
+        none_of = claims if declared(spec) else "(b)-(d)"  # a study's own: named as decided
         line += (
-            f"; one seed per cell, which decides none of (b)-(d): {sum(one.values())}{cost(one)}"
+            f"; one seed per cell, which decides none of {none_of}: {sum(one.values())}{cost(one)}"
         )
     lines.append(line)
     return lines
