@@ -142,6 +142,24 @@ def test_a_declared_edf_comparison_of_vit_c_and_vit_p_is_claim_a(tiny_dict):
     table = claims_table(_results(spec, _errors({P: 12.0, C: 4.0})), comparisons=spec.comparisons)
     paper, mine = (table[table["claim"] == name].iloc[0] for name in ("a", "mine"))
     assert mine["estimate"] == pytest.approx(-paper["estimate"]) and mine["verdict"] == "opposite"
+    # its statistic names its own sides, the expected one first (not the paper's C and P)
+    assert mine["statistic"] == (
+        "auc_10(vit_p_w64_16px adamw 1ep) - auc_10(vit_c_w64_16px adamw 1ep) (EDF area, 0-1)"
+    )
+    assert paper["statistic"] == "auc_10(C) - auc_10(P) (EDF area, 0-1)"
+    # the page's heading says whose claims it shows
+    from optbench.report import claims_page
+    from optbench.report.summary import Options
+
+    titles = {
+        rows: claims_page.sections(table[table["claim"].isin(rows)], Options())[0].title
+        for rows in (("a",), ("mine",), ("a", "mine"))
+    }
+    assert titles == {
+        ("a",): "The paper's claims",
+        ("mine",): "Your comparisons",
+        ("a", "mine"): "The paper's claims and your comparisons",
+    }
 
 
 def test_a_declared_seed_comparison_of_two_stems_is_claim_d_on_them(tiny_dict):
@@ -157,6 +175,9 @@ def test_a_declared_seed_comparison_of_two_stems_is_claim_d_on_them(tiny_dict):
     paper, mine = (table[table["claim"] == name].iloc[0] for name in ("d", "mine"))
     columns = ["estimate", "low", "high", "se", "verdict", "cells", "n_now"]
     assert paper[columns].tolist() == mine[columns].tolist() and mine["verdict"] == "holds"
+    assert (
+        mine["statistic"] == "E(vit_p_w64_16px adamw 1ep) - E(vit_s1_w64_16px adamw 1ep) (points)"
+    )
 
 
 # --- a sequential study of a declared comparison only ----------------------------------------
@@ -184,6 +205,12 @@ def test_a_study_deciding_only_a_declared_comparison_decides_and_stops(tiny_dict
     assert Look.from_record(look.record()) == look
     old = {k: v for k, v in look.record().items() if k != "kind"} | {"claim": "a"}
     assert Look.from_record(old).kind_of == "a"
+    # the looks figure reads its estimate as the comparison's own, not the paper's C - P
+    from optbench.report.figures import looks_figure
+
+    (ax,) = [ax for ax in looks_figure([look.record()]).axes if ax.get_visible()]
+    label = " ".join(ax.get_ylabel().split())
+    assert label.startswith("auc_10(vit_c_w64_16px adamw 1ep) - auc_10(vit_p_w64_16px"), label
 
 
 def test_a_look_of_a_declared_name_under_another_kind_is_not_this_studys(tiny_dict):
@@ -258,6 +285,8 @@ def test_a_trained_study_of_a_declared_comparison_decides_stops_and_reports_it(
     assert row["kind"] == "a" and row["looks"] == len(looks) and row["panels"] == 1
     page = (tmp_path / "reports" / "tiny" / "index.html").read_text()
     assert "mine: vit_c_w64_16px adamw 1ep vs vit_p_w64_16px adamw 1ep, EDF area to 10" in page
+    # the paper's (a) on the same cells beside the declared comparison: the heading says both
+    assert "<h2 id='claims'>The paper&#x27;s claims and your comparisons</h2>" in page
 
 
 def test_an_undecided_declared_step_still_says_how_far_a_decision_is():

@@ -249,7 +249,7 @@ class _Claims:
             "optimizer": panel.optimizer,
             "epochs": panel.epochs,
             "models": panel.model_words,
-            "statistic": panel.kind.statistic,
+            "statistic": panel.statistic,
             "trials": int(len(subset)),
             "diverged": int((subset["status"] == "diverged").sum()),
             "cells": [[m, o, int(e)] for m, o, e in panel.cells],

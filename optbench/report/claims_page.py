@@ -161,9 +161,14 @@ def sections(table: pd.DataFrame, options: Options, drawn: set[str] | None = Non
         table = table[pd.Series(sections, index=table.index, dtype=object).isin(drawn)]
     if table.empty:
         return []
+    declared = table["kind"] != table["claim"]
+    title = {(False, True): "The paper's claims", (True, False): "Your comparisons"}
     section = Section(
         "claims",
-        "The paper's claims",
+        title.get(
+            (bool(declared.any()), bool((~declared).any())),
+            "The paper's claims and your comparisons",
+        ),
         "Each claim's statistic on this study, its 95% interval and verdict: holds when the "
         "interval lies on the claim's side of 0 (for (d)'s chain: every step's), opposite when "
         "on the other, otherwise not shown; not tested where a cell has no finished trial or "

@@ -26,7 +26,7 @@ from optbench.report.edf import AUC_MAX_POINTS, dtop1, edf, edf_auc
 from optbench.report.looks import panel_words
 from optbench.report.stats import N_BOOT, edf_band, good_range
 from optbench.report.summary import Options, chance_error, near_chance
-from optbench.spec.claim_kinds import KINDS, comparison_key
+from optbench.spec.claim_kinds import KINDS, comparison_key, declared_panel
 from optbench.spec.roles import families
 
 # The dtop-1 axis ends at the largest finite dtop-1 (rounded up to 5 points), at least at
@@ -289,6 +289,15 @@ def curves_figure(
     return drawing_curves.plot_curves(panels, _colors(epochs, colors))
 
 
+def _look_statistic(look: dict) -> str:
+    """What a look's estimate computes: its kind's statistic, or a declared comparison's on its
+    own two cells (the look's record names its claim, kind and cells)."""
+    kind = look.get("kind") or look["claim"]
+    if kind == look["claim"]:
+        return KINDS[kind].statistic
+    return declared_panel(look["claim"], kind, look["cells"]).statistic
+
+
 def looks_figure(looks: list[dict]) -> Figure:
     """A sequential study's looks (the store's records, run/rounds.py): per claim panel, the
     estimate and repeated 95% interval at each look against its size (drawing_curves.plot_looks)."""
@@ -303,7 +312,7 @@ def looks_figure(looks: list[dict]) -> Figure:
         panels.append(
             drawing_curves.LookPanel(
                 title=_look_title(last),
-                statistic=KINDS[last.get("kind") or last["claim"]].statistic,
+                statistic=_look_statistic(last),
                 unit=last["unit"],
                 n=[look["n"] for look in path],
                 estimate=[look["estimate"] for look in path],

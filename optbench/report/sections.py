@@ -414,7 +414,7 @@ def build_sections(
 
 
 LOOKS_CAPTION = (
-    "Each decided claim's path over the study's looks: at each look (its size on the x axis) "
+    "The path over the study's looks of each claim its decide: block names: at each look (its size on the x axis) "
     "the estimate and its repeated interval (the study's 95%, shared by every panel it "
     "decides), estimate +- t x se, t Student's t (n - 1 degrees of freedom) at the level of "
     "the look's boundary c written above it; the study "

@@ -77,6 +77,15 @@ class Panel:
         return f"{self.optimizer} {self.epochs}ep {self.model_words}"
 
     @property
+    def statistic(self) -> str:
+        """What its estimate computes, in its unit; a declared comparison's on its own sides."""
+        if not self.declared:
+            return self.kind.statistic
+        better = side_words(self.cells[self.kind.better])
+        other = side_words(self.cells[1 - self.kind.better])
+        return self.kind.declared_statistic.format(better=better, other=other)
+
+    @property
     def old_key(self) -> str:
         """The display text an earlier optbench stored its looks under (store/migrations.py)."""
         return f"{self.claim} {self.words}"
@@ -157,6 +166,8 @@ class ClaimKind:
     # a kind a study may declare on two cells of its own (spec/comparisons.py): the place in
     # its two cells of the one a positive estimate says does better; None: it reads more cells
     better: int | None = None
+    # its statistic on two declared cells, {better} and {other} the sides in words
+    declared_statistic: str | None = None
 
 
 _EDF_AREA = (1.0, "a difference of EDF areas (each 0..1)")
@@ -178,6 +189,7 @@ KINDS: dict[str, ClaimKind] = {
             "edf",
             *_EDF_AREA,
             better=1,  # auc(cells[1]) - auc(cells[0])
+            declared_statistic="auc_10({better}) - auc_10({other}) (EDF area, 0-1)",
         ),
         ClaimKind(
             "b",
@@ -223,6 +235,7 @@ KINDS: dict[str, ClaimKind] = {
             joiner=" < ",
             chain=True,
             better=0,  # on two cells: E(cells[1]) - E(cells[0])
+            declared_statistic="E({other}) - E({better}) (points)",
         ),
     )
 }
