@@ -4,6 +4,7 @@ where its seconds went, read from its own records. Prints one JSON line.
     PYTHONPATH=. python bench/harness_cost.py                      # runs the quickstart in a
                                                                    # fresh temporary folder
     PYTHONPATH=. python bench/harness_cost.py --ran-in DIR --workers 2   # a finished run's
+    PYTHONPATH=. python bench/harness_cost.py --slurm              # as SLURM jobs (below)
 
 - `wall_over_epochs`: the trials' wall_s added up over their epochs' time (metrics.jsonl's
   epoch_s, training steps only), the issue's 1.21 before it;
@@ -13,6 +14,18 @@ where its seconds went, read from its own records. Prints one JSON line.
 - `parts_s`: result.json's `timing` (trial/timing.py) added over the trials, each part in
   seconds, and `process_s`, the worker processes' starts and imports they recorded; absent for
   results written before it.
+With `--slurm` the study gains `executor: {kind: slurm}` and nothing else (default settings:
+`trials_per_job: auto`, docs/slurm.md) and runs on the cluster `sinfo` reaches
+(scripts/slurm-local.sh); the line adds its jobs, read from sacct (the jobs of the study's
+journal, executors/slurm/journal.py): `job_elapsed_over_epochs`, the jobs' Elapsed added up over
+their trials' epochs' time (the issue's 1.25 at most); `queue_wait_s`, Submit to Start, summed and
+per job; and per job (`per_job`) its trials, its elapsed, its trials' epochs and wall, its first
+trial's process start and imports (`start_s`, result.json's timing: the job step's Python from
+its birth to the trainer) and `outside_s`, what the elapsed holds beyond its trials and that
+start (SLURM's launch of the step, the batch script, the process's exit). A fresh copy has no
+measured costs, so `auto` runs one trial per job; `--measure` first runs `optbench run --dry-run
+--measure` (in `run_s`), whose figures `auto` packs by. `workers` is then the cores: jobs of the
+default cpus_per_task 1 that run at once on a one-node cluster of this machine.
 With the run it made itself: the device its workers trained on (one worker per GPU where
 there is one, as `optbench run` starts them), its wall time and the user + sys CPU seconds of it and its workers.
 The machine (CPU model, load average before and after) is in the line: on a shared machine read
@@ -25,10 +38,12 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -91,26 +106,121 @@ def measured(ran_in: Path, workers: int) -> dict:
     return line
 
 
+SACCT_FIELDS = ("JobID", "State", "Submit", "Start", "ElapsedRaw")
+
+
+def sacct_jobs(out: str) -> dict[str, dict]:
+    """`sacct -X -P -o SACCT_FIELDS` output: job id -> its fields (timestamps in seconds)."""
+    lines = out.strip().splitlines()
+    header, jobs = lines[0].split("|"), {}
+    for line in lines[1:]:
+        job = dict(zip(header, line.split("|"), strict=True))
+        for field in ("Submit", "Start"):
+            job[field] = datetime.fromisoformat(job[field]).timestamp()
+        job["ElapsedRaw"] = float(job["ElapsedRaw"])
+        jobs[job.pop("JobID")] = job
+    return jobs
+
+
+def slurm_jobs(ran_in: Path) -> dict:
+    """The JSON's SLURM figures (module docstring) of the study run in `ran_in` on SLURM."""
+    cwd = os.getcwd()
+    os.chdir(ran_in)
+    try:
+        from optbench.api import load_study
+        from optbench.executors.slurm.client import slurm_command
+        from optbench.executors.slurm.journal import read_records
+        from optbench.executors.slurm.study import job_folder
+        from optbench.run.rounds import asked_trials
+        from optbench.store.database import Store
+        from optbench.trial.results import load_result, read_metrics
+
+        spec = load_study(STUDY)
+        records = read_records(job_folder(spec))  # trial key -> its (last) job
+        arrays = sorted({r.job_id.split("_")[0] for r in records.values()})
+        out = slurm_command(
+            "sacct", "-X", "-P", "-o", ",".join(SACCT_FIELDS), "-j", ",".join(arrays)
+        )
+        sacct = sacct_jobs(out)
+        per_job: dict[str, dict] = {}
+        store = Store(spec, create=False)
+        for item in store.read(asked_trials(spec, store)):
+            if not item.is_result:
+                continue
+            out_dir = item.trial.out_dir
+            result = load_result(out_dir, spec.study_dir)
+            job = per_job.setdefault(records[item.trial.key].job_id, dict.fromkeys(
+                ("trials", "epochs_s", "wall_s", "start_s"), 0.0))  # fmt: skip
+            job["trials"] += 1
+            job["epochs_s"] += sum(
+                m.get("epoch_s") or 0.0 for m in read_metrics(out_dir, spec.study_dir)
+            )
+            job["wall_s"] += result.wall_s
+            if result.timing is not None:  # the job's first trial paid its process's start
+                job["start_s"] += (result.timing.process_start_s or 0) + (
+                    result.timing.imports_s or 0
+                )
+    finally:
+        os.chdir(cwd)
+    for job_id, job in per_job.items():
+        job["elapsed_s"] = sacct[job_id]["ElapsedRaw"]
+        job["queue_wait_s"] = sacct[job_id]["Start"] - sacct[job_id]["Submit"]
+        job["outside_s"] = job["elapsed_s"] - job["wall_s"] - job["start_s"]
+    total = {
+        k: sum(j[k] for j in per_job.values())
+        for k in ("elapsed_s", "epochs_s", "queue_wait_s", "start_s", "outside_s")
+    }
+    return {
+        "jobs": len(per_job),
+        "trials_per_job": sorted({int(j["trials"]) for j in per_job.values()}),
+        "job_elapsed_s": round(total["elapsed_s"], 1),
+        "job_epochs_s": round(total["epochs_s"], 1),
+        "job_elapsed_over_epochs": round(total["elapsed_s"] / total["epochs_s"], 3),
+        "queue_wait_s": round(total["queue_wait_s"], 1),
+        "job_start_s": round(total["start_s"], 1),
+        "job_outside_s": round(total["outside_s"], 1),
+        "per_job": {
+            job_id: {k: round(v, 1) if k != "trials" else int(v) for k, v in job.items()}
+            for job_id, job in sorted(per_job.items(), key=lambda kv: sacct[kv[0]]["Submit"])
+        },
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ran-in", type=Path, help="a folder the quickstart ran in, finished")
     parser.add_argument("--workers", type=int, default=2, help="its workers (with --ran-in)")
+    parser.add_argument("--slurm", action="store_true", help="as SLURM jobs (sinfo's cluster)")
+    parser.add_argument(
+        "--measure",
+        action="store_true",
+        help="first `optbench run --dry-run --measure`: the cost plan `auto` packs by",
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the folder it ran in")
     args = parser.parse_args()
     load_before = os.getloadavg()[0]
     line = {"bench": "harness_cost", "cpu": cpu_model(), "cores": os.cpu_count()}
     if args.ran_in:
         line.update(measured(args.ran_in.resolve(), args.workers))
+        if args.slurm:  # it ran on SLURM: its jobs, from sacct
+            line.update(slurm_jobs(args.ran_in.resolve()))
     else:
-        with tempfile.TemporaryDirectory() as scratch:
+        scratch = tempfile.mkdtemp(prefix="optbench-harness-cost-")
+        try:
             (Path(scratch) / "studies").mkdir()
-            (Path(scratch) / STUDY).write_bytes((REPO / STUDY).read_bytes())
+            study = (REPO / STUDY).read_text()
+            if args.slurm:  # nothing else changed: SLURM's default settings
+                study += "executor: {kind: slurm}\n"
+            (Path(scratch) / STUDY).write_text(study)
             paths = [str(REPO), os.environ.get("PYTHONPATH", "")]  # and where wheels went
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+            runs = [["run", STUDY, "--dry-run", "--measure"]] if args.measure else []
             t0 = time.perf_counter()
-            subprocess.run(
-                [sys.executable, "-m", "optbench", "run", STUDY],
-                cwd=scratch, env=env, check=True, stdout=subprocess.DEVNULL,
-            )  # fmt: skip
+            for command in [*runs, ["run", STUDY]]:
+                subprocess.run(
+                    [sys.executable, "-m", "optbench", *command],
+                    cwd=scratch, env=env, check=True, stdout=subprocess.DEVNULL,
+                )  # fmt: skip
             usage = resource.getrusage(resource.RUSAGE_CHILDREN)
             line["run_s"] = round(time.perf_counter() - t0, 1)
             line["user_sys_s"] = round(usage.ru_utime + usage.ru_stime, 1)
@@ -122,9 +232,19 @@ def main() -> None:
             gpus = torch.cuda.device_count()  # one worker per GPU where there are GPUs
             workers, _ = split_cores(26, "auto", usable_cores(), gpus)
             line["device"] = torch.cuda.get_device_name() if gpus else "cpu"
+            if args.slurm:  # the jobs that ran at once: SLURM's, not the local pool's
+                workers = len(os.sched_getaffinity(0))
             line.update(measured(Path(scratch), workers))
+            if args.slurm:
+                line["measured_first"] = args.measure
+                line.update(slurm_jobs(Path(scratch)))
+        finally:
+            if not args.keep:
+                shutil.rmtree(scratch)
     line["load_before"], line["load_after"] = round(load_before, 2), round(os.getloadavg()[0], 2)
     print(json.dumps(line))
+    if args.keep and not args.ran_in:
+        print(f"kept: {scratch}", file=sys.stderr)
 
 
 if __name__ == "__main__":

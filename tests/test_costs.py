@@ -13,7 +13,8 @@ import torch
 import yaml
 from cli_inprocess import tiny_config
 
-from optbench.plan.cost_notes import estimate_notes, plan_notes
+from optbench.executors.protocol import JobTime
+from optbench.plan.cost_notes import estimate_notes, job_notes, plan_notes
 from optbench.plan.costs import COSTS_FILE, cost_plan, job_minutes, job_seconds, trial_seconds
 from optbench.plan.trials import plan
 from optbench.train.compute import Compute
@@ -281,7 +282,10 @@ class _Finished:
 
     def read(self, trials):
         record = SimpleNamespace(user_attrs=self.attrs)
-        return [SimpleNamespace(trial=t, status="finished", record=record) for t in trials]
+        return [
+            SimpleNamespace(trial=t, status="finished", record=record, is_result=True)
+            for t in trials
+        ]
 
 
 def test_status_compares_the_estimate_with_the_trials_and_their_slurm_jobs(tiny_dict):
@@ -297,7 +301,7 @@ def test_status_compares_the_estimate_with_the_trials_and_their_slurm_jobs(tiny_
     )
     assert trial_line.endswith("(-20%, 2 trial(s))")
     job_s = job_seconds(FIGURES, estimate, 1)
-    jobs = [([t.key], job_s * 2) for t in trials] + [(["not/a-trial"], 1.0)]
+    jobs = [JobTime([t.key], job_s * 2) for t in trials] + [JobTime(["not/a-trial"], 1.0)]
     asked = []
     lines = estimate_notes(spec, store, lambda: asked.append(1) or jobs)
     assert lines[0] == trial_line and len(lines) == 2 and asked == [1]
@@ -317,6 +321,27 @@ def test_status_compares_the_estimate_with_the_trials_and_their_slurm_jobs(tiny_
     cell = "vit_p_w64_16px/adamw/e1"
     assert trial_cells[cell]["estimate_over_measured"] == 0.8 and trial_cells[cell]["n"] == 2
     assert job_cells[cell]["estimate_over_measured"] == 0.5 and job_cells[cell]["n"] == 2
+
+
+def test_status_says_what_the_slurm_jobs_paid_besides_their_trials(tiny_dict):
+    """Issue 55 item 1: the jobs' queue wait (sacct's Submit to Start), the start their first
+    trial recorded (process start and imports) and the epochs' share of their elapsed time."""
+    spec = load_study_dict(tiny_dict)
+    first, second = plan(spec)[:2]
+    timing = {"epochs": 11.0, "process_trial": 2}
+    store = _Finished(wall_s=15.0)
+    store.attrs = {"wall_s": 15.0, "timing": timing}
+    assert job_notes(spec, store, lambda: []) == []  # no job completed: no line
+    jobs = [JobTime([first.key, second.key], 40.0, 30.0), JobTime(["not/a-trial"], 9.0, 10.0)]
+    [line] = job_notes(spec, store, lambda: jobs)
+    # the job whose trials it cannot read counts for its wait only; no trial paid a start
+    assert line == (
+        "SLURM jobs completed: 2 job(s) of 3 trial(s), queue wait 20 s (median), "
+        "training epochs 55% of their elapsed time"
+    )
+    timing.update(process_trial=1, process_start_s=1.5, imports_s=6.5)
+    [line] = job_notes(spec, store, lambda: jobs[:1])
+    assert "queue wait 30 s (median), start 8 s (median: process and imports)" in line
 
 
 def test_status_sets_each_estimated_part_beside_the_trials_recorded_ones(tiny_dict):

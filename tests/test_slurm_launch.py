@@ -757,6 +757,7 @@ def test_status_reads_each_completed_jobs_elapsed_time_from_sacct(tmp_path, monk
     """The cost plan's job comparison (issue 43 item 9): each of the study's jobs that
     completed, with its trials and sacct's elapsed time; a failed job or a sacct that does not
     answer gives none."""
+    from optbench.executors.protocol import JobTime
     from optbench.executors.slurm.study import completed_job_times
 
     slurm = FakeSlurm(monkeypatch)
@@ -768,9 +769,17 @@ def test_status_reads_each_completed_jobs_elapsed_time_from_sacct(tmp_path, monk
         for key, job_id in zip(keys, ["7_0", "7_0", "7_1", "8"], strict=True)
     ]
     append_records(tmp_path, records)
-    slurm.sacct_out = "JobID|State|ElapsedRaw\n7_0|COMPLETED|95\n7_1|COMPLETED|50\n8|FAILED|3\n"
-    assert completed_job_times(tmp_path) == [(keys[:2], 95.0), ([keys[2]], 50.0)]
+    slurm.sacct_out = (
+        "JobID|State|ElapsedRaw|Submit|Start\n"
+        "7_0|COMPLETED|95|2026-12-04T13:08:33|2026-12-04T13:09:03\n"
+        "7_1|COMPLETED|50|2026-12-04T13:08:33|Unknown\n"
+        "8|FAILED|3|2026-12-04T13:08:33|2026-12-04T13:08:34\n"
+    )
+    assert completed_job_times(tmp_path) == [
+        JobTime(keys[:2], 95.0, 30.0),  # its queue wait: Submit to Start
+        JobTime([keys[2]], 50.0, None),  # no start time: no wait
+    ]
     [call] = [c for c in slurm.calls if c[0] == "sacct"]
-    assert "ElapsedRaw" in " ".join(call)
+    assert all(field in " ".join(call) for field in ("ElapsedRaw", "Submit", "Start"))
     slurm.sacct_out = None  # accounting down
     assert completed_job_times(tmp_path) == []

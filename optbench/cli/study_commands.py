@@ -7,7 +7,7 @@ from __future__ import annotations
 import signal
 import sys
 from collections.abc import Callable
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 from typing import Annotated
 
@@ -206,7 +206,7 @@ def status(
     """Print a study's trial counts per cell; runs and writes nothing."""
     from optbench.cli.terminal_tables import status_table, trials_table
     from optbench.executors import jobs_executor
-    from optbench.plan.cost_notes import estimate_notes, spent_notes
+    from optbench.plan.cost_notes import estimate_notes, job_notes, spent_notes
     from optbench.plan.trials import plan
     from optbench.store.database import Store
 
@@ -216,8 +216,9 @@ def status(
     table, mixed_code = status_table(spec, running=running)
     console.print(table)
     stored = Store(spec, create=False)
-    estimates = estimate_notes(spec, stored, jobs.job_times)
-    spent = spent_notes(spec, stored)
+    job_times = cache(jobs.job_times)  # sacct asked once, where a line needs it
+    estimates = estimate_notes(spec, stored, job_times)
+    spent = [*spent_notes(spec, stored), *job_notes(spec, stored, job_times)]
     for note in (mixed_code, stored.earlier_note(plan(spec)), *spent, *estimates):
         if note:
             console.print(note, markup=False, highlight=False, soft_wrap=True)

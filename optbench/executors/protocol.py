@@ -37,6 +37,16 @@ class JobEvent:
     message: str | None = None
 
 
+@dataclass(frozen=True)
+class JobTime:
+    """A job that ran to its end, by the cluster's accounting (`optbench status`): its trials'
+    keys, its elapsed seconds, and its wait in the queue (submitted to started; None unknown)."""
+
+    keys: list[str]
+    elapsed_s: float
+    queue_s: float | None = None
+
+
 class Executor(Protocol):
     """Everything the driver (run/driver.py: run_study) asks of an executor."""
 
@@ -72,10 +82,9 @@ class Executor(Protocol):
         """Without a driver (`optbench cancel`): stop the study's jobs that may still run. The
         lines to print (what was done), and whether every job could be stopped."""
 
-    def job_times(self) -> list[tuple[list[str], float]]:
+    def job_times(self) -> list[JobTime]:
         """Without a driver (`optbench status`, the cost plan's comparison): each of the study's
-        latest jobs that ran to its end, as (its trials' keys, its elapsed seconds by the
-        cluster's accounting); [] where there is none or accounting does not answer."""
+        latest jobs that ran to its end; [] where there is none or accounting does not answer."""
 
     @staticmethod
     def threads_per_trial(settings: ExecutorSettings) -> int:
@@ -102,5 +111,5 @@ class DiesWithDriver:
     def end(self, key: str, why: str) -> list[str]:
         return []  # the debug executor runs its job in the driver: it cannot end it
 
-    def job_times(self) -> list[tuple[list[str], float]]:
+    def job_times(self) -> list[JobTime]:
         return []  # a worker's trials are timed by their wall_s alone

@@ -2,7 +2,8 @@
 `optbench run --dry-run`'s plan table (`plan_notes`: device-hours, the SLURM time_min a job
 needs, what is missing and what does not fit) and `optbench status`'s lines (`estimate_notes`:
 the estimates beside the finished trials' wall time and the completed SLURM jobs' elapsed time;
-`spent_notes`: where the trials' seconds went).
+`spent_notes`: where the trials' seconds went; `job_notes`: what the SLURM jobs paid besides
+their trials).
 """
 
 from __future__ import annotations
@@ -127,9 +128,10 @@ def estimate_notes(spec: StudySpec, store, job_times=lambda: []) -> list[str]:
         if timings:
             part_lines.append(_parts_compared(cell, costs.parts(spec, cell), timings))
         jobs = [
-            (len(keys), elapsed)
-            for keys, elapsed in ended_jobs
-            if elapsed > 0 and all(k in finished and finished[k].trial.cell == cell for k in keys)
+            (len(job.keys), job.elapsed_s)
+            for job in ended_jobs
+            if job.elapsed_s > 0
+            and all(k in finished and finished[k].trial.cell == cell for k in job.keys)
         ]
         if jobs:
             figures = costs.figures[cell]
@@ -193,6 +195,40 @@ def spent_notes(spec: StudySpec, store) -> list[str]:
             + ")"
         )
     return lines
+
+
+def job_notes(spec: StudySpec, store, job_times) -> list[str]:
+    """What the study's completed SLURM jobs paid besides their trials (`optbench status`;
+    `job_times`: Executor.job_times): their median wait in the queue, the median start of a
+    job's process (its first trial's recorded process start and imports, result.json's
+    `timing`) and the share of their elapsed time their trials' training epochs took. [] where
+    no job completed."""
+    jobs = job_times()
+    if not jobs:
+        return []
+    timings = {
+        s.trial.key: s.record.user_attrs["timing"]
+        for s in store.read(plan(spec))
+        if s.is_result and isinstance(s.record.user_attrs.get("timing"), dict)
+    }
+    waits = [job.queue_s for job in jobs if job.queue_s is not None]
+    starts, epochs, timed_elapsed = [], 0.0, 0.0
+    for job in jobs:
+        if not all(key in timings for key in job.keys):
+            continue  # results from before the timing was recorded, or not recorded yet
+        first = [timings[k] for k in job.keys if timings[k].get("process_trial") == 1]
+        starts += [(t.get("process_start_s") or 0) + (t.get("imports_s") or 0) for t in first]
+        epochs += sum(timings[k].get("epochs") or 0 for k in job.keys)
+        timed_elapsed += job.elapsed_s
+    trials = sum(len(job.keys) for job in jobs)
+    parts = [f"{len(jobs)} job(s) of {trials} trial(s)"]
+    if waits:
+        parts.append(f"queue wait {_clock(statistics.median(waits))} (median)")
+    if starts:
+        parts.append(f"start {_clock(statistics.median(starts))} (median: process and imports)")
+    if timed_elapsed > 0:
+        parts.append(f"training epochs {epochs / timed_elapsed:.0%} of their elapsed time")
+    return ["SLURM jobs completed: " + ", ".join(parts)]
 
 
 def _parts_compared(cell, estimate: dict[str, float], timings: list[dict]) -> str:

@@ -9,6 +9,7 @@ import re
 import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 import submitit
 
@@ -90,24 +91,35 @@ def sacct_states(job_ids: Iterable[str]) -> dict[str, str]:
     return states
 
 
-def sacct_elapsed(job_ids: Iterable[str]) -> dict[str, tuple[str, float]]:
-    """(base state, elapsed seconds) of each job id that sacct knows, from one sacct call (the
-    job's latest run: a requeued job's elapsed time is its last run's). Raises SlurmCommandError
-    when sacct fails."""
+def sacct_elapsed(job_ids: Iterable[str]) -> dict[str, tuple[str, float, float | None]]:
+    """(base state, elapsed seconds, queue wait seconds: Submit to Start, None where sacct has no
+    times) of each job id that sacct knows, from one sacct call (the job's latest run: a
+    requeued job's elapsed time is its last run's). Raises SlurmCommandError when sacct fails."""
     ids = sorted(set(job_ids))
     if not ids:
         return {}
     arrays = sorted({job_id.split("_")[0] for job_id in ids})
     out = slurm_command(
-        "sacct", "-X", "-o", "JobID,State,ElapsedRaw", "--parsable2", "-j", ",".join(arrays)
-    )
+        "sacct", "-X", "-o", "JobID,State,ElapsedRaw,Submit,Start", "--parsable2", "-j",
+        ",".join(arrays),
+    )  # fmt: skip
     info = submitit.slurm.slurm.SlurmInfoWatcher().read_info(out)
     found = {}
     for job_id in ids:
         row = info.get(job_id)
         if row is not None and row.get("ElapsedRaw", "").isdigit():
-            found[job_id] = (base_state(row["State"]), float(row["ElapsedRaw"]))
+            queue_s = _seconds_between(row.get("Submit", ""), row.get("Start", ""))
+            found[job_id] = (base_state(row["State"]), float(row["ElapsedRaw"]), queue_s)
     return found
+
+
+def _seconds_between(earlier: str, later: str) -> float | None:
+    """Seconds from one sacct timestamp to another; None where either is not a time ("Unknown",
+    "None", absent)."""
+    try:
+        return (datetime.fromisoformat(later) - datetime.fromisoformat(earlier)).total_seconds()
+    except ValueError:
+        return None
 
 
 def squeue_jobs() -> dict[str, tuple[str, str]]:

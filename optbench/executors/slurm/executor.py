@@ -17,7 +17,7 @@ import submitit
 from submitit.core.utils import FailedJobError, FailedSubmissionError
 
 from optbench.errors import UsageError
-from optbench.executors.protocol import JobEvent
+from optbench.executors.protocol import JobEvent, JobTime
 from optbench.executors.slurm.client import (
     ACTIVE_STATES,
     Survey,
@@ -289,6 +289,6 @@ class SlurmExecutor:
         every cancel succeeded."""
         return cancel_study_jobs(self.folder)
 
-    def job_times(self) -> list[tuple[list[str], float]]:
+    def job_times(self) -> list[JobTime]:
         """The study's latest jobs that completed, with sacct's elapsed time."""
         return completed_job_times(self.folder)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+from optbench.executors.protocol import JobTime
 from optbench.executors.slurm.client import ACTIVE_STATES, SlurmCommandError, sacct_elapsed, scancel
 from optbench.executors.slurm.journal import JOBS_FILE, followed_jobs, read_records
 from optbench.spec.schema import StudySpec
@@ -73,10 +74,10 @@ def _next_run(counts: Counter) -> str:
     )
 
 
-def completed_job_times(folder: Path) -> list[tuple[list[str], float]]:
-    """For `optbench status`'s estimate: each of the study's latest jobs (the latest record of
-    each trial) that completed, as (its trials' keys, sacct's elapsed seconds); [] where the
-    study never submitted or sacct does not answer."""
+def completed_job_times(folder: Path) -> list[JobTime]:
+    """For `optbench status`: each of the study's latest jobs (the latest record of each trial)
+    that completed, with sacct's elapsed time and queue wait; [] where the study never submitted
+    or sacct does not answer."""
     if not (folder / JOBS_FILE).is_file():
         return []
     keys: dict[str, list[str]] = {}
@@ -87,7 +88,7 @@ def completed_job_times(folder: Path) -> list[tuple[list[str], float]]:
     except SlurmCommandError:
         return []
     return [
-        (sorted(keys[job_id]), elapsed)
-        for job_id, (state, elapsed) in sorted(found.items())
+        JobTime(sorted(keys[job_id]), elapsed, queue_s)
+        for job_id, (state, elapsed, queue_s) in sorted(found.items())
         if state == "COMPLETED"
     ]
