@@ -327,7 +327,7 @@ def test_a_stem_chain_whose_steps_point_both_ways_is_not_shown_and_gets_no_power
 
 def _looked(verdict, n, n_max=24, margin=0.1, panels=2):
     """Claim (a)'s row of a sequential study whose last look (k 1) said `verdict` at n."""
-    from optbench.report.claims import with_looks
+    from optbench.report.looks import with_looks
     from optbench.spec.claim_kinds import comparison_key
 
     table = _claims(_edf_cells(np.random.default_rng(0), p_spread=40.0, c_spread=2.0))
