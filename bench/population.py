@@ -100,10 +100,10 @@ def child(args) -> dict:
         names = [g["names"] for g in groups]
         decays = [is_decayed(n[0], params[n[0]], ()) for n in names]
         weights = StackedWeights(base, names, k)
-        opt = PopulationOptimizer(
-            weights.flats, decays, [c.wd for c in cfgs], OPTIMIZER, cfgs[0].recipe
-        )
         lrs, active = [c.lr_used for c in cfgs], [True] * k
+        opt = PopulationOptimizer(
+            weights.flats, decays, [c.wd for c in cfgs], lrs, OPTIMIZER, cfgs[0].recipe
+        )
 
         def step() -> None:
             with amp:

@@ -40,7 +40,8 @@ def _study(**changes) -> dict:
 
 
 # the good study trained with Lion, in its own (lr, wd) box
-LION_STUDY = {"optimizers": ["lion"], "search.ranges.lion": {"lr": [1e-4, 1e-3], "wd": [0.1, 1.0]}}
+LION_BOX = {"lr": [1e-4, 1e-3], "wd": [0.1, 1.0]}
+LION_STUDY = {"optimizers": ["lion"], "search.ranges.lion": LION_BOX}
 
 train = train_args  # `optbench train` of a tiny trial, some flags changed
 
@@ -207,9 +208,18 @@ CASES = [
         study={**LION_STUDY, "recipe.optimizer_args": {"lion": {"betas": [1.5, 0.99]}}},
     ),
     Case(
-        "a population of a timm optimizer",
-        "population trains adamw and sgd only",
-        study={**LION_STUDY, "executor.population": 2},
+        "a population of an optimizer it does not implement",
+        "population trains adamw, sgd and lion only (train/population_optim.py), not 'muon'",
+        study={"optimizers": ["muon"], "search.ranges.muon": LION_BOX, "executor.population": 2},
+    ),
+    Case(
+        "a population of Lion with caution",
+        "recipe.optimizer_args.lion.caution True: a population implements",
+        study={
+            **LION_STUDY,
+            "recipe.optimizer_args": {"lion": {"caution": True}},
+            "executor.population": 2,
+        },
     ),
     Case("train: unknown optimizer", "did you mean lion?", args=train(optimizer="loin")),
     Case("good_range inf", "finite", study={"search.good_range": [float("inf"), 4.0]}),

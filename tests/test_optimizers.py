@@ -173,9 +173,23 @@ def test_a_bad_optimizer_argument_is_one_line(name, args, needle):
     assert "\n" not in str(err.value)
 
 
-def test_a_population_trains_the_paper_optimizers_only():
-    with pytest.raises(SpecError, match="population trains adamw and sgd only"):
-        parse_spec(_study(optimizers=["lion"], executor={"population": 2}))
+def test_a_population_trains_lion_with_its_arguments_but_caution():
+    data = _study(optimizers=["adamw", "lion"], executor={"population": 2})
+    data["recipe"] = {**data["recipe"], "optimizer_args": {"lion": {"betas": [0.95, 0.98]}}}
+    assert parse_spec(data).executor.population == 2
+    data["recipe"]["optimizer_args"]["lion"]["caution"] = True
+    with pytest.raises(SpecError, match="lion.caution True: a population implements") as err:
+        parse_spec(data)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("optimizer", ["muon", "lionc"])
+def test_a_population_refuses_every_other_optimizer_in_one_line(optimizer):
+    data = _study(optimizers=[optimizer], executor={"population": 2})
+    data["search"]["ranges"][optimizer] = LION_BOX
+    with pytest.raises(SpecError, match="population trains adamw, sgd and lion only") as err:
+        parse_spec(data)
+    assert f"not {optimizer!r}" in str(err.value) and "\n" not in str(err.value)
 
 
 @pytest.mark.slow

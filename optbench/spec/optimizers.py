@@ -14,6 +14,10 @@
   and step the rest (norm gains, biases, embeddings with a unit dimension) with AdamW, or NAdamW
   with Nesterov momentum; PSGD Kron keeps a diagonal preconditioner for 1-D parameters and
   for dimensions of size 1 or above `max_size_triangular`.
+- A population (`executor.population` > 1, train/population_optim.py) trains AdamW, SGD and
+  Lion (POPULATION_OPTIMIZERS), Lion with every argument but `caution` (POPULATION_REFUSED:
+  its mask is scaled per parameter tensor, which the population's stacked rows do not keep);
+  `population_refusal` says why a study's optimizer cannot train in one.
 """
 
 from __future__ import annotations
@@ -22,6 +26,9 @@ from optbench.errors import did_you_mean
 from optbench.spec.timm_optimizers import TIMM_OPTIMIZERS, TIMM_VERSION
 
 PAPER_OPTIMIZERS: tuple[str, ...] = ("adamw", "sgd")
+POPULATION_OPTIMIZERS: tuple[str, ...] = (*PAPER_OPTIMIZERS, "lion")
+# arguments a population does not implement (away from timm's default), per optimizer
+POPULATION_REFUSED: dict[str, tuple[str, ...]] = {"lion": ("caution",)}
 OPTIMIZER_NAMES: tuple[str, ...] = tuple(
     name for name, entry in TIMM_OPTIMIZERS.items() if "unsupported" not in entry
 )
@@ -86,6 +93,25 @@ def check_optimizer_args(name: str, args: dict) -> dict:
                 f"{name}.{arg}: should be {wanted} (timm's default: {known[arg]!r}), got {value!r}"
             )
     return args
+
+
+def population_refusal(name: str, args: dict) -> str | None:
+    """Why optimizer `name` with its optimizer_args `args` cannot train in a population (one
+    line), or None."""
+    if name not in POPULATION_OPTIMIZERS:
+        *first, last = POPULATION_OPTIMIZERS
+        return (
+            f"a population trains {', '.join(first)} and {last} only "
+            f"(train/population_optim.py), not {name!r}"
+        )
+    for arg in POPULATION_REFUSED.get(name, ()):
+        default = TIMM_OPTIMIZERS[name]["args"][arg]
+        if args.get(arg, default) != default:
+            return (
+                f"recipe.optimizer_args.{name}.{arg} {args[arg]!r}: a population implements "
+                f"timm's default {default!r} only (train/population_optim.py)"
+            )
+    return None
 
 
 def optimizer_kwargs(args: dict) -> dict:

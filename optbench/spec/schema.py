@@ -45,7 +45,7 @@ from optbench.spec.catalogue import is_image_dataset
 from optbench.spec.comparisons import MAX_COMPARISONS, Comparison, check_comparisons
 from optbench.spec.decide import Decide, check_decidable, read_kinds
 from optbench.spec.identity import DATASET_IDENTITY, RECIPE_IDENTITY, cell_fields
-from optbench.spec.optimizers import PAPER_OPTIMIZERS
+from optbench.spec.optimizers import population_refusal
 from optbench.spec.recipe import (
     Optimizer,
     Recipe,
@@ -343,13 +343,12 @@ class StudySpec(StrictModel):
 
     @model_validator(mode="after")
     def _population_optimizers(self) -> StudySpec:
-        others = [o for o in self.optimizers if o not in PAPER_OPTIMIZERS]
-        if self.executor.population > 1 and others:
-            raise ValueError(
-                f"executor.population {self.executor.population}: a population trains "
-                f"{' and '.join(PAPER_OPTIMIZERS)} only (train/population_optim.py), not "
-                f"{others[0]!r}; set population 1"
-            )
+        for name in self.optimizers if self.executor.population > 1 else ():
+            refusal = population_refusal(name, self.recipe.optimizer_args.get(name, {}))
+            if refusal:
+                raise ValueError(
+                    f"executor.population {self.executor.population}: {refusal}; set population 1"
+                )
         return self
 
     @model_validator(mode="after")

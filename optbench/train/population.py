@@ -15,8 +15,8 @@ statistics per member (precise_bn.py), then top-1/top-5 errors of its raw and EM
 
 Randomness inside the model (drop path) is drawn once per step and shared by the members
 (`vmap(randomness="same")`), which is the draw a solo trial makes at that step: drop path is
-batched, not refused. Not batched, refused at validation (spec/schema.py): `recipe.compile` and DDP
-(SLURM tasks_per_node > 1).
+batched, not refused. Not batched, refused at validation (spec/schema.py): `recipe.compile`, DDP
+(SLURM tasks_per_node > 1) and an optimizer population_optim.py does not implement.
 
 What is not bit-identical to a solo trial: vmap runs the batched kernels (a convolution over K
 members becomes one grouped convolution, matmuls become batched matmuls), whose reductions may
@@ -162,7 +162,12 @@ class PopulationStepper:
         self.weights = StackedWeights(parts.model, names, len(cfgs))
         steps = len(parts.batches)
         self.optimizer = PopulationOptimizer(
-            self.weights.flats, decays, [c.wd for c in cfgs], cfg.optimizer, cfg.recipe
+            self.weights.flats,
+            decays,
+            [c.wd for c in cfgs],
+            [c.lr_used for c in cfgs],
+            cfg.optimizer,
+            cfg.recipe,
         )
         self.schedules = [LrSchedule(c, steps) for c in cfgs]
         self.ema = WeightAverage(self.weights, cfg, steps) if cfg.recipe.ema else None

@@ -1,10 +1,11 @@
-"""The optimizer of a population (population.py): AdamW or SGD over the stacked weights of K
-members, each member with its own lr and weight decay, in one pass per weight-decay group.
+"""The optimizer of a population (population.py): AdamW, SGD or Lion over the stacked weights
+of K members, each member with its own lr and weight decay, in one pass per weight-decay group.
 
 The weights of the population are stacked by weight-decay group (optim.weight_decay_groups):
 one tensor (K, N) per group, row k member k's parameters flattened. Each update is elementwise,
 so over a row it is the update torch.optim's AdamW / SGD (foreach, as optim.py builds them off
-CUDA) makes of that member's parameters, in the same order of operations:
+CUDA) or timm's Lion (as create_optimizer_v2 builds it for a solo trial) makes of that member's
+parameters, in the same order of operations:
 
 - AdamW (torch.optim.adam._multi_tensor_adam, decoupled): p *= 1 - lr wd; m.lerp_(g, 1 - b1);
   v = v b2 + (1 - b2) g g; p += (-lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps).
@@ -14,6 +15,14 @@ CUDA) makes of that member's parameters, in the same order of operations:
   the first step and b = momentum b + g after; g += momentum b (Nesterov) or g = b; p -= lr g.
   The two updates with a per-member `alpha` run row by row, because torch's `add(alpha=)` may
   fuse its multiply-add (one rounding, not two) and a tensor of alphas would not.
+- Lion (timm.optim.lion._single_tensor_lion, the path timm takes off CUDA; its foreach path
+  is the same elementwise operations): g = -g if `maximize`; p *= 1 - s wd, with s = lr, or
+  lr^2 / peak lr with `corrected_weight_decay`; u = sign(m.lerp(g, 1 - b1)); p += -lr u;
+  m.lerp_(g, 1 - b2). The step `p += -lr u` is applied as a column of -lr: u is -1, 0 or 1,
+  so -lr u is exact and fused or not, the sum rounds once. Betas and the other arguments are
+  recipe.optimizer_args.lion over timm's defaults (spec/timm_optimizers.json); `caution`
+  (a mask scaled by its mean over each parameter tensor, not over a row) is refused by the
+  spec (spec/optimizers.py, POPULATION_REFUSED).
 
 A member that is not `active` (it diverged) is frozen: its row of weights and optimizer state is
 left as it is.
@@ -24,7 +33,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from optbench.spec.optimizers import population_refusal
 from optbench.spec.recipe import Optimizer, Recipe
+from optbench.spec.timm_optimizers import TIMM_OPTIMIZERS
 
 
 def _column(values: list[float], like: Tensor) -> Tensor:
@@ -34,18 +45,25 @@ def _column(values: list[float], like: Tensor) -> Tensor:
 
 class PopulationOptimizer:
     """Steps the rows of `flats` (one (K, N) tensor per weight-decay group, with `.grad`);
-    `decays[g]` says whether group g is decayed, `wds[k]` member k's weight decay."""
+    `decays[g]` says whether group g is decayed, `wds[k]` member k's weight decay and
+    `peak_lrs[k]` its peak lr (the lr its solo optimizer is built with: Lion's max_lr)."""
 
     def __init__(
         self,
         flats: list[Tensor],
         decays: list[bool],
         wds: list[float],
+        peak_lrs: list[float],
         opt: Optimizer,
         recipe: Recipe,
     ):
-        self.flats, self.decays, self.wds = flats, decays, wds
+        refusal = population_refusal(opt, recipe.optimizer_args.get(opt, {}))
+        if refusal:  # the spec refuses it first; this guards other callers
+            raise ValueError(refusal)
+        self.flats, self.decays, self.wds, self.peak_lrs = flats, decays, wds, peak_lrs
         self.opt, self.recipe = opt, recipe
+        # Lion's arguments as create_optimizer_v2 passes them: the recipe's over timm's defaults
+        self.lion = {**TIMM_OPTIMIZERS["lion"]["args"], **recipe.optimizer_args.get("lion", {})}
         self.steps = 0  # steps taken (torch's per-parameter `step`, the same for all)
         self.state: list[dict[str, Tensor]] = [{} for _ in flats]
 
@@ -68,12 +86,13 @@ class PopulationOptimizer:
             if not state:
                 self._init_state(state, flat)
             if len(rows) == len(active):
-                self._update(flat.data, flat.grad, state, lrs, wds)
+                self._update(flat.data, flat.grad, state, lrs, wds, self.peak_lrs)
                 continue
             index = torch.tensor(rows, device=flat.device)
             part = {k: v[index] for k, v in state.items()}  # copies of the active rows
             p = flat.data[index]
-            self._update(p, flat.grad[index], part, [lrs[k] for k in rows], [wds[k] for k in rows])
+            lrs_, wds_ = [lrs[k] for k in rows], [wds[k] for k in rows]
+            self._update(p, flat.grad[index], part, lrs_, wds_, [self.peak_lrs[k] for k in rows])
             flat.data[index] = p
             for k, v in part.items():
                 if k not in state:  # made at this step (SGD's first): frozen rows stay zero
@@ -81,16 +100,19 @@ class PopulationOptimizer:
                 state[k][index] = v
 
     def _init_state(self, state: dict, flat: Tensor) -> None:
-        if self.opt == "adamw":
+        if self.opt in ("adamw", "lion"):
             state["exp_avg"] = torch.zeros_like(flat.data)
+        if self.opt == "adamw":
             state["exp_avg_sq"] = torch.zeros_like(flat.data)
         # SGD's momentum buffer is made at the first step, from that step's gradient
 
     def _update(
-        self, p: Tensor, g: Tensor, state: dict, lrs: list[float], wds: list[float]
+        self, p: Tensor, g: Tensor, state: dict, lrs: list[float], wds: list[float], peaks: list
     ) -> None:
         if self.opt == "adamw":
             self._adamw(p, g, state, lrs, wds)
+        elif self.opt == "lion":
+            self._lion(p, g, state, lrs, wds, peaks)
         else:
             self._sgd(p, g, state, lrs, wds)
 
@@ -133,6 +155,23 @@ class PopulationOptimizer:
                 g = buf
         for k, lr in enumerate(lrs):
             p[k].add_(g[k], alpha=-lr)
+
+    def _lion(
+        self, p: Tensor, g: Tensor, state: dict, lrs: list[float], wds: list[float], peaks: list
+    ) -> None:
+        beta1, beta2 = self.lion["betas"]
+        m = state["exp_avg"]
+        if self.lion["maximize"]:
+            g = -g
+        if self.lion["corrected_weight_decay"]:
+            scales = [lr**2 / peak for lr, peak in zip(lrs, peaks, strict=True)]
+        else:
+            scales = lrs
+        if any(wds):  # timm multiplies by 1 - s wd = 1.0 (exactly) where wd is 0
+            p.mul_(_column([1 - s * wd for s, wd in zip(scales, wds, strict=True)], p))
+        update = m.lerp(g, 1 - beta1).sign_()
+        p.add_(update * _column([-lr for lr in lrs], p))  # exact products: module docstring
+        m.lerp_(g, 1 - beta2)
 
     def state_dict(self) -> dict:
         return {"steps": self.steps, "state": [dict(s) for s in self.state]}
