@@ -1,8 +1,9 @@
 """Your question, end to end (issue 54's first acceptance): a model of your own, registered by a
 module outside the repository (written here into a folder put on the path), trained with Lion and
 with AdamW through the local executor; the declared comparison of the two is decided at its first
-look, the study stops there and the report names it; a driver killed at that look resumes, by the
-same command, to the same decision; and results of another version of the module are told apart
+look, the study stops there and the report names it; the same model and optimizers train as a
+population; a driver killed at that look resumes, by the same command, to the same decision; and
+results of another version of the module are told apart
 by their provenance and by `optbench compare`. The SLURM run of the same study is
 tests/slurm/test_slurm_your_question.py (tests/your_question.py: the module and the study)."""
 
@@ -97,6 +98,31 @@ def test_your_model_and_lion_decide_through_the_local_executor_and_stop(user_cod
     assert (row["kind"], row["verdict"], row["looks"]) == ("d", "holds", 1)
     page = (report / "index.html").read_text()
     assert f"{COMPARISON}: {MODEL} lion 2ep vs {MODEL} adamw 2ep" in page
+
+
+def test_your_model_and_lion_train_as_a_population(user_code, tmp_path, cli):
+    # the members of a population are a cell's (lr, wd) samples at one seed: three of each
+    # optimizer, batched into one program per cell in a pool worker that imports the module
+    data = your_study(tmp_path / "results", seeds=[0])
+    data["search"]["n_samples"] = 3
+    data["executor"] = {"kind": "local", "workers": 1, "population": 3}
+    del data["comparisons"], data["decide"]
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(data))
+    code, _, err = cli("run", "study.yaml")
+    assert code == 0, err
+    results = _results(tmp_path / "results" / "your_question")
+    import your_question_models
+
+    assert Counter(r["config"]["optimizer"] for r in results) == {"lion": 3, "adamw": 3}
+    for result in results:
+        assert result["status"] == "finished" and result["config"]["model"] == MODEL
+        assert result["execution"]["population"] == 3
+        assert result["provenance"]["user_code"] == {
+            MODULE_NAME: {"version": "1.0", "digest": source_digest(your_question_models)}
+        }
+    lion = sorted(r["final_error"] for r in results if r["config"]["optimizer"] == "lion")
+    adamw = sorted(r["final_error"] for r in results if r["config"]["optimizer"] == "adamw")
+    assert lion[-1] < 50 < adamw[0]  # Lion's members learned; AdamW's tiny steps did not
 
 
 def _digests(study: Path) -> dict[str, str]:
