@@ -3,8 +3,8 @@ module outside the repository (written here into a folder put on the path), trai
 with AdamW through the local executor; the declared comparison of the two is decided at its first
 look, the study stops there and the report names it; the same model and optimizers train as a
 population; a driver killed at that look resumes, by the same command, to the same decision; and
-results of another version of the module are told apart
-by their provenance and by `optbench compare`. The SLURM run of the same study is
+results of another version of the module are told apart by their provenance and by `optbench
+compare`. The SLURM run of the same study is
 tests/slurm/test_slurm_your_question.py (tests/your_question.py: the module and the study)."""
 
 from __future__ import annotations
