@@ -90,6 +90,20 @@ def test_a_wheel_ships_the_table_and_reads_it_from_there(tmp_path):
     assert where.startswith(str(wheel)) and table == repr(TIMM_OPTIMIZERS)
 
 
+def test_figures_and_sentences_write_an_optimizer_by_its_class_name():
+    from optbench.spec.optimizers import display_name
+
+    assert [display_name(n) for n in ("adamw", "sgd", "lion", "muon", "nadamw")] == [
+        "AdamW",
+        "SGD",
+        "Lion",
+        "Muon",
+        "NAdamW",
+    ]
+    # a registry name that is not its class's (Lion with caution, SGD with momentum) stays
+    assert (display_name("lionc"), display_name("momentum")) == ("lionc", "momentum")
+
+
 def test_the_paper_cells_keep_their_ids():
     """The ids the code gave these cells before any optimizer but AdamW and SGD existed."""
     data = _study(optimizers=["adamw", "sgd"], epochs=[1, 2])

@@ -19,6 +19,7 @@ from optbench.report.claims import MIN_SEEDS, NOT_TESTED
 from optbench.report.page import Section
 from optbench.report.summary import Options
 from optbench.spec.claim_kinds import KINDS, ClaimKind
+from optbench.spec.optimizers import display_name
 
 
 def _here(row) -> str:
@@ -61,7 +62,7 @@ def _declared(row) -> bool:
 
 def _panel_words(row) -> str:
     """The row's panel in its kind's phrase, e.g. "with AdamW at 8 epochs"."""
-    optimizer = {"adamw": "AdamW", "sgd": "SGD"}.get(row.optimizer, row.optimizer)
+    optimizer = display_name(row.optimizer)  # (c)'s "sgd - adamw" stays as it is
     return kind_of(row).phrase.format(optimizer=optimizer, epochs=row.epochs)
 
 

@@ -26,8 +26,9 @@ from matplotlib.legend_handler import HandlerTuple
 from matplotlib.lines import Line2D
 from matplotlib.transforms import offset_copy
 
+from optbench.spec.optimizers import display_name
+
 PANEL_SIZE = (4.2, 3.2)
-OPTIMIZER_NAMES = {"adamw": "AdamW", "sgd": "SGD"}
 OPTIMIZER_COLORS = {"adamw": "C0", "sgd": "C3"}
 OPTIMIZER_SHIFT = {"adamw": -3.0, "sgd": 3.0}  # points: the two optimizers' seed bars side by side
 TITLE_WIDTH = 52  # characters per line of a panel's title
@@ -40,7 +41,7 @@ def model_colors(models: Sequence[str]) -> dict[str, str]:
 
 
 def cell_title(optimizer: str, epochs: int) -> str:
-    return f"{OPTIMIZER_NAMES.get(optimizer, optimizer)}, {epochs} epochs"
+    return f"{display_name(optimizer)}, {epochs} epochs"
 
 
 def grid(n_panels: int, ncols: int, *, sharey: bool = False) -> tuple[Figure, list[Axes]]:

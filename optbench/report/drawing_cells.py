@@ -15,7 +15,6 @@ from matplotlib.lines import Line2D
 
 from optbench.report.drawing import (
     OPTIMIZER_COLORS,
-    OPTIMIZER_NAMES,
     OPTIMIZER_SHIFT,
     bar_handles,
     grid,
@@ -24,6 +23,7 @@ from optbench.report.drawing import (
     shift_right,
     unique_handles,
 )
+from optbench.spec.optimizers import display_name
 
 
 def plot_length(length: pd.DataFrame, colors: dict[str, str]) -> Figure:
@@ -55,7 +55,7 @@ def plot_length(length: pd.DataFrame, colors: dict[str, str]) -> Figure:
         ax.set_xticks(
             sorted(part["epochs"].unique()), [str(e) for e in sorted(part["epochs"].unique())]
         )
-        ax.set_title(OPTIMIZER_NAMES.get(optimizer, optimizer))
+        ax.set_title(display_name(optimizer))
         ax.set_xlabel("epochs")
         ax.set_ylabel("dtop-1 vs longest schedule (points)")
         ax.grid(alpha=0.3)
@@ -74,7 +74,7 @@ def plot_optimizer(stability: pd.DataFrame, gaps: pd.DataFrame) -> Figure:
         for optimizer, rows in part.groupby("optimizer", sort=False):
             rows = rows.sort_values("epochs")
             color = OPTIMIZER_COLORS.get(optimizer, "C7")
-            name = OPTIMIZER_NAMES.get(optimizer, optimizer)
+            name = display_name(optimizer)
             substituted = rows["substituted"].to_numpy()
             # NaN breaks a line: solid through real results, dashed into and out of substitutes
             near = substituted | np.roll(substituted, 1) & (np.arange(len(rows)) > 0)
@@ -128,7 +128,7 @@ def plot_stem(best: pd.DataFrame, order: Sequence[str]) -> Figure:
             rows = rows.set_index("model").reindex(order)
             x = np.arange(len(order))
             color = OPTIMIZER_COLORS.get(optimizer, "C7")
-            name = OPTIMIZER_NAMES.get(optimizer, optimizer)
+            name = display_name(optimizer)
             # categories, not a scale: points only, no line joining one model to the next
             drawn = ax.plot(x, rows["best_error"], "o", ls="", ms=6, color=color, label=name)
             drawn += seed_bars(

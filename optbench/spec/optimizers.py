@@ -36,6 +36,15 @@ OPTIMIZER_NAMES: tuple[str, ...] = tuple(
 PAPER_ARGUMENTS = {"adamw": "recipe.betas and recipe.eps", "sgd": "recipe.momentum and nesterov"}
 
 
+def display_name(name: str) -> str:
+    """How figures and sentences write an optimizer: its class's name where the registry name
+    is that name in lower case ("adamw" AdamW, "lion" Lion, "sgd" SGD), else the registry name
+    ("lionc", Lion with caution, stays "lionc")."""
+    entry = TIMM_OPTIMIZERS.get(name) or {}
+    short = str(entry.get("class", "")).rsplit(".", 1)[-1]
+    return short if short.lower() == name else name
+
+
 def check_optimizer(name: str) -> str:
     """`name` if it is an optimizer a study may train with, else ValueError (one line: the
     closest name, or why timm's entry is refused)."""
