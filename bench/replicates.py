@@ -27,14 +27,14 @@ prefix of it (sampling keeps the first n pairs; seeds are added in order):
 
 `python bench/replicates.py train-chain OUT` trains claim (d)'s replicates (issue 53): the mini's
 stem design (studies/mini/mini_stem.yaml: S1, S2 and ViT_P at their good values, AdamW and SGD, 8
-epochs) with SEEDS_PER_REPLICATE_D * R training seeds from 5000 on, in R / PARTS_D studies run one
+epochs) with SEEDS_PER_REPLICATE * R training seeds from 5000 on, in PARTS_SEEDS studies run one
 after another so that a part-way run leaves whole replicates; replicate r is seeds
 5000 + 6r .. 5005 + 6r, the mini's largest look. ViT_C, which (d)'s chain does not read, is not
 trained. OUT/trials_d.csv.
 
 `python bench/replicates.py train-length OUT` trains claim (c)'s replicates (issue 53): the mini's
 length design (studies/mini/mini_length.yaml: ViT_P and ViT_C at their good values, AdamW and
-SGD, 4, 8 and 16 epochs) with SEEDS_PER_REPLICATE_C * R training seeds from 6000 on, in PARTS_C
+SGD, 4, 8 and 16 epochs) with SEEDS_PER_REPLICATE * R training seeds from 6000 on, in PARTS_SEEDS
 studies of whole replicates run one after another (replicate r: seeds 6000 + 6r .. 6005 + 6r,
 the mini's largest look). OUT/trials_c.csv.
 
@@ -233,8 +233,8 @@ def train_sequential(out: Path) -> None:
     print(json.dumps({"bench": "replicates-train-sequential", "replicates": R, "wall_s": wall}))
 
 
-SEEDS_PER_REPLICATE_D = 6  # mini_stem.yaml's looks end at 6 seeds
-PARTS_D = 4
+SEEDS_PER_REPLICATE = 6  # claims (c) and (d): mini_length's and mini_stem's looks end at 6
+PARTS_SEEDS = 4
 CHAIN_D = ["vit_s1_w64_16px", "vit_s2_w64_16px", "vit_p_w64_16px"]  # (d)'s order, S1 -> S2 -> P
 GOOD_D = {  # studies/mini/mini_stem.yaml's: S1 and S2 take ViT_C's good values
     "vit_s1_w64_16px": {"adamw": {"lr": 0.13, "wd": 0.023}, "sgd": {"lr": 0.7, "wd": 3.7e-05}},
@@ -243,60 +243,55 @@ GOOD_D = {  # studies/mini/mini_stem.yaml's: S1 and S2 take ViT_C's good values
 }
 
 
-def study_d(part: int, results: Path) -> dict:
-    per_part = SEEDS_PER_REPLICATE_D * R // PARTS_D
-    first = 5000 + part * per_part
-    spec = _base(f"replicate_d_p{part}", results)
-    spec.update(models=CHAIN_D, optimizers=["adamw", "sgd"], epochs=8)
-    spec["search"] = {"n_samples": 1, "sampler": "good", "good_values": GOOD_D}
+def _seeds_study(claim: str, part: int, first_seed: int, results: Path, **grid) -> dict:
+    """Part `part` of claim (c)'s or (d)'s replicate studies: one (lr, wd) pair per cell (the
+    good values), PARTS_SEEDS parts of SEEDS_PER_REPLICATE * R / PARTS_SEEDS seeds each."""
+    per_part = SEEDS_PER_REPLICATE * R // PARTS_SEEDS
+    first = first_seed + part * per_part
+    spec = _base(f"replicate_{claim}_p{part}", results)
+    spec.update(optimizers=["adamw", "sgd"], **grid)
+    spec["search"] = {"n_samples": 1, "sampler": "good", "good_values": GOOD_SEEDS[claim]}
     spec["seeds"] = list(range(first, first + per_part))
     return spec
 
 
-def train_chain(out: Path) -> None:
+def _train_seeds(out: Path, claim: str, bench: str) -> None:
+    """Claim (c)'s or (d)'s parts one after another, OUT/trials_<claim>.csv rewritten after each
+    (a part-way run leaves whole replicates; a rerun finds finished parts "nothing to run")."""
     (out / "studies").mkdir(parents=True, exist_ok=True)
+    first_seed, grid = SEEDS_DESIGN[claim]
     started, parts = time.time(), []
-    for part in range(PARTS_D):
-        frame = _run(study_d(part, out / "results"), out / "studies")
-        frame.insert(0, "replicate", (frame["seed"] - 5000) // SEEDS_PER_REPLICATE_D)
+    for part in range(PARTS_SEEDS):
+        spec = _seeds_study(claim, part, first_seed, out / "results", **grid)
+        frame = _run(spec, out / "studies")
+        frame.insert(0, "replicate", (frame["seed"] - first_seed) // SEEDS_PER_REPLICATE)
         parts.append(frame)
-        pd.concat(parts).to_csv(out / "trials_d.csv", index=False)
+        pd.concat(parts).to_csv(out / f"trials_{claim}.csv", index=False)
     wall = time.time() - started
-    print(json.dumps({"bench": "replicates-train-chain", "replicates": R, "wall_s": wall}))
+    print(json.dumps({"bench": bench, "replicates": R, "wall_s": wall}))
 
 
 # Claim (c)'s replicates: the mini's length design (studies/mini/mini_length.yaml) on ViT_P and
 # ViT_C (DHVT: (c) does not read it), AdamW and SGD at 4, 8 and 16 epochs, seeds 6000 on. Not
 # trials_b*.csv's AdamW cells: trained on 2026-12-02 by an earlier bench, their weights differ
 # from today's (same 4-epoch errors, digests not), so every cell is trained here.
-SEEDS_PER_REPLICATE_C = 6  # mini_length.yaml's looks end at 6 seeds
-PARTS_C = 4
 GOOD_C = {  # studies/mini/mini_length.yaml's
     "vit_p_w64_16px": {"adamw": {"lr": 0.068, "wd": 0.028}, "sgd": {"lr": 1.8, "wd": 4.5e-06}},
     "vit_c_w64_16px": {"adamw": {"lr": 0.13, "wd": 0.023}, "sgd": {"lr": 0.7, "wd": 3.7e-05}},
 }
+GOOD_SEEDS = {"c": GOOD_C, "d": GOOD_D}
+SEEDS_DESIGN = {  # claim: (its first seed, its grid beside both optimizers)
+    "c": (6000, {"epochs": [4, 8, 16]}),
+    "d": (5000, {"models": CHAIN_D, "epochs": 8}),
+}
 
 
-def study_c(part: int, results: Path) -> dict:
-    per_part = SEEDS_PER_REPLICATE_C * R // PARTS_C
-    first = 6000 + part * per_part
-    spec = _base(f"replicate_c_p{part}", results)
-    spec.update(optimizers=["adamw", "sgd"], epochs=[4, 8, 16])
-    spec["search"] = {"n_samples": 1, "sampler": "good", "good_values": GOOD_C}
-    spec["seeds"] = list(range(first, first + per_part))
-    return spec
+def train_chain(out: Path) -> None:
+    _train_seeds(out, "d", "replicates-train-chain")
 
 
 def train_length(out: Path) -> None:
-    (out / "studies").mkdir(parents=True, exist_ok=True)
-    started, parts = time.time(), []
-    for part in range(PARTS_C):
-        frame = _run(study_c(part, out / "results"), out / "studies")
-        frame.insert(0, "replicate", (frame["seed"] - 6000) // SEEDS_PER_REPLICATE_C)
-        parts.append(frame)
-        pd.concat(parts).to_csv(out / "trials_c.csv", index=False)
-    wall = time.time() - started
-    print(json.dumps({"bench": "replicates-train-length", "replicates": R, "wall_s": wall}))
+    _train_seeds(out, "c", "replicates-train-length")
 
 
 def main(argv: list[str]) -> int:
