@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import resource
 import shutil
@@ -28,6 +27,8 @@ import time
 from pathlib import Path
 
 import yaml
+
+from optbench.host import cpu_name
 
 ROOT = Path(__file__).resolve().parents[1]
 # status's compared cells: "vit_p_w64_16px/adamw/e4 9.8 s vs 11.2 s (-12%, 2 trial(s))"
@@ -102,7 +103,7 @@ def main() -> None:
     print(json.dumps({
         "bench": "cost_accuracy", "study": f"quickstart, {args.epochs} epochs, "
         f"{args.samples} samples per model, SLURM jobs of 1 trial, cpus_per_task {args.cpus}",
-        "cpu": _cpu_model(), "cores": os.cpu_count(),
+        "cpu": cpu_name(), "cores": os.cpu_count(),
         "load_before": [round(x, 2) for x in load_before],
         "load_after": [round(x, 2) for x in os.getloadavg()],
         **clock, "driver_user_s": round(children.ru_utime, 1),
@@ -114,13 +115,6 @@ def main() -> None:
         print(f"kept: {work}", file=sys.stderr)
     else:
         shutil.rmtree(work)
-
-
-def _cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
 
 
 if __name__ == "__main__":

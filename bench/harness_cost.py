@@ -16,8 +16,8 @@ where its seconds went, read from its own records. Prints one JSON line.
   results written before it.
 With `--slurm` the study gains `executor: {kind: slurm}` and nothing else (default settings:
 `trials_per_job: auto`, docs/slurm.md) and runs on the cluster `sinfo` reaches
-(scripts/slurm-local.sh); the line adds its jobs, read from sacct (the jobs of the study's
-journal, executors/slurm/journal.py): `job_elapsed_over_epochs`, the jobs' Elapsed added up over
+(scripts/slurm-local.sh); the line adds its completed jobs as `optbench status` reads them
+from sacct (executors/slurm/study.py completed_job_times): `job_elapsed_over_epochs`, the jobs' Elapsed added up over
 their trials' epochs' time (the issue's 1.25 at most); `queue_wait_s`, Submit to Start, summed and
 per job; and per job (`per_job`) its trials, its elapsed, its trials' epochs and wall, its first
 trial's process start and imports (`start_s`, result.json's timing: the job step's Python from
@@ -27,7 +27,8 @@ measured costs, so `auto` runs one trial per job; `--measure` first runs `optben
 --measure` (in `run_s`), whose figures `auto` packs by. `workers` is then the cores: jobs of the
 default cpus_per_task 1 that run at once on a one-node cluster of this machine.
 With the run it made itself: the device its workers trained on (one worker per GPU where
-there is one, as `optbench run` starts them), its wall time and the user + sys CPU seconds of it and its workers.
+there is one, as `optbench run` starts them), its wall time and the user + sys CPU seconds of
+it and its workers.
 The machine (CPU model, load average before and after) is in the line: on a shared machine read
 the ratios, not the seconds.
 """
@@ -43,18 +44,24 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime
 from pathlib import Path
+
+from optbench.host import cpu_name
 
 REPO = Path(__file__).resolve().parents[1]
 STUDY = "studies/quickstart.yaml"
 
 
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
+def trial_seconds(out_dir: Path, study_dir: Path):
+    """(result, its epochs' seconds (metrics.jsonl's epoch_s), its process's start + imports
+    (recorded with a worker's first trial; 0 for the others and for results without timing))."""
+    from optbench.trial.results import load_result, read_metrics
+
+    result = load_result(out_dir, study_dir)
+    epochs = sum(m.get("epoch_s") or 0.0 for m in read_metrics(out_dir, study_dir))
+    timing = result.timing
+    process = 0.0 if timing is None else (timing.process_start_s or 0) + (timing.imports_s or 0)
+    return result, epochs, process
 
 
 def measured(ran_in: Path, workers: int) -> dict:
@@ -65,7 +72,6 @@ def measured(ran_in: Path, workers: int) -> dict:
         from optbench.api import load_study
         from optbench.run.rounds import asked_trials
         from optbench.store.database import Store
-        from optbench.trial.results import load_result, read_metrics
         from optbench.trial.timing import PARTS
 
         spec = load_study(STUDY)
@@ -76,17 +82,16 @@ def measured(ran_in: Path, workers: int) -> dict:
         process_s, timed = 0.0, 0
         starts, ends = [], []
         for item in items:
-            out = item.trial.out_dir
-            result = load_result(out, spec.study_dir)
+            result, trial_epochs, process = trial_seconds(item.trial.out_dir, spec.study_dir)
             wall += result.wall_s
-            epochs += sum(m.get("epoch_s") or 0.0 for m in read_metrics(out, spec.study_dir))
+            epochs += trial_epochs
+            process_s += process
             starts.append(item.record.datetime_start.timestamp())
             ends.append(item.record.datetime_complete.timestamp())
             if result.timing is not None:
                 timed += 1
                 for part in PARTS:
                     parts[part] += getattr(result.timing, part)
-                process_s += (result.timing.process_start_s or 0) + (result.timing.imports_s or 0)
         run_wall = max(ends) - min(starts)
     finally:
         os.chdir(cwd)
@@ -106,83 +111,50 @@ def measured(ran_in: Path, workers: int) -> dict:
     return line
 
 
-SACCT_FIELDS = ("JobID", "State", "Submit", "Start", "ElapsedRaw")
-
-
-def sacct_jobs(out: str) -> dict[str, dict]:
-    """`sacct -X -P -o SACCT_FIELDS` output: job id -> its fields (timestamps in seconds)."""
-    lines = out.strip().splitlines()
-    header, jobs = lines[0].split("|"), {}
-    for line in lines[1:]:
-        job = dict(zip(header, line.split("|"), strict=True))
-        for field in ("Submit", "Start"):
-            job[field] = datetime.fromisoformat(job[field]).timestamp()
-        job["ElapsedRaw"] = float(job["ElapsedRaw"])
-        jobs[job.pop("JobID")] = job
-    return jobs
-
-
 def slurm_jobs(ran_in: Path) -> dict:
-    """The JSON's SLURM figures (module docstring) of the study run in `ran_in` on SLURM."""
+    """The JSON's SLURM figures (module docstring) of the study run in `ran_in` on SLURM: each
+    completed job by sacct (`optbench status`'s own reading, completed_job_times) beside its
+    trials' result files."""
     cwd = os.getcwd()
     os.chdir(ran_in)
     try:
         from optbench.api import load_study
-        from optbench.executors.slurm.client import slurm_command
-        from optbench.executors.slurm.journal import read_records
-        from optbench.executors.slurm.study import job_folder
+        from optbench.executors.slurm.study import completed_job_times, job_folder
         from optbench.run.rounds import asked_trials
         from optbench.store.database import Store
-        from optbench.trial.results import load_result, read_metrics
 
         spec = load_study(STUDY)
-        records = read_records(job_folder(spec))  # trial key -> its (last) job
-        arrays = sorted({r.job_id.split("_")[0] for r in records.values()})
-        out = slurm_command(
-            "sacct", "-X", "-P", "-o", ",".join(SACCT_FIELDS), "-j", ",".join(arrays)
-        )
-        sacct = sacct_jobs(out)
-        per_job: dict[str, dict] = {}
         store = Store(spec, create=False)
-        for item in store.read(asked_trials(spec, store)):
-            if not item.is_result:
-                continue
-            out_dir = item.trial.out_dir
-            result = load_result(out_dir, spec.study_dir)
-            job = per_job.setdefault(records[item.trial.key].job_id, dict.fromkeys(
-                ("trials", "epochs_s", "wall_s", "start_s"), 0.0))  # fmt: skip
-            job["trials"] += 1
-            job["epochs_s"] += sum(
-                m.get("epoch_s") or 0.0 for m in read_metrics(out_dir, spec.study_dir)
-            )
-            job["wall_s"] += result.wall_s
-            if result.timing is not None:  # the job's first trial paid its process's start
-                job["start_s"] += (result.timing.process_start_s or 0) + (
-                    result.timing.imports_s or 0
-                )
+        done = {i.trial.key: i.trial for i in store.read(asked_trials(spec, store)) if i.is_result}
+        per_job: list[dict] = []
+        for job_time in completed_job_times(job_folder(spec)):
+            job = {"trials": 0, "epochs_s": 0.0, "wall_s": 0.0, "start_s": 0.0}
+            for key in job_time.keys:
+                if key in done:
+                    result, epochs, process = trial_seconds(done[key].out_dir, spec.study_dir)
+                    job["trials"] += 1
+                    job["epochs_s"] += epochs
+                    job["wall_s"] += result.wall_s
+                    job["start_s"] += process  # the job's first trial paid its process's start
+            job["elapsed_s"], job["queue_wait_s"] = job_time.elapsed_s, job_time.queue_s
+            job["outside_s"] = job["elapsed_s"] - job["wall_s"] - job["start_s"]
+            per_job.append(job)
     finally:
         os.chdir(cwd)
-    for job_id, job in per_job.items():
-        job["elapsed_s"] = sacct[job_id]["ElapsedRaw"]
-        job["queue_wait_s"] = sacct[job_id]["Start"] - sacct[job_id]["Submit"]
-        job["outside_s"] = job["elapsed_s"] - job["wall_s"] - job["start_s"]
     total = {
-        k: sum(j[k] for j in per_job.values())
+        k: sum(j[k] for j in per_job)
         for k in ("elapsed_s", "epochs_s", "queue_wait_s", "start_s", "outside_s")
     }
     return {
         "jobs": len(per_job),
-        "trials_per_job": sorted({int(j["trials"]) for j in per_job.values()}),
+        "trials_per_job": sorted({j["trials"] for j in per_job}),
         "job_elapsed_s": round(total["elapsed_s"], 1),
         "job_epochs_s": round(total["epochs_s"], 1),
         "job_elapsed_over_epochs": round(total["elapsed_s"] / total["epochs_s"], 3),
         "queue_wait_s": round(total["queue_wait_s"], 1),
         "job_start_s": round(total["start_s"], 1),
         "job_outside_s": round(total["outside_s"], 1),
-        "per_job": {
-            job_id: {k: round(v, 1) if k != "trials" else int(v) for k, v in job.items()}
-            for job_id, job in sorted(per_job.items(), key=lambda kv: sacct[kv[0]]["Submit"])
-        },
+        "per_job": [{k: round(v, 1) for k, v in job.items()} for job in per_job],
     }
 
 
@@ -199,7 +171,7 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the folder it ran in")
     args = parser.parse_args()
     load_before = os.getloadavg()[0]
-    line = {"bench": "harness_cost", "cpu": cpu_model(), "cores": os.cpu_count()}
+    line = {"bench": "harness_cost", "cpu": cpu_name(), "cores": os.cpu_count()}
     if args.ran_in:
         line.update(measured(args.ran_in.resolve(), args.workers))
         if args.slurm:  # it ran on SLURM: its jobs, from sacct

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import tempfile
 import time
@@ -43,7 +42,7 @@ from optbench.data.augment import BatchAugment
 from optbench.data.batches import DeviceBatches, FolderBatches, PreparedBatches
 from optbench.data.datasets import DeviceData, load_dataset
 from optbench.data.tensor_folder import TensorFolderBatches, device_policy
-from optbench.host import usable_cores
+from optbench.host import cpu_name, usable_cores
 from optbench.spec.recipe import Dataset, Recipe
 
 
@@ -211,14 +210,6 @@ def model_rates(args, devices: list[torch.device]) -> dict:
             rate_ = measure_throughput(name, device=dev, batch_size=batch, steps=steps)
             out[f"{name}_{dev.type}"] = round(rate_, 1)
     return out
-
-
-def cpu_name() -> str:
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor()
 
 
 def main() -> None:

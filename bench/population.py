@@ -29,11 +29,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
 import time
+
+from optbench.host import cpu_name
 
 OPTIMIZER = "adamw"
 
@@ -136,16 +137,6 @@ def child(args) -> dict:
     }
 
 
-def _cpu_name() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="vit_c_w64_16px")
@@ -192,7 +183,7 @@ def main() -> None:
             {
                 "bench": "population",
                 "device": args.device,
-                "cpu": _cpu_name(),
+                "cpu": cpu_name(),
                 "threads": args.threads,
                 "model": args.model,
                 "input": [args.batch, args.chans, args.img_size, args.img_size],

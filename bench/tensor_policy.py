@@ -21,7 +21,7 @@ import torch
 
 from optbench.data import augment
 from optbench.data.tensor_policy import tensor_policy
-from optbench.train.compute import _cpu_name
+from optbench.host import cpu_name
 
 POLICIES = ("pycls_v0", "rand-m9-mstd0.5-inc1")
 SIZES = (32, 224)
@@ -63,7 +63,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     out: dict = {
         "bench": "tensor_policy",
-        "cpu": _cpu_name(),
+        "cpu": cpu_name(),
         "cores": os.cpu_count(),
         "threads": args.threads,
         "batch": BATCH,

@@ -3,12 +3,14 @@ its affinity mask, capped by a cgroup CPU quota; the executors divide them among
 and a trial's input pipeline sizes its workers from its share (data/batches.py). And the device
 a trial trains on (`training_device`): every executor's workers, `--measure` and
 `optbench models --measure` ask it. And whether a folder can be written here
-(`check_writable_folder`: a study's output, `--out`, the storage's folder)."""
+(`check_writable_folder`: a study's output, `--out`, the storage's folder). And its CPU's model
+name (`cpu_name`), which a trial's runtime info and the benches record."""
 
 from __future__ import annotations
 
 import math
 import os
+import platform
 from pathlib import Path
 
 from optbench.errors import UsageError
@@ -63,3 +65,15 @@ def check_writable_folder(path: Path, what: str) -> None:
         raise UsageError(f"{what}: {existing} is not writable{inside}")
     if os.statvfs(existing).f_blocks == 0:  # proc, sysfs, devpts: no blocks to store a file in
         raise UsageError(f"{what}: {existing} is on a file system that stores no files{inside}")
+
+
+def cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo), as results and benches record the machine."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()

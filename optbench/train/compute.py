@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from optbench.host import cpu_name
 from optbench.spec.recipe import Recipe
 from optbench.train.distributed import DistContext, process_device
 
@@ -70,17 +71,6 @@ class Compute:
         return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
 
 
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def runtime_info(device) -> dict:
     """What a trial's floating-point results depend on besides its config: torch's CPU thread
     count, the library versions and the device (CPU model or GPU name). Two trials of the same
@@ -91,7 +81,7 @@ def runtime_info(device) -> dict:
     if device.type == "cuda":
         where = f"{device}: {torch.cuda.get_device_name(device)}"
     else:
-        where = f"{device.type}: {_cpu_name()}"
+        where = f"{device.type}: {cpu_name()}"
     return {
         "threads": torch.get_num_threads(),
         "device": where,
