@@ -25,6 +25,14 @@ prefix of it (sampling keeps the first n pairs; seeds are added in order):
 - seeds: claim (b)'s design above, seeds 2060 on, so that with trials_b.csv's 60 seeds there are
   R replicates of up to SEEDS_MAX_B seeds; OUT/trials_b_more.csv.
 
+`python bench/replicates.py train-per-model OUT` trains the per-model design as the mini ships it
+(issue 53): studies/mini/mini_edf.yaml's AdamW panel with a training seed per (lr, wd) pair
+(search.seed_per_sample), R replicates of N_SAMPLES_PER_MODEL samples, sampler seeds 7000 on;
+every look of the sequential design is a prefix of a replicate, so replaying its looks on them
+is the study run as designed, and replicate r's cell of one model against replicate r + shift's
+of the same model is an exact null trained with a seed per pair.
+OUT/trials_seed_per_pair_48.csv.
+
 `python bench/replicates.py train-chain OUT` trains claim (d)'s replicates (issue 53): the mini's
 stem design (studies/mini/mini_stem.yaml: S1, S2 and ViT_P at their good values, AdamW and SGD, 8
 epochs) with SEEDS_PER_REPLICATE * R training seeds from 5000 on, in PARTS_SEEDS studies run one
@@ -202,6 +210,19 @@ def study_per_model(replicate: int, results: Path, n_samples: int = N_SAMPLES_PE
     return spec
 
 
+def study_per_model_seed_per_pair(
+    replicate: int, results: Path, n_samples: int = N_SAMPLES_PER_MODEL
+) -> dict:
+    """The mini's EDF design as it ships (studies/mini/mini_edf.yaml's AdamW panel): each
+    (lr, wd) pair with a training seed of its own (search.seed_per_sample), a fresh sampler
+    seed per replicate, 7000 on (no other replicate used them)."""
+    spec = study_per_model(replicate, results, n_samples)
+    spec["name"] = f"replicate_seed_per_pair_r{replicate:02d}"
+    spec["search"]["seed"] = spec["seeds"][0] = 7000 + replicate
+    spec["search"]["seed_per_sample"] = True
+    return spec
+
+
 def study_b_more(results: Path) -> dict:
     spec = study_b(results)
     spec["name"] = "replicate_b_more"
@@ -286,6 +307,17 @@ SEEDS_DESIGN = {  # claim: (its first seed, its grid beside both optimizers)
 }
 
 
+def train_per_model(out: Path) -> None:
+    """The per-model design trained as it ships, a seed per pair (issue 53): R replicates to
+    its last look, every look a prefix (sampling keeps the first n pairs, each pair its seed);
+    OUT/trials_seed_per_pair_48.csv, rewritten after each replicate."""
+    (out / "studies").mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    _replicates(out, "seed_per_pair", study_per_model_seed_per_pair, N_SAMPLES_PER_MODEL)
+    wall = time.time() - started
+    print(json.dumps({"bench": "replicates-train-per-model", "replicates": R, "wall_s": wall}))
+
+
 def train_chain(out: Path) -> None:
     _train_seeds(out, "d", "replicates-train-chain")
 
@@ -295,7 +327,8 @@ def train_length(out: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    commands = ("train", "train-sequential", "train-chain", "train-length", "analyse")
+    commands = ("train", "train-sequential", "train-per-model", "train-chain", "train-length")
+    commands += ("analyse",)
     commands += ("analyse-sequential",)
     if len(argv) != 2 or argv[0] not in commands:
         print(__doc__.split("\n\n")[0], file=sys.stderr)
@@ -306,6 +339,9 @@ def main(argv: list[str]) -> int:
         return 0
     if argv[0] == "train-sequential":
         train_sequential(Path(argv[1]))
+        return 0
+    if argv[0] == "train-per-model":
+        train_per_model(Path(argv[1]))
         return 0
     if argv[0] == "train-chain":
         train_chain(Path(argv[1]))

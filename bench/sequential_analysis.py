@@ -228,8 +228,13 @@ SEED_LOOKS = (3, 4, 6)  # claim (b) adding seeds (studies/mini/mini_length.yaml)
 MARGIN_A = 0.1  # EDF area: "equivalent" inside +-0.1
 
 
-def _designs(looks: tuple[int, ...], margin: float | None) -> list[sequential.Design]:
-    return [sequential.Design(looks, spending, margin=margin) for spending in sequential.SPENDING]
+def _designs(
+    looks: tuple[int, ...], margin: float | None, panels: int = 1
+) -> list[sequential.Design]:
+    return [
+        sequential.Design(looks, spending, margin=margin, panels=panels)
+        for spending in sequential.SPENDING
+    ]
 
 
 def _largest(folder, stem: str) -> pd.DataFrame | None:
@@ -251,16 +256,20 @@ def _seed_replicates(folder, seeds_per: int) -> dict:
 
 
 def _sequential(
-    studies: dict, looks: tuple[int, ...], null: bool = False, claim: str = "a"
+    studies: dict, looks: tuple[int, ...], null: bool = False, claim: str = "a", panels: int = 1
 ) -> list[dict]:
-    """Every spending's figures for one set of looks; each look is computed once."""
+    """Every spending's figures for one set of looks, alpha split over `panels` as a study
+    deciding that many panels splits it; each look is computed once."""
     unit = KINDS[claim].unit
     margin = MARGIN_A if claim == "a" else None
     computed = looks_of(studies, claim, unit, trained_looks(studies, unit, looks))
     return [
         evaluate(studies, claim, unit, d, null=null, looks=computed)
-        for d in _designs(looks, margin)
+        for d in _designs(looks, margin, panels)
     ]
+
+
+MINI_EDF_PANELS = 2  # studies/mini/mini_edf.yaml decides (a) with AdamW and with SGD
 
 
 CHAIN_LOOKS = (3, 4, 6)  # claims (c) and (d) adding seeds (mini_length.yaml, mini_stem.yaml)
@@ -362,6 +371,16 @@ def analyse(folder) -> dict:
         )
         many = seed_per_sample_studies(trials, SEED_PER_SAMPLE_STUDIES, pairing)
         out[f"{name}_seed_per_sample"] = _sequential(many, design_looks)
+    # the per-model design as the mini ships it, a seed per pair (train-per-model), its alpha
+    # split as the mini's study splits it; and exact nulls from those same trainings
+    shipped = _largest(folder, "seed_per_pair")
+    if shipped is not None:
+        reps = by_replicate(shipped)
+        out["per_model_seed_per_pair"] = _sequential(reps, PER_MODEL_LOOKS, panels=MINI_EDF_PANELS)
+        nulls = swapped_nulls(shipped, MODELS, NULL_SHIFTS)
+        out["null_seed_per_pair"] = _sequential(
+            nulls, PER_MODEL_LOOKS, null=True, panels=MINI_EDF_PANELS
+        )
     null = _largest(folder, "a")  # the 4-epoch design of issue 31: estimand near 0
     if null is not None:
         out["null_4_epochs"] = _sequential(by_replicate(null), NULL_LOOKS, null=True)
