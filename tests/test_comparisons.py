@@ -488,6 +488,28 @@ def test_a_trained_study_of_a_declared_comparison_decides_stops_and_reports_it(
     assert "<h2 id='claims'>The paper&#x27;s claims and your comparisons</h2>" in page
 
 
+@pytest.mark.slow  # trains 10 one-epoch trials and renders a report
+def test_a_trained_study_decides_a_best_error_comparison_and_reports_it(tmp_path, tiny_dict, cli):
+    from optbench.store.database import Store
+
+    data = _best_error(tiny_dict, n_samples=5, decide={"claims": ["mine"], "looks": [4, 5]})
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(data))
+    code, out, err = cli("run", "study.yaml", "--dry-run")
+    assert code == 0 and f"decide: (mine) best-error, {C} adamw 1ep vs {P} adamw 1ep" in out, err
+    code, out, err = cli("run", "study.yaml", "--executor", "debug")
+    assert code == 0, err
+    looks = Store(parse_spec(data), create=False).looks()
+    assert {(r["claim"], r["kind"], r["best_of"]) for r in looks} == {("mine", "best-error", 3)}
+    code, _, err = cli("report", "study.yaml", "--out", str(tmp_path / "reports"))
+    assert code == 0, err
+    summary = yaml.safe_load((tmp_path / "reports" / "tiny" / "summary.json").read_text())
+    (row,) = [r for r in summary["claims"] if r["claim"] == "mine"]
+    assert row["kind"] == "best-error" and row["looks"] == len(looks)
+    assert row["statistic"].startswith(f"best_3({P} adamw 1ep) - best_3({C} adamw 1ep)")
+    page = (tmp_path / "reports" / "tiny" / "index.html").read_text()
+    assert f"mine: {C} adamw 1ep vs {P} adamw 1ep, expected best error of 3 (lr, wd)" in page
+
+
 def test_an_undecided_declared_step_still_says_how_far_a_decision_is():
     # a declared "d" comparison of two cells is one step: its last look's advice estimates a
     # size, as for (a); a stem chain of three cells (claim d) does not (test_decide)
