@@ -3,8 +3,8 @@
 A *kind* (`ClaimKind`) says once: its name, what its statistic computes, the unit a study adds
 until it is decided (`samples`: (lr, wd) samples, or `seeds`), its smallest look (the fewest
 units its interval needs), which cells of a grid it reads (`panels_of`: one `Panel` per
-comparison the grid can test), what it reads of them (`reads`: an EDF over the samples, or
-per-seed contrasts), and its words: the paper's claim in the verdict sentence, what its
+comparison the grid can test), what it reads of them (`reads`: an EDF over the samples, their
+expected best of k, or per-seed contrasts), and its words: the paper's claim in the verdict sentence, what its
 estimate measures, the panel's phrase, the report section whose figure it shows, and what a
 grid needs for it. `KINDS` holds the paper's claims (a)-(d) (`PAPER`) and two kinds that only a
 study declares (no `paper` words, no panels of a grid's own): `best-error`, the expected best
@@ -75,9 +75,7 @@ class Panel:
     def sides(self) -> tuple[tuple[CellKey, ...], tuple[CellKey, ...]]:
         """A declared comparison's two sides, the one expected to do better first: its cells
         are two halves, one per side (one cell each, or a short and a long schedule)."""
-        half = len(self.cells) // 2
-        halves = (self.cells[:half], self.cells[half:])
-        return halves[self.kind.better], halves[1 - self.kind.better]
+        return _sides(self.cells, self.kind.better)
 
     @property
     def words(self) -> str:
@@ -183,8 +181,9 @@ class ClaimKind:
     margin_words: str  # that scale, in words
     joiner: str = " vs "  # between its models' names
     chain: bool = False  # a chain of steps: decided on every step's interval
-    # a kind a study may declare on two cells of its own (spec/comparisons.py): the place in
-    # its two cells of the one a positive estimate says does better; None: it reads more cells
+    # a kind a study may declare on two sides of its own (spec/comparisons.py; its cells are
+    # two halves, one per side): the place of the side a positive estimate says does better;
+    # None: it reads more cells
     better: int | None = None
     # its statistic on two declared sides, {better} and {other} the sides in words ({k}: a
     # best-error comparison's samples drawn)
@@ -350,6 +349,13 @@ def panel_of(claim: str, cells: Iterable[Iterable]) -> Panel | None:
     return found[0] if found else None
 
 
+def _sides(cells: tuple[CellKey, ...], better: int) -> tuple[tuple[CellKey, ...], ...]:
+    """A declared comparison's cells as its two sides (two halves), the better one first."""
+    half = len(cells) // 2
+    halves = (cells[:half], cells[half:])
+    return halves[better], halves[1 - better]
+
+
 def _epochs_words(side: tuple[CellKey, ...]) -> int | str:
     """A side's epochs: 20, or a short and a long schedule, "4->8"."""
     return side[0][2] if len(side) == 1 else "->".join(str(e) for _, _, e in side)
@@ -370,8 +376,7 @@ def declared_panel(
     order its statistic reads them (spec/comparisons.py orders them by the side expected to do
     better); `best_of`: a best-error comparison's k."""
     cells = tuple((str(m), str(o), int(e)) for m, o, e in cells)
-    panel = Panel(name, "", "", (), cells, kind_name=kind, best_of=best_of)
-    better, other = panel.sides
+    better, other = _sides(cells, KINDS[kind].better)
     optimizers = " vs ".join(dict.fromkeys((better[0][1], other[0][1])))
     b, o = _epochs_words(better), _epochs_words(other)
     epochs = b if b == o else f"{b} vs {o}"
