@@ -14,12 +14,20 @@ from test_decide import C, P, _first_looks, _sequential
 
 from optbench.plan.trials import plan
 from optbench.report import frames
-from optbench.report.claims import SEED_CONTRASTS, claims_table
+from optbench.report.claims import READERS, SEED_CONTRASTS, claims_table
 from optbench.report.figures import looks_figure
 from optbench.report.looks import with_looks
 from optbench.report.writer import FIGURES
 from optbench.run.rounds import Rounds, claims_reading, decision_lines
-from optbench.spec.claim_kinds import KINDS, comparison_key, panel_of, panels
+from optbench.spec.claim_kinds import (
+    KINDS,
+    PAPER,
+    TWO_LENGTHS,
+    comparison_key,
+    declared_panel,
+    panel_of,
+    panels,
+)
 from optbench.spec.schema import load_spec, parse_spec
 from optbench.store.database import Store
 from optbench.store.migrations import keep_recorded_cells
@@ -34,11 +42,20 @@ GRID = [(m, o, e) for m in (P, C, "vit_s1_w64_16px") for o in ("adamw", "sgd") f
 def test_every_kind_has_each_of_its_parts(name):
     kind = KINDS[name]
     assert kind.unit in ("samples", "seeds") and kind.smallest_look >= 2
-    # its statistic: the EDF reader of the claims table, or a per-seed contrast
-    assert kind.reads == "edf" or name in SEED_CONTRASTS
+    # its statistic: a reader of the claims table and, reading seeds, a per-seed contrast
+    assert kind.reads in READERS and (kind.reads != "seeds" or name in SEED_CONTRASTS)
     assert kind.section in FIGURES  # a section the report draws, whose claims it shows
     assert kind.phrase.format(optimizer="AdamW", epochs=8) and kind.needs and kind.measure
     assert 0 < kind.margin_below and kind.margin_words
+    if kind.better is not None:  # a study may declare it on two sides: its words of them
+        per_side = 2 if name in TWO_LENGTHS else 1
+        sides = [(m, "adamw", e) for m in (P, C) for e in (4, 16)[:per_side]]
+        panel = declared_panel("mine", name, sides, best_of=3)
+        assert C in panel.statistic and P in panel.statistic and "{" not in panel.statistic
+        assert panel.words.startswith(C if kind.better == 1 else P) and "{" not in panel.measure
+    if kind.paper is None:  # no claim of the paper: only a study's declared comparisons
+        assert kind.better is not None and name not in PAPER and panels(GRID, [name]) == []
+        return
     found = panels(GRID, [name])
     assert found and {p.claim for p in found} == {name}  # a grid with every role tests it
     for panel in found:

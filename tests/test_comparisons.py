@@ -5,6 +5,7 @@ and a sequential study that decides only a declared comparison."""
 from __future__ import annotations
 
 import copy
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,7 @@ from optbench.report import frames
 from optbench.report.claims import claims_table
 from optbench.report.looks import Look
 from optbench.run.rounds import Rounds, size_lines
+from optbench.spec.claim_kinds import comparison_key
 from optbench.spec.schema import parse_spec
 
 P, C, S1, D = "vit_p_w64_16px", "vit_c_w64_16px", "vit_s1_w64_16px", "dhvt_w64_16px"
@@ -75,6 +77,43 @@ def test_a_declared_comparison_is_parsed_and_named_by_decide(tiny_dict):
         ({"name": "1st"}, "comparisons.0.name: String should match pattern"),
         ({"expect": "up"}, "comparisons.0.expect: Input should be 'first' or 'second'"),
         ({"side": []}, "comparisons.0.side: unknown key"),
+        # a best-error comparison's k: its own kind's only, and no more than the samples
+        ({"k": 3}, "comparisons.0.k: only kind 'best-error' draws k samples; kind 'a' takes no k"),
+        (
+            {"kind": "best-error", "k": 9},
+            "comparisons.0.k: 9 samples is more than the study's 8 (lr, wd) samples per cell",
+        ),
+        ({"kind": "best-error", "k": 0}, "comparisons.0.k: Input should be greater than or equal"),
+        ({"name": "best-error"}, "comparisons.0.name: 'best-error' names a kind; give the"),
+        # a length-stability side: a short and a longer schedule of one model and optimizer
+        (
+            {"kind": "length-stability"},
+            "comparisons.0.sides.0.epochs: kind 'length-stability' compares a short and a long "
+            "schedule of each side: give [short, long], not 1",
+        ),
+        (
+            {"kind": "length-stability", "sides": [_side(C, epochs=[1]), _side(P, epochs=[1])]},
+            "comparisons.0.sides.0.epochs: kind 'length-stability' compares a short and a long",
+        ),
+        (
+            {"kind": "length-stability", "sides": [_side(C, epochs=[1, 2]), _side(P)]},
+            "comparisons.0.sides.1.epochs: kind 'length-stability' compares a short and a long",
+        ),
+        (
+            {"kind": "length-stability", "sides": [_side(C, epochs=[2, 1]), _side(P)]},
+            "comparisons.0.sides.0.epochs: [2, 1]: the short schedule is shorter than the long",
+        ),
+        (
+            {
+                "kind": "length-stability",
+                "sides": [_side(C, epochs=[1, 7]), _side(P, epochs=[1, 7])],
+            },
+            "comparisons.0.sides.0: vit_c_w64_16px adamw 7ep is no cell of the study",
+        ),
+        (
+            {"sides": [_side(C, epochs=[1, 2]), _side(P)]},
+            "comparisons.0.sides.0.epochs: kind 'a' compares one cell per side: give one epochs",
+        ),
     ],
 )
 def test_a_bad_comparison_is_one_line_naming_the_field(tiny_dict, change, needle):
@@ -101,6 +140,10 @@ def test_a_duplicate_name_an_unknown_claim_and_a_grid_without_samples_are_refuse
     data["decide"]["looks"] = [4, 8]
     with pytest.raises(SpecError, match=r"decide one kind per study"):
         parse_spec(data, "study.yaml")
+    # a kind of no paper's claim is decided only as a comparison the study declares
+    data = _declaring(tiny_dict, "best-error", decide={"claims": ["best-error"], "looks": [4, 8]})
+    with pytest.raises(SpecError, match=r"decide.claims: 'best-error' is neither a claim of the"):
+        parse_spec(data, "study.yaml")
 
 
 def _tree(folder: Path) -> dict:
@@ -108,15 +151,29 @@ def _tree(folder: Path) -> dict:
 
 
 @pytest.mark.parametrize("command", [["--executor", "debug"], ["--dry-run"]])
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        (
+            {"sides": [_side(C), _side(P, epochs=7)]},
+            "comparisons.0.sides.1: vit_p_w64_16px adamw 7ep is no cell",
+        ),
+        (
+            {"kind": "length-stability", "sides": [_side(C, epochs=[1, 2]), _side(P, epochs=2)]},
+            "comparisons.0.sides.1.epochs: kind 'length-stability' compares a short and a long",
+        ),
+        ({"kind": "best-error", "k": 9}, "comparisons.0.k: 9 samples is more than the study's 8"),
+    ],
+)
 def test_the_cli_refuses_a_bad_comparison_in_one_line_before_any_write(
-    tmp_path, tiny_dict, cli, command
+    tmp_path, tiny_dict, cli, command, change, needle
 ):
-    data = _declaring(tiny_dict)
-    data["comparisons"][0]["sides"][1]["epochs"] = 7
+    data = _declaring(tiny_dict, epochs=[1, 2], seeds=[0, 1, 2])
+    data["comparisons"][0] |= change
     (tmp_path / "study.yaml").write_text(yaml.safe_dump(data))
     code, out, err = cli("run", "study.yaml", *command)
     assert code == 2 and len(err.strip().splitlines()) == 1, (out, err)
-    assert "comparisons.0.sides.1: vit_p_w64_16px adamw 7ep is no cell" in err
+    assert needle in err
     assert _tree(Path(data["output"])) == {}
 
 
@@ -178,6 +235,148 @@ def test_a_declared_seed_comparison_of_two_stems_is_claim_d_on_them(tiny_dict):
     assert (
         mine["statistic"] == "E(vit_p_w64_16px adamw 1ep) - E(vit_s1_w64_16px adamw 1ep) (points)"
     )
+
+
+# --- kinds of no paper's claim: expected best error, stability across epochs ------------------
+
+
+def _by_enumeration(errors, k: int) -> float:
+    """The expected best of k draws with replacement, as the mean over every ordered draw."""
+    return float(np.mean([min(draw) for draw in itertools.product(errors, repeat=k)]))
+
+
+def _best_error(tiny_dict, expect="first", k=3, **more) -> dict:
+    data = _declaring(tiny_dict, "best-error", (C, P), expect, seeds=[0, 1], **more)
+    data["comparisons"][0]["k"] = k
+    return data
+
+
+@pytest.mark.parametrize(("expect", "verdict"), [("first", "holds"), ("second", "opposite")])
+def test_a_best_error_comparison_is_the_difference_of_expected_bests_of_k(
+    tiny_dict, expect, verdict
+):
+    spec = parse_spec(_best_error(tiny_dict, expect))
+    # ViT_C's errors 3 points below ViT_P's at every (lr, wd) sample
+    error_of = _errors({P: 4.0, C: 4.0})
+    results = _results(spec, lambda t: error_of(t) + (3.0 if t.cell.model == P else 0.0))
+    (mine,) = claims_table(results, comparisons=spec.comparisons).query("claim == 'mine'").iloc
+    # a sample's error is its seeds' mean; best_k over every ordered draw of k samples
+    sample = results.groupby(["model", "sample"])["error"].mean()
+    better, other = (C, P) if expect == "first" else (P, C)
+    expected = _by_enumeration(sample[other], 3) - _by_enumeration(sample[better], 3)
+    assert mine["estimate"] == pytest.approx(expected, rel=1e-9)
+    assert mine["low"] < mine["estimate"] < mine["high"] and mine["verdict"] == verdict
+    assert (mine["kind"], mine["unit"], mine["design"], mine["n_now"]) == (
+        "best-error",
+        "samples",
+        "paired",
+        8,
+    )
+    assert mine["statistic"].startswith(f"best_3({other} adamw 1ep) - best_3({better} adamw 1ep)")
+    assert (
+        f"mine: {better} adamw 1ep vs {other} adamw 1ep, expected best error of 3"
+        in (mine["paper"])
+    )
+
+
+def test_a_best_error_comparison_of_equal_sides_does_not_hold(tiny_dict):
+    spec = parse_spec(_best_error(tiny_dict, k=2))
+    results = _results(spec, _errors({P: 4.0, C: 4.0}))  # the same errors but for the noise
+    (mine,) = claims_table(results, comparisons=spec.comparisons).query("claim == 'mine'").iloc
+    assert mine["verdict"] != "holds" and abs(mine["estimate"]) < 0.5
+
+
+def _length(tiny_dict, expect="first", loss=None, seeds=(0, 1, 2, 3)) -> tuple:
+    """A length-stability comparison of ViT_C and ViT_P over 1 and 2 epochs, and its results:
+    each model loses `loss` points at the short schedule, plus noise."""
+    data = _declaring(tiny_dict, "length-stability", (C, P), expect, n_samples=1)
+    data |= {"epochs": [1, 2], "seeds": list(seeds)}
+    data["comparisons"][0]["sides"] = [_side(C, epochs=[1, 2]), _side(P, epochs=[1, 2])]
+    spec = parse_spec(data)
+    rng = np.random.default_rng(3)
+    loss = loss or {C: 2.0, P: 10.0}
+
+    def error_of(t):
+        return 20 + loss.get(t.cell.model, 0.0) * (t.cell.epochs == 1) + rng.normal(0, 0.5)
+
+    return spec, error_of
+
+
+@pytest.mark.parametrize(("expect", "verdict"), [("first", "holds"), ("second", "opposite")])
+def test_a_length_comparison_is_claim_bs_contrast_on_its_own_sides(tiny_dict, expect, verdict):
+    spec, error_of = _length(tiny_dict, expect)
+    results = _results(spec, error_of)
+    table = claims_table(results, comparisons=spec.comparisons)
+    (mine,) = table.query("claim == 'mine'").iloc
+    # per seed: what the other side loses by shortening minus what the expected side loses
+    e = results.pivot_table(index="seed", columns=["model", "epochs"], values="error")
+    better, other = (C, P) if expect == "first" else (P, C)
+    contrast = (e[(other, 1)] - e[(other, 2)]) - (e[(better, 1)] - e[(better, 2)])
+    assert mine["estimate"] == pytest.approx(contrast.mean(), rel=1e-9)
+    assert mine["low"] < mine["estimate"] < mine["high"] and mine["verdict"] == verdict
+    assert (mine["kind"], mine["unit"], mine["n_now"], mine["epochs"]) == (
+        "length-stability",
+        "seeds",
+        4,
+        "1->2",
+    )
+    assert mine["paper"] == f"mine: {better} adamw 1->2ep vs {other} adamw 1->2ep, error points"
+    assert mine["statistic"] == (
+        f"[E(short) - E(long)] of {other} adamw 1->2ep - [E(short) - E(long)] of {better} "
+        "adamw 1->2ep (points)"
+    )
+
+
+def test_a_length_comparison_of_sides_losing_alike_does_not_hold(tiny_dict):
+    spec, error_of = _length(tiny_dict, loss={C: 5.0, P: 5.0})
+    (mine,) = (
+        claims_table(_results(spec, error_of), comparisons=spec.comparisons)
+        .query("claim == 'mine'")
+        .iloc
+    )
+    assert mine["verdict"] != "holds"
+
+
+def test_a_sequential_best_error_comparison_decides_and_its_look_keeps_k(tiny_dict):
+    data = _best_error(tiny_dict, n_samples=8, decide={"claims": ["mine"], "looks": [6, 8]})
+    spec = parse_spec(data)
+    rounds, trials = Rounds(spec, []), plan(spec)
+    error_of = _errors({P: 4.0, C: 4.0})
+    (look,) = rounds.look(
+        _frame(rounds.asked(trials), lambda t: error_of(t) + 5 * (t.cell.model == P))
+    )
+    assert (look.claim, look.kind, look.best_of, look.unit, look.outcome) == (
+        "mine",
+        "best-error",
+        3,
+        "samples",
+        "holds",
+    )
+    assert Look.from_record(look.record()) == look
+    from optbench.report.figures import looks_figure
+
+    (ax,) = [ax for ax in looks_figure([look.record()]).axes if ax.get_visible()]
+    assert " ".join(ax.get_ylabel().split()).startswith(f"best_3({P} adamw 1ep) - best_3({C}")
+    # the dry run names its kind, sides and statistic
+    hours = {(c.model, c.optimizer, c.epochs): 0.5 for c in spec.cells()}
+    assert f"decide: (mine) best-error, {C} adamw 1ep vs {P} adamw 1ep: best_3(" in "\n".join(
+        size_lines(spec, trials, hours, [])
+    )
+
+
+def test_a_sequential_length_comparison_grows_its_four_cells_only(tiny_dict):
+    spec, error_of = _length(tiny_dict, loss={C: 5.0, P: 5.0}, seeds=(0, 1, 2, 3, 4))
+    data = spec.model_dump(mode="json") | {"decide": {"claims": ["mine"], "looks": [3, 5]}}
+    data["models"] = [P, C, D]  # a model no comparison reads
+    spec = parse_spec(data)
+    rounds, trials = Rounds(spec, []), plan(spec)
+    (look,) = rounds.look(_frame(rounds.asked(trials), error_of))
+    assert look.outcome == "continue" and look.unit == "seeds"
+    assert look.words == f"{C} adamw 1->2ep vs {P} adamw 1->2ep"
+    assert look.panel == comparison_key("mine", look.cells) and len(look.cells) == 4
+    rounds.add([look])
+    targets = rounds.targets()
+    assert {cell for cell, n in targets.items() if n == 5} == set(look.cells)
 
 
 # --- a sequential study of a declared comparison only ----------------------------------------
@@ -287,6 +486,28 @@ def test_a_trained_study_of_a_declared_comparison_decides_stops_and_reports_it(
     assert "mine: vit_c_w64_16px adamw 1ep vs vit_p_w64_16px adamw 1ep, EDF area to 10" in page
     # the paper's (a) on the same cells beside the declared comparison: the heading says both
     assert "<h2 id='claims'>The paper&#x27;s claims and your comparisons</h2>" in page
+
+
+@pytest.mark.slow  # trains 10 one-epoch trials and renders a report
+def test_a_trained_study_decides_a_best_error_comparison_and_reports_it(tmp_path, tiny_dict, cli):
+    from optbench.store.database import Store
+
+    data = _best_error(tiny_dict, n_samples=5, decide={"claims": ["mine"], "looks": [4, 5]})
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(data))
+    code, out, err = cli("run", "study.yaml", "--dry-run")
+    assert code == 0 and f"decide: (mine) best-error, {C} adamw 1ep vs {P} adamw 1ep" in out, err
+    code, out, err = cli("run", "study.yaml", "--executor", "debug")
+    assert code == 0, err
+    looks = Store(parse_spec(data), create=False).looks()
+    assert {(r["claim"], r["kind"], r["best_of"]) for r in looks} == {("mine", "best-error", 3)}
+    code, _, err = cli("report", "study.yaml", "--out", str(tmp_path / "reports"))
+    assert code == 0, err
+    summary = yaml.safe_load((tmp_path / "reports" / "tiny" / "summary.json").read_text())
+    (row,) = [r for r in summary["claims"] if r["claim"] == "mine"]
+    assert row["kind"] == "best-error" and row["looks"] == len(looks)
+    assert row["statistic"].startswith(f"best_3({P} adamw 1ep) - best_3({C} adamw 1ep)")
+    page = (tmp_path / "reports" / "tiny" / "index.html").read_text()
+    assert f"mine: {C} adamw 1ep vs {P} adamw 1ep, expected best error of 3 (lr, wd)" in page
 
 
 def test_an_undecided_declared_step_still_says_how_far_a_decision_is():

@@ -38,6 +38,15 @@ Definitions (each statistic is defined here once; "error" is the trial's `option
   only when every one lies below 0 (error falls at every step); a chain with a step shown down
   and another up is neither, and its `note` names them ("mixed: error falls at S1 -> S2 but
   grows at S2 -> P"); `steps` lists each step's estimate and interval.
+- best-error, a declared comparison of two cells (kind of no paper's claim): best_k(other) -
+  best_k(better), best_k the expected best error after k random (lr, wd) samples of the cell
+  (tunability.expected_best, Dodge et al. 2019) over its sample errors (a sample's error: its
+  seeds' mean, a diverged trial counted as tunability.DIVERGED_ERROR), k the comparison's.
+  Positive: the side expected to do better reaches a lower error in k samples. Its interval
+  and evidence are (a)'s, on the same resampled (lr, wd) samples, paired or not as (a)'s.
+- length-stability, a declared comparison of two sides, each a model and optimizer with a short
+  and a long schedule: (b)'s contrast with the other side in P's place and the side expected
+  to do better in C's (the same function, `SEED_CONTRASTS`).
 
 Intervals of (a): BCa bootstrap (stats.interval: scipy.stats.bootstrap, N_BOOT resamples, 95%),
 the percentile interval of the same resamples where BCa degenerates (the row's `interval` says
@@ -92,10 +101,10 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
-from optbench.report import frames, sequential, stats
+from optbench.report import frames, sequential, stats, tunability
 from optbench.report.edf import AUC_MAX_POINTS
 from optbench.report.summary import MAX_SAMPLES, Options, advice_line
-from optbench.spec.claim_kinds import MIN_EDF_SAMPLES, MIN_SEEDS, Panel, panels
+from optbench.spec.claim_kinds import MIN_SEEDS, Panel, panels
 from optbench.spec.comparisons import Comparison, declared_words
 from optbench.spec.roles import role_name
 
@@ -240,11 +249,14 @@ class _Claims:
         """What every row of one claim and panel says besides its statistics."""
         subset = pd.concat([self.cell(*c) for c in panel.cells])
         models = panel.models
-        paper = panel.kind.paper.format(chain=" -> ".join(map(role_name, models)))
+        if panel.declared:
+            paper = declared_words(panel)
+        else:
+            paper = panel.kind.paper.format(chain=" -> ".join(map(role_name, models)))
         return {
             "claim": panel.claim,
             "kind": panel.kind.name,
-            "paper": declared_words(panel) if panel.declared else paper,
+            "paper": paper,
             "study": self.study,
             "optimizer": panel.optimizer,
             "epochs": panel.epochs,
@@ -257,12 +269,13 @@ class _Claims:
             "note": None,
         }
 
-    def add_edf(self, panel: Panel, statistic, sizes, curve) -> None:
-        """Claim (a)'s row: the statistic of resampled (lr, wd) samples (`sizes`: (n,) paired,
-        (n, n) unpaired), its BCa interval, verdict and bootstrap power; at a look, its
-        repeated confidence interval (module docstring)."""
+    def add_samples(self, panel: Panel, statistic, sizes, curve) -> None:
+        """A samples kind's row (claim (a), a best-error comparison): the statistic of
+        resampled (lr, wd) samples (`sizes`: (n,) paired, (n, n) unpaired), its BCa interval,
+        verdict and bootstrap power; at a look, its repeated confidence interval (module
+        docstring)."""
         n = sizes[0]
-        seed = self.options.rng_seed("claims", "a", panel.optimizer, panel.epochs)
+        seed = self.options.rng_seed("claims", panel.kind.name, panel.optimizer, panel.epochs)
         found = stats.interval(statistic, sizes, n_boot=self.options.n_boot, seed=seed)
         low, high = found.low, found.high
         power_now = n_needed = advice = None
@@ -363,25 +376,57 @@ class _Claims:
             }
         )
 
-    def edf(self, panel: Panel) -> None:
+    def shared_samples(self, panel: Panel, diverged_as: float):
+        """The (samples x seeds) errors of a two-cell samples panel's cells (P then C for (a):
+        the other side, then the one expected to do better) at the samples both have, the
+        resampling `sizes` ((n,) paired, (n, n) unpaired: module docstring) and whether
+        paired; None with fewer samples than the kind's smallest look."""
         (ids_p, m_p), (ids_c, m_c) = (
-            frames.sample_matrix(self.cell(*c), np.inf) for c in panel.cells
+            frames.sample_matrix(self.cell(*c), diverged_as) for c in panel.cells
         )
         shared = np.intersect1d(ids_p, ids_c)
-        if shared.size < MIN_EDF_SAMPLES:
-            return
+        if shared.size < panel.kind.smallest_look:
+            return None
         m_p, m_c = m_p[np.isin(ids_p, shared)], m_c[np.isin(ids_c, shared)]
         paired = frames.same_pairs([self.cell(*c) for c in panel.cells], shared)
+        sizes = (shared.size,) if paired else (shared.size, shared.size)
+        return m_p, m_c, sizes, paired
+
+    def edf(self, panel: Panel) -> None:
+        found = self.shared_samples(panel, np.inf)
+        if found is None:
+            return
+        m_p, m_c, sizes, paired = found
 
         def area_diff(idx_p, idx_c=None, m_p=m_p, m_c=m_c):
             idx_c = idx_p if idx_c is None else idx_c  # paired: one index for both
             return _auc(frames.pooled(m_c, idx_c)) - _auc(frames.pooled(m_p, idx_p))
 
-        sizes = (shared.size,) if paired else (shared.size, shared.size)
         curve = None
         if self.boundary is None:
             curve = self.curve(m_p, m_c, panel.optimizer, panel.epochs, paired)
-        self.add_edf(panel, area_diff, sizes, curve)
+        self.add_samples(panel, area_diff, sizes, curve)
+
+    def best(self, panel: Panel) -> None:
+        """A best-error comparison's row: best_k(other) - best_k(better), best_k the expected
+        best error of k (lr, wd) samples (tunability.expected_best) over each side's sample
+        errors, resampled as (a)'s samples are (module docstring)."""
+        found = self.shared_samples(panel, tunability.DIVERGED_ERROR)
+        if found is None:
+            return
+        m_other, m_better, sizes, _ = found
+        # a sample's error as tunability.sample_errors reads it: its seeds' mean, diverged 100
+        e_other, e_better = (
+            np.minimum(m, tunability.DIVERGED_ERROR).mean(axis=1) for m in (m_other, m_better)
+        )
+        ks = [panel.best_of]
+
+        def best_diff(idx_other, idx_better=None):
+            idx_better = idx_other if idx_better is None else idx_better  # paired: one index
+            best = tunability.expected_best
+            return best(e_other[idx_other], ks)[..., 0] - best(e_better[idx_better], ks)[..., 0]
+
+        self.add_samples(panel, best_diff, sizes, None)
 
     def curve(self, m_p: np.ndarray, m_c: np.ndarray, optimizer, epochs, paired: bool) -> str:
         """Claim (a)'s curve verdict: the simultaneous band of F_C - F_P on [0, 10], the (lr,
@@ -409,7 +454,8 @@ class _Claims:
 
 
 def _length_contrast(panel: Panel, v: list[np.ndarray]) -> np.ndarray:
-    """(b): [P_s - P_l] - [C_s - C_l], the cells read as P short, P long, C short, C long."""
+    """(b): [P_s - P_l] - [C_s - C_l], the cells read as P short, P long, C short, C long; a
+    length-stability comparison's as other short, other long, better short, better long."""
     return (v[0] - v[1]) - (v[2] - v[3])
 
 
@@ -434,7 +480,15 @@ def _chain_contrast(panel: Panel, v: list[np.ndarray]) -> np.ndarray:
 
 # The statistic of each kind whose `reads` is "seeds" (spec/claim_kinds.py): the per-seed
 # contrasts (k,) or, for a chain, (steps, k), from the per-seed errors of its cells in order.
-SEED_CONTRASTS = {"b": _length_contrast, "c": _optimizer_contrast, "d": _chain_contrast}
+SEED_CONTRASTS = {
+    "b": _length_contrast,
+    "c": _optimizer_contrast,
+    "d": _chain_contrast,
+    "length-stability": _length_contrast,  # claim (b)'s on two declared sides
+}
+
+# Each kind's reader (spec/claim_kinds.py's `reads`): the row of one panel from the results
+READERS = {"edf": _Claims.edf, "best": _Claims.best, "seeds": _Claims.seeds}
 
 
 # a standard error this small against the interval's scale is no spread (float rounding of a
@@ -463,10 +517,7 @@ def claims_table(
     present = [(m, o, int(e)) for m, o, e in present]
     declared = [c.panel() for c in comparisons]
     for panel in panels(present) + [p for p in declared if set(p.cells) <= set(present)]:
-        if panel.kind.reads == "edf":
-            claims.edf(panel)
-        else:
-            claims.seeds(panel)
+        READERS[panel.kind.reads](claims, panel)
     table = pd.DataFrame(claims.rows, columns=COLUMNS)
     # pandas makes a row's None NaN beside another row's text; a look stores the note as text or
     # None, and its reader refuses NaN (report/looks.py)

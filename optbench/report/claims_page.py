@@ -115,7 +115,8 @@ def sentence(row) -> str:
     degenerate data, a mixed chain) follows its verdict."""
     # a declared comparison's `paper` is its words: its name, sides and measure
     claim = row.paper if _declared(row) else f"({row.claim}) {row.paper}, {_panel_words(row)}"
-    measured = f"{kind_of(row).measure}: {_here(row)}"
+    # a row keeps no best-error k: its `paper` and `statistic` name it
+    measured = f"{kind_of(row).measure.format(k='k')}: {_here(row)}"
     note = getattr(row, "note", None)
     note = "" if note is None or pd.isna(note) else f"; {note}"
     if row.verdict == NOT_TESTED and not _sequential(row):

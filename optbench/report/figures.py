@@ -295,7 +295,7 @@ def _look_statistic(look: dict) -> str:
     kind = look.get("kind") or look["claim"]
     if kind == look["claim"]:
         return KINDS[kind].statistic
-    return declared_panel(look["claim"], kind, look["cells"]).statistic
+    return declared_panel(look["claim"], kind, look["cells"], look.get("best_of")).statistic
 
 
 def looks_figure(looks: list[dict]) -> Figure:

@@ -50,6 +50,7 @@ class Look:
     # a declared comparison's kind (spec/comparisons.py), `claim` being its name; None: the
     # claim is its own kind, (a)-(d) (and every record written before comparisons were declared)
     kind: str | None = None
+    best_of: int | None = None  # a best-error comparison's k (its statistic's words); else None
 
     @property
     def kind_of(self) -> str:
@@ -136,6 +137,7 @@ _FIELD_TYPES = {
     "alpha": lambda x: _number(x) and 0 < x < 1,
     "panels": lambda x: _count(x) and x >= 1,
     "kind": lambda x: x is None or x in KINDS,
+    "best_of": lambda x: x is None or (_count(x) and x >= 1),
 }
 _FIELD_WORDS = {
     "kind": f"a claim kind ({', '.join(KINDS)}) or null",
@@ -150,8 +152,9 @@ _FIELD_WORDS = {
 } | {name: "a number" for name in ("estimate", "se", "boundary", "low", "high")}
 _FIELD_WORDS |= {name: "text" for name in ("panel", "claim", "design", "read", "note")}
 _FIELD_WORDS |= {"alpha": "a number in (0, 1)", "panels": "a count of at least 1"}
+_FIELD_WORDS |= {"best_of": "a count of at least 1 or null"}
 # fields that records written before them lack (their defaults read them)
-_LATER = ("spending", "margin", "read", "note", "alpha", "panels", "kind")
+_LATER = ("spending", "margin", "read", "note", "alpha", "panels", "kind", "best_of")
 _REQUIRED = [name for name in _FIELD_TYPES if name not in _LATER]
 
 
@@ -159,7 +162,7 @@ def panel_words(claim: str, cells, kind: str | None = None) -> str:
     """A comparison's panel in words from its claim and cells, e.g. "adamw 20ep vit_c_x vs
     vit_p_x" (a declared one of `kind`: its sides); the key itself where no panel of that claim
     reads those cells."""
-    if kind is not None and KINDS[kind].better is not None and len(cells) == 2:
+    if kind is not None and KINDS[kind].better is not None:
         return declared_panel(claim, kind, cells).words
     panel = panel_of(claim, cells)
     return panel.words if panel else comparison_key(claim, cells)

@@ -47,9 +47,9 @@ def min_weights(n: int, ks: np.ndarray) -> np.ndarray:
 
 def expected_best(errors: np.ndarray, ks) -> np.ndarray:
     """E_k for each k of `ks`: the expected minimum of k draws with replacement from
-    `errors`."""
+    `errors`, over its last axis ((..., n) -> (..., len(ks)): a bootstrap's resamples at once)."""
     errors = np.sort(np.asarray(errors, dtype=float))
-    return errors @ min_weights(errors.size, np.asarray(ks))
+    return errors @ min_weights(errors.shape[-1], np.asarray(ks))
 
 
 def expected_best_band(

@@ -80,7 +80,9 @@ def fingerprint(spec: StudySpec) -> str:
     and each named declared comparison (none named: the fingerprint of earlier optbench)."""
     what = spec.decide.model_dump(mode="json")
     if declared(spec):
-        what = {"decide": what, "comparisons": [c.model_dump(mode="json") for c in declared(spec)]}
+        # without a field no comparison of its kind has (k: null): as an earlier optbench's
+        named = [c.model_dump(mode="json", exclude_none=True) for c in declared(spec)]
+        what = {"decide": what, "comparisons": named}
     blob = json.dumps(what, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:12]
 
@@ -230,6 +232,7 @@ class Rounds:
         rows = claims_table(
             results, Options(), self.spec.name, c, self.decide.margin, last, declared(self.spec)
         )
+        best_of = {comparison.name: comparison.k for comparison in declared(self.spec)}
         new = []
         for _, row in rows[rows["claim"].isin(self.decide.claims)].iterrows():
             key = comparison_key(row["claim"], row["cells"])
@@ -259,6 +262,7 @@ class Rounds:
                     alpha=self.decide.alpha,
                     panels=self.design.panels,
                     kind=None if row["kind"] == row["claim"] else row["kind"],
+                    best_of=best_of.get(row["claim"]),
                 )
             )
         return new
@@ -417,6 +421,11 @@ def size_lines(
         f"decide: {claims} looked at after {', '.join(map(str, looks))} {unit} per cell "
         f"({spending}, alpha {decide.alpha:g} for the study, {rounds.design.panel_alpha:.3g} for "
         f"each of its {rounds.design.panels} panels{of_them}{margin}; docs/sequential.md)",
+        # each declared comparison: its kind, sides and statistic (it has no paper's words)
+        *(
+            f"decide: ({c.name}) {c.kind}, {c.panel().words}: {c.panel().statistic}"
+            for c in declared(spec)
+        ),
         f"decide: from {len(first)} trials{cost(per_cell(first))} (every claim decided at the "
         f"first look, {looks[0]} {unit} per cell) to {len(most)}{cost(per_cell(most))} "
         f"(every look taken, {looks[-1]} {unit} per cell a named claim reads)",

@@ -3,16 +3,20 @@
 A *kind* (`ClaimKind`) says once: its name, what its statistic computes, the unit a study adds
 until it is decided (`samples`: (lr, wd) samples, or `seeds`), its smallest look (the fewest
 units its interval needs), which cells of a grid it reads (`panels_of`: one `Panel` per
-comparison the grid can test), what it reads of them (`reads`: an EDF over the samples, or
-per-seed contrasts), and its words: the paper's claim in the verdict sentence, what its
+comparison the grid can test), what it reads of them (`reads`: an EDF over the samples, their
+expected best of k, or per-seed contrasts), and its words: the paper's claim in the verdict sentence, what its
 estimate measures, the panel's phrase, the report section whose figure it shows, and what a
-grid needs for it. `KINDS` holds the paper's claims (a)-(d) (report/claims.py defines their
-statistics and intervals); the study schema (`decide:`), the rounds (run/rounds.py), the
-claims table and its page (report/claims.py, report/claims_page.py) iterate it, so a kind is
-added here and beside its statistic (report/claims.py, `SEED_CONTRASTS` or the EDF reader).
-A kind with `better` compares two cells, and a study may declare comparisons of it on cells of
-its own (spec/comparisons.py, `declared_panel`): a panel's name (`claim`: a-d or the declared
-name) is kept apart from its kind (`kind_name`, None where the name is the kind).
+grid needs for it. `KINDS` holds the paper's claims (a)-(d) (`PAPER`) and two kinds that only a
+study declares (no `paper` words, no panels of a grid's own): `best-error`, the expected best
+error of k (lr, wd) samples, and `length-stability`, claim (b)'s contrast on two declared sides
+(report/claims.py defines every statistic and interval); the study schema (`decide:`), the
+rounds (run/rounds.py), the claims table and its page (report/claims.py, claims_page.py)
+iterate it, so a kind is added here and beside its statistic (report/claims.py, `READERS`
+and, for a seed kind, `SEED_CONTRASTS`). A kind with `better` compares two sides, and a study
+may declare comparisons of it on cells of its own (spec/comparisons.py, `declared_panel`): a
+side is one cell, or a short and a long schedule for a kind of `TWO_LENGTHS`; a panel's name
+(`claim`: a-d or the declared name) is kept apart from its kind (`kind_name`, None where the
+name is the kind).
 
 A comparison (a kind on one panel of a grid) is named by `comparison_key`, made of its kind and
 the cells it reads, never of display text: a sequential study's looks are stored and matched
@@ -47,6 +51,7 @@ class Panel:
     models: tuple[str, ...]  # (C, P), or the stem chain S1, ..., P for (d)
     cells: tuple[CellKey, ...]
     kind_name: str | None = None  # a declared comparison's kind; None: its name is its kind
+    best_of: int | None = None  # a best-error comparison's k: the (lr, wd) samples drawn
 
     @property
     def kind(self) -> ClaimKind:
@@ -67,13 +72,18 @@ class Panel:
         return (" vs " if self.declared else self.kind.joiner).join(self.models)
 
     @property
+    def sides(self) -> tuple[tuple[CellKey, ...], tuple[CellKey, ...]]:
+        """A declared comparison's two sides, the one expected to do better first: its cells
+        are two halves, one per side (one cell each, or a short and a long schedule)."""
+        return _sides(self.cells, self.kind.better)
+
+    @property
     def words(self) -> str:
         """The panel in words, e.g. "adamw 20ep vit_c_x vs vit_p_x" (lines and figures); a
         declared comparison's sides, the one expected to do better first."""
         if self.declared:
-            better = self.cells[self.kind.better]
-            other = self.cells[1 - self.kind.better]
-            return f"{side_words(better)} vs {side_words(other)}"
+            better, other = self.sides
+            return f"{side_words(*better)} vs {side_words(*other)}"
         return f"{self.optimizer} {self.epochs}ep {self.model_words}"
 
     @property
@@ -81,9 +91,13 @@ class Panel:
         """What its estimate computes, in its unit; a declared comparison's on its own sides."""
         if not self.declared:
             return self.kind.statistic
-        better = side_words(self.cells[self.kind.better])
-        other = side_words(self.cells[1 - self.kind.better])
-        return self.kind.declared_statistic.format(better=better, other=other)
+        better, other = (side_words(*side) for side in self.sides)
+        return self.kind.declared_statistic.format(better=better, other=other, k=self.best_of)
+
+    @property
+    def measure(self) -> str:
+        """What its estimate measures, in words (a best-error comparison's with its k)."""
+        return self.kind.measure.format(k=self.best_of)
 
     @property
     def old_key(self) -> str:
@@ -149,25 +163,42 @@ class ClaimKind:
     """One kind of comparison (module docstring)."""
 
     name: str  # "a": how `decide.claims` and the page name it
-    paper: str  # the claim in the paper's words ({chain}: the stems that ran)
+    # the claim in the paper's words ({chain}: the stems that ran); None: no claim of the paper,
+    # only a study's declared comparisons are of this kind
+    paper: str | None
     statistic: str  # what it computes, in its unit (report/claims.py defines it)
     unit: str  # what a study adds until it is decided: "samples" or "seeds"
     smallest_look: int  # the fewest units its interval needs
-    reads: str  # "edf": the cells' (lr, wd) samples; "seeds": per-seed contrasts
+    # "edf": the cells' (lr, wd) samples' EDFs; "best": their expected best of k samples;
+    # "seeds": per-seed contrasts
+    reads: str
     panels_of: Callable[[Family, _Grid], Iterator[Panel]]  # the cells it reads in a grid
     needs: str  # what a grid needs for it, in words (the schema's refusal)
-    measure: str  # what its estimate measures, beside it in the sentence
+    measure: str  # what its estimate measures, beside it in the sentence ({k}: Panel.best_of)
     phrase: str  # its panel in the sentence ({optimizer}, {epochs})
     section: str  # the report section whose figure it reads
     margin_below: float  # the largest difference its statistic can take: a margin is below it
     margin_words: str  # that scale, in words
     joiner: str = " vs "  # between its models' names
     chain: bool = False  # a chain of steps: decided on every step's interval
-    # a kind a study may declare on two cells of its own (spec/comparisons.py): the place in
-    # its two cells of the one a positive estimate says does better; None: it reads more cells
+    # a kind a study may declare on two sides of its own (spec/comparisons.py; its cells are
+    # two halves, one per side): the place of the side a positive estimate says does better;
+    # None: it reads more cells
     better: int | None = None
-    # its statistic on two declared cells, {better} and {other} the sides in words
+    # its statistic on two declared sides, {better} and {other} the sides in words ({k}: a
+    # best-error comparison's samples drawn)
     declared_statistic: str | None = None
+
+
+def _no_panels(fam: Family, grid: _Grid) -> Iterator[Panel]:
+    """A kind of no claim of the paper: a grid tests it only where a study declares it."""
+    return iter(())
+
+
+# a best-error comparison's k where it names none: a small tuning budget, where how easily a
+# model is tuned shows (at large k both sides reach their best sample), and no more samples
+# than the fewest a study of the kind has (its smallest look), so never refused
+BEST_OF_DEFAULT = 4
 
 
 _EDF_AREA = (1.0, "a difference of EDF areas (each 0..1)")
@@ -237,8 +268,51 @@ KINDS: dict[str, ClaimKind] = {
             better=0,  # on two cells: E(cells[1]) - E(cells[0])
             declared_statistic="E({other}) - E({better}) (points)",
         ),
+        ClaimKind(
+            "best-error",
+            None,
+            "best_k(other) - best_k(better): expected best error of k (lr, wd) samples (points)",
+            "samples",
+            MIN_EDF_SAMPLES,
+            "best",
+            _no_panels,
+            "two sides declared in comparisons:",
+            "expected best error of {k} (lr, wd) samples, points",
+            "with {optimizer} at {epochs} epochs",
+            "tunability",
+            *_POINTS,
+            better=1,  # best_k(cells[0]) - best_k(cells[1])
+            declared_statistic=(
+                "best_{k}({other}) - best_{k}({better}) (expected best error of {k} (lr, wd) "
+                "samples, points)"
+            ),
+        ),
+        ClaimKind(
+            "length-stability",
+            None,
+            "[E(other,short) - E(other,long)] - [E(better,short) - E(better,long)] (points)",
+            "seeds",
+            MIN_SEEDS,
+            "seeds",
+            _no_panels,
+            "two sides declared in comparisons:, each with a short and a long schedule",
+            "error points",
+            "with {optimizer}, {epochs} epochs",
+            "length",
+            *_POINTS,
+            # claim (b)'s contrast, the cells read as other short, other long, better short,
+            # better long
+            better=1,
+            declared_statistic=(
+                "[E(short) - E(long)] of {other} - [E(short) - E(long)] of {better} (points)"
+            ),
+        ),
     )
 }
+# the paper's claims (a)-(d): the kinds `decide.claims` may name by themselves
+PAPER = [name for name, kind in KINDS.items() if kind.paper is not None]
+# the kinds whose comparisons read a short and a long schedule of each side
+TWO_LENGTHS = ["length-stability"]
 
 
 def panels(cells: Iterable[CellKey], claims: Iterable[str] | None = None) -> list[Panel]:
@@ -275,20 +349,39 @@ def panel_of(claim: str, cells: Iterable[Iterable]) -> Panel | None:
     return found[0] if found else None
 
 
-def side_words(cell: Iterable) -> str:
-    """One cell in words, e.g. "vit_p_x adamw 20ep" (a declared comparison's side)."""
-    model, optimizer, epochs = cell
-    return f"{model} {optimizer} {epochs}ep"
+def _sides(cells: tuple[CellKey, ...], better: int) -> tuple[tuple[CellKey, ...], ...]:
+    """A declared comparison's cells as its two sides (two halves), the better one first."""
+    half = len(cells) // 2
+    halves = (cells[:half], cells[half:])
+    return halves[better], halves[1 - better]
 
 
-def declared_panel(name: str, kind: str, cells: Iterable[Iterable]) -> Panel:
-    """A declared comparison of kind `kind` (one with `better`) on two cells in the order its
-    statistic reads them (spec/comparisons.py orders them by the side expected to do better)."""
+def _epochs_words(side: tuple[CellKey, ...]) -> int | str:
+    """A side's epochs: 20, or a short and a long schedule, "4->8"."""
+    return side[0][2] if len(side) == 1 else "->".join(str(e) for _, _, e in side)
+
+
+def side_words(*cells: Iterable) -> str:
+    """One side of a declared comparison in words: its cell, e.g. "vit_p_x adamw 20ep", or its
+    short and long schedules, "vit_p_x adamw 4->8ep"."""
+    side = tuple(tuple(c) for c in cells)
+    model, optimizer, _ = side[0]
+    return f"{model} {optimizer} {_epochs_words(side)}ep"
+
+
+def declared_panel(
+    name: str, kind: str, cells: Iterable[Iterable], best_of: int | None = None
+) -> Panel:
+    """A declared comparison of kind `kind` (one with `better`) on its two sides' cells in the
+    order its statistic reads them (spec/comparisons.py orders them by the side expected to do
+    better); `best_of`: a best-error comparison's k."""
     cells = tuple((str(m), str(o), int(e)) for m, o, e in cells)
-    better, other = cells[KINDS[kind].better], cells[1 - KINDS[kind].better]
-    optimizers = " vs ".join(dict.fromkeys((better[1], other[1])))
-    epochs = better[2] if better[2] == other[2] else f"{better[2]} vs {other[2]}"
-    return Panel(name, optimizers, epochs, (better[0], other[0]), cells, kind_name=kind)
+    better, other = _sides(cells, KINDS[kind].better)
+    optimizers = " vs ".join(dict.fromkeys((better[0][1], other[0][1])))
+    b, o = _epochs_words(better), _epochs_words(other)
+    epochs = b if b == o else f"{b} vs {o}"
+    models = (better[0][0], other[0][0])
+    return Panel(name, optimizers, epochs, models, cells, kind_name=kind, best_of=best_of)
 
 
 def cells_read(cells: Iterable[CellKey], claims: Iterable[str]) -> dict[CellKey, set[str]]:

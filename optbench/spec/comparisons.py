@@ -1,6 +1,8 @@
 """The comparisons a study declares (`comparisons:`, docs/study.md), as data: each one's name,
-its kind (a kind of claim_kinds.py that reads two cells: its `better` is set), its two sides (a
-cell each, by model, optimizer and epochs) and the side expected to do better (`expect`).
+its kind (a kind of claim_kinds.py that compares two sides: its `better` is set), its two sides
+(a cell each, by model, optimizer and epochs; for a kind of TWO_LENGTHS a model and optimizer
+with a short and a long schedule, `epochs: [short, long]`), the side expected to do better
+(`expect`) and, for kind best-error, `k`: the (lr, wd) samples whose expected best it compares.
 `Comparison.panel` is it as a panel of its kind, its cells ordered so that a positive estimate
 says the expected side does better; the claims table and the rounds compute it beside the
 paper's claims, and `decide.claims` names it as it names (a)-(d). `check_comparisons` refuses,
@@ -10,11 +12,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, StrictInt, field_validator
+from pydantic import Field, StrictInt, field_validator, model_validator
 
 from optbench.errors import did_you_mean
 from optbench.spec.claim_kinds import (
+    BEST_OF_DEFAULT,
     KINDS,
+    PAPER,
+    TWO_LENGTHS,
     CellKey,
     Panel,
     declared_panel,
@@ -28,15 +33,24 @@ MAX_COMPARISONS = 20
 
 
 class Side(StrictModel):
-    """One side of a comparison: a cell of the study's grid."""
+    """One side of a comparison: a cell of the study's grid, or (a kind of TWO_LENGTHS) a short
+    and a long schedule of one model and optimizer, two cells."""
 
     model: str
     optimizer: str
-    epochs: StrictInt
+    epochs: StrictInt | list[StrictInt]
+
+    @property
+    def cells(self) -> tuple[CellKey, ...]:
+        """Its cells, the short schedule first."""
+        lengths = self.epochs if isinstance(self.epochs, list) else [self.epochs]
+        return tuple((self.model, self.optimizer, e) for e in lengths)
 
     @property
     def cell(self) -> CellKey:
-        return (self.model, self.optimizer, self.epochs)
+        """The cell of a side of one schedule."""
+        (cell,) = self.cells
+        return cell
 
 
 class Comparison(StrictModel):
@@ -46,12 +60,16 @@ class Comparison(StrictModel):
     kind: str
     sides: list[Side] = Field(min_length=2, max_length=2)
     expect: Literal["first", "second"]  # the side expected to do better
+    # kind best-error: the (lr, wd) samples drawn (BEST_OF_DEFAULT where none is given)
+    k: StrictInt | None = Field(default=None, ge=1)
 
     @field_validator("name")
     @classmethod
     def _not_the_papers(cls, v: str) -> str:
-        if v in KINDS:
+        if v in PAPER:
             raise ValueError(f"{v!r} names the paper's claim ({v}); give the comparison its own")
+        if v in KINDS:  # a row whose name is its kind reads as the paper's
+            raise ValueError(f"{v!r} names a kind; give the comparison its own name")
         return v
 
     @field_validator("kind")
@@ -66,26 +84,37 @@ class Comparison(StrictModel):
             )
         return v
 
+    @model_validator(mode="before")
+    @classmethod
+    def _best_of(cls, data):
+        """A best-error comparison's k spelled out (spec.yaml, the design's fingerprint); one
+        given to another kind is refused by check_comparisons, which names the field."""
+        if isinstance(data, dict) and data.get("kind") == "best-error" and data.get("k") is None:
+            data = {**data, "k": BEST_OF_DEFAULT}
+        return data
+
     def panel(self) -> Panel:
         """It as a panel of its kind: the expected side where a positive estimate favours."""
-        first, second = (side.cell for side in self.sides)
+        first, second = (side.cells for side in self.sides)
         expected, other = (first, second) if self.expect == "first" else (second, first)
-        cells = (other, expected) if KINDS[self.kind].better == 1 else (expected, other)
-        return declared_panel(self.name, self.kind, cells)
+        cells = (*other, *expected) if KINDS[self.kind].better == 1 else (*expected, *other)
+        return declared_panel(self.name, self.kind, cells, self.k)
 
 
 def declared_words(panel: Panel) -> str:
     """A declared comparison in words, the side expected to do better first (the rows' `paper`),
     e.g. "mine: vit_c_x adamw 20ep vs vit_p_x adamw 20ep, EDF area to 10 points"."""
-    return f"{panel.claim}: {panel.words}, {panel.kind.measure}"
+    return f"{panel.claim}: {panel.words}, {panel.measure}"
 
 
 def check_comparisons(
     comparisons: list[Comparison], cells: list[CellKey], seeds: int, n_samples: int, sampler: str
 ) -> None:
-    """ValueError (one line naming the field) for a name declared twice, sides that name one
-    cell, a side that is no cell of the grid, or a kind whose statistic the study's sizes cannot test (fewer seeds or
-    (lr, wd) samples than its smallest look)."""
+    """ValueError (one line naming the field) for a name declared twice, a side's epochs that
+    are not its kind's (one value; a short and a long one for a kind of TWO_LENGTHS), a `k`
+    given to another kind than best-error or above the study's samples, sides that name the
+    same cells, a side that is no cell of the grid, or a kind whose statistic the study's sizes
+    cannot test (fewer seeds or (lr, wd) samples than its smallest look)."""
     grid = set(cells)
     seen: set[str] = set()
     for i, comparison in enumerate(comparisons):
@@ -93,15 +122,20 @@ def check_comparisons(
         if comparison.name in seen:
             raise ValueError(f"{where}.name: {comparison.name!r} is declared twice")
         seen.add(comparison.name)
-        first, second = (side.cell for side in comparison.sides)
-        if first == second:
-            raise ValueError(f"{where}.sides: both name {side_words(first)}; compare two cells")
         for j, side in enumerate(comparison.sides):
-            if side.cell not in grid:
-                raise ValueError(
-                    f"{where}.sides.{j}: {side_words(side.cell)} is no cell of the study "
-                    "(its models x optimizers x epochs)"
-                )
+            _check_epochs(f"{where}.sides.{j}.epochs", comparison.kind, side.epochs)
+        first, second = (side.cells for side in comparison.sides)
+        if first == second:
+            raise ValueError(
+                f"{where}.sides: both name {side_words(*first)}; compare two different sides"
+            )
+        for j, side in enumerate(comparison.sides):
+            for cell in side.cells:
+                if cell not in grid:
+                    raise ValueError(
+                        f"{where}.sides.{j}: {side_words(cell)} is no cell of the study "
+                        "(its models x optimizers x epochs)"
+                    )
         kind = KINDS[comparison.kind]
         size = seeds if kind.unit == "seeds" else n_samples
         if kind.unit == "samples" and sampler == "good":
@@ -112,3 +146,42 @@ def check_comparisons(
                 f"{where}.kind: {comparison.kind!r} compares {kind.unit} and needs at least "
                 f"{kind.smallest_look}; the study has {size} {has}"
             )
+        _check_best_of(where, comparison, n_samples)
+
+
+def _check_epochs(where: str, kind: str, epochs: int | list[int]) -> None:
+    """ValueError naming `where` unless a side's epochs are one value, or for a kind of
+    TWO_LENGTHS a short and a longer one."""
+    if kind not in TWO_LENGTHS:
+        if isinstance(epochs, list):
+            raise ValueError(
+                f"{where}: kind {kind!r} compares one cell per side: give one epochs value, "
+                f"not {epochs}"
+            )
+        return
+    if not isinstance(epochs, list) or len(epochs) != 2:
+        raise ValueError(
+            f"{where}: kind {kind!r} compares a short and a long schedule of each side: give "
+            f"[short, long], not {epochs}"
+        )
+    short, long = epochs
+    if short >= long:
+        raise ValueError(f"{where}: {epochs}: the short schedule is shorter than the long one")
+
+
+def _check_best_of(where: str, comparison: Comparison, n_samples: int) -> None:
+    """ValueError naming `where`.k for a k given to another kind than best-error, or for more
+    samples than a cell of the study has."""
+    k = comparison.k
+    if k is None:
+        return
+    if comparison.kind != "best-error":
+        raise ValueError(
+            f"{where}.k: only kind 'best-error' draws k samples; kind {comparison.kind!r} "
+            "takes no k"
+        )
+    if k > n_samples:
+        raise ValueError(
+            f"{where}.k: {k} samples is more than the study's {n_samples} (lr, wd) samples "
+            "per cell (search.n_samples)"
+        )

@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import Field, PrivateAttr, StrictFloat, StrictInt, field_validator
 
 from optbench.errors import did_you_mean
-from optbench.spec.claim_kinds import KINDS, CellKey, ClaimKind, panels
+from optbench.spec.claim_kinds import KINDS, PAPER, CellKey, ClaimKind, panels
 from optbench.spec.comparisons import Comparison
 from optbench.spec.recipe import StrictModel
 
@@ -74,10 +74,11 @@ def read_kinds(decide: Decide, comparisons: list[Comparison]) -> None:
     paper's claim nor a declared comparison; then the units and the margin of those kinds."""
     declared = {c.name: c.kind for c in comparisons}
     for claim in decide.claims:
-        if claim not in KINDS and claim not in declared:
-            known = [*KINDS, *declared]
+        if claim not in PAPER and claim not in declared:
+            known = [*PAPER, *declared]
+            # a kind of no paper's claim (best-error, ...) is decided only as a declared one
             raise ValueError(
-                f"decide.claims: {claim!r} is neither a claim of the paper ({', '.join(KINDS)}) "
+                f"decide.claims: {claim!r} is neither a claim of the paper ({', '.join(PAPER)}) "
                 f"nor a name in comparisons:{did_you_mean(claim, known)}"
             )
     decide._kinds = {c: declared[c] for c in decide.claims if c in declared}
