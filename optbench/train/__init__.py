@@ -5,7 +5,7 @@ with the driver is the contract in optbench/trial.
 - `run_trial.py`: `run_trial`, one trial start to finish, and what `optbench train` checks
   first; `run_job`, a job's trials in this process.
 - `population.py`: `run_population`, K trials trained together (`PopulationStepper`), with
-  `population_optim.py`, its per-member AdamW and SGD.
+  `population_optim.py`, its per-member AdamW, SGD and Lion.
 - `stepper.py`: what the loop trains (the `Stepper` protocol, `SoloStepper`); `parts.py`: what
   a program's members share (batches, model, augmentation, loss).
 - `loop.py`: the training loop (epochs, the divergence rule, records, the one crash path);
