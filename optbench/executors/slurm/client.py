@@ -1,5 +1,6 @@
 """SLURM's client commands as optbench runs them (sacct, squeue, scontrol, sinfo, scancel) and what
-their answers mean: a job's state, how many jobs of a shape the partition runs at once, which source failed (`Survey`), what scancel did (`Cancelled`).
+their answers mean: a job's state, which source failed (`Survey`), what scancel did
+(`Cancelled`), how many jobs of a shape the partition holds at once (`cluster_slots`).
 sacct *failing* (accounting down) is not sacct *not knowing* a job: see the package docstring.
 """
 
