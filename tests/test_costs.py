@@ -434,6 +434,52 @@ def test_the_slurm_executor_runs_auto_trials_per_job_as_the_cost_plan_says(tiny_
     assert _slurm_executor(load_study_dict(tiny_dict), print).settings.trials_per_job == 2
 
 
+def test_auto_cuts_a_round_into_at_least_as_many_jobs_as_slurm_runs_at_once():
+    from optbench.plan.costs import packed_trials, round_jobs
+
+    # the quickstart's later rounds on the 2-CPU local cluster: no slot idles beside a pack
+    assert round_jobs(4, slots=2, most=4) == [2, 2]
+    assert round_jobs(2, slots=2, most=4) == [1, 1]
+    assert round_jobs(3, slots=8, most=4) == [1, 1, 1]
+    # many more trials than slots, cheap ones: packs as big as the time limit lets them be
+    most = packed_trials(60.0, 10.0, time_min=10)
+    assert 1 < most < packed_trials(60.0, 10.0, time_min=60)  # the time limit binds
+    sizes = round_jobs(40, slots=2, most=most)
+    assert sum(sizes) == 40 and len(sizes) == -(-40 // most) and max(sizes) <= most
+    assert max(sizes) - min(sizes) <= 1  # the round's last jobs end together
+    assert job_minutes(job_seconds({"process_s": 60.0}, 10.0, max(sizes))) <= 10
+
+
+def test_the_slurm_executor_submits_an_auto_round_as_round_jobs_cuts_it(
+    tiny_dict, tmp_path, monkeypatch
+):
+    from test_population import FakeSubmitit
+
+    from optbench.executors import _slurm_executor
+    from optbench.executors.slurm import executor as slurm
+    from optbench.plan.costs import trials_per_job
+
+    tiny_dict["executor"] = {"kind": "slurm", "slurm": {"folder": str(tmp_path / "slurm")}}
+    spec = load_study_dict(tiny_dict)
+    _cache_for(spec, {**FIGURES, "step_s": 0.01, "start_s": 1.0, "eval_s_per_image": 1e-4})
+    assert trials_per_job(spec) >= 4
+    fake = FakeSubmitit()
+    monkeypatch.setattr(slurm.SlurmExecutor, "_executor", lambda self: fake)
+    monkeypatch.setattr(slurm, "max_array_size", lambda: 1000)
+    # the partition holds 2 such jobs (raising=False: the test runs on code without it too)
+    monkeypatch.setattr(slurm, "cluster_slots", lambda *a: 2, raising=False)
+    jobs = [t.job for t in plan(spec)][:4]
+    executor = _slurm_executor(spec, print)
+    executor.folder.mkdir(parents=True)
+    executor._submit_new(jobs)
+    assert [batch.jobs for batch in fake.submitted] == [jobs[:2], jobs[2:]]
+    # a number is run as written, whatever runs at once
+    tiny_dict["executor"]["slurm"]["trials_per_job"] = 4
+    fake.submitted.clear()
+    _slurm_executor(load_study_dict(tiny_dict), print)._submit_new(jobs)
+    assert [batch.jobs for batch in fake.submitted] == [jobs]
+
+
 def test_a_failed_measuring_process_is_one_line_exit_1_not_bad_input(
     cli, tiny_dict, tmp_path, monkeypatch
 ):

@@ -111,6 +111,29 @@ def test_slurm_settings_in_the_study_yaml(tiny_dict):
     assert "account" not in params and "qos" not in params
 
 
+def test_the_jobs_a_partition_holds_at_once_are_counted_from_its_nodes_cpus_and_gpus(
+    monkeypatch,
+):
+    from optbench.executors.slurm import client
+
+    said = {
+        "sinfo": "a|32|gpu:a100:4(S:0-1)\nb|32|gpu:a100:4(S:0-1)\nb|32|gpu:a100:4\nc|8|(null)\n"
+    }
+
+    def sinfo(*args, **kw):
+        if said["sinfo"] is None:
+            raise client.SlurmCommandError("sinfo", "Unable to contact slurm controller")
+        return said["sinfo"]
+
+    monkeypatch.setattr(client, "slurm_command", sinfo)
+    assert client.cluster_slots(None, cpus=4) == 8 + 8 + 2  # node b listed in two partitions
+    assert client.cluster_slots("gpu", cpus=4, gpus=1) == 4 + 4  # node c has no GPU
+    assert client.cluster_slots(None, cpus=4, gpus=1, nodes=2) == 4
+    assert client.cluster_slots(None, cpus=64) is None  # no node holds one: not known
+    said["sinfo"] = None
+    assert client.cluster_slots(None, cpus=1) is None
+
+
 def test_unknown_slurm_key_names_the_field(tiny_dict):
     tiny_dict["executor"] = {"kind": "slurm", "slurm": {"gpus": 2}}
     with pytest.raises(SpecError, match=r"executor\.slurm\.gpus: unknown key"):

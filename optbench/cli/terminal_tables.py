@@ -287,9 +287,17 @@ def execution_note(spec: StudySpec, trials: list) -> str:
         )
     per_job = trials_per_job(spec)
     if ex.kind == "slurm" and (k > 1 or per_job > 1):
+        auto = ex.slurm.trials_per_job == "auto"
         note += (
-            f"\nslurm: each array element runs {per_job} "
-            f"{'population(s)' if k > 1 else 'trial(s)'} one after another; time_min "
+            f"\nslurm: each array element runs {'up to ' if auto else ''}{per_job} "
+            f"{'population(s)' if k > 1 else 'trial(s)'} one after another"
+            + (
+                " (auto: a round has at least as many jobs as SLURM runs at once, "
+                "array_parallelism or what the partition holds)"
+                if auto
+                else ""
+            )
+            + f"; time_min "
             f"{ex.slurm.time_min} must cover them all"
             + (
                 " (a population takes about one trial's time x its slowdown, bench/population.py)"

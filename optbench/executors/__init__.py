@@ -70,4 +70,5 @@ def _slurm_executor(spec: StudySpec, notify: Callable[[str], None]) -> Executor:
     from optbench.plan.costs import trials_per_job
 
     settings = spec.executor.slurm.model_copy(update={"trials_per_job": trials_per_job(spec)})
-    return SlurmExecutor(settings, job_folder(spec), spec.name, notify)
+    auto = spec.executor.slurm.trials_per_job == "auto"
+    return SlurmExecutor(settings, job_folder(spec), spec.name, notify, fill_slots=auto)

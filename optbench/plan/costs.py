@@ -257,9 +257,23 @@ def packed_trials(process_s: float, trial_s: float, time_min: int) -> int:
     return max(1, min(wanted, fitting))
 
 
+def round_jobs(trials: int, slots: int, most: int) -> list[int]:
+    """How many trials each SLURM job of a round of `trials` holds under `auto`: at least as
+    many jobs as SLURM runs at once (`slots`) while the round has trials for them, a slot idling
+    beside a job of several trials only delays the round; more where a job would hold more than
+    `most` (trials_per_job: the cost plan's packing within the time limit). The jobs' sizes
+    differ by at most one, so the round's last jobs end together."""
+    if trials <= 0:
+        return []
+    jobs = max(math.ceil(trials / most), min(trials, slots))
+    size, bigger = divmod(trials, jobs)
+    return [size + 1] * bigger + [size] * (jobs - bigger)
+
+
 def trials_per_job(spec: StudySpec, costs: CostPlan | None = None) -> int:
     """slurm.trials_per_job, `auto` resolved: the fewest of `packed_trials` over the study's
-    cells (each at its measured costs), 1 where a cell has none (its trial might not fit)."""
+    cells (each at its measured costs), 1 where a cell has none (its trial might not fit).
+    Under `auto` it is the most a job holds: a round is cut by `round_jobs`."""
     setting = spec.executor.slurm.trials_per_job
     if setting != "auto":
         return setting

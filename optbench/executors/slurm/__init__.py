@@ -1,6 +1,6 @@
 """Run trials as SLURM jobs through submitit: job arrays, live follow, reattach, honest states.
 
-One file per concept: `client.py` (SLURM's commands: sacct, squeue, scancel, and what their
+One file per concept: `client.py` (SLURM's commands: sacct, squeue, sinfo, scancel, and what their
 answers mean), `job.py` (what a job runs, `TrialBatch`), `journal.py` (jobs.jsonl: what was
 submitted, and adopting the jobs of an interrupted submission), `ends.py` (how a job ended, in
 words), `executor.py` (`SlurmExecutor`, the Executor protocol on SLURM), `study.py` (a study's

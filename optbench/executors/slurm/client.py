@@ -1,5 +1,6 @@
-"""SLURM's client commands as optbench runs them (sacct, squeue, scontrol, scancel) and what their
-answers mean: a job's state, which source failed (`Survey`), what scancel did (`Cancelled`).
+"""SLURM's client commands as optbench runs them (sacct, squeue, scontrol, sinfo, scancel) and what
+their answers mean: a job's state, which source failed (`Survey`), what scancel did
+(`Cancelled`), how many jobs of a shape the partition holds at once (`cluster_slots`).
 sacct *failing* (accounting down) is not sacct *not knowing* a job: see the package docstring.
 """
 
@@ -63,6 +64,28 @@ def max_array_size() -> int:
         ) from None
     match = re.search(r"^MaxArraySize\s*=\s*(\d+)", out, re.MULTILINE)
     return int(match.group(1)) if match else DEFAULT_MAX_ARRAY_SIZE
+
+
+def cluster_slots(partition: str | None, cpus: int, gpus: int = 0, nodes: int = 1) -> int | None:
+    """How many jobs of `nodes` nodes, each taking `cpus` CPUs and `gpus` GPUs of a node, the
+    partition (the default one where None) holds at once: its nodes' CPUs and GPUs (`sinfo`),
+    whoever else uses them. None where sinfo does not answer or lists no node that fits one."""
+    args = ["sinfo", "--noheader", "--Node", "-o", "%N|%c|%G"]
+    try:
+        out = slurm_command(*args, *(["-p", partition] if partition else []), timeout=30)
+    except SlurmCommandError:
+        return None
+    per_node = {}  # a node in several partitions is listed once for each
+    for line in out.splitlines():
+        name, node_cpus, gres = (line.split("|") + ["", "", ""])[:3]
+        if not node_cpus.strip().isdigit():
+            continue
+        fits = int(node_cpus) // cpus
+        if gpus:
+            match = re.search(r"gpu(?::[^:,(]+)?:(\d+)", gres)
+            fits = min(fits, int(match.group(1)) // gpus if match else 0)
+        per_node[name.strip()] = fits
+    return sum(per_node.values()) // nodes or None
 
 
 def chunks(items: Sequence, size: int) -> list[list]:

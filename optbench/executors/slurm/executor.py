@@ -5,6 +5,7 @@ ended (ends.py); it reattaches to a study's jobs that outlived an earlier driver
 
 from __future__ import annotations
 
+import itertools
 import secrets
 import shlex
 import sys
@@ -22,6 +23,7 @@ from optbench.executors.slurm.client import (
     ACTIVE_STATES,
     Survey,
     chunks,
+    cluster_slots,
     error_line,
     max_array_size,
     scancel,
@@ -39,6 +41,7 @@ from optbench.executors.slurm.journal import (
     followed_jobs,
 )
 from optbench.executors.slurm.study import cancel_study_jobs, completed_job_times, jobs_status
+from optbench.plan.costs import round_jobs
 from optbench.spec.schema import ExecutorSettings, SlurmSettings
 from optbench.trial.jobs import Job, TrialJob, members_of
 
@@ -107,8 +110,12 @@ class SlurmExecutor:
         folder: Path,
         job_name: str,
         notify: Callable[[str], None] = print,
+        fill_slots: bool = False,
     ):
         self.settings = settings
+        # trials_per_job was `auto` (resolved to the most a job holds): a round is cut into at
+        # least as many jobs as SLURM runs at once (plan/costs.py: round_jobs)
+        self.fill_slots = fill_slots
         self.folder = Path(folder).resolve()
         self.job_name = job_name
         self.notify = notify
@@ -171,7 +178,13 @@ class SlurmExecutor:
         # "auto" is resolved from the cost plan where a study makes its executor
         # (executors._slurm_executor); left unresolved it is a trial per job
         per_job = self.settings.trials_per_job
-        batches = chunks(jobs, 1 if per_job == "auto" else per_job)  # populations count as one
+        most = 1 if per_job == "auto" else per_job  # populations count as one
+        if self.fill_slots:
+            sizes = round_jobs(len(jobs), self._slots(), most)
+            ends = list(itertools.accumulate(sizes))
+            batches = [list(jobs[end - size : end]) for size, end in zip(sizes, ends, strict=True)]
+        else:
+            batches = chunks(jobs, most)
         for array in chunks(batches, max_array_size()):
             trials = [[m for job in batch for m in members_of(job)] for batch in array]
             intent = Submission(
@@ -201,6 +214,13 @@ class SlurmExecutor:
                     self._tracked[job.key] = _Tracked(rec, job, now)
             append_records(self.folder, new)
             self.submitted += len(new)
+
+    def _slots(self) -> int:
+        """How many jobs SLURM runs at once for this study: its array_parallelism, or fewer where
+        the partition holds fewer jobs of its shape (cluster_slots; unknown: array_parallelism)."""
+        s = self.settings
+        fitting = cluster_slots(s.partition, s.cpus_per_task * s.tasks, s.gpus_per_node, s.nodes)
+        return min(s.array_parallelism, fitting or s.array_parallelism)
 
     def _say_trouble(self, found: Survey) -> None:
         """Say once per NOTE_EVERY_S that SLURM does not answer, and once that it is back."""
