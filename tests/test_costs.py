@@ -323,6 +323,26 @@ def test_status_compares_the_estimate_with_the_trials_and_their_slurm_jobs(tiny_
     assert job_cells[cell]["estimate_over_measured"] == 0.5 and job_cells[cell]["n"] == 2
 
 
+def test_status_compares_jobs_that_packed_trials_of_several_cells(tiny_dict):
+    # `auto` packs a round's trials across cells (round_jobs): such jobs are compared too, each
+    # estimated as one process start and its trials' estimates one after another
+    tiny_dict["models"] = ["vit_p_w64_16px", "vit_c_w64_16px"]
+    spec = load_study_dict(tiny_dict)
+    _cache_for(spec, FIGURES)
+    p, c = ([t for t in plan(spec) if t.cell.model == m] for m in tiny_dict["models"])
+    estimate = trial_seconds(FIGURES, spec, 1)  # one epoch: every cell's trial alike here
+    store = _Finished(wall_s=estimate)
+    one_job = job_seconds(FIGURES, estimate, 2)  # a start and two trials
+    jobs = [JobTime([p[0].key, c[0].key], one_job / 0.5), JobTime([p[1].key, c[1].key], 1.0)]
+    jobs.append(JobTime([p[0].key, p[1].key], one_job))  # one cell: its own line, not this
+    [mixed] = [line for line in estimate_notes(spec, store, lambda: jobs) if "several" in line]
+    summed = 2 * one_job
+    assert mixed.startswith("SLURM jobs of several cells, estimated vs measured")
+    assert mixed.endswith(f"({summed / (one_job / 0.5 + 1.0) - 1:+.0%}, 2 job(s))")
+    # a job of one cell is compared on that cell's line only
+    assert not any("several" in line for line in estimate_notes(spec, store, lambda: jobs[2:]))
+
+
 def test_status_says_what_the_slurm_jobs_paid_besides_their_trials(tiny_dict):
     """Issue 55 item 1: the jobs' queue wait (sacct's Submit to Start), the start their first
     trial recorded (process start and imports) and the epochs' share of their elapsed time."""

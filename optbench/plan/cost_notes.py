@@ -139,6 +139,7 @@ def estimate_notes(spec: StudySpec, store, job_times=lambda: []) -> list[str]:
             elapsed = [e for n, e in jobs if n == size]
             job_s = job_seconds(figures, estimate, size)
             job_parts.append(_compared(cell, job_s, elapsed, f"job(s) of {size} trial(s)"))
+    mixed = _mixed_jobs(spec, costs, ended_jobs, finished)
     lines = []
     if trial_parts:
         lines.append(
@@ -154,7 +155,39 @@ def estimate_notes(spec: StudySpec, store, job_times=lambda: []) -> list[str]:
         lines.append(
             "SLURM job time, estimated vs measured (median sacct elapsed): " + "; ".join(job_parts)
         )
+    if mixed:
+        lines.append(mixed)
     return lines
+
+
+def _mixed_jobs(spec: StudySpec, costs, ended_jobs, finished: dict) -> str | None:
+    """The completed SLURM jobs whose finished trials are of several cells (`auto` packs a
+    round's trials across cells), estimated as job_seconds estimates a job: its process's
+    start (the largest of its cells' measured `process_s`) and its trials' estimates one after
+    another; compared summed over those jobs. None where there is no such job or a cell of
+    one has no estimate."""
+    estimated = measured = 0.0
+    count = 0
+    for job in ended_jobs:
+        if job.elapsed_s <= 0 or not all(k in finished for k in job.keys):
+            continue
+        cells = [finished[k].trial.cell for k in job.keys]
+        if len(set(cells)) < 2:
+            continue
+        trial_s = [costs.trial_s(spec, cell) for cell in cells]
+        if any(t is None for t in trial_s):
+            return None
+        start = max(costs.figures[cell]["process_s"] for cell in set(cells))
+        estimated += start + sum(trial_s)
+        measured += job.elapsed_s
+        count += 1
+    if not count:
+        return None
+    return (
+        "SLURM jobs of several cells, estimated vs measured (sacct elapsed, summed over them): "
+        f"{_clock(estimated)} vs {_clock(measured)} ({estimated / measured - 1:+.0%}, "
+        f"{count} job(s))"
+    )
 
 
 def spent_notes(spec: StudySpec, store) -> list[str]:
