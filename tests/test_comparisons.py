@@ -240,6 +240,19 @@ def test_a_declared_seed_comparison_of_two_stems_is_claim_d_on_them(tiny_dict):
 # --- kinds of no paper's claim: expected best error, stability across epochs ------------------
 
 
+def test_a_comparison_is_written_back_as_declared_k_only_where_drawn(tiny_dict):
+    # spec.yaml and the page's YAML dump the spec: a kind-a comparison has no k to show (a
+    # "k: null" there reads as a setting the user left out), a best-error one spells its k out
+    import json
+
+    edf = parse_spec(_declaring(tiny_dict)).model_dump(mode="json")["comparisons"][0]
+    assert "k" not in edf and edf["kind"] == "a"
+    best = parse_spec(_best_error(tiny_dict, k=None)).model_dump(mode="json")["comparisons"][0]
+    assert best["k"] >= 1  # the default, spelled out
+    dumped = json.loads(parse_spec(_declaring(tiny_dict)).model_dump_json())
+    assert "k" not in dumped["comparisons"][0]
+
+
 def _by_enumeration(errors, k: int) -> float:
     """The expected best of k draws with replacement, as the mean over every ordered draw."""
     return float(np.mean([min(draw) for draw in itertools.product(errors, repeat=k)]))

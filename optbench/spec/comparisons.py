@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, StrictInt, field_validator, model_validator
+from pydantic import Field, StrictInt, field_validator, model_serializer, model_validator
 
 from optbench.errors import did_you_mean
 from optbench.spec.claim_kinds import (
@@ -91,6 +91,15 @@ class Comparison(StrictModel):
         given to another kind is refused by check_comparisons, which names the field."""
         if isinstance(data, dict) and data.get("kind") == "best-error" and data.get("k") is None:
             data = {**data, "k": BEST_OF_DEFAULT}
+        return data
+
+    @model_serializer(mode="wrap")
+    def _k_where_drawn(self, handler) -> dict:
+        """k only on a best-error comparison: one of another kind dumps as it was declared
+        (spec.yaml, the page's YAML), never with a "k: null" it does not have."""
+        data = handler(self)
+        if data.get("k") is None:
+            data.pop("k", None)
         return data
 
     def panel(self) -> Panel:
