@@ -7,6 +7,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from optbench.store.database import user_code_cell
+
 REFERENCE = Path(__file__).resolve().parents[1] / "docs" / "reference" / "quickstart"
 
 
@@ -71,6 +73,69 @@ def test_when_no_digest_matches_compare_says_what_differs(cli, tmp_path):
     assert out.splitlines()[1].startswith("no digest matches: the thread count (2 here; 1 in ")
 
 
+# --- the study's own modules (issue 54, item 4) ----------------------------------------------------
+
+
+def _with_user_code(folder: Path, trials: pd.DataFrame, user_code: dict | None) -> Path:
+    """A report folder of `trials` whose results were trained with the study's own modules
+    `user_code` (as provenance.user_code records them; None: a study without imports), written
+    into trials.csv as the store writes it."""
+    folder.mkdir()
+    trials.assign(user_code=user_code_cell(user_code)).to_csv(folder / "trials.csv", index=False)
+    return folder
+
+
+def test_compare_names_each_user_module_whose_version_or_source_differs(cli, tmp_path):
+    trials = pd.read_csv(REFERENCE / "trials.csv")
+    same = {"version": "1.0", "digest": "5" * 16}
+    recorded = {  # provenance.user_code of the reference's results, then of the run's
+        "reference": {
+            "lab_models": {"version": "0.1", "digest": "0" * 16},
+            "lab_optim": {"version": "2.0", "digest": "1" * 16},
+            "lab_gone": {"version": None, "digest": "3" * 16},
+            "lab_same": same,
+        },
+        "run": {
+            "lab_models": {"version": "0.2", "digest": "a" * 16},
+            "lab_optim": {"version": "2.0", "digest": "b" * 16},  # edited, version kept
+            "lab_new": {"version": None, "digest": "c" * 16},
+            "lab_same": same,
+        },
+    }
+    reference = _with_user_code(tmp_path / "reference", trials, recorded["reference"])
+    run = _with_user_code(tmp_path / "run", trials.assign(digest="2" * 64), recorded["run"])
+    code, out, err = cli("compare", str(run), str(reference))
+    assert code == 0, err
+    named = [line for line in out.splitlines() if line.startswith("user module")]
+    assert named == [
+        f"user module lab_gone: only in the reference (version (none) digest {'3' * 16})",
+        "user module lab_models: version 0.2 here; 0.1 in the reference",
+        f"user module lab_new: only here (version (none) digest {'c' * 16})",
+        f"user module lab_optim: version 2.0 on both sides, source digest {'b' * 16} here; "
+        f"{'1' * 16} in the reference",
+    ]
+    assert out.splitlines()[1].startswith("no digest matches")  # then the modules
+
+    # the same modules on both sides: none named, and the trials compared as before
+    code, out, _ = cli("compare", str(reference), str(reference))
+    assert "user module" not in out and f"digests equal {len(trials)}," in out
+
+    # a study without imports against one with them: each module is only on one side
+    plain = _with_user_code(tmp_path / "plain", trials, None)
+    code, out, _ = cli("compare", str(plain), str(reference))
+    assert (
+        sum(
+            line.endswith("in the reference (version 0.1 digest " + "0" * 16 + ")")
+            for line in out.splitlines()
+        )
+        == 1
+    )
+
+    # a report written before trials.csv recorded user code: nothing said about it
+    code, out, _ = cli("compare", str(run), str(REFERENCE))
+    assert code == 0 and "user module" not in out
+
+
 # --- trials.csv, read as untrusted input (issue 43, item 5) --------------------------------------
 
 ESC = "\x1b"
@@ -106,6 +171,15 @@ BAD_TRIALS = {
     "an escape in a device": (_cell("device", f"cpu {ESC}]0;pwned{ESC}\\"), "row 4: device"),
     "an escape in torch": (_cell("torch", f"2.14{ESC}[8m"), "row 4: torch"),
     "threads as text": (_cell("threads", "two"), "row 4: threads"),
+    "user code not JSON": (_cell("user_code", "lab_models 0.1"), "row 4: user_code: not a JSON"),
+    "an escape in a user module's version": (
+        _cell("user_code", '{"m": {"version": "0.1\\u001b[2J", "digest": "0123456789abcdef"}}'),
+        "row 4: user_code: m: version: not printable",
+    ),
+    "a user module's digest not hex": (
+        _cell("user_code", '{"m": {"version": null, "digest": "xyz"}}'),
+        "row 4: user_code: m: digest",
+    ),
 }
 
 

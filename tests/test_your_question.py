@@ -198,3 +198,4 @@ def test_results_of_another_version_of_your_module_are_told_apart(tmp_path, monk
         f"the training code ({fingerprints['1.1']} here; {fingerprints['1.0']} in the reference)"
         in out
     ), out
+    assert f"user module {MODULE_NAME}: version 1.1 here; 1.0 in the reference" in out, out

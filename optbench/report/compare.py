@@ -5,7 +5,9 @@ Trials are matched by (model, optimizer, epochs, sample, seed) from each folder'
 For each matched trial: whether the weights digests are equal, and the difference in error
 (run - reference). Digests repeat only for the same config on the same machine (CPU or GPU
 model), library versions and thread count (docs/faults.md); on another machine expect unequal
-digests and errors that differ within seed noise. Reads only; writes nothing. A trials.csv is
+digests and errors that differ within seed noise. Where trials.csv records the study's own
+modules (its `user_code` column), each module whose version or source digest differs between
+the two sides, or that one side lacks, is named on a line of its own. Reads only; writes nothing. A trials.csv is
 untrusted input: each cell read is parsed strictly (a text error, epochs of 20.0, a name with
 a terminal escape sequence are one line naming row and column) and a trial listed twice is
 refused, never counted twice.
@@ -13,6 +15,7 @@ refused, never counted twice.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -38,6 +41,9 @@ STATUSES = ("finished", "diverged", "failed", "pending")
 _COUNT = re.compile(r"[0-9]{1,18}")
 _SEED = re.compile(r"[0-9]{1,19}")
 _DIGEST = re.compile(r"[0-9a-f]{64}")
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,199}")  # as provenance records a module name
+_SOURCE_DIGEST = re.compile(r"[0-9a-f]{16}")  # a user module's (user_code.source_digest)
+MAX_USER_MODULES = 20  # as provenance allows (trial/config.py)
 
 
 def _text(value: str) -> str:
@@ -78,6 +84,30 @@ def _digest(value: str) -> str:
     return value
 
 
+def _user_code(value: str) -> tuple[tuple[str, str | None, str], ...]:
+    """The study's own modules a result was trained with (trials.csv's `user_code`, JSON of
+    provenance.user_code): ((module, version or None, source digest), ...), sorted by module."""
+    try:
+        modules = json.loads(value)
+    except ValueError:
+        modules = None
+    if not isinstance(modules, dict) or not 0 < len(modules) <= MAX_USER_MODULES:
+        raise ValueError(f"not a JSON object of 1 to {MAX_USER_MODULES} modules")
+    parsed = []
+    for name, module in sorted(modules.items()):
+        if not _MODULE.fullmatch(name):
+            raise ValueError("a module name that is none")
+        if not isinstance(module, dict) or set(module) != {"version", "digest"}:
+            raise ValueError(f"{name}: not a {{version, digest}} object")
+        version, digest = module["version"], module["digest"]
+        if version is not None and (not isinstance(version, str) or not version.isprintable()):
+            raise ValueError(f"{name}: version: not printable text")
+        if not isinstance(digest, str) or not _SOURCE_DIGEST.fullmatch(digest):
+            raise ValueError(f"{name}: digest: not a source digest (16 hex digits)")
+        parsed.append((name, None if version is None else version[:100], digest))
+    return tuple(parsed)
+
+
 def _status(value: str) -> str:
     if value not in STATUSES:
         raise ValueError(f"not a trial status ({', '.join(STATUSES)})")
@@ -100,6 +130,7 @@ PARSERS = {
     "code_fingerprint": _text,
     "torch": _text,
     "threads": _count,
+    "user_code": _user_code,
 }
 REQUIRED = (*TRIAL_KEY, "status")
 NUMBERS = ("final_error", "threads")
@@ -121,7 +152,7 @@ def read_trials(folder: Path) -> pd.DataFrame:
     missing = [c for c in NEEDED if c not in raw.columns]
     if missing:
         raise UsageError(f"{path}: lacks the columns {missing}")
-    columns = NEEDED + [c for c in MAKERS if c in raw.columns]
+    columns = NEEDED + [c for c in [*MAKERS, "user_code"] if c in raw.columns]
     parsed = {column: [] for column in columns}
     seen: dict[tuple, int] = {}
     for row, cells in enumerate(raw[columns].itertuples(index=False, name=None), 1):
@@ -177,6 +208,52 @@ def why_digests_differ(run: pd.DataFrame, reference: pd.DataFrame) -> str:
     )
 
 
+def _user_modules(trials: pd.DataFrame) -> dict[str, set[tuple[str | None, str]]] | None:
+    """{module: {(version, digest), ...}} over a side's results (several pairs where its results
+    come from several versions); None where its trials.csv has no user_code column (written
+    before it was recorded)."""
+    if "user_code" not in trials:
+        return None
+    modules: dict[str, set[tuple[str | None, str]]] = {}
+    for cell in trials["user_code"].dropna():
+        for name, version, digest in cell:
+            modules.setdefault(name, set()).add((version, digest))
+    return modules
+
+
+def _described(pairs: set[tuple[str | None, str]]) -> str:
+    return ", ".join(f"version {v or '(none)'} digest {d}" for v, d in sorted(pairs, key=str))
+
+
+def user_code_differences(run: pd.DataFrame, reference: pd.DataFrame) -> list[str]:
+    """One line per module of the study's own code (`imports:`, user_code.py) that differs
+    between the two sides: its versions, else its source digests, on each side, or that one
+    side lacks it. None where either side did not record its modules."""
+    mine, theirs = _user_modules(run), _user_modules(reference)
+    if mine is None or theirs is None:
+        return []
+    lines = []
+    for name in sorted(set(mine) | set(theirs)):
+        here, there = mine.get(name), theirs.get(name)
+        if here == there:
+            continue
+        if there is None or here is None:
+            side, pairs = ("here", here) if there is None else ("in the reference", there)
+            lines.append(f"user module {name}: only {side} ({_described(pairs)})")
+            continue
+        versions_here, versions_there = ({v or "(none)" for v, _ in p} for p in (here, there))
+        if versions_here != versions_there:
+            what, a, b = "version", versions_here, versions_there
+        else:  # the same version number over edited source
+            what, a, b = "source digest", {d for _, d in here}, {d for _, d in there}
+            what = f"version {', '.join(sorted(versions_here))} on both sides, {what}"
+        lines.append(
+            f"user module {name}: {what} {', '.join(sorted(a))} here; "
+            f"{', '.join(sorted(b))} in the reference"
+        )
+    return lines
+
+
 def compare_trials(run: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
     """One row per trial of either side: its key, status and final_error of each (suffixes
     _run and _ref; NaN where a side lacks the trial), error_diff (run - reference) and
@@ -229,8 +306,10 @@ def format_comparison(
         _per_model(table).to_string(index=False, float_format=lambda v: f"{v:.2f}"),
     ]
     unequal = table[table["same_digest"] == False]  # noqa: E712
-    if matched.any() and equal == 0 and run_trials is not None and reference_trials is not None:
-        lines.insert(1, why_digests_differ(run_trials, reference_trials))
+    if run_trials is not None and reference_trials is not None:
+        lines[1:1] = user_code_differences(run_trials, reference_trials)
+        if matched.any() and equal == 0:
+            lines.insert(1, why_digests_differ(run_trials, reference_trials))
     if len(unequal):
         cols = [*TRIAL_KEY, "final_error_run", "final_error_ref", "error_diff"]
         text = unequal[cols].to_string(index=False, float_format=lambda v: f"{v:.2f}")

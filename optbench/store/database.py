@@ -18,6 +18,7 @@ come from the plan (plan/trials.py); the store only attaches their state (`Store
 from __future__ import annotations
 
 import functools
+import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -71,6 +72,12 @@ class DamagedLooks(UsageError):
 
 # which code made a result (TrialResult.provenance): columns of the trials frame and trials.csv
 PROVENANCE_COLUMNS = ("version", "commit", "code_fingerprint")
+
+
+def user_code_cell(user_code: dict | None) -> str | None:
+    """A result's provenance.user_code (the study's own modules, user_code.py) as one cell of
+    text, JSON with sorted keys ({module: {"version", "digest"}}); None without one."""
+    return json.dumps(user_code, sort_keys=True, separators=(",", ":")) if user_code else None
 
 
 @dataclass
@@ -362,6 +369,7 @@ class Store:
                     "diverged_epoch": _num(attrs.get("diverged_epoch")),
                     "digest": attrs.get("digest"),
                     **{key: code.get(key) for key in PROVENANCE_COLUMNS},
+                    "user_code": user_code_cell(code.get("user_code")),
                     "metrics": attrs.get("metrics", []),
                 }
             )
