@@ -131,8 +131,10 @@ def test_compare_names_each_user_module_whose_version_or_source_differs(cli, tmp
         == 1
     )
 
-    # a report written before trials.csv recorded user code: nothing said about it
-    code, out, _ = cli("compare", str(run), str(REFERENCE))
+    # a report written before trials.csv recorded user code (no such column): nothing said
+    (old := tmp_path / "old").mkdir()
+    trials.drop(columns="user_code", errors="ignore").to_csv(old / "trials.csv", index=False)
+    code, out, _ = cli("compare", str(run), str(old))
     assert code == 0 and "user module" not in out
 
 
