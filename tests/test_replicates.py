@@ -257,3 +257,26 @@ def test_claim_b_adding_seeds_decides_its_twenty_replicates_in_the_effects_direc
     found = bench.evaluate(reps, "b", "seeds", design)
     assert found["replicates"] == 20 and found["decided"] >= 0.9 and found["wrong"] == 0.0
     assert found["coverage"] >= 0.9
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("claim", "study"), [("c", "mini_length"), ("d", "mini_stem")])
+def test_claims_c_and_d_never_decide_against_their_replicates_pooled_estimate(claim, study):
+    # the mini's rule for (c) and (d) (seeds added at its looks, alpha split over its study's
+    # panels) replayed on trials_c.csv's and trials_d.csv's whole replicates of 6 seeds by the
+    # report's own claims table (bench/RESULTS.md `replicates-length-c`, `replicates-chain-d`):
+    # no verdict against the pooled estimate, and the intervals at the stop cover it
+    bench = _bench()
+    from optbench.report import sequential
+
+    decide = yaml.safe_load(
+        (REPLICATES.parents[2] / "studies" / "mini" / f"{study}.yaml").read_text()
+    )["decide"]
+    design = sequential.Design(
+        tuple(decide["looks"]), decide["spending"], panels=bench.SEEDS_PANELS[claim]
+    )
+    found = bench.seeds_evaluate(bench.seeds_replicates(REPLICATES, claim), design, claim)
+    assert found["replicates"] >= 10 and found["panels"]
+    for panel in found["panels"].values():
+        assert panel["wrong"] == 0.0 and panel["mean_seeds"] <= design.looks[-1]
+        assert panel["coverage"] >= 0.85  # (d)'s AdamW steps: 17 of 20 (docs/sequential.md)
