@@ -168,6 +168,7 @@ def test_the_model_runs_once_per_step_for_the_whole_population(tmp_path, monkeyp
     def counted(cfg, compute, pipeline, clock=None):
         parts = build_parts(cfg, compute, pipeline, clock)
         parts.model.register_forward_pre_hook(count)
+        calls["val_batches"] = sum(1 for _ in parts.batches.val())  # the split's batches
         return parts
 
     monkeypatch.setattr(population, "build_parts", counted)
@@ -177,8 +178,8 @@ def test_the_model_runs_once_per_step_for_the_whole_population(tmp_path, monkeyp
     results = run_population(cfgs, [tmp_path / f"m{k}" for k in range(4)])
     assert [r.status for r in results] == ["finished"] * 4
     assert calls["train"] == steps_per_epoch()  # not 4x: one forward serves every member
-    val_batches = 1  # DeviceBatches evaluates digits' validation split in one chunk
-    assert calls["eval"] == 2 * val_batches  # raw and EMA weights, each once for all members
+    assert calls["val_batches"] > 1  # digits' validation split, in batches of the training's
+    assert calls["eval"] == 2 * calls["val_batches"]  # raw and EMA, each once for all members
 
 
 # --- equivalence with solo trials ------------------------------------------------------------------
