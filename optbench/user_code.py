@@ -22,6 +22,7 @@ from pathlib import Path
 from types import ModuleType
 
 MAX_MODULE_NAME = 200  # characters: a module path, not a file's contents
+MAX_MODULES = 20  # a study's `imports:`, and so the modules a result's provenance records
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 DIGEST_CHARS = 16  # hex digits of a module's source digest (as provenance's fingerprint)
 MAX_SOURCE_FILES = 10_000  # a package's .py files hashed: more is no module of one's own
@@ -94,14 +95,15 @@ def source_digest(module: ModuleType) -> str:
 
 def module_version(module: ModuleType) -> str | None:
     """The module's `__version__`, else its installed distribution's version (by its top-level
-    name), else None (a module on PYTHONPATH without one)."""
+    name), else None (a module on PYTHONPATH without one). Printable text only, at most 100
+    characters: provenance records it and `optbench compare` prints it (trial/config.py)."""
     version = getattr(module, "__version__", None)
-    if isinstance(version, str) and version.isprintable():
-        return version[:100]
-    try:
-        return metadata.version(module.__name__.partition(".")[0])
-    except (metadata.PackageNotFoundError, ValueError):
-        return None
+    if not (isinstance(version, str) and version.isprintable()):
+        try:
+            version = metadata.version(module.__name__.partition(".")[0])
+        except (metadata.PackageNotFoundError, ValueError):
+            return None
+    return version[:100] if isinstance(version, str) and version.isprintable() else None
 
 
 def describe_modules(names: Sequence[str]) -> dict[str, dict[str, str | None]]:

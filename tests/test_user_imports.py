@@ -12,15 +12,17 @@ import json
 import os
 import pickle
 import sys
+import types
 from pathlib import Path
 
 import pytest
 import yaml
 from cli_inprocess import ONE_MODEL_STUDY, tiny_config
 
+from optbench import user_code
 from optbench.provenance import code_fingerprint, mixed_code_warning, provenance
 from optbench.spec.schema import parse_spec
-from optbench.trial.config import TrainConfig, TrialResult
+from optbench.trial.config import Provenance, TrainConfig, TrialResult
 from optbench.user_code import check_module_name, source_digest
 
 MODULE = '''
@@ -179,6 +181,19 @@ def test_provenance_records_each_modules_version_and_digest_and_tells_edits_apar
         [("cell", first["code_fingerprint"]), ("cell", second["code_fingerprint"])]
     )
     assert warning and "cell" in warning
+
+
+def test_a_module_version_with_a_terminal_escape_is_never_recorded(monkeypatch):
+    # `optbench compare` prints a recorded version: one that would retitle the terminal is
+    # refused in a result file, and provenance records no version rather than that one
+    escape = "1.0\x1b]0;owned\x07"
+    recorded = {"version": "1", "code_fingerprint": "0" * 16}
+    with pytest.raises(ValueError, match="not printable text"):
+        Provenance(**recorded, user_code={"m": {"version": escape, "digest": "0" * 16}})
+    module = types.ModuleType("lab_escape")
+    module.__version__ = escape
+    monkeypatch.setattr(user_code.metadata, "version", lambda name: escape)  # its distribution's
+    assert user_code.module_version(module) is None
 
 
 def test_a_package_digest_covers_every_source_file(code_dir):

@@ -7,23 +7,26 @@ For each matched trial: whether the weights digests are equal, and the differenc
 model), library versions and thread count (docs/faults.md); on another machine expect unequal
 digests and errors that differ within seed noise. Where trials.csv records the study's own
 modules (its `user_code` column), each module whose version or source digest differs between
-the two sides, or that one side lacks, is named on a line of its own. Reads only; writes nothing. A trials.csv is
-untrusted input: each cell read is parsed strictly (a text error, epochs of 20.0, a name with
-a terminal escape sequence are one line naming row and column) and a trial listed twice is
+the two sides, or that one side lacks, is named on a line of its own. Reads only; writes
+nothing. A trials.csv is untrusted input: each cell read is parsed strictly (a text error,
+epochs of 20.0, a name with a terminal escape sequence are one line naming row and column; a
+`user_code` cell as a result file's, trial/config.py's UserCode) and a trial listed twice is
 refused, never counted twice.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from pydantic import TypeAdapter, ValidationError
 
 from optbench.errors import UsageError
 from optbench.spec.caps import SEED_BOUND
+from optbench.trial.config import UserCode, UserModule
+from optbench.user_code import MAX_MODULES
 
 TRIAL_KEY: list[str] = ["model", "optimizer", "epochs", "sample", "seed"]
 NEEDED = [*TRIAL_KEY, "status", "final_error", "digest"]
@@ -41,9 +44,7 @@ STATUSES = ("finished", "diverged", "failed", "pending")
 _COUNT = re.compile(r"[0-9]{1,18}")
 _SEED = re.compile(r"[0-9]{1,19}")
 _DIGEST = re.compile(r"[0-9a-f]{64}")
-_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,199}")  # as provenance records a module name
-_SOURCE_DIGEST = re.compile(r"[0-9a-f]{16}")  # a user module's (user_code.source_digest)
-MAX_USER_MODULES = 20  # as provenance allows (trial/config.py)
+_USER_CODE = TypeAdapter(UserCode)
 
 
 def _text(value: str) -> str:
@@ -86,26 +87,27 @@ def _digest(value: str) -> str:
 
 def _user_code(value: str) -> tuple[tuple[str, str | None, str], ...]:
     """The study's own modules a result was trained with (trials.csv's `user_code`, JSON of
-    provenance.user_code): ((module, version or None, source digest), ...), sorted by module."""
+    provenance.user_code, checked as a result file's): ((module, version or None, source
+    digest), ...), sorted by module."""
     try:
-        modules = json.loads(value)
-    except ValueError:
-        modules = None
-    if not isinstance(modules, dict) or not 0 < len(modules) <= MAX_USER_MODULES:
-        raise ValueError(f"not a JSON object of 1 to {MAX_USER_MODULES} modules")
-    parsed = []
-    for name, module in sorted(modules.items()):
-        if not _MODULE.fullmatch(name):
-            raise ValueError("a module name that is none")
-        if not isinstance(module, dict) or set(module) != {"version", "digest"}:
-            raise ValueError(f"{name}: not a {{version, digest}} object")
-        version, digest = module["version"], module["digest"]
-        if version is not None and (not isinstance(version, str) or not version.isprintable()):
-            raise ValueError(f"{name}: version: not printable text")
-        if not isinstance(digest, str) or not _SOURCE_DIGEST.fullmatch(digest):
-            raise ValueError(f"{name}: digest: not a source digest (16 hex digits)")
-        parsed.append((name, None if version is None else version[:100], digest))
-    return tuple(parsed)
+        modules = _USER_CODE.validate_json(value, strict=True)
+    except ValidationError as err:
+        raise ValueError(_user_code_problem(err)) from None
+    return tuple((name, module.version, module.digest) for name, module in sorted(modules.items()))
+
+
+def _user_code_problem(err: ValidationError) -> str:
+    """What is wrong with a user_code cell, in words that repeat no unchecked text of it (a key
+    that is no module name, or not version or digest, may hold a terminal escape sequence)."""
+    errors = err.errors()
+    if any(not e["loc"] for e in errors):
+        return f"not a JSON object of 1 to {MAX_MODULES} modules"
+    if any("[key]" in e["loc"] for e in errors):
+        return "a module name that is none"
+    name, *field = errors[0]["loc"]
+    if len(field) != 1 or field[0] not in UserModule.model_fields:
+        return f"{name}: not a {{version, digest}} object"
+    return f"{name}: {field[0]}: {errors[0]['msg'].removeprefix('Value error, ')}"
 
 
 def _status(value: str) -> str:

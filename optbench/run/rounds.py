@@ -80,8 +80,8 @@ def fingerprint(spec: StudySpec) -> str:
     and each named declared comparison (none named: the fingerprint of earlier optbench)."""
     what = spec.decide.model_dump(mode="json")
     if declared(spec):
-        # without a field no comparison of its kind has (k: null): as an earlier optbench's
-        named = [c.model_dump(mode="json", exclude_none=True) for c in declared(spec)]
+        # each as declared (Comparison's dump has no "k: null"): as an earlier optbench's
+        named = [c.model_dump(mode="json") for c in declared(spec)]
         what = {"decide": what, "comparisons": named}
     blob = json.dumps(what, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:12]
@@ -423,8 +423,9 @@ def size_lines(
         f"each of its {rounds.design.panels} panels{of_them}{margin}; docs/sequential.md)",
         # each declared comparison: its kind, sides and statistic (it has no paper's words)
         *(
-            f"decide: ({c.name}) {c.kind}, {c.panel().words}: {c.panel().statistic}"
+            f"decide: ({c.name}) {c.kind}, {panel.words}: {panel.statistic}"
             for c in declared(spec)
+            for panel in [c.panel()]
         ),
         f"decide: from {len(first)} trials{cost(per_cell(first))} (every claim decided at the "
         f"first look, {looks[0]} {unit} per cell) to {len(most)}{cost(per_cell(most))} "

@@ -56,7 +56,7 @@ from optbench.spec.recipe import (
 )
 from optbench.spec.tracking import Tracking, check_installed
 from optbench.spec.yamlio import read_study_yaml
-from optbench.user_code import check_module_names
+from optbench.user_code import MAX_MODULES, check_module_names
 
 
 def _check_range(value: tuple[float, float], what: str) -> tuple[float, float]:
@@ -224,7 +224,7 @@ class StudySpec(StrictModel):
     name: str
     # modules of the user's own that register models or optimizers, imported wherever the study
     # is read or trained (optbench/user_code.py; docs/study.md): part of the cell id when given
-    imports: list[str] = Field(default_factory=list, max_length=20)
+    imports: list[str] = Field(default_factory=list, max_length=MAX_MODULES)
     dataset: StudyDataset
     models: list[str] = Field(min_length=1)
     optimizers: list[Optimizer] = Field(min_length=1)

@@ -27,7 +27,7 @@ from optbench.spec.optimizers import optimizer_fallback
 from optbench.spec.recipe import Dataset, Optimizer, Pipeline, Recipe, fill_ref_batch
 from optbench.spec.tracking import Tracking
 from optbench.trial.timing import TrialTiming
-from optbench.user_code import check_module_names
+from optbench.user_code import DIGEST_CHARS, MAX_MODULES, check_module_names
 
 Status = Literal["finished", "diverged", "failed"]
 
@@ -140,11 +140,22 @@ class UserModule(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    version: Short | None = None
-    digest: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{16}$")]
+    version: Short | None
+    digest: Annotated[str, StringConstraints(pattern=f"^[0-9a-f]{{{DIGEST_CHARS}}}$")]
+
+    @field_validator("version")
+    @classmethod
+    def _printable(cls, version: str | None) -> str | None:
+        # `optbench compare` prints it: no escape sequence that would move or recolour the cursor
+        if version is not None and not version.isprintable():
+            raise ValueError("not printable text")
+        return version
 
 
 ModuleName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_.]{0,199}$")]
+# A result's `user_code` (provenance.user_code; trials.csv's column of it, read by `optbench
+# compare`): each module of the study's own code that trained it, by name; None where none did.
+UserCode = Annotated[dict[ModuleName, UserModule], Field(min_length=1, max_length=MAX_MODULES)]
 
 
 class Provenance(BaseModel):
@@ -158,7 +169,7 @@ class Provenance(BaseModel):
     version: Short
     commit: Commit | None = None
     code_fingerprint: Fingerprint
-    user_code: Annotated[dict[ModuleName, UserModule], Field(max_length=20)] | None = None
+    user_code: UserCode | None = None
 
     @model_serializer(mode="wrap")
     def _none_no_key(self, dump):
