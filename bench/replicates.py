@@ -60,6 +60,10 @@ spending, the share of replicates decided at each outcome, their mean size at th
 null replicates the share of wrong decisions; each EDF design also as search.seed_per_sample
 trains it, studies made of the replicates' trainings with a seed per sample
 (bench/sequential_analysis.py; docs/sequential.md).
+
+`python bench/replicates.py analyse-best-error DIR` replays the rule on a declared best-error
+comparison (ViT_C expected better at the best of 4 samples) on the same EDF designs' replicates
+and their exact nulls, one JSON line (sequential_analysis.analyse_best_error).
 """
 
 from __future__ import annotations
@@ -329,7 +333,7 @@ def train_length(out: Path) -> None:
 def main(argv: list[str]) -> int:
     commands = ("train", "train-sequential", "train-per-model", "train-chain", "train-length")
     commands += ("analyse",)
-    commands += ("analyse-sequential",)
+    commands += ("analyse-sequential", "analyse-best-error")
     if len(argv) != 2 or argv[0] not in commands:
         print(__doc__.split("\n\n")[0], file=sys.stderr)
         print(f"usage: python bench/replicates.py {'|'.join(commands)} DIR", file=sys.stderr)
@@ -353,6 +357,11 @@ def main(argv: list[str]) -> int:
         from sequential_analysis import analyse as analyse_sequential  # bench/
 
         print(json.dumps(analyse_sequential(Path(argv[1]))))
+        return 0
+    if argv[0] == "analyse-best-error":
+        from sequential_analysis import analyse_best_error  # bench/
+
+        print(json.dumps(analyse_best_error(Path(argv[1]))))
         return 0
     from replicates_analysis import analyse  # bench/replicates_analysis.py
 

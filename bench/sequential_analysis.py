@@ -29,12 +29,19 @@ import pandas as pd
 from optbench.report import claims, frames, sequential
 from optbench.report.summary import Options
 from optbench.spec.claim_kinds import KINDS
+from optbench.spec.comparisons import Comparison
 
 OPTIONS = Options()
 
 
-def _claim_row(frame: pd.DataFrame, claim: str, boundary: float | None) -> dict:
-    table = claims.claims_table(frames.with_errors(frame), OPTIONS, "replicate", boundary)
+def _claim_row(
+    frame: pd.DataFrame, claim: str, boundary: float | None, comparisons: tuple = ()
+) -> dict:
+    """The claims table's row of `claim`: a claim of the paper, or the name of one of the
+    declared `comparisons` (spec/comparisons.py), as a study's report or look computes it."""
+    table = claims.claims_table(
+        frames.with_errors(frame), OPTIONS, "replicate", boundary, comparisons=comparisons
+    )
     rows = table[table["claim"] == claim]
     assert len(rows) == 1, rows
     return rows.iloc[0].to_dict()
@@ -46,14 +53,16 @@ def _prefix(frame: pd.DataFrame, unit: str, n: int) -> pd.DataFrame:
     return frame[frame["seed"].isin(sorted(set(frame["seed"]))[:n])]
 
 
-def looks_of(replicates: dict, claim: str, unit: str, sizes: list[int]) -> dict:
+def looks_of(
+    replicates: dict, claim: str, unit: str, sizes: list[int], comparisons: tuple = ()
+) -> dict:
     """(estimate, se, df) of every replicate at every size: what each look reads (a look's
     interval is sequential.repeated_interval(estimate, se, c, df), so one pass serves every
     boundary)."""
     out = {}
     for r, frame in replicates.items():
         for n in sizes:
-            row = _claim_row(_prefix(frame, unit, n), claim, boundary=1.0)
+            row = _claim_row(_prefix(frame, unit, n), claim, 1.0, comparisons)
             df = n - 1  # Student's t at the look's level, as claims_table's looks (either unit)
             out[r, n] = (float(row["estimate"]), float(row["se"]), df, row["design"])
     return out
@@ -103,9 +112,13 @@ def evaluate(
     *,
     null: bool = False,
     looks: dict | None = None,
+    pooled: float | None = None,
 ) -> dict:
     """The design's figures over the replicates (module docstring); `looks` is looks_of's
-    answer when the caller already has it (designs that differ only in spending share it)."""
+    answer when the caller already has it (designs that differ only in spending share it).
+    With `pooled` (one value of the statistic for every size, e.g. over all the replicates'
+    samples together), `against_pooled` gives the wrong share and the coverage against it as
+    well, each with its Monte-Carlo error."""
     trained = trained_looks(replicates, unit, design.looks)
     if looks is None:
         looks = looks_of(replicates, claim, unit, trained)
@@ -117,6 +130,19 @@ def evaluate(
     used = np.array([run["n"] for run in runs], dtype=float)
     decided = float(np.mean([o in sequential.DECIDED for o in outcomes]))
     share_wrong = float(np.mean(wrong))
+    against_pooled = {}
+    if pooled is not None:
+        wrong_p = np.mean([_wrong(run["outcome"], pooled, design.margin, null) for run in runs])
+        covered_p = np.mean([run["low"] <= pooled <= run["high"] for run in runs])
+        against_pooled = {
+            "against_pooled": {
+                "pooled": round(pooled, 4),
+                "wrong": round(float(wrong_p), 3),
+                "wrong_mc_se": _mc_se(wrong_p, R),
+                "coverage": round(float(covered_p), 3),
+                "coverage_mc_se": _mc_se(covered_p, R),
+            }
+        }
     return {
         "design": asdict(design) | {"boundaries": [round(c, 3) for c in design.boundaries()]},
         "replicates": R,
@@ -125,14 +151,19 @@ def evaluate(
         "outcomes": {o: outcomes.count(o) for o in sequential.OUTCOMES if o in outcomes},
         "decided": round(decided, 3),
         "wrong": round(share_wrong, 3),
-        "wrong_mc_se": round(math.sqrt(share_wrong * (1 - share_wrong) / R), 3),
+        "wrong_mc_se": _mc_se(share_wrong, R),
         "coverage": round(
             float(np.mean([run["low"] <= estimand[run["n"]] <= run["high"] for run in runs])),
             3,
         ),
         f"mean_{unit}": round(float(used.mean()), 2),
         f"p90_{unit}": float(np.percentile(used, 90, method="inverted_cdf")),
-    }
+    } | against_pooled
+
+
+def _mc_se(share: float, count: int) -> float:
+    """The Monte-Carlo standard error of a share of `count` studies, sqrt(p (1 - p) / count)."""
+    return round(math.sqrt(share * (1 - share) / count), 3)
 
 
 def fixed_designs(replicates: dict, claim: str, unit: str, sizes: list[int]) -> dict:
@@ -256,15 +287,23 @@ def _seed_replicates(folder, seeds_per: int) -> dict:
 
 
 def _sequential(
-    studies: dict, looks: tuple[int, ...], null: bool = False, claim: str = "a", panels: int = 1
+    studies: dict,
+    looks: tuple[int, ...],
+    null: bool = False,
+    claim: str = "a",
+    panels: int = 1,
+    comparisons: tuple = (),
+    pooled: float | None = None,
 ) -> list[dict]:
     """Every spending's figures for one set of looks, alpha split over `panels` as a study
-    deciding that many panels splits it; each look is computed once."""
-    unit = KINDS[claim].unit
+    deciding that many panels splits it; each look is computed once. `claim` is a paper's
+    claim or the name of one of the declared `comparisons` (no margin: none is declared)."""
+    kind = {c.name: c.kind for c in comparisons}.get(claim, claim)
+    unit = KINDS[kind].unit
     margin = MARGIN_A if claim == "a" else None
-    computed = looks_of(studies, claim, unit, trained_looks(studies, unit, looks))
+    computed = looks_of(studies, claim, unit, trained_looks(studies, unit, looks), comparisons)
     return [
-        evaluate(studies, claim, unit, d, null=null, looks=computed)
+        evaluate(studies, claim, unit, d, null=null, looks=computed, pooled=pooled)
         for d in _designs(looks, margin, panels)
     ]
 
@@ -341,7 +380,7 @@ def seeds_evaluate(replicates: dict, design: sequential.Design, claim: str = "d"
             "outcomes": {o: outcomes.count(o) for o in sorted(set(outcomes))},
             "decided": round(float(np.mean([o in sequential.DECIDED for o in outcomes])), 3),
             "wrong": round(share_wrong, 3),
-            "wrong_mc_se": round(math.sqrt(share_wrong * (1 - share_wrong) / R), 3),
+            "wrong_mc_se": _mc_se(share_wrong, R),
             "coverage": round(float(np.mean(covered)), 3),
             "mean_seeds": round(float(np.mean([n for _, n in runs])), 2),
         }
@@ -396,4 +435,65 @@ def analyse(folder) -> dict:
         if reps:
             design = sequential.Design(CHAIN_LOOKS, "pocock", panels=SEEDS_PANELS[claim])
             out[key] = seeds_evaluate(reps, design, claim)
+    return out
+
+
+# --- best-error, a declared comparison (spec/comparisons.py), on the same replicates ------------
+
+BEST_ERROR = "best_error"  # the declared comparison's name: its row's `claim`
+
+
+def best_error_comparison(trials: pd.DataFrame) -> Comparison:
+    """ViT_P against ViT_C at the replicates' one optimizer and schedule, ViT_C expected to do
+    better (as in claim (a)), k unset: the default a study gets (BEST_OF_DEFAULT). A positive
+    estimate: ViT_C's expected best error of k (lr, wd) samples is the lower."""
+    ((optimizer, epochs),) = (
+        trials[["optimizer", "epochs"]].drop_duplicates().itertuples(index=False)
+    )
+    sides = [{"model": m, "optimizer": optimizer, "epochs": int(epochs)} for m in MODELS]
+    return Comparison(name=BEST_ERROR, kind="best-error", sides=sides, expect="second")
+
+
+def pooled_estimate(trials: pd.DataFrame, comparison: Comparison) -> float:
+    """The comparison's estimate (the claims table's) over every replicate's samples together:
+    each (replicate, sample) one sample, its seed set to 0 (the report pools a sample's seeds;
+    each replicate has its own), so the expected best reads from 20 times a study's samples of
+    the same box: close to the box's own value, which a decision on a shown effect must not
+    contradict."""
+    per_replicate = int(trials["sample"].max()) + 1
+    renumbered = trials.assign(
+        sample=trials["replicate"] * per_replicate + trials["sample"], seed=0
+    )
+    return float(_claim_row(renumbered, comparison.name, 1.0, (comparison,))["estimate"])
+
+
+def analyse_best_error(folder) -> dict:
+    """The JSON line of bench/RESULTS.md's best-error section: the comparison (best of
+    BEST_OF_DEFAULT samples, ViT_C expected better) decided by the rule on each EDF design's
+    replicates, with the looks (and, both given, each spending) that design's study decides
+    claim (a) with, one panel: the quickstart's (shared box, paired) and the mini's EDF study's
+    (per-model boxes, unpaired). Its shown effect is read against the pooled estimate
+    (pooled_estimate) besides the estimand at each size; its exact nulls are (a)'s two kinds,
+    from the same trainings: swapped_nulls (one training seed per study, 200 studies) and
+    seed_per_sample_studies' "null" (a seed per pair, 400 studies), pooled value 0 by
+    symmetry."""
+    out: dict = {"bench": "replicates-best-error"}
+    for name, design_looks in (("shared", SHARED_LOOKS), ("per_model", PER_MODEL_LOOKS)):
+        trials = _largest(folder, name)
+        if trials is None:
+            continue
+        comparison = (best_error_comparison(trials),)
+        common = {"claim": BEST_ERROR, "comparisons": comparison}
+        pooled = pooled_estimate(trials, comparison[0])
+        out[f"best_error_{name}"] = _sequential(
+            by_replicate(trials), design_looks, pooled=pooled, **common
+        )
+        swapped = swapped_nulls(trials, MODELS, NULL_SHIFTS)
+        out[f"best_error_{name}_null_swapped"] = _sequential(
+            swapped, design_looks, null=True, pooled=0.0, **common
+        )
+        many = seed_per_sample_studies(trials, SEED_PER_SAMPLE_STUDIES, "null")
+        out[f"best_error_{name}_null_seed_per_sample"] = _sequential(
+            many, design_looks, null=True, pooled=0.0, **common
+        )
     return out
