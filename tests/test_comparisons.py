@@ -292,6 +292,27 @@ def test_a_best_error_comparison_is_the_difference_of_expected_bests_of_k(
     )
 
 
+def test_a_best_error_comparisons_sentence_names_its_k(tiny_dict):
+    # the page's sentence said "expected best error of k (lr, wd) samples": its row kept no k
+    import json
+
+    from optbench.report.claims_page import records, sentence, verdict_lines
+
+    spec = parse_spec(_best_error(tiny_dict, k=3))
+    error_of = _errors({P: 4.0, C: 4.0})
+    results = _results(spec, lambda t: error_of(t) + (3.0 if t.cell.model == P else 0.0))
+    table = claims_table(results, comparisons=spec.comparisons)
+    assert set(table["claim"]) == {"a", "mine"}  # the paper's (a) on the same cells: no k
+    summary = json.loads(json.dumps({"claims": records(table)}))  # summary.json's rows
+    (on_page,) = [sentence(r) for r in table.itertuples() if r.claim == "mine"]
+    (on_terminal,) = [line for line in verdict_lines(summary) if line.startswith("mine:")]
+    for words in (on_page, on_terminal):
+        assert "(expected best error of 3 (lr, wd) samples, points: +" in words, words
+        assert " of k " not in words, words
+    # summary.json keeps the k as a count, null where the kind draws none
+    assert {row["claim"]: row["best_of"] for row in summary["claims"]} == {"a": None, "mine": 3}
+
+
 def test_a_best_error_comparison_of_equal_sides_does_not_hold(tiny_dict):
     spec = parse_spec(_best_error(tiny_dict, k=2))
     results = _results(spec, _errors({P: 4.0, C: 4.0}))  # the same errors but for the noise

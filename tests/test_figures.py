@@ -400,6 +400,30 @@ def test_boundary_labels_of_close_looks_at_one_height_do_not_overlap():
         assert not any(covers(box, cap) for cap in caps)
 
 
+@pytest.mark.parametrize("n_panels", [1, 2])
+def test_a_looks_title_lies_inside_the_figure_in_any_panel_count(n_panels):
+    # a declared best-error comparison's one panel: its title, wrapped at a fixed number of
+    # characters and centred on a panel that its ylabel shifts right, ran past the right edge
+    title = "(mine) vit_c_w64_16px adamw 1ep vs vit_p_w64_16px adamw 1ep"
+    panel = LookPanel(
+        title=title, statistic=f"best_3 of each side of {title} (points)", unit="samples",
+        n=[6, 8], estimate=[0.3, 0.4], low=[-0.1, 0.1], high=[0.7, 0.7], boundary=[2.5, 2.5],
+        outcome="holds", n_max=8,
+    )  # fmt: skip
+    fig = plot_looks([panel] * n_panels)
+    for dpi in (100, 150):  # the figure's own and the report's PNG
+        fig.set_dpi(dpi)
+        canvas = FigureCanvasAgg(fig)
+        canvas.draw()
+        renderer = canvas.get_renderer()
+        titles = [ax.title for ax in fig.axes if ax.get_visible()]
+        assert len(titles) == n_panels
+        for text in titles:
+            assert " ".join(text.get_text().split()) == f"{title}: holds"
+            box = text.get_window_extent(renderer)
+            assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1, (dpi, box, fig.bbox)
+
+
 def test_each_looks_boundary_label_lies_inside_its_panel():
     # the mini's stem study stopped at its last look (6 of at most 6 seeds): that look's "c=2.29",
     # written above its interval, was cut by the panel's right edge

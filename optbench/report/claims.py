@@ -120,6 +120,7 @@ COLUMNS = [
     "epochs",
     "models",
     "statistic",
+    "best_of",  # a best-error comparison's k (its measure's words); None for every other kind
     "estimate",
     "low",
     "high",
@@ -262,6 +263,7 @@ class _Claims:
             "epochs": panel.epochs,
             "models": panel.model_words,
             "statistic": panel.statistic,
+            "best_of": panel.best_of,
             "trials": int(len(subset)),
             "diverged": int((subset["status"] == "diverged").sum()),
             "cells": [[m, o, int(e)] for m, o, e in panel.cells],

@@ -106,6 +106,13 @@ def _interval_words(row) -> str:
     return words
 
 
+def _measure(row) -> str:
+    """What the row's estimate measures, a best-error comparison's with its k ("k" in a row
+    written before rows kept it: its `paper` and `statistic` name it)."""
+    k = getattr(row, "best_of", None)
+    return kind_of(row).measure.format(k="k" if k is None or pd.isna(k) else int(k))
+
+
 def sentence(row) -> str:
     """One claim and panel in words a reader can act on: the claim first, then the verdict
     with what it rests on, the estimate and interval, and what the evidence says, e.g. "(a)
@@ -115,8 +122,7 @@ def sentence(row) -> str:
     degenerate data, a mixed chain) follows its verdict."""
     # a declared comparison's `paper` is its words: its name, sides and measure
     claim = row.paper if _declared(row) else f"({row.claim}) {row.paper}, {_panel_words(row)}"
-    # a row keeps no best-error k: its `paper` and `statistic` name it
-    measured = f"{kind_of(row).measure.format(k='k')}: {_here(row)}"
+    measured = f"{_measure(row)}: {_here(row)}"
     note = getattr(row, "note", None)
     note = "" if note is None or pd.isna(note) else f"; {note}"
     if row.verdict == NOT_TESTED and not _sequential(row):
@@ -199,7 +205,8 @@ def records(table: pd.DataFrame) -> list[dict]:
     """claims_table's rows as summary.json rows (JSON's null where a value is missing)."""
     rows = table.to_dict(orient="records")
     for row in rows:
-        for key in ("n_needed", "n_max", "looks", "panels"):  # counts; all but the first: looks
+        # counts, floats in a column with a missing one; all but the first two: looks
+        for key in ("n_needed", "best_of", "n_max", "looks", "panels"):
             if key in row:
                 row[key] = None if pd.isna(row[key]) else int(row[key])
         for key in ("curve_verdict", "power_now", "interval", "se", "estimate", "low", "high"):

@@ -83,8 +83,23 @@ def model_handles(models: Sequence[str], colors: dict[str, str], **style) -> lis
     return [Line2D([], [], color=colors[m], label=m, **style) for m in dict.fromkeys(models)]
 
 
-def wrap_title(text: str) -> str:
-    return "\n".join(textwrap.wrap(text, TITLE_WIDTH))
+def wrap_title(text: str, width: int = TITLE_WIDTH) -> str:
+    return "\n".join(textwrap.wrap(text, width))
+
+
+def fit_titles(fig: Figure, axes: Sequence[Axes]) -> None:
+    """Wrap each panel's title to its panel's own width, so none runs past the figure's edge: a
+    title is centred on its panel, whose ylabel shifts it right, and constrained layout leaves
+    a title's width out of the margins. Panels take their widths from the figure's layout
+    (titles change only its heights), so one layout measures them all."""
+    fig.draw_without_rendering()
+    for ax in axes:
+        title = ax.title
+        words = " ".join(title.get_text().split())
+        width = TITLE_WIDTH
+        while width > 1 and title.get_window_extent().width > ax.bbox.width:
+            width -= 1
+            title.set_text(wrap_title(words, width))
 
 
 def seed_bars(ax: Axes, x, y, low, high, color: str) -> list:

@@ -18,6 +18,7 @@ from matplotlib.ticker import MaxNLocator
 
 from optbench.report.drawing import (
     cell_title,
+    fit_titles,
     grid,
     legend_below,
     model_handles,
@@ -111,6 +112,7 @@ def plot_looks(panels: Sequence[LookPanel], ncols: int = 2) -> Figure:
     if not any(p.margin for p in panels):
         handles = handles[:1]
     legend_below(fig, handles)
+    fit_titles(fig, axes)
     return fig
 
 
