@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from optbench.plan.trials import plan
-from optbench.run.preflight import seed_effect_note
+from optbench.run.preflight import best_error_seed_note, seed_effect_note
 from optbench.run.rounds import Look, Rounds
 from optbench.spec.schema import load_spec, parse_spec
 from optbench.store.database import Store
@@ -50,6 +50,25 @@ def test_deciding_claim_a_trains_a_seed_per_sample_unless_told_otherwise(tiny_di
     assert set().union(*_seeds_by_sample(told).values()) == {0}
     note = seed_effect_note(told)
     assert "misses its study-wide effect" in note and "9.5%" in note and "\n" not in note
+
+
+def test_a_best_error_comparison_on_one_seed_per_study_is_told_what_its_interval_misses(
+    tiny_dict,
+):
+    # the bench decided 50% of the mini's exact nulls wrongly with one seed per study
+    data = _decide_a(tiny_dict)
+    sides = [{"model": m, "optimizer": "adamw", "epochs": 1} for m in tiny_dict["models"][:2]]
+    data["comparisons"] = [
+        {"name": "mine", "kind": "best-error", "sides": sides, "expect": "first"}
+    ]
+    data["decide"]["claims"] = ["mine"]
+    spec = parse_spec(data)
+    assert spec.seed_per_sample and best_error_seed_note(spec) is None  # the default
+    data["search"]["seed_per_sample"] = False
+    note = best_error_seed_note(parse_spec(data))
+    assert "'mine'" in note and "50%" in note and "misses" in note and "\n" not in note
+    data["decide"]["claims"] = ["a"]  # declared but not decided: no note of it
+    assert best_error_seed_note(parse_spec(data)) is None
 
 
 def test_a_population_keeps_one_seed_by_default_and_says_why(tiny_dict):

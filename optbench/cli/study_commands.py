@@ -121,7 +121,7 @@ def run(
     profile: ProfileFlag = None,
 ) -> None:
     """Run a study's unfinished trials, recording each as it ends."""
-    from optbench.run.preflight import pipeline_note, seed_effect_note
+    from optbench.run.preflight import best_error_seed_note, pipeline_note, seed_effect_note
 
     _check_measure_flags(dry_run, measure, measure_steps, measure_warmup)
     # The executor flags are study keys: validated with the study and every --set, as one
@@ -132,7 +132,7 @@ def run(
     }
     load = partial(read_study, study, sized=True, overrides=set_, flags=flags, profile=profile)
     spec = load(data=not dry_run or measure)  # a measurement trains: it needs the data
-    for note in (pipeline_note(spec), seed_effect_note(spec)):
+    for note in (pipeline_note(spec), seed_effect_note(spec), best_error_seed_note(spec)):
         if note:
             console.print(note, markup=False, highlight=False, soft_wrap=True)
     if dry_run:

@@ -150,6 +150,24 @@ def seed_effect_note(spec: StudySpec) -> str | None:
     )
 
 
+def best_error_seed_note(spec: StudySpec) -> str | None:
+    """One line when `decide:` names a declared best-error comparison but every (lr, wd) sample
+    trains the study's own seed: that statistic is on the error's own scale, so the seed's
+    study-wide shift enters it in full and its interval over samples misses it (docs/
+    sequential.md, "What this carries"); None otherwise."""
+    named = [] if spec.decide is None else spec.decide.claims
+    best = [c.name for c in spec.comparisons if c.kind == "best-error" and c.name in named]
+    if not best or spec.seed_per_sample:
+        return None
+    return (
+        f"note: search.seed_per_sample is false: best-error comparison {best[0]!r} reads each "
+        "side's error level, which the study's one training seed shifts as a whole, and its "
+        "interval over samples misses that shift (on the mini's per-model replicates, one seed "
+        "per study, 50% of exact nulls were decided wrongly, not 5%: docs/sequential.md); "
+        "seed_per_sample: true gives each sample its own seeds"
+    )
+
+
 def check_optimizer_runs(name: str, recipe: Recipe, where: str) -> None:
     """timm, as installed, builds optimizer `name` with its recipe.optimizer_args (over one
     small parameter): a name this timm lacks or an argument value the optimizer refuses (a beta
