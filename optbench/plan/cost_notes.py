@@ -18,6 +18,7 @@ from optbench.plan.costs import (
     cost_plan,
     job_minutes,
     job_seconds,
+    job_start_s,
     job_starts,
     processes,
     trials_per_job,
@@ -56,11 +57,11 @@ def plan_notes(spec: StudySpec, costs: CostPlan, todo: dict, n_train: int) -> li
         else:
             n = todo.get(cell, 0)
             hours += (
-                (n * trial_s + job_starts(spec, n, per_job) * figures["process_s"])
+                (n * trial_s + job_starts(spec, n, per_job) * job_start_s(figures))
                 * processes(spec)
                 / 3600
             )
-            job = (job_seconds(figures, trial_s, per_job), trial_s, figures["process_s"])
+            job = (job_seconds(figures, trial_s, per_job), trial_s, job_start_s(figures))
             longest = max(longest or job, job)
     lines.append(
         f"measured on {costs.device} (cached in {spec.study_dir / COSTS_FILE}): "
@@ -69,7 +70,7 @@ def plan_notes(spec: StudySpec, costs: CostPlan, todo: dict, n_train: int) -> li
         + (
             f"; a SLURM job of {per_job} trial(s) needs time_min >= {job_minutes(longest[0])} "
             f"(the longest, {longest[0] / 60:.3g} min: trials of {_clock(longest[1])} each, its "
-            f"process's start and exit {_clock(longest[2])}; +{MARGIN - 1:.0%} +{MARGIN_MIN} min; "
+            f"process's start, exit and dataset read {_clock(longest[2])}; +{MARGIN - 1:.0%} +{MARGIN_MIN} min; "
             f"executor.slurm.time_min is {spec.executor.slurm.time_min})"
             if longest
             else ""
@@ -80,7 +81,7 @@ def plan_notes(spec: StudySpec, costs: CostPlan, todo: dict, n_train: int) -> li
     if costs.stale:
         stale = ", ".join(map(_label, costs.stale))
         lines.append(
-            f"measured by an earlier optbench, which did not count a trial's fixed costs: "
+            f"measured by an earlier optbench, which did not count a trial's fixed costs apart: "
             f"{stale}; `optbench run STUDY --dry-run --measure` measures them again"
         )
     lines.extend(too_big)
@@ -96,7 +97,8 @@ def figures_batch(spec: StudySpec, cell) -> int:
 
 def estimate_notes(spec: StudySpec, store, job_times=lambda: []) -> list[str]:
     """Estimated vs measured time per cell (`optbench status`; `store`: the study's Store):
-    a trial's (the median wall_s of its finished trials) and, on SLURM, a job's (the median
+    a trial's (the median wall_s of its finished trials beside the median of their estimates:
+    a warm trial's, plus the dataset's read for a process's first, `_trial_estimate`) and, on SLURM, a job's (the median
     elapsed time of its completed jobs of finished trials; `job_times`: Executor.job_times,
     asked only where there are measured costs). A line for each that has something to
     compare; [] without measured costs."""
@@ -114,12 +116,16 @@ def estimate_notes(spec: StudySpec, store, job_times=lambda: []) -> list[str]:
         estimate = costs.trial_s(spec, cell)
         if estimate is None:
             continue
-        walls = [
-            s.record.user_attrs.get("wall_s") for s in finished.values() if s.trial.cell == cell
+        timed = [
+            (s.record.user_attrs.get("wall_s"), s.record.user_attrs.get("timing"))
+            for s in finished.values()
+            if s.trial.cell == cell
         ]
-        walls = [w for w in walls if isinstance(w, (int, float)) and w > 0]
-        if walls:
-            trial_parts.append(_compared(cell, estimate, walls, "trial(s)"))
+        timed = [(w, t) for w, t in timed if isinstance(w, (int, float)) and w > 0]
+        if timed:
+            estimates = [_trial_estimate(costs.figures[cell], estimate, t) for _, t in timed]
+            walls = [w for w, _ in timed]
+            trial_parts.append(_compared(cell, statistics.median(estimates), walls, "trial(s)"))
         timings = [
             t
             for s in finished.values()
@@ -162,8 +168,8 @@ def estimate_notes(spec: StudySpec, store, job_times=lambda: []) -> list[str]:
 
 def _mixed_jobs(spec: StudySpec, costs, ended_jobs, finished: dict) -> str | None:
     """The completed SLURM jobs whose finished trials are of several cells (`auto` packs a
-    round's trials across cells), estimated as job_seconds estimates a job: its process's
-    start (the largest of its cells' measured `process_s`) and its trials' estimates one after
+    round's trials across cells), estimated as job_seconds estimates a job: its start (the
+    largest of its cells' `job_start_s`) and its trials' estimates one after
     another; compared summed over those jobs. None where there is no such job or a cell of
     one has no estimate."""
     estimated = measured = 0.0
@@ -177,7 +183,7 @@ def _mixed_jobs(spec: StudySpec, costs, ended_jobs, finished: dict) -> str | Non
         trial_s = [costs.trial_s(spec, cell) for cell in cells]
         if any(t is None for t in trial_s):
             return None
-        start = max(costs.figures[cell]["process_s"] for cell in set(cells))
+        start = max(job_start_s(costs.figures[cell]) for cell in set(cells))
         estimated += start + sum(trial_s)
         measured += job.elapsed_s
         count += 1
@@ -262,6 +268,13 @@ def job_notes(spec: StudySpec, store, job_times) -> list[str]:
     if timed_elapsed > 0:
         parts.append(f"training epochs {epochs / timed_elapsed:.0%} of their elapsed time")
     return ["SLURM jobs completed: " + ", ".join(parts)]
+
+
+def _trial_estimate(figures: dict, warm_s: float, timing) -> float:
+    """One finished trial's estimate: `warm_s` (trial_seconds), plus the dataset's read
+    (`data_s`) where its result.json's timing says it was its process's first trial."""
+    first = isinstance(timing, dict) and timing.get("process_trial") == 1
+    return warm_s + figures["data_s"] if first else warm_s
 
 
 def _parts_compared(cell, estimate: dict[str, float], timings: list[dict]) -> str:

@@ -15,19 +15,23 @@ which cells are measured and which are missing.
 
 What is measured, each in the trainer's own code and in a fresh Python process as a job runs its
 trial (train/measure.py: `measure_fresh`): the process's start, imports and exit (`process_s`), the
-trial's start (its data, model, optimizer and EMA built, and what its first steps take beyond the
+dataset's read (`data_s`: once per process, which keeps it for its later trials), the trial's
+start (its batches, model, optimizer and EMA built, and what its first steps take beyond the
 steady pace: `start_s`), the step time, an epoch's end as the recipe runs it (precise BN where
 recipe.precise_bn_images asks for it: `precise_bn_s`; the validation pass of the raw weights and
 the EMA: `eval_s_per_image`), a checkpoint write and the trial's end (its weights' digest:
-`end_s`). A cache entry without the fixed costs (an optbench before issue 43's) counts as not
-measured and the plan says so.
+`end_s`). A cache entry without the fixed costs (an optbench before issue 43's, or before
+issue 55's `data_s`, whose `start_s` held the dataset's read) counts as not measured and the
+plan says so.
 
-A trial's estimate (`trial_seconds`, result.json's wall_s): `start_s`, then per epoch the
-training steps at the measured step time, precise BN, one validation pass and one checkpoint
-write, then `end_s`. A SLURM job's (`job_seconds`, sacct's elapsed): `process_s` and its trials
-one after another; the plan's total counts one job start per job (`job_starts`). Not counted:
-queueing, what SLURM does outside the job's process (prolog, epilog), the driver's own work,
-a local worker's start (once per run), tracker latency, and DDP's all-reduce: under
+A trial's estimate (`trial_seconds`, result.json's wall_s) is a warm trial's, its dataset
+already read: `start_s`, then per epoch the training steps at the measured step time, precise
+BN, one validation pass and one checkpoint write, then `end_s`; a process's first trial adds
+`data_s`. A SLURM job's (`job_seconds`, sacct's elapsed): its start (`job_start_s`: `process_s`
+and `data_s`) and its trials one after another; the plan's total counts one job start per job
+(`job_starts`). Not counted: queueing, what SLURM does outside the job's process (prolog,
+epilog), the driver's own work, a local worker's start and dataset read (once per run),
+tracker latency, and DDP's all-reduce: under
 DDP (executor.slurm nodes x tasks) each process runs at the measured speed of its share of the
 batch, and the validation pass is split among them. A population (executor.population > 1) is
 measured as its solo trials are.
@@ -132,10 +136,12 @@ OPTIONAL_FIGURES: dict[str, tuple[type, float, float]] = {
     "precise_bn_s": (float, 0, _DAY),
     "end_s": (float, 0, _DAY),
     "process_s": (float, 0, _DAY),
+    "data_s": (float, 0, _DAY),
 }
-# The fixed costs measured since issue 43: an entry without them is an earlier optbench's, whose
-# estimate missed them, and counts as not measured.
-FIXED_FIGURES = ("precise_bn_s", "end_s", "process_s")
+# The fixed costs measured since issue 43, and the dataset's read apart from start_s since issue
+# 55: an entry without them is an earlier optbench's, whose estimate missed them (or charged
+# every trial the read), and counts as not measured.
+FIXED_FIGURES = ("precise_bn_s", "end_s", "process_s", "data_s")
 
 
 def cache_problem(data) -> str | None:
@@ -225,11 +231,17 @@ def trial_seconds(
     return None if parts is None else sum(parts.values())
 
 
+def job_start_s(figures: dict) -> float:
+    """What a process pays once, whatever its trials: its start, imports and exit
+    (`process_s`) and the dataset's read (`data_s`), which its later trials find done."""
+    return figures["process_s"] + figures["data_s"]
+
+
 def job_seconds(figures: dict, trial_s: float, trials: int) -> float:
-    """A SLURM job's time (sacct's elapsed) that runs `trials` trials of `trial_s` seconds one
-    after another: its process's start, imports and exit as measured (`process_s`), and the trials.
-    What SLURM does outside that process (prolog, epilog, staging) is not measured here."""
-    return figures["process_s"] + trials * trial_s
+    """A SLURM job's time (sacct's elapsed) that runs `trials` warm trials of `trial_s` seconds
+    one after another after its start (`job_start_s`). What SLURM does outside that process
+    (prolog, epilog, staging) is not measured here."""
+    return job_start_s(figures) + trials * trial_s
 
 
 def job_starts(spec: StudySpec, trials: int, per_job: int) -> float:
@@ -242,13 +254,13 @@ def job_starts(spec: StudySpec, trials: int, per_job: int) -> float:
     return trials / spec.executor.population / per_job
 
 
-# trials_per_job auto: a job runs trials until its start (process_s) is at most this share of it.
+# trials_per_job auto: a job runs trials until its start (job_start_s) is at most this share of it.
 START_SHARE = 0.10
 
 
 def packed_trials(process_s: float, trial_s: float, time_min: int) -> int:
     """How many trials of `trial_s` seconds one SLURM job of `auto` runs: the fewest that make
-    its start (`process_s`) at most START_SHARE of the job, but no more than fit in `time_min`
+    its start (`process_s`: job_start_s) at most START_SHARE of the job, but no more than fit in `time_min`
     with the plan's margin (job_minutes); at least one."""
     if trial_s <= 0:
         return 1
@@ -284,7 +296,7 @@ def trials_per_job(spec: StudySpec, costs: CostPlan | None = None) -> int:
         trial_s, figures = costs.trial_s(spec, cell), costs.figures.get(cell)
         if trial_s is None or figures is None:
             return 1
-        packed.append(packed_trials(figures["process_s"], trial_s, time_min))
+        packed.append(packed_trials(job_start_s(figures), trial_s, time_min))
     return min(packed, default=1)
 
 

@@ -2,7 +2,8 @@
 `optbench run --dry-run --measure` (optbench/plan/costs.py), run in a fresh process as a job
 runs its trial (`measure_fresh`), which also times that process's start, imports and exit.
 
-It times what a trial does, in the trainer's own code: building the trial's real parts
+It times what a trial does, in the trainer's own code: reading its dataset (once per process,
+as a worker keeps it for its later trials), building the trial's real parts
 (parts.py: its data, model, recipe, input pipeline and batch, at the precision the device gives
 it), `warmup` optimizer steps (what they take beyond the steady pace counts as start-up) and
 then `steps` timed ones through the trainer's own epoch code (epoch.run_epoch over a
@@ -36,6 +37,7 @@ from optbench.train.distributed import DistContext
 from optbench.train.epoch import run_epoch
 from optbench.train.evaluation import member_errors, recompute_members_bn
 from optbench.train.loop import weights_digest
+from optbench.train.parts import warm_dataset
 from optbench.train.precise_bn import precise_bn_batches
 from optbench.train.signals import StopRequest
 from optbench.train.state import TrialState, save_state
@@ -152,7 +154,8 @@ def _measure_once(
         # ... its precise BN, all of its batches (none where the recipe asks none)
         "precise_bn_s": round(bn_s * full_bn / bn_batches, 4) if bn_batches else 0.0,
         "checkpoint_s": round(checkpoint_s, 4),
-        # a trial's own start: build, and what its first steps take beyond the steady pace
+        # a trial's own start, its dataset already read (measure_config's data_s): build,
+        # and what its first steps take beyond the steady pace
         "start_s": round(build_s + max(0.0, warm_s - warmup * step_s), 3),
         "end_s": round(end_s, 4),
         "peak_memory_bytes": int(peak),
@@ -176,9 +179,15 @@ def measure_config(
     scratch: Path,
 ) -> dict:
     """Time `cfg` on `device` (module docstring). The figures at the largest per-process
-    batch that fits, halving from cfg.batch_size; `fits` says whether cfg.batch_size did and
-    `fitting_batch` which batch was measured."""
+    batch that fits, halving from cfg.batch_size; `fits` says whether cfg.batch_size did,
+    `fitting_batch` which batch was measured and `data_s` what reading the dataset took (not in
+    `start_s`: a process's later trials find it read)."""
     import_modules(cfg.imports)  # the study's own models and optimizers, as a job imports them
+    # The dataset's read, once: a worker or a job of several trials keeps it (parts.py:
+    # warm_dataset), so only its first trial pays it; each batch below then starts warm.
+    t = time.perf_counter()
+    warm_dataset(cfg, Compute.for_trial(cfg.recipe, device, DistContext(), None))
+    data_s = round(time.perf_counter() - t, 3)
     batch = cfg.batch_size
     while True:
         try:
@@ -196,7 +205,12 @@ def measure_config(
                 return {"device": device, "fits": False, "fitting_batch": None}
             batch //= 2
             continue
-        return {**figures, "fits": batch == cfg.batch_size, "fitting_batch": batch}
+        return {
+            **figures,
+            "data_s": data_s,
+            "fits": batch == cfg.batch_size,
+            "fitting_batch": batch,
+        }
 
 
 def measure_fresh(
