@@ -70,7 +70,8 @@ def plan_notes(spec: StudySpec, costs: CostPlan, todo: dict, n_train: int) -> li
         + (
             f"; a SLURM job of {per_job} trial(s) needs time_min >= {job_minutes(longest[0])} "
             f"(the longest, {longest[0] / 60:.3g} min: trials of {_clock(longest[1])} each, its "
-            f"process's start, exit and dataset read {_clock(longest[2])}; +{MARGIN - 1:.0%} +{MARGIN_MIN} min; "
+            f"process's start, exit and dataset read {_clock(longest[2])}; +{MARGIN - 1:.0%} "
+            f"+{MARGIN_MIN} min; "
             f"executor.slurm.time_min is {spec.executor.slurm.time_min})"
             if longest
             else ""
@@ -98,8 +99,8 @@ def figures_batch(spec: StudySpec, cell) -> int:
 def estimate_notes(spec: StudySpec, store, job_times=lambda: []) -> list[str]:
     """Estimated vs measured time per cell (`optbench status`; `store`: the study's Store):
     a trial's (the median wall_s of its finished trials beside the median of their estimates:
-    a warm trial's, plus the dataset's read for a process's first, `_trial_estimate`) and, on SLURM, a job's (the median
-    elapsed time of its completed jobs of finished trials; `job_times`: Executor.job_times,
+    a warm trial's, plus the dataset's read for a process's first, `_trial_estimate`) and, on
+    SLURM, a job's (the median elapsed time of its completed jobs of finished trials; `job_times`: Executor.job_times,
     asked only where there are measured costs). A line for each that has something to
     compare; [] without measured costs."""
     costs = cost_plan(spec)

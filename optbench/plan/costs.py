@@ -258,14 +258,14 @@ def job_starts(spec: StudySpec, trials: int, per_job: int) -> float:
 START_SHARE = 0.10
 
 
-def packed_trials(process_s: float, trial_s: float, time_min: int) -> int:
+def packed_trials(start_s: float, trial_s: float, time_min: int) -> int:
     """How many trials of `trial_s` seconds one SLURM job of `auto` runs: the fewest that make
-    its start (`process_s`: job_start_s) at most START_SHARE of the job, but no more than fit in `time_min`
-    with the plan's margin (job_minutes); at least one."""
+    its start (`start_s`: job_start_s) at most START_SHARE of the job, but no more than fit in
+    `time_min` with the plan's margin (job_minutes); at least one."""
     if trial_s <= 0:
         return 1
-    wanted = math.ceil(process_s * (1 - START_SHARE) / (START_SHARE * trial_s))
-    fitting = math.floor(((time_min - MARGIN_MIN) * 60 / MARGIN - process_s) / trial_s)
+    wanted = math.ceil(start_s * (1 - START_SHARE) / (START_SHARE * trial_s))
+    fitting = math.floor(((time_min - MARGIN_MIN) * 60 / MARGIN - start_s) / trial_s)
     return max(1, min(wanted, fitting))
 
 
