@@ -313,6 +313,28 @@ def test_a_best_error_comparisons_sentence_names_its_k(tiny_dict):
     assert {row["claim"]: row["best_of"] for row in summary["claims"]} == {"a": None, "mine": 3}
 
 
+def test_a_declared_comparison_is_on_every_page_and_the_terminal_says_what_the_page_shows(
+    tiny_dict,
+):
+    # `optbench report --edf` left a declared best-error comparison (its figure: tunability)
+    # off the page while the terminal printed it
+    import json
+
+    from optbench.report.claims_page import records, sections, verdict_lines
+    from optbench.report.summary import Options
+
+    spec = parse_spec(_best_error(tiny_dict, k=3))
+    error_of = _errors({P: 4.0, C: 4.0})
+    results = _results(spec, lambda t: error_of(t) + (3.0 if t.cell.model == P else 0.0))
+    table = claims_table(results, comparisons=spec.comparisons)
+    summary = json.loads(json.dumps({"claims": records(table)}))
+    for drawn, shown in ((None, {"a", "mine"}), ({"edf"}, {"a", "mine"}), ({"peak"}, {"mine"})):
+        (section,) = sections(table, Options(n_boot=50), drawn)
+        lead = section.lead
+        assert {line.split()[0].rstrip(":").strip("()") for line in lead} == shown, drawn
+        assert verdict_lines(summary, drawn) == lead, drawn
+
+
 def test_a_best_error_comparison_of_equal_sides_does_not_hold(tiny_dict):
     spec = parse_spec(_best_error(tiny_dict, k=2))
     results = _results(spec, _errors({P: 4.0, C: 4.0}))  # the same errors but for the noise

@@ -99,7 +99,7 @@ def report(
             looks=store.looks(),
         )  # fmt: skip
         typer.echo(format_table(summary))
-        for line in verdict_lines(summary):  # the claims, as the page's lead says them
+        for line in verdict_lines(summary, figures):  # the claims, as the page's lead says them
             typer.echo(line)
         note = attach_report(
             spec.tracking.resolved(spec.study_dir), spec.study_dir, out / spec.name

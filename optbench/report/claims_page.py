@@ -60,6 +60,13 @@ def _declared(row) -> bool:
     return kind_of(row).name != row.claim
 
 
+def on_page(row, drawn: set[str] | None) -> bool:
+    """Whether a page drawing the sections `drawn` (None: all) shows the row: a claim of the
+    paper where the figure it reads is drawn, a comparison the study declares always (the
+    user's own question, named in its spec, whatever figures were asked for)."""
+    return drawn is None or _declared(row) or kind_of(row).section in drawn
+
+
 def _panel_words(row) -> str:
     """The row's panel in its kind's phrase, e.g. "with AdamW at 8 epochs"."""
     optimizer = display_name(row.optimizer)  # (c)'s "sgd - adamw" stays as it is
@@ -137,10 +144,11 @@ def sentence(row) -> str:
     return f"{line}; {rest}" if rest else line
 
 
-def verdict_lines(summary: dict) -> list[str]:
-    """The claims of a summary (summary.json's rows) as sentences: what `optbench report` prints
-    on the terminal, the page's lead."""
-    return [sentence(pd.Series(row)) for row in summary.get("claims", [])]
+def verdict_lines(summary: dict, drawn: set[str] | None = None) -> list[str]:
+    """The claims of a summary (summary.json's rows) that a page drawing `drawn` shows, as
+    sentences: what `optbench report` prints on the terminal, the page's lead."""
+    rows = [pd.Series(row) for row in summary.get("claims", [])]
+    return [sentence(row) for row in rows if on_page(row, drawn)]
 
 
 def markdown(table: pd.DataFrame) -> str:
@@ -163,10 +171,8 @@ def markdown(table: pd.DataFrame) -> str:
 def sections(table: pd.DataFrame, options: Options, drawn: set[str] | None = None) -> list[Section]:
     """The report page's "claims" section from `claims_table`'s rows (computed once per report:
     the page and summary.json show the same bootstrap), or nothing when the study tests no
-    claim; with `drawn` (the report's sections), only the claims whose section is drawn."""
-    if drawn is not None:
-        sections = [kind_of(row).section for row in table.itertuples()]
-        table = table[pd.Series(sections, index=table.index, dtype=object).isin(drawn)]
+    claim; with `drawn` (the report's sections), only the rows `on_page` keeps."""
+    table = table[[on_page(row, drawn) for row in table.itertuples()]]
     if table.empty:
         return []
     declared = table["kind"] != table["claim"]
