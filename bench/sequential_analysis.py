@@ -278,7 +278,10 @@ def _seed_replicates(folder, seeds_per: int) -> dict:
     """Claim (b)'s replicates of `seeds_per` seeds each: trials_b.csv's seeds then
     trials_b_more.csv's, in order, cut into disjoint groups."""
     parts = [folder / "trials_b.csv", folder / "trials_b_more.csv"]
-    trials = pd.concat([pd.read_csv(p) for p in parts if p.exists()])
+    found = [pd.read_csv(p) for p in parts if p.exists()]
+    if not found:  # a folder of other designs' trials (e.g. train-per-model's alone)
+        return {}
+    trials = pd.concat(found)
     seeds = sorted(set(trials["seed"]))
     groups = {s: i // seeds_per for i, s in enumerate(seeds)}
     trials = trials.assign(replicate=trials["seed"].map(groups))
