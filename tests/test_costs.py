@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -15,7 +16,13 @@ from cli_inprocess import tiny_config
 
 from optbench.executors.protocol import JobTime
 from optbench.plan.cost_notes import estimate_notes, job_notes, plan_notes
-from optbench.plan.costs import COSTS_FILE, cost_plan, job_minutes, job_seconds, trial_seconds
+from optbench.plan.costs import (
+    COSTS_FILE,
+    cost_plan,
+    job_minutes,
+    job_seconds,
+    trial_seconds,
+)
 from optbench.plan.trials import plan
 from optbench.train.compute import Compute
 from optbench.train.distributed import DistContext
@@ -560,3 +567,40 @@ def test_measure_times_a_trial_with_the_threads_its_executor_gives_it(
     monkeypatch.setattr(local, "usable_cores", lambda: 8)
     tiny_dict["executor"] = executor
     assert threads_per_trial(parse_spec(tiny_dict)) == threads
+
+
+@pytest.mark.slow
+def test_an_image_folders_listing_counts_once_in_a_jobs_start(tmp_path, monkeypatch):
+    """Issue 55: a process lists its image folders once (parts.warm_dataset keeps the listing
+    for its later trials), so --measure times the listing in `data_s`, which a job pays once
+    with its start (job_start_s), and the trial's `start_s` finds it done. It was read twice:
+    the class folders in both, the images only in `start_s`, which every trial pays."""
+    from test_input_pipeline import folder_config, make_jpeg_folders
+
+    from optbench.data import folders
+    from optbench.data.datasets import load_dataset
+    from optbench.train.measure import measure_config
+    from optbench.trial.config import Execution
+
+    cfg = folder_config(make_jpeg_folders(tmp_path / "data"), epochs=1)
+    calls, listing_s = [], 1.0
+
+    def slowed(what: str, listing, seconds: float):
+        def listed(*args):
+            calls.append(what)
+            time.sleep(seconds)
+            return listing(*args)
+
+        return listed
+
+    monkeypatch.setattr(folders, "class_dirs", slowed("classes", folders.class_dirs, 0.0))
+    monkeypatch.setattr(
+        folders, "folder_samples", slowed("images", folders.folder_samples, listing_s)
+    )
+    load_dataset(cfg.dataset, cfg.model)  # one read of the folders: their classes, no images
+    one_read = calls.count("classes")
+    calls.clear()
+    figures = measure_config(cfg, Execution(), "cpu", steps=1, warmup=0, scratch=tmp_path)
+    assert calls.count("classes") == one_read  # the folders read once, not for each part
+    assert calls.count("images") == 2  # train and val, each once ...
+    assert figures["data_s"] >= 2 * listing_s  # ... within data_s: the job's start

@@ -3,7 +3,8 @@
 runs its trial (`measure_fresh`), which also times that process's start, imports and exit.
 
 It times what a trial does, in the trainer's own code: reading its dataset (once per process,
-as a worker keeps it for its later trials), building the trial's real parts
+as a worker keeps it for its later trials; an image dataset's listing of its images with it),
+building the trial's real parts
 (parts.py: its data, model, recipe, input pipeline and batch, at the precision the device gives
 it), `warmup` optimizer steps (what they take beyond the steady pace counts as start-up) and
 then `steps` timed ones through the trainer's own epoch code (epoch.run_epoch over a
@@ -182,8 +183,9 @@ def measure_config(
     `fitting_batch` which batch was measured and `data_s` what reading the dataset took (not in
     `start_s`: a process's later trials find it read)."""
     import_modules(cfg.imports)  # the study's own models and optimizers, as a job imports them
-    # The dataset's read, once: a worker or a job of several trials keeps it (parts.py:
-    # warm_dataset), so only its first trial pays it; each batch below then starts warm.
+    # The dataset's read (an image dataset listed), once: a worker or a job of several trials
+    # keeps it (parts.py: warm_dataset), so only its first trial pays it; each batch below then
+    # starts warm.
     # where and how every batch below computes (the recipe's, whatever the batch)
     compute = Compute.for_trial(cfg.recipe, device, DistContext(), None)
     t = time.perf_counter()

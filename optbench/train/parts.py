@@ -8,7 +8,7 @@ optimizer, lr schedules and EMA.
 from __future__ import annotations
 
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from timm.loss import SoftTargetCrossEntropy
@@ -23,7 +23,7 @@ from optbench.data.batches import (
     TrainBatches,
     loader_workers,
 )
-from optbench.data.datasets import DeviceData, FolderData, load_dataset
+from optbench.data.datasets import DeviceData, FolderData, load_dataset, split_samples
 from optbench.data.input_plan import InputPlan, input_plan
 from optbench.data.tensor_folder import TensorFolderBatches, device_policy
 from optbench.models import create_model
@@ -45,20 +45,25 @@ class TrialParts:
     criterion: nn.Module
 
 
-# The in-memory dataset (and its copy on the device) of this process's last trial: a warm worker
-# (executors/local.py, a SLURM job of several trials) loads it once for the trials of a cell.
+# The dataset (in memory, and its copy on the device; or an image dataset listed) of this
+# process's last trial: a warm worker (executors/local.py, a SLURM job of several trials) reads
+# it once for the trials of a cell.
 # Read only: the batches index it, nothing writes into it.
 _warm: dict = {"key": None, "data": None, "device": None, "on_device": None}
 
 
 def warm_dataset(cfg: TrainConfig, compute: Compute) -> DeviceData | FolderData:
-    """The trial's dataset: the process's last one where it is the same (a dataset held in
-    memory, data/datasets.py's DeviceData), else loaded (load_dataset)."""
-    if CATALOGUE[cfg.dataset.name].format == "images":  # read from its files by the batches
-        return load_dataset(cfg.dataset, cfg.model, compute.data_cache)
-    key = cfg.dataset.model_dump_json()
+    """The trial's dataset: the process's last one where it is the same, else read
+    (load_dataset): a dataset held in memory (data/datasets.py's DeviceData), or an image
+    dataset's folders or shard index with every split's images listed (FolderData.listed), so
+    its batches, this trial's and the later ones', find them listed."""
+    images = CATALOGUE[cfg.dataset.name].format == "images"
+    # an image dataset's input size is its model's where dataset.img_size sets none
+    key = (cfg.dataset.model_dump_json(), cfg.model if images else None)
     if _warm["key"] != key:
         data = load_dataset(cfg.dataset, cfg.model, compute.data_cache)
+        if images:
+            data = replace(data, listed={s: split_samples(data, s) for s in ("train", "val")})
         _warm.update(key=key, data=data, device=None, on_device=None)
     return _warm["data"]
 
