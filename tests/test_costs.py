@@ -21,6 +21,7 @@ from optbench.plan.costs import (
     cost_plan,
     job_minutes,
     job_seconds,
+    job_start_s,
     trial_seconds,
 )
 from optbench.plan.trials import plan
@@ -426,11 +427,11 @@ def test_a_cache_measured_before_the_fixed_costs_counts_as_not_measured(tiny_dic
     assert not any(line.startswith("not measured on it") for line in notes)
 
 
-@pytest.mark.parametrize(("kind", "per_job", "starts"), [("slurm", 1, 4), ("slurm", 2, 2), ("slurm", 4, 1), ("local", 1, 0)])  # fmt: skip
+@pytest.mark.parametrize(("kind", "per_job", "starts"), [("slurm", 1, 4), ("slurm", 2, 2), ("slurm", 4, 1), ("debug", 1, 0)])  # fmt: skip
 def test_the_plans_total_counts_one_start_per_job(tiny_dict, kind, per_job, starts):
     """4 trials to run: on SLURM their jobs' starts (a measured process start and dataset read
-    each) count once per job of trials_per_job trials; a local run's trials start no job of
-    their own."""
+    each) count once per job of trials_per_job trials; the debug executor's trials run in the
+    driver, which starts no process for them."""
     tiny_dict["models"] = ["vit_p_w64_16px"]
     tiny_dict["executor"] = {"kind": kind}
     if kind == "slurm":
@@ -442,11 +443,40 @@ def test_the_plans_total_counts_one_start_per_job(tiny_dict, kind, per_job, star
     trial_s = trial_seconds(figures, spec, cell.epochs)
     notes = plan_notes(spec, cost_plan(spec), {cell: 4}, figures["n_train"])
     [line] = [n for n in notes if "device-hours" in n]
-    hours = float(line.split("): ", 1)[1].split(" device-hours")[0])
+    hours = _plan_hours(notes)
     assert hours == pytest.approx((4 * trial_s + starts * 363.0) / 3600, rel=5e-3), line
     if kind == "slurm":  # a job's time_min: one start, one read and its trials
         job_s = 363.0 + per_job * trial_s
         assert f"needs time_min >= {job_minutes(job_s)} " in line, line
+
+
+def _plan_hours(notes: list[str]) -> float:
+    [line] = [n for n in notes if "device-hours" in n]
+    return float(line.split("): ", 1)[1].split(" device-hours")[0])
+
+
+@pytest.mark.parametrize(("workers", "trials", "starts"), [(2, 4, 2), (2, 1, 1), ("auto", 4, 3)])
+def test_a_local_run_pays_each_workers_start_and_dataset_read_once(
+    tiny_dict, monkeypatch, workers, trials, starts
+):
+    """A local pool's worker starts once and reads its dataset once for all of its trials (as
+    a SLURM job does): the plan counts one start per worker the run starts, never more workers
+    than trials, one per usable core under auto."""
+    from optbench.executors import local_workers
+
+    monkeypatch.setattr("optbench.executors.usable_cores", lambda: 3)
+    tiny_dict["models"] = ["vit_p_w64_16px"]
+    tiny_dict["executor"] = {"kind": "local", "workers": workers}
+    spec = load_study_dict(tiny_dict)
+    figures = {**FIGURES, "process_s": 360.0}
+    _cache_for(spec, figures)
+    [cell] = spec.cells()
+    trial_s = trial_seconds(figures, spec, cell.epochs)
+    run = local_workers(spec, trials, on_gpus=False)
+    assert run == starts
+    notes = plan_notes(spec, cost_plan(spec), {cell: trials}, figures["n_train"], run)
+    expected = (trials * trial_s + starts * job_start_s(figures)) / 3600
+    assert _plan_hours(notes) == pytest.approx(expected, rel=5e-3), notes
 
 
 def test_auto_packs_the_fewest_trials_that_pay_a_jobs_start_within_its_time_limit():

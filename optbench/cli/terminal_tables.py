@@ -257,7 +257,14 @@ def plan_table(spec: StudySpec, earlier: list[dict] = ()) -> TextTable:
         f"multiply-adds ({total * 3 / 1e15:.3g} PF with backward)" + execution_note(spec, trials)
     )
     sizes = size_lines(spec, trials, trial_hours, list(earlier), trial_pf) if spec.decide else []
-    for line in [lr_scale_note(spec), *plan_notes(spec, measured_costs, todo_of, n_train), *sizes]:
+    workers = 1
+    if spec.executor.kind == "local":
+        from optbench.executors import local_workers
+
+        on_gpus = (measured_costs.device or "").startswith("cuda")
+        workers = local_workers(spec, sum(todo_of.values()), on_gpus)
+    notes = plan_notes(spec, measured_costs, todo_of, n_train, workers)
+    for line in [lr_scale_note(spec), *notes, *sizes]:
         if line:
             table.add_caption(line)
     measured = {m: v for m, v in speeds.items() if v is not None}

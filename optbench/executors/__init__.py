@@ -1,6 +1,7 @@
 """Executors: where a study's trials run. `make_executor(spec)` builds the one the study's
 `executor.kind` names; `jobs_executor(spec)` is the one that answers `optbench status` and
-`cancel`; `threads_per_trial(spec)` asks the study's executor what one CPU trial gets.
+`cancel`; `threads_per_trial(spec)` asks the study's executor what one CPU trial gets, and
+`local_workers(spec, trials)` how many worker processes a local run starts (the cost plan's).
 
 - `protocol.py`: what an executor is, the `Executor` protocol, the only thing the driver and
   the CLI know of it.
@@ -12,7 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from optbench.executors.local import InlineExecutor, LocalExecutor, pool_size
+from optbench.errors import UsageError
+from optbench.executors.local import InlineExecutor, LocalExecutor, pool_size, split_cores
 from optbench.executors.protocol import Executor
 from optbench.host import usable_cores
 from optbench.spec.schema import StudySpec
@@ -50,6 +52,22 @@ def threads_per_trial(spec: StudySpec) -> int:
         return SlurmExecutor.threads_per_trial(spec.executor)
     executor = InlineExecutor if kind == "debug" else LocalExecutor
     return executor.threads_per_trial(spec.executor)
+
+
+def local_workers(spec: StudySpec, trials: int, on_gpus: bool) -> int:
+    """The worker processes a local run of `trials` trials starts on this machine
+    (local.split_cores): executor.workers, or one per GPU where its trials train on GPUs
+    (`on_gpus`), else one per usable core; no more than the trials. A setting a real run
+    refuses (more workers than cores) counts as written: the plan shows it all the same."""
+    gpus = 0
+    if on_gpus:
+        import torch
+
+        gpus = torch.cuda.device_count()
+    try:
+        return split_cores(trials, spec.executor.workers, usable_cores(), gpus)[0]
+    except UsageError:
+        return max(1, min(int(spec.executor.workers), trials))
 
 
 def jobs_executor(spec: StudySpec) -> Executor:

@@ -28,10 +28,10 @@ A trial's estimate (`trial_seconds`, result.json's wall_s) is a warm trial's, it
 already read: `start_s`, then per epoch the training steps at the measured step time, precise
 BN, one validation pass and one checkpoint write, then `end_s`; a process's first trial adds
 `data_s`. A SLURM job's (`job_seconds`, sacct's elapsed): its start (`job_start_s`: `process_s`
-and `data_s`) and its trials one after another; the plan's total counts one job start per job
-(`job_starts`). Not counted: queueing, what SLURM does outside the job's process (prolog,
-epilog), the driver's own work, a local worker's start and dataset read (once per run),
-tracker latency, and DDP's all-reduce: under
+and `data_s`) and its trials one after another; the plan's total counts one such start per
+SLURM job and per local worker (`run_starts`). Not counted: queueing, what SLURM does outside
+the job's process (prolog, epilog), the driver's own work (the debug executor's trials run in
+it), tracker latency, and DDP's all-reduce: under
 DDP (executor.slurm nodes x tasks) each process runs at the measured speed of its share of the
 batch, and the validation pass is split among them. A population (executor.population > 1) is
 measured as its solo trials are.
@@ -244,11 +244,14 @@ def job_seconds(figures: dict, trial_s: float, trials: int) -> float:
     return job_start_s(figures) + trials * trial_s
 
 
-def job_starts(spec: StudySpec, trials: int, per_job: int) -> float:
-    """How many job starts `trials` trials of a cell cost: on SLURM one per job of `per_job`
-    trials (trials_per_job; a population counts as one trial), as a share where a job holds
-    trials of several cells; elsewhere none (a local worker starts once per run, the debug
-    executor runs in the driver)."""
+def run_starts(spec: StudySpec, trials: int, per_job: int, workers: int) -> float:
+    """How many process starts (`job_start_s` each: a start, imports and exit, and a dataset
+    read) a run of `trials` trials pays: on SLURM one per job of `per_job` trials
+    (trials_per_job; a population counts as one trial); on a local pool one per worker
+    (`workers` the run starts, executors.local_workers: each starts once and reads its dataset
+    once for all of its trials); none for the debug executor, which runs in the driver."""
+    if spec.executor.kind == "local":
+        return float(min(workers, trials))
     if spec.executor.kind != "slurm":
         return 0.0
     return trials / spec.executor.population / per_job

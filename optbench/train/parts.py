@@ -25,7 +25,13 @@ from optbench.data.batches import (
     TrainBatches,
     loader_workers,
 )
-from optbench.data.datasets import DeviceData, FolderData, load_dataset, split_samples
+from optbench.data.datasets import (
+    DeviceData,
+    FolderData,
+    load_dataset,
+    model_input,
+    split_samples,
+)
 from optbench.data.input_plan import InputPlan, input_plan
 from optbench.data.tensor_folder import TensorFolderBatches, device_policy
 from optbench.models import create_model
@@ -60,10 +66,11 @@ def warm_dataset(cfg: TrainConfig, compute: Compute) -> DeviceData | FolderData:
     dataset's folders or shard index with every split's images listed (FolderData.listed), so
     its batches, this trial's and the later ones', find them listed."""
     images = CATALOGUE[cfg.dataset.name].format == "images"
-    # an image dataset's input size is its model's where dataset.img_size sets none; its
-    # listing is kept while its folders are as they were listed
+    # an image dataset's input size is its model's where dataset.img_size sets none (models of
+    # one size share it); its listing is kept while its folders are as they were listed
+    sized = model_input(cfg.model) if images and cfg.dataset.img_size is None else None
     state = _folders_state(cfg.dataset.root) if images else ()
-    key = (cfg.dataset.model_dump_json(), cfg.model if images else None, state)
+    key = (cfg.dataset.model_dump_json(), sized, state)
     if _warm["key"] != key or state is None:
         data = load_dataset(cfg.dataset, cfg.model, compute.data_cache)
         if images:
