@@ -462,7 +462,7 @@ def test_a_local_run_pays_each_workers_start_and_dataset_read_once(
     """A local pool's worker starts once and reads its dataset once for all of its trials (as
     a SLURM job does): the plan counts one start per worker the run starts, never more workers
     than trials, one per usable core under auto."""
-    from optbench.executors import local_workers
+    from optbench.executors import at_once
 
     monkeypatch.setattr("optbench.executors.usable_cores", lambda: 3)
     tiny_dict["models"] = ["vit_p_w64_16px"]
@@ -472,7 +472,7 @@ def test_a_local_run_pays_each_workers_start_and_dataset_read_once(
     _cache_for(spec, figures)
     [cell] = spec.cells()
     trial_s = trial_seconds(figures, spec, cell.epochs)
-    run = local_workers(spec, trials, on_gpus=False)
+    run = at_once(spec, trials, on_gpus=False)
     assert run == starts
     notes = plan_notes(spec, cost_plan(spec), {cell: trials}, figures["n_train"], run)
     expected = (trials * trial_s + starts * job_start_s(figures)) / 3600
@@ -529,6 +529,62 @@ def test_auto_cuts_a_round_into_at_least_as_many_jobs_as_slurm_runs_at_once():
     assert sum(sizes) == 40 and len(sizes) == -(-40 // most) and max(sizes) <= most
     assert max(sizes) - min(sizes) <= 1  # the round's last jobs end together
     assert job_minutes(job_seconds({"process_s": 60.0, "data_s": 0.0}, 10.0, max(sizes))) <= 10
+
+
+def test_the_plan_counts_the_starts_of_the_jobs_an_auto_round_is_cut_into(tiny_dict):
+    """Under `auto` a round smaller than (jobs SLURM runs at once x trials_per_job) is cut into
+    a job per slot (round_jobs), not into full packs: the plan counts those jobs' starts, round
+    by round (a sequential study submits each of its rounds at once)."""
+    from optbench.plan.costs import round_jobs, trials_per_job
+
+    tiny_dict["models"] = ["vit_p_w64_16px"]
+    tiny_dict["executor"] = {"kind": "slurm", "slurm": {"array_parallelism": 4}}
+    spec = load_study_dict(tiny_dict)
+    cheap = {**FIGURES, "step_s": 0.01, "start_s": 1.0, "eval_s_per_image": 1e-4}
+    _cache_for(spec, cheap)
+    most = trials_per_job(spec)
+    assert most >= 4  # a pack would hold the whole round
+    [cell] = spec.cells()
+    trial_s = trial_seconds(cheap, spec, cell.epochs)
+
+    def hours(todo: int, rounds: list[int] | None = None) -> float:
+        told = {} if rounds is None else {"rounds": rounds}  # else one round of `todo`
+        return _plan_hours(
+            plan_notes(spec, cost_plan(spec), {cell: todo}, cheap["n_train"], **told)
+        )
+
+    def expected(todo: int, jobs: int) -> float:
+        return (todo * trial_s + jobs * job_start_s(cheap)) / 3600
+
+    assert round_jobs(4, slots=4, most=most) == [1, 1, 1, 1]
+    assert hours(4) == pytest.approx(expected(4, 4), rel=5e-3)  # a start per slot's job
+    jobs = len(round_jobs(10 * most, slots=4, most=most))  # a large round: full packs
+    assert hours(10 * most) == pytest.approx(expected(10 * most, jobs), rel=5e-3)
+    # 8 trials in two rounds of 4, submitted one after the other: 4 jobs each, where one
+    # round of 8 would be cut into 4 packs of 2
+    assert hours(8, rounds=[4, 4]) == pytest.approx(expected(8, 8), rel=5e-3)
+    assert hours(8) == pytest.approx(expected(8, 4), rel=5e-3)
+
+
+def test_the_plan_cuts_a_round_at_the_jobs_the_partition_holds_at_once(tiny_dict, monkeypatch):
+    """The executor's slots (array_parallelism, or fewer where the partition's nodes hold
+    fewer jobs of the study's shape) are the plan's: a round of 4 on 2 slots is 2 jobs."""
+    from optbench.executors import at_once
+    from optbench.executors.slurm import executor as slurm
+
+    monkeypatch.setattr(slurm, "cluster_slots", lambda *a: 2)
+    tiny_dict["models"] = ["vit_p_w64_16px"]
+    tiny_dict["executor"] = {"kind": "slurm", "slurm": {"array_parallelism": 4}}
+    spec = load_study_dict(tiny_dict)
+    cheap = {**FIGURES, "step_s": 0.01, "start_s": 1.0, "eval_s_per_image": 1e-4}
+    _cache_for(spec, cheap)
+    [cell] = spec.cells()
+    slots = at_once(spec, 4, on_gpus=False)
+    assert slots == 2
+    notes = plan_notes(spec, cost_plan(spec), {cell: 4}, cheap["n_train"], slots)
+    trial_s = trial_seconds(cheap, spec, cell.epochs)
+    expected = (4 * trial_s + 2 * job_start_s(cheap)) / 3600
+    assert _plan_hours(notes) == pytest.approx(expected, rel=5e-3)
 
 
 def test_the_slurm_executor_submits_an_auto_round_as_round_jobs_cuts_it(

@@ -1,7 +1,7 @@
 """Executors: where a study's trials run. `make_executor(spec)` builds the one the study's
 `executor.kind` names; `jobs_executor(spec)` is the one that answers `optbench status` and
 `cancel`; `threads_per_trial(spec)` asks the study's executor what one CPU trial gets, and
-`local_workers(spec, trials)` how many worker processes a local run starts (the cost plan's).
+`at_once(spec, trials, on_gpus)` how many processes it runs at once (the cost plan's).
 
 - `protocol.py`: what an executor is, the `Executor` protocol, the only thing the driver and
   the CLI know of it.
@@ -54,11 +54,20 @@ def threads_per_trial(spec: StudySpec) -> int:
     return executor.threads_per_trial(spec.executor)
 
 
-def local_workers(spec: StudySpec, trials: int, on_gpus: bool) -> int:
-    """The worker processes a local run of `trials` trials starts on this machine
-    (local.split_cores): executor.workers, or one per GPU where its trials train on GPUs
-    (`on_gpus`), else one per usable core; no more than the trials. A setting a real run
-    refuses (more workers than cores) counts as written: the plan shows it all the same."""
+def at_once(spec: StudySpec, trials: int, on_gpus: bool) -> int:
+    """How many processes the study's executor runs at once: on SLURM the jobs it runs at once
+    (SlurmExecutor.slots: array_parallelism, or fewer where the partition holds fewer, by
+    `sinfo`); a local run of `trials` trials, its workers (local.split_cores: executor.workers,
+    or one per GPU where its trials train on GPUs (`on_gpus`), else one per usable core; no
+    more than the trials; a setting a real run refuses, more workers than cores, counts as
+    written); the debug executor, one (the driver)."""
+    kind = spec.executor.kind
+    if kind == "slurm":
+        from optbench.executors.slurm.executor import SlurmExecutor
+
+        return SlurmExecutor.slots(spec.executor.slurm)
+    if kind != "local":
+        return 1
     gpus = 0
     if on_gpus:
         import torch

@@ -28,19 +28,27 @@ from optbench.spec.schema import StudySpec
 
 
 def plan_notes(
-    spec: StudySpec, costs: CostPlan, todo: dict, n_train: int, workers: int = 1
+    spec: StudySpec,
+    costs: CostPlan,
+    todo: dict,
+    n_train: int,
+    at_once: int | None = None,
+    rounds: list[int] | None = None,
 ) -> list[str]:
     """The plan's caption lines about measured costs: the device, device-hours, time_min per
     job, what is missing and what does not fit. `todo`: cell -> trials left to run;
     `n_train`: the training images of an epoch (the dataset's published size, where known);
-    `workers`: the worker processes a local run starts (executors.local_workers)."""
+    `at_once`: the processes the executor runs at once (executors.at_once: a local run's
+    workers, the SLURM jobs; None: one worker, executor.slurm.array_parallelism jobs);
+    `rounds`: the trials left to run in each round, submitted at once (None: all of `todo`,
+    one round)."""
     if costs.device is None:
         return ["no measured costs yet: `optbench run STUDY --dry-run --measure` times each "
                 "training configuration on this machine"]  # fmt: skip
     lines, hours, longest, missing, too_big = [], 0.0, None, [], []
     per_job = trials_per_job(spec, costs)
     # the run's process starts, shared among the cells by their trials
-    starts = run_starts(spec, sum(todo.values()), per_job, workers)
+    starts = run_starts(spec, rounds or [sum(todo.values())], per_job, at_once)
     start_share = starts / max(1, sum(todo.values()))
     for cell in spec.cells():
         figures, trial_s = costs.figures.get(cell), costs.trial_s(spec, cell, n_train)

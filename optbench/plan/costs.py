@@ -244,17 +244,27 @@ def job_seconds(figures: dict, trial_s: float, trials: int) -> float:
     return job_start_s(figures) + trials * trial_s
 
 
-def run_starts(spec: StudySpec, trials: int, per_job: int, workers: int) -> float:
+def run_starts(spec: StudySpec, rounds: list[int], per_job: int, at_once: int | None) -> int:
     """How many process starts (`job_start_s` each: a start, imports and exit, and a dataset
-    read) a run of `trials` trials pays: on SLURM one per job of `per_job` trials
-    (trials_per_job; a population counts as one trial); on a local pool one per worker
-    (`workers` the run starts, executors.local_workers: each starts once and reads its dataset
-    once for all of its trials); none for the debug executor, which runs in the driver."""
+    read) a run pays for `rounds`, the trials it submits at once, round after round (a fixed
+    study's one round; a sequential study's, look by look). `at_once`: the processes the
+    executor runs at once (executors.at_once; None: one local worker, array_parallelism SLURM
+    jobs). On SLURM one start per job, as the executor cuts each round (under `auto`,
+    `round_jobs` at `at_once` slots, `per_job` the most a job holds; else jobs of
+    trials_per_job; a population counts as one trial); on a local pool one per worker, which
+    starts once and reads its dataset once for all of its trials; none for the debug executor,
+    which runs in the driver."""
+    trials = sum(rounds)
     if spec.executor.kind == "local":
-        return float(min(workers, trials))
+        return min(at_once or 1, trials)
     if spec.executor.kind != "slurm":
-        return 0.0
-    return trials / spec.executor.population / per_job
+        return 0
+    slurm = spec.executor.slurm
+    units = [math.ceil(n / spec.executor.population) for n in rounds]
+    if slurm.trials_per_job == "auto":
+        slots = at_once or slurm.array_parallelism
+        return sum(len(round_jobs(n, slots, per_job)) for n in units)
+    return sum(math.ceil(n / per_job) for n in units)
 
 
 # trials_per_job auto: a job runs trials until its start (job_start_s) is at most this share of it.
