@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -15,7 +16,14 @@ from cli_inprocess import tiny_config
 
 from optbench.executors.protocol import JobTime
 from optbench.plan.cost_notes import estimate_notes, job_notes, plan_notes
-from optbench.plan.costs import COSTS_FILE, cost_plan, job_minutes, job_seconds, trial_seconds
+from optbench.plan.costs import (
+    COSTS_FILE,
+    cost_plan,
+    job_minutes,
+    job_seconds,
+    job_start_s,
+    trial_seconds,
+)
 from optbench.plan.trials import plan
 from optbench.train.compute import Compute
 from optbench.train.distributed import DistContext
@@ -419,11 +427,11 @@ def test_a_cache_measured_before_the_fixed_costs_counts_as_not_measured(tiny_dic
     assert not any(line.startswith("not measured on it") for line in notes)
 
 
-@pytest.mark.parametrize(("kind", "per_job", "starts"), [("slurm", 1, 4), ("slurm", 2, 2), ("slurm", 4, 1), ("local", 1, 0)])  # fmt: skip
+@pytest.mark.parametrize(("kind", "per_job", "starts"), [("slurm", 1, 4), ("slurm", 2, 2), ("slurm", 4, 1), ("debug", 1, 0)])  # fmt: skip
 def test_the_plans_total_counts_one_start_per_job(tiny_dict, kind, per_job, starts):
     """4 trials to run: on SLURM their jobs' starts (a measured process start and dataset read
-    each) count once per job of trials_per_job trials; a local run's trials start no job of
-    their own."""
+    each) count once per job of trials_per_job trials; the debug executor's trials run in the
+    driver, which starts no process for them."""
     tiny_dict["models"] = ["vit_p_w64_16px"]
     tiny_dict["executor"] = {"kind": kind}
     if kind == "slurm":
@@ -435,11 +443,40 @@ def test_the_plans_total_counts_one_start_per_job(tiny_dict, kind, per_job, star
     trial_s = trial_seconds(figures, spec, cell.epochs)
     notes = plan_notes(spec, cost_plan(spec), {cell: 4}, figures["n_train"])
     [line] = [n for n in notes if "device-hours" in n]
-    hours = float(line.split("): ", 1)[1].split(" device-hours")[0])
+    hours = _plan_hours(notes)
     assert hours == pytest.approx((4 * trial_s + starts * 363.0) / 3600, rel=5e-3), line
     if kind == "slurm":  # a job's time_min: one start, one read and its trials
         job_s = 363.0 + per_job * trial_s
         assert f"needs time_min >= {job_minutes(job_s)} " in line, line
+
+
+def _plan_hours(notes: list[str]) -> float:
+    [line] = [n for n in notes if "device-hours" in n]
+    return float(line.split("): ", 1)[1].split(" device-hours")[0])
+
+
+@pytest.mark.parametrize(("workers", "trials", "starts"), [(2, 4, 2), (2, 1, 1), ("auto", 4, 3)])
+def test_a_local_run_pays_each_workers_start_and_dataset_read_once(
+    tiny_dict, monkeypatch, workers, trials, starts
+):
+    """A local pool's worker starts once and reads its dataset once for all of its trials (as
+    a SLURM job does): the plan counts one start per worker the run starts, never more workers
+    than trials, one per usable core under auto."""
+    from optbench.executors import at_once
+
+    monkeypatch.setattr("optbench.executors.usable_cores", lambda: 3)
+    tiny_dict["models"] = ["vit_p_w64_16px"]
+    tiny_dict["executor"] = {"kind": "local", "workers": workers}
+    spec = load_study_dict(tiny_dict)
+    figures = {**FIGURES, "process_s": 360.0}
+    _cache_for(spec, figures)
+    [cell] = spec.cells()
+    trial_s = trial_seconds(figures, spec, cell.epochs)
+    run = at_once(spec, trials, on_gpus=False)
+    assert run == starts
+    notes = plan_notes(spec, cost_plan(spec), {cell: trials}, figures["n_train"], run)
+    expected = (trials * trial_s + starts * job_start_s(figures)) / 3600
+    assert _plan_hours(notes) == pytest.approx(expected, rel=5e-3), notes
 
 
 def test_auto_packs_the_fewest_trials_that_pay_a_jobs_start_within_its_time_limit():
@@ -492,6 +529,62 @@ def test_auto_cuts_a_round_into_at_least_as_many_jobs_as_slurm_runs_at_once():
     assert sum(sizes) == 40 and len(sizes) == -(-40 // most) and max(sizes) <= most
     assert max(sizes) - min(sizes) <= 1  # the round's last jobs end together
     assert job_minutes(job_seconds({"process_s": 60.0, "data_s": 0.0}, 10.0, max(sizes))) <= 10
+
+
+def test_the_plan_counts_the_starts_of_the_jobs_an_auto_round_is_cut_into(tiny_dict):
+    """Under `auto` a round smaller than (jobs SLURM runs at once x trials_per_job) is cut into
+    a job per slot (round_jobs), not into full packs: the plan counts those jobs' starts, round
+    by round (a sequential study submits each of its rounds at once)."""
+    from optbench.plan.costs import round_jobs, trials_per_job
+
+    tiny_dict["models"] = ["vit_p_w64_16px"]
+    tiny_dict["executor"] = {"kind": "slurm", "slurm": {"array_parallelism": 4}}
+    spec = load_study_dict(tiny_dict)
+    cheap = {**FIGURES, "step_s": 0.01, "start_s": 1.0, "eval_s_per_image": 1e-4}
+    _cache_for(spec, cheap)
+    most = trials_per_job(spec)
+    assert most >= 4  # a pack would hold the whole round
+    [cell] = spec.cells()
+    trial_s = trial_seconds(cheap, spec, cell.epochs)
+
+    def hours(todo: int, rounds: list[int] | None = None) -> float:
+        told = {} if rounds is None else {"rounds": rounds}  # else one round of `todo`
+        return _plan_hours(
+            plan_notes(spec, cost_plan(spec), {cell: todo}, cheap["n_train"], **told)
+        )
+
+    def expected(todo: int, jobs: int) -> float:
+        return (todo * trial_s + jobs * job_start_s(cheap)) / 3600
+
+    assert round_jobs(4, slots=4, most=most) == [1, 1, 1, 1]
+    assert hours(4) == pytest.approx(expected(4, 4), rel=5e-3)  # a start per slot's job
+    jobs = len(round_jobs(10 * most, slots=4, most=most))  # a large round: full packs
+    assert hours(10 * most) == pytest.approx(expected(10 * most, jobs), rel=5e-3)
+    # 8 trials in two rounds of 4, submitted one after the other: 4 jobs each, where one
+    # round of 8 would be cut into 4 packs of 2
+    assert hours(8, rounds=[4, 4]) == pytest.approx(expected(8, 8), rel=5e-3)
+    assert hours(8) == pytest.approx(expected(8, 4), rel=5e-3)
+
+
+def test_the_plan_cuts_a_round_at_the_jobs_the_partition_holds_at_once(tiny_dict, monkeypatch):
+    """The executor's slots (array_parallelism, or fewer where the partition's nodes hold
+    fewer jobs of the study's shape) are the plan's: a round of 4 on 2 slots is 2 jobs."""
+    from optbench.executors import at_once
+    from optbench.executors.slurm import executor as slurm
+
+    monkeypatch.setattr(slurm, "cluster_slots", lambda *a: 2)
+    tiny_dict["models"] = ["vit_p_w64_16px"]
+    tiny_dict["executor"] = {"kind": "slurm", "slurm": {"array_parallelism": 4}}
+    spec = load_study_dict(tiny_dict)
+    cheap = {**FIGURES, "step_s": 0.01, "start_s": 1.0, "eval_s_per_image": 1e-4}
+    _cache_for(spec, cheap)
+    [cell] = spec.cells()
+    slots = at_once(spec, 4, on_gpus=False)
+    assert slots == 2
+    notes = plan_notes(spec, cost_plan(spec), {cell: 4}, cheap["n_train"], slots)
+    trial_s = trial_seconds(cheap, spec, cell.epochs)
+    expected = (4 * trial_s + 2 * job_start_s(cheap)) / 3600
+    assert _plan_hours(notes) == pytest.approx(expected, rel=5e-3)
 
 
 def test_the_slurm_executor_submits_an_auto_round_as_round_jobs_cuts_it(
@@ -560,3 +653,40 @@ def test_measure_times_a_trial_with_the_threads_its_executor_gives_it(
     monkeypatch.setattr(local, "usable_cores", lambda: 8)
     tiny_dict["executor"] = executor
     assert threads_per_trial(parse_spec(tiny_dict)) == threads
+
+
+@pytest.mark.slow
+def test_an_image_folders_listing_counts_once_in_a_jobs_start(tmp_path, monkeypatch):
+    """Issue 55: a process lists its image folders once (parts.warm_dataset keeps the listing
+    for its later trials), so --measure times the listing in `data_s`, which a job pays once
+    with its start (job_start_s), and the trial's `start_s` finds it done. It was read twice:
+    the class folders in both, the images only in `start_s`, which every trial pays."""
+    from test_input_pipeline import folder_config, make_jpeg_folders
+
+    from optbench.data import folders
+    from optbench.data.datasets import load_dataset
+    from optbench.train.measure import measure_config
+    from optbench.trial.config import Execution
+
+    cfg = folder_config(make_jpeg_folders(tmp_path / "data"), epochs=1)
+    calls, listing_s = [], 1.0
+
+    def slowed(what: str, listing, seconds: float):
+        def listed(*args):
+            calls.append(what)
+            time.sleep(seconds)
+            return listing(*args)
+
+        return listed
+
+    monkeypatch.setattr(folders, "class_dirs", slowed("classes", folders.class_dirs, 0.0))
+    monkeypatch.setattr(
+        folders, "folder_samples", slowed("images", folders.folder_samples, listing_s)
+    )
+    load_dataset(cfg.dataset, cfg.model)  # one read of the folders: their classes, no images
+    one_read = calls.count("classes")
+    calls.clear()
+    figures = measure_config(cfg, Execution(), "cpu", steps=1, warmup=0, scratch=tmp_path)
+    assert calls.count("classes") == one_read  # the folders read once, not for each part
+    assert calls.count("images") == 2  # train and val, each once ...
+    assert figures["data_s"] >= 2 * listing_s  # ... within data_s: the job's start

@@ -187,3 +187,30 @@ def test_a_local_worker_pays_its_start_once_and_status_prints_the_cost_line(
     flat = " ".join(out.split())
     assert code == 0, err
     assert "cost vit_p_w64_16px/adamw/e1 (2 trial(s)," in flat and "outside the epochs" in flat
+
+
+def test_a_warm_process_lists_its_image_folders_once_until_they_change(tmp_path, monkeypatch):
+    """Issue 55: a worker's later trials find the image folders listed (parts.warm_dataset),
+    those of another model of the same input size too; an image added since is listed, not
+    missed (a notebook's or the driver's later runs)."""
+    from test_data import make_folders
+
+    from optbench.data import folders
+    from optbench.spec.recipe import Dataset
+    from optbench.train.compute import Compute
+    from optbench.train.distributed import DistContext
+
+    make_folders(tmp_path / "data")
+    data = Dataset(name="imagefolder", root=tmp_path / "data")  # at each model's input size
+    cfg = tiny_config(model="vit_p_w64_16px", dataset=data, batch_size=4)
+    compute = Compute.for_trial(cfg.recipe, "cpu", DistContext(), 0)
+    listed = []
+    listing = folders.folder_samples
+    monkeypatch.setattr(folders, "folder_samples", lambda *a: listed.append(1) or listing(*a))
+    first, _ = parts.build_batches(cfg, compute)
+    second, _ = parts.build_batches(cfg.model_copy(update={"model": "vit_c_w64_16px"}), compute)
+    assert len(listed) == 2 and second.num_train == first.num_train  # train and val, once
+    cat = tmp_path / "data" / "train" / "cat"
+    (cat / "new.png").write_bytes(next(cat.glob("*.png")).read_bytes())
+    third, _ = parts.build_batches(cfg, compute)
+    assert len(listed) == 4 and third.num_train == first.num_train + 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections import Counter
 from dataclasses import dataclass
 
 from optbench.plan.cost_notes import plan_notes
@@ -257,7 +258,18 @@ def plan_table(spec: StudySpec, earlier: list[dict] = ()) -> TextTable:
         f"multiply-adds ({total * 3 / 1e15:.3g} PF with backward)" + execution_note(spec, trials)
     )
     sizes = size_lines(spec, trials, trial_hours, list(earlier), trial_pf) if spec.decide else []
-    for line in [lr_scale_note(spec), *plan_notes(spec, measured_costs, todo_of, n_train), *sizes]:
+    running = None  # what the executor runs at once: only where measured costs are counted
+    if measured_costs.device is not None:
+        from optbench.executors import at_once
+
+        on_gpus = measured_costs.device.startswith("cuda")
+        running = at_once(spec, sum(todo_of.values()), on_gpus)
+    round_sizes = None  # a sequential study submits each round's trials at once
+    if spec.decide is not None:
+        left = Counter(rounds.round_of(s.trial) for s in stored if not s.is_result)
+        round_sizes = [left[k] for k in sorted(left)]
+    notes = plan_notes(spec, measured_costs, todo_of, n_train, running, round_sizes)
+    for line in [lr_scale_note(spec), *notes, *sizes]:
         if line:
             table.add_caption(line)
     measured = {m: v for m, v in speeds.items() if v is not None}

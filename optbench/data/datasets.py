@@ -31,7 +31,7 @@ from __future__ import annotations
 import io
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -203,6 +203,9 @@ class FolderData:
     std: tuple[float, ...] = IMAGENET_STD
     in_chans: int = 3
     index: shards.ShardIndex | None = None
+    # each split's samples where a warm worker listed them once for its trials (train/parts.py:
+    # warm_dataset); None: split_samples lists them when asked. Read only.
+    listed: dict[str, list] | None = field(default=None, compare=False, repr=False)
 
     @property
     def num_classes(self) -> int:
@@ -214,6 +217,8 @@ def split_samples(data: FolderData, split: str) -> list[tuple[str | shards.Membe
     (folders.folder_samples) or a shard member. Both pipelines read these (shards.read_bytes,
     shards.load_rgb), so an index means the same image and label in each, and the same in a
     folder and in the shards `optbench data pack` made of it."""
+    if data.listed is not None:
+        return data.listed[split]
     if data.index is not None:
         return data.index.samples(split)
     return folders.folder_samples(data.root / split, data.classes)

@@ -1,6 +1,7 @@
 """Executors: where a study's trials run. `make_executor(spec)` builds the one the study's
 `executor.kind` names; `jobs_executor(spec)` is the one that answers `optbench status` and
-`cancel`; `threads_per_trial(spec)` asks the study's executor what one CPU trial gets.
+`cancel`; `threads_per_trial(spec)` asks the study's executor what one CPU trial gets, and
+`at_once(spec, trials, on_gpus)` how many processes it runs at once (the cost plan's).
 
 - `protocol.py`: what an executor is, the `Executor` protocol, the only thing the driver and
   the CLI know of it.
@@ -12,7 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from optbench.executors.local import InlineExecutor, LocalExecutor, pool_size
+from optbench.errors import UsageError
+from optbench.executors.local import InlineExecutor, LocalExecutor, pool_size, split_cores
 from optbench.executors.protocol import Executor
 from optbench.host import usable_cores
 from optbench.spec.schema import StudySpec
@@ -50,6 +52,31 @@ def threads_per_trial(spec: StudySpec) -> int:
         return SlurmExecutor.threads_per_trial(spec.executor)
     executor = InlineExecutor if kind == "debug" else LocalExecutor
     return executor.threads_per_trial(spec.executor)
+
+
+def at_once(spec: StudySpec, trials: int, on_gpus: bool) -> int:
+    """How many processes the study's executor runs at once: on SLURM the jobs it runs at once
+    (SlurmExecutor.slots: array_parallelism, or fewer where the partition holds fewer, by
+    `sinfo`); a local run of `trials` trials, its workers (local.split_cores: executor.workers,
+    or one per GPU where its trials train on GPUs (`on_gpus`), else one per usable core; no
+    more than the trials; a setting a real run refuses, more workers than cores, counts as
+    written); the debug executor, one (the driver)."""
+    kind = spec.executor.kind
+    if kind == "slurm":
+        from optbench.executors.slurm.executor import SlurmExecutor
+
+        return SlurmExecutor.slots(spec.executor.slurm)
+    if kind != "local":
+        return 1
+    gpus = 0
+    if on_gpus:
+        import torch
+
+        gpus = torch.cuda.device_count()
+    try:
+        return split_cores(trials, spec.executor.workers, usable_cores(), gpus)[0]
+    except UsageError:
+        return max(1, min(int(spec.executor.workers), trials))
 
 
 def jobs_executor(spec: StudySpec) -> Executor:

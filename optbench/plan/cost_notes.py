@@ -19,23 +19,37 @@ from optbench.plan.costs import (
     job_minutes,
     job_seconds,
     job_start_s,
-    job_starts,
     processes,
+    run_starts,
     trials_per_job,
 )
 from optbench.plan.trials import plan
 from optbench.spec.schema import StudySpec
 
 
-def plan_notes(spec: StudySpec, costs: CostPlan, todo: dict, n_train: int) -> list[str]:
+def plan_notes(
+    spec: StudySpec,
+    costs: CostPlan,
+    todo: dict,
+    n_train: int,
+    at_once: int | None = None,
+    rounds: list[int] | None = None,
+) -> list[str]:
     """The plan's caption lines about measured costs: the device, device-hours, time_min per
     job, what is missing and what does not fit. `todo`: cell -> trials left to run;
-    `n_train`: the training images of an epoch (the dataset's published size, where known)."""
+    `n_train`: the training images of an epoch (the dataset's published size, where known);
+    `at_once`: the processes the executor runs at once (executors.at_once: a local run's
+    workers, the SLURM jobs; None: one worker, executor.slurm.array_parallelism jobs);
+    `rounds`: the trials left to run in each round, submitted at once (None: all of `todo`,
+    one round)."""
     if costs.device is None:
         return ["no measured costs yet: `optbench run STUDY --dry-run --measure` times each "
                 "training configuration on this machine"]  # fmt: skip
     lines, hours, longest, missing, too_big = [], 0.0, None, [], []
     per_job = trials_per_job(spec, costs)
+    # the run's process starts, shared among the cells by their trials
+    starts = run_starts(spec, rounds or [sum(todo.values())], per_job, at_once)
+    start_share = starts / max(1, sum(todo.values()))
     for cell in spec.cells():
         figures, trial_s = costs.figures.get(cell), costs.trial_s(spec, cell, n_train)
         label = _label(cell)
@@ -56,17 +70,15 @@ def plan_notes(spec: StudySpec, costs: CostPlan, todo: dict, n_train: int) -> li
             )
         else:
             n = todo.get(cell, 0)
-            hours += (
-                (n * trial_s + job_starts(spec, n, per_job) * job_start_s(figures))
-                * processes(spec)
-                / 3600
-            )
+            hours += (n * trial_s + n * start_share * job_start_s(figures)) * processes(spec) / 3600
             job = (job_seconds(figures, trial_s, per_job), trial_s, job_start_s(figures))
             longest = max(longest or job, job)
     lines.append(
         f"measured on {costs.device} (cached in {spec.study_dir / COSTS_FILE}): "
         f"{hours:.3g} device-hours to run the cells measured"
-        + (" (with one start per SLURM job)" if spec.executor.kind == "slurm" else "")
+        + {"slurm": " (with one start per SLURM job)", "local": " (with one start per worker)"}.get(
+            spec.executor.kind, ""
+        )
         + (
             f"; a SLURM job of {per_job} trial(s) needs time_min >= {job_minutes(longest[0])} "
             f"(the longest, {longest[0] / 60:.3g} min: trials of {_clock(longest[1])} each, its "

@@ -15,8 +15,8 @@ which cells are measured and which are missing.
 
 What is measured, each in the trainer's own code and in a fresh Python process as a job runs its
 trial (train/measure.py: `measure_fresh`): the process's start, imports and exit (`process_s`), the
-dataset's read (`data_s`: once per process, which keeps it for its later trials), the trial's
-start (its batches, model, optimizer and EMA built, and what its first steps take beyond the
+dataset's read (`data_s`, an image dataset's listing included: once per process, which keeps it
+for its later trials), the trial's start (its batches, model, optimizer and EMA built, and what its first steps take beyond the
 steady pace: `start_s`), the step time, an epoch's end as the recipe runs it (precise BN where
 recipe.precise_bn_images asks for it: `precise_bn_s`; the validation pass of the raw weights and
 the EMA: `eval_s_per_image`), a checkpoint write and the trial's end (its weights' digest:
@@ -28,10 +28,10 @@ A trial's estimate (`trial_seconds`, result.json's wall_s) is a warm trial's, it
 already read: `start_s`, then per epoch the training steps at the measured step time, precise
 BN, one validation pass and one checkpoint write, then `end_s`; a process's first trial adds
 `data_s`. A SLURM job's (`job_seconds`, sacct's elapsed): its start (`job_start_s`: `process_s`
-and `data_s`) and its trials one after another; the plan's total counts one job start per job
-(`job_starts`). Not counted: queueing, what SLURM does outside the job's process (prolog,
-epilog), the driver's own work, a local worker's start and dataset read (once per run),
-tracker latency, and DDP's all-reduce: under
+and `data_s`) and its trials one after another; the plan's total counts one such start per
+SLURM job and per local worker (`run_starts`). Not counted: queueing, what SLURM does outside
+the job's process (prolog, epilog), the driver's own work (the debug executor's trials run in
+it), tracker latency, and DDP's all-reduce: under
 DDP (executor.slurm nodes x tasks) each process runs at the measured speed of its share of the
 batch, and the validation pass is split among them. A population (executor.population > 1) is
 measured as its solo trials are.
@@ -244,14 +244,27 @@ def job_seconds(figures: dict, trial_s: float, trials: int) -> float:
     return job_start_s(figures) + trials * trial_s
 
 
-def job_starts(spec: StudySpec, trials: int, per_job: int) -> float:
-    """How many job starts `trials` trials of a cell cost: on SLURM one per job of `per_job`
-    trials (trials_per_job; a population counts as one trial), as a share where a job holds
-    trials of several cells; elsewhere none (a local worker starts once per run, the debug
-    executor runs in the driver)."""
+def run_starts(spec: StudySpec, rounds: list[int], per_job: int, at_once: int | None) -> int:
+    """How many process starts (`job_start_s` each: a start, imports and exit, and a dataset
+    read) a run pays for `rounds`, the trials it submits at once, round after round (a fixed
+    study's one round; a sequential study's, look by look). `at_once`: the processes the
+    executor runs at once (executors.at_once; None: one local worker, array_parallelism SLURM
+    jobs). On SLURM one start per job, as the executor cuts each round (under `auto`,
+    `round_jobs` at `at_once` slots, `per_job` the most a job holds; else jobs of
+    trials_per_job; a population counts as one trial); on a local pool one per worker, which
+    starts once and reads its dataset once for all of its trials; none for the debug executor,
+    which runs in the driver."""
+    trials = sum(rounds)
+    if spec.executor.kind == "local":
+        return min(at_once or 1, trials)
     if spec.executor.kind != "slurm":
-        return 0.0
-    return trials / spec.executor.population / per_job
+        return 0
+    slurm = spec.executor.slurm
+    units = [math.ceil(n / spec.executor.population) for n in rounds]
+    if slurm.trials_per_job == "auto":
+        slots = at_once or slurm.array_parallelism
+        return sum(len(round_jobs(n, slots, per_job)) for n in units)
+    return sum(math.ceil(n / per_job) for n in units)
 
 
 # trials_per_job auto: a job runs trials until its start (job_start_s) is at most this share of it.

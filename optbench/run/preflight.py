@@ -155,8 +155,10 @@ def best_error_seed_note(spec: StudySpec) -> str | None:
     trains the study's own seed: that statistic is on the error's own scale, so the seed's
     study-wide shift enters it in full and its interval over samples misses it (docs/
     sequential.md, "What this carries"); None otherwise."""
-    named = [] if spec.decide is None else spec.decide.claims
-    best = [c.name for c in spec.comparisons if c.kind == "best-error" and c.name in named]
+    from optbench.run.rounds import declared  # the one reader of what a study decides
+
+    named = [] if spec.decide is None else declared(spec)
+    best = [c.name for c in named if c.kind == "best-error"]
     if not best or spec.seed_per_sample:
         return None
     return (

@@ -3,7 +3,8 @@
 runs its trial (`measure_fresh`), which also times that process's start, imports and exit.
 
 It times what a trial does, in the trainer's own code: reading its dataset (once per process,
-as a worker keeps it for its later trials), building the trial's real parts
+as a worker keeps it for its later trials; an image dataset's listing of its images with it),
+building the trial's real parts
 (parts.py: its data, model, recipe, input pipeline and batch, at the precision the device gives
 it), `warmup` optimizer steps (what they take beyond the steady pace counts as start-up) and
 then `steps` timed ones through the trainer's own epoch code (epoch.run_epoch over a
@@ -100,10 +101,9 @@ def _val_images(batches, timed: int) -> int:
 
 
 def _measure_once(
-    cfg: TrainConfig, execution: Execution, device: str, steps: int, warmup: int, scratch: Path
+    cfg: TrainConfig, execution: Execution, compute: Compute, steps: int, warmup: int, scratch: Path
 ) -> dict:
     start = time.perf_counter()  # as start_program's: what a trial's wall_s counts from
-    compute = Compute.for_trial(cfg.recipe, device, DistContext(), None)
     execution = resolve_execution(execution, compute.device.type, cfg.recipe)
     if compute.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(compute.device)
@@ -183,10 +183,13 @@ def measure_config(
     `fitting_batch` which batch was measured and `data_s` what reading the dataset took (not in
     `start_s`: a process's later trials find it read)."""
     import_modules(cfg.imports)  # the study's own models and optimizers, as a job imports them
-    # The dataset's read, once: a worker or a job of several trials keeps it (parts.py:
-    # warm_dataset), so only its first trial pays it; each batch below then starts warm.
+    # The dataset's read (an image dataset listed), once: a worker or a job of several trials
+    # keeps it (parts.py: warm_dataset), so only its first trial pays it; each batch below then
+    # starts warm.
+    # where and how every batch below computes (the recipe's, whatever the batch)
+    compute = Compute.for_trial(cfg.recipe, device, DistContext(), None)
     t = time.perf_counter()
-    warm_dataset(cfg, Compute.for_trial(cfg.recipe, device, DistContext(), None))
+    warm_dataset(cfg, compute)
     data_s = round(time.perf_counter() - t, 3)
     batch = cfg.batch_size
     while True:
@@ -194,7 +197,7 @@ def measure_config(
             figures = _measure_once(
                 cfg.model_copy(update={"batch_size": batch}),
                 execution,
-                device,
+                compute,
                 steps,
                 warmup,
                 scratch,

@@ -7,8 +7,10 @@ optimizer, lr schedules and EMA.
 
 from __future__ import annotations
 
+import os
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import torch
 from timm.loss import SoftTargetCrossEntropy
@@ -23,7 +25,13 @@ from optbench.data.batches import (
     TrainBatches,
     loader_workers,
 )
-from optbench.data.datasets import DeviceData, FolderData, load_dataset
+from optbench.data.datasets import (
+    DeviceData,
+    FolderData,
+    load_dataset,
+    model_input,
+    split_samples,
+)
 from optbench.data.input_plan import InputPlan, input_plan
 from optbench.data.tensor_folder import TensorFolderBatches, device_policy
 from optbench.models import create_model
@@ -45,22 +53,53 @@ class TrialParts:
     criterion: nn.Module
 
 
-# The in-memory dataset (and its copy on the device) of this process's last trial: a warm worker
-# (executors/local.py, a SLURM job of several trials) loads it once for the trials of a cell.
+# The dataset (in memory, and its copy on the device; or an image dataset listed) of this
+# process's last trial: a warm worker (executors/local.py, a SLURM job of several trials) reads
+# it once for the trials of a cell.
 # Read only: the batches index it, nothing writes into it.
 _warm: dict = {"key": None, "data": None, "device": None, "on_device": None}
 
 
 def warm_dataset(cfg: TrainConfig, compute: Compute) -> DeviceData | FolderData:
-    """The trial's dataset: the process's last one where it is the same (a dataset held in
-    memory, data/datasets.py's DeviceData), else loaded (load_dataset)."""
-    if CATALOGUE[cfg.dataset.name].format == "images":  # read from its files by the batches
-        return load_dataset(cfg.dataset, cfg.model, compute.data_cache)
-    key = cfg.dataset.model_dump_json()
-    if _warm["key"] != key:
+    """The trial's dataset: the process's last one where it is the same, else read
+    (load_dataset): a dataset held in memory (data/datasets.py's DeviceData), or an image
+    dataset's folders or shard index with every split's images listed (FolderData.listed), so
+    its batches, this trial's and the later ones', find them listed."""
+    images = CATALOGUE[cfg.dataset.name].format == "images"
+    # an image dataset's input size is its model's where dataset.img_size sets none (models of
+    # one size share it); its listing is kept while its folders are as they were listed
+    sized = model_input(cfg.model) if images and cfg.dataset.img_size is None else None
+    state = _folders_state(cfg.dataset.root) if images else ()
+    key = (cfg.dataset.model_dump_json(), sized, state)
+    if _warm["key"] != key or state is None:
         data = load_dataset(cfg.dataset, cfg.model, compute.data_cache)
+        if images:
+            data = replace(data, listed={s: split_samples(data, s) for s in ("train", "val")})
         _warm.update(key=key, data=data, device=None, on_device=None)
     return _warm["data"]
+
+
+def _folders_state(root: Path | str | None) -> tuple[int, ...] | None:
+    """The modification times of an image dataset's folder and of the folders two levels below
+    it (its splits and their class folders; a shards' folder holds its shards): an image or
+    shard added, removed or renamed there changes one, so a listing kept by a long-lived
+    process (a notebook's runs, the debug executor's driver) is not read stale. One stat per
+    folder, not per image; None where there is no folder to read (load_dataset says why)."""
+
+    def folders_in(path) -> list[os.DirEntry]:
+        with os.scandir(path) as entries:
+            return sorted((e for e in entries if e.is_dir()), key=lambda e: e.name)
+
+    if root is None:
+        return None
+    try:
+        stamps = [os.stat(root).st_mtime_ns]
+        for split in folders_in(root):
+            stamps.append(split.stat().st_mtime_ns)
+            stamps += [c.stat().st_mtime_ns for c in folders_in(split.path)]
+    except OSError:
+        return None
+    return tuple(stamps)
 
 
 def warm_on_device(data: DeviceData, device: torch.device) -> DeviceData:

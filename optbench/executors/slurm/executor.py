@@ -180,7 +180,7 @@ class SlurmExecutor:
         per_job = self.settings.trials_per_job
         most = 1 if per_job == "auto" else per_job  # populations count as one
         if self.fill_slots:
-            sizes = round_jobs(len(jobs), self._slots(), most)
+            sizes = round_jobs(len(jobs), self.slots(self.settings), most)
             ends = list(itertools.accumulate(sizes))
             batches = [list(jobs[end - size : end]) for size, end in zip(sizes, ends, strict=True)]
         else:
@@ -215,10 +215,11 @@ class SlurmExecutor:
             append_records(self.folder, new)
             self.submitted += len(new)
 
-    def _slots(self) -> int:
-        """How many jobs SLURM runs at once for this study: its array_parallelism, or fewer where
-        the partition holds fewer jobs of its shape (cluster_slots; unknown: array_parallelism)."""
-        s = self.settings
+    @staticmethod
+    def slots(s: SlurmSettings) -> int:
+        """How many jobs SLURM runs at once for a study of settings `s`: its array_parallelism,
+        or fewer where the partition holds fewer jobs of its shape (cluster_slots; unknown:
+        array_parallelism)."""
         fitting = cluster_slots(s.partition, s.cpus_per_task * s.tasks, s.gpus_per_node, s.nodes)
         return min(s.array_parallelism, fitting or s.array_parallelism)
 
