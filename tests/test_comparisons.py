@@ -335,6 +335,34 @@ def test_a_declared_comparison_is_on_every_page_and_the_terminal_says_what_the_p
         assert verdict_lines(summary, drawn) == lead, drawn
 
 
+def test_a_claim_a_sequential_study_does_not_decide_says_its_interval_is_outside_the_rule(
+    tiny_dict,
+):
+    # the study decides "mine" by its looks; (a) on the same cells kept a fixed-size interval at
+    # the size mine's stop chose, and its sentence read like a decision of the study
+    from optbench.report.claims_page import sentence
+    from optbench.report.looks import NOT_DECIDED_HERE, with_looks
+
+    spec = parse_spec(_best_error(tiny_dict, k=3))
+    error_of = _errors({P: 4.0, C: 4.0})
+    results = _results(spec, lambda t: error_of(t) + (3.0 if t.cell.model == P else 0.0))
+    table = claims_table(results, comparisons=spec.comparisons)
+    (mine,) = table.query("claim == 'mine'").to_dict("records")
+    look = {
+        "panel": "mine", "claim": "mine", "kind": "best-error", "k": 0, "n": 8, "n_max": 8,
+        "unit": "samples", "estimate": 3.0, "se": 0.5, "boundary": 2.5, "low": 1.75,
+        "high": 4.25, "outcome": "holds", "cells": mine["cells"], "note": None,
+    }  # fmt: skip
+    shown = {row.claim: row for _, row in with_looks(table, [look]).iterrows()}
+    assert shown["mine"].note is None and shown["a"].note == NOT_DECIDED_HERE
+    words = {claim: sentence(row) for claim, row in shown.items()}
+    assert "not decided by this study" in words["a"] and "holds with 8 samples" in words["a"]
+    assert "not decided by this study" not in words["mine"]
+    # a study whose looks decide none of these rows (another study's records) adds no note
+    other = look | {"cells": [[C, "sgd", 1], [P, "sgd", 1]]}
+    assert with_looks(table, [other])["note"].isna().all()
+
+
 def test_a_best_error_comparison_of_equal_sides_does_not_hold(tiny_dict):
     spec = parse_spec(_best_error(tiny_dict, k=2))
     results = _results(spec, _errors({P: 4.0, C: 4.0}))  # the same errors but for the noise

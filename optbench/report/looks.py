@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 import pandas as pd
 
 from optbench.report import sequential
+from optbench.report.claims import NOT_TESTED
 from optbench.spec.claim_kinds import KINDS, comparison_key, declared_panel, panel_of
 from optbench.spec.decide import Decide
 
@@ -269,7 +270,18 @@ def with_looks(table: pd.DataFrame, looks: list[dict]) -> pd.DataFrame:
             ("n_max", look["n_max"]),
         ):
             table.at[i, column] = value
+    if (table["looks"] > 0).any():  # the study decided (or decides) some of its rows
+        outside = (table["looks"] == 0) & (table["verdict"] != NOT_TESTED) & table["note"].isna()
+        table.loc[outside, "note"] = NOT_DECIDED_HERE
     return table
+
+
+# beside the rows a sequential study decides, the rows of claims it does not decide keep their
+# fixed-size interval, at a size its decided claims' stops chose: none of the study's error rate
+NOT_DECIDED_HERE = (
+    "not decided by this study (not in its decide:): a fixed-size 95% interval at the size "
+    "where the claims it decides stopped, outside the study's error rate"
+)
 
 
 def _look_advice(look: dict) -> str:
