@@ -277,10 +277,11 @@ def with_looks(table: pd.DataFrame, looks: list[dict]) -> pd.DataFrame:
 
 
 # beside the rows a sequential study decides, the rows of claims it does not decide keep their
-# fixed-size interval, at a size its decided claims' stops chose: none of the study's error rate
+# fixed-size interval, on as many trials as its decided claims' stops left: none of the study's
+# error rate
 NOT_DECIDED_HERE = (
-    "not decided by this study (not in its decide:): a fixed-size 95% interval at the size "
-    "where the claims it decides stopped, outside the study's error rate"
+    "not decided by this study (not in its decide:): a fixed-size 95% interval on the trials "
+    "its decided claims left, outside the study's error rate"
 )
 
 
