@@ -17,9 +17,9 @@ What is measured, each in the trainer's own code and in a fresh Python process a
 trial (train/measure.py: `measure_fresh`): the process's start, imports and exit (`process_s`), the
 dataset's read (`data_s`, an image dataset's listing included: once per process, which keeps it
 for its later trials), the trial's start (its batches, model, optimizer and EMA built, and what
-its first steps take beyond the steady pace: `start_s`), the step time, an epoch's end as the recipe runs it (precise BN where
-recipe.precise_bn_images asks for it: `precise_bn_s`; the validation pass of the raw weights and
-the EMA: `eval_s_per_image`), a checkpoint write and the trial's end (its weights' digest:
+its first steps take beyond the steady pace: `start_s`), the step time, an epoch's end as the
+recipe runs it (precise BN where recipe.precise_bn_images asks for it: `precise_bn_s`; the
+validation pass of the raw weights and the EMA: `eval_s_per_image`), a checkpoint write and the trial's end (its weights' digest:
 `end_s`). A cache entry without the fixed costs (an optbench before issue 43's, or before
 issue 55's `data_s`, whose `start_s` held the dataset's read) counts as not measured and the
 plan says so.
