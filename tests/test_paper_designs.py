@@ -92,7 +92,8 @@ def test_the_plan_sizes_a_sequential_study_in_its_measured_device_hours(tiny_dic
     figures = {
         "batch": 128, "n_train": 1280, "step_s": 1.0, "eval_s_per_image": 0.01, "n_val": 400,
         "checkpoint_s": 0.5, "precise_bn_s": 2.0, "start_s": 10.0, "end_s": 0.25,
-        "process_s": 7.0, "data_s": 3.0, "fits": True, "fitting_batch": 128,
+        "process_s": 7.0, "data_s": 3.0, "eval_passes": 2, "fits": True,
+        "fitting_batch": 128,
     }  # fmt: skip
     spec.study_dir.mkdir(parents=True)
     entries = dict.fromkeys(distinct_configs(spec), figures)

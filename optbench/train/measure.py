@@ -77,15 +77,19 @@ def _run_steps(stepper: SoloStepper, compute: Compute, state: TrialState, steps:
 
 
 class _FirstBatches:
-    """The first `n` validation batches of `batches`, as count_errors reads a split."""
+    """The first `n` validation batches of `batches`, as count_errors reads a split; `images`
+    counts one pass over them (each kind of weights makes its own pass)."""
 
     def __init__(self, batches, n: int):
         self.batches, self.n, self.num_classes = batches, n, batches.num_classes
         self.images = 0
+        self.passes = 0
 
     def val(self):
+        self.passes += 1
         for x, y in itertools.islice(self.batches.val(), self.n):
-            self.images += len(y)
+            if self.passes == 1:
+                self.images += len(y)
             yield x, y
 
 
@@ -148,8 +152,10 @@ def _measure_once(
         "step_s": round(step_s, 6),
         "input_wait": round(wait / seconds, 4) if seconds else None,
         "n_train": parts.batches.num_train,
-        # an epoch's end: its validation pass, every kind of weights, per image ...
+        # an epoch's end: its validation passes (one per kind of weights: raw, EMA), per image
+        # of the split ...
         "eval_s_per_image": eval_s / max(1, first.images),
+        "eval_passes": first.passes,
         "n_val": _val_images(parts.batches, first.images),
         # ... its precise BN, all of its batches (none where the recipe asks none)
         "precise_bn_s": round(bn_s * full_bn / bn_batches, 4) if bn_batches else 0.0,
