@@ -292,18 +292,26 @@ def test_a_best_error_comparison_is_the_difference_of_expected_bests_of_k(
     )
 
 
-def test_a_best_error_comparisons_sentence_names_its_k(tiny_dict):
-    # the page's sentence said "expected best error of k (lr, wd) samples": its row kept no k
+def _best_of_3_shown(tiny_dict) -> tuple[pd.DataFrame, dict]:
+    """The claims table of a study declaring "mine", ViT_C's best of 3 samples against ViT_P's
+    with ViT_C 3 points better at every sample, and its summary.json rows as JSON reads them."""
     import json
 
-    from optbench.report.claims_page import records, sentence, verdict_lines
+    from optbench.report.claims_page import records
 
     spec = parse_spec(_best_error(tiny_dict, k=3))
     error_of = _errors({P: 4.0, C: 4.0})
     results = _results(spec, lambda t: error_of(t) + (3.0 if t.cell.model == P else 0.0))
     table = claims_table(results, comparisons=spec.comparisons)
+    return table, json.loads(json.dumps({"claims": records(table)}))
+
+
+def test_a_best_error_comparisons_sentence_names_its_k(tiny_dict):
+    # the page's sentence said "expected best error of k (lr, wd) samples": its row kept no k
+    from optbench.report.claims_page import sentence, verdict_lines
+
+    table, summary = _best_of_3_shown(tiny_dict)
     assert set(table["claim"]) == {"a", "mine"}  # the paper's (a) on the same cells: no k
-    summary = json.loads(json.dumps({"claims": records(table)}))  # summary.json's rows
     (on_page,) = [sentence(r) for r in table.itertuples() if r.claim == "mine"]
     (on_terminal,) = [line for line in verdict_lines(summary) if line.startswith("mine:")]
     for words in (on_page, on_terminal):
@@ -318,16 +326,10 @@ def test_a_declared_comparison_is_on_every_page_and_the_terminal_says_what_the_p
 ):
     # `optbench report --edf` left a declared best-error comparison (its figure: tunability)
     # off the page while the terminal printed it
-    import json
-
-    from optbench.report.claims_page import records, sections, verdict_lines
+    from optbench.report.claims_page import sections, verdict_lines
     from optbench.report.summary import Options
 
-    spec = parse_spec(_best_error(tiny_dict, k=3))
-    error_of = _errors({P: 4.0, C: 4.0})
-    results = _results(spec, lambda t: error_of(t) + (3.0 if t.cell.model == P else 0.0))
-    table = claims_table(results, comparisons=spec.comparisons)
-    summary = json.loads(json.dumps({"claims": records(table)}))
+    table, summary = _best_of_3_shown(tiny_dict)
     for drawn, shown in ((None, {"a", "mine"}), ({"edf"}, {"a", "mine"}), ({"peak"}, {"mine"})):
         (section,) = sections(table, Options(n_boot=50), drawn)
         lead = section.lead
@@ -343,10 +345,7 @@ def test_a_claim_a_sequential_study_does_not_decide_says_its_interval_is_outside
     from optbench.report.claims_page import sentence
     from optbench.report.looks import NOT_DECIDED_HERE, with_looks
 
-    spec = parse_spec(_best_error(tiny_dict, k=3))
-    error_of = _errors({P: 4.0, C: 4.0})
-    results = _results(spec, lambda t: error_of(t) + (3.0 if t.cell.model == P else 0.0))
-    table = claims_table(results, comparisons=spec.comparisons)
+    table, _ = _best_of_3_shown(tiny_dict)
     (mine,) = table.query("claim == 'mine'").to_dict("records")
     look = {
         "panel": "mine", "claim": "mine", "kind": "best-error", "k": 0, "n": 8, "n_max": 8,

@@ -19,10 +19,11 @@ dataset's read (`data_s`, an image dataset's listing included: once per process,
 for its later trials), the trial's start (its batches, model, optimizer and EMA built, and what
 its first steps take beyond the steady pace: `start_s`), the step time, an epoch's end as the
 recipe runs it (precise BN where recipe.precise_bn_images asks for it: `precise_bn_s`; the
-validation pass of the raw weights and the EMA: `eval_s_per_image`), a checkpoint write and the trial's end (its weights' digest:
-`end_s`). A cache entry without the fixed costs (an optbench before issue 43's, or before
-issue 55's `data_s`, whose `start_s` held the dataset's read) counts as not measured and the
-plan says so.
+validation passes of the raw weights and the EMA, per image of the split: `eval_s_per_image`,
+`eval_passes` of them), a checkpoint write and the trial's end (its weights' digest: `end_s`).
+A cache entry without the fixed costs (an optbench before issue 43's, before issue 55's
+`data_s`, whose `start_s` held the dataset's read, or before `eval_passes`, whose
+`eval_s_per_image` was one pass's share) counts as not measured and the plan says so.
 
 A trial's estimate (`trial_seconds`, result.json's wall_s) is a warm trial's, its dataset
 already read: `start_s`, then per epoch the training steps at the measured step time, precise

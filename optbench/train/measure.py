@@ -189,11 +189,11 @@ def measure_config(
     `fitting_batch` which batch was measured and `data_s` what reading the dataset took (not in
     `start_s`: a process's later trials find it read)."""
     import_modules(cfg.imports)  # the study's own models and optimizers, as a job imports them
+    # where and how every batch below computes (the recipe's, whatever the batch)
+    compute = Compute.for_trial(cfg.recipe, device, DistContext(), None)
     # The dataset's read (an image dataset listed), once: a worker or a job of several trials
     # keeps it (parts.py: warm_dataset), so only its first trial pays it; each batch below then
     # starts warm.
-    # where and how every batch below computes (the recipe's, whatever the batch)
-    compute = Compute.for_trial(cfg.recipe, device, DistContext(), None)
     t = time.perf_counter()
     warm_dataset(cfg, compute)
     data_s = round(time.perf_counter() - t, 3)
