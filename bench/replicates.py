@@ -21,17 +21,19 @@ prefix of it (sampling keeps the first n pairs; seeds are added in order):
   (lr, wd) box for both models, so both train the same pairs), R studies of up to 40 samples, in
   stages of 10, 24 and 40 samples so the bench is usable part-way; OUT/trials_shared_<n>.csv.
 - per_model: the mini's EDF design with AdamW (8 epochs, each model's box around its own good
-  value), R studies of N_SAMPLES_PER_MODEL samples; OUT/trials_per_model_48.csv.
+  value), R studies of N_SAMPLES_PER_MODEL samples (the mini's maximum then);
+  OUT/trials_per_model_48.csv.
 - seeds: claim (b)'s design above, seeds 2060 on, so that with trials_b.csv's 60 seeds there are
   R replicates of up to SEEDS_MAX_B seeds; OUT/trials_b_more.csv.
 
 `python bench/replicates.py train-per-model OUT` trains the per-model design as the mini ships it
 (issue 53): studies/mini/mini_edf.yaml's AdamW panel with a training seed per (lr, wd) pair
-(search.seed_per_sample), R replicates of N_SAMPLES_PER_MODEL samples, sampler seeds 7000 on;
+(search.seed_per_sample), R replicates of N_SAMPLES_SEED_PER_PAIR samples, sampler seeds 7000 on;
 every look of the sequential design is a prefix of a replicate, so replaying its looks on them
 is the study run as designed, and replicate r's cell of one model against replicate r + shift's
 of the same model is an exact null trained with a seed per pair.
-OUT/trials_seed_per_pair_48.csv.
+OUT/trials_seed_per_pair_64.csv (trained to 48 samples first, then on to 64 with the same seeds:
+48 decided 17 of 20, bench/RESULTS.md).
 
 `python bench/replicates.py train-chain OUT` trains claim (d)'s replicates (issue 53): the mini's
 stem design (studies/mini/mini_stem.yaml: S1, S2 and ViT_P at their good values, AdamW and SGD, 8
@@ -203,7 +205,8 @@ def study_shared(replicate: int, results: Path, n_samples: int) -> dict:
     return spec
 
 
-N_SAMPLES_PER_MODEL = 48  # studies/mini/mini_edf.yaml's largest look
+N_SAMPLES_PER_MODEL = 48  # the one-seed replicates: the mini's largest look when trained
+N_SAMPLES_SEED_PER_PAIR = 64  # studies/mini/mini_edf.yaml's largest look
 
 
 def study_per_model(replicate: int, results: Path, n_samples: int = N_SAMPLES_PER_MODEL) -> dict:
@@ -215,7 +218,7 @@ def study_per_model(replicate: int, results: Path, n_samples: int = N_SAMPLES_PE
 
 
 def study_per_model_seed_per_pair(
-    replicate: int, results: Path, n_samples: int = N_SAMPLES_PER_MODEL
+    replicate: int, results: Path, n_samples: int = N_SAMPLES_SEED_PER_PAIR
 ) -> dict:
     """The mini's EDF design as it ships (studies/mini/mini_edf.yaml's AdamW panel): each
     (lr, wd) pair with a training seed of its own (search.seed_per_sample), a fresh sampler
@@ -314,10 +317,10 @@ SEEDS_DESIGN = {  # claim: (its first seed, its grid beside both optimizers)
 def train_per_model(out: Path) -> None:
     """The per-model design trained as it ships, a seed per pair (issue 53): R replicates to
     its last look, every look a prefix (sampling keeps the first n pairs, each pair its seed);
-    OUT/trials_seed_per_pair_48.csv, rewritten after each replicate."""
+    OUT/trials_seed_per_pair_64.csv, rewritten after each replicate."""
     (out / "studies").mkdir(parents=True, exist_ok=True)
     started = time.time()
-    _replicates(out, "seed_per_pair", study_per_model_seed_per_pair, N_SAMPLES_PER_MODEL)
+    _replicates(out, "seed_per_pair", study_per_model_seed_per_pair, N_SAMPLES_SEED_PER_PAIR)
     wall = time.time() - started
     print(json.dumps({"bench": "replicates-train-per-model", "replicates": R, "wall_s": wall}))
 

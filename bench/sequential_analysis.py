@@ -253,7 +253,8 @@ MODELS = ("vit_p_w64_16px", "vit_c_w64_16px")  # ViT_P, ViT_C: bench/replicates.
 NULL_SHIFTS = 5  # swapped nulls: 2 models x 20 replicates x 5 shifts = 200 studies
 SEED_PER_SAMPLE_STUDIES = 400  # studies of the seed_per_sample design per kind
 SHARED_LOOKS = (6, 8, 10, 12, 16, 24)  # the quickstart's design (studies/quickstart.yaml)
-PER_MODEL_LOOKS = (8, 16, 24, 32, 40, 48)  # the mini's EDF design (studies/mini/mini_edf.yaml)
+PER_MODEL_LOOKS = (8, 16, 24, 32, 40, 48)  # the mini's EDF design until its maximum was 64
+MINI_EDF_LOOKS = (*PER_MODEL_LOOKS, 56, 64)  # studies/mini/mini_edf.yaml's, the paper EDF studies'
 NULL_LOOKS = (8, 16, 24, 32, 40)  # the 4-epoch null replicates were trained to 40
 SEED_LOOKS = (3, 4, 6)  # claim (b) adding seeds (studies/mini/mini_length.yaml)
 MARGIN_A = 0.1  # EDF area: "equivalent" inside +-0.1
@@ -414,15 +415,16 @@ def analyse(folder) -> dict:
         many = seed_per_sample_studies(trials, SEED_PER_SAMPLE_STUDIES, pairing)
         out[f"{name}_seed_per_sample"] = _sequential(many, design_looks)
     # the per-model design as the mini ships it, a seed per pair (train-per-model), its alpha
-    # split as the mini's study splits it; and exact nulls from those same trainings
+    # split as the mini's study splits it, with its looks and with the earlier maximum of 48
+    # (why the maximum is 64); and exact nulls from those same trainings
     shipped = _largest(folder, "seed_per_pair")
     if shipped is not None:
-        reps = by_replicate(shipped)
-        out["per_model_seed_per_pair"] = _sequential(reps, PER_MODEL_LOOKS, panels=MINI_EDF_PANELS)
-        nulls = swapped_nulls(shipped, MODELS, NULL_SHIFTS)
-        out["null_seed_per_pair"] = _sequential(
-            nulls, PER_MODEL_LOOKS, null=True, panels=MINI_EDF_PANELS
-        )
+        reps, nulls = by_replicate(shipped), swapped_nulls(shipped, MODELS, NULL_SHIFTS)
+        for key, looks in (("", MINI_EDF_LOOKS), ("_to_48", PER_MODEL_LOOKS)):
+            out[f"per_model_seed_per_pair{key}"] = _sequential(reps, looks, panels=MINI_EDF_PANELS)
+            out[f"null_seed_per_pair{key}"] = _sequential(
+                nulls, looks, null=True, panels=MINI_EDF_PANELS
+            )
     null = _largest(folder, "a")  # the 4-epoch design of issue 31: estimand near 0
     if null is not None:
         out["null_4_epochs"] = _sequential(by_replicate(null), NULL_LOOKS, null=True)
