@@ -237,7 +237,7 @@ def _minis_edf_design_and_trainings():
 @pytest.mark.slow
 def test_the_minis_edf_design_decides_its_trained_replicates_in_the_effects_direction():
     # issue 53: the design trained as designed (not built from one-seed replicates), replayed
-    # look by look (bench/RESULTS.md: 18 of 20 "holds" at looks 8-64, 17 of 20 at 8-48)
+    # look by look (bench/RESULTS.md: 20 of 20 "holds" at looks 8-64, 17 of 20 at 8-48)
     bench = _bench()
     design, trials = _minis_edf_design_and_trainings()
     assert design.panels == 2  # (a) with AdamW and with SGD
