@@ -22,14 +22,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from optbench.report import claims, frames, sequential
 from optbench.report.summary import Options
+from optbench.run import rounds
 from optbench.spec.claim_kinds import KINDS
 from optbench.spec.comparisons import Comparison
+from optbench.spec.schema import load_spec
 
 OPTIONS = Options()
 
@@ -254,7 +257,6 @@ NULL_SHIFTS = 5  # swapped nulls: 2 models x 20 replicates x 5 shifts = 200 stud
 SEED_PER_SAMPLE_STUDIES = 400  # studies of the seed_per_sample design per kind
 SHARED_LOOKS = (6, 8, 10, 12, 16, 24)  # the quickstart's design (studies/quickstart.yaml)
 PER_MODEL_LOOKS = (8, 16, 24, 32, 40, 48)  # the mini's EDF design until its maximum was 64
-MINI_EDF_LOOKS = (*PER_MODEL_LOOKS, 56, 64)  # studies/mini/mini_edf.yaml's, the paper EDF studies'
 NULL_LOOKS = (8, 16, 24, 32, 40)  # the 4-epoch null replicates were trained to 40
 SEED_LOOKS = (3, 4, 6)  # claim (b) adding seeds (studies/mini/mini_length.yaml)
 MARGIN_A = 0.1  # EDF area: "equivalent" inside +-0.1
@@ -312,7 +314,13 @@ def _sequential(
     ]
 
 
-MINI_EDF_PANELS = 2  # studies/mini/mini_edf.yaml decides (a) with AdamW and with SGD
+MINI_EDF = Path(__file__).resolve().parents[1] / "studies" / "mini" / "mini_edf.yaml"
+
+
+def mini_edf_design() -> sequential.Design:
+    """The mini's EDF design as it ships: its looks (those of the paper EDF studies) and its
+    alpha split over its panels, read from studies/mini/mini_edf.yaml itself."""
+    return rounds.design(load_spec(MINI_EDF))
 
 
 CHAIN_LOOKS = (3, 4, 6)  # claims (c) and (d) adding seeds (mini_length.yaml, mini_stem.yaml)
@@ -420,10 +428,11 @@ def analyse(folder) -> dict:
     shipped = _largest(folder, "seed_per_pair")
     if shipped is not None:
         reps, nulls = by_replicate(shipped), swapped_nulls(shipped, MODELS, NULL_SHIFTS)
-        for key, looks in (("", MINI_EDF_LOOKS), ("_to_48", PER_MODEL_LOOKS)):
-            out[f"per_model_seed_per_pair{key}"] = _sequential(reps, looks, panels=MINI_EDF_PANELS)
+        mini = mini_edf_design()
+        for key, looks in (("", mini.looks), ("_to_48", PER_MODEL_LOOKS)):
+            out[f"per_model_seed_per_pair{key}"] = _sequential(reps, looks, panels=mini.panels)
             out[f"null_seed_per_pair{key}"] = _sequential(
-                nulls, looks, null=True, panels=MINI_EDF_PANELS
+                nulls, looks, null=True, panels=mini.panels
             )
     null = _largest(folder, "a")  # the 4-epoch design of issue 31: estimand near 0
     if null is not None:
