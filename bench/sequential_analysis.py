@@ -255,7 +255,6 @@ def seed_per_sample_studies(trials: pd.DataFrame, count: int, kind: str, seed: i
 MODELS = ("vit_p_w64_16px", "vit_c_w64_16px")  # ViT_P, ViT_C: bench/replicates.py's MODELS
 NULL_SHIFTS = 5  # swapped nulls: 2 models x 20 replicates x 5 shifts = 200 studies
 SEED_PER_SAMPLE_STUDIES = 400  # studies of the seed_per_sample design per kind
-SHARED_LOOKS = (6, 8, 10, 12, 16, 24)  # the quickstart's design (studies/quickstart.yaml)
 PER_MODEL_LOOKS = (8, 16, 24, 32, 40, 48)  # the mini's EDF design until its maximum was 64
 NULL_LOOKS = (8, 16, 24, 32, 40)  # the 4-epoch null replicates were trained to 40
 SEED_LOOKS = (3, 4, 6)  # claim (b) adding seeds (studies/mini/mini_length.yaml)
@@ -314,13 +313,14 @@ def _sequential(
     ]
 
 
-MINI_EDF = Path(__file__).resolve().parents[1] / "studies" / "mini" / "mini_edf.yaml"
+STUDIES = Path(__file__).resolve().parents[1] / "studies"
 
 
-def mini_edf_design() -> sequential.Design:
-    """The mini's EDF design as it ships: its looks (those of the paper EDF studies) and its
-    alpha split over its panels, read from studies/mini/mini_edf.yaml itself."""
-    return rounds.design(load_spec(MINI_EDF))
+def shipped_design(study: str) -> sequential.Design:
+    """A shipped study's design as it ships (its looks and its alpha split over its panels),
+    read from the study file under studies/: "quickstart.yaml" (the shared box, paired) or
+    "mini/mini_edf.yaml" (per-model boxes, the paper EDF studies' looks)."""
+    return rounds.design(load_spec(STUDIES / study))
 
 
 CHAIN_LOOKS = (3, 4, 6)  # claims (c) and (d) adding seeds (mini_length.yaml, mini_stem.yaml)
@@ -409,7 +409,7 @@ def analyse(folder) -> dict:
     train it (seed_per_sample_studies), the "_seed_per_sample" keys."""
     out: dict = {"bench": "replicates-sequential"}
     for name, design_looks, pairing in (
-        ("shared", SHARED_LOOKS, "paired"),
+        ("shared", shipped_design("quickstart.yaml").looks, "paired"),
         ("per_model", PER_MODEL_LOOKS, "unpaired"),
     ):
         trials = _largest(folder, name)
@@ -428,7 +428,7 @@ def analyse(folder) -> dict:
     shipped = _largest(folder, "seed_per_pair")
     if shipped is not None:
         reps, nulls = by_replicate(shipped), swapped_nulls(shipped, MODELS, NULL_SHIFTS)
-        mini = mini_edf_design()
+        mini = shipped_design("mini/mini_edf.yaml")
         for key, looks in (("", mini.looks), ("_to_48", PER_MODEL_LOOKS)):
             out[f"per_model_seed_per_pair{key}"] = _sequential(reps, looks, panels=mini.panels)
             out[f"null_seed_per_pair{key}"] = _sequential(
@@ -492,7 +492,10 @@ def analyse_best_error(folder) -> dict:
     seed_per_sample_studies' "null" (a seed per pair, 400 studies), pooled value 0 by
     symmetry."""
     out: dict = {"bench": "replicates-best-error"}
-    for name, design_looks in (("shared", SHARED_LOOKS), ("per_model", PER_MODEL_LOOKS)):
+    for name, design_looks in (
+        ("shared", shipped_design("quickstart.yaml").looks),
+        ("per_model", PER_MODEL_LOOKS),
+    ):
         trials = _largest(folder, name)
         if trials is None:
             continue
