@@ -246,7 +246,26 @@ def spent_notes(spec: StudySpec, store) -> list[str]:
             + ", ".join(f"{name} {share:.1%}" for name, share in largest)
             + ")"
         )
+        lines += _step_line(cell, [t.steps for t in timings if t.steps is not None])
     return lines
+
+
+def _step_line(cell, steps: list) -> list[str]:
+    """Where `cell`'s trials' steps went (timing.steps, trial/timing.py), a share per part of
+    their summed time; [] where none recorded it (results from before issue 66)."""
+    from optbench.trial.timing import STEP_PARTS
+
+    total = sum(s.total() for s in steps)
+    if total <= 0:
+        return []
+    count = sum(s.count for s in steps)
+    clocks = "/".join(sorted({s.clock for s in steps}))
+    shares = ", ".join(
+        f"{name} {sum(getattr(s, name) for s in steps) / total:.1%}" for name in STEP_PARTS
+    )
+    return [
+        f"steps {_label(cell)} ({count} step(s), {total / count * 1e3:.1f} ms each, {clocks}): {shares}"
+    ]
 
 
 def job_notes(spec: StudySpec, store, job_times) -> list[str]:
