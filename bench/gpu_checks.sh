@@ -86,7 +86,7 @@ if [ "$CHECKS" = ratios ]; then  # issue 66's figures alone, in one JSON line
     if [ "$DEVICE" = cuda ]; then
         size=() pop=(--steps 30 --threads 16) pop_batch=(--batch 256) epochs=20 t=1
     else  # the dry run: tiny sizes, and time caps for a loaded 2-core CPU
-        size=(--tiny) pop=(--steps 2 --threads 2 --sizes 1,4 --batch 8) pop_batch=() epochs=2 t=8
+        size=(--tiny --threads 1) pop=(--steps 2 --threads 1 --sizes 1,4 --batch 8) pop_batch=() epochs=3 t=8
     fi
     check step_parts timeout $((100 * t)) python3 bench/step_parts.py --device "$DEVICE" "${size[@]}" \
         --configs quickstart,cifar

@@ -12,7 +12,8 @@ a generated CIFAR-100-sized dataset (studies/dhvt_deit_cifar100.yaml, batch 256 
 2-GPU run has), vit_p_4gf with the paper recipe on a generated ImageNet-layout class folder of
 JPEGs (studies/edf_adamw_4gf.yaml, batch 256 per GPU). Each rate is `--steps` timed steps after
 `--warmup` untimed ones (compilation among them). `--tiny` shrinks everything for the CPU: 8
-images a batch (the quickstart's own 128), 2 + 3 steps, the 224-px model at 64 px.
+images a batch (the quickstart's own 128), 2 + 3 steps, the 224-px model at 64 px; on a shared
+CPU give it `--threads 1`.
 
     PYTHONPATH=. python bench/step_parts.py [--device cuda] [--compile] [--configs quickstart,cifar,224]
     PYTHONPATH=. python bench/step_parts.py --device cpu --tiny   # the CPU's dry run
@@ -286,7 +287,10 @@ def main() -> None:
     p.add_argument("--compile", action="store_true", help="torch.compile on CUDA")
     p.add_argument("--workers", type=int, default=None, help="input workers (default: cores-1)")
     p.add_argument("--tiny", action="store_true", help="small sizes, few steps (the CPU)")
+    p.add_argument("--threads", type=int, default=None, help="torch's CPU threads")
     args = p.parse_args()
+    if args.threads:  # on a shared CPU more threads than free cores spin against each other
+        torch.set_num_threads(args.threads)
     args.warmup = args.warmup if args.warmup is not None else (2 if args.tiny else 10)
     args.steps = args.steps if args.steps is not None else (3 if args.tiny else 30)
     batch = args.batch or (8 if args.tiny else 256)
