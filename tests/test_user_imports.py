@@ -1,6 +1,6 @@
 """A model of one's own, outside the repository, named by a study's `imports:` (optbench/
 user_code.py): checked as a module name, imported by the driver, `--dry-run`, `optbench models`,
-`status`, every worker (the local pool, a SLURM job, a population) and `optbench train`, recorded
+every worker (the local pool, a SLURM job, a population) and `optbench train`, recorded
 in provenance (its version and source digest) and in the cell id. Each test writes its module into
 its own folder outside the repository, under a name of its own (timm's registry lives as long as
 the process)."""
@@ -119,12 +119,14 @@ def test_a_module_that_fails_to_import_is_one_line_naming_it(body, needle, code_
     (code_dir / f"{module}.py").write_text(body + "\n")
     study = lab_study(tmp_path, module, "vit_p_w64_16px")
     work = sorted(p for p in study.parent.rglob("*"))
-    for args in (["run", str(study), "--dry-run"], ["run", str(study)], ["status", str(study)]):
+    for args in (["run", str(study), "--dry-run"], ["run", str(study)]):
         code, out, err = cli(*args)
         lines = err.strip().splitlines()
         assert code == 2 and len(lines) == 1, err
         assert f"imports: cannot import module '{module}'" in lines[0] and needle in lines[0]
     assert sorted(p for p in study.parent.rglob("*")) == work  # nothing written
+    code, out, err = cli("status", str(study))  # reading imports nothing (test_reading_...)
+    assert code == 0 and module not in sys.modules, err
     code, out, err = cli("models", "--import", module)
     assert code == 2 and f"--import: cannot import module '{module}'" in err.strip()
 

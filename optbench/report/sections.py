@@ -278,6 +278,7 @@ def _complexity_section(
         "this study's finished trials, on the machines that ran them.",
     )
     section.notes.extend(_pipeline_notes(results))
+    from optbench.models import is_model
     from optbench.models.cache import cached_counts  # torch and timm: once per model
 
     shapes = {model: data_shape or _dataset_shape(spec, model) for model in spec.models}
@@ -293,6 +294,12 @@ def _complexity_section(
     rows = []
     finished = results[results["status"] == "finished"]
     for model in spec.models:
+        if spec.imports and not is_model(model):  # registered by a module a report never runs
+            section.notes.append(
+                f"{model}: complexity not counted: a model of the study's own modules "
+                f"({', '.join(spec.imports)}), whose code a report does not run."
+            )
+            continue
         try:
             measured = cached_counts(
                 model, num_classes=num_classes, in_chans=in_chans, img_size=sizes[model]
