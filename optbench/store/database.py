@@ -33,7 +33,7 @@ from optbench.plan.sampling import distributions
 from optbench.plan.trials import Trial
 from optbench.spec.schema import StudySpec
 from optbench.store.storage_url import make_storage, masked, storage_errors
-from optbench.trial.config import TrialResult
+from optbench.trial.config import Machine, TrialResult
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -72,6 +72,8 @@ class DamagedLooks(UsageError):
 
 # which code made a result (TrialResult.provenance): columns of the trials frame and trials.csv
 PROVENANCE_COLUMNS = ("version", "commit", "code_fingerprint")
+# the machine it ran on (provenance.machine): cpu, cpu_flags, cpu_capability, gpu, gpu_driver
+MACHINE_COLUMNS = tuple(Machine.model_fields)
 
 
 def user_code_cell(user_code: dict | None) -> str | None:
@@ -343,6 +345,7 @@ class Store:
             t = item.trial
             attrs = item.record.user_attrs if item.record and item.is_result else {}
             code = attrs.get("provenance") or {}
+            machine = code.get("machine") or {}  # none in results from before it was recorded
             rows.append(
                 {
                     "study": self.spec.name,
@@ -369,6 +372,7 @@ class Store:
                     "diverged_epoch": _num(attrs.get("diverged_epoch")),
                     "digest": attrs.get("digest"),
                     **{key: code.get(key) for key in PROVENANCE_COLUMNS},
+                    **{key: machine.get(key) for key in MACHINE_COLUMNS},
                     "user_code": user_code_cell(code.get("user_code")),
                     "metrics": attrs.get("metrics", []),
                 }
