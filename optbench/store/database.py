@@ -34,6 +34,7 @@ from optbench.plan.trials import Trial
 from optbench.spec.schema import StudySpec
 from optbench.store.storage_url import make_storage, masked, storage_errors
 from optbench.trial.config import Machine, TrialResult
+from optbench.trial.results import TIMING_NOTE, stored_timing
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -291,9 +292,16 @@ class Store:
         return prepared
 
     @_storage_errors
-    def record(self, item: StoredTrial, result: TrialResult, metrics: list[dict]) -> bool:
-        """Record a worker's result on the item's latest attempt. Returns False (and changes
-        nothing) if that attempt is already finished: a result is never counted twice."""
+    def record(
+        self,
+        item: StoredTrial,
+        result: TrialResult,
+        metrics: list[dict],
+        timing_note: str | None = None,
+    ) -> bool:
+        """Record a worker's result on the item's latest attempt (`timing_note`: why its file's
+        timing was read as absent, trial/results.py). Returns False (and changes nothing) if
+        that attempt is already finished: a result is never counted twice."""
         study = self._study(item.trial.cell_id, False)
         current = study.trials[item.record.number]
         if current.state.is_finished():
@@ -309,6 +317,8 @@ class Store:
         attempt.set_user_attr("metrics", metrics)
         if result.timing is not None:  # where its seconds went (trial/timing.py)
             attempt.set_user_attr("timing", result.timing.model_dump())
+        if timing_note is not None:
+            attempt.set_user_attr(TIMING_NOTE, timing_note)
         if result.provenance is not None:  # which code made it (optbench.provenance)
             attempt.set_user_attr("provenance", result.provenance.model_dump())
         if result.status != "failed":
@@ -362,6 +372,7 @@ class Store:
                     "best_error": _num(attrs.get("best_error")),
                     "wall_s": _num(attrs.get("wall_s")),
                     "outside_epochs_s": _outside_epochs(attrs),
+                    "timing_note": stored_timing(attrs)[1],
                     "images_per_s": _num(attrs.get("images_per_s")),
                     "input_wait": _num(attrs.get("input_wait")),
                     "pipeline": attrs.get("pipeline"),
@@ -385,10 +396,11 @@ class Store:
 
 def _outside_epochs(attrs: dict) -> float:
     """A result's wall_s outside its training epochs (its `timing`, trial/timing.py); NaN for
-    a result without one."""
-    timing = attrs.get("timing")
-    epochs = _num(timing.get("epochs")) if isinstance(timing, dict) else math.nan
-    return max(0.0, _num(attrs.get("wall_s")) - epochs) if not math.isnan(epochs) else math.nan
+    a result without one, or whose timing is not one (an edited database: stored_timing)."""
+    timing, _ = stored_timing(attrs)
+    if timing is None:
+        return math.nan
+    return max(0.0, _num(attrs.get("wall_s")) - timing.epochs)
 
 
 def running_since(item: StoredTrial, run: str | None) -> float | None:
