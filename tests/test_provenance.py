@@ -151,6 +151,22 @@ def test_a_result_records_the_machine_its_arithmetic_ran_on(tmp_path, tiny_dict)
     assert load_result(tmp_path).provenance.machine is None
 
 
+def test_a_cuda_result_records_its_gpu_capability_and_driver(monkeypatch):
+    # CUDA's calls faked: this checks what is recorded, a lent GPU checks the calls
+    import torch
+
+    import optbench.host as host
+    from optbench.provenance import machine
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: (9, 0))
+    monkeypatch.setattr(host, "nvidia_driver", lambda: "550.54.15")
+    recorded = machine(torch.device("cuda", 0))
+    assert recorded["gpu"] == "NVIDIA H100 80GB HBM3, capability 9.0"
+    assert recorded["gpu_driver"] == "550.54.15"
+    assert recorded["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+
+
 def test_the_warning_names_each_mixed_cell_once():
     assert mixed_code_warning([("c1", "aaaa"), ("c1", "aaaa"), ("c2", None)]) is None
     line = mixed_code_warning([("c1", "aaaa"), ("c1", "bbbb"), ("c1", None), ("c2", "aaaa")])
