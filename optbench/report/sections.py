@@ -265,6 +265,20 @@ def _pipeline_notes(results: pd.DataFrame) -> list[str]:
     return [note + "." for note in notes if note]
 
 
+def _timing_notes(results: pd.DataFrame) -> list[str]:
+    """One line where results hold a timing that is not one (trial/results.py: read_timing):
+    read as absent, so the outside-epochs share leaves them out; their errors count."""
+    if "timing_note" not in results:
+        return []
+    notes = results["timing_note"].dropna()
+    if notes.empty:
+        return []
+    return [
+        f"{len(notes)} result(s) hold a timing that is not one, read as absent (their errors "
+        f"count; outside epochs leaves them out): {notes.iloc[0]}."
+    ]
+
+
 def _complexity_section(
     spec: StudySpec, results: pd.DataFrame, data_shape: tuple[int, int, int] | None
 ) -> Section:
@@ -278,6 +292,7 @@ def _complexity_section(
         "this study's finished trials, on the machines that ran them.",
     )
     section.notes.extend(_pipeline_notes(results))
+    section.notes.extend(_timing_notes(results))
     from optbench.models.cache import cached_counts  # torch and timm: once per model
 
     shapes = {model: data_shape or _dataset_shape(spec, model) for model in spec.models}

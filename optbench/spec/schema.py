@@ -18,7 +18,6 @@ import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-import yaml
 from pydantic import (
     Field,
     StrictBool,
@@ -55,7 +54,7 @@ from optbench.spec.recipe import (
     plain_path,
 )
 from optbench.spec.tracking import Tracking, check_installed
-from optbench.spec.yamlio import read_study_yaml
+from optbench.spec.yamlio import dump_yaml, read_study_yaml
 from optbench.user_code import MAX_MODULES, check_module_names
 
 
@@ -494,4 +493,4 @@ def load_spec(path: Path | str) -> StudySpec:
 
 def dump_spec(spec: StudySpec) -> str:
     """The spec as YAML, with every default spelled out (saved beside the results)."""
-    return yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False)
+    return dump_yaml(spec.model_dump(mode="json"), sort_keys=False)
