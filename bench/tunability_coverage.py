@@ -10,7 +10,7 @@ error after k random (lr, wd) samples, on studies of n samples drawn from a know
 
 Per k: `bias`, the mean estimate minus the truth, for the unbiased estimate and the old
 with-replacement plug-in; `coverage`, the share of studies whose 95% band holds the truth, for
-the report's band (studentized bootstrap, k <= n - 2) and the old percentile band. One JSON
+the report's band (studentized bootstrap, k <= n / 2) and the old percentile band. One JSON
 line. `nice python bench/tunability_coverage.py [STUDIES]`.
 """
 
@@ -47,7 +47,7 @@ def _measure(studies: list[np.ndarray], truth: np.ndarray, ks: np.ndarray) -> di
         cov.append((low <= truth) & (truth <= high))
         old_low, old_high = _old_band(errors, ks, rng)
         old_cov.append((old_low <= truth) & (truth <= old_high))
-    banded = ks <= ks[-1] - tunability.BAND_HELD_OUT
+    banded = ks <= tunability.BAND_MAX_SHARE * ks[-1]
 
     def per_k(values, keep=None) -> dict:
         mean = np.mean(values, axis=0)

@@ -147,8 +147,8 @@ def _tunability_section(trials: pd.DataFrame, colors: dict[str, str], options: O
         "its n samples as the mean, over every set of k of them, of the set's best: the mean "
         "error at k = 1, the cell's best at k = n. A diverged trial counts as 100%. Shaded: a "
         f"95% studentized bootstrap band ({options.n_boot} resamples, jackknife standard "
-        f"errors), up to k = n - {tunability.BAND_HELD_OUT}: past it the estimate rests on "
-        "the best one or two samples and no band is drawn.",
+        "errors), up to k = n / 2: past it the estimate rests on the best few samples and "
+        "no band is drawn.",
     )
     results = frames.with_errors(trials, options.metric)
     for cell in tunability.unfinished_cells(results) if not results.empty else []:
@@ -160,8 +160,8 @@ def _tunability_section(trials: pd.DataFrame, colors: dict[str, str], options: O
         table = tunability.tunability_table(results, **common)
         section.tables.append(
             (
-                f"Expected best error (%) after k samples [95% band; none at k > n - "
-                f"{tunability.BAND_HELD_OUT}]; the samples needed to land within "
+                "Expected best error (%) after k samples [95% band; none at k > n / 2]; "
+                "the samples needed to land within "
                 f"{tunability.WITHIN_POINTS:g} point of the cell's best with probability "
                 f"{tunability.PROBABILITY:g} (draws with replacement, so it may exceed n; "
                 f'"rests on one trial" where only the best itself lies within '
