@@ -116,7 +116,8 @@ def unbiased_band(
     errors: np.ndarray, ks, n_boot: int = N_BOOT, seed: int = 0
 ) -> tuple[np.ndarray, np.ndarray]:
     """The studentized bootstrap's 95% interval of E_k for each k of `ks` (module docstring):
-    NaN where k is not `banded`. A resample whose se is 0 counts as no deviation."""
+    NaN past n / 2. A resample whose se is 0 counts as an unbounded deviation (none where
+    its E_k equals the estimate), so too few distinct samples give the whole error scale."""
     errors = np.sort(np.asarray(errors, dtype=float))
     n, ks = errors.size, np.asarray(ks)
     low, high = np.full(ks.size, np.nan), np.full(ks.size, np.nan)
@@ -130,12 +131,20 @@ def unbiased_band(
     rng = np.random.default_rng(seed)
     resamples = np.sort(rng.choice(errors, size=(n_boot, n), replace=True), axis=1)
     boot_se = jackknife_se(resamples, k_in)
+    deviation = resamples @ weights - estimate
+    unbounded = np.where(deviation == 0, 0.0, np.copysign(np.inf, deviation))
     with np.errstate(divide="ignore", invalid="ignore"):
-        t = np.where(boot_se > 0, (resamples @ weights - estimate) / boot_se, 0.0)
-    t_low, t_high = np.percentile(t, [2.5, 97.5], axis=0)
+        # a resample without spread that still moved E_k: a studentized deviation without bound
+        t = np.where(boot_se > 0, deviation / boot_se, unbounded)
+    # the resamples' own order statistics, outward: no interpolation toward an unbounded one
+    t_low = np.percentile(t, 2.5, axis=0, method="lower")
+    t_high = np.percentile(t, 97.5, axis=0, method="higher")
+    with np.errstate(invalid="ignore"):  # se 0: every sample alike, nothing to move E_k
+        low[banded] = np.where(se > 0, estimate - t_high * se, estimate)
+        high[banded] = np.where(se > 0, estimate - t_low * se, estimate)
     # errors are percentages: the band stays inside [0, DIVERGED_ERROR]
-    low[banded] = np.clip(estimate - t_high * se, 0.0, DIVERGED_ERROR)
-    high[banded] = np.clip(estimate - t_low * se, 0.0, DIVERGED_ERROR)
+    np.clip(low, 0.0, DIVERGED_ERROR, out=low)
+    np.clip(high, 0.0, DIVERGED_ERROR, out=high)
     return low, high
 
 
