@@ -139,6 +139,15 @@ def test_no_band_past_half_the_samples_where_the_estimate_rests_on_the_best_few(
     assert table["k = 8"].iloc[0] == f"{errors.min():.2f} (no band)"
 
 
+def test_two_samples_say_nothing_sure_of_the_mean():
+    # with 2 samples a quarter of the resamples are one sample twice (no spread, yet the mean
+    # moved): the band is the whole error scale, never a zero-width one
+    curve = tunability.tunability_curves(_results({"a": [10.0, 20.0]}), n_boot=200)
+    assert curve[["low", "high"]].iloc[0].tolist() == [0.0, tunability.DIVERGED_ERROR]
+    alike = tunability.tunability_curves(_results({"a": [7.0] * 4}), n_boot=200)
+    assert (alike["low"].iloc[:2] == 7.0).all() and (alike["high"].iloc[:2] == 7.0).all()
+
+
 def test_samples_within_is_flagged_where_one_trial_is_all_within_x():
     alone = _results({"alone": [10.0, 20.0, 30.0, 40.0], "two": [10.0, 10.5, 30.0, 40.0]})
     table = tunability.tunability_table(alone, n_boot=50)
