@@ -11,6 +11,7 @@ kept under the panel's words are read under the stable key (store/migrations.py)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
@@ -307,4 +308,30 @@ def _look_advice(look: dict) -> str:
         if more
         else "no size would decide it"
     )
-    return f"undecided at the maximum ({n_max} {unit}); {likely} (if the effect is as estimated)"
+    return (
+        f"undecided at the maximum ({n_max} {unit}); {likely} (if the effect is as estimated)"
+        f"{_sizes_over_interval(look)}"
+    )
+
+
+def _sizes_over_interval(look: dict) -> str:
+    """The range of `more_needed` over the effects the look's interval allows, evaluated where
+    the gap to a decision is largest or smallest (the interval's ends, 0 and +-margin / 2 where
+    inside), so that one size is not read as what the data pin down. Empty where the interval
+    is not finite or no effect in it is decided by any size."""
+    low, high, margin = look["low"], look["high"], look.get("margin")
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return ""
+    points = [low, high, 0.0] + ([margin / 2, -margin / 2] if margin else [])
+    sizes = [
+        sequential.more_needed(e, look["se"], look["n"], look["boundary"], margin)
+        for e in points
+        if low <= e <= high
+    ]
+    decided = [m for m in sizes if m]
+    if not decided:
+        return ""
+    allowed = f"the effects its interval [{signed(low)}, {signed(high)}] allows"
+    if len(decided) < len(sizes):  # 0 inside, no margin: no size shows an effect of 0
+        return f"; from {min(decided):,} {look['unit']} to none for {allowed} (0 among them)"
+    return f"; from {min(decided):,} to {max(decided):,} {look['unit']} for {allowed}"

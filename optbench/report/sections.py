@@ -134,27 +134,38 @@ def _tunability_section(trials: pd.DataFrame, colors: dict[str, str], options: O
         "tunability",
         "Tunability: the expected best error after k (lr, wd) samples",
         "What a search of k random (lr, wd) samples of each cell's box is expected to find, "
-        "from the cell's own n samples (Dodge et al. 2019's expected validation performance; "
-        "docs/reports.md defines each number).",
+        "from the cell's own n samples (Dodge et al. 2019's expected validation performance, "
+        "estimated without bias; docs/reports.md defines each number).",
     )
     common = dict(n_boot=options.n_boot, seed=options.seed)
     drawn = _figure(
         section,
         "tunability",
         lambda: figures.tunability_figure(trials, metric=options.metric, colors=colors, **common),
-        "Each model's expected best error after k samples drawn with replacement from its "
-        "cell's n (a line per model, a panel per optimizer and schedule length, k on a log "
-        "axis): the mean error at k = 1, falling to the cell's best. Shaded: the 2.5-97.5 "
-        f"percentiles over {options.n_boot} bootstrap resamples of the n samples.",
+        "Each model's expected best error after k samples of its cell's box (a line per model, "
+        "a panel per optimizer and schedule length, k on a log axis), estimated for k up to "
+        "its n samples as the mean, over every set of k of them, of the set's best: the mean "
+        "error at k = 1, the cell's best at k = n. A diverged trial counts as 100%. Shaded: a "
+        f"95% studentized bootstrap band ({options.n_boot} resamples, jackknife standard "
+        "errors), up to k = n / 2: past it the estimate rests on the best few samples and "
+        "no band is drawn.",
     )
+    results = frames.with_errors(trials, options.metric)
+    for cell in tunability.unfinished_cells(results) if not results.empty else []:
+        section.notes.append(
+            f"{cell['model']}, {cell['optimizer']}, {cell['epochs']} ep: none of its "
+            f"{cell['n']} (lr, wd) samples finished (every trial diverged): no tunability."
+        )
     if drawn:
-        results = frames.with_errors(trials, options.metric)
         table = tunability.tunability_table(results, **common)
         section.tables.append(
             (
-                f"Expected best error (%) after k samples [95% band]; the samples needed to "
-                f"land within {tunability.WITHIN_POINTS:g} point of the cell's best with "
-                f"probability {tunability.PROBABILITY:g}",
+                "Expected best error (%) after k samples [95% band; none at k > n / 2]; "
+                "the samples needed to land within "
+                f"{tunability.WITHIN_POINTS:g} point of the cell's best with probability "
+                f"{tunability.PROBABILITY:g} (draws with replacement, so it may exceed n; "
+                f'"rests on one trial" where only the best itself lies within '
+                f"{tunability.WITHIN_POINTS:g} point)",
                 tunability.page_table(table),
             )
         )
