@@ -85,6 +85,12 @@ def _listed(value) -> list:
     return list(value) if isinstance(value, list | tuple) else [value]
 
 
+def accepted_values(default) -> str:
+    """What optbench accepts for an argument whose timm default is `default`, in words (the
+    check `check_optimizer_args` makes, as `optbench optimizers` lists it)."""
+    return _type_error(object(), default) or "any value (the optimizer checks it when it starts)"
+
+
 def check_optimizer_args(name: str, args: dict) -> dict:
     """`args` if each is an argument of optimizer `name` with a value of its default's type,
     else ValueError (one line naming the argument, with the closest one)."""
