@@ -120,10 +120,10 @@ def load_summary(
 def tunability_table(
     trials: pd.DataFrame, *, metric: str = "final_error", n_boot: int = N_BOOT, seed: int = 0
 ) -> pd.DataFrame:
-    """Per cell of a trials frame with two or more (lr, wd) samples: n, its best error, the
-    expected best error after k samples with its bootstrap band (columns e<k>, e<k>_low,
-    e<k>_high) and the samples needed to land within 1 point of the best with probability
-    0.9 (report/tunability.py; docs/reports.md)."""
+    """Per cell of a trials frame with two or more (lr, wd) samples and a finished trial: n,
+    its best error, the expected best error after k samples with its band up to k = n / 2
+    (columns e<k>, e<k>_low, e<k>_high) and the samples needed to land within 1 point of the
+    best with probability 0.9 (report/tunability.py; docs/reports.md)."""
     from optbench.report import frames, tunability
 
     return tunability.tunability_table(frames.with_errors(trials, metric), n_boot, seed)

@@ -200,15 +200,45 @@ def source_digest(module: ModuleType) -> str:
 
 
 def module_version(module: ModuleType) -> str | None:
-    """The module's `__version__`, else its installed distribution's version (by its top-level
-    name), else None (a module on PYTHONPATH without one). Printable text only, at most 100
-    characters: provenance records it and `optbench compare` prints it (trial/config.py)."""
-    version = getattr(module, "__version__", None)
-    if not (isinstance(version, str) and version.isprintable()):
-        try:
-            version = metadata.version(module.__name__.partition(".")[0])
-        except (metadata.PackageNotFoundError, ValueError):
-            return None
+    """The module's `__version__`, else that of the nearest package above it (`lab` for
+    `lab.models`), else the version of the installed distribution that holds its top-level
+    package (`installed_version`), else None (a module on PYTHONPATH without one). Printable
+    text only, at most 100 characters: provenance records it and `optbench compare` prints it
+    (trial/config.py)."""
+    parts = module.__name__.split(".")
+    for depth in range(len(parts), 0, -1):
+        owner = module if depth == len(parts) else sys.modules.get(".".join(parts[:depth]))
+        version = _printable(getattr(owner, "__version__", None))
+        if version:
+            return version
+    return installed_version(sys.modules.get(parts[0], module))
+
+
+def installed_version(top: ModuleType) -> str | None:
+    """The version of the distribution that installed the top-level module `top`: the one of
+    its name, else one in the folder `top` was imported from that lists `top` among what it
+    installs (`pip install lab-tools` may install `lab`); only that folder's distributions are
+    read (all of site-packages' take half a second)."""
+    try:
+        return _printable(metadata.version(top.__name__))
+    except (metadata.PackageNotFoundError, ValueError):
+        pass
+    files = source_files(top)
+    folder = files[0].parent if files else None
+    if folder is not None and hasattr(top, "__path__"):
+        folder = next((Path(p).parent for p in top.__path__ if files[0].is_relative_to(p)), None)
+    if folder is None:
+        return None
+    for distribution in metadata.distributions(path=[str(folder)]):
+        listed = (distribution.read_text("top_level.txt") or "").split()
+        listed += [f.parts[0].removesuffix(".py") for f in distribution.files or []]
+        if top.__name__ in listed:
+            return _printable(distribution.version)
+    return None
+
+
+def _printable(version: object) -> str | None:
+    """`version` if it is printable text (at most 100 characters kept), else None."""
     return version[:100] if isinstance(version, str) and version.isprintable() else None
 
 

@@ -211,7 +211,7 @@ def status(
     set_: Overrides = None,
     profile: ProfileFlag = None,
 ) -> None:
-    """Print a study's trial counts per cell; runs and writes nothing."""
+    """Print a study's trial counts per cell; runs, writes nothing."""
     from optbench.cli.terminal_tables import status_table, trials_table
     from optbench.executors import jobs_executor
     from optbench.plan.cost_notes import estimate_notes, job_notes, spent_notes

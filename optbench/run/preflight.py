@@ -181,13 +181,13 @@ def best_error_seed_note(spec: StudySpec) -> str | None:
 def check_optimizer_runs(name: str, recipe: Recipe, where: str) -> None:
     """timm, as installed, builds optimizer `name` with its recipe.optimizer_args (over one
     small parameter): a name this timm lacks or an argument value the optimizer refuses (a beta
-    above 1) is a UsageError here, not every trial failing at its start. The paper's AdamW and
-    SGD take recipe keys that the recipe has checked already."""
+    above 1) is a UsageError here naming `recipe.optimizer_args.NAME.KEY`, not every trial
+    failing at its start. The paper's AdamW and SGD take recipe keys that the recipe has
+    checked already."""
     if name in PAPER_OPTIMIZERS:
         return
     import timm
-    import torch
-    from timm.optim import create_optimizer_v2, list_optimizers
+    from timm.optim import list_optimizers
 
     if name not in list_optimizers():
         raise UsageError(
@@ -195,11 +195,30 @@ def check_optimizer_runs(name: str, recipe: Recipe, where: str) -> None:
             f"timm {TIMM_VERSION}'s): install that timm"
         )
     args = optimizer_kwargs(recipe.optimizer_args.get(name, {}))
+    message = _optimizer_refusal(name, args)
+    if message is None:
+        return
+    # the argument it refuses alone (the rest at timm's defaults), else those it refuses together
+    alone = [arg for arg in args if _optimizer_refusal(name, {arg: args[arg]}) is not None]
+    field = f"recipe.optimizer_args.{name}"
+    if len(alone) == 1:
+        value = recipe.optimizer_args[name][alone[0]]
+        raise UsageError(f"{where}: {field}.{alone[0]}: timm's {name} refuses {value!r}: {message}")
+    named = f" ({', '.join(alone or args)} together)" if args else ""
+    raise UsageError(f"{where}: {field}{named}: timm's {name} refuses these arguments: {message}")
+
+
+def _optimizer_refusal(name: str, args: dict) -> str | None:
+    """What timm says (its first line) when it will not build optimizer `name` with `args`
+    over one small parameter; None when it builds."""
+    import torch
+    from timm.optim import create_optimizer_v2
+
     try:
         create_optimizer_v2([torch.nn.Parameter(torch.zeros(4, 4))], opt=name, lr=1e-3, **args)
     except Exception as err:  # noqa: BLE001 - whatever the optimizer's own checks raise
-        message = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise UsageError(f"{where}: timm's {name} refuses these arguments: {message}") from None
+        return str(err).splitlines()[0] if str(err) else type(err).__name__
+    return None
 
 
 def check_batch(dataset: Dataset, batch_size: int, what: str) -> None:
