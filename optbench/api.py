@@ -1,7 +1,8 @@
 """The Python API (docs/api.md): a study's trials as a pandas DataFrame, its summary, and any
 report figure drawn from a DataFrame. `import optbench` exposes these names without loading
 them (or torch) until first used. Nothing here writes: a study that has not run yet has its
-planned trials, all pending.
+planned trials, all pending. Nothing here runs the study's own code: its `imports:` modules are
+never imported (a study or results folder someone sends you reads as data).
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ def load_study(
     study: Study, overrides: Sequence[str] = (), profile: str | Path | None = None
 ) -> StudySpec:
     """A study YAML (path) over its cluster `profile` (as `--profile`; spec/profiles.py) validated,
-    with `overrides` ("key=value", as `--set`) applied and its models and dataset checked; a
+    with `overrides` ("key=value", as `--set`) applied and its models and dataset checked (a
+    model unknown here taken as one its `imports:` register: those are never imported); a
     StudySpec is returned as it is."""
     if isinstance(study, StudySpec):
         return study

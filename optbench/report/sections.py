@@ -305,6 +305,7 @@ def _complexity_section(
     )
     section.notes.extend(_pipeline_notes(results))
     section.notes.extend(_timing_notes(results))
+    from optbench.models import is_model
     from optbench.models.cache import cached_counts  # torch and timm: once per model
 
     shapes = {model: data_shape or _dataset_shape(spec, model) for model in spec.models}
@@ -320,6 +321,12 @@ def _complexity_section(
     rows = []
     finished = results[results["status"] == "finished"]
     for model in spec.models:
+        if spec.imports and not is_model(model):  # registered by a module a report never runs
+            section.notes.append(
+                f"{model}: complexity not counted: a model of the study's own modules "
+                f"({', '.join(spec.imports)}), whose code a report does not run."
+            )
+            continue
         try:
             measured = cached_counts(
                 model, num_classes=num_classes, in_chans=in_chans, img_size=sizes[model]
