@@ -1,17 +1,25 @@
-"""The tensor policy's pixel ops (`OPS`, `apply_op`): timm's auto-augment ops on uint8
-batches (n, C, H, W) on any device, each image with its own argument, reproducing Pillow's
-arithmetic (tests/test_tensor_policy.py checks each against timm's PIL op, image for image):
-the LUT ops in integers, the enhance blends in float32 as Pillow's C code, the affine ops with
-Pillow's own bilinear / bicubic (a = -1) sampling in float64, pixel centres at +0.5, edge
-pixels replicated inside the image and the fill colour outside it. The table that picks them
-is tensor_policy.py, the draws tensor_draws.py.
+"""The tensor policy's pixel ops: timm's auto-augment ops on uint8 batches (n, C, H, W) on any
+device, reproducing Pillow's arithmetic (tests/test_tensor_policy.py checks each against timm's
+PIL op, image for image), a whole op slot of a batch at once with a fixed number of tensor
+operations whatever the batch size and whichever ops the images drew (`apply_slots`):
+- the lookup-table ops (AutoContrast, Equalize, Invert, Posterize, Solarize, SolarizeAdd): one
+  256-entry table per image and channel, in integers, then one gather;
+- the enhance blends (Color, Contrast, Brightness, Sharpness): one float32 interpolation with
+  per-image factors towards a per-image degenerate image (grey, mean grey, black or SMOOTH);
+- the affine ops (Rotate, Shear, Translate): one sampling grid with per-image matrices, Pillow's
+  own bilinear / bicubic (a = -1) sampling in float64, pixel centres at +0.5, edge pixels
+  replicated inside the image and the fill colour outside it.
+An image that did not draw an op of a kind gets that kind's identity (table 0..255, factor 1,
+the identity matrix), which gives its pixels back exactly. What each image drew is turned into
+those per-image parameters on the host (`slot_parameters`, numpy: no device operations). The
+table that picks the ops is tensor_policy.py, the draws tensor_draws.py.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
+import functools
 
+import numpy as np
 import torch
 
 RESAMPLE = ("bilinear", "bicubic")  # what `PolicyDraws.resample` indexes
@@ -24,272 +32,256 @@ AFFINE_OPS = (
     "TranslateXRel",
     "TranslateYRel",
 )
+_LUT_OPS = ("AutoContrast", "Equalize", "Invert", "Posterize", "Solarize", "SolarizeAdd")
+_BLEND_OPS = ("Color", "Contrast", "Brightness", "Sharpness")
+OPS = frozenset(
+    (*AFFINE_OPS, *_LUT_OPS, "PosterizeIncreasing", "PosterizeOriginal", "SolarizeIncreasing")
+    + tuple(f"{op}{s}" for op in _BLEND_OPS for s in ("", "Increasing"))
+)
+
+# Per image and slot, the parameters `apply_slots` reads (float64; identity values in brackets):
+# posterize's quantum 2 ** (8 - bits) [1], solarize's threshold [256], solarize_add's addend [0],
+# the blend factor [1] and the weight of the mean grey in the degenerate image (1: Contrast; 0:
+# Brightness's black) [0], the affine matrix a..f in pairs (a, d), (b, e), (c, f) [1 0, 0 1, 0 0].
+PARAMETERS = ("quantum", "threshold", "add", "factor", "mean", "a", "d", "b", "e", "c", "f")
+# ... and the flags (bool [False]): the table is AutoContrast's, Equalize's; the degenerate image
+# is the grey one (Color), SMOOTH (Sharpness); the filter is bicubic.
+FLAGS = ("autocontrast", "equalize", "grey", "smooth", "bicubic")
+_P = {name: i for i, name in enumerate(PARAMETERS)}
+_F = {name: i for i, name in enumerate(FLAGS)}
 
 
 def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """A small CPU tensor (indices, per-image arguments) on `device`. To CUDA through pinned
-    memory without blocking: a plain copy would wait for the GPU's queued work each time, a
-    host sync per op; torch's pinned-memory cache keeps the buffer until the copy is done."""
+    """A small CPU tensor (the per-image parameters) on `device`. To CUDA through pinned memory
+    without blocking: a plain copy would wait for the GPU's queued work, a host sync per batch;
+    torch's pinned-memory cache keeps the buffer until the copy is done."""
     if device.type != "cuda":
-        return t.to(device)
+        return t
     return t.pin_memory().to(device, non_blocking=True)
 
 
-def apply_op(
-    name: str,
-    x: torch.Tensor,
-    arg: torch.Tensor,
-    resample: torch.Tensor,
-    fill: tuple[int, ...],
-) -> torch.Tensor:
-    """timm's op `name` on uint8 images (n, C, H, W), image i with argument arg[i] (CPU
-    float64; ignored by ops without one) and, for affine ops, filter RESAMPLE[resample[i]]."""
-    return OPS[name](x, arg, resample, fill)
+def _rotation(degrees: np.ndarray, h: int, w: int) -> np.ndarray:
+    """Image.rotate's matrices (about the centre, counter-clockwise), (n, 6): Pillow rounds each
+    coefficient to 15 decimals with Python's round, reproduced here exactly (`_round15`)."""
+    angle = -np.radians(degrees % 360.0)
+    cos, sin, msin = (_round15(v) for v in (np.cos(angle), np.sin(angle), -np.sin(angle)))
+    cx, cy = w / 2.0, h / 2.0
+    a, b, d, e = cos, sin, msin, cos
+    return np.stack([a, b, a * -cx + b * -cy + 0.0 + cx, d, e, d * -cx + e * -cy + 0.0 + cy], 1)
 
 
-def _per_image(v: torch.Tensor, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    return to_device(v.to(dtype), x.device).view(-1, 1, 1, 1)
+def _round15(x: np.ndarray) -> np.ndarray:
+    """Python's round(v, 15) for |v| <= 1, vectorized: the exact decimal value rounded half to
+    even at 15 places, then the nearest double. x * 1e15 is rounded once; its exact error
+    (Dekker's two-product) decides the cases where that rounding crosses a half."""
+    scaled = x * 1e15
+    split = 134217729.0  # 2 ** 27 + 1
+    c = split * x
+    x_hi = c - (c - x)
+    x_lo = x - x_hi
+    c = split * 1e15
+    s_hi = c - (c - 1e15)
+    s_lo = 1e15 - s_hi
+    error = ((x_hi * s_hi - scaled) + x_hi * s_lo + x_lo * s_hi) + x_lo * s_lo
+    below = np.floor(scaled)
+    half = scaled - below - 0.5  # exact: |scaled| < 2 ** 50
+    up = (half > -error) | ((half == -error) & (np.fmod(below, 2) != 0))
+    return (below + up) / 1e15
 
 
-def _blend(degenerate: torch.Tensor, x: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
-    """Pillow's Image.blend(degenerate, x, factor), per image: float32 arithmetic, truncated,
-    clipped when extrapolating (ImageEnhance's enhance)."""
-    alpha = _per_image(factor, x, torch.float32)
-    lo = degenerate.float()
-    mixed = lo + alpha * (x.float() - lo)
-    return mixed.clamp(0.0, 255.0).trunc().to(torch.uint8)
-
-
-def _grey(x: torch.Tensor) -> torch.Tensor:
-    """Pillow's convert("L") (ITU-R 601-2 luma, 16-bit fixed point, rounded), (n, 1, H, W)."""
-    if x.shape[1] == 1:
-        return x
-    r, g, b = x.to(torch.int32).unbind(1)
-    return ((r * 19595 + g * 38470 + b * 7471 + 0x8000) >> 16).to(torch.uint8)[:, None]
-
-
-def _lut_ops(x: torch.Tensor, lut: torch.Tensor) -> torch.Tensor:
-    """Map every (image, channel) through its own 256-entry table lut (n*C, 256)."""
-    n, c, h, w = x.shape
-    flat = x.reshape(n * c, h * w).long()
-    return lut.gather(1, flat).to(torch.uint8).reshape(n, c, h, w)
-
-
-def auto_contrast(x, arg, resample, fill):
-    """ImageOps.autocontrast: each channel's [min, max] stretched to [0, 255]."""
-    n, c, h, w = x.shape
-    flat = x.reshape(n * c, h * w)
-    lo, hi = flat.amin(1).double(), flat.amax(1).double()
-    # full(255).div(d), not 255.0 / d: torch computes the latter as 255 x (1 / d), which is
-    # not Python's correctly rounded quotient
-    span = (hi - lo).clamp(min=1.0)
-    scale = torch.full_like(span, 255.0).div(span)
-    offset = -lo * scale
-    ix = torch.arange(256, dtype=torch.float64, device=x.device)
-    lut = (ix * scale[:, None] + offset[:, None]).trunc().clamp(0, 255).long()
-    lut = torch.where((hi > lo)[:, None], lut, ix.long())
-    return _lut_ops(x, lut)
-
-
-def equalize(x, arg, resample, fill):
-    """ImageOps.equalize, per channel, in Pillow's integer arithmetic."""
-    n, c, h, w = x.shape
-    flat = x.reshape(n * c, h * w).long()
-    hist = torch.zeros(n * c, 256, dtype=torch.long, device=x.device)
-    hist.scatter_add_(1, flat, torch.ones_like(flat))
-    last = hist.gather(1, flat.amax(1, keepdim=True)).squeeze(1)  # count of the top value
-    step = (h * w - last) // 255
-    before = hist.cumsum(1) - hist
-    lut = (step[:, None] // 2 + before) // step.clamp(min=1)[:, None]
-    keep = ((hist > 0).sum(1) <= 1) | (step == 0)
-    lut = torch.where(keep[:, None], torch.arange(256, device=x.device), lut.clamp(max=255))
-    return _lut_ops(x, lut)
-
-
-def invert(x, arg, resample, fill):
-    return 255 - x
-
-
-def posterize(x, arg, resample, fill):
-    """Keep the top `arg` bits (0 bits: black, as `augment._posterize`)."""
-    bits = _per_image(arg, x, torch.long)
-    mask = 256 - torch.pow(2, 8 - bits.clamp(0, 8))
-    return x & mask.to(torch.uint8)
-
-
-def solarize(x, arg, resample, fill):
-    """ImageOps.solarize: values >= threshold inverted."""
-    return torch.where(x < _per_image(arg, x, torch.long), x, 255 - x)
-
-
-def solarize_add(x, arg, resample, fill):
-    """timm's solarize_add: values below 128 get `arg` added (capped at 255)."""
-    added = (x.to(torch.int16) + _per_image(arg, x, torch.int16)).clamp(max=255).to(torch.uint8)
-    return torch.where(x < 128, added, x)
-
-
-def color(x, arg, resample, fill):
-    return _blend(_grey(x).expand_as(x), x, arg)
-
-
-def contrast(x, arg, resample, fill):
-    """ImageEnhance.Contrast: blend with the grey image of the rounded mean luma."""
-    n, _, h, w = x.shape
-    mean = _grey(x).reshape(n, -1).sum(1).double() / (h * w)
-    degenerate = (mean + 0.5).trunc().to(torch.uint8).view(n, 1, 1, 1).expand_as(x)
-    return _blend(degenerate, x, arg)
-
-
-def brightness(x, arg, resample, fill):
-    return _blend(torch.zeros_like(x), x, arg)
-
-
-def sharpness(x, arg, resample, fill):
-    """ImageEnhance.Sharpness: blend with ImageFilter.SMOOTH (3x3 kernel 1 1 1 / 1 5 1 /
-    1 1 1 over 13, rounded; the border pixels kept)."""
-    h, w = x.shape[-2:]
-    v = x.to(torch.int32)
-    total = 4 * v[..., 1:-1, 1:-1]
-    for dy in range(3):
-        for dx in range(3):
-            total = total + v[..., dy : h - 2 + dy, dx : w - 2 + dx]
-    smooth = x.clone()
-    smooth[..., 1:-1, 1:-1] = ((2 * total + 13) // 26).to(torch.uint8)
-    return _blend(smooth, x, arg)
-
-
-# The affine ops: Pillow's Image.transform(size, AFFINE, (a, b, c, d, e, f)) maps output pixel
-# centre (x + .5, y + .5) to input point (a x' + b y' + c, d x' + e y' + f).
-
-
-def _lerp(a, b, d):
-    return a + (b - a) * d  # Pillow's BILINEAR
-
-
-def _cubic(v1, v2, v3, v4, d):  # Pillow's BICUBIC: cubic convolution with a = -1
-    p1 = v2
-    p2 = -v1 + v3
-    p3 = 2 * (v1 - v2) + v3 - v4
-    p4 = -v1 + v2 - v3 + v4
-    return p1 + d * (p2 + d * (p3 + d * p4))
-
-
-_FILTERS = {"bilinear": ((0, 1), _lerp), "bicubic": ((-1, 0, 1, 2), _cubic)}
-
-
-def _taps(img: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """The pixels at flat indices, as int16: the first pass's differences stay exact integers
-    (as in Pillow, where they are ints) and cost a quarter of float64's memory traffic."""
-    n, c = img.shape[:2]
-    return img.reshape(n, c, -1).gather(2, index[:, None].expand(n, c, -1)).to(torch.int16)
-
-
-def _sample(img: torch.Tensor, u: torch.Tensor, v: torch.Tensor, resample: str, axes: str):
-    """Pillow's bilinear / bicubic filter at input points (u, v) (already minus 0.5), edge
-    pixels replicated: (n, C, H*W) float64. An axis not in `axes` is known to fall on pixel
-    centres (a shear or translation along the other axis): its weights would be (1, 0, ...)
-    exactly, so its pass is skipped, with the same result."""
-    h, w = img.shape[-2:]
-    offsets, combine = _FILTERS[resample]
-
-    def grid(coord: torch.Tensor, size: int, moves: bool):
-        if not moves:
-            return [coord.long()], None
-        base = coord.floor()
-        return [(base + o).clamp(0, size - 1).long() for o in offsets], (coord - base)[:, None]
-
-    xs, dx = grid(u, w, "x" in axes)
-    ys, dy = grid(v, h, "y" in axes)
-    rows = []
-    for yy in ys:
-        taps = [_taps(img, yy * w + xx) for xx in xs]
-        rows.append(taps[0] if dx is None else combine(*taps, dx))
-    return rows[0] if dy is None else combine(*rows, dy)
-
-
-def _warp(x: torch.Tensor, matrix: torch.Tensor, resample: str, axes: str, fill: tuple[int, ...]):
-    n, c, h, w = x.shape
-    a = to_device(matrix, x.device)[:, :, None]  # (n, 6, 1): float64
-    cols = torch.arange(w, dtype=torch.float64, device=x.device).repeat(h)[None] + 0.5
-    rows = torch.arange(h, dtype=torch.float64, device=x.device).repeat_interleave(w)[None] + 0.5
-    u = a[:, 0] * cols + a[:, 1] * rows + a[:, 2]  # (n, H*W), as Pillow's affine_transform
-    v = a[:, 3] * cols + a[:, 4] * rows + a[:, 5]
-    inside = ((u >= 0) & (u < w) & (v >= 0) & (v < h))[:, None]
-    values = _sample(x, u - 0.5, v - 0.5, resample, axes)
-    values = values.clamp(0.0, 255.0).trunc().to(torch.uint8)
-    colour = to_device(torch.tensor(fill, dtype=torch.uint8), x.device).view(1, c, 1)
-    return torch.where(inside, values, colour).reshape(n, c, h, w)
-
-
-# On the CPU the float64 sampling runs on chunks of about this many values, which stay in
-# cache (measured: bicubic at 224 px took 3x longer per image in chunks of 16 images than of 1).
-CPU_CHUNK_VALUES = 2**18
-
-
-def _affine(matrix_of: Callable, axes: str = "xy") -> Callable:
-    """An affine op from a function (arg (n,) float64, H, W) -> Pillow's matrices (n, 6);
-    `axes`: the axes whose sample points move off the pixel centres."""
-
-    def op(x, arg, resample, fill):
-        out = x.clone()
-        matrix = matrix_of(arg, *x.shape[-2:])
-        # the identity (magnitude 0: v0's Rotate @ 0, ShearY @ 0) gives each pixel back exactly
-        moves = (matrix != _matrix(1)).any(1)
-        chunk = len(x) if x.is_cuda else max(1, CPU_CHUNK_VALUES // x[0].numel())
-        for k, name in enumerate(RESAMPLE):
-            rows = ((resample == k) & moves).nonzero().squeeze(1)
-            for part in rows.split(chunk) if len(rows) else ():
-                idx = to_device(part, x.device)
-                out[idx] = _warp(x.index_select(0, idx), matrix[part], name, axes, fill)
-        return out
-
-    return op
-
-
-def _matrix(n: int, **entries: torch.Tensor) -> torch.Tensor:
-    m = torch.tensor([1.0, 0, 0, 0, 1.0, 0], dtype=torch.float64).repeat(n, 1)
-    for i, key in enumerate("abcdef"):
-        if key in entries:
-            m[:, i] = entries[key]
+def _affine_matrix(name: str, arg: np.ndarray, h: int, w: int) -> np.ndarray:
+    """Pillow's Image.transform(size, AFFINE, (a, b, c, d, e, f)) matrices (n, 6) of an affine
+    op: output pixel centre (x + .5, y + .5) maps to input point (a x + b y + c, d x + e y + f)."""
+    if name == "Rotate":
+        return _rotation(arg, h, w)
+    m = np.tile(np.array([1.0, 0, 0, 0, 1.0, 0]), (len(arg), 1))
+    column, scale = {
+        "ShearX": (1, 1.0),
+        "ShearY": (3, 1.0),
+        "TranslateX": (2, 1.0),
+        "TranslateY": (5, 1.0),
+        "TranslateXRel": (2, w),
+        "TranslateYRel": (5, h),
+    }[name]
+    m[:, column] = arg * scale if scale != 1.0 else arg
     return m
 
 
-def _rotation(degrees: torch.Tensor, h: int, w: int) -> torch.Tensor:
-    """Image.rotate's matrix (about the centre, counter-clockwise, coefficients rounded to 15
-    decimals), from Python's math per image: a few scalars each, exactly as Pillow has them."""
-    out = []
-    cx, cy = w / 2.0, h / 2.0
-    for deg in degrees.tolist():
-        angle = -math.radians(deg % 360.0)
-        cos, sin = round(math.cos(angle), 15), round(math.sin(angle), 15)
-        a, b, d, e = cos, sin, round(-math.sin(angle), 15), cos
-        out.append([a, b, a * -cx + b * -cy + 0.0 + cx, d, e, d * -cx + e * -cy + 0.0 + cy])
-    return torch.tensor(out, dtype=torch.float64).reshape(-1, 6)
+def slot_parameters(
+    names: tuple[str, ...], op: np.ndarray, arg: np.ndarray, resample: np.ndarray, h: int, w: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The per-image parameters (len(PARAMETERS), n) float64 and flags (len(FLAGS), n) bool of
+    one slot in which image i runs op names[op[i]] (none where op[i] < 0) with argument arg[i]
+    and, for an affine op, filter RESAMPLE[resample[i]]."""
+    n = len(op)
+    p = np.zeros((len(PARAMETERS), n))
+    p[[_P["quantum"], _P["factor"], _P["a"], _P["e"]]] = 1.0
+    p[_P["threshold"]] = 256.0
+    flags = np.zeros((len(FLAGS), n), dtype=bool)
+    flags[_F["bicubic"]] = resample == RESAMPLE.index("bicubic")
+    for k, name in enumerate(names):
+        rows = op == k
+        if not rows.any():
+            continue
+        v = np.trunc(arg[rows])  # the integer ops' arguments, as Python's int()
+        kind = name.replace("Increasing", "").replace("Original", "")
+        if kind == "AutoContrast":
+            flags[_F["autocontrast"], rows] = True
+        elif kind == "Equalize":
+            flags[_F["equalize"], rows] = True
+        elif kind == "Invert":
+            p[_P["threshold"], rows] = 0.0
+        elif kind == "Posterize":  # 0 bits: black, as `augment._posterize`
+            p[_P["quantum"], rows] = 2.0 ** (8 - np.clip(v, 0, 8))
+        elif kind == "Solarize":
+            p[_P["threshold"], rows] = v
+        elif kind == "SolarizeAdd":
+            p[_P["add"], rows] = v
+        elif kind in _BLEND_OPS:
+            p[_P["factor"], rows] = arg[rows].astype(np.float32)  # Pillow's float32 factor
+            p[_P["mean"], rows] = kind == "Contrast"
+            flags[_F["grey"], rows] = kind == "Color"
+            flags[_F["smooth"], rows] = kind == "Sharpness"
+        else:
+            m = _affine_matrix(name, arg[rows], h, w)
+            for key, column in zip("abcdef", m.T, strict=True):
+                p[_P[key], rows] = column
+    return p, flags
 
 
-OPS: dict[str, Callable] = {
-    "AutoContrast": auto_contrast,
-    "Equalize": equalize,
-    "Invert": invert,
-    "Posterize": posterize,
-    "PosterizeIncreasing": posterize,
-    "PosterizeOriginal": posterize,
-    "Solarize": solarize,
-    "SolarizeIncreasing": solarize,
-    "SolarizeAdd": solarize_add,
-    "Color": color,
-    "ColorIncreasing": color,
-    "Contrast": contrast,
-    "ContrastIncreasing": contrast,
-    "Brightness": brightness,
-    "BrightnessIncreasing": brightness,
-    "Sharpness": sharpness,
-    "SharpnessIncreasing": sharpness,
-    "Rotate": _affine(_rotation),
-    "ShearX": _affine(lambda f, h, w: _matrix(len(f), b=f), "x"),
-    "ShearY": _affine(lambda f, h, w: _matrix(len(f), d=f), "y"),
-    "TranslateX": _affine(lambda px, h, w: _matrix(len(px), c=px), "x"),
-    "TranslateY": _affine(lambda px, h, w: _matrix(len(px), f=px), "y"),
-    "TranslateXRel": _affine(lambda pct, h, w: _matrix(len(pct), c=pct * w), "x"),
-    "TranslateYRel": _affine(lambda pct, h, w: _matrix(len(pct), f=pct * h), "y"),
-}
+@functools.lru_cache(maxsize=16)
+def _constants(c: int, h: int, w: int, fill: tuple[int, ...], device: torch.device) -> dict:
+    """The tensors every batch of this shape reads, made once per shape and device."""
+    f64 = dict(dtype=torch.float64, device=device)
+    ix = torch.arange(256, **f64)
+    border = torch.ones(h, w, dtype=torch.bool, device=device)
+    border[1:-1, 1:-1] = False
+    smooth = torch.ones(c, 1, 3, 3, dtype=torch.float32, device=device)
+    smooth[:, :, 1, 1] = 5.0
+    return {
+        "ix": ix,
+        "low": ix < 128,
+        "255": torch.tensor(255.0, **f64),
+        "luma": torch.tensor([19595.0, 38470.0, 7471.0], device=device).view(1, 3, 1),
+        "smooth": smooth,
+        "border": border.view(1, 1, h * w),
+        # (x + .5, y + .5) of every output pixel, (1, 1, H*W) each
+        "cols": (torch.arange(w, **f64).repeat(h) + 0.5).view(1, 1, h * w),
+        "rows": (torch.arange(h, **f64).repeat_interleave(w) + 0.5).view(1, 1, h * w),
+        "size": torch.tensor([w, h], **f64).view(2, 1, 1, 1),
+        "last": torch.tensor([w - 1, h - 1], **f64).view(2, 1, 1, 1),
+        # the taps of a filter along each axis: bicubic's 4, bilinear's 2 as 4 (each twice)
+        "taps": torch.tensor([[0, 0, 1, 1], [-1, 0, 1, 2]], **f64).view(2, 1, 4, 1),
+        "fill": torch.tensor(fill, **f64).view(1, c, 1),
+        "one": torch.ones((), dtype=torch.long, device=device),
+    }
+
+
+def apply_slots(
+    x: torch.Tensor, parameters: torch.Tensor, flags: torch.Tensor, fill: tuple[int, ...]
+) -> torch.Tensor:
+    """uint8 images (n, C, H, W) through L op slots in turn, slot s with the per-image
+    `parameters` (L, len(PARAMETERS), n) float64 and `flags` (L, len(FLAGS), n) bool on x's
+    device: each slot a lookup table, then a blend, then an affine warp, each the identity where
+    the image drew none (`slot_parameters`)."""
+    n, c, h, w = x.shape
+    k = _constants(c, h, w, tuple(fill), x.device)
+    p = parameters.view(*parameters.shape, 1, 1).unbind(0)
+    f = flags.view(*flags.shape, 1, 1).unbind(0)
+    factor = parameters[:, _P["factor"]].float().view(-1, n, 1, 1).unbind(0)
+    img = x.reshape(n, c, h * w).double()
+    for s in range(len(p)):
+        img = _lookup(img, p[s], f[s], k, h * w)
+        img = _blend(img, p[s], f[s], factor[s], k, h, w)
+        img = _warp(img, p[s], f[s], k, h, w)
+    return img.to(torch.uint8).view(n, c, h, w)
+
+
+def _lookup(img: torch.Tensor, p: torch.Tensor, f: torch.Tensor, k: dict, hw: int):
+    """Each image and channel through its own table (n, C, 256): posterize, solarize and
+    solarize_add (identities unless drawn), replaced by AutoContrast's or Equalize's where
+    drawn, in Pillow's integer arithmetic."""
+    ix = k["ix"]
+    table = ix - torch.fmod(ix, p[_P["quantum"]])
+    table = torch.where(ix < p[_P["threshold"]], table, 255 - table)
+    table = torch.where(k["low"], (table + p[_P["add"]]).clamp(max=255), table)
+    index = img.long()
+    lo, hi = index.amin(2, keepdim=True), index.amax(2, keepdim=True)
+    # ImageOps.autocontrast: [lo, hi] stretched to [0, 255]; a tensor quotient, not 255.0 / d,
+    # which torch computes as 255 x (1 / d), not Python's correctly rounded quotient
+    scale = k["255"] / (hi - lo).clamp(min=1)
+    stretched = (ix * scale + -lo * scale).trunc().clamp(0, 255)
+    table = torch.where(f[_F["autocontrast"]] & (hi > lo), stretched, table)
+    # ImageOps.equalize: cumulative histogram steps, the top value's count left out
+    hist = torch.zeros(*index.shape[:2], 256, dtype=torch.long, device=img.device)
+    hist.scatter_add_(2, index, k["one"].expand_as(index))
+    step = (hw - hist.gather(2, hi)) // 255
+    before = hist.cumsum(2) - hist
+    equalized = ((step // 2 + before) // step.clamp(min=1)).clamp(max=255)
+    used = ((hist > 0).sum(2, keepdim=True) > 1) & (step > 0)
+    table = torch.where(f[_F["equalize"]] & used, equalized, table)
+    return table.gather(2, index)
+
+
+def _blend(img, p, f, factor, k, h: int, w: int):
+    """ImageEnhance's Image.blend(degenerate, img, factor) per image, in float32, truncated:
+    degenerate the grey image (Color: ITU-R 601-2 luma in 16-bit fixed point, rounded), its
+    rounded mean (Contrast), black (Brightness) or SMOOTH (Sharpness: 3x3 kernel 1 1 1 / 1 5 1 /
+    1 1 1 over 13, rounded, the border kept)."""
+    n, c = img.shape[:2]
+    v = img.float()
+    if c == 3:  # integers below 2 ** 24: float32 sums are exact in any order
+        grey = ((v * k["luma"]).sum(1, keepdim=True) + 32768.0).div(65536.0).floor()
+    else:
+        grey = v
+    mean = (grey.sum(2, keepdim=True, dtype=torch.float64) / (h * w) + 0.5).trunc()
+    # the kernel's sums are integers below 2 ** 12, exact in float32 (TF32 too); round() undoes
+    # a transform-based convolution's small errors
+    total = torch.conv2d(v.view(n, c, h, w), k["smooth"], padding=1, groups=c).round()
+    smooth = torch.where(k["border"], v, (total * 2 + 13).div(26).floor().view(n, c, h * w))
+    degenerate = torch.where(f[_F["smooth"]], smooth, (mean * p[_P["mean"]]).float())
+    degenerate = torch.where(f[_F["grey"]], grey, degenerate)
+    return (degenerate + factor * (v - degenerate)).clamp(0.0, 255.0).trunc()
+
+
+def _cubic(v1, v2, v3, v4, d):
+    """Pillow's BICUBIC (cubic convolution, a = -1), in its order of operations; with taps
+    (v2, v2, v3, v3) it is Pillow's BILINEAR v2 + (v3 - v2) d, exactly."""
+    p2 = -v1 + v3
+    p3 = 2 * (v1 - v2) + v3 - v4
+    p4 = -v1 + v2 - v3 + v4
+    return v2 + d * (p2 + d * (p3 + d * p4))
+
+
+def _warp(img, p, f, k, h: int, w: int):
+    """Image.transform(AFFINE) per image: input points of every output pixel centre, 4 x 4
+    taps (bilinear's 2 x 2 each twice) gathered at once, filtered along x, then y, in float64."""
+    n, c = img.shape[:2]
+    pa, pb, pc = (p[_P[key] : _P[key] + 2] for key in "abc")  # (2, n, 1, 1): x's, y's
+    uv = pa * k["cols"] + pb * k["rows"] + pc  # (2, n, 1, H*W), as Pillow's affine_transform
+    inside = ((uv >= 0) & (uv < k["size"])).all(0)
+    uv = uv - 0.5
+    base = uv.floor()
+    frac = uv - base
+    taps = torch.where(f[_F["bicubic"]], k["taps"][1], k["taps"][0])  # (n, 4, 1)
+    at = (base + taps).clamp(min=0).minimum(k["last"]).long()  # (2, n, 4, H*W)
+    index = (at[1].unsqueeze(2) * w + at[0].unsqueeze(1)).view(n, 1, 16 * h * w)
+    values = img.gather(2, index.expand(n, c, -1)).view(n, c, 4, 4, h * w)
+    rows = _cubic(*values.unbind(3), frac[0].unsqueeze(1))
+    out = _cubic(*rows.unbind(2), frac[1]).clamp(0.0, 255.0).trunc()
+    return torch.where(inside, out, k["fill"])
+
+
+def apply_op(
+    name: str, x: torch.Tensor, arg: torch.Tensor, resample: torch.Tensor, fill: tuple[int, ...]
+) -> torch.Tensor:
+    """timm's op `name` on uint8 images (n, C, H, W), image i with argument arg[i] (CPU
+    float64; ignored by ops without one) and, for affine ops, filter RESAMPLE[resample[i]]:
+    one slot of `apply_slots` in which every image drew `name`."""
+    if name not in OPS:
+        raise KeyError(name)
+    h, w = x.shape[-2:]
+    ones = np.zeros(len(x), dtype=np.int64)
+    p, flags = slot_parameters((name,), ones, arg.numpy(), resample.numpy(), h, w)
+    p, flags = (to_device(torch.from_numpy(a[None]), x.device) for a in (p, flags))
+    return apply_slots(x, p, flags, fill)
