@@ -21,6 +21,7 @@ from optbench.data.tensor_ops import (
     AFFINE_OPS,
     RESAMPLE,
     apply_slots,
+    op_kind,
     slot_parameters,
     to_device,
 )
@@ -32,11 +33,12 @@ class PolicyDraws:
     ops that were not applied: op -1, magnitude and arg NaN, resample -1."""
 
     op_names: tuple[str, ...]
-    choice: torch.Tensor  # auto: (N,) sub-policy; rand: (N, L) op choice (index into choices)
-    op: torch.Tensor  # (N, L) long, index into op_names
-    magnitude: torch.Tensor  # (N, L) float64, after noise and clipping
-    arg: torch.Tensor  # (N, L) float64, the op's argument (NaN: the op takes none)
-    resample: torch.Tensor  # (N, L) long, index into RESAMPLE for affine ops
+    # numpy arrays: the host's
+    choice: np.ndarray  # auto: (N,) sub-policy; rand: (N, L) op choice (index into choices)
+    op: np.ndarray  # (N, L) int64, index into op_names
+    magnitude: np.ndarray  # (N, L) float64, after noise and clipping
+    arg: np.ndarray  # (N, L) float64, the op's argument (NaN: the op takes none)
+    resample: np.ndarray  # (N, L) int64, index into RESAMPLE for affine ops
 
 
 # Level -> argument, as timm's (or pycls's) level functions compute it, in their order of
@@ -101,18 +103,28 @@ def level_args(
     return np.maximum(column("offset") + sign * t, column("floor"))
 
 
-def _choose(policy, n: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def _random(fill, shape: tuple[int, ...], dtype) -> np.ndarray:
+    """A numpy array of `shape` filled in place by torch's generator (`fill(out=...)`): the
+    numbers a torch draw of that shape gives, with no copy or conversion to reach the host."""
+    out = np.empty(shape, dtype=dtype)
+    fill(out=torch.from_numpy(out))
+    return out
+
+
+def _choose(policy, n: int, g: torch.Generator) -> tuple[np.ndarray, np.ndarray]:
     """Per image: the choice (auto: sub-policy (N,); rand: ops (N, L)) and the index of each
     slot's op in the flat table `[op for entry in choices for op in entry]` (N, L)."""
     k, layers = len(policy.choices), policy.num_layers
     if policy.kind == "auto":
-        sub = torch.randint(k, (n,), generator=g)
-        return sub, sub[:, None] * layers + torch.arange(layers)
+        sub = _random(lambda out: torch.randint(k, (n,), generator=g, out=out), (n,), np.int64)
+        return sub, sub[:, None] * layers + np.arange(layers)
     if policy.choice_weights is None:  # numpy's choice(ops, n, replace=True)
-        picks = torch.randint(k, (n, layers), generator=g)
+        picks = _random(
+            lambda out: torch.randint(k, (n, layers), generator=g, out=out), (n, layers), np.int64
+        )
     else:  # numpy's choice(ops, n, replace=False, p=weights)
         weights = torch.tensor(policy.choice_weights, dtype=torch.float64).expand(n, k)
-        picks = torch.multinomial(weights, layers, replacement=False, generator=g)
+        picks = torch.multinomial(weights, layers, replacement=False, generator=g).numpy()
     return picks, picks
 
 
@@ -122,16 +134,18 @@ def draw(policy, n: int, g: torch.Generator) -> PolicyDraws:
     flat = [op for entry in policy.choices for op in entry]
     names = policy.op_names
     choice, slot = _choose(policy, n, g)
-    shape, f64 = slot.shape, torch.float64
-    applies = torch.rand(shape, generator=g, dtype=f64).numpy()
-    noise = (
-        torch.rand(shape, generator=g, dtype=f64)
-        if math.isinf(policy.magnitude_std)
-        else torch.randn(shape, generator=g, dtype=f64)
-    ).numpy()
-    flip = torch.rand(shape, generator=g, dtype=f64).numpy() > 0.5
-    resample = torch.randint(len(policy.resample), shape, generator=g).numpy()
-    slot = slot.numpy()
+    shape = slot.shape
+    applies = _random(lambda out: torch.rand(shape, generator=g, out=out), shape, np.float64)
+    if math.isinf(policy.magnitude_std):
+        noise = _random(lambda out: torch.rand(shape, generator=g, out=out), shape, np.float64)
+    else:
+        noise = _random(lambda out: torch.randn(shape, generator=g, out=out), shape, np.float64)
+    flip = _random(lambda out: torch.rand(shape, generator=g, out=out), shape, np.float64) > 0.5
+    resample = _random(
+        lambda out: torch.randint(len(policy.resample), shape, generator=g, out=out),
+        shape,
+        np.int64,
+    )
 
     prob = np.array([op.prob for op in flat])[slot]
     magnitude = np.array([float(op.magnitude) for op in flat])[slot]
@@ -150,10 +164,10 @@ def draw(policy, n: int, g: torch.Generator) -> PolicyDraws:
     return PolicyDraws(
         op_names=names,
         choice=choice,
-        op=torch.from_numpy(np.where(applied, op, -1)),
-        magnitude=torch.from_numpy(np.where(applied, magnitude, math.nan)),
-        arg=torch.from_numpy(np.where(applied, arg, math.nan)),
-        resample=torch.from_numpy(np.where(applied & affine, chosen, -1)),
+        op=np.where(applied, op, -1),
+        magnitude=np.where(applied, magnitude, math.nan),
+        arg=np.where(applied, arg, math.nan),
+        resample=np.where(applied & affine, chosen, -1),
     )
 
 
@@ -162,11 +176,25 @@ def apply(policy, x: torch.Tensor, draws: PolicyDraws) -> torch.Tensor:
     the whole batch (tensor_ops.apply_slots); the per-image parameters are made on the host
     and reach x's device in one copy per batch, without a host sync."""
     h, w = x.shape[-2:]
-    op, arg, resample = (t.numpy() for t in (draws.op, draws.arg, draws.resample))
+    op, arg, resample = draws.op, draws.arg, draws.resample
     slots = [
         slot_parameters(draws.op_names, op[:, s], arg[:, s], resample[:, s], h, w)
         for s in range(op.shape[1])
     ]
-    parameters = to_device(torch.from_numpy(np.stack([p for p, _ in slots])), x.device)
-    flags = to_device(torch.from_numpy(np.stack([f for _, f in slots])), x.device)
-    return apply_slots(x, parameters, flags, policy.fill)
+    parameters, tables, flags = (
+        to_device(torch.from_numpy(np.stack(part)), x.device) for part in zip(*slots, strict=True)
+    )
+    kinds = slot_kinds(policy)
+    return apply_slots(x, parameters, tables, flags, policy.fill, kinds, policy.resample)
+
+
+def slot_kinds(policy) -> tuple[frozenset[str], ...]:
+    """Per op slot, the `op_kind`s its images can draw: AutoAugment's slot s runs the s-th op
+    of a sub-policy, RandAugment's any op of its table."""
+    if policy.kind == "auto":
+        return tuple(
+            frozenset(op_kind(entry[s].name) for entry in policy.choices)
+            for s in range(policy.num_layers)
+        )
+    every = frozenset(op_kind(entry[0].name) for entry in policy.choices)
+    return (every,) * policy.num_layers

@@ -40,13 +40,13 @@ OPS = frozenset(
 )
 
 # Per image and slot, the parameters `apply_slots` reads (float64; identity values in brackets):
-# posterize's quantum 2 ** (8 - bits) [1], solarize's threshold [256], solarize_add's addend [0],
-# the blend factor [1] and the weight of the mean grey in the degenerate image (1: Contrast; 0:
-# Brightness's black) [0], the affine matrix a..f in pairs (a, d), (b, e), (c, f) [1 0, 0 1, 0 0].
-PARAMETERS = ("quantum", "threshold", "add", "factor", "mean", "a", "d", "b", "e", "c", "f")
+# the blend factor [1], the affine matrix a..f in pairs (a, d), (b, e), (c, f) [1 0, 0 1, 0 0];
+# besides them a 256-entry table of the posterize, solarize, solarize_add and invert ops [0..255].
+PARAMETERS = ("factor", "a", "d", "b", "e", "c", "f")
 # ... and the flags (bool [False]): the table is AutoContrast's, Equalize's; the degenerate image
-# is the grey one (Color), SMOOTH (Sharpness); the filter is bicubic.
-FLAGS = ("autocontrast", "equalize", "grey", "smooth", "bicubic")
+# is the grey one (Color), the mean grey (Contrast; else black), SMOOTH (Sharpness); the filter
+# is bicubic.
+FLAGS = ("autocontrast", "equalize", "grey", "mean", "smooth", "bicubic")
 _P = {name: i for i, name in enumerate(PARAMETERS)}
 _F = {name: i for i, name in enumerate(FLAGS)}
 
@@ -109,14 +109,14 @@ def _affine_matrix(name: str, arg: np.ndarray, h: int, w: int) -> np.ndarray:
 
 def slot_parameters(
     names: tuple[str, ...], op: np.ndarray, arg: np.ndarray, resample: np.ndarray, h: int, w: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """The per-image parameters (len(PARAMETERS), n) float64 and flags (len(FLAGS), n) bool of
-    one slot in which image i runs op names[op[i]] (none where op[i] < 0) with argument arg[i]
-    and, for an affine op, filter RESAMPLE[resample[i]]."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The per-image parameters (len(PARAMETERS), n) float64, tables (n, 256) uint8 and flags
+    (len(FLAGS), n) bool of one slot in which image i runs op names[op[i]] (none where
+    op[i] < 0) with argument arg[i] and, for an affine op, filter RESAMPLE[resample[i]]."""
     n = len(op)
     p = np.zeros((len(PARAMETERS), n))
-    p[[_P["quantum"], _P["factor"], _P["a"], _P["e"]]] = 1.0
-    p[_P["threshold"]] = 256.0
+    p[[_P["factor"], _P["a"], _P["e"]]] = 1.0
+    quantum, threshold, add = np.ones((n, 1)), np.full((n, 1), 256.0), np.zeros((n, 1))
     flags = np.zeros((len(FLAGS), n), dtype=bool)
     flags[_F["bicubic"]] = resample == RESAMPLE.index("bicubic")
     for k, name in enumerate(names):
@@ -130,23 +130,41 @@ def slot_parameters(
         elif kind == "Equalize":
             flags[_F["equalize"], rows] = True
         elif kind == "Invert":
-            p[_P["threshold"], rows] = 0.0
+            threshold[rows] = 0.0
         elif kind == "Posterize":  # 0 bits: black, as `augment._posterize`
-            p[_P["quantum"], rows] = 2.0 ** (8 - np.clip(v, 0, 8))
+            quantum[rows, 0] = 2.0 ** (8 - np.clip(v, 0, 8))
         elif kind == "Solarize":
-            p[_P["threshold"], rows] = v
+            threshold[rows, 0] = v
         elif kind == "SolarizeAdd":
-            p[_P["add"], rows] = v
+            add[rows, 0] = v
         elif kind in _BLEND_OPS:
             p[_P["factor"], rows] = arg[rows].astype(np.float32)  # Pillow's float32 factor
-            p[_P["mean"], rows] = kind == "Contrast"
+            flags[_F["mean"], rows] = kind == "Contrast"
             flags[_F["grey"], rows] = kind == "Color"
             flags[_F["smooth"], rows] = kind == "Sharpness"
         else:
             m = _affine_matrix(name, arg[rows], h, w)
             for key, column in zip("abcdef", m.T, strict=True):
                 p[_P[key], rows] = column
-    return p, flags
+    ix = np.arange(256.0)
+    table = ix - np.fmod(ix, quantum)  # Pillow's tables: posterize, solarize, solarize_add
+    table = np.where(ix < threshold, table, 255.0 - table)
+    table = np.where(ix < 128, np.minimum(table + add, 255.0), table)
+    return p, table.astype(np.uint8), flags
+
+
+def op_kind(name: str) -> str:
+    """Which part of a slot runs op `name`: "table" (posterize, solarize, solarize_add, invert),
+    "autocontrast", "equalize" (the lookup tables); "grey", "mean", "black", "smooth" (the blends,
+    by degenerate image); "affine"."""
+    base = name.replace("Increasing", "").replace("Original", "")
+    if base in ("AutoContrast", "Equalize"):
+        return base.lower()
+    if base in _LUT_OPS:
+        return "table"
+    if base in _BLEND_OPS:
+        return {"Color": "grey", "Contrast": "mean", "Brightness": "black"}.get(base, "smooth")
+    return "affine"
 
 
 @functools.lru_cache(maxsize=16)
@@ -156,116 +174,149 @@ def _constants(c: int, h: int, w: int, fill: tuple[int, ...], device: torch.devi
     ix = torch.arange(256, **f64)
     border = torch.ones(h, w, dtype=torch.bool, device=device)
     border[1:-1, 1:-1] = False
-    smooth = torch.ones(c, 1, 3, 3, dtype=torch.float32, device=device)
-    smooth[:, :, 1, 1] = 5.0
     return {
         "ix": ix,
-        "low": ix < 128,
         "255": torch.tensor(255.0, **f64),
-        "luma": torch.tensor([19595.0, 38470.0, 7471.0], device=device).view(1, 3, 1),
-        "smooth": smooth,
+        "luma": torch.tensor([19595.0, 38470.0, 7471.0], **f64).view(1, 3, 1),
         "border": border.view(1, 1, h * w),
         # (x + .5, y + .5) of every output pixel, (1, 1, H*W) each
         "cols": (torch.arange(w, **f64).repeat(h) + 0.5).view(1, 1, h * w),
         "rows": (torch.arange(h, **f64).repeat_interleave(w) + 0.5).view(1, 1, h * w),
         "size": torch.tensor([w, h], **f64).view(2, 1, 1, 1),
-        "last": torch.tensor([w - 1, h - 1], **f64).view(2, 1, 1, 1),
-        # the taps of a filter along each axis: bicubic's 4, bilinear's 2 as 4 (each twice)
-        "taps": torch.tensor([[0, 0, 1, 1], [-1, 0, 1, 2]], **f64).view(2, 1, 4, 1),
+        "first": torch.zeros(2, 1, 1, 1, 1, **f64),
+        "last": torch.tensor([w - 1, h - 1], **f64).view(2, 1, 1, 1, 1),
+        # the 4 x 4 taps of a filter, (x, y) offsets (2, 1, 4 y, 4 x, 1), per filter: bilinear's
+        # 2 as 4 (each twice), bicubic's 4; a tap's flat index is the sum of x and y x W
+        "taps": torch.stack(
+            [
+                torch.stack(torch.meshgrid(t, t, indexing="xy")).view(2, 1, 4, 4, 1)
+                for t in (torch.tensor([0.0, 0, 1, 1], **f64), torch.tensor([-1.0, 0, 1, 2], **f64))
+            ]
+        ),
+        "stride": torch.tensor([1.0, w], **f64).view(2, 1, 1, 1, 1),
         "fill": torch.tensor(fill, **f64).view(1, c, 1),
-        "one": torch.ones((), dtype=torch.long, device=device),
+        "one": torch.ones((), **f64),
+        "zero": torch.zeros((), **f64),
     }
 
 
 def apply_slots(
-    x: torch.Tensor, parameters: torch.Tensor, flags: torch.Tensor, fill: tuple[int, ...]
+    x: torch.Tensor,
+    parameters: torch.Tensor,
+    tables: torch.Tensor,
+    flags: torch.Tensor,
+    fill: tuple[int, ...],
+    kinds: tuple[frozenset[str], ...],
+    filters: tuple[str, ...],
 ) -> torch.Tensor:
     """uint8 images (n, C, H, W) through L op slots in turn, slot s with the per-image
-    `parameters` (L, len(PARAMETERS), n) float64 and `flags` (L, len(FLAGS), n) bool on x's
-    device: each slot a lookup table, then a blend, then an affine warp, each the identity where
-    the image drew none (`slot_parameters`)."""
+    `parameters` (L, len(PARAMETERS), n) float64, `tables` (L, n, 256) uint8 and `flags`
+    (L, len(FLAGS), n) bool on x's device: each slot a lookup table, then a blend, then an affine warp, each the identity where
+    the image drew none (`slot_parameters`). kinds[s]: the `op_kind`s slot s can draw (the parts
+    no image can need are left out: a fixed choice per policy, not per batch); `filters`: the
+    affine ops' (drawn per image when two)."""
     n, c, h, w = x.shape
     k = _constants(c, h, w, tuple(fill), x.device)
     p = parameters.view(*parameters.shape, 1, 1).unbind(0)
     f = flags.view(*flags.shape, 1, 1).unbind(0)
     factor = parameters[:, _P["factor"]].float().view(-1, n, 1, 1).unbind(0)
-    img = x.reshape(n, c, h * w).double()
-    for s in range(len(p)):
-        img = _lookup(img, p[s], f[s], k, h * w)
-        img = _blend(img, p[s], f[s], factor[s], k, h, w)
-        img = _warp(img, p[s], f[s], k, h, w)
+    if any("table" in kind for kind in kinds):
+        t = tables.double().view(-1, n, 1, 256).unbind(0)
+    img = x.reshape(n, c, h * w).double()  # integers, exact: float64 spares casts per op
+    for s, kind in enumerate(kinds):
+        if kind & {"table", "autocontrast", "equalize"}:
+            img = _lookup(img, t[s] if "table" in kind else None, f[s], k, kind, h * w)
+        if kind & {"grey", "mean", "black", "smooth"}:
+            img = _blend(img, factor[s], f[s], k, kind, h, w)
+        if "affine" in kind:
+            img = _warp(img, p[s], f[s], k, filters, h, w)
     return img.to(torch.uint8).view(n, c, h, w)
 
 
-def _lookup(img: torch.Tensor, p: torch.Tensor, f: torch.Tensor, k: dict, hw: int):
-    """Each image and channel through its own table (n, C, 256): posterize, solarize and
-    solarize_add (identities unless drawn), replaced by AutoContrast's or Equalize's where
-    drawn, in Pillow's integer arithmetic."""
+def _lookup(img: torch.Tensor, table, f, k: dict, kind: frozenset, hw: int):
+    """Each image and channel through its own table (n, C, 256): the slot's `table` (n, 1, 256)
+    (posterize, solarize, solarize_add, invert; the identity where not drawn; None: 0..255),
+    replaced by AutoContrast's or Equalize's where drawn, in Pillow's integer arithmetic (exact
+    in float64)."""
     ix = k["ix"]
-    table = ix - torch.fmod(ix, p[_P["quantum"]])
-    table = torch.where(ix < p[_P["threshold"]], table, 255 - table)
-    table = torch.where(k["low"], (table + p[_P["add"]]).clamp(max=255), table)
+    table = ix.expand(*img.shape[:2], 256) if table is None else table.expand(*img.shape[:2], 256)
+    lo, hi = img.aminmax(dim=2, keepdim=True)
+    varied = hi > lo
+    if "autocontrast" in kind:
+        # ImageOps.autocontrast: [lo, hi] stretched to [0, 255]; a tensor quotient, not
+        # 255.0 / d, which torch computes as 255 x (1 / d), not the correctly rounded quotient
+        scale = k["255"] / (hi - lo).clamp(min=1.0)
+        stretched = (ix * scale - lo * scale).trunc().clamp(0.0, 255.0)
+        table = torch.where(f[_F["autocontrast"]] & varied, stretched, table)
     index = img.long()
-    lo, hi = index.amin(2, keepdim=True), index.amax(2, keepdim=True)
-    # ImageOps.autocontrast: [lo, hi] stretched to [0, 255]; a tensor quotient, not 255.0 / d,
-    # which torch computes as 255 x (1 / d), not Python's correctly rounded quotient
-    scale = k["255"] / (hi - lo).clamp(min=1)
-    stretched = (ix * scale + -lo * scale).trunc().clamp(0, 255)
-    table = torch.where(f[_F["autocontrast"]] & (hi > lo), stretched, table)
-    # ImageOps.equalize: cumulative histogram steps, the top value's count left out
-    hist = torch.zeros(*index.shape[:2], 256, dtype=torch.long, device=img.device)
-    hist.scatter_add_(2, index, k["one"].expand_as(index))
-    step = (hw - hist.gather(2, hi)) // 255
-    before = hist.cumsum(2) - hist
-    equalized = ((step // 2 + before) // step.clamp(min=1)).clamp(max=255)
-    used = ((hist > 0).sum(2, keepdim=True) > 1) & (step > 0)
-    table = torch.where(f[_F["equalize"]] & used, equalized, table)
+    if "equalize" in kind:
+        # ImageOps.equalize: cumulative histogram steps, the top value's count left out
+        hist = torch.zeros(*img.shape[:2], 256, dtype=img.dtype, device=img.device)
+        hist.scatter_add_(2, index, k["one"].expand_as(index))
+        step = (float(hw) - hist.gather(2, hi.long())).div(255.0, rounding_mode="floor")
+        before = hist.cumsum(2) - hist
+        equalized = (step.div(2.0, rounding_mode="floor") + before).div(
+            step.clamp(min=1.0), rounding_mode="floor"
+        )
+        used = f[_F["equalize"]] & varied & (step > 0.0)
+        table = torch.where(used, equalized.clamp(max=255.0), table)
     return table.gather(2, index)
 
 
-def _blend(img, p, f, factor, k, h: int, w: int):
+def _blend(img, factor, f, k, kind: frozenset, h: int, w: int):
     """ImageEnhance's Image.blend(degenerate, img, factor) per image, in float32, truncated:
     degenerate the grey image (Color: ITU-R 601-2 luma in 16-bit fixed point, rounded), its
     rounded mean (Contrast), black (Brightness) or SMOOTH (Sharpness: 3x3 kernel 1 1 1 / 1 5 1 /
-    1 1 1 over 13, rounded, the border kept)."""
+    1 1 1 over 13, rounded, the border kept); the degenerate images in float64 (integers)."""
     n, c = img.shape[:2]
-    v = img.float()
-    if c == 3:  # integers below 2 ** 24: float32 sums are exact in any order
-        grey = ((v * k["luma"]).sum(1, keepdim=True) + 32768.0).div(65536.0).floor()
-    else:
-        grey = v
-    mean = (grey.sum(2, keepdim=True, dtype=torch.float64) / (h * w) + 0.5).trunc()
-    # the kernel's sums are integers below 2 ** 12, exact in float32 (TF32 too); round() undoes
-    # a transform-based convolution's small errors
-    total = torch.conv2d(v.view(n, c, h, w), k["smooth"], padding=1, groups=c).round()
-    smooth = torch.where(k["border"], v, (total * 2 + 13).div(26).floor().view(n, c, h * w))
-    degenerate = torch.where(f[_F["smooth"]], smooth, (mean * p[_P["mean"]]).float())
-    degenerate = torch.where(f[_F["grey"]], grey, degenerate)
-    return (degenerate + factor * (v - degenerate)).clamp(0.0, 255.0).trunc()
+    grey = img
+    if c == 3 and kind & {"grey", "mean"}:
+        grey = ((img * k["luma"]).sum(1, keepdim=True) + 32768.0).div(
+            65536.0, rounding_mode="floor"
+        )
+    degenerate = k["zero"]
+    if "mean" in kind:
+        mean = (grey.sum(2, keepdim=True) / float(h * w) + 0.5).trunc()
+        degenerate = torch.where(f[_F["mean"]], mean, 0.0) if "black" in kind else mean
+    if "smooth" in kind:  # the 3x3 sums (integers, exact) plus 4 x the centre, over 13
+        box = torch.nn.functional.avg_pool2d(img.view(n, c, h, w), 3, 1, 1, divisor_override=1)
+        total = torch.add(box.view(n, c, h * w), img, alpha=4.0)
+        # Pillow's (2 total + 13) // 26: (total + 6.5) / 13 is never an integer, so its
+        # rounded quotient floors the same
+        smooth = torch.where(k["border"], img, (total + 6.5).div(13.0, rounding_mode="floor"))
+        degenerate = torch.where(f[_F["smooth"]], smooth, degenerate)
+    if "grey" in kind:
+        degenerate = torch.where(f[_F["grey"]], grey, degenerate)
+    v, lo = img.float(), degenerate.float()
+    return (lo + factor * (v - lo)).clamp(0.0, 255.0).trunc().double()
 
 
 def _cubic(v1, v2, v3, v4, d):
     """Pillow's BICUBIC (cubic convolution, a = -1), in its order of operations; with taps
     (v2, v2, v3, v3) it is Pillow's BILINEAR v2 + (v3 - v2) d, exactly."""
-    p2 = -v1 + v3
-    p3 = 2 * (v1 - v2) + v3 - v4
-    p4 = -v1 + v2 - v3 + v4
+    p2 = v3 - v1  # Pillow's -v1 + v3, the same double
+    p3 = 2.0 * (v1 - v2) + v3 - v4
+    p4 = (v2 - v1) - v3 + v4  # Pillow's -v1 + v2 - v3 + v4
     return v2 + d * (p2 + d * (p3 + d * p4))
 
 
-def _warp(img, p, f, k, h: int, w: int):
+def _warp(img, p, f, k, filters: tuple[str, ...], h: int, w: int):
     """Image.transform(AFFINE) per image: input points of every output pixel centre, 4 x 4
     taps (bilinear's 2 x 2 each twice) gathered at once, filtered along x, then y, in float64."""
     n, c = img.shape[:2]
     pa, pb, pc = (p[_P[key] : _P[key] + 2] for key in "abc")  # (2, n, 1, 1): x's, y's
     uv = pa * k["cols"] + pb * k["rows"] + pc  # (2, n, 1, H*W), as Pillow's affine_transform
-    inside = ((uv >= 0) & (uv < k["size"])).all(0)
+    inside = ((uv >= 0.0) & (uv < k["size"])).all(0)
     uv = uv - 0.5
     base = uv.floor()
     frac = uv - base
-    taps = torch.where(f[_F["bicubic"]], k["taps"][1], k["taps"][0])  # (n, 4, 1)
-    at = (base + taps).clamp(min=0).minimum(k["last"]).long()  # (2, n, 4, H*W)
-    index = (at[1].unsqueeze(2) * w + at[0].unsqueeze(1)).view(n, 1, 16 * h * w)
+    if len(filters) == 2:
+        bicubic = f[_F["bicubic"]].view(1, n, 1, 1, 1)
+        taps = torch.where(bicubic, k["taps"][1], k["taps"][0])  # (2, n, 4, 4, 1)
+    else:
+        taps = k["taps"][RESAMPLE.index(filters[0])]  # (2, 1, 4, 4, 1)
+    at = (base.unsqueeze(2) + taps).clamp(k["first"], k["last"])  # (2, n, 4, 4, H*W)
+    index = (at * k["stride"]).sum(0).long().view(n, 1, 16 * h * w)
     values = img.gather(2, index.expand(n, c, -1)).view(n, c, 4, 4, h * w)
     rows = _cubic(*values.unbind(3), frac[0].unsqueeze(1))
     out = _cubic(*rows.unbind(2), frac[1]).clamp(0.0, 255.0).trunc()
@@ -282,6 +333,6 @@ def apply_op(
         raise KeyError(name)
     h, w = x.shape[-2:]
     ones = np.zeros(len(x), dtype=np.int64)
-    p, flags = slot_parameters((name,), ones, arg.numpy(), resample.numpy(), h, w)
-    p, flags = (to_device(torch.from_numpy(a[None]), x.device) for a in (p, flags))
-    return apply_slots(x, p, flags, fill)
+    parts = slot_parameters((name,), ones, arg.numpy(), resample.numpy(), h, w)
+    p, tables, flags = (to_device(torch.from_numpy(a[None]), x.device) for a in parts)
+    return apply_slots(x, p, tables, flags, fill, (frozenset({op_kind(name)}),), RESAMPLE)
