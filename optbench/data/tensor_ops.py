@@ -169,12 +169,14 @@ def op_kind(name: str) -> str:
 
 @functools.lru_cache(maxsize=16)
 def _constants(c: int, h: int, w: int, fill: tuple[int, ...], device: torch.device) -> dict:
-    """The tensors every batch of this shape reads, made once per shape and device."""
-    f64 = dict(dtype=torch.float64, device=device)
+    """The tensors every batch of this shape reads, made once per shape and device (on the
+    CPU, then copied as the parameters are: no host sync on a GPU)."""
+    f64 = dict(dtype=torch.float64)
     ix = torch.arange(256, **f64)
-    border = torch.ones(h, w, dtype=torch.bool, device=device)
+    border = torch.ones(h, w, dtype=torch.bool)
     border[1:-1, 1:-1] = False
-    return {
+    taps = [torch.tensor(t, **f64) for t in ([0.0, 0, 1, 1], [-1.0, 0, 1, 2])]
+    constants = {
         "ix": ix,
         "255": torch.tensor(255.0, **f64),
         "luma": torch.tensor([19595.0, 38470.0, 7471.0], **f64).view(1, 3, 1),
@@ -186,18 +188,16 @@ def _constants(c: int, h: int, w: int, fill: tuple[int, ...], device: torch.devi
         "first": torch.zeros(2, 1, 1, 1, 1, **f64),
         "last": torch.tensor([w - 1, h - 1], **f64).view(2, 1, 1, 1, 1),
         # the 4 x 4 taps of a filter, (x, y) offsets (2, 1, 4 y, 4 x, 1), per filter: bilinear's
-        # 2 as 4 (each twice), bicubic's 4; a tap's flat index is the sum of x and y x W
+        # 2 as 4 (each twice), bicubic's 4; a tap's flat index is x + y W
         "taps": torch.stack(
-            [
-                torch.stack(torch.meshgrid(t, t, indexing="xy")).view(2, 1, 4, 4, 1)
-                for t in (torch.tensor([0.0, 0, 1, 1], **f64), torch.tensor([-1.0, 0, 1, 2], **f64))
-            ]
+            [torch.stack(torch.meshgrid(t, t, indexing="xy")).view(2, 1, 4, 4, 1) for t in taps]
         ),
         "stride": torch.tensor([1.0, w], **f64).view(2, 1, 1, 1, 1),
         "fill": torch.tensor(fill, **f64).view(1, c, 1),
         "one": torch.ones((), **f64),
         "zero": torch.zeros((), **f64),
     }
+    return {key: to_device(t, device) for key, t in constants.items()}
 
 
 def apply_slots(
