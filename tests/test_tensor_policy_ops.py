@@ -78,3 +78,14 @@ def test_rotation_matrices_are_pillows_to_the_bit():
         assert row == want, deg
     values = np.concatenate([rng.uniform(-1, 1, 50_000), np.cos(np.radians(degrees))])
     assert tensor_ops._round15(values).tolist() == [round(v, 15) for v in values.tolist()]
+
+
+def test_the_warp_in_chunks_gives_the_same_images(monkeypatch):
+    """Large images are warped a few at a time (WARP_VALUES): the same pixels as in one go."""
+    policy = tp.tensor_policy("rand-m9-mstd0.5-inc1", 16)
+    x = torch.randint(0, 256, (20, 3, 16, 16), dtype=torch.uint8)
+    whole, draws = policy(x, torch.Generator().manual_seed(2), return_draws=True)
+    assert (draws.resample >= 0).sum() > 5  # affine ops drawn
+    monkeypatch.setitem(tensor_ops.WARP_VALUES, "cpu", 3 * 16 * 3 * 16 * 16)  # 3 images a chunk
+    chunked, _ = policy(x, torch.Generator().manual_seed(2))
+    assert torch.equal(chunked, whole)

@@ -8,7 +8,8 @@ operations whatever the batch size and whichever ops the images drew (`apply_slo
   per-image factors towards a per-image degenerate image (grey, mean grey, black or SMOOTH);
 - the affine ops (Rotate, Shear, Translate): one sampling grid with per-image matrices, Pillow's
   own bilinear / bicubic (a = -1) sampling in float64, pixel centres at +0.5, edge pixels
-  replicated inside the image and the fill colour outside it.
+  replicated inside the image and the fill colour outside it (on chunks of at most
+  `WARP_VALUES` taps: a whole batch of CIFAR-sized images, a few large ones at a time).
 An image that did not draw an op of a kind gets that kind's identity (table 0..255, factor 1,
 the identity matrix), which gives its pixels back exactly. What each image drew is turned into
 those per-image parameters on the host (`slot_parameters`, numpy: no device operations). The
@@ -56,7 +57,7 @@ def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     without blocking: a plain copy would wait for the GPU's queued work, a host sync per batch;
     torch's pinned-memory cache keeps the buffer until the copy is done."""
     if device.type != "cuda":
-        return t
+        return t.to(device)
     return t.pin_memory().to(device, non_blocking=True)
 
 
@@ -293,14 +294,32 @@ def _blend(img, factor, f, k, kind: frozenset, h: int, w: int):
 
 def _cubic(v1, v2, v3, v4, d):
     """Pillow's BICUBIC (cubic convolution, a = -1), in its order of operations; with taps
-    (v2, v2, v3, v3) it is Pillow's BILINEAR v2 + (v3 - v2) d, exactly."""
+    (v2, v2, v3, v3) it is Pillow's BILINEAR v2 + (v3 - v2) d, exactly. In place on three new
+    tensors: a CPU allocates each fresh one page by page."""
     p2 = v3 - v1  # Pillow's -v1 + v3, the same double
-    p3 = 2.0 * (v1 - v2) + v3 - v4
-    p4 = (v2 - v1) - v3 + v4  # Pillow's -v1 + v2 - v3 + v4
-    return v2 + d * (p2 + d * (p3 + d * p4))
+    p3 = (v1 - v2).mul_(2.0).add_(v3).sub_(v4)
+    p4 = (v2 - v1).sub_(v3).add_(v4)  # Pillow's -v1 + v2 - v3 + v4
+    return p4.mul_(d).add_(p3).mul_(d).add_(p2).mul_(d).add_(v2)
+
+
+# The affine warp's 16 taps per pixel (float64) on chunks of at most this many values: one chunk
+# for a whole batch of CIFAR-sized images (341 at 32 px on the CPU), a few images at a time at
+# 224 px, where each operation is long and its memory (16 x 8 bytes a value) would be large.
+WARP_VALUES = {"cpu": 2**24, "cuda": 2**27}
 
 
 def _warp(img, p, f, k, filters: tuple[str, ...], h: int, w: int):
+    """The affine ops of a slot, on chunks of images of at most WARP_VALUES taps (`_warp_chunk`);
+    p, f: (parameters, n, 1, 1)."""
+    n, c = img.shape[:2]
+    chunk = max(1, WARP_VALUES.get(img.device.type, WARP_VALUES["cpu"]) // (16 * c * h * w))
+    if n <= chunk:
+        return _warp_chunk(img, p, f, k, filters, h, w)
+    parts = zip(img.split(chunk), p.split(chunk, 1), f.split(chunk, 1), strict=True)
+    return torch.cat([_warp_chunk(*part, k, filters, h, w) for part in parts])
+
+
+def _warp_chunk(img, p, f, k, filters: tuple[str, ...], h: int, w: int):
     """Image.transform(AFFINE) per image: input points of every output pixel centre, 4 x 4
     taps (bilinear's 2 x 2 each twice) gathered at once, filtered along x, then y, in float64."""
     n, c = img.shape[:2]
