@@ -34,7 +34,9 @@ def fixed_per_batch(name: str, large: int = 256) -> list[str]:
     counts = {batch: ops_per_batch(name, batch) for batch in (8, large)}
     wrong = [f"{calls} ops at batch {b}" for b, (calls, _) in counts.items() if calls > MAX_OPS]
     (calls_8, nested_8), (calls_large, nested_large) = counts[8], counts[large]
-    if calls_large != calls_8 or nested_large > nested_8 + 4:  # a zero fill's path may differ
+    # inside an op, torch may take another path by size (a zero fill, an index copy: measured
+    # up to 7 sub-ops more at 256); a loop over the images adds hundreds
+    if calls_large != calls_8 or nested_large > nested_8 + 16:
         wrong.append(f"ops grow with the batch: {counts}")
     return wrong
 

@@ -184,8 +184,13 @@ def apply(policy, x: torch.Tensor, draws: PolicyDraws) -> torch.Tensor:
     parameters, tables, flags = (
         to_device(torch.from_numpy(np.stack(part)), x.device) for part in zip(*slots, strict=True)
     )
+    # the images each slot warps (resample >= 0: an affine op applied), found on the host
+    warped = tuple(
+        to_device(torch.from_numpy(np.flatnonzero(resample[:, s] >= 0)), x.device)
+        for s in range(op.shape[1])
+    )
     kinds = slot_kinds(policy)
-    return apply_slots(x, parameters, tables, flags, policy.fill, kinds, policy.resample)
+    return apply_slots(x, parameters, tables, flags, warped, policy.fill, kinds, policy.resample)
 
 
 def slot_kinds(policy) -> tuple[frozenset[str], ...]:

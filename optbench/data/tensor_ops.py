@@ -206,6 +206,7 @@ def apply_slots(
     parameters: torch.Tensor,
     tables: torch.Tensor,
     flags: torch.Tensor,
+    warped: tuple[torch.Tensor, ...],
     fill: tuple[int, ...],
     kinds: tuple[frozenset[str], ...],
     filters: tuple[str, ...],
@@ -230,7 +231,10 @@ def apply_slots(
         if kind & {"grey", "mean", "black", "smooth"}:
             img = _blend(img, factor[s], f[s], k, kind, h, w)
         if "affine" in kind:
-            img = _warp(img, p[s], f[s], k, filters, h, w)
+            rows = warped[s]
+            p_rows, f_rows = p[s].index_select(1, rows), f[s].index_select(1, rows)
+            moved = _warp(img.index_select(0, rows), p_rows, f_rows, k, filters, h, w)
+            img = img.index_copy(0, rows, moved)
     return img.to(torch.uint8).view(n, c, h, w)
 
 
@@ -354,4 +358,5 @@ def apply_op(
     ones = np.zeros(len(x), dtype=np.int64)
     parts = slot_parameters((name,), ones, arg.numpy(), resample.numpy(), h, w)
     p, tables, flags = (to_device(torch.from_numpy(a[None]), x.device) for a in parts)
-    return apply_slots(x, p, tables, flags, fill, (frozenset({op_kind(name)}),), RESAMPLE)
+    every = (torch.arange(len(x), device=x.device),)
+    return apply_slots(x, p, tables, flags, every, fill, (frozenset({op_kind(name)}),), RESAMPLE)
