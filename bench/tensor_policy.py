@@ -2,6 +2,8 @@
 the CPU (and on CUDA when there is one) against the PIL path (`augment.per_image`), batch 128
 of natural-ish uint8 images at 32 px and 224 px. Each figure: the median over `--repeats`
 batches after one warm-up batch; wall time and the process's user+sys CPU time per image.
+Also the tensor policy's aten operations per batch of 32 px images at batch 8 and 256
+(`tensor_policy.aten_ops`: [ops called, with the ops they call], on the CPU; issue 66).
 Prints one JSON line.
 
     PYTHONPATH=. python bench/tensor_policy.py [--repeats 3] [--threads 1]
@@ -20,21 +22,33 @@ import numpy as np
 import torch
 
 from optbench.data import augment
-from optbench.data.tensor_policy import tensor_policy
+from optbench.data.tensor_policy import aten_ops, tensor_policy
 from optbench.host import cpu_name
 
 POLICIES = ("pycls_v0", "rand-m9-mstd0.5-inc1")
 SIZES = (32, 224)
 BATCH = 128
+OP_BATCHES = (8, 256)
 
 
-def natural_batch(size: int, seed: int = 0) -> torch.Tensor:
-    """Smooth colour gradients plus noise, (BATCH, 3, size, size) uint8."""
+def natural_batch(size: int, seed: int = 0, batch: int = BATCH) -> torch.Tensor:
+    """Smooth colour gradients plus noise, (batch, 3, size, size) uint8."""
     rng = np.random.default_rng(seed)
     yy, xx = np.mgrid[0:size, 0:size] / size
-    phase = rng.uniform(0, 6, (BATCH, 3, 1, 1))
-    x = 128 + 100 * np.sin(3 * xx + 2 * yy + phase) + rng.normal(0, 12, (BATCH, 3, size, size))
+    phase = rng.uniform(0, 6, (batch, 3, 1, 1))
+    x = 128 + 100 * np.sin(3 * xx + 2 * yy + phase) + rng.normal(0, 12, (batch, 3, size, size))
     return torch.from_numpy(np.clip(x, 0, 255).astype(np.uint8))
+
+
+def ops_per_batch(name: str) -> dict:
+    """The policy's aten ops per batch of 32 px images, after a first batch (which makes the
+    per-shape constants): {"batch_N": [ops called, with their sub-ops]}."""
+    policy, out = tensor_policy(name, 32), {}
+    for batch in OP_BATCHES:
+        x, g = natural_batch(32, batch=batch), torch.Generator().manual_seed(0)
+        policy(x, g)
+        out[f"batch_{batch}"] = list(aten_ops(lambda p=policy, x=x, g=g: p(x, g)))
+    return out
 
 
 def measure(run: Callable[[], object], repeats: int, sync: Callable[[], None]) -> dict:
@@ -73,6 +87,7 @@ def main() -> None:
     if "cuda" in devices:
         out["gpu"] = torch.cuda.get_device_name()
     for name in POLICIES:
+        out[f"{name}_aten_ops"] = ops_per_batch(name)
         for size in SIZES:
             x = natural_batch(size)
             pil = augment.timm_policy(name, 3, size)

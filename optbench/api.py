@@ -1,7 +1,8 @@
 """The Python API (docs/api.md): a study's trials as a pandas DataFrame, its summary, and any
 report figure drawn from a DataFrame. `import optbench` exposes these names without loading
 them (or torch) until first used. Nothing here writes: a study that has not run yet has its
-planned trials, all pending.
+planned trials, all pending. Nothing here runs the study's own code: its `imports:` modules are
+never imported (a study or results folder someone sends you reads as data).
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ def load_study(
     study: Study, overrides: Sequence[str] = (), profile: str | Path | None = None
 ) -> StudySpec:
     """A study YAML (path) over its cluster `profile` (as `--profile`; spec/profiles.py) validated,
-    with `overrides` ("key=value", as `--set`) applied and its models and dataset checked; a
+    with `overrides` ("key=value", as `--set`) applied and its models and dataset checked (a
+    model unknown here taken as one its `imports:` register: those are never imported); a
     StudySpec is returned as it is."""
     if isinstance(study, StudySpec):
         return study
@@ -118,10 +120,10 @@ def load_summary(
 def tunability_table(
     trials: pd.DataFrame, *, metric: str = "final_error", n_boot: int = N_BOOT, seed: int = 0
 ) -> pd.DataFrame:
-    """Per cell of a trials frame with two or more (lr, wd) samples: n, its best error, the
-    expected best error after k samples with its bootstrap band (columns e<k>, e<k>_low,
-    e<k>_high) and the samples needed to land within 1 point of the best with probability
-    0.9 (report/tunability.py; docs/reports.md)."""
+    """Per cell of a trials frame with two or more (lr, wd) samples and a finished trial: n,
+    its best error, the expected best error after k samples with its band up to k = n / 2
+    (columns e<k>, e<k>_low, e<k>_high) and the samples needed to land within 1 point of the
+    best with probability 0.9 (report/tunability.py; docs/reports.md)."""
     from optbench.report import frames, tunability
 
     return tunability.tunability_table(frames.with_errors(trials, metric), n_boot, seed)

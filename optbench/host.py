@@ -4,7 +4,10 @@ and a trial's input pipeline sizes its workers from its share (data/batches.py).
 a trial trains on (`training_device`): every executor's workers, `--measure` and
 `optbench models --measure` ask it. And whether a folder can be written here
 (`check_writable_folder`: a study's output, `--out`, the storage's folder). And its CPU's model
-name (`cpu_name`), which a trial's runtime info and the benches record."""
+name (`cpu_name`), which a trial's runtime info and the benches record, and what its float
+arithmetic depends on beyond that name (`cpu_identity`: vendor, family, model, stepping and the
+vector flags; `gpu_identity`: a GPU's name, compute capability and driver), which each result's
+provenance records (provenance.py: `machine`)."""
 
 from __future__ import annotations
 
@@ -15,6 +18,12 @@ from pathlib import Path
 
 from optbench.errors import UsageError
 
+CPUINFO = Path("/proc/cpuinfo")
+NVIDIA_DRIVER = Path(
+    "/proc/driver/nvidia/version"
+)  # "NVRM version: ... Kernel Module  550.54.15 ..."
+# the CPU flags that choose torch's and numpy's kernels (and with them the order of float sums)
+MATH_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile")
 CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")  # cgroup v2: "<quota> <period>" or "max <period>"
 
 
@@ -77,3 +86,55 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def _cpuinfo(path: Path = CPUINFO) -> dict[str, str]:
+    """The first processor's fields of /proc/cpuinfo ({} where there is none: not Linux)."""
+    fields: dict[str, str] = {}
+    try:
+        with open(path) as f:
+            for line in f:
+                if not line.strip():
+                    break  # the first processor's block ends
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    return fields
+
+
+def cpu_identity(path: Path = CPUINFO) -> dict[str, str | None]:
+    """`cpu`: "vendor family F model M stepping S" (/proc/cpuinfo; CPUs of one model name, a
+    VM's "AMD EPYC" say, differ here), `cpu_flags`: those of MATH_FLAGS it has, in that order;
+    None where /proc/cpuinfo does not say (not Linux)."""
+    info = _cpuinfo(path)
+    parts = [
+        (label, info.get(key))
+        for label, key in (("", "vendor_id"), ("family", "cpu family"), ("model", "model"),
+                           ("stepping", "stepping"))
+    ]  # fmt: skip
+    cpu = " ".join(f"{label} {value}".strip() for label, value in parts if value) or None
+    flags = set(info.get("flags", "").split())
+    return {
+        "cpu": cpu,
+        "cpu_flags": " ".join(f for f in MATH_FLAGS if f in flags) if "flags" in info else None,
+    }
+
+
+def nvidia_driver(path: Path = NVIDIA_DRIVER) -> str | None:
+    """The NVIDIA kernel driver's version (its /proc file, read without running nvidia-smi)."""
+    try:
+        words = path.read_text().split()
+    except OSError:
+        return None
+    return next((w for w in words if w[:1].isdigit() and w.count(".") >= 1), None)
+
+
+def gpu_identity(device) -> dict[str, str | None]:
+    """`gpu`: the name and compute capability of CUDA device `device` ("NVIDIA H100 80GB HBM3,
+    capability 9.0"), `gpu_driver`: the driver's version (None where unknown)."""
+    import torch  # a CUDA trial's process has it loaded already
+
+    major, minor = torch.cuda.get_device_capability(device)
+    name = torch.cuda.get_device_name(device)
+    return {"gpu": f"{name}, capability {major}.{minor}", "gpu_driver": nvidia_driver()}

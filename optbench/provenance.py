@@ -11,8 +11,12 @@ command line or the trackers does not. A study that imports code of its own (`im
 user_code.py) folds each such module's source digest into its results' fingerprint and records
 the module's version and digest beside it. The commit is read from the .git folder
 above the package (no `git` is run); it is None outside a checkout (an installed wheel) and does not
-say whether the tree had uncommitted edits: the fingerprint does. Importing this loads neither torch
-nor pandas.
+say whether the tree had uncommitted edits: the fingerprint does. A trial's result also records
+the machine its arithmetic ran on (`machine`): the CPU's vendor, family, model, stepping and
+vector flags, torch's CPU capability (the kernels it picked: AVX2, AVX512, ...) and on CUDA the
+GPU's name, compute capability and driver, what makes two machines of one model name give other
+digests (`optbench compare` names the one that differs). Importing this loads neither torch nor
+pandas (`machine` asks torch, which a trial's process has loaded).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from optbench.host import cpu_identity, gpu_identity
 from optbench.user_code import describe_modules, fold_fingerprint
 
 __version__ = "0.1.0"  # optbench's version (pyproject.toml says the same; a test checks)
@@ -102,12 +107,26 @@ def git_commit(package: Path = PACKAGE) -> str | None:
     return sha if sha and re.fullmatch(COMMIT_PATTERN, sha) else None
 
 
-def provenance(imports: Sequence[str] = ()) -> dict:
+def machine(device) -> dict[str, str | None]:
+    """What a trial's digest depends on of the machine beyond its name (module docstring), on
+    torch device `device`: cpu, cpu_flags, cpu_capability, and gpu and gpu_driver on CUDA."""
+    import torch
+
+    recorded = {**cpu_identity(), "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    if getattr(device, "type", device) == "cuda":
+        recorded |= gpu_identity(device)
+    return recorded
+
+
+def provenance(imports: Sequence[str] = (), device=None) -> dict:
     """What result.json records of the code that made it: version, commit, code_fingerprint;
     with a study's `imports` (user_code.py) also `user_code`, each module's version and source
-    digest, which the fingerprint then covers too (results of other user code are told apart)."""
+    digest, which the fingerprint then covers too (results of other user code are told apart);
+    with the torch `device` a trial trained on, the `machine` it ran on."""
     fingerprint = code_fingerprint()
     recorded = {"version": __version__, "commit": git_commit(), "code_fingerprint": fingerprint}
+    if device is not None:
+        recorded["machine"] = machine(device)
     if imports:
         user_code = describe_modules(imports)
         recorded |= {

@@ -36,7 +36,7 @@ class _Recorder:
     def __init__(self):
         self.recorded = {}
 
-    def record(self, item, result, metrics) -> bool:
+    def record(self, item, result, metrics, timing_note=None) -> bool:
         self.recorded[item.trial.key] = result
         return True
 

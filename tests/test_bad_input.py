@@ -202,10 +202,23 @@ CASES = [
         "recipe.betas",
         study={"recipe.optimizer_args": {"adamw": {"amsgrad": True}}},
     ),
-    Case(
+    Case(  # the argument named, not only timm's words (issue 68)
         "optimizer argument out of range",
-        "refuses these arguments",
-        study={**LION_STUDY, "recipe.optimizer_args": {"lion": {"betas": [1.5, 0.99]}}},
+        "study.yaml: recipe.optimizer_args.lion.betas: timm's lion refuses [2.0, 0.99]",
+        study={**LION_STUDY, "recipe.optimizer_args": {"lion": {"betas": [2.0, 0.99]}}},
+    ),
+    Case(
+        "optimizer argument out of range beside a good one",
+        "recipe.optimizer_args.lion.betas: timm's lion refuses [1.5, 0.99]",
+        study={
+            **LION_STUDY,
+            "recipe.optimizer_args": {"lion": {"betas": [1.5, 0.99], "caution": True}},
+        },
+    ),
+    Case(
+        "optimizer argument not finite",
+        "recipe.optimizer_args: lion.betas: [nan, 0.99] is not finite",
+        study={**LION_STUDY, "recipe.optimizer_args": {"lion": {"betas": [float("nan"), 0.99]}}},
     ),
     Case(
         "a population of an optimizer it does not implement",

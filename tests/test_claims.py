@@ -373,3 +373,61 @@ def test_a_mixed_chain_and_a_cell_without_a_finished_trial_say_why_they_decide_n
     ]
     a = _row(_claims(edf), "a")
     assert a["verdict"] == "not tested" and "has no finished trial" in a["advice"]
+
+
+# --- nothing learned decides nothing (issue 67) ----------------------------------------------------
+
+
+def test_both_models_at_chance_are_neither_tested_nor_decided():
+    # the digits' 10 classes: guessing errs 90%; both cells end at 89.7 to 90.3%. A look called
+    # them "equivalent" (se 0.01 against a margin of 0.1); nothing was learned
+    from optbench.report.sequential import NOTHING_LEARNED
+    from optbench.report.synthetic import synthetic_trials
+
+    results = frames.with_errors(synthetic_trials([P, C], ["adamw"], [20], 8, at_chance=(P, C)))
+    at_look = claims_table(results, FAST, boundary=2.4, margin=0.1, classes=10)
+    fixed = claims_table(results, FAST, classes=10)
+    for table, said in ((at_look, NOTHING_LEARNED), (fixed, "not tested")):
+        (row,) = table.to_dict("records")
+        assert row["verdict"] == said, row
+        assert row["note"].startswith(f"{P} adamw 20 ep is near chance (best error 89.")
+        assert "chance 90% with 10 classes" in row["note"]
+
+
+def test_one_model_at_chance_beside_one_that_learned_decides_nothing():
+    from optbench.report.sequential import NOTHING_LEARNED
+    from optbench.report.synthetic import synthetic_trials
+
+    results = frames.with_errors(synthetic_trials([P, C], ["adamw"], [20], 8, at_chance=(C,)))
+    (row,) = claims_table(results, FAST, boundary=2.4, classes=10).to_dict("records")
+    assert row["verdict"] == NOTHING_LEARNED and f"{C} adamw 20 ep is near chance" in row["note"]
+    # at 100 classes (chance 99%) 90% error is learning: the interval decides
+    (row,) = claims_table(results, FAST, boundary=2.4, classes=100).to_dict("records")
+    assert row["verdict"] != NOTHING_LEARNED and row["note"] is None
+
+
+def test_an_se_below_a_twentieth_of_the_margin_decides_nothing():
+    # two cells whose errors differ by hundredths of a point: every EDF area about 1, an se of
+    # about 1e-4 against a margin of 0.1, which a look called "equivalent"
+    from optbench.report.sequential import MARGIN_SE_SHARE, NOTHING_LEARNED
+
+    rng = np.random.default_rng(3)
+    rows = [
+        *_rows(P, "adamw", 20, 10 + 0.02 * rng.random((8, 1))),
+        *_rows(C, "adamw", 20, 10 + 0.02 * rng.random((8, 1))),
+    ]
+    results = frames.with_errors(pd.DataFrame(rows))
+    (row,) = claims_table(results, FAST, boundary=2.4, margin=0.1, classes=10).to_dict("records")
+    assert row["se"] < MARGIN_SE_SHARE * 0.1 and -0.1 < row["low"] < row["high"] < 0.1
+    assert (
+        row["verdict"] == NOTHING_LEARNED
+        and f"below {MARGIN_SE_SHARE:g} of the margin" in row["note"]
+    )
+    # a spread of real size (points, not hundredths) inside the same margin is equivalent
+    rows = [
+        *_rows(P, "adamw", 20, 10 + 2 * rng.random((24, 1))),
+        *_rows(C, "adamw", 20, 10 + 2 * rng.random((24, 1))),
+    ]
+    results = frames.with_errors(pd.DataFrame(rows))
+    (row,) = claims_table(results, FAST, boundary=2.4, margin=0.1, classes=10).to_dict("records")
+    assert row["se"] > MARGIN_SE_SHARE * 0.1 and row["verdict"] == "equivalent", row

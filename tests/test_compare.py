@@ -73,6 +73,48 @@ def test_when_no_digest_matches_compare_says_what_differs(cli, tmp_path):
     assert out.splitlines()[1].startswith("no digest matches: the thread count (2 here; 1 in ")
 
 
+# --- the machine a result ran on (issue 68, item 5) -----------------------------------------------
+
+MACHINE = {
+    "cpu": "AuthenticAMD family 25 model 1 stepping 1",
+    "cpu_flags": "avx avx2 fma",
+    "cpu_capability": "AVX2",
+    "gpu": None,
+    "gpu_driver": None,
+}
+
+
+def test_compare_names_the_cpu_capability_that_differs_and_says_when_it_cannot_tell(cli, tmp_path):
+    trials = pd.read_csv(REFERENCE / "trials.csv")
+    run, reference = tmp_path / "run", tmp_path / "reference"
+    run.mkdir()
+    reference.mkdir()
+    # the same code, torch, threads and CPU model name; another vector kernel set in torch
+    mine = trials.assign(digest="3" * 64, **MACHINE)
+    mine.to_csv(run / "trials.csv", index=False)
+    trials.assign(**{**MACHINE, "cpu_capability": "AVX512"}).to_csv(
+        reference / "trials.csv", index=False
+    )
+    code, out, err = cli("compare", str(run), str(reference))
+    assert code == 0, err
+    why = out.splitlines()[1]
+    assert why == (
+        "no digest matches: torch's CPU capability (AVX2 here; AVX512 in the reference) "
+        "differ(s) (docs/faults.md)"
+    )
+    # another CPU family and model under the same name and capability
+    other = {**MACHINE, "cpu": "AuthenticAMD family 26 model 2 stepping 1"}
+    trials.assign(**other).to_csv(reference / "trials.csv", index=False)
+    code, out, _ = cli("compare", str(run), str(reference))
+    assert "the CPU (vendor, family, model, stepping) (AuthenticAMD family 25 model 1" in out
+    # a reference of results from before the machine was recorded: it cannot tell, and does
+    # not guess another library
+    code, out, _ = cli("compare", str(run), str(REFERENCE))
+    why = out.splitlines()[1]
+    assert "not recorded on both sides: torch's CPU capability, the CPU" in why, why
+    assert "cannot tell" in why and "another library" not in why and "GPU" not in why
+
+
 # --- the study's own modules (issue 54, item 4) ----------------------------------------------------
 
 

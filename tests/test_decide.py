@@ -290,6 +290,12 @@ def _damage(spec, records, how) -> None:
         (lambda r: r | {"outcome": "holds"}, "outcome 'holds', but its interval gives 'continue'"),
         (lambda r: r | {"cells": "all"}, "cells: not a list"),
         (lambda r: r | {"k": 5}, "the record is look 5"),  # under look 1's key
+        # issue 68: JSON's NaN and Infinity, which `status` printed as "+nan"
+        (lambda r: r | {"estimate": float("nan")}, "estimate: not a finite number (nan)"),
+        (lambda r: r | {"se": float("inf")}, "se: not a finite number of at least 0 (inf)"),
+        (lambda r: r | {"low": float("nan")}, "low: not a number (nan)"),
+        (lambda r: r | {"se": -0.5}, "se: not a finite number of at least 0 (-0.5)"),
+        (lambda r: r | {"low": 1.0, "high": -1.0}, "low: above high"),
     ],
 )
 def test_a_damaged_looks_record_is_one_line_naming_the_study(tiny_dict, how, why):
@@ -303,6 +309,25 @@ def test_a_damaged_looks_record_is_one_line_naming_the_study(tiny_dict, how, why
     line = str(err.value)
     assert line.startswith("tiny: its looks record in the study database is damaged"), line
     assert why in line and "\n" not in line and "optuna delete-study" in line, line
+
+
+@pytest.mark.parametrize(("field", "value"), [("estimate", "NaN"), ("se", "Infinity")])
+def test_status_and_report_refuse_a_looks_record_edited_to_nan_in_one_line(
+    tmp_path, tiny_dict, cli, field, value
+):
+    data = _sequential(tiny_dict, alpha=1e-6)
+    spec = parse_spec(data)
+    record = json.dumps(_first_looks(spec)[0] | {field: float(value.replace("Infinity", "inf"))})
+    assert value in record  # JSON as Python writes it, and as a hand may type it
+    _damage(spec, _first_looks(spec), lambda r: record)
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(data))
+    before = _tree(spec.study_dir)
+    for command in (["status", "study.yaml"], ["report", "study.yaml", "--out", "reports"]):
+        code, out, err = cli(*command)
+        assert code == 2 and len(err.strip().splitlines()) == 1, (out, err)
+        assert f": {field}: not a finite number" in err and "study database" in err, err
+        assert "nan" not in out.lower()
+    assert _tree(spec.study_dir) == before and not (tmp_path / "reports").exists()
 
 
 def test_a_look_beyond_the_design_or_after_a_decision_is_refused(tiny_dict):
@@ -527,6 +552,40 @@ def test_a_driver_killed_at_a_look_resumes_to_the_same_decision(tmp_path, tiny_d
     assert os.path.exists(reference.parent / "results" / "tiny" / "study.db")
 
 
+@pytest.mark.slow  # trains 8 one-epoch trials, then runs status, report and run again
+def test_a_study_whose_every_trial_diverges_stops_and_runs_reports_and_shows_its_status(
+    tmp_path, tiny_dict
+):
+    # issue 67: an lr box far too high, every trial diverges; the look continued (its guard
+    # worked), the reader recomputed the interval without the guard ([0, 0]: "equivalent"), and
+    # every later run, status and report exited 2 calling the record damaged
+    data = _sequential(tiny_dict, looks=(4, 6), margin=0.1)
+    data["models"] = [P, C]
+    data["search"]["ranges"]["adamw"] = {"lr": [1e3, 1e4], "wd": [0.01, 0.1]}
+    path = _study_file(tmp_path / "diverged", data)
+    first = _run(path)
+    assert first.returncode == 0, first.stderr
+    assert "nothing learned" in first.stdout and "has no finished trial" in first.stdout
+    assert [look[1:3] + look[-1:] for look in _looks(path)] == [(0, 4, "nothing learned")]
+
+    def optbench(*args: str) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "optbench", *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=path.parent)
+
+    status = optbench("status", str(path))
+    assert status.returncode == 0 and "nothing learned after 4 of at most 6" in status.stdout, (
+        status.stdout + status.stderr
+    )
+    # --edf: the curves figure of a study without a finished trial is another fault (a KeyError)
+    report = optbench("report", str(path), "--edf", "--out", str(tmp_path / "reports"))
+    assert report.returncode == 0, report.stderr
+    summary = json.loads((tmp_path / "reports" / "tiny" / "summary.json").read_text())
+    (claim,) = [row for row in summary["claims"] if row["claim"] == "a"]
+    assert claim["verdict"] == "nothing learned" and "no finished trial" in claim["note"]
+    again = _run(path)
+    assert again.returncode == 0 and "nothing to run" in again.stdout, again.stdout + again.stderr
+
+
 RECORD = "optbench.store.database:Store.record"  # a trial's result, into the store
 CATCH_UP = "optbench.run.driver:catch_up"  # results that ended while no driver followed
 COMPUTE = "optbench.run.rounds:claims_table"  # called only while a look is computed
@@ -722,23 +781,31 @@ def test_a_sequential_report_shows_the_looks_not_a_fixed_size_interval(tmp_path,
 S1, S2 = "vit_s1_w64_16px", "vit_s2_w64_16px"
 
 
+def _chain(tiny_dict, errors, looks, noise: float, seed: int, **decide):
+    """A stem-chain study S1 -> S2 -> P deciding claim (d) at `looks` seeds, and the error of
+    each trial: its model's of `errors` plus normal noise of sd `noise` per seed."""
+    data = copy.deepcopy(tiny_dict)
+    data |= {"models": [S1, S2, P], "seeds": list(range(looks[-1]))}
+    good = {m: {"adamw": {"lr": 1e-3, "wd": 0.05}} for m in (S1, S2, P)}
+    data["search"] |= {"sampler": "good", "n_samples": 1, "good_values": good}
+    data["decide"] = {"claims": ["d"], "looks": list(looks), **decide}
+    spec = parse_spec(data)
+    draws = np.random.default_rng(seed).normal(0, noise, (3, looks[-1]))
+    index = {S1: 0, S2: 1, P: 2}
+
+    def error_of(t):
+        at = index[t.cell.model]
+        return errors[at] + draws[at, spec.seeds.index(t.seed)]
+
+    return spec, error_of
+
+
 def test_a_stem_chain_with_one_step_down_and_one_up_is_not_decided_opposite(tiny_dict):
     # the mini_stem situation: S2 beats S1 (the first step falls) while ViT_P is far worse than
     # S2 (the second rises steeply). "Opposite" means error falls at every step: not shown here,
     # so the look continues and says why; the last look leaves it undecided.
-    data = copy.deepcopy(tiny_dict)
-    data |= {"models": [S1, S2, P], "seeds": [0, 1, 2, 3, 4, 5]}
-    good = {m: {"adamw": {"lr": 1e-3, "wd": 0.05}} for m in (S1, S2, P)}
-    data["search"] |= {"sampler": "good", "n_samples": 1, "good_values": good}
-    data["decide"] = {"claims": ["d"], "looks": [3, 4, 6]}
-    spec = parse_spec(data)
+    spec, error_of = _chain(tiny_dict, (20.0, 15.0, 48.0), (3, 4, 6), noise=0.5, seed=2)
     rounds, trials = Rounds(spec, []), plan(spec)
-    base, noise = {S1: 20.0, S2: 15.0, P: 48.0}, np.random.default_rng(2).normal(0, 0.5, (3, 6))
-    index = {S1: 0, S2: 1, P: 2}
-
-    def error_of(t):
-        return base[t.cell.model] + noise[index[t.cell.model], spec.seeds.index(t.seed)]
-
     sizes = _play(rounds, trials, error_of)
     (panel,) = rounds.looks.values()
     first, last = panel[0], panel[-1]
@@ -789,26 +856,66 @@ def _diverged(trials) -> pd.DataFrame:
     return _frame(trials, lambda t: np.nan).assign(status="diverged")
 
 
-def test_two_cells_whose_trials_all_diverged_are_not_equivalent(tiny_dict):
+def test_two_cells_whose_trials_all_diverged_stop_at_the_first_look_and_are_read_back(tiny_dict):
     # every trial diverged: both EDF areas are 0 in every resample, an estimate 0 with se 0 and
-    # an interval [0, 0] inside any margin; nothing was measured, so nothing is decided
+    # an interval [0, 0] inside any margin; nothing was measured, so nothing is decided and the
+    # panel stops there (issue 67: it trained to its maximum, and the reader, recomputing the
+    # interval without the look's guard, called its own record damaged)
+    from optbench.report.sequential import NOTHING_LEARNED
+    from optbench.run.rounds import asked_trials
+
     spec = parse_spec(_sequential(tiny_dict, margin=0.1))
     rounds, trials = Rounds(spec, []), plan(spec)
     (look,) = rounds.look(_diverged(rounds.asked(trials)))
-    assert look.outcome == "continue" and "has no finished trial" in look.note
+    assert look.outcome == NOTHING_LEARNED and "has no finished trial" in look.note
     rounds.add([look])
-    while not rounds.finished:
-        rounds.add(rounds.look(_diverged(rounds.asked(trials))))
-    ((*_, last),) = rounds.looks.values()
-    assert last.outcome == "undecided" and last.n == 8
+    assert rounds.finished and len(rounds.asked(trials)) == 12  # the first look: 3 cells x 4
+    store = Store(spec, create=True)
+    store.record_look(look.record())
+    assert [t.key for t in asked_trials(spec, store)] == [t.key for t in rounds.asked(trials)]
+    assert Rounds.of(spec, store).looks == rounds.looks
+    (line,) = decision_lines(Rounds.of(spec, store), waiting=None)
+    assert "nothing learned after 4 of at most 8 samples" in line and look.note in line
 
 
-def test_a_contrast_without_spread_decides_nothing(tiny_dict):
-    # every trial at chance, the same error everywhere: finished, but se 0, [0, 0]
+def test_a_look_that_continues_with_a_note_inside_the_margin_is_read_back(tiny_dict):
+    # a chain shown both ways, each step well inside the margin: the look continues (a note
+    # says why), and the reader gives its record the same outcome; it called it "equivalent"
+    from optbench.run.rounds import asked_trials
+
+    spec, error_of = _chain(tiny_dict, (20.0, 17.0, 20.0), (6, 8), noise=0.6, seed=4, margin=5.0)
+    rounds, trials = Rounds(spec, []), plan(spec)
+    (look,) = rounds.look(_frame(rounds.asked(trials), error_of))
+    assert look.outcome == "continue" and look.note.startswith("mixed: error falls at S1 -> S2")
+    assert -5.0 < look.low and look.high < 5.0  # inside the margin: "equivalent" without the note
+    store = Store(spec, create=True)
+    store.record_look(look.record())
+    assert len(asked_trials(spec, store)) == 3 * 8  # read back, and the panel grows
+
+
+def test_a_contrast_without_spread_decides_nothing_and_stops(tiny_dict):
+    # every trial at the same error (50%: not near chance), finished, but se 0 and [0, 0]
+    from optbench.report.sequential import NOTHING_LEARNED
+
     spec = parse_spec(_sequential(tiny_dict, margin=0.1))
     rounds, trials = Rounds(spec, []), plan(spec)
-    (look,) = rounds.look(_frame(rounds.asked(trials), lambda t: 90.0))
-    assert look.outcome == "continue" and "no spread" in look.note
+    (look,) = rounds.look(_frame(rounds.asked(trials), lambda t: 50.0))
+    assert look.outcome == NOTHING_LEARNED and "no spread" in look.note
+
+
+def test_both_models_at_chance_decide_nothing_at_a_look_and_stop(tiny_dict):
+    # digits (10 classes): both cells end at 89.7 to 90.3% error, which was "equivalent" at the
+    # first look (se 0.01, an interval well inside the margin of 0.1)
+    from optbench.report.sequential import NOTHING_LEARNED
+
+    spec = parse_spec(_sequential(tiny_dict, looks=(6, 8), margin=0.1))
+    rounds, trials = Rounds(spec, []), plan(spec)
+    chance = dict(zip((P, C, D), np.random.default_rng(5).uniform(89.7, 90.3, (3, 8)), strict=True))
+    (look,) = rounds.look(_frame(rounds.asked(trials), lambda t: chance[t.cell.model][t.sample]))
+    assert look.outcome == NOTHING_LEARNED, (look.outcome, look.low, look.high)
+    assert "near chance" in look.note and "10 classes" in look.note
+    rounds.add([look])
+    assert rounds.finished  # a broken study stops, saying why, instead of training on
 
 
 def test_a_study_splits_its_alpha_over_the_panels_it_decides(tiny_dict):

@@ -252,8 +252,6 @@ CRAFTED_RESULTS = {
     "a huge provenance version": {"provenance": {"version": "v" * 200_000, "code_fingerprint": FP}},
     "a provenance commit of markup": {"provenance": {"version": "1", "commit": "[/]", **FP_KEY}},
     "a provenance fingerprint of markup": {"provenance": {"version": "1", "code_fingerprint": "x"}},
-    "a negative part of the timing": {"timing": {"epochs": -1.0}},
-    "an unknown part of the timing": {"timing": {"lunch": 1.0}},
 }
 
 
@@ -268,6 +266,55 @@ def test_a_crafted_result_field_is_a_failed_attempt_naming_it(one_model, name):
     assert item.status == "failed"
     message = item.record.user_attrs["message"]
     assert "not a valid result" in message and next(iter(CRAFTED_RESULTS[name])) in message
+
+
+@pytest.mark.slow
+def test_a_crafted_timing_keeps_its_result_and_status_and_report_say_so(
+    one_model, tmp_path, monkeypatch, capsys
+):
+    """A timing that is not one (issue 68), in result.json or edited into the database later:
+    the result is recorded (its error counts), `status` and `report` end well and say so."""
+    import sqlite3
+
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(one_model))
+    spec = parse_spec(one_model)
+    payload = _valid_result_json(plan(spec)[0].config, timing="soon")
+    (item,) = run_study(spec, WritingExecutor(payload), console=_quiet(), live=False).trials
+    assert item.status == "finished" and item.record.value == 7.0
+    note = item.record.user_attrs["timing_note"]
+    assert note.endswith("result.json: timing: not an object of seconds per part, read as absent")
+    label = "timing vit_p_w64_16px/adamw/e1: 1 result(s) hold a timing that is not one"
+    code, out, err = run_cli(["status", "study.yaml"], tmp_path, monkeypatch, capsys)
+    assert code == 0 and label in out, err
+    code, out, err = run_cli(["report", "study.yaml"], tmp_path, monkeypatch, capsys)
+    assert code == 0, err
+    page = (tmp_path / "reports" / "tiny" / "index.html").read_text()
+    assert "1 result(s) hold a timing that is not one" in page
+
+    # a shared database whose copy of a timing was edited: text, nested junk, NaN, negative
+    database = sqlite3.connect(spec.study_dir / "study.db")
+    database.execute("DELETE FROM trial_user_attributes WHERE key = 'timing_note'")
+    database.execute(
+        "INSERT INTO trial_user_attributes (trial_id, key, value_json) SELECT trial_id, "
+        "'timing', '{}' FROM trial_user_attributes WHERE key = 'final_error'"
+    )
+    for junk, why in [
+        ('{"epochs": "soon"}', "timing.epochs: Input should be a valid number"),
+        ('{"epochs": {"a": [1]}}', "timing.epochs: Input should be a valid number"),
+        ('{"epochs": NaN}', "timing.epochs: Input should be a finite number"),
+        ('{"epochs": -5.0}', "timing.epochs: Input should be greater than or equal to 0"),
+    ]:
+        database.execute(
+            "UPDATE trial_user_attributes SET value_json = ? WHERE key = 'timing'", (junk,)
+        )
+        database.commit()
+        code, out, err = run_cli(["status", "study.yaml"], tmp_path, monkeypatch, capsys)
+        assert code == 0 and f"{label}, read as absent" in out and why in out, (junk, out, err)
+        code, out, err = run_cli(["report", "study.yaml"], tmp_path, monkeypatch, capsys)
+        assert code == 0 and "Traceback" not in err, (junk, err)
+        rows = list(csv.DictReader((tmp_path / "reports" / "tiny" / "trials.csv").open()))
+        assert rows[0]["outside_epochs_s"] == "" and why in rows[0]["timing_note"], junk
+    database.close()
 
 
 def test_a_failure_message_is_kept_to_its_cap(tiny_dict):

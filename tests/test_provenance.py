@@ -100,6 +100,73 @@ def test_old_result_files_without_provenance_still_load(tmp_path, tiny_dict):
     assert load_result(tmp_path).provenance is None
 
 
+CPUINFO = """processor\t: 0
+vendor_id\t: AuthenticAMD
+cpu family\t: 25
+model\t\t: 1
+model name\t: AMD EPYC
+stepping\t: 1
+flags\t\t: fpu sse2 avx fma avx2 bmi2
+
+processor\t: 1
+vendor_id\t: GenuineIntel
+"""
+
+
+def test_a_result_records_the_machine_its_arithmetic_ran_on(tmp_path, tiny_dict):
+    import torch
+
+    from optbench.host import cpu_identity, nvidia_driver
+    from optbench.plan.trials import plan
+    from optbench.provenance import provenance
+    from optbench.spec.schema import parse_spec
+    from optbench.trial.config import Provenance
+    from optbench.trial.results import write_result
+
+    (tmp_path / "cpuinfo").write_text(CPUINFO)
+    assert cpu_identity(tmp_path / "cpuinfo") == {
+        "cpu": "AuthenticAMD family 25 model 1 stepping 1",
+        "cpu_flags": "avx avx2 fma",  # the vector flags only, in MATH_FLAGS' order
+    }
+    assert cpu_identity(tmp_path / "none") == {"cpu": None, "cpu_flags": None}
+    (tmp_path / "nvidia").write_text(
+        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024\n"
+        "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n"
+    )
+    assert nvidia_driver(tmp_path / "nvidia") == "550.54.15"
+    assert nvidia_driver(tmp_path / "none") is None
+
+    recorded = provenance(device=torch.device("cpu"))
+    machine = recorded["machine"]
+    assert machine["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert "gpu" not in machine and "machine" not in provenance()  # the driver's: no device
+    cfg = plan(parse_spec(tiny_dict))[0].job.config
+    result = TrialResult(status="failed", epochs=1, config=cfg, provenance=Provenance(**recorded))
+    write_result(tmp_path, result)
+    assert load_result(tmp_path).provenance.machine.cpu_capability == machine["cpu_capability"]
+    # a result written before the machine was recorded still reads
+    data = json.loads((tmp_path / "result.json").read_text())
+    del data["provenance"]["machine"]
+    (tmp_path / "result.json").write_text(json.dumps(data))
+    assert load_result(tmp_path).provenance.machine is None
+
+
+def test_a_cuda_result_records_its_gpu_capability_and_driver(monkeypatch):
+    # CUDA's calls faked: this checks what is recorded, a lent GPU checks the calls
+    import torch
+
+    import optbench.host as host
+    from optbench.provenance import machine
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: (9, 0))
+    monkeypatch.setattr(host, "nvidia_driver", lambda: "550.54.15")
+    recorded = machine(torch.device("cuda", 0))
+    assert recorded["gpu"] == "NVIDIA H100 80GB HBM3, capability 9.0"
+    assert recorded["gpu_driver"] == "550.54.15"
+    assert recorded["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+
+
 def test_the_warning_names_each_mixed_cell_once():
     assert mixed_code_warning([("c1", "aaaa"), ("c1", "aaaa"), ("c2", None)]) is None
     line = mixed_code_warning([("c1", "aaaa"), ("c1", "bbbb"), ("c1", None), ("c2", "aaaa")])
@@ -150,6 +217,9 @@ def test_a_cell_trained_by_edited_code_is_flagged_by_status_and_report(tmp_path,
     rows = list(csv.DictReader((report / "trials.csv").open()))
     assert {r["code_fingerprint"] for r in rows} == prints
     assert {r["version"] for r in rows} == {optbench.__version__}
+    import torch
+
+    assert {r["cpu_capability"] for r in rows} == {torch.backends.cpu.get_cpu_capability()}
     summary = json.loads((report / "summary.json").read_text())
     assert summary["code"]["code_fingerprints"] == sorted(prints) and summary["code"]["warning"]
     assert "mix results of different training code" in (report / "index.html").read_text()

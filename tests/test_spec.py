@@ -264,3 +264,60 @@ def test_every_number_and_switch_of_a_study_refuses_the_other_kind(tiny_dict):
         line = str(err.value)
         assert line.startswith(f"study.yaml: {key}") and f"(got {wrong!r})" in line, (key, line)
         assert "\n" not in line, line
+
+
+# How researchers write numbers (issue 68): YAML 1.1 (PyYAML's rule) read 1e-5 as text, so
+# `lr: [1e-5, 1e-3]` was refused as "Input should be a valid number (got '1e-5', '1e-3')".
+SPELLED_NUMBERS = {
+    "1e-5": 1e-5,
+    "1E-5": 1e-5,
+    "3e+2": 300.0,
+    "3e2": 300.0,
+    "2.5e-4": 2.5e-4,
+    "-1.5e-3": -1.5e-3,
+    ".5": 0.5,
+    "-.5": -0.5,
+    "+.5": 0.5,
+    "5.": 5.0,
+    "1.e-3": 1e-3,
+    "1_000": 1000,
+    "1_000.5": 1000.5,
+    "1_000e-3": 1.0,
+    "8": 8,
+}
+NOT_NUMBERS = ("1e5x", "1.2.3", "e5", "1e", ".e5", "inf", "nan", "_1e5", "1e5_")
+
+
+def test_numbers_read_as_researchers_write_them_and_the_rest_stays_text(tiny_dict, tmp_path):
+    from optbench.spec.overrides import load_study, parse_overrides
+    from optbench.spec.profiles import read_profile
+    from optbench.spec.yamlio import read_yaml
+
+    for text, value in SPELLED_NUMBERS.items():
+        read = read_yaml(f"x: {text}", "t")["x"]
+        assert read == value and type(read) is type(value), (text, read)
+    for text in NOT_NUMBERS:
+        assert read_yaml(f"x: {text}", "t") == {"x": text}
+    # in a study file, a --set value and a profile alike
+    tiny_dict["search"]["ranges"]["adamw"]["lr"] = "LR"
+    text = yaml.safe_dump(tiny_dict).replace("LR", "[1e-5, 1E-3]")
+    (tmp_path / "study.yaml").write_text(text)
+    assert load_study(tmp_path / "study.yaml").search.ranges["adamw"].lr == (1e-5, 1e-3)
+    over = parse_overrides(["search.ranges.adamw.wd=[3e-3, .5]", "search.good_range=[.125, 4.]"])
+    spec = load_study(tmp_path / "study.yaml", over)
+    assert spec.search.ranges["adamw"].wd == (3e-3, 0.5) and spec.search.good_range == (0.125, 4)
+    (tmp_path / "site.yaml").write_text("executor:\n  stall_timeout_s: 6e2\n")
+    profile = read_profile(tmp_path / "site.yaml")
+    assert load_study(tmp_path / "study.yaml", profile=profile).executor.stall_timeout_s == 600.0
+    # an infinite bound reads as one, and the schema refuses it naming the field
+    (tmp_path / "study.yaml").write_text(text.replace("[1e-5, 1E-3]", "[1e-5, .inf]"))
+    with pytest.raises(SpecError, match=r"study.yaml: search.ranges.adamw.lr"):
+        load_study(tmp_path / "study.yaml")
+
+
+def test_a_text_that_reads_as_a_number_is_written_back_quoted(tiny_dict):
+    from optbench.spec.schema import dump_spec
+    from optbench.spec.yamlio import read_yaml
+
+    spec = parse_spec({**tiny_dict, "name": "1e5"})  # quoted in its file: a name, not a number
+    assert parse_spec(read_yaml(dump_spec(spec), "spec.yaml")).name == "1e5"

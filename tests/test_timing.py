@@ -62,18 +62,39 @@ def test_a_part_inside_another_pauses_it_so_each_second_counts_once(monkeypatch)
             pass
 
 
-def test_a_result_without_timing_still_reads_and_a_crafted_one_is_refused(tmp_path):
+# What a result file's `timing` may hold instead of seconds (issue 68): each reads as absent, the
+# result kept, with a note naming the file and the field
+CRAFTED_TIMINGS = {
+    "text": ("soon", "timing: not an object of seconds per part"),
+    "a list": ([1.0, 2.0], "timing: not an object of seconds per part"),
+    "NaN": ({"epochs": float("nan")}, "timing.epochs: Input should be a finite number"),
+    "negative": ({"epochs": 1.0, "checkpoints": -2.0}, "timing.checkpoints: Input should be"),
+    "nested junk": ({"epochs": {"a": [1]}}, "timing.epochs: Input should be a valid number"),
+    "text seconds": ({"epochs": "soon"}, "timing.epochs: Input should be a valid number"),
+    "an unknown part": ({"\x1b[2Jlunch": 1.0}, "timing: holds a part that is none of a trial's"),
+}
+
+
+def test_a_result_without_timing_or_with_a_crafted_one_reads_as_one_without(tmp_path):
     from optbench.trial.config import TrialResult
     from optbench.trial.results import InvalidResultFile
 
-    old = TrialResult(status="failed", epochs=2, config=tiny_config(), message="x")
-    data = json.loads(old.model_dump_json())
+    kept = TrialResult(status="finished", final_error=7.0, epochs=2, config=tiny_config())
+    data = json.loads(kept.model_dump_json())
     data.pop("timing")  # as written before issue 55
     (tmp_path / "result.json").write_text(json.dumps(data))
     assert load_result(tmp_path).timing is None
-    data["timing"] = {"epochs": 1.0, "checkpoints": -2.0}
-    (tmp_path / "result.json").write_text(json.dumps(data))
-    with pytest.raises(InvalidResultFile, match="timing.checkpoints"):
+    for crafted, why in CRAFTED_TIMINGS.values():
+        (tmp_path / "result.json").write_text(json.dumps({**data, "timing": crafted}))
+        notes: list[str] = []
+        result = load_result(tmp_path, notes=notes)
+        assert result == kept.model_copy(update={"timing": None})  # its errors are kept
+        [note] = notes
+        assert note.startswith(f"{tmp_path / 'result.json'}: {why}") and note.isprintable()
+    # beside another field that is wrong, the file is still not a result
+    bad = {**data, "timing": "soon", "final_error": "low"}
+    (tmp_path / "result.json").write_text(json.dumps(bad))
+    with pytest.raises(InvalidResultFile, match="final_error"):
         load_result(tmp_path)
 
 
@@ -139,6 +160,19 @@ def test_status_says_per_cell_where_its_trials_steps_went(tiny_dict):
     assert line.startswith("steps vit_p_w64_16px/adamw/e1 (200 step(s), 110.0 ms each, host):")
     assert "input_wait 18.2%" in line and "forward_backward 45.5%" in line
     assert "to_device 4.5%" in line and "host_reads 0.0%" in line
+
+
+@pytest.mark.parametrize("name", CRAFTED_TIMINGS)
+def test_status_reads_a_timing_edited_in_the_store_as_absent_and_says_so(tiny_dict, name):
+    crafted, why = CRAFTED_TIMINGS[name]
+    tiny_dict["models"] = ["vit_p_w64_16px"]
+    spec = parse_spec(tiny_dict)
+    good = {"epochs": 6.0, "evaluation": 2.0}
+    lines = spent_notes(spec, _Store([good, crafted]))
+    assert lines[0].startswith("cost vit_p_w64_16px/adamw/e1 (1 trial(s), 8 s each): 25.0% ")
+    assert lines[1].startswith("timing vit_p_w64_16px/adamw/e1: 1 result(s) hold a timing that")
+    assert why in lines[1]
+    assert all(line.isprintable() for line in lines)
 
 
 @pytest.mark.slow

@@ -1,6 +1,6 @@
 """A model of one's own, outside the repository, named by a study's `imports:` (optbench/
 user_code.py): checked as a module name, imported by the driver, `--dry-run`, `optbench models`,
-`status`, every worker (the local pool, a SLURM job, a population) and `optbench train`, recorded
+every worker (the local pool, a SLURM job, a population) and `optbench train`, recorded
 in provenance (its version and source digest) and in the cell id. Each test writes its module into
 its own folder outside the repository, under a name of its own (timm's registry lives as long as
 the process)."""
@@ -13,6 +13,7 @@ import os
 import pickle
 import sys
 import types
+import uuid
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ import yaml
 from cli_inprocess import ONE_MODEL_STUDY, tiny_config
 
 from optbench import user_code
+from optbench.errors import UsageError
 from optbench.provenance import code_fingerprint, mixed_code_warning, provenance
 from optbench.spec.schema import parse_spec
 from optbench.trial.config import Provenance, TrainConfig, TrialResult
@@ -119,14 +121,160 @@ def test_a_module_that_fails_to_import_is_one_line_naming_it(body, needle, code_
     (code_dir / f"{module}.py").write_text(body + "\n")
     study = lab_study(tmp_path, module, "vit_p_w64_16px")
     work = sorted(p for p in study.parent.rglob("*"))
-    for args in (["run", str(study), "--dry-run"], ["run", str(study)], ["status", str(study)]):
+    for args in (["run", str(study), "--dry-run"], ["run", str(study)]):
         code, out, err = cli(*args)
         lines = err.strip().splitlines()
         assert code == 2 and len(lines) == 1, err
         assert f"imports: cannot import module '{module}'" in lines[0] and needle in lines[0]
     assert sorted(p for p in study.parent.rglob("*")) == work  # nothing written
+    code, out, err = cli("status", str(study))  # reading imports nothing (test_reading_...)
+    assert code == 0 and module not in sys.modules, err
     code, out, err = cli("models", "--import", module)
     assert code == 2 and f"--import: cannot import module '{module}'" in err.strip()
+
+
+# --- a file name: refused before anything is imported ---------------------------------------------
+
+
+def test_a_file_name_under_imports_is_refused_before_any_import(code_dir, tmp_path, cli):
+    """`imports: ['labm.py']` reads as module `py` of package `labm`: importing that would run
+    labm's code before failing. It is refused first, with the module it means."""
+    module = f"labm_{uuid.uuid4().hex[:8]}"
+    marker = tmp_path / "MARKER"
+    (code_dir / f"{module}.py").write_text(
+        f"from pathlib import Path\nPath({str(marker)!r}).write_text('ran')\n"
+    )
+    study = lab_study(tmp_path, f"{module}.py", "vit_p_w64_16px")
+    work = sorted(study.parent.rglob("*"))
+    for args, where in (
+        (["run", str(study), "--dry-run"], "study.yaml: imports: "),
+        (["run", str(study)], "study.yaml: imports: "),
+        (["models", "--import", f"{module}.py"], "--import: "),
+    ):
+        code, out, err = cli(*args)
+        lines = err.strip().splitlines()
+        assert code == 2 and len(lines) == 1, err
+        assert where in lines[0] and lines[0].endswith(f"did you mean {module}?"), lines[0]
+    assert not marker.exists() and module not in sys.modules  # none of its code ran
+    assert sorted(study.parent.rglob("*")) == work  # nothing written
+
+
+# --- a name means one thing: no module of one's own replaces a registered one -----------------------
+
+REGISTERS = """
+from timm.models import register_model
+from torch import nn
+
+
+@register_model
+def {name}(pretrained=False, **kwargs):
+    return nn.Linear(1, 1)
+"""
+
+
+@pytest.mark.parametrize(
+    "name, owner", [("vit_c_w64_16px", "optbench"), ("resnet18", "timm")], ids=["zoo", "timm"]
+)
+def test_a_module_registering_a_models_name_again_is_refused_naming_both(
+    name, owner, code_dir, tmp_path, cli
+):
+    import timm
+
+    module = f"lab_shadow_{uuid.uuid4().hex[:8]}"
+    (code_dir / f"{module}.py").write_text(REGISTERS.format(name=name))
+    builtin = timm.models.model_entrypoint(name)
+    study = lab_study(tmp_path, module, "vit_p_w64_16px")
+    work = sorted(study.parent.rglob("*"))
+    for args, where in (
+        (["run", str(study), "--dry-run"], "imports"),
+        (["models", "--import", module], "--import"),
+    ):
+        code, out, err = cli(*args)
+        lines = err.strip().splitlines()
+        assert code == 2 and len(lines) == 1, err
+        said = f"{where}: module '{module}' registers model '{name}', which {owner} already has"
+        assert said in lines[0], lines[0]
+    assert sorted(study.parent.rglob("*")) == work  # nothing written
+    assert timm.models.model_entrypoint(name) is builtin  # never replaced, in this process either
+
+
+def test_a_second_module_registering_the_firsts_model_is_refused(code_dir):
+    tag = uuid.uuid4().hex[:8]
+    first, second, name = f"lab_first_{tag}", f"lab_second_{tag}", f"lab_twice_{tag}"
+    for module in (first, second):
+        (code_dir / f"{module}.py").write_text(REGISTERS.format(name=name))
+    said = f"imports: module '{second}' registers model '{name}', which module '{first}' already"
+    with pytest.raises(UsageError, match=said):
+        user_code.import_modules([first, second])
+
+
+def test_a_module_replacing_a_timm_optimizer_is_refused_and_undone(code_dir, cli):
+    from timm.optim import get_optimizer_info
+
+    lion = get_optimizer_info("lion")
+    module = f"lab_lion_{uuid.uuid4().hex[:8]}"
+    (code_dir / f"{module}.py").write_text(
+        "import torch\n"
+        "from timm.optim._optim_factory import OptimInfo, default_registry\n"
+        "default_registry.register(OptimInfo(name='lion', opt_class=torch.optim.SGD))\n"
+    )
+    code, out, err = cli("models", "--import", module)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err
+    said = f"--import: module '{module}' registers optimizer 'lion', which timm already has"
+    assert said in lines[0], lines[0]
+    assert get_optimizer_info("lion") is lion  # what `lion` trains is timm's Lion again
+
+
+SHADOW_SOURCE = """
+from torch import nn
+
+
+def vit_c_w64_16px(pretrained=False, num_classes=10, in_chans=3, **kwargs):
+    return nn.Sequential(
+        nn.Conv2d(in_chans, 4, 3), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, num_classes)
+    )
+"""
+
+
+def test_counts_made_under_a_shadowing_model_are_never_read_for_the_builtin(
+    code_dir, tmp_path, monkeypatch
+):
+    """A module imported around optbench's check (a script's own `import`) puts its model under
+    optbench's name: the model-count cache keeps those counts under its source digest, so the
+    built-in is counted as itself afterwards, and an edit of the module counts it afresh."""
+    import importlib
+
+    import timm
+
+    from optbench.models import cache, complexity
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(cache, "CACHE", cache._Cache())  # this test's own, read afresh
+    module = f"lab_cache_{uuid.uuid4().hex[:8]}"
+    path = code_dir / f"{module}.py"
+    path.write_text(SHADOW_SOURCE)
+    shadow = importlib.import_module(module).vit_c_w64_16px
+    entrypoints = timm.models._registry._model_entrypoints
+    shape = dict(num_classes=10, in_chans=1, img_size=16)
+    with monkeypatch.context() as shadowed:
+        shadowed.setitem(entrypoints, "vit_c_w64_16px", shadow)
+        counted_shadow = cache.cached_counts("vit_c_w64_16px", **shape)
+    cache.CACHE.clear()  # a later process, reading the file
+    builtin = cache.cached_counts("vit_c_w64_16px", **shape)
+    assert builtin == complexity.model_complexity("vit_c_w64_16px", **shape) != counted_shadow
+    with monkeypatch.context() as shadowed:  # the module's counts are cached under its digest
+        shadowed.setitem(entrypoints, "vit_c_w64_16px", shadow)
+        cache.CACHE.clear()
+        shadowed.setattr(complexity, "model_complexity", _never_counted)
+        assert cache.cached_counts("vit_c_w64_16px", **shape) == counted_shadow
+        path.write_text(SHADOW_SOURCE + "# an edit\n")
+        with pytest.raises(AssertionError, match="counted again"):
+            cache.cached_counts("vit_c_w64_16px", **shape)
+
+
+def _never_counted(*args, **kwargs):
+    raise AssertionError("counted again")
 
 
 # --- identity and provenance ----------------------------------------------------------------------
@@ -231,9 +379,14 @@ def test_a_model_of_ones_own_is_seen_by_dry_run_models_and_status(code_dir, tmp_
     assert "vit_p_w64_16px" in rows and rows["lab_seen_net"]["params"] > 0
     code, out, err = cli("status", str(study))
     assert code == 0 and "lab_seen_net" in out, err
-    # its counts are the user's code's: never cached under a name that other code may take
+    # its counts are the user's code's: cached under its source digest, never under the bare
+    # name that other code may take
+    import lab_seen
+
     cache = Path(os.environ["XDG_CACHE_HOME"]) / "optbench" / "models.json"
-    assert "lab_seen_net" not in (cache.read_text() if cache.exists() else "")
+    keys = json.loads(cache.read_text())["entries"]
+    assert f"counts/lab_seen_net@lab_seen:{source_digest(lab_seen)}/10/1/16" in keys
+    assert not any(key.startswith("counts/lab_seen_net/") for key in keys)
     # without the import, the name is unknown: the study's imports are what registered it
     study_without = lab_study(tmp_path, "lab_seen", "lab_seen_net_not_registered")
     code, out, err = cli("run", str(study_without), "--dry-run")

@@ -1,7 +1,7 @@
 """The `optbench` command line: thin wrappers that parse flags and call the library. The
 commands live in study_commands.py (run, status, cancel), train_commands.py (train, models),
-report_commands.py (report, compare) and data_commands.py (data pack); this module makes them
-one app and owns how errors end it.
+optimizer_commands.py (optimizers), report_commands.py (report, compare) and data_commands.py
+(data pack); this module makes them one app and owns how errors end it.
 
 Bad input (a spec that does not validate, an unknown model, a missing dataset folder) raises
 `UsageError`; `main` prints it as one message and exits with code 2, before anything is written.
@@ -17,6 +17,7 @@ from typing import Annotated
 import typer
 
 from optbench.cli.data_commands import data_app
+from optbench.cli.optimizer_commands import optimizers
 from optbench.cli.report_commands import compare, report
 from optbench.cli.study_commands import cancel, run, status
 from optbench.cli.train_commands import models, train
@@ -59,7 +60,7 @@ def _root(
 
 
 # One module per command group; the order here is the order of `optbench --help`.
-for command in (train, run, status, cancel, models, report, compare):
+for command in (train, run, status, cancel, models, optimizers, report, compare):
     app.command()(command)
 
 

@@ -54,10 +54,13 @@ def read_study(
     flags: dict[str, tuple[str, object]] | None = None,
     profile: Path | None = None,
     checked: bool = True,
+    import_code: bool = False,
 ) -> StudySpec:
     """A study file over its cluster profile (`profile`, else OPTBENCH_PROFILE's) with its
     overrides, validated, with its models and dataset checked (and its batch against the
-    dataset's size, with sized; its files, with data; nothing, without `checked`). `flags`:
+    dataset's size, with sized; its files, with data; nothing, without `checked`). Only with
+    `import_code` (`run`) are the study's own modules imported: a command that reads a study or
+    its results never runs them (preflight.check_spec). `flags`:
     dotted key -> (flag, value) of the flags that set a study key (`--executor slurm` is
     executor.kind), None values left out: applied after the --set overrides (a flag wins), so
     that the whole study is validated once with every override, and named in errors as the
@@ -79,7 +82,9 @@ def read_study(
         console.print(kept, markup=False, highlight=False, soft_wrap=True)
     if checked:
         sources = {**(site.sources(spec) if site else {}), **override_sources(parsed), **spelled}
-        check_spec(spec, data=data, sized=sized, source=path, sources=sources)
+        check_spec(
+            spec, data=data, sized=sized, source=path, sources=sources, import_code=import_code
+        )
     return spec
 
 
@@ -130,7 +135,10 @@ def run(
         "executor.kind": ("--executor", executor_kind),
         "executor.workers": ("--workers", workers),
     }
-    load = partial(read_study, study, sized=True, overrides=set_, flags=flags, profile=profile)
+    load = partial(
+        read_study, study, sized=True, overrides=set_, flags=flags, profile=profile,
+        import_code=True,  # the one command that trains the study's own code
+    )  # fmt: skip
     spec = load(data=not dry_run or measure)  # a measurement trains: it needs the data
     for note in (pipeline_note(spec), seed_effect_note(spec), best_error_seed_note(spec)):
         if note:
@@ -203,7 +211,7 @@ def status(
     set_: Overrides = None,
     profile: ProfileFlag = None,
 ) -> None:
-    """Print a study's trial counts per cell; runs and writes nothing."""
+    """Print a study's trial counts per cell; runs, writes nothing."""
     from optbench.cli.terminal_tables import status_table, trials_table
     from optbench.executors import jobs_executor
     from optbench.plan.cost_notes import estimate_notes, job_notes, spent_notes

@@ -1,22 +1,30 @@
 """The tensor policy's draws (`draw`) and their application (`apply`): everything a
-tensor_policy.TensorPolicy (`policy` below; not imported, which would be a cycle) decides for a batch, per image and op slot, from one CPU `torch.Generator` (so
-the draws do not depend on the device), in fixed-size blocks per batch (the stream differs
-from timm's Python `random` calls, not the distribution), in timm's `AugmentOp` order: the
-choice, whether each op applies, its magnitude (Gaussian noise of std `mstd`, or uniform in
-[0, m] for an infinite one, clipped to [0, mmax or 10]), the sign of its argument, and the
-affine ops' filter where timm draws it. Then each op runs once per slot on the images that
-drew it (index_select / index_copy; tensor_ops.py).
+tensor_policy.TensorPolicy (`policy` below; not imported, which would be a cycle) decides for a
+batch, per image and op slot, from one CPU `torch.Generator` (so the draws do not depend on the
+device), in fixed-size blocks per batch (the stream differs from timm's Python `random` calls,
+not the distribution), in timm's `AugmentOp` order: the choice, whether each op applies, its
+magnitude (Gaussian noise of std `mstd`, or uniform in [0, m] for an infinite one, clipped to
+[0, mmax or 10]), the sign of its argument, and the affine ops' filter where timm draws it. The
+arithmetic on the draws is the host's (numpy, a few small arrays per batch); then every slot
+runs on the whole batch at once (tensor_ops.apply_slots).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
-from optbench.data.tensor_ops import AFFINE_OPS, RESAMPLE, apply_op, to_device
+from optbench.data.tensor_ops import (
+    AFFINE_OPS,
+    RESAMPLE,
+    apply_slots,
+    op_kind,
+    slot_parameters,
+    to_device,
+)
 
 
 @dataclass(frozen=True)
@@ -25,121 +33,173 @@ class PolicyDraws:
     ops that were not applied: op -1, magnitude and arg NaN, resample -1."""
 
     op_names: tuple[str, ...]
-    choice: torch.Tensor  # auto: (N,) sub-policy; rand: (N, L) op choice (index into choices)
-    op: torch.Tensor  # (N, L) long, index into op_names
-    magnitude: torch.Tensor  # (N, L) float64, after noise and clipping
-    arg: torch.Tensor  # (N, L) float64, the op's argument (NaN: the op takes none)
-    resample: torch.Tensor  # (N, L) long, index into RESAMPLE for affine ops
+    # numpy arrays: the host's
+    choice: np.ndarray  # auto: (N,) sub-policy; rand: (N, L) op choice (index into choices)
+    op: np.ndarray  # (N, L) int64, index into op_names
+    magnitude: np.ndarray  # (N, L) float64, after noise and clipping
+    arg: np.ndarray  # (N, L) float64, the op's argument (NaN: the op takes none)
+    resample: np.ndarray  # (N, L) int64, index into RESAMPLE for affine ops
 
 
-def _negate(v: torch.Tensor, flip: torch.Tensor) -> torch.Tensor:
-    return torch.where(flip, -v, v)  # timm's _randomly_negate
+# Level -> argument, as timm's (or pycls's) level functions compute it, in their order of
+# operations: t = (magnitude / 10) * scale, truncated (integer rules), capped at `cap`; then
+# offset + sign * t (sign -1 for the "Increasing" rules' 4 - t, 256 - t; the sign drawn for
+# the signed ones, timm's _randomly_negate), at least `floor`.
+@dataclass(frozen=True)
+class LevelRule:
+    scale: float | str  # a number, or the policy's attribute holding it
+    integer: bool = False
+    cap: float = math.inf
+    offset: float = 0.0
+    sign: float = 1.0
+    signed: bool = False
+    floor: float = -math.inf
 
 
-def _int(v: torch.Tensor) -> torch.Tensor:
-    return torch.trunc(v)  # Python's int() of a float
-
-
-# Level -> argument, vectorized; each as timm's (or pycls's) level function computes it.
-LEVELS: dict[str, Callable] = {
-    "Rotate": lambda m, flip, p: _negate(m / 10 * 30.0, flip),
-    "Posterize": lambda m, flip, p: _int(m / 10 * 4),
-    "PosterizeIncreasing": lambda m, flip, p: 4 - _int(m / 10 * 4),
-    "PosterizeOriginal": lambda m, flip, p: _int(m / 10 * 4) + 4,
-    "PosterizePycls": lambda m, flip, p: _int(m / 10 * 4).clamp(min=1),
-    "Solarize": lambda m, flip, p: _int(m / 10 * 256).clamp(max=256),
-    "SolarizeIncreasing": lambda m, flip, p: 256 - _int(m / 10 * 256).clamp(max=256),
-    "SolarizeAdd": lambda m, flip, p: _int(m / 10 * 110).clamp(max=128),
+_ENHANCE = LevelRule(1.8, offset=0.1)
+_ENHANCE_INCREASING = LevelRule(0.9, offset=1.0, signed=True, floor=0.1)
+LEVELS: dict[str, LevelRule] = {
+    "Rotate": LevelRule(30.0, signed=True),
+    "Posterize": LevelRule(4, integer=True),
+    "PosterizeIncreasing": LevelRule(4, integer=True, offset=4, sign=-1.0),
+    "PosterizeOriginal": LevelRule(4, integer=True, offset=4),
+    "PosterizePycls": LevelRule(4, integer=True, floor=1),
+    "Solarize": LevelRule(256, integer=True, cap=256),
+    "SolarizeIncreasing": LevelRule(256, integer=True, cap=256, offset=256, sign=-1.0),
+    "SolarizeAdd": LevelRule(110, integer=True, cap=128),
+    **{op: _ENHANCE for op in ("Color", "Contrast", "Brightness", "Sharpness")},
     **{
-        op: lambda m, flip, p: m / 10 * 1.8 + 0.1
+        f"{op}Increasing": _ENHANCE_INCREASING
         for op in ("Color", "Contrast", "Brightness", "Sharpness")
     },
-    **{
-        f"{op}Increasing": lambda m, flip, p: (1.0 + _negate(m / 10 * 0.9, flip)).clamp(min=0.1)
-        for op in ("Color", "Contrast", "Brightness", "Sharpness")
-    },
-    "ShearX": lambda m, flip, p: _negate(m / 10 * 0.3, flip),
-    "ShearY": lambda m, flip, p: _negate(m / 10 * 0.3, flip),
-    "TranslateX": lambda m, flip, p: _negate(m / 10 * float(p.translate_const), flip),
-    "TranslateY": lambda m, flip, p: _negate(m / 10 * float(p.translate_const), flip),
-    "TranslateXRel": lambda m, flip, p: _negate(m / 10 * p.translate_pct, flip),
-    "TranslateYRel": lambda m, flip, p: _negate(m / 10 * p.translate_pct, flip),
+    "ShearX": LevelRule(0.3, signed=True),
+    "ShearY": LevelRule(0.3, signed=True),
+    "TranslateX": LevelRule("translate_const", signed=True),
+    "TranslateY": LevelRule("translate_const", signed=True),
+    "TranslateXRel": LevelRule("translate_pct", signed=True),
+    "TranslateYRel": LevelRule("translate_pct", signed=True),
 }
 
 
-def _choose(policy, n: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def level_args(
+    rules: list[str], entry: np.ndarray, magnitude: np.ndarray, flip: np.ndarray, policy
+) -> np.ndarray:
+    """The arguments (float64) of ops whose level rules are rules[entry] at `magnitude` with
+    sign draws `flip` (arrays of entry's shape); NaN for ops without a level rule (they take
+    no argument)."""
+    none = LevelRule(math.nan)
+    table = [LEVELS.get(rule, none) for rule in rules]
+
+    def column(field):
+        values = [getattr(rule, field) for rule in table]
+        if field == "scale":
+            values = [float(getattr(policy, v)) if isinstance(v, str) else v for v in values]
+        dtype = bool if field in ("integer", "signed") else np.float64
+        return np.array(values, dtype=dtype)[entry]
+
+    t = (magnitude / 10) * column("scale")
+    t = np.minimum(np.where(column("integer"), np.trunc(t), t), column("cap"))
+    sign = np.where(column("signed") & flip, -1.0, column("sign"))
+    return np.maximum(column("offset") + sign * t, column("floor"))
+
+
+def _random(fill, shape: tuple[int, ...], dtype) -> np.ndarray:
+    """A numpy array of `shape` filled in place by torch's generator (`fill(out=...)`): the
+    numbers a torch draw of that shape gives, with no copy or conversion to reach the host."""
+    out = np.empty(shape, dtype=dtype)
+    fill(out=torch.from_numpy(out))
+    return out
+
+
+def _choose(policy, n: int, g: torch.Generator) -> tuple[np.ndarray, np.ndarray]:
     """Per image: the choice (auto: sub-policy (N,); rand: ops (N, L)) and the index of each
     slot's op in the flat table `[op for entry in choices for op in entry]` (N, L)."""
     k, layers = len(policy.choices), policy.num_layers
     if policy.kind == "auto":
-        sub = torch.randint(k, (n,), generator=g)
-        return sub, sub[:, None] * layers + torch.arange(layers)
+        sub = _random(lambda out: torch.randint(k, (n,), generator=g, out=out), (n,), np.int64)
+        return sub, sub[:, None] * layers + np.arange(layers)
     if policy.choice_weights is None:  # numpy's choice(ops, n, replace=True)
-        picks = torch.randint(k, (n, layers), generator=g)
+        picks = _random(
+            lambda out: torch.randint(k, (n, layers), generator=g, out=out), (n, layers), np.int64
+        )
     else:  # numpy's choice(ops, n, replace=False, p=weights)
         weights = torch.tensor(policy.choice_weights, dtype=torch.float64).expand(n, k)
-        picks = torch.multinomial(weights, layers, replacement=False, generator=g)
+        picks = torch.multinomial(weights, layers, replacement=False, generator=g).numpy()
     return picks, picks
 
 
 def draw(policy, n: int, g: torch.Generator) -> PolicyDraws:
-    """Everything the policy decides for n images, from the CPU generator g."""
+    """Everything the policy decides for n images, from the CPU generator g: the random numbers
+    from g, in blocks per batch; the arithmetic on them on the host (numpy)."""
     flat = [op for entry in policy.choices for op in entry]
     names = policy.op_names
     choice, slot = _choose(policy, n, g)
-    shape, f64 = slot.shape, torch.float64
-    applies = torch.rand(shape, generator=g, dtype=f64)
-    noise = (
-        torch.rand(shape, generator=g, dtype=f64)
-        if math.isinf(policy.magnitude_std)
-        else torch.randn(shape, generator=g, dtype=f64)
+    shape = slot.shape
+    applies = _random(lambda out: torch.rand(shape, generator=g, out=out), shape, np.float64)
+    if math.isinf(policy.magnitude_std):
+        noise = _random(lambda out: torch.rand(shape, generator=g, out=out), shape, np.float64)
+    else:
+        noise = _random(lambda out: torch.randn(shape, generator=g, out=out), shape, np.float64)
+    flip = _random(lambda out: torch.rand(shape, generator=g, out=out), shape, np.float64) > 0.5
+    resample = _random(
+        lambda out: torch.randint(len(policy.resample), shape, generator=g, out=out),
+        shape,
+        np.int64,
     )
-    flip = torch.rand(shape, generator=g, dtype=f64) > 0.5
-    resample = torch.randint(len(policy.resample), shape, generator=g)
 
-    prob = torch.tensor([op.prob for op in flat], dtype=f64)[slot]
-    magnitude = torch.tensor([float(op.magnitude) for op in flat], dtype=f64)[slot]
+    prob = np.array([op.prob for op in flat])[slot]
+    magnitude = np.array([float(op.magnitude) for op in flat])[slot]
     applied = (prob >= 1.0) | (applies <= prob)  # timm: skip if random() > prob
     if math.isinf(policy.magnitude_std):  # random.uniform(0, m)
         magnitude = noise * magnitude
     elif policy.magnitude_std > 0:  # random.gauss(m, mstd)
         magnitude = magnitude + noise * policy.magnitude_std
     upper = policy.magnitude_max or 10.0
-    magnitude = magnitude.clamp(max=upper).clamp(min=0.0)
+    magnitude = np.clip(magnitude, None, upper).clip(0.0)
 
-    arg = torch.full(shape, math.nan, dtype=f64)
-    for rule in dict.fromkeys(op.level for op in flat):
-        if rule in LEVELS:
-            rows = torch.tensor([op.level == rule for op in flat])[slot]
-            arg = torch.where(rows, LEVELS[rule](magnitude, flip, policy), arg)
-    op = torch.tensor([names.index(o.name) for o in flat])[slot]
-    affine = torch.tensor([o.name in AFFINE_OPS for o in flat])[slot]
-    chosen = torch.tensor([RESAMPLE.index(r) for r in policy.resample])[resample]
+    arg = level_args([op.level for op in flat], slot, magnitude, flip, policy)
+    op = np.array([names.index(o.name) for o in flat])[slot]
+    affine = np.array([o.name in AFFINE_OPS for o in flat])[slot]
+    chosen = np.array([RESAMPLE.index(r) for r in policy.resample])[resample]
     return PolicyDraws(
         op_names=names,
         choice=choice,
-        op=torch.where(applied, op, -1),
-        magnitude=torch.where(applied, magnitude, math.nan),
-        arg=torch.where(applied, arg, math.nan),
-        resample=torch.where(applied & affine, chosen, -1),
+        op=np.where(applied, op, -1),
+        magnitude=np.where(applied, magnitude, math.nan),
+        arg=np.where(applied, arg, math.nan),
+        resample=np.where(applied & affine, chosen, -1),
     )
 
 
 def apply(policy, x: torch.Tensor, draws: PolicyDraws) -> torch.Tensor:
-    """Apply the drawn ops slot by slot; in each slot every op runs once, on the images that
-    drew it. Indices are found on the CPU (no device sync), then moved to x's device."""
-    out = x.clone()
-    for slot in range(draws.op.shape[1]):
-        ops = draws.op[:, slot]
-        for k in ops[ops >= 0].unique().tolist():
-            rows = (ops == k).nonzero().squeeze(1)
-            idx = to_device(rows, x.device)
-            result = apply_op(
-                draws.op_names[k],
-                out.index_select(0, idx),
-                draws.arg[rows, slot],
-                draws.resample[rows, slot],
-                policy.fill,
-            )
-            out.index_copy_(0, idx, result)
-    return out
+    """Apply the drawn ops slot by slot, each slot with a fixed number of tensor operations on
+    the whole batch (tensor_ops.apply_slots); the per-image parameters are made on the host
+    and reach x's device in one copy per batch, without a host sync."""
+    h, w = x.shape[-2:]
+    op, arg, resample = draws.op, draws.arg, draws.resample
+    slots = [
+        slot_parameters(draws.op_names, op[:, s], arg[:, s], resample[:, s], h, w)
+        for s in range(op.shape[1])
+    ]
+    parameters, tables, flags = (
+        to_device(torch.from_numpy(np.stack(part)), x.device) for part in zip(*slots, strict=True)
+    )
+    # the images each slot warps (resample >= 0: an affine op applied), found on the host
+    warped = tuple(
+        to_device(torch.from_numpy(np.flatnonzero(resample[:, s] >= 0)), x.device)
+        for s in range(op.shape[1])
+    )
+    kinds = slot_kinds(policy)
+    return apply_slots(x, parameters, tables, flags, warped, policy.fill, kinds, policy.resample)
+
+
+def slot_kinds(policy) -> tuple[frozenset[str], ...]:
+    """Per op slot, the `op_kind`s its images can draw: AutoAugment's slot s runs the s-th op
+    of a sub-policy, RandAugment's any op of its table."""
+    if policy.kind == "auto":
+        return tuple(
+            frozenset(op_kind(entry[s].name) for entry in policy.choices)
+            for s in range(policy.num_layers)
+        )
+    every = frozenset(op_kind(entry[0].name) for entry in policy.choices)
+    return (every,) * policy.num_layers

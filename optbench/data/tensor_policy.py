@@ -9,13 +9,15 @@ builds for the recipe's name (DALI auto_aug style: data, not code):
   uniformly with replacement (numpy's `choice`, timm without weights), or, with timm's choice
   weights, without replacement; each is applied with probability `p`.
 `policy(x, generator)` draws for the whole batch (tensor_draws.py) and applies the ops batched
-(tensor_ops.py: Pillow's arithmetic, op for op). Only the small per-image arguments are
-computed on the CPU; pixels stay on x's device.
+(tensor_ops.py: Pillow's arithmetic, op for op), a fixed number of tensor operations per batch
+whatever its size (`aten_ops` counts them). Only the small per-image arguments are computed on
+the host; pixels stay on x's device.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -164,3 +166,16 @@ def missing_ops(recipe_policy_name: str) -> tuple[str, ...]:
     transform = augment.timm_policy(recipe_policy_name)
     names = dict.fromkeys(op.name for op in augment._ops(transform))
     return tuple(n for n in names if n not in OPS)
+
+
+def aten_ops(run: Callable[[], object]) -> tuple[int, int]:
+    """The aten operations one `run()` issues, counted by torch.profiler on the CPU: (the ops
+    it calls; those plus the ops they call inside them, as issue 66 counted the per-sample
+    policy's 6,801). Call it after a first run, which makes the per-shape constants."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        run()
+    ops = [e for e in prof.events() if e.name.startswith("aten::")]
+    calls = [e for e in ops if e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::")]
+    return len(calls), len(ops)

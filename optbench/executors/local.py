@@ -39,7 +39,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
 from optbench.errors import DISK_FAULTS, UsageError, WriteError
-from optbench.executors.protocol import DiesWithDriver, JobEvent, described
+from optbench.executors.protocol import DiesWithDriver, JobEvent, described, import_study_code
 from optbench.host import training_device, usable_cores
 from optbench.spec.schema import ExecutorSettings
 from optbench.trial.jobs import Job
@@ -156,6 +156,7 @@ def _serve(
         for key in job.keys:
             conn.send(("running", key, None))
         try:
+            import_study_code([job])  # one it cannot import: its line in each error.log
             run_job(job, device)
             kind, message = "ended", None
         except OSError as err:

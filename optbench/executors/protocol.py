@@ -6,17 +6,24 @@ The worker's only output is the trial's result file (see optbench.trial.results)
 only says that a job ended, and the driver alone reads that file. A job that ends without
 writing one is "lost" (its process died; the event's message says how, where known). The
 commands that run no trial (`optbench status`, `optbench cancel`) ask an executor too:
-`status` and `cancel`.
+`status` and `cancel`. Every executor's worker imports the study's own modules first
+(`import_study_code`), so that one it cannot import is one line in each trial's error.log.
 """
 
 from __future__ import annotations
 
+import socket
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from optbench import safefs
+from optbench.errors import UsageError
 from optbench.spec.schema import ExecutorSettings
-from optbench.trial.jobs import Job, PopulationJob, TrialJob
+from optbench.trial.jobs import Job, PopulationJob, TrialJob, members_of
+from optbench.trial.results import ERROR_LOG
+from optbench.user_code import import_modules
 
 
 def described(jobs: Sequence[Job]) -> str:
@@ -24,6 +31,25 @@ def described(jobs: Sequence[Job]) -> str:
     trials = sum(len(job.keys) for job in jobs)
     groups = sum(isinstance(job, PopulationJob) for job in jobs)
     return f"{trials} trial(s)" + (f" ({groups} population(s) among them)" if groups else "")
+
+
+def import_study_code(jobs: Sequence[Job]) -> None:
+    """In a worker, before its trials start: import the study's own modules (`imports:`) that
+    `jobs` name. The driver imported them, but a worker is another process, perhaps on another
+    machine, with its own environment (docs/extending.md: what a cluster's workers need). One
+    that cannot be imported here is one line in each trial's error.log, naming the module, the
+    host and the Python that could not import it, and raises that UsageError."""
+    names = list(
+        dict.fromkeys(n for job in jobs for t in members_of(job) for n in t.config.imports)
+    )
+    where = f"a worker on {socket.gethostname()} ({sys.executable}): imports"
+    try:
+        import_modules(names, where)
+    except UsageError as err:
+        for trial in (t for job in jobs for t in members_of(job)):
+            safefs.make_dirs(trial.out_dir, trial.root)
+            safefs.write_text(trial.out_dir / ERROR_LOG, trial.root, f"{err}\n")
+        raise
 
 
 @dataclass(frozen=True)

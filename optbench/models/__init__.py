@@ -10,7 +10,8 @@ the zoo is looked up. The models register with timm's registry as soon as timm i
 - The families: `vit.py` (ViT_P and ViT_C), `stem_ablation.py` (stems S1-S4), `dhvt.py` (DHVT),
   `regnet.py` (RegNetY).
 - A model of the user's own is registered with timm by a module the study imports
-  (optbench/user_code.py): `is_user_model` tells it, `registered_by` lists what a module adds.
+  (optbench/user_code.py, which refuses one that takes a name already registered):
+  `model_origin` tells whose code a name builds, `registered_by` lists what a module adds.
 - `zoo.py`: the zoo described (defaults, complexity, throughput; `optbench models`).
 - `complexity.py`: flops, params and activations of any model; `cache.py`: those counts and
   default inputs cached on disk.
@@ -74,18 +75,30 @@ def is_model(name: str) -> bool:
     return timm.is_model(name)
 
 
-def is_user_model(name: str) -> bool:
-    """True if `name` is registered by a module of the user's own (a study's `imports`), not by
-    optbench or timm: no cache key covers its code. Without timm imported nothing else is
-    registered, so this imports nothing."""
-    if name in ZOO or "timm" not in sys.modules:
-        return False
+def model_origin(name: str) -> str | None:
+    """Whose code `name` builds, as the model-count cache (cache.py) keys it: "" for optbench's
+    and timm's own models (the cache's fingerprint covers their code; without timm imported, no
+    module of the user's has registered anything) and for a name unknown here (nothing to count);
+    "@MODULE:DIGEST" for a model registered by a module of the user's (a study's `imports`): its
+    top-level module and that module's source digest (user_code.py), so that counts made under
+    one module's code are never read under another's or a built-in's, the same name or not;
+    None for such a model whose module has no source file to digest (never cached)."""
+    if "timm" not in sys.modules:
+        return ""
     import timm
 
+    register_zoo()
     if not timm.is_model(name):
-        return False
-    owner = timm.models.model_entrypoint(name).__module__.partition(".")[0]
-    return owner not in ("timm", "optbench")
+        return ""
+    top = timm.models.model_entrypoint(name).__module__.partition(".")[0]
+    if top in ("timm", "optbench"):
+        return ""
+    from optbench.user_code import source_digest, source_files
+
+    module = sys.modules.get(top)
+    if module is None or not source_files(module):
+        return None
+    return f"@{top}:{source_digest(module)}"
 
 
 def registered_by(modules: Sequence[str]) -> list[str]:

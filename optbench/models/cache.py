@@ -5,8 +5,10 @@ Counting runs each model's forward pass op by op through Python (complexity.py):
 second a model, 25 s for the zoo, after 5-10 s of importing torch and timm. A count is a pure
 function of the model's code, its arguments and the installed torch and timm, so the cache is
 keyed by a fingerprint of optbench/models/*.py and those two versions and starts afresh when any
-of them changes; a model of the user's own (a study's `imports`) is counted afresh each time,
-never cached. It lives in $XDG_CACHE_HOME/optbench/ (default ~/.cache/optbench/).
+of them changes; each entry is keyed by what its name builds (models.model_origin): a model of
+the user's own (registered by a study's `imports`) under its module's source digest, so counts
+made under one module's code are never read under another's, nor for optbench's or timm's
+model of the same name. It lives in $XDG_CACHE_HOME/optbench/ (default ~/.cache/optbench/).
 
 A cache never hangs or crashes a command: it is read and written through safefs (a link, a FIFO
 or a device in its place is not opened for reading, only replaced on the next write), a file
@@ -25,7 +27,7 @@ from pathlib import Path
 
 from optbench import safefs
 from optbench.errors import UsageError
-from optbench.models import is_user_model
+from optbench.models import model_origin
 
 CACHE_FILE = "models.json"
 # A zoo's entries take a few KB; a larger file is none of ours (and is not read into memory).
@@ -109,16 +111,16 @@ CACHE = _Cache()
 def cached_counts(name: str, *, num_classes: int, in_chans: int, img_size: int) -> dict[str, int]:
     """{"flops", "params", "acts"} for one image of `name` (complexity.model_complexity), from
     the cache when this code has counted them before on this install."""
-    key = f"counts/{name}/{num_classes}/{in_chans}/{img_size}"
-    user = is_user_model(name)  # its code is the user's: counted afresh, never cached
-    counts = None if user else CACHE.get(key, COUNT_FIELDS)
+    origin = model_origin(name)  # None: code no key covers, counted afresh, never cached
+    key = f"counts/{name}{origin}/{num_classes}/{in_chans}/{img_size}"
+    counts = None if origin is None else CACHE.get(key, COUNT_FIELDS)
     if counts is None:
         from optbench.models.complexity import model_complexity
 
         counts = model_complexity(
             name, num_classes=num_classes, in_chans=in_chans, img_size=img_size
         )
-        if not user:
+        if origin is not None:
             CACHE.put(key, counts)
     return counts
 
@@ -126,9 +128,10 @@ def cached_counts(name: str, *, num_classes: int, in_chans: int, img_size: int) 
 def cached_defaults(name: str, compute) -> dict[str, int]:
     """The default input and classes of `name` ({"img_size", "in_chans", "num_classes"}), from
     the cache, or `compute()` (which reads the model's timm cfg) the first time."""
-    if is_user_model(name):  # the user's code: no cache key covers it
+    origin = model_origin(name)
+    if origin is None:
         return compute()
-    key = f"defaults/{name}"
+    key = f"defaults/{name}{origin}"
     defaults = CACHE.get(key, DEFAULT_FIELDS)
     if defaults is None:
         defaults = compute()

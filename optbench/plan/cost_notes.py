@@ -25,6 +25,8 @@ from optbench.plan.costs import (
 )
 from optbench.plan.trials import plan
 from optbench.spec.schema import StudySpec
+from optbench.trial.results import stored_timing
+from optbench.trial.timing import PARTS, STEP_PARTS, TrialTiming
 
 
 def plan_notes(
@@ -130,7 +132,7 @@ def estimate_notes(spec: StudySpec, store, job_times=lambda: []) -> list[str]:
         if estimate is None:
             continue
         timed = [
-            (s.record.user_attrs.get("wall_s"), s.record.user_attrs.get("timing"))
+            (s.record.user_attrs.get("wall_s"), stored_timing(s.record.user_attrs)[0])
             for s in finished.values()
             if s.trial.cell == cell
         ]
@@ -142,7 +144,7 @@ def estimate_notes(spec: StudySpec, store, job_times=lambda: []) -> list[str]:
         timings = [
             t
             for s in finished.values()
-            if s.trial.cell == cell and isinstance(t := s.record.user_attrs.get("timing"), dict)
+            if s.trial.cell == cell and (t := stored_timing(s.record.user_attrs)[0]) is not None
         ]
         if timings:
             part_lines.append(_parts_compared(cell, costs.parts(spec, cell), timings))
@@ -214,18 +216,16 @@ def spent_notes(spec: StudySpec, store) -> list[str]:
     trial/timing.py), a line per cell that has them (`optbench status`): the share of what its
     trials cost their workers (their wall_s and the process starts they paid) spent outside the
     training epochs, and that share's largest parts. [] where no trial recorded its timing."""
-    from pydantic import ValidationError
-
-    from optbench.trial.timing import PARTS, TrialTiming
-
     by_cell: dict = {}
+    malformed: dict = {}  # cell -> why its first result with a timing that is none was read so
     for s in store.read(plan(spec)):
-        raw = s.record.user_attrs.get("timing") if s.is_result else None
-        if s.status in ("finished", "diverged") and isinstance(raw, dict):
-            try:  # the store holds what the driver validated; an edited database may not
-                by_cell.setdefault(s.trial.cell, []).append(TrialTiming.model_validate(raw))
-            except ValidationError:
-                continue
+        if s.status not in ("finished", "diverged") or not s.is_result:
+            continue
+        timing, why = stored_timing(s.record.user_attrs)
+        if timing is not None:
+            by_cell.setdefault(s.trial.cell, []).append(timing)
+        elif why is not None:
+            malformed.setdefault(s.trial.cell, []).append(why)
     lines = []
     for cell in spec.cells():
         timings = by_cell.get(cell)
@@ -247,14 +247,24 @@ def spent_notes(spec: StudySpec, store) -> list[str]:
             + ")"
         )
         lines += _step_line(cell, [t.steps for t in timings if t.steps is not None])
+    for cell, whys in malformed.items():
+        lines.append(
+            f"timing {_label(cell)}: {len(whys)} result(s) hold a timing that is not one, read "
+            f"as absent (their errors count; their seconds do not): {_sanitized(whys[0])}"
+        )
     return lines
+
+
+def _sanitized(text: str) -> str:
+    """A note from a store (a shared database is untrusted): printable characters only, at
+    most 200, so that nothing it holds reaches the terminal as an escape sequence."""
+    text = "".join(c if c.isprintable() else "?" for c in text)
+    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def _step_line(cell, steps: list) -> list[str]:
     """Where `cell`'s trials' steps went (timing.steps, trial/timing.py), a share per part of
     their summed time; [] where none recorded it (results from before issue 66)."""
-    from optbench.trial.timing import STEP_PARTS
-
     total = sum(s.total() for s in steps)
     if total <= 0:
         return []
@@ -278,18 +288,18 @@ def job_notes(spec: StudySpec, store, job_times) -> list[str]:
     if not jobs:
         return []
     timings = {
-        s.trial.key: s.record.user_attrs["timing"]
+        s.trial.key: t
         for s in store.read(plan(spec))
-        if s.is_result and isinstance(s.record.user_attrs.get("timing"), dict)
+        if s.is_result and (t := stored_timing(s.record.user_attrs)[0]) is not None
     }
     waits = [job.queue_s for job in jobs if job.queue_s is not None]
     starts, epochs, timed_elapsed = [], 0.0, 0.0
     for job in jobs:
         if not all(key in timings for key in job.keys):
             continue  # results from before the timing was recorded, or not recorded yet
-        first = [timings[k] for k in job.keys if timings[k].get("process_trial") == 1]
-        starts += [(t.get("process_start_s") or 0) + (t.get("imports_s") or 0) for t in first]
-        epochs += sum(timings[k].get("epochs") or 0 for k in job.keys)
+        first = [timings[k] for k in job.keys if timings[k].process_trial == 1]
+        starts += [(t.process_start_s or 0) + (t.imports_s or 0) for t in first]
+        epochs += sum(timings[k].epochs for k in job.keys)
         timed_elapsed += job.elapsed_s
     trials = sum(len(job.keys) for job in jobs)
     parts = [f"{len(jobs)} job(s) of {trials} trial(s)"]
@@ -305,18 +315,17 @@ def job_notes(spec: StudySpec, store, job_times) -> list[str]:
 def _trial_estimate(figures: dict, warm_s: float, timing) -> float:
     """One finished trial's estimate: `warm_s` (trial_seconds), plus the dataset's read
     (`data_s`) where its result.json's timing says it was its process's first trial."""
-    first = isinstance(timing, dict) and timing.get("process_trial") == 1
+    first = timing is not None and timing.process_trial == 1
     return warm_s + figures["data_s"] if first else warm_s
 
 
-def _parts_compared(cell, estimate: dict[str, float], timings: list[dict]) -> str:
+def _parts_compared(cell, estimate: dict[str, float], timings: list[TrialTiming]) -> str:
     """`cell`'s estimated parts (trial_parts) beside the median of its trials' recorded ones
     (`timings`: result.json's, as the store holds them; `start`: setup, data and model)."""
 
-    def recorded(timing: dict, part: str) -> float:
+    def recorded(timing: TrialTiming, part: str) -> float:
         names = ("setup", "data", "model") if part == "start" else (part,)
-        values = [timing.get(name) for name in names]
-        return sum(v for v in values if isinstance(v, (int, float)))
+        return sum(getattr(timing, name, 0.0) for name in names)
 
     shown = [
         f"{part} {estimate[part]:.3g} vs {statistics.median(recorded(t, part) for t in timings):.3g}"

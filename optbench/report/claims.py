@@ -68,10 +68,12 @@ is a chain of steps: each step gets its t interval; the row shows the smallest s
 and [smallest low, smallest high]. Below MIN_SEEDS seeds a seed claim gets no interval and no
 power: the verdict is "not tested" and the evidence says how many seeds it needs.
 Verdict: "holds" when the interval lies above 0 (for (d): every step's), "opposite" when it
-lies below 0 (for (d): every step's), "not shown" otherwise; "not tested" (at a look: no
-decision) where a cell has no finished trial (every result diverged: its error is a placeholder)
-or the contrast has no spread (se 0: every resample gives one value), the row's `note` saying
-which. (a) also states the whole curve:
+lies below 0 (for (d): every step's), "not shown" otherwise; "not tested" (at a look: "nothing
+learned", a stop) where a cell learned nothing (no finished trial, every result diverged: its
+error is a placeholder; or its best finished error near chance, summary.near_chance with the
+`classes` given) or the contrast carries no information (sequential.no_information: se 0, every
+resample gives one value; at a look, an se below a share of the margin), the row's `note`
+saying which. (a) also states the whole curve:
 `curve_verdict` reads the simultaneous 95% band (bootstrap of the maximum deviation,
 stats.sup_band) of D(x) = F_C(x) - F_P(x) on [0, AUC_MAX_POINTS]: "holds" when the band lies
 above 0 somewhere and below 0 nowhere (ViT_C's EDF is above ViT_P's somewhere and below it
@@ -103,7 +105,7 @@ import pandas as pd
 
 from optbench.report import frames, sequential, stats, tunability
 from optbench.report.edf import AUC_MAX_POINTS
-from optbench.report.summary import MAX_SAMPLES, Options, advice_line
+from optbench.report.summary import MAX_SAMPLES, Options, advice_line, chance_error, near_chance
 from optbench.spec.claim_kinds import MIN_SEEDS, Panel, panels
 from optbench.spec.comparisons import Comparison, declared_words
 from optbench.spec.roles import role_name
@@ -184,12 +186,14 @@ class _Claims:
         boundary: float | None,
         margin: float | None = None,
         last: bool = False,
+        classes: int | None = None,
     ) -> None:
         self.results = results
         self.options = options
         self.study = study
         self.boundary = boundary  # a sequential look's z boundary (module docstring), or None
         self.margin, self.last = margin, last  # the look's, for its outcome
+        self.classes = classes  # the dataset's, for the near-chance check; None: unknown
         self.rows: list[dict] = []
 
     def cell(self, model: str, optimizer: str, epochs: int) -> pd.DataFrame:
@@ -210,41 +214,53 @@ class _Claims:
             return 0, [np.empty(0) for _ in wides] if all(len(w) for w in wides) else []
         return len(seeds), [m[np.argmin(m.mean(axis=1))] for m in matrices]
 
-    def unfinished(self, cells) -> str | None:
-        """Why the cells cannot decide anything: one of them has no finished trial (every
-        result diverged), so its error is a placeholder, not a measurement; None if each has."""
+    def learned_nothing(self, cells) -> str | None:
+        """Why the cells carry nothing to decide from: one of them has no finished trial (every
+        result diverged: its error is a placeholder, not a measurement), or its best finished
+        error is near chance (summary.near_chance, from the dataset's `classes`: within
+        NEAR_CHANCE_POINTS of guessing); None if each learned something."""
         for model, optimizer, epochs in cells:
-            statuses = self.cell(model, optimizer, epochs)["status"]
-            if not (statuses == "finished").any():
+            cell = self.cell(model, optimizer, epochs)
+            finished = cell["status"] == "finished"
+            where = f"{model} {optimizer} {epochs} ep"
+            if not finished.any():
+                return f"{where} has no finished trial ({len(cell)} diverged): no decision from it"
+            best = float(cell.loc[finished, "error"].min())
+            if near_chance(best, self.classes):
                 return (
-                    f"{model} {optimizer} {epochs} ep has no finished trial ({len(statuses)} "
-                    "diverged): no decision from it"
+                    f"{where} is near chance (best error {best:.3g}%, chance "
+                    f"{chance_error(self.classes):.3g}% with {self.classes} classes): nothing "
+                    "learned, no decision from it"
                 )
         return None
 
     def decide(self, row: dict, lows, highs, ses, steps: list[str] | None = None) -> dict:
         """The row's verdict from its step intervals (one step, or a chain's every step) and
-        why it decides nothing where it does not (`note`): a cell with no finished trial, a
-        contrast without spread (se 0: every resample gives one value, the interval is a
-        point), a chain shown both ways. At a look the verdict is the look's outcome
-        (sequential.outcome), else the fixed-size verdict; both read sequential.direction."""
+        why it decides nothing where it does not (`note`): a cell that learned nothing
+        (`learned_nothing`), intervals that carry no information (sequential.no_information),
+        a chain shown both ways. At a look the verdict is the look's outcome
+        (sequential.look_outcome, the rule its reader checks too), else the fixed-size verdict
+        ("not tested" where nothing was learned); both read sequential.direction."""
         lows, highs, ses = (np.atleast_1d(np.asarray(x, float)) for x in (lows, highs, ses))
-        note = self.unfinished(row["cells"])
-        if note is None and not (ses > SE_FLOOR * max(1.0, float(np.abs(lows).max()))).all():
-            note = "its contrast has no spread (se 0: every resample gives one value): no decision"
-        degenerate = note is not None
-        if not degenerate and steps and sequential.direction(lows, highs) == "mixed":
+        nothing = self.learned_nothing(row["cells"])
+        margin = self.margin if self.boundary is not None else None
+        if nothing is None:
+            nothing = sequential.no_information(lows, ses, margin)
+        mixed = None
+        if nothing is None and steps and sequential.direction(lows, highs) == "mixed":
             shown = [
                 f"{'falls' if h < 0 else 'grows'} at {step} ([{lo:+.3g}, {h:+.3g}])"
                 for step, lo, h in zip(steps, lows, highs, strict=True)
                 if lo > 0 or h < 0
             ]
-            note = "mixed: error " + " but ".join(shown)
+            mixed = "mixed: error " + " but ".join(shown)
         if self.boundary is not None:
-            found = sequential.outcome(lows, highs, self.margin, self.last, not degenerate)
-        else:
-            found = NOT_TESTED if degenerate else verdict(lows, highs)
-        return {"verdict": found, "note": note}
+            found, note = sequential.look_outcome(
+                lows, highs, ses, self.margin, self.last, nothing, mixed
+            )
+            return {"verdict": found, "note": note}
+        found = NOT_TESTED if nothing is not None else verdict(lows, highs)
+        return {"verdict": found, "note": nothing or mixed}
 
     def row(self, panel: Panel) -> dict:
         """What every row of one claim and panel says besides its statistics."""
@@ -493,11 +509,6 @@ SEED_CONTRASTS = {
 READERS = {"edf": _Claims.edf, "best": _Claims.best, "seeds": _Claims.seeds}
 
 
-# a standard error this small against the interval's scale is no spread (float rounding of a
-# bootstrap of identical values)
-SE_FLOOR = 1e-12
-
-
 def claims_table(
     results: pd.DataFrame,
     options: Options | None = None,
@@ -506,6 +517,7 @@ def claims_table(
     margin: float | None = None,
     last: bool = False,
     comparisons: Iterable[Comparison] = (),
+    classes: int | None = None,
 ) -> pd.DataFrame:
     """Every claim the results can test, one row per claim and panel (COLUMNS), then each of the
     study's declared `comparisons` whose two cells have results. `results` are
@@ -513,8 +525,9 @@ def claims_table(
     With `boundary`, a sequential look's z boundary, the intervals are that look's repeated
     confidence intervals, each verdict is the look's outcome (with the design's `margin`;
     `last`: the design's last look) and neither power nor curve verdict is computed (module
-    docstring)."""
-    claims = _Claims(results, options or Options(), study, boundary, margin, last)
+    docstring). `classes`: the dataset's number of classes (spec/catalogue.py), for the
+    near-chance check; None where unknown (no check)."""
+    claims = _Claims(results, options or Options(), study, boundary, margin, last, classes)
     present = results[frames.CELL_KEYS].drop_duplicates().itertuples(index=False)
     present = [(m, o, int(e)) for m, o, e in present]
     declared = [c.panel() for c in comparisons]

@@ -86,6 +86,8 @@ def _outcome_words(row) -> str:
         return f"not decided yet at look {looks}, {n_now} of at most {n_max} {row.unit}"
     if row.verdict == "undecided":
         return f"undecided at the maximum, {n_max} {row.unit}"
+    if row.verdict == sequential.NOTHING_LEARNED:
+        return f"nothing learned: stopped after {n_now} of at most {n_max} {row.unit}"
     verdict = row.verdict
     if verdict in (sequential.HOLDS_NEGLIGIBLE, sequential.OPPOSITE_NEGLIGIBLE):
         side = "above" if verdict == sequential.HOLDS_NEGLIGIBLE else "below"

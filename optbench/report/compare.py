@@ -5,7 +5,9 @@ Trials are matched by (model, optimizer, epochs, sample, seed) from each folder'
 For each matched trial: whether the weights digests are equal, and the difference in error
 (run - reference). Digests repeat only for the same config on the same machine (CPU or GPU
 model), library versions and thread count (docs/faults.md); on another machine expect unequal
-digests and errors that differ within seed noise. Where trials.csv records the study's own
+digests and errors that differ within seed noise. When no digest matches, it names what differs
+of the recorded makers (MAKERS: device, CPU family and model, torch's CPU capability, GPU and
+driver, training code, torch, threads), or those one side did not record. Where trials.csv records the study's own
 modules (its `user_code` column), each module whose version or source digest differs between
 the two sides, or that one side lacks, is named on a line of its own. Reads only; writes
 nothing. A trials.csv is untrusted input: each cell read is parsed strictly (a text error,
@@ -36,7 +38,15 @@ MAKERS = {
     "code_fingerprint": "the training code",
     "torch": "torch",
     "threads": "the thread count",
+    # the machine (provenance.machine): CPUs of one model name differ in these
+    "cpu_capability": "torch's CPU capability",
+    "cpu": "the CPU (vendor, family, model, stepping)",
+    "cpu_flags": "the CPU's vector flags",
+    "gpu": "the GPU",
+    "gpu_driver": "the GPU driver",
 }
+# recorded on CUDA only: where neither side has them, both ran on a CPU (or before them)
+GPU_ONLY = ("gpu", "gpu_driver")
 
 
 MAX_TRIALS_BYTES = 64 * 2**20  # a report's trials.csv: 10,000 trials are about 5 MB
@@ -133,6 +143,7 @@ PARSERS = {
     "torch": _text,
     "threads": _count,
     "user_code": _user_code,
+    **dict.fromkeys(("cpu_capability", "cpu", "cpu_flags", "gpu", "gpu_driver"), _text),
 }
 REQUIRED = (*TRIAL_KEY, "status")
 NUMBERS = ("final_error", "threads")
@@ -191,22 +202,30 @@ def _values(trials: pd.DataFrame, column: str) -> list[str]:
 
 def why_digests_differ(run: pd.DataFrame, reference: pd.DataFrame) -> str:
     """One line saying what differs between the machines and code that made the two sides
-    (device, training-code fingerprint, torch version, as recorded), for when no digest
-    matches; or that none of those differs, or which were not recorded."""
+    (device, training-code fingerprint, torch version, thread count, torch's CPU capability,
+    the CPU's family and model, its vector flags, the GPU and its driver, as recorded), for when
+    no digest matches; or that none of those differs, or which were not recorded on both sides
+    (results from before they were), so that it cannot tell."""
     differ, unknown = [], []
     for column, name in MAKERS.items():
         mine, theirs = _values(run, column), _values(reference, column)
+        if column in GPU_ONLY and not mine and not theirs:
+            continue
         if not mine or not theirs:
             unknown.append(name)
         elif mine != theirs:
             differ.append(f"{name} ({', '.join(mine)} here; {', '.join(theirs)} in the reference)")
     if differ:
-        return "no digest matches: " + "; ".join(differ) + " differ(s) (docs/faults.md)"
+        also = f"; not recorded on both sides: {', '.join(unknown)}" if unknown else ""
+        return "no digest matches: " + "; ".join(differ) + f" differ(s){also} (docs/faults.md)"
     if unknown:
-        return f"no digest matches; not recorded on both sides: {', '.join(unknown)}"
+        return (
+            f"no digest matches; not recorded on both sides: {', '.join(unknown)}, so it cannot "
+            "tell whether they differ (docs/faults.md)"
+        )
     return (
-        "no digest matches although device, training code, torch and thread count are the "
-        "same: another library (docs/faults.md)"
+        "no digest matches although every recorded maker is the same (device, CPU and its "
+        "capability, training code, torch, thread count): another library (docs/faults.md)"
     )
 
 

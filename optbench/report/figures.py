@@ -237,9 +237,14 @@ def tunability_figure(
 ) -> Figure:
     """Per model, the expected best error after k random (lr, wd) samples against k, with its
     bootstrap band (report/tunability.py), a panel per optimizer and schedule length."""
-    curves = tunability.tunability_curves(_results(trials, metric), n_boot, seed)
+    results = _results(trials, metric)
+    curves = tunability.tunability_curves(results, n_boot, seed)
+    if curves.empty and not np.isfinite(results["error"]).any():
+        raise NothingToDraw("no trial finished: every one diverged, so no cell has a best")
     if curves.empty:
-        raise NothingToDraw(f"no cell has {tunability.MIN_SAMPLES} or more (lr, wd) samples")
+        raise NothingToDraw(
+            f"no cell has {tunability.MIN_SAMPLES} or more (lr, wd) samples and a finished trial"
+        )
     return drawing_curves.plot_tunability(curves, _colors(trials, colors))
 
 
@@ -260,7 +265,8 @@ def curves_figure(
 ) -> Figure:
     """Validation error against epoch of the best, median and worst finished trial of each cell,
     from a per-epoch frame (`per_epoch`, or `optbench.load_trials(..., epochs=True)`)."""
-    curves = epochs.dropna(subset=["val_error"]) if len(epochs) else epochs
+    # a trial that diverged in its first epoch records lines without a val_error
+    curves = epochs.dropna(subset=["val_error"]) if "val_error" in epochs else epochs.iloc[0:0]
     if curves.empty:
         raise NothingToDraw("no finished trial recorded per-epoch metrics")
     by_trial = curves.drop_duplicates(TRIAL_COLUMNS)

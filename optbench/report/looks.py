@@ -11,6 +11,7 @@ kept under the panel's words are read under the stable key (store/migrations.py)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
@@ -90,6 +91,8 @@ class Look:
         for name, check in _FIELD_TYPES.items():
             if name in data and not check(data[name]):
                 raise ValueError(f"{name}: not {_FIELD_WORDS[name]} ({data[name]!r:.60})")
+        if data["low"] > data["high"]:
+            raise ValueError(f"low: above high ({data['low']!r:.30} > {data['high']!r:.30})")
         return cls(**{**data, "cells": tuple(tuple(c) for c in data["cells"])})
 
 
@@ -97,8 +100,16 @@ def _count(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 
 
-def _number(x) -> bool:  # inf and nan included: a look that spends nothing wrote them
+def _number(x) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool)
+
+
+def _finite(x) -> bool:
+    return _number(x) and math.isfinite(x)
+
+
+def _bound(x) -> bool:  # infinite where an optbench before f2cce69 wrote a look that spent nothing
+    return _number(x) and not math.isnan(x)
 
 
 def _text(x) -> bool:
@@ -123,19 +134,19 @@ _FIELD_TYPES = {
     "n": _count,
     "n_max": _count,
     "unit": lambda x: x in ("samples", "seeds"),
-    "estimate": _number,
-    "se": _number,
-    "boundary": _number,
-    "low": _number,
-    "high": _number,
+    "estimate": _finite,
+    "se": lambda x: _finite(x) and x >= 0,
+    "boundary": lambda x: _bound(x) and x > 0,
+    "low": _bound,
+    "high": _bound,
     "outcome": lambda x: x in sequential.OUTCOMES,
     "cells": _cells,
     "design": _text,
     "spending": lambda x: x in sequential.SPENDING,
-    "margin": lambda x: x is None or _number(x),
+    "margin": lambda x: x is None or (_finite(x) and x > 0),
     "read": lambda x: x is None or _text(x),
     "note": lambda x: x is None or _text(x),
-    "alpha": lambda x: _number(x) and 0 < x < 1,
+    "alpha": lambda x: _finite(x) and 0 < x < 1,
     "panels": lambda x: _count(x) and x >= 1,
     "kind": lambda x: x is None or x in KINDS,
     "best_of": lambda x: x is None or (_count(x) and x >= 1),
@@ -149,8 +160,11 @@ _FIELD_WORDS = {
     "outcome": f"an outcome ({', '.join(sequential.OUTCOMES)})",
     "cells": "a list of [model, optimizer, epochs]",
     "spending": f"a spending ({', '.join(sequential.SPENDING)})",
-    "margin": "a number or null",
-} | {name: "a number" for name in ("estimate", "se", "boundary", "low", "high")}
+    "margin": "a positive number or null",
+    "estimate": "a finite number",
+    "se": "a finite number of at least 0",
+    "boundary": "a positive number",
+} | {name: "a number" for name in ("low", "high")}
 _FIELD_WORDS |= {name: "text" for name in ("panel", "claim", "design", "read", "note")}
 _FIELD_WORDS |= {"alpha": "a number in (0, 1)", "panels": "a count of at least 1"}
 _FIELD_WORDS |= {"best_of": "a count of at least 1 or null"}
@@ -211,8 +225,7 @@ def inconsistent(decide: Decide, looks: list[Look]) -> Iterator[str]:
         elif look.panel != comparison_key(look.claim, look.cells):
             yield f"{where}panel {look.panel!r} is not claim ({look.claim})'s on its cells"
         else:
-            last = look.k == len(decide.looks) - 1
-            said = sequential.outcome(look.low, look.high, decide.margin, last)
+            said = recorded_rule(look, decide.margin, look.k == len(decide.looks) - 1)
             if look.note is not None and look.outcome in sequential.DECIDED:
                 yield f"{where}outcome {look.outcome!r}, but it decides nothing: {look.note}"
             elif look.outcome != said and (
@@ -227,6 +240,16 @@ def inconsistent(decide: Decide, looks: list[Look]) -> Iterator[str]:
             yield f"look/{key}: looks {[look.k + 1 for look in panel]}, not 1 to {len(panel)}"
         elif any(look.done for look in panel[:-1]):
             yield f"look/{key}: a look after its panel was decided"
+
+
+def recorded_rule(look: Look, margin: float | None, last: bool) -> str:
+    """The outcome that the look's rule (sequential.look_outcome, the one a look is taken by)
+    gives on what its record keeps: its interval, se and margin, and its note as the look wrote
+    it (the cells' "nothing learned" where it stopped so, else why it continued)."""
+    stopped = look.outcome == sequential.NOTHING_LEARNED
+    nothing, note = (look.note, None) if stopped else (None, look.note)
+    found, _ = sequential.look_outcome(look.low, look.high, look.se, margin, last, nothing, note)
+    return found
 
 
 def with_looks(table: pd.DataFrame, looks: list[dict]) -> pd.DataFrame:
@@ -291,6 +314,8 @@ def _look_advice(look: dict) -> str:
     n, n_max, unit = look["n"], look["n_max"], look["unit"]
     if look["outcome"] == "continue":
         return f"look {look['k'] + 1} at {n} of at most {n_max} {unit}: not decided yet"
+    if look["outcome"] == sequential.NOTHING_LEARNED:
+        return f"stopped after {n} of at most {n_max} {unit}: nothing learned, nothing decided"
     if look["outcome"] != "undecided":
         return f"decided after {n} of at most {n_max} {unit}"
     chain = KINDS[look.get("kind") or look["claim"]].chain and len(look["cells"]) > 2
@@ -307,4 +332,30 @@ def _look_advice(look: dict) -> str:
         if more
         else "no size would decide it"
     )
-    return f"undecided at the maximum ({n_max} {unit}); {likely} (if the effect is as estimated)"
+    return (
+        f"undecided at the maximum ({n_max} {unit}); {likely} (if the effect is as estimated)"
+        f"{_sizes_over_interval(look)}"
+    )
+
+
+def _sizes_over_interval(look: dict) -> str:
+    """The range of `more_needed` over the effects the look's interval allows, evaluated where
+    the gap to a decision is largest or smallest (the interval's ends, 0 and +-margin / 2 where
+    inside), so that one size is not read as what the data pin down. Empty where the interval
+    is not finite or no effect in it is decided by any size."""
+    low, high, margin = look["low"], look["high"], look.get("margin")
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return ""
+    points = [low, high, 0.0] + ([margin / 2, -margin / 2] if margin else [])
+    sizes = [
+        sequential.more_needed(e, look["se"], look["n"], look["boundary"], margin)
+        for e in points
+        if low <= e <= high
+    ]
+    decided = [m for m in sizes if m]
+    if not decided:
+        return ""
+    allowed = f"the effects its interval [{signed(low)}, {signed(high)}] allows"
+    if len(decided) < len(sizes):  # 0 inside, no margin: no size shows an effect of 0
+        return f"; from {min(decided):,} {look['unit']} to none for {allowed} (0 among them)"
+    return f"; from {min(decided):,} to {max(decided):,} {look['unit']} for {allowed}"

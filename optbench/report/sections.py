@@ -19,6 +19,7 @@ from optbench.report.edf import AUC_MAX_POINTS
 from optbench.report.looks import with_looks
 from optbench.report.page import Section
 from optbench.report.summary import Options
+from optbench.spec.catalogue import CATALOGUE
 from optbench.spec.claim_kinds import MIN_EDF_SAMPLES
 from optbench.spec.schema import StudySpec
 from optbench.trial.config import mixed_pipelines_note
@@ -134,27 +135,38 @@ def _tunability_section(trials: pd.DataFrame, colors: dict[str, str], options: O
         "tunability",
         "Tunability: the expected best error after k (lr, wd) samples",
         "What a search of k random (lr, wd) samples of each cell's box is expected to find, "
-        "from the cell's own n samples (Dodge et al. 2019's expected validation performance; "
-        "docs/reports.md defines each number).",
+        "from the cell's own n samples (Dodge et al. 2019's expected validation performance, "
+        "estimated without bias; docs/reports.md defines each number).",
     )
     common = dict(n_boot=options.n_boot, seed=options.seed)
     drawn = _figure(
         section,
         "tunability",
         lambda: figures.tunability_figure(trials, metric=options.metric, colors=colors, **common),
-        "Each model's expected best error after k samples drawn with replacement from its "
-        "cell's n (a line per model, a panel per optimizer and schedule length, k on a log "
-        "axis): the mean error at k = 1, falling to the cell's best. Shaded: the 2.5-97.5 "
-        f"percentiles over {options.n_boot} bootstrap resamples of the n samples.",
+        "Each model's expected best error after k samples of its cell's box (a line per model, "
+        "a panel per optimizer and schedule length, k on a log axis), estimated for k up to "
+        "its n samples as the mean, over every set of k of them, of the set's best: the mean "
+        "error at k = 1, the cell's best at k = n. A diverged trial counts as 100%. Shaded: a "
+        f"95% studentized bootstrap band ({options.n_boot} resamples, jackknife standard "
+        "errors), up to k = n / 2: past it the estimate rests on the best few samples and "
+        "no band is drawn.",
     )
+    results = frames.with_errors(trials, options.metric)
+    for cell in tunability.unfinished_cells(results) if not results.empty else []:
+        section.notes.append(
+            f"{cell['model']}, {cell['optimizer']}, {cell['epochs']} ep: none of its "
+            f"{cell['n']} (lr, wd) samples finished (every trial diverged): no tunability."
+        )
     if drawn:
-        results = frames.with_errors(trials, options.metric)
         table = tunability.tunability_table(results, **common)
         section.tables.append(
             (
-                f"Expected best error (%) after k samples [95% band]; the samples needed to "
-                f"land within {tunability.WITHIN_POINTS:g} point of the cell's best with "
-                f"probability {tunability.PROBABILITY:g}",
+                "Expected best error (%) after k samples [95% band; none at k > n / 2]; "
+                "the samples needed to land within "
+                f"{tunability.WITHIN_POINTS:g} point of the cell's best with probability "
+                f"{tunability.PROBABILITY:g} (draws with replacement, so it may exceed n; "
+                f'"rests on one trial" where only the best itself lies within '
+                f"{tunability.WITHIN_POINTS:g} point)",
                 tunability.page_table(table),
             )
         )
@@ -265,6 +277,20 @@ def _pipeline_notes(results: pd.DataFrame) -> list[str]:
     return [note + "." for note in notes if note]
 
 
+def _timing_notes(results: pd.DataFrame) -> list[str]:
+    """One line where results hold a timing that is not one (trial/results.py: read_timing):
+    read as absent, so the outside-epochs share leaves them out; their errors count."""
+    if "timing_note" not in results:
+        return []
+    notes = results["timing_note"].dropna()
+    if notes.empty:
+        return []
+    return [
+        f"{len(notes)} result(s) hold a timing that is not one, read as absent (their errors "
+        f"count; outside epochs leaves them out): {notes.iloc[0]}."
+    ]
+
+
 def _complexity_section(
     spec: StudySpec, results: pd.DataFrame, data_shape: tuple[int, int, int] | None
 ) -> Section:
@@ -278,6 +304,8 @@ def _complexity_section(
         "this study's finished trials, on the machines that ran them.",
     )
     section.notes.extend(_pipeline_notes(results))
+    section.notes.extend(_timing_notes(results))
+    from optbench.models import is_model
     from optbench.models.cache import cached_counts  # torch and timm: once per model
 
     shapes = {model: data_shape or _dataset_shape(spec, model) for model in spec.models}
@@ -293,6 +321,12 @@ def _complexity_section(
     rows = []
     finished = results[results["status"] == "finished"]
     for model in spec.models:
+        if spec.imports and not is_model(model):  # registered by a module a report never runs
+            section.notes.append(
+                f"{model}: complexity not counted: a model of the study's own modules "
+                f"({', '.join(spec.imports)}), whose code a report does not run."
+            )
+            continue
         try:
             measured = cached_counts(
                 model, num_classes=num_classes, in_chans=in_chans, img_size=sizes[model]
@@ -431,6 +465,10 @@ def claims_with_looks(
     spec: StudySpec, results: pd.DataFrame, options: Options, looks: list[dict] | None
 ) -> pd.DataFrame:
     """The claims table, the study's declared comparisons with the paper's claims; a sequential
-    study's panels show their looks (looks.with_looks)."""
-    table = claims.claims_table(results, options, spec.name, comparisons=spec.comparisons)
+    study's panels show their looks (looks.with_looks). The near-chance check reads the
+    catalogue's number of classes, as a look does (run/rounds.py)."""
+    classes = CATALOGUE[spec.dataset.name].classes
+    table = claims.claims_table(
+        results, options, spec.name, comparisons=spec.comparisons, classes=classes
+    )
     return with_looks(table, looks) if looks else table

@@ -17,22 +17,28 @@ sqrt(t_i / t_j)), computed by recursive numerical integration (Armitage, McPhers
 Each look reports a *repeated confidence interval* estimate +- c_k se (Jennison and Turnbull
 ch. 9): with z and a known se the intervals of all looks cover together with probability
 1 - alpha, so every decision read off them is wrong with probability at most alpha however the
-study stops. A study's alpha is its own, not each panel's: a study that decides m panels gives
-each alpha / m (Bonferroni; m counted from its grid before any data, `Design.panels`), so the
-chance that any of its decisions is wrong is at most alpha. The outcomes (`outcome`):
+study stops; with the se estimated (below) about alpha, a few percent of it more. A study's
+alpha is its own, not each panel's: a study that decides m panels gives each alpha / m
+(Bonferroni; m counted from its grid before any data, `Design.panels`), so the chance that any
+of its decisions is wrong is about alpha. The outcomes (`look_outcome`, the one rule a look is
+taken by and its record read back with; `outcome` reads an interval):
 - holds: the interval lies above 0 (for a chain of steps, claim (d): every step's);
 - opposite: it lies below 0 (every step's: error falls at every step);
 - "holds, negligible" / "opposite, negligible": one of these with the interval inside
   [-margin, +margin] too: a real difference, smaller than the margin;
 - equivalent: it lies inside [-margin, +margin] (only with a margin, declared before the data);
-- continue: none of these and looks remain;    - undecided: none of these at the last look.
-A chain whose steps are shown both ways ("mixed", `direction`), a cell with no finished trial
-and a contrast with no spread decide nothing (continue, or undecided at the last look).
+- continue: none of these and looks remain;    - undecided: none of these at the last look;
+- nothing learned: a cell with no finished trial or near chance (claims.py), or intervals with
+  no information (`no_information`: an se of 0, or below MARGIN_SE_SHARE of the margin); the
+  panel stops, a non-binding futility stop (the boundaries ignore it, so it only lowers the
+  error rate).
+A chain whose steps are shown both ways ("mixed", `direction`) decides nothing (continue, or
+undecided at the last look).
 An se estimated from few units (k training seeds; claim (a)'s bootstrap se of n samples) is
 read with Student's t at the boundary's nominal level instead of z (`critical`, the
 "significance level approach"; n - 1 degrees of freedom). That is close to alpha, not exact:
-on normal units with an estimated variance it errs slightly more often (`simulate`, measured in
-docs/sequential.md).
+on normal units with an estimated variance it errs more often, 5% to 13% of alpha more at the
+shipped designs (`simulate`, measured in docs/sequential.md): "about alpha", not "at most".
 
 The normal law is exact for means of independent units; claim (a)'s statistic (a difference of
 EDF areas of dtop-1, the best a minimum that moves as samples are added) only approximates it:
@@ -51,7 +57,17 @@ ALPHA = 0.05
 SPENDING = ("pocock", "obrien-fleming")
 HOLDS_NEGLIGIBLE, OPPOSITE_NEGLIGIBLE = "holds, negligible", "opposite, negligible"
 DECIDED = ("holds", "opposite", HOLDS_NEGLIGIBLE, OPPOSITE_NEGLIGIBLE, "equivalent")
-OUTCOMES = (*DECIDED, "continue", "undecided")
+# the non-binding futility stop: the data carry nothing to decide from (`look_outcome`)
+NOTHING_LEARNED = "nothing learned"
+OUTCOMES = (*DECIDED, "continue", "undecided", NOTHING_LEARNED)
+# a standard error this small against the interval's scale is no spread (float rounding of a
+# bootstrap of identical values)
+SE_FLOOR = 1e-12
+# An se below this share of the margin is data that carry nothing, not precision: at the sizes
+# studies look at (the shipped ones at most 64 samples or 6 seeds) a real spread gives one many
+# times larger (the quickstart's se at its stop is 0.85 of its margin; 1/20 of it would take
+# about 3,000 samples of the quickstart's spread)
+MARGIN_SE_SHARE = 0.05
 _GRID_POINTS = 801  # per look: boundaries within 1e-5 of a 2001-point grid's
 # A z no look reaches: the grid's edge, and the boundary of a look that spends nothing (finite:
 # its tail, about 1e-88, and Student's t at that tail are numbers, and so is its interval)
@@ -174,6 +190,52 @@ def direction(lows, highs) -> str:
     if (highs < 0).all():
         return "opposite"
     return "mixed" if (lows > 0).any() and (highs < 0).any() else ""
+
+
+def no_information(lows, ses, margin: float | None) -> str | None:
+    """Why a look's (or a fixed-size row's) step intervals carry no information, from their own
+    numbers: a standard error of 0 (every resample gives one value, SE_FLOOR) or, with a margin,
+    below MARGIN_SE_SHARE of it; None when every step has a spread."""
+    lows, ses = np.atleast_1d(np.asarray(lows, float)), np.atleast_1d(np.asarray(ses, float))
+    scale = max(1.0, float(np.abs(lows).max())) if np.isfinite(lows).all() else 1.0
+    if not (ses > SE_FLOOR * scale).all():
+        return "its contrast has no spread (se 0: every resample gives one value): no decision"
+    if margin is not None and not (ses >= MARGIN_SE_SHARE * margin).all():
+        return (
+            f"its se ({float(ses.min()):.2g}) is below {MARGIN_SE_SHARE:g} of the margin "
+            f"({margin:g}): data that vary this little learned nothing, no decision"
+        )
+    return None
+
+
+def look_outcome(
+    lows,
+    highs,
+    ses,
+    margin: float | None,
+    last: bool,
+    nothing_learned: str | None = None,
+    note: str | None = None,
+) -> tuple[str, str | None]:
+    """The one rule of a look, as the look takes it (claims.py) and as its reader checks a
+    recorded one (report/looks.py): its outcome and why it decides nothing (None where it
+    decides on its interval). `nothing_learned`: why the cells carry nothing (claims.py: a cell
+    with no finished trial, or near chance); `note`: why the intervals decide nothing though
+    the data are real (a chain shown both ways; in a record, any note of a look that continued).
+    - nothing learned (NOTHING_LEARNED, the panel stops there: a non-binding futility stop, at
+      any look): the cells learned nothing, or the intervals carry no information
+      (`no_information`); the boundaries are those of the rule without it, so stopping here
+      can only lower the error rate;
+    - continue (undecided at the last look) with `note`;
+    - else what the intervals give (`outcome`)."""
+    if nothing_learned is not None:
+        return NOTHING_LEARNED, nothing_learned
+    if note is not None:
+        return ("undecided" if last else "continue"), note
+    blank = no_information(lows, ses, margin)
+    if blank is not None:
+        return NOTHING_LEARNED, blank
+    return outcome(lows, highs, margin, last), None
 
 
 def outcome(low, high, margin: float | None, last: bool, decidable: bool = True) -> str:

@@ -51,12 +51,14 @@ def whose(result: TrialResult, item: StoredTrial) -> Whose:
 class FolderResult:
     """What a trial's folder holds for its latest attempt (`read_attempt`): `kind` is "none" (no
     result file), "invalid" (`why` says what is wrong with it), or `whose` the file is;
-    `metrics` are the latest attempt's (empty for another's)."""
+    `metrics` are the latest attempt's (empty for another's); `timing_note`: why its timing
+    was read as absent (trial/results.py: load_result), else None."""
 
     kind: Literal["none", "invalid"] | Whose
     result: TrialResult | None = None
     metrics: list[dict] = field(default_factory=list)
     why: str | None = None
+    timing_note: str | None = None
 
 
 def read_attempt(item: StoredTrial) -> FolderResult:
@@ -64,15 +66,17 @@ def read_attempt(item: StoredTrial) -> FolderResult:
     "invalid", never a traceback: the folder is cleared before each attempt (`clear_folder`),
     so a file too broken to say whose it is counts as the latest attempt's failure."""
     out_dir, root = item.trial.out_dir, item.trial.job.root
+    notes: list[str] = []
     try:
-        result = load_result(out_dir, root)
+        result = load_result(out_dir, root, notes)
         if result is None:
             return FolderResult("none")
         metrics = read_metrics(out_dir, root)  # unusable metrics make the result invalid too
     except InvalidResultFile as err:
         return FolderResult("invalid", why=str(err))
     kind = whose(result, item)
-    return FolderResult(kind, result, metrics if kind == "this" else [])
+    note = notes[0] if notes else None
+    return FolderResult(kind, result, metrics if kind == "this" else [], timing_note=note)
 
 
 def failed(item: StoredTrial, why: str) -> TrialResult:
@@ -104,7 +108,7 @@ def record_from_disk(store: Store, item: StoredTrial) -> bool:
         return store.record(item, failed(item, found.why), [])
     if found.kind != "this":
         return False
-    return store.record(item, found.result, found.metrics)
+    return store.record(item, found.result, found.metrics, timing_note=found.timing_note)
 
 
 def record_end(store: Store, item: StoredTrial, lost_message: str | None) -> None:
@@ -113,7 +117,7 @@ def record_end(store: Store, item: StoredTrial, lost_message: str | None) -> Non
     none of its own (none, an earlier attempt's, another configuration's, an invalid one)."""
     found = read_attempt(item)
     if found.kind == "this":
-        store.record(item, found.result, found.metrics)
+        store.record(item, found.result, found.metrics, timing_note=found.timing_note)
         return
     out_dir = item.trial.out_dir
     if found.kind == "invalid":

@@ -6,7 +6,9 @@ cheap to see of their contents), folders it can write (host.check_writable_folde
 can open, a device that is there; and the notes `optbench run` prints first. The spec is pure
 data (spec/schema.py); the CLI and the API call these with what each command needs. Every check
 only reads. Checking a study's names (status, report) imports neither torch nor timm; sizes,
-data files and devices do.
+data files and devices do. Only a command that trains or plans training (`run`, `--dry-run`)
+imports the study's own modules (`imports:`); one that reads a study or its results never runs
+them, and takes a model it does not know as one of theirs.
 """
 
 from __future__ import annotations
@@ -32,10 +34,13 @@ def check_spec(
     sized: bool = False,
     source: Path | str = "<spec>",
     sources: Mapping[str, str] | None = None,
+    import_code: bool = False,
 ) -> None:
-    """Import the study's own modules (`imports`; a UsageError naming one that cannot be), then
-    raise SpecError naming `source` and the field if a model or the dataset is unknown (with
-    the closest known name); with `sized` or `data`, a UsageError if the batch is larger than
+    """With `import_code` (a command that trains or plans training), import the study's own
+    modules (`imports`; a UsageError naming one that cannot be); without it (a command that
+    reads), import none and take a model unknown here as one of theirs. Then raise SpecError
+    naming `source` and the field if a model or the dataset is unknown (with the closest known
+    name); with `sized` or `data`, a UsageError if the batch is larger than
     the training set (where its size is known without the files) or the images' side not a
     multiple of a model's patch size; with `data` (a real run on this machine), a UsageError
     naming the path if the dataset's files are not where it says or are not what they should
@@ -47,11 +52,14 @@ def check_spec(
     def origin(key: str) -> str:
         return source_of(key, source, sources or {})
 
-    # the study's own modules register their models (and optimizers) as they are imported
-    import_modules(spec.imports, f"{origin('imports')}: imports")
+    # the study's own modules register their models (and optimizers) as they are imported;
+    # reading a study or its results never runs them (docs/study.md)
+    if import_code:
+        import_modules(spec.imports, f"{origin('imports')}: imports")
+    unread = bool(spec.imports) and not import_code  # names their modules would register
     problems = []
     for model in spec.models:
-        if not is_model(model):
+        if not (unread or is_model(model)):
             problems.append(
                 f"{origin('models')}: models: unknown model {model!r}"
                 f"{did_you_mean(model, model_names())} (`optbench models` lists optbench's "
@@ -59,7 +67,7 @@ def check_spec(
                 "that registers it is in `imports`)"
             )
     for model in spec.search.good_values:
-        if not is_model(model):
+        if not (unread or is_model(model)):
             problems.append(
                 f"{origin('search.good_values')}: search.good_values: unknown model {model!r}"
                 f"{did_you_mean(model, model_names())} (`optbench models` lists the zoo)"
@@ -173,13 +181,13 @@ def best_error_seed_note(spec: StudySpec) -> str | None:
 def check_optimizer_runs(name: str, recipe: Recipe, where: str) -> None:
     """timm, as installed, builds optimizer `name` with its recipe.optimizer_args (over one
     small parameter): a name this timm lacks or an argument value the optimizer refuses (a beta
-    above 1) is a UsageError here, not every trial failing at its start. The paper's AdamW and
-    SGD take recipe keys that the recipe has checked already."""
+    above 1) is a UsageError here naming `recipe.optimizer_args.NAME.KEY`, not every trial
+    failing at its start. The paper's AdamW and SGD take recipe keys that the recipe has
+    checked already."""
     if name in PAPER_OPTIMIZERS:
         return
     import timm
-    import torch
-    from timm.optim import create_optimizer_v2, list_optimizers
+    from timm.optim import list_optimizers
 
     if name not in list_optimizers():
         raise UsageError(
@@ -187,11 +195,30 @@ def check_optimizer_runs(name: str, recipe: Recipe, where: str) -> None:
             f"timm {TIMM_VERSION}'s): install that timm"
         )
     args = optimizer_kwargs(recipe.optimizer_args.get(name, {}))
+    message = _optimizer_refusal(name, args)
+    if message is None:
+        return
+    # the argument it refuses alone (the rest at timm's defaults), else those it refuses together
+    alone = [arg for arg in args if _optimizer_refusal(name, {arg: args[arg]}) is not None]
+    field = f"recipe.optimizer_args.{name}"
+    if len(alone) == 1:
+        value = recipe.optimizer_args[name][alone[0]]
+        raise UsageError(f"{where}: {field}.{alone[0]}: timm's {name} refuses {value!r}: {message}")
+    named = f" ({', '.join(alone or args)} together)" if args else ""
+    raise UsageError(f"{where}: {field}{named}: timm's {name} refuses these arguments: {message}")
+
+
+def _optimizer_refusal(name: str, args: dict) -> str | None:
+    """What timm says (its first line) when it will not build optimizer `name` with `args`
+    over one small parameter; None when it builds."""
+    import torch
+    from timm.optim import create_optimizer_v2
+
     try:
         create_optimizer_v2([torch.nn.Parameter(torch.zeros(4, 4))], opt=name, lr=1e-3, **args)
     except Exception as err:  # noqa: BLE001 - whatever the optimizer's own checks raise
-        message = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise UsageError(f"{where}: timm's {name} refuses these arguments: {message}") from None
+        return str(err).splitlines()[0] if str(err) else type(err).__name__
+    return None
 
 
 def check_batch(dataset: Dataset, batch_size: int, what: str) -> None:

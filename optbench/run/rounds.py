@@ -6,8 +6,9 @@ all recorded, a *look* computes each named claim's panel (claims_table at the lo
 report/sequential.py) on the first n_k units of its cells, and the store records it
 (`Store.record_look`) before anything else runs; the row's verdict is the look's outcome
 (claims.py). The study's alpha is split evenly over the panels its named claims can read in
-its grid and the declared comparisons it names (`design`, counted before any data). A panel whose look decides (holds, opposite,
-equivalent) or that reached the last look (undecided) is done: its cells stop there. A cell
+its grid and the declared comparisons it names (`design`, counted before any data). A panel
+whose look decides (holds, opposite, equivalent), learned nothing (a non-binding futility stop,
+report/sequential.py) or reached the last look (undecided) is done: its cells stop there. A cell
 grows while some undecided panel reads it; a cell no named claim reads stays at the first look.
 
 The recorded looks are the state: which trials a study asks for now (`asked`) is a function of
@@ -40,6 +41,7 @@ from optbench.report.claims import claims_table
 from optbench.report.looks import Look, inconsistent, record_key, signed
 from optbench.report.looks import look_line as look_line  # the driver's name for it
 from optbench.report.summary import Options
+from optbench.spec.catalogue import CATALOGUE
 from optbench.spec.claim_kinds import cells_read, comparison_key, panels
 from optbench.spec.comparisons import Comparison
 from optbench.spec.schema import StudySpec
@@ -230,7 +232,14 @@ class Rounds:
         last = k == len(self.decide.looks) - 1
         results = frames.with_errors(prefix, METRIC)
         rows = claims_table(
-            results, Options(), self.spec.name, c, self.decide.margin, last, declared(self.spec)
+            results,
+            Options(),
+            self.spec.name,
+            c,
+            self.decide.margin,
+            last,
+            declared(self.spec),
+            CATALOGUE[self.spec.dataset.name].classes,  # the near-chance check (claims.py)
         )
         best_of = {comparison.name: comparison.k for comparison in declared(self.spec)}
         new = []

@@ -4,7 +4,9 @@
 - `recipe.py`: what one trial trains with (`Recipe` and its presets, `Dataset`);
   `optimizers.py`: which optimizers a study may name and their arguments, checked, over timm's
   registry as a torch-free table (`timm_optimizers.py`, which reads it from
-  timm_optimizers.json, package data); `identity.py`: which of their fields name a cell.
+  timm_optimizers.json, package data), with `optimizer_boxes.py` (a suggested (lr, wd) box
+  per optimizer, by its published rule from AdamW's; what `optbench optimizers` lists);
+  `identity.py`: which of their fields name a cell.
 - `catalogue.py`: the dataset catalogue (names, formats, layouts, published sizes).
 - `tracking.py`: the `tracking:` block (`Tracking`); `storage_form.py`: a storage URL's form.
 - `caps.py`: the caps on every number; `yamlio.py`: the strict YAML reader; `overrides.py`:

@@ -48,7 +48,8 @@ FOLDER_IMG_SIZE = 224  # image datasets, for a model whose pretrained cfg gives 
 CATALOGUE: dict[str, DatasetKind] = {
     d.name: d
     for d in (
-        DatasetKind("digits", "bundled"),  # scikit-learn's; its size is read from the bundle
+        # scikit-learn's 8x8 digits, 0-9; its size is read from the bundle
+        DatasetKind("digits", "bundled", 10),
         DatasetKind("cifar10", "cifar", 10, CIFAR_SIDE, 50_000, 10_000),
         DatasetKind("cifar100", "cifar", 100, CIFAR_SIDE, 50_000, 10_000),
         DatasetKind("imagenet", "images", 1000, FOLDER_IMG_SIZE, 1_281_167, 50_000),

@@ -22,6 +22,8 @@
 
 from __future__ import annotations
 
+import math
+
 from optbench.errors import did_you_mean
 from optbench.spec.timm_optimizers import TIMM_OPTIMIZERS, TIMM_VERSION
 
@@ -78,6 +80,17 @@ def _type_error(value, default) -> str | None:
     return None
 
 
+def _listed(value) -> list:
+    """`value`'s entries if it is a list, else [value]."""
+    return list(value) if isinstance(value, list | tuple) else [value]
+
+
+def accepted_values(default) -> str:
+    """What optbench accepts for an argument whose timm default is `default`, in words (the
+    check `check_optimizer_args` makes, as `optbench optimizers` lists it)."""
+    return _type_error(object(), default) or "any value (the optimizer checks it when it starts)"
+
+
 def check_optimizer_args(name: str, args: dict) -> dict:
     """`args` if each is an argument of optimizer `name` with a value of its default's type,
     else ValueError (one line naming the argument, with the closest one)."""
@@ -96,6 +109,8 @@ def check_optimizer_args(name: str, args: dict) -> dict:
                 f"{name}.{arg}: not an argument of {name}{did_you_mean(arg, list(known))} "
                 f"(its arguments: {', '.join(known)})"
             )
+        if any(isinstance(v, float) and not math.isfinite(v) for v in _listed(value)):
+            raise ValueError(f"{name}.{arg}: {value!r} is not finite (YAML's .inf or .nan)")
         wanted = _type_error(value, known[arg])
         if wanted:
             raise ValueError(

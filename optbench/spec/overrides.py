@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from optbench.errors import SpecError, UsageError, format_errors
 from optbench.spec.schema import StudySpec
-from optbench.spec.yamlio import read_study_yaml, read_yaml
+from optbench.spec.yamlio import dump_yaml, read_study_yaml, read_yaml
 
 if TYPE_CHECKING:
     from optbench.spec.profiles import Profile
@@ -58,7 +58,7 @@ def apply_overrides(data: dict, overrides: dict[str, Any]) -> dict:
 
 def override_text(key: str, value: Any) -> str:
     """How an override reads on the command line: `key=value` with the value as flow YAML."""
-    text = yaml.safe_dump(value, default_flow_style=True, width=10_000).strip()
+    text = dump_yaml(value, default_flow_style=True, width=10_000).strip()
     return f"{key}={text.removesuffix('...').strip()}"
 
 

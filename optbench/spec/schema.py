@@ -18,7 +18,6 @@ import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-import yaml
 from pydantic import (
     Field,
     StrictBool,
@@ -55,7 +54,7 @@ from optbench.spec.recipe import (
     plain_path,
 )
 from optbench.spec.tracking import Tracking, check_installed
-from optbench.spec.yamlio import read_study_yaml
+from optbench.spec.yamlio import dump_yaml, read_study_yaml
 from optbench.user_code import MAX_MODULES, check_module_names
 
 
@@ -98,7 +97,8 @@ class Search(StrictModel):
     good_range: tuple[StrictFloat, StrictFloat] = (0.125, 4.0)
     # each (lr, wd) sample trains with its own training seeds (plan.sampling.sample_seed), so a
     # claim's bootstrap over samples also resamples the seed's effect (docs/sequential.md);
-    # None: true where `decide` reads claim (a), else false (StudySpec.seed_per_sample)
+    # None: true where `decide`'s claims add samples (claim a, a declared comparison of kind a
+    # or best-error), else false (StudySpec.seed_per_sample)
     seed_per_sample: StrictBool | None = None
 
     @field_validator("n_samples")
@@ -240,8 +240,8 @@ class StudySpec(StrictModel):
     # an execution setting, as executor: not part of the cell id (optbench/trackers/backends.py)
     tracking: Tracking = Tracking()
     # when to stop adding samples or seeds: not part of the cell id (a stopped study's trials
-    # are those of the same study without it), but deciding claim (a) turns the default of
-    # search.seed_per_sample on (seed_per_sample below)
+    # are those of the same study without it), but deciding claims that add (lr, wd) samples
+    # turns the default of search.seed_per_sample on (seed_per_sample below)
     decide: Decide | None = None
     # comparisons of two cells the study declares, named in decide.claims (spec/comparisons.py)
     comparisons: list[Comparison] = Field(default_factory=list, max_length=MAX_COMPARISONS)
@@ -413,11 +413,13 @@ class StudySpec(StrictModel):
     @property
     def seed_per_sample(self) -> bool:
         """Whether each (lr, wd) sample trains with seeds of its own: search.seed_per_sample as
-        written, else (null, the default) where `decide` reads claim (a), whose interval then
-        covers the training seed's effect too (docs/sequential.md), and a population (whose
-        members share one seed) does not forbid it. False, it keeps the cell ids of earlier
-        optbench's default: a study that recorded trials under them keeps them
-        (store/migrations.py)."""
+        written, else (null, the default) where `decide`'s claims add (lr, wd) samples: claim
+        (a) or declared comparisons of kind a or best-error, whose intervals then cover the
+        training seed's effect too (docs/sequential.md), and a population (whose members share
+        one seed) does not forbid it. Claims that add seeds ((b)-(d), declared d and
+        length-stability) replicate over seeds already and need the same seeds in every
+        sample. False, it keeps the cell ids of earlier optbench's default: a study that
+        recorded trials under them keeps them (store/migrations.py)."""
         if self.search.seed_per_sample is not None:
             return self.search.seed_per_sample
         resamples_samples = self.decide is not None and self.decide.unit == "samples"
@@ -494,4 +496,4 @@ def load_spec(path: Path | str) -> StudySpec:
 
 def dump_spec(spec: StudySpec) -> str:
     """The spec as YAML, with every default spelled out (saved beside the results)."""
-    return yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False)
+    return dump_yaml(spec.model_dump(mode="json"), sort_keys=False)

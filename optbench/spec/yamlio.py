@@ -6,10 +6,18 @@ document whose aliases (*name) expand it beyond MAX_YAML_NODES entries, or neste
 MAX_YAML_DEPTH, is refused before it is built. A study file is at most MAX_STUDY_BYTES of UTF-8. Every problem is one SpecError naming
 the source and, where YAML knows it, the line. The loader is a SafeLoader: it builds plain data
 only, never an object.
+
+Numbers as people write them: a plain scalar is a float where YAML 1.2's core schema reads one
+(`1e-5`, `1E-5`, `3e+2`, `.5`, `5.`, `-.5`, `-1.5e-3`, `.inf`, `-.inf`, `.nan`), which YAML 1.1,
+PyYAML's rule, reads as text when it has no dot or an unsigned exponent; and wherever YAML 1.1
+reads one (`1_000.5`: `_` separates digits, as in YAML 1.1's integers `1_000` and in Python), so
+no study changes meaning. `StrictDumper` writes a text that would read as such a number quoted,
+so a spec written back (spec.yaml) reads as it was.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import yaml
@@ -17,7 +25,24 @@ import yaml
 from optbench.errors import SpecError
 from optbench.spec.caps import MAX_STUDY_BYTES, MAX_YAML_DEPTH, MAX_YAML_NODES
 
+FLOAT_TAG = "tag:yaml.org,2002:float"
+# YAML 1.2's core-schema float with a dot or an exponent (a plain integer stays YAML's int), its
+# digit runs taking YAML 1.1's `_` separators; tried before YAML 1.1's own float rule
+CORE_FLOAT = re.compile(
+    r"^[-+]?(?=[0-9_]*[.eE])(?:\.[0-9][0-9_]*|[0-9][0-9_]*(?:\.[0-9_]*)?)(?:[eE][-+]?[0-9]+)?$"
+)
 
+
+def _with_core_floats(cls):
+    """`cls` (a loader or dumper) resolving plain scalars by CORE_FLOAT before its own rules."""
+    resolvers = {ch: list(rules) for ch, rules in cls.yaml_implicit_resolvers.items()}
+    for first in "-+0123456789.":
+        resolvers[first] = [(FLOAT_TAG, CORE_FLOAT), *resolvers.get(first, [])]
+    cls.yaml_implicit_resolvers = resolvers
+    return cls
+
+
+@_with_core_floats
 class StrictLoader(yaml.SafeLoader):
     """YAML's safe loader, stricter: a key given twice is an error (not "the last one wins"),
     and a document whose aliases (*name) expand it beyond MAX_YAML_NODES is refused before it
@@ -70,6 +95,16 @@ class StrictLoader(yaml.SafeLoader):
                 )
             seen.add(key)
         return super().construct_mapping(node, deep)
+
+
+@_with_core_floats
+class StrictDumper(yaml.SafeDumper):
+    """YAML's safe dumper, quoting a text that StrictLoader would read as a number ("1e5")."""
+
+
+def dump_yaml(data, **options) -> str:
+    """`data` as YAML that StrictLoader reads back as it is (yaml.safe_dump's `options`)."""
+    return yaml.dump(data, Dumper=StrictDumper, **options)
 
 
 def yaml_problem(err: yaml.YAMLError) -> str:

@@ -33,7 +33,8 @@ from optbench.plan.sampling import distributions
 from optbench.plan.trials import Trial
 from optbench.spec.schema import StudySpec
 from optbench.store.storage_url import make_storage, masked, storage_errors
-from optbench.trial.config import TrialResult
+from optbench.trial.config import Machine, TrialResult
+from optbench.trial.results import TIMING_NOTE, stored_timing
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -72,6 +73,8 @@ class DamagedLooks(UsageError):
 
 # which code made a result (TrialResult.provenance): columns of the trials frame and trials.csv
 PROVENANCE_COLUMNS = ("version", "commit", "code_fingerprint")
+# the machine it ran on (provenance.machine): cpu, cpu_flags, cpu_capability, gpu, gpu_driver
+MACHINE_COLUMNS = tuple(Machine.model_fields)
 
 
 def user_code_cell(user_code: dict | None) -> str | None:
@@ -289,9 +292,16 @@ class Store:
         return prepared
 
     @_storage_errors
-    def record(self, item: StoredTrial, result: TrialResult, metrics: list[dict]) -> bool:
-        """Record a worker's result on the item's latest attempt. Returns False (and changes
-        nothing) if that attempt is already finished: a result is never counted twice."""
+    def record(
+        self,
+        item: StoredTrial,
+        result: TrialResult,
+        metrics: list[dict],
+        timing_note: str | None = None,
+    ) -> bool:
+        """Record a worker's result on the item's latest attempt (`timing_note`: why its file's
+        timing was read as absent, trial/results.py). Returns False (and changes nothing) if
+        that attempt is already finished: a result is never counted twice."""
         study = self._study(item.trial.cell_id, False)
         current = study.trials[item.record.number]
         if current.state.is_finished():
@@ -307,6 +317,8 @@ class Store:
         attempt.set_user_attr("metrics", metrics)
         if result.timing is not None:  # where its seconds went (trial/timing.py)
             attempt.set_user_attr("timing", result.timing.model_dump())
+        if timing_note is not None:
+            attempt.set_user_attr(TIMING_NOTE, timing_note)
         if result.provenance is not None:  # which code made it (optbench.provenance)
             attempt.set_user_attr("provenance", result.provenance.model_dump())
         if result.status != "failed":
@@ -343,6 +355,7 @@ class Store:
             t = item.trial
             attrs = item.record.user_attrs if item.record and item.is_result else {}
             code = attrs.get("provenance") or {}
+            machine = code.get("machine") or {}  # none in results from before it was recorded
             rows.append(
                 {
                     "study": self.spec.name,
@@ -359,6 +372,7 @@ class Store:
                     "best_error": _num(attrs.get("best_error")),
                     "wall_s": _num(attrs.get("wall_s")),
                     "outside_epochs_s": _outside_epochs(attrs),
+                    "timing_note": stored_timing(attrs)[1],
                     "images_per_s": _num(attrs.get("images_per_s")),
                     "input_wait": _num(attrs.get("input_wait")),
                     "pipeline": attrs.get("pipeline"),
@@ -369,6 +383,7 @@ class Store:
                     "diverged_epoch": _num(attrs.get("diverged_epoch")),
                     "digest": attrs.get("digest"),
                     **{key: code.get(key) for key in PROVENANCE_COLUMNS},
+                    **{key: machine.get(key) for key in MACHINE_COLUMNS},
                     "user_code": user_code_cell(code.get("user_code")),
                     "metrics": attrs.get("metrics", []),
                 }
@@ -381,10 +396,11 @@ class Store:
 
 def _outside_epochs(attrs: dict) -> float:
     """A result's wall_s outside its training epochs (its `timing`, trial/timing.py); NaN for
-    a result without one."""
-    timing = attrs.get("timing")
-    epochs = _num(timing.get("epochs")) if isinstance(timing, dict) else math.nan
-    return max(0.0, _num(attrs.get("wall_s")) - epochs) if not math.isnan(epochs) else math.nan
+    a result without one, or whose timing is not one (an edited database: stored_timing)."""
+    timing, _ = stored_timing(attrs)
+    if timing is None:
+        return math.nan
+    return max(0.0, _num(attrs.get("wall_s")) - timing.epochs)
 
 
 def running_since(item: StoredTrial, run: str | None) -> float | None:

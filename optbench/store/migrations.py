@@ -1,7 +1,8 @@
 """Identity migrations that need a study's storage (spec/identity.py, MIGRATIONS): a study whose
 trials were recorded under an earlier default keeps the cells it recorded them in.
 
-Revision 2: `search.seed_per_sample` left unset means true where `decide` reads claim (a)
+Revision 2: `search.seed_per_sample` left unset means true where `decide`'s claims add (lr,
+wd) samples, claim (a) or a declared comparison of kind a or best-error
 (StudySpec.seed_per_sample); before, it meant false. It is part of the cell id when true, so
 such a study run by an earlier optbench would get new cells and train its samples again beside
 the recorded ones. `keep_recorded_cells` finds it: where the storage holds trials in the cells
@@ -51,8 +52,8 @@ def keep_recorded_cells(spec: StudySpec) -> tuple[StudySpec, str | None]:
         return spec, None
     return earlier, (
         f"note: {spec.name} recorded {recorded} trial(s) with one training seed for the study "
-        "(search.seed_per_sample false, the default before decide: [a] made it true): it "
-        "keeps that design, so they are found; its claim (a) interval misses the seed's "
+        "(search.seed_per_sample false, the default before a decide: that adds samples made it "
+        "true): it keeps that design, so they are found; its intervals miss the seed's "
         "study-wide effect (docs/sequential.md). Write seed_per_sample: false to keep it "
         "silently, or true under a new name or output to train a seed per sample"
     )

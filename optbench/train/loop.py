@@ -106,7 +106,7 @@ def stamp_result(result: TrialResult, start: float, device: torch.device) -> Non
     result.wall_s = round(time.perf_counter() - start, 3)
     for name, value in runtime_info(device).items():
         setattr(result, name, value)
-    result.provenance = Provenance(**provenance(result.config.imports))
+    result.provenance = Provenance(**provenance(result.config.imports, device))
 
 
 def start_program(

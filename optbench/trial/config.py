@@ -158,11 +158,26 @@ ModuleName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_.]{
 UserCode = Annotated[dict[ModuleName, UserModule], Field(min_length=1, max_length=MAX_MODULES)]
 
 
+class Machine(BaseModel):
+    """The machine a result's arithmetic ran on (optbench.provenance: `machine`): the CPU
+    ("AuthenticAMD family 25 model 1 stepping 1"), its vector flags, torch's CPU capability
+    ("AVX2") and on CUDA the GPU (name and compute capability) and driver; None: not known."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cpu: Short | None = None
+    cpu_flags: Short | None = None
+    cpu_capability: Short | None = None
+    gpu: Short | None = None
+    gpu_driver: Short | None = None
+
+
 class Provenance(BaseModel):
     """Which code made a result (optbench.provenance): optbench's version, the git commit of
     the checkout it ran from (None outside one) and the fingerprint of the training code (with
     the study's own modules folded in); `user_code`: each such module (None: the study imports
-    none, and the key is left out)."""
+    none, and the key is left out); `machine`: the machine it ran on (None: a result written
+    before it was recorded, and the key is left out)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -170,12 +185,14 @@ class Provenance(BaseModel):
     commit: Commit | None = None
     code_fingerprint: Fingerprint
     user_code: UserCode | None = None
+    machine: Machine | None = None
 
     @model_serializer(mode="wrap")
     def _none_no_key(self, dump):
         data = dump(self)
-        if self.user_code is None:
-            data.pop("user_code", None)
+        for key in ("user_code", "machine"):
+            if getattr(self, key) is None:
+                data.pop(key, None)
         return data
 
 

@@ -11,7 +11,10 @@ pass the study folder.
 Reads treat the files as untrusted data: a result.json or metrics.jsonl that is unreadable,
 truncated, not JSON, wrongly typed or absurdly large raises `InvalidResultFile` with the reason
 (the driver records it as a failed attempt), never a traceback; `read_result` is the lenient
-form for callers that only poll for a valid result.
+form for callers that only poll for a valid result. A result's `timing` is bookkeeping, not a
+measurement of the model: a malformed one (text, a list, NaN, a negative or unknown part) is
+read as absent, with a note saying why (`read_timing`, the one reader of a recorded timing,
+result.json's or the store's copy, `stored_timing`), so its errors and digest are not lost.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from pydantic import ValidationError
 from optbench import safefs
 from optbench.errors import UsageError
 from optbench.trial.config import TrainConfig, TrialResult
+from optbench.trial.timing import TrialTiming
 
 RESULT_FILE = "result.json"
 METRICS_FILE = "metrics.jsonl"
@@ -31,6 +35,7 @@ ERROR_LOG = "error.log"  # a failed trial's traceback (its result says the one-l
 # A result.json is a few KB and a metrics line ~300 bytes: anything larger is not ours.
 MAX_RESULT_BYTES = 1 << 20
 MAX_METRICS_BYTES = 64 << 20
+TIMING_NOTE = "timing_note"  # the store's user attr: why a result's timing was read as absent
 
 
 class InvalidResultFile(UsageError):
@@ -66,10 +71,13 @@ def _read_capped(path: Path, root: Path, limit: int) -> bytes | None:
         raise InvalidResultFile(f"{path}: unreadable ({err.strerror})") from None
 
 
-def load_result(out_dir: Path, root: Path | None = None) -> TrialResult | None:
+def load_result(
+    out_dir: Path, root: Path | None = None, notes: list[str] | None = None
+) -> TrialResult | None:
     """The trial's result; None if it has not written one; InvalidResultFile (naming the file
     and the first problem) if the file is there but is not a valid result. No link below
-    `root` (default `out_dir`) is followed."""
+    `root` (default `out_dir`) is followed. A malformed `timing` alone reads as absent, and
+    why is appended to `notes` ("FILE: timing.epochs: ...", read_timing)."""
     path = out_dir / RESULT_FILE
     data = _read_capped(path, root or out_dir, MAX_RESULT_BYTES)
     if data is None:
@@ -77,12 +85,47 @@ def load_result(out_dir: Path, root: Path | None = None) -> TrialResult | None:
     try:
         return TrialResult.model_validate_json(data)
     except ValidationError as err:
-        first = err.errors()[0]
+        errors = err.errors()
+        if all(e["loc"][:1] == ("timing",) for e in errors):  # the rest is a valid result
+            fields = json.loads(data)
+            _, why = read_timing(fields.pop("timing"))
+            result = TrialResult.model_validate_json(json.dumps(fields))
+            if notes is not None:
+                notes.append(f"{path}: {why}, read as absent")
+            return result
+        first = errors[0]
         loc = ".".join(str(p) for p in first["loc"])
         why = first["msg"].removeprefix("Value error, ")
         raise InvalidResultFile(
             f"{path}: not a valid result ({loc + ': ' if loc else ''}{why})"
         ) from None
+
+
+def read_timing(raw) -> tuple[TrialTiming | None, str | None]:
+    """A recorded timing (result.json's `timing`, or the store's copy: untrusted either way) and
+    why it is not one: (None, None) where none was recorded, (timing, None) for a valid one,
+    (None, "timing.PART: what is wrong") for text, a list, NaN, a negative, nested or unknown
+    part. The why names no text of the record (a key may hold a terminal escape sequence)."""
+    if raw is None:
+        return None, None
+    try:
+        return TrialTiming.model_validate(raw), None
+    except ValidationError as err:
+        first = err.errors()[0]
+        part = first["loc"][0] if first["loc"] else None
+        if part is None:
+            return None, "timing: not an object of seconds per part"
+        if part not in TrialTiming.model_fields:
+            return None, "timing: holds a part that is none of a trial's"
+        return None, f"timing.{part}: {first['msg']}"
+
+
+def stored_timing(attrs: dict) -> tuple[TrialTiming | None, str | None]:
+    """A recorded result's timing from the store's attributes (store/database.py), as
+    read_timing reads it; with why it is absent where the driver read it as such (TIMING_NOTE)."""
+    timing, why = read_timing(attrs.get("timing"))
+    note = attrs.get(TIMING_NOTE)
+    return (None, note) if isinstance(note, str) and timing is None else (timing, why)
 
 
 def read_result(out_dir: Path, root: Path | None = None) -> TrialResult | None:

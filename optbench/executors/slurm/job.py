@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import submitit
 
+from optbench.executors.protocol import import_study_code
 from optbench.trial.jobs import Job
 
 # What a job step's Python runs (`python -u -S -c JOB_STEP_CODE -u -m submitit.core._submit
@@ -59,6 +60,9 @@ class TrialBatch:
         from optbench.train.signals import TrialInterrupted
 
         timing.imports_took(time.perf_counter() - t0)
+        # the study's own modules: one this job's environment cannot import fails the job,
+        # its line in each trial's error.log (docs/extending.md: what a cluster's workers need)
+        import_study_code(self.jobs)
         # task/none and some clusters do not bind CPUs: keep torch within the task's share.
         torch.set_num_threads(env_int("SLURM_CPUS_PER_TASK", 1, minimum=1))
         device = training_device()
