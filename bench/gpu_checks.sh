@@ -18,6 +18,13 @@
 # `CHECKS=input` runs only part 4, `CHECKS=cost` only part 5. `CHECKS=population` runs issue
 # 22's population bench alone instead (vit_c_w64_16px on digits-sized and dhvt_tiny_cifar_p4 on
 # CIFAR-sized input, K = 1, 4, 16, fused and manual attention).
+# `CHECKS=ratios` runs issue 66's figures alone (planned for about 7 minutes on an H100, each
+# step capped by `timeout` so that the last line always comes): bench/step_parts.py (each
+# configuration's input, harness, model-alone and trial images/s, step parts, syncs per step,
+# MFU; the 224-px ViT compiled), bench/population.py at K = 1, 4, 16 for the 16-px and CIFAR
+# models, and one quickstart trial (`optbench train`, 20 epochs) whose result.json gives its
+# wall time over its epochs and its step parts by CUDA events; then bench/gpu_ratios.py prints
+# the figures as one JSON line.
 #
 # On the lent H200 machine (device tool), python3 (3.12) has torch, timm, typer, rich, pyyaml,
 # pandas, scipy, matplotlib and scikit-learn, but not pydantic (every step), nor optuna,
@@ -71,6 +78,33 @@ if [ "$CHECKS" = population ]; then  # issue 22's check alone: population vs sol
             --threads "$threads" --steps "$steps" --model dhvt_tiny_cifar_p4 --img-size 32 \
             --chans 3 --classes 100 --batch 256 $attention
     done
+    exit $((failed > 0))
+fi
+
+if [ "$CHECKS" = ratios ]; then  # issue 66's figures alone, in one JSON line
+    run_dir=$(mktemp -d)
+    if [ "$DEVICE" = cuda ]; then
+        size=() pop=(--steps 30 --threads 16) pop_batch=(--batch 256) epochs=20 t=1
+    else  # the dry run: tiny sizes, and time caps for a loaded 2-core CPU
+        size=(--tiny --threads 1) pop=(--steps 2 --threads 1 --sizes 1,4 --batch 8) pop_batch=() epochs=3 t=8
+    fi
+    check step_parts timeout $((100 * t)) python3 bench/step_parts.py --device "$DEVICE" "${size[@]}" \
+        --configs quickstart,cifar
+    check step_parts_224 timeout $((180 * t)) python3 bench/step_parts.py --device "$DEVICE" "${size[@]}" \
+        --configs 224 --compile
+    check population_vit_c timeout $((90 * t)) python3 bench/population.py --device "$DEVICE" \
+        "${pop[@]}"
+    check population_dhvt timeout $((110 * t)) python3 bench/population.py --device "$DEVICE" \
+        "${pop[@]}" --model dhvt_tiny_cifar_p4 --img-size 32 --chans 3 --classes 100 \
+        "${pop_batch[@]}"
+    check train_steps timeout $((60 * t)) python3 -m optbench train vit_p_w64_16px --dataset digits \
+        --img-size 16 --optimizer adamw --lr 2e-3 --wd 0.05 --epochs "$epochs" --batch-size 128 \
+        --ref-batch 128 --set warmup_epochs=2 --set label_smoothing=0.1 --set hflip=false \
+        --set translate=2 --device "$DEVICE" --out "$run_dir/quickstart"
+    check train_steps_result finished "$run_dir/quickstart"
+    rm -rf "$run_dir"
+    python3 bench/gpu_ratios.py "$OUT" | tee "$OUT/ratios.json"
+    echo "== $failed check(s) failed"
     exit $((failed > 0))
 fi
 

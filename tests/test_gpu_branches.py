@@ -15,10 +15,10 @@ from optbench.spec.recipe import Recipe
 from optbench.train import parts
 from optbench.train.compute import Compute
 from optbench.train.distributed import DistContext
-from optbench.train.epoch import DeviceInputClock, InputClock, input_clock
+from optbench.train.epoch import DeviceStepClock, StepClock, step_clock
 
 
-def test_a_trial_on_cuda_asks_for_every_gpu_setting_and_on_the_cpu_for_none():
+def test_a_trial_on_cuda_asks_for_every_gpu_setting_and_on_the_cpu_for_none(monkeypatch):
     recipe = Recipe(amp=True, channels_last=True, compile=True)
     gpu = Compute.for_trial(recipe, "cuda", DistContext(), None)  # builds no CUDA tensor
     cpu = Compute.for_trial(recipe, "cpu", DistContext(), None)
@@ -26,14 +26,16 @@ def test_a_trial_on_cuda_asks_for_every_gpu_setting_and_on_the_cpu_for_none():
     assert [getattr(gpu, s) for s in settings] == [True] * 4
     assert [getattr(cpu, s) for s in settings] == [False] * 4
     assert not Compute.for_trial(Recipe(amp=False), "cuda", DistContext(), None).amp
-    assert isinstance(input_clock(gpu.device), DeviceInputClock)
-    assert type(input_clock(cpu.device)) is InputClock
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)  # the clock records its start
+    assert isinstance(step_clock(gpu.device), DeviceStepClock)
+    assert type(step_clock(cpu.device)) is StepClock
 
 
 class FakeEvent:
-    """A CUDA timing event on a made-up stream clock (milliseconds)."""
+    """A CUDA timing event on a made-up stream clock (milliseconds); counts the host's waits."""
 
     now = 0.0
+    waits = 0
 
     def __init__(self, enable_timing: bool):
         assert enable_timing
@@ -44,22 +46,33 @@ class FakeEvent:
 
     def synchronize(self) -> None:
         assert self.at is not None
+        FakeEvent.waits += 1
 
     def elapsed_time(self, end: FakeEvent) -> float:
         return end.at - self.at
 
 
-def test_the_device_clock_counts_the_time_between_steps_as_input_wait():
-    clock = DeviceInputClock(FakeEvent)
+def test_the_device_clock_charges_each_interval_to_the_part_it_ends_and_waits_once_per_read():
+    FakeEvent.now, FakeEvent.waits = 0.0, 0
+    clock = DeviceStepClock(FakeEvent)
     assert clock.waited_s() == 0.0  # no step yet
-    for start, end in [(0.0, 10.0), (15.0, 25.0), (25.0, 31.0), (40.0, 50.0)]:
-        FakeEvent.now = start
-        clock.step_started()
-        FakeEvent.now = end
+    step = [("input_wait", 5), ("to_device", 1), ("augment", 2), ("forward_backward", 10),
+            ("optimizer", 3), ("ema", 1), ("host_reads", 0.5)]  # fmt: skip
+    for _ in range(3):
+        for part, ms in step:
+            FakeEvent.now += ms
+            clock.mark(part)
         clock.step_ended()
-    # span 50 ms, steps 10 + 10 + 6 + 10 = 36 ms: 14 ms waiting (5 and 9 between steps)
-    assert clock.waited_s() == pytest.approx(0.014)
-    assert clock.host_wait == 0.0  # on the device the host's own waiting is not what counts
+    assert FakeEvent.waits == 0  # nothing read while the steps run
+    parts = clock.read()
+    assert FakeEvent.waits == 1
+    for part, ms in step:
+        assert parts[part] == pytest.approx(3 * ms / 1000)
+    assert parts["first_step"] == pytest.approx(22.5 / 1000)  # the clock's start to step 1's end
+    assert clock.waited_s() == pytest.approx(3 * 6 / 1000)  # getting and copying the input
+    FakeEvent.now += 7
+    clock.mark("input_wait")  # read again: only what came after the last read is added
+    assert clock.read()["input_wait"] == pytest.approx((15 + 7) / 1000)
 
 
 def test_under_ddp_on_cuda_batchnorm_becomes_syncbatchnorm(monkeypatch):

@@ -314,7 +314,7 @@ def test_loader_workers_come_from_the_trials_share_of_the_cores(tmp_path):
 
 
 def test_input_wait_is_the_host_time_spent_getting_batches():
-    clock = epoch_mod.input_clock(CPU)
+    clock = epoch_mod.step_clock(CPU)
 
     def slow():
         for i in range(3):

@@ -145,6 +145,23 @@ def test_status_says_per_cell_the_share_outside_the_epochs_and_its_largest_parts
     assert spent_notes(spec, _Store([None, None])) == []  # results from before issue 55
 
 
+def test_status_says_per_cell_where_its_trials_steps_went(tiny_dict):
+    tiny_dict["models"] = ["vit_p_w64_16px"]
+    tiny_dict["search"]["n_samples"] = 3
+    spec = parse_spec(tiny_dict)
+    steps = {"input_wait": 1.0, "to_device": 0.5, "augment": 1.5, "forward_backward": 5.0,
+             "optimizer": 1.5, "ema": 0.5, "host_reads": 0.0, "count": 100}  # fmt: skip
+    first = {"epochs": 12.0, "steps": steps}
+    second = {"epochs": 12.0, "steps": {**steps, "input_wait": 3.0, "count": 100}}
+    old = {"epochs": 12.0}  # from before the steps were timed: in the cost line only
+    [cost, line] = spent_notes(spec, _Store([first, second, old]))
+    assert cost.startswith("cost vit_p_w64_16px/adamw/e1 (3 trial(s),")
+    # 22 s over 200 steps: input wait 4 s = 18.2%, forward and backward 10 s = 45.5%
+    assert line.startswith("steps vit_p_w64_16px/adamw/e1 (200 step(s), 110.0 ms each, host):")
+    assert "input_wait 18.2%" in line and "forward_backward 45.5%" in line
+    assert "to_device 4.5%" in line and "host_reads 0.0%" in line
+
+
 @pytest.mark.parametrize("name", CRAFTED_TIMINGS)
 def test_status_reads_a_timing_edited_in_the_store_as_absent_and_says_so(tiny_dict, name):
     crafted, why = CRAFTED_TIMINGS[name]

@@ -73,7 +73,8 @@ def epoch_order(n: int, seed: int, epoch: int, repeated_aug: int) -> torch.Tenso
 
 
 class TrainBatches(Protocol):
-    """What the loop needs from a dataset: uint8 batches on the device, in a fixed order."""
+    """What the loop needs from a dataset: uint8 batches in a fixed order; `train`'s on the
+    device or pinned on the host (the step copies them, train/epoch.py), `val`'s on the device."""
 
     data: DeviceData | FolderData  # what they are read from
     num_classes: int
@@ -230,8 +231,7 @@ class PreparedBatches(DeviceBatches):
         lo = [b * self.batch_size + self.shard.rank * self.local_batch for b in range(len(self))]
         batches = [tuple(order[i : i + self.local_batch].tolist()) for i in lo]
         self._keys.keys = [(epoch, b, stream, batches[b]) for b in range(start, len(self))]
-        for x, y in self._loader:  # pinned on CUDA: the copies do not wait for the GPU
-            yield x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+        yield from self._loader  # pinned on CUDA: the step's copies do not wait for the GPU
 
 
 class _Keys:
@@ -392,10 +392,17 @@ class FolderBatches:
             persistent_workers=self.workers > 0,  # started once per trial, not per epoch
         )
 
-    def _to_device(self, batches) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def _to_device(self, batches, copy: bool) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """The batches, copied to the device if `copy` (else pinned on the host, the step
+        copies them); a worker's unreadable image as one line naming the file."""
         try:
             for x, y in batches:
-                yield x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+                if copy:
+                    x, y = (
+                        x.to(self.device, non_blocking=True),
+                        y.to(self.device, non_blocking=True),
+                    )
+                yield x, y
         except UnreadableImage as err:  # a worker's: one line naming the file
             raise UnreadableImage.from_worker(err) from None
 
@@ -406,18 +413,18 @@ class FolderBatches:
         as seeded by (seed, stream, epoch, index)."""
         order = epoch_order(len(self.train_set), self.seed, epoch, self.repeated_aug)
         keys = _epoch_keys(order, epoch, self.batch_size, start, self.shard, stream)
-        return self._pass(self._train_loader, self._train_keys, keys)
+        return self._pass(self._train_loader, self._train_keys, keys, copy=False)
 
     def val(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         n = len(self.val_set)
         mine = torch.arange(self.shard.rank, n, self.shard.world).tolist()
         chunk = max(1, self.batch_size // self.shard.world)
         keys = [[(0, i, "image") for i in mine[j : j + chunk]] for j in range(0, len(mine), chunk)]
-        return self._pass(self._val_loader, self._val_keys, keys)
+        return self._pass(self._val_loader, self._val_keys, keys, copy=True)
 
-    def _pass(self, loader: DataLoader, sampler: _Keys, keys: list) -> Iterator:
+    def _pass(self, loader: DataLoader, sampler: _Keys, keys: list, copy: bool) -> Iterator:
         def batches():
             sampler.keys = keys  # set when the pass starts: one pass of a loader at a time
             yield from loader
 
-        return self._to_device(batches())
+        return self._to_device(batches(), copy)

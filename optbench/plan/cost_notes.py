@@ -26,7 +26,7 @@ from optbench.plan.costs import (
 from optbench.plan.trials import plan
 from optbench.spec.schema import StudySpec
 from optbench.trial.results import stored_timing
-from optbench.trial.timing import PARTS, TrialTiming
+from optbench.trial.timing import PARTS, STEP_PARTS, TrialTiming
 
 
 def plan_notes(
@@ -246,6 +246,7 @@ def spent_notes(spec: StudySpec, store) -> list[str]:
             + ", ".join(f"{name} {share:.1%}" for name, share in largest)
             + ")"
         )
+        lines += _step_line(cell, [t.steps for t in timings if t.steps is not None])
     for cell, whys in malformed.items():
         lines.append(
             f"timing {_label(cell)}: {len(whys)} result(s) hold a timing that is not one, read "
@@ -259,6 +260,22 @@ def _sanitized(text: str) -> str:
     most 200, so that nothing it holds reaches the terminal as an escape sequence."""
     text = "".join(c if c.isprintable() else "?" for c in text)
     return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _step_line(cell, steps: list) -> list[str]:
+    """Where `cell`'s trials' steps went (timing.steps, trial/timing.py), a share per part of
+    their summed time; [] where none recorded it (results from before issue 66)."""
+    total = sum(s.total() for s in steps)
+    if total <= 0:
+        return []
+    count = sum(s.count for s in steps)
+    clocks = "/".join(sorted({s.clock for s in steps}))
+    shares = ", ".join(
+        f"{name} {sum(getattr(s, name) for s in steps) / total:.1%}" for name in STEP_PARTS
+    )
+    return [
+        f"steps {_label(cell)} ({count} step(s), {total / count * 1e3:.1f} ms each, {clocks}): {shares}"
+    ]
 
 
 def job_notes(spec: StudySpec, store, job_times) -> list[str]:

@@ -8,20 +8,23 @@ batch is drawn and augmented once for all members. The losses are summed on the 
 once at the epoch's end (summed over the ranks under DDP), so divergence costs no host sync per
 step.
 
-Input wait (`input_clock`): the part of an epoch's training time the steps wait for their
-input. On the CPU (`InputClock`), the wall time spent getting the next batch. On CUDA
-(`DeviceInputClock`), what the GPU does not spend inside steps: CUDA events mark each step's
-start (once its batch is in hand) and end on the stream, and at the epoch's end (already a sync)
-the time between the first start and the last end less the steps' own time is the wait
-(decoding on the GPU, in the tensor pipeline, counts as input). No host sync per step either
-way.
+Where a step's time goes (`step_clock`; trial/timing.py's STEP_PARTS): the clock is marked
+after each part of a step (its batch fetched, copied to the device, augmented, forward and
+backward, the optimizer's update, the EMA's, the host's bookkeeping) and each interval is charged
+to the part it ends, so every second of the steps counts once. On the CPU (`StepClock`) the
+marks read the wall clock. On CUDA (`DeviceStepClock`) each mark records a timing event on the
+stream and the intervals are read at the epoch's end, after its loss read (already a sync): no
+host sync per step. Input wait (`waited_s`, metrics.jsonl's `input_wait`) is getting and copying
+the batch: on CUDA what the device spends outside the steps' other parts (decoding on the GPU,
+in the tensor pipeline, counts as input).
 """
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -31,6 +34,7 @@ from optbench.train.compute import Compute
 from optbench.train.signals import StopAgreement, StopRequest
 from optbench.train.state import TrialState
 from optbench.train.stepper import Stepper
+from optbench.trial.timing import STEP_PARTS
 
 
 @dataclass(frozen=True)
@@ -43,70 +47,97 @@ class EpochRun:
     train_losses: list[float] | None = None
     lrs: list[float] | None = None  # per member, the lr of the epoch's last step (complete only)
     seconds: float = 0.0  # the epoch's training time, resumed parts included (complete only)
-    wait_s: float = 0.0  # of which waiting for input (InputClock; complete only)
+    wait_s: float = 0.0  # of which getting and copying input (StepClock; complete only)
+    # seconds per step part (trial/timing.py's STEP_PARTS, and `first_step` where one ended),
+    # of the steps this call ran, by the clock of that kind
+    parts: dict[str, float] = field(default_factory=dict)
+    steps_run: int = 0
+    clock: str = "host"
 
 
-class InputClock:
-    """The seconds an epoch's steps waited for input, on the CPU: the wall time spent getting
-    the next batch. `batches` wraps the batch iterator, `step_started` / `step_ended` bracket
-    each step's own work."""
+class StepClock:
+    """The seconds of an epoch's steps per part (STEP_PARTS), on the host's clock: `batches`
+    wraps the batch iterator (charging `input_wait`), `mark(part)` charges the time since the
+    last mark to `part`, `step_ended()` counts a step; `read()` gives the parts so far."""
+
+    kind = "host"
 
     def __init__(self):
-        self.host_wait = 0.0
+        self.seconds = dict.fromkeys(STEP_PARTS, 0.0)
+        self.steps = 0
+        self.first_step_s: float | None = None  # the clock's start to its first step's end
+        self._start = self._last = time.perf_counter()
 
     def batches(self, it) -> Iterator:
-        it = iter(it)
-        while True:
-            t = time.perf_counter()
-            try:
-                item = next(it)
-            except StopIteration:
-                return
-            self.host_wait += time.perf_counter() - t
+        for item in it:
+            self.mark("input_wait")
             yield item
 
-    def step_started(self) -> None:
-        pass
+    def mark(self, part: str) -> None:
+        now = time.perf_counter()
+        self.seconds[part] += now - self._last
+        self._last = now
 
     def step_ended(self) -> None:
-        pass
+        self.steps += 1
+        if self.steps == 1:
+            self.first_step_s = self._last - self._start
+
+    def read(self) -> dict[str, float]:
+        """Seconds per part so far, with `first_step` where a step ended."""
+        first = {} if self.first_step_s is None else {"first_step": self.first_step_s}
+        return {**self.seconds, **first}
 
     def waited_s(self) -> float:
-        """Seconds waited so far."""
-        return self.host_wait
+        """Seconds spent getting and copying the batches so far (read())."""
+        parts = self.read()
+        return parts["input_wait"] + parts["to_device"]
 
 
-class DeviceInputClock(InputClock):
-    """On CUDA: the time the device spends outside the steps, between the first step's start
-    and the last one's end (module docstring). `event` is the timing event class of the
-    device's stream (torch.cuda.Event; a test's fake on the CPU)."""
+class DeviceStepClock(StepClock):
+    """On CUDA: each mark records a timing event on the stream; `read()` waits for the last
+    one and charges each interval between two marks, on the device's timeline, to the part
+    the later one ends (module docstring). `event` is the device's timing event class
+    (torch.cuda.Event; a test's fake on the CPU)."""
+
+    kind = "cuda events"
 
     def __init__(self, event: Callable[..., Any]):
         super().__init__()
         self.event = event
-        self.events: list[tuple[Any, Any]] = []
+        self.marks: list[tuple[str, Any]] = [("", self._record())]  # the clock's start
+        self._first_mark: int | None = None  # the first step's last mark
 
-    def step_started(self) -> None:
-        start = self.event(enable_timing=True)
-        start.record()
-        self.events.append((start, self.event(enable_timing=True)))
+    def _record(self) -> Any:
+        done = self.event(enable_timing=True)
+        done.record()
+        return done
+
+    def mark(self, part: str) -> None:
+        self.marks.append((part, self._record()))
 
     def step_ended(self) -> None:
-        self.events[-1][1].record()
+        self.steps += 1
+        if self.steps == 1:
+            self._first_mark = len(self.marks) - 1
 
-    def waited_s(self) -> float:
-        """Seconds waited so far (this waits for the steps' events)."""
-        if not self.events:
-            return 0.0
-        self.events[-1][1].synchronize()
-        span = self.events[0][0].elapsed_time(self.events[-1][1])
-        busy = sum(a.elapsed_time(b) for a, b in self.events)
-        return max(0.0, span - busy) / 1000.0
+    def read(self) -> dict[str, float]:
+        if len(self.marks) > 1:
+            self.marks[-1][1].synchronize()
+            start = self.marks[0][1]
+            for (_, a), (part, b) in itertools.pairwise(self.marks):
+                self.seconds[part] += a.elapsed_time(b) / 1000.0
+            if self._first_mark is not None:
+                end = self.marks[self._first_mark][1]
+                self.first_step_s = start.elapsed_time(end) / 1000.0
+                self._first_mark = None
+            self.marks = self.marks[-1:]  # read once: the last mark starts what follows
+        return super().read()
 
 
-def input_clock(device: torch.device) -> InputClock:
-    """The input-wait clock of an epoch on `device`."""
-    return DeviceInputClock(torch.cuda.Event) if device.type == "cuda" else InputClock()
+def step_clock(device: torch.device) -> StepClock:
+    """The step clock of an epoch on `device`."""
+    return DeviceStepClock(torch.cuda.Event) if device.type == "cuda" else StepClock()
 
 
 def run_epoch(
@@ -130,39 +161,53 @@ def run_epoch(
     agreement = StopAgreement(stop, compute.dist, compute.device)
     signum = 0
     t0 = time.perf_counter() - lead.epoch_s
-    clock = input_clock(compute.device)
+    clock = step_clock(compute.device)
     batches = clock.batches(parts.batches.train(epoch, lead.batch))
     lrs: list[float] = []
     for b, (x, y) in enumerate(batches, start=lead.batch):
-        clock.step_started()
+        # the pipelines that hold batches on the host hand them over pinned (data/batches.py)
+        x, y = x.to(compute.device, non_blocking=True), y.to(compute.device, non_blocking=True)
+        clock.mark("to_device")
         step = epoch * steps_per_epoch + b
         seed_step(derive_seed(cfg.seed, "step", step, compute.dist.rank), compute.device)
         x, y = parts.augment(x, y)
+        clock.mark("augment")
         lrs = [schedule.lr(step) for schedule in stepper.schedules]
         with compute.autocast():
             losses = stepper.losses(compute.layout(x), y)
         stepper.optimizer.zero_grad(set_to_none=True)
         losses.sum().backward()  # member k's gradient is d loss_k: the members do not mix
+        clock.mark("forward_backward")
         stepper.update(lrs)
+        clock.mark("optimizer")
         if stepper.ema is not None:
             stepper.ema.after_step(stepper.weights, epoch, b, step)
+        clock.mark("ema")
         loss_sum += losses.detach()
-        clock.step_ended()
         epoch_end = b + 1 == steps_per_epoch
         signum = agreement.after_step(step, epoch_end)  # every rank stops at the same step
+        clock.mark("host_reads")
+        clock.step_ended()
         ran_out = steps is not None and b + 1 - lead.batch >= steps
         if (signum or ran_out) and not epoch_end:
             means = _over_ranks(loss_sum, compute)
+            clock.mark("host_reads")
             seconds, waited = time.perf_counter() - t0, clock.waited_s()
             for k, s in enumerate(states):
                 if stepper.active[k]:
                     s.batch, s.loss_sum, s.epoch_s = b + 1, means[k], seconds
                     s.epoch_wait_s += waited
-            return EpochRun(complete=False, stop=signum)
+            return EpochRun(False, signum, **_timed(clock))
     train_losses = [v / steps_per_epoch for v in _over_ranks(loss_sum, compute)]
-    seconds = time.perf_counter() - t0
+    clock.mark("host_reads")
     waited = lead.epoch_wait_s + clock.waited_s()
-    return EpochRun(True, signum, train_losses, lrs, seconds, waited)
+    seconds = time.perf_counter() - t0
+    return EpochRun(True, signum, train_losses, lrs, seconds, waited, **_timed(clock))
+
+
+def _timed(clock: StepClock) -> dict:
+    """EpochRun's timing fields from the epoch's step clock."""
+    return {"parts": clock.read(), "steps_run": clock.steps, "clock": clock.kind}
 
 
 def _over_ranks(loss_sum: torch.Tensor, compute: Compute) -> list[float]:

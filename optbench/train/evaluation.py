@@ -59,6 +59,7 @@ def precise_bn_inputs(
     n = precise_bn_batches(cfg.recipe.precise_bn_images, cfg.batch_size, len(batches))
     stream = batches.train(epoch, 0, stream="precise-bn")
     for b, (x, _) in enumerate(itertools.islice(stream, n)):
+        x = x.to(compute.device, non_blocking=True)  # a loader's batches come on the host
         seed_step(derive_seed(cfg.seed, "precise-bn", epoch, b, compute.dist.rank), compute.device)
         yield compute.layout(augment.inputs(x))
 

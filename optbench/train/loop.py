@@ -280,6 +280,7 @@ def train_members(
         epoch = states[stepper.active.index(True)].epoch
         with clock.part("epochs"):
             ran = run_epoch(stepper, states, compute, stop)
+        clock.add_steps(ran.parts, ran.steps_run, ran.clock)
         if not ran.complete:
             with clock.part("checkpoints"):
                 stepper.save(states)

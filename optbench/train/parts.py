@@ -57,7 +57,8 @@ class TrialParts:
 # process's last trial: a warm worker (executors/local.py, a SLURM job of several trials) reads
 # it once for the trials of a cell.
 # Read only: the batches index it, nothing writes into it.
-_warm: dict = {"key": None, "data": None, "device": None, "on_device": None}
+# `warm`: whether the last call found the dataset already read (the trial's timing records it).
+_warm: dict = {"key": None, "data": None, "device": None, "on_device": None, "warm": False}
 
 
 def warm_dataset(cfg: TrainConfig, compute: Compute) -> DeviceData | FolderData:
@@ -71,7 +72,8 @@ def warm_dataset(cfg: TrainConfig, compute: Compute) -> DeviceData | FolderData:
     sized = model_input(cfg.model) if images and cfg.dataset.img_size is None else None
     state = _folders_state(cfg.dataset.root) if images else ()
     key = (cfg.dataset.model_dump_json(), sized, state)
-    if _warm["key"] != key or state is None:
+    _warm["warm"] = _warm["key"] == key and state is not None
+    if not _warm["warm"]:
         data = load_dataset(cfg.dataset, cfg.model, compute.data_cache)
         if images:
             data = replace(data, listed={s: split_samples(data, s) for s in ("train", "val")})
@@ -201,6 +203,8 @@ def build_parts(
     recipe = cfg.recipe
     with clock.part("data") if clock is not None else nullcontext():
         batches, plan = build_batches(cfg, compute, pipeline)
+    if clock is not None:
+        clock.warm_data = _warm["warm"]
     model = build_model(cfg, batches, compute)
     augment = BatchAugment(
         recipe,

@@ -32,7 +32,7 @@ class TrialState:
     batch: int = 0  # completed batches of the running epoch (non-zero only mid-epoch)
     loss_sum: float = 0.0  # of the running epoch's completed batches
     epoch_s: float = 0.0  # of the running epoch so far
-    epoch_wait_s: float = 0.0  # of which waiting for input (epoch.py: input_clock)
+    epoch_wait_s: float = 0.0  # of which getting input (epoch.py: StepClock.waited_s)
     train_s: float = 0.0  # of all completed epochs
     wait_s: float = 0.0  # of which waiting for input
     images: int = 0  # images stepped through in completed epochs (global)

@@ -254,7 +254,7 @@ class TrialResult(BaseModel):
     diverged_epoch: StrictInt | None = Field(default=None, ge=1)
     wall_s: StrictFloat = Field(default=0.0, ge=0)
     images_per_s: StrictFloat | None = Field(default=None, ge=0)
-    # fraction of the training time spent waiting for input (epoch.py: input_clock), over the run
+    # fraction of the training time spent waiting for input (epoch.py: StepClock.waited_s), over the run
     input_wait: StrictFloat | None = Field(default=None, ge=0, le=1)
     digest: Digest | None = None
     message: str | None = None

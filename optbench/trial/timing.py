@@ -11,6 +11,15 @@ training steps), `evaluation` (precise BN and the validation passes), `checkpoin
 they sum to wall_s up to the few statements between them. result.json's own write comes after
 wall_s is taken, so it is in neither.
 
+The `epochs` part is split further (`steps`, a `StepTiming`: STEP_PARTS over the program's
+epochs, train/epoch.py's step clock): `input_wait` (getting the next batch), `to_device`
+(its host-to-device copy), `augment`, `forward_backward` (the loss and its gradients), `optimizer`,
+`ema`, and `host_reads` (the host reading device values: the loss sums at the epoch's end, the
+stop agreement under DDP, and the step's bookkeeping). On a CPU each is the clock's time; on
+CUDA the device's (timing events recorded between the parts, read once per epoch at its end):
+a part the host launches slower than the device runs it counts the device's idle time too.
+Their sum is the steps' time, at most the `epochs` part (which also holds each epoch's setup).
+
 A worker process (a local pool worker, a SLURM job's step) pays its start once: from the
 process's birth to the trial code (`process_start_s`: interpreter, unpickling the job) and the
 trainer's imports (`imports_s`), both recorded on the first trial (or population) it runs
@@ -26,9 +35,9 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
 
 # What a SLURM job's process imports before its first trial, named once: submitit unpickles the
 # job (TrialBatch's module), whose call imports the trainer (executors/slurm/job.py), and
@@ -47,8 +56,40 @@ CHECKPOINT_SHARE = 0.02
 
 PARTS = ("setup", "data", "model", "epochs", "evaluation", "checkpoints", "writes", "end")
 
+# Where the `epochs` part's steps go, in the order a step runs them (module docstring).
+STEP_PARTS = (
+    "input_wait",
+    "to_device",
+    "augment",
+    "forward_backward",
+    "optimizer",
+    "ema",
+    "host_reads",
+)
+
 # A part of a trial never takes more than a year: more is a crafted file, not a measurement.
 Seconds = Annotated[StrictFloat, Field(ge=0, le=3.2e7)]
+
+
+class StepTiming(BaseModel):
+    """`timing.steps`: seconds per part of the training steps (STEP_PARTS) over a program's
+    epochs, the steps counted, and the clock that took them ("cuda events" or "host")."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    input_wait: Seconds = 0.0
+    to_device: Seconds = 0.0
+    augment: Seconds = 0.0
+    forward_backward: Seconds = 0.0
+    optimizer: Seconds = 0.0
+    ema: Seconds = 0.0
+    host_reads: Seconds = 0.0
+    count: StrictInt = Field(default=0, ge=0, le=10**12)  # optimizer steps timed
+    clock: Literal["host", "cuda events"] = "host"
+
+    def total(self) -> float:
+        """The steps' time: every part's sum."""
+        return sum(getattr(self, part) for part in STEP_PARTS)
 
 
 class TrialTiming(BaseModel):
@@ -68,6 +109,12 @@ class TrialTiming(BaseModel):
     process_start_s: Seconds | None = None  # the process's birth to the trial code
     imports_s: Seconds | None = None  # the trainer's imports in that process
     process_trial: StrictInt | None = Field(default=None, ge=1, le=10**9)  # n-th of its process
+    steps: StepTiming | None = None  # the epochs' steps, part by part (None: before issue 66)
+    # the trial's dataset was its warm process's earlier read (train/parts.py: warm_dataset)
+    warm_data: StrictBool | None = None
+    # its first optimizer step, in the `epochs` part: what a step pays once per model in its
+    # process (torch.compile's compilation, cuDNN's autotuning, the allocator's first blocks)
+    first_step_s: Seconds | None = None
 
     def within_wall(self) -> float:
         """The parts' sum: the trial's wall_s, but for the statements between the parts."""
@@ -86,6 +133,10 @@ class PartClock:
 
     def __init__(self) -> None:
         self.seconds = dict.fromkeys(PARTS, 0.0)
+        self.steps = dict.fromkeys(STEP_PARTS, 0.0)
+        self.step_count, self.step_clock = 0, "host"
+        self.first_step_s: float | None = None
+        self.warm_data: bool | None = None
         self.process = process_costs()
         self._open: list[str] = []  # the parts open, innermost last
         self._since = 0.0  # when the innermost part last resumed
@@ -108,11 +159,32 @@ class PartClock:
             self._charge()
             self._open.pop()
 
+    def add_steps(self, seconds: dict[str, float], count: int, clock: str) -> None:
+        """An epoch's `count` steps took `seconds` per step part (STEP_PARTS), by `clock`; the
+        first such call's first step is the program's first."""
+        for name, s in seconds.items():
+            if name == "first_step":
+                if self.first_step_s is None:
+                    self.first_step_s = s
+            elif name in self.steps:
+                self.steps[name] += s
+            else:
+                raise ValueError(f"not a part of a step's timing: {name}")
+        self.step_count += count
+        self.step_clock = clock
+
     def timing(self) -> TrialTiming:
         """The parts so far, with the process's start if this is its first program."""
         self._charge()
         parts = {name: round(s, 4) for name, s in self.seconds.items()}
-        return TrialTiming(**parts, **self.process)
+        steps = None
+        if self.step_count:
+            split = {name: round(s, 4) for name, s in self.steps.items()}
+            steps = StepTiming(**split, count=self.step_count, clock=self.step_clock)
+        first = None if self.first_step_s is None else round(self.first_step_s, 4)
+        return TrialTiming(
+            **parts, **self.process, steps=steps, warm_data=self.warm_data, first_step_s=first
+        )
 
 
 # --- what the process paid before its first trial ------------------------------------------------

@@ -1,0 +1,91 @@
+"""Issue 66's figures in one JSON line, from the logs `CHECKS=ratios bash bench/gpu_checks.sh`
+leaves in its output folder: per training configuration of bench/step_parts.py, the MFU of the
+model alone and of the trial, input / model alone, trial / model alone, the share of the steps
+waiting for input and the host syncs per step; population K / solo per model
+(bench/population.py, K = 4 and 16); and a short trial's wall time over its epochs with the
+clock its step parts came from (`optbench train`'s result.json). A figure whose log is missing
+or failed is null, so the line is always printed.
+
+    python3 bench/gpu_ratios.py OUT_DIR
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def json_lines(path: Path) -> list[dict]:
+    """The JSON objects among `path`'s lines ([] where it is missing)."""
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text(errors="replace").splitlines():
+        if line.startswith("{"):
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return out
+
+
+def step_figures(lines: list[dict]) -> dict:
+    figures = {}
+    for line in lines:
+        if line.get("bench") != "step_parts" or "config" not in line:
+            continue
+        figures[line["config"]] = {
+            "mfu_model": line["mfu_model"],
+            "mfu_trial": line["mfu_trial"],
+            "input_over_model": line["input_over_model"],
+            "harness_over_model": line["harness_over_model"],
+            "trial_over_model": line["trial_over_model"],
+            "trial_img_s": line["trial_img_s"],
+            "input_wait_share": line["step_shares"]["input_wait"],
+            "syncs_per_step": line["syncs_per_step"],
+        }
+    return figures
+
+
+def population_figures(lines: list[dict]) -> dict:
+    figures = {}
+    for line in lines:
+        if line.get("bench") == "population":
+            figures[line["model"]] = {str(r["k"]): r["speedup"] for r in line["results"]}
+    return figures
+
+
+def trial_figures(lines: list[dict]) -> dict | None:
+    for r in lines:
+        timing = r.get("timing") or {}
+        if r.get("status") == "finished" and timing.get("epochs"):
+            steps = timing.get("steps") or {}
+            return {
+                "wall_over_epochs": round(r["wall_s"] / timing["epochs"], 3),
+                "step_clock": steps.get("clock"),
+                "first_step_s": timing.get("first_step_s"),
+            }
+    return None
+
+
+def main() -> None:
+    out = Path(sys.argv[1] if len(sys.argv) > 1 else "bench/out")
+    env = (out / "env.txt").read_text().strip() if (out / "env.txt").is_file() else None
+    steps = [line for log in sorted(out.glob("step_parts*.log")) for line in json_lines(log)]
+    summary = next((s for s in steps if s.get("summary")), {})  # the device's, either run
+    population = json_lines(out / "population_vit_c.log") + json_lines(out / "population_dhvt.log")
+    line = {
+        "bench": "gpu_ratios",
+        "env": env,
+        "device": summary.get("device"),
+        "matmul_tflops": summary.get("matmul_tflops"),
+        "configs": step_figures(steps) or None,
+        "population_over_solo": population_figures(population) or None,
+        "quickstart_trial": trial_figures(json_lines(out / "train_steps_result.log")),
+    }
+    print(json.dumps(line))
+
+
+if __name__ == "__main__":
+    main()
