@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -185,41 +186,58 @@ def test_the_model_runs_once_per_step_for_the_whole_population(tmp_path, monkeyp
 # --- equivalence with solo trials ------------------------------------------------------------------
 
 CASES = {
-    # case: (model, optimizer, recipe, (lr, wd) pairs, steps compared); the paper preset covers
-    # precise BN, pycls EMA, AutoAugment, mixup/CutMix and Nesterov SGD; deit drop path,
-    # RandAugment, repeated augmentation, random erasing and DeiT's EMA; basic the per-iteration
-    # cosine; lion timm's Lion with the study's betas (recipe.optimizer_args), over one epoch:
-    # Lion's sign update turns a last-bit difference of the batched gradient into a step of
-    # 2 lr in that weight, so member and solo trial drift apart within 50 steps (docs/population.md).
+    # case: (model, optimizer, recipe, (lr, wd) pairs); the paper preset covers precise BN, pycls
+    # EMA, AutoAugment, mixup/CutMix and Nesterov SGD; deit drop path, RandAugment, repeated
+    # augmentation, random erasing and DeiT's EMA; basic the per-iteration cosine; lion timm's
+    # Lion with the study's betas (recipe.optimizer_args).
     "vit_c_w64_16px": (
         "vit_c_w64_16px",
         "sgd",
         {"preset": "paper", "warmup_epochs": 1},
         [(0.05, 1e-4), (0.1, 5e-5), (0.02, 0.0), (0.2, 1e-3)],
-        50,
     ),
     "vit_p_w64_16px": (
         "vit_p_w64_16px",
         "sgd",
         {"nesterov": False, "warmup_epochs": 1},
         [(0.05, 1e-4), (0.1, 5e-5), (0.02, 0.0), (0.2, 1e-3)],
-        50,
     ),
     "dhvt_w64_16px": (
         "dhvt_w64_16px",
         "adamw",
         {"preset": "deit", "warmup_epochs": 1},
         [(1e-3, 0.05), (3e-3, 0.1), (5e-4, 0.0), (2e-3, 0.3)],
-        50,
     ),
     "vit_p_w64_16px-lion": (
         "vit_p_w64_16px",
         "lion",
         {"warmup_epochs": 0.5, "optimizer_args": {"lion": {"betas": [0.95, 0.98]}}},
         [(3e-3, 0.1), (1e-2, 1.0), (5e-3, 0.0), (2e-2, 0.3)],
-        20,
     ),
 }
+EQUAL_STEPS = 50
+# A member's per-step loss against its solo trial's, both computed in float64 (unit roundoff
+# u = 1.1e-16): the batched kernels sum in another order, so they differ by rounding, and
+# training amplifies a difference. In float32 (u = 6e-8) that growth reached 1.6e-5 = 270 u in 22
+# steps of Lion on an AVX2 CPU and 6.5e-3 = 1e5 u in 50 on AVX-512 (Lion's sign update turns a
+# last-bit difference near zero into a step of 2 lr; SGD and AdamW stayed within 1e-5 = 170 u in
+# 50). 1e-9 is 1e7 u in float64, far above any of these, and far below what a wrong update makes
+# (docs/population.md: an lr swapped between members, weight decay applied twice).
+EQUAL_IN_FLOAT64 = 1e-9
+
+
+def computing_in_float64(build_parts):
+    """`build_parts` whose model computes in float64: its weights and buffers cast, its input
+    cast as it enters it (batches and augmentation stay float32: the same for member and solo
+    trial)."""
+
+    def built(cfg, compute, pipeline, clock=None):
+        parts = build_parts(cfg, compute, pipeline, clock)
+        parts.model.double()
+        parts.model.register_forward_pre_hook(lambda _, args: tuple(a.double() for a in args))
+        return parts
+
+    return built
 
 
 class StepLosses(torch.nn.Module):
@@ -238,8 +256,14 @@ class StepLosses(torch.nn.Module):
 @pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
 def test_each_member_trains_as_its_solo_trial(tmp_path, monkeypatch, case):
-    model, optimizer, recipe, pairs, steps = CASES[case]
-    epochs = math.ceil(steps / steps_per_epoch())
+    """The population computes each member's training as its solo trial computes it: in
+    float64, where the batched kernels' other order of summation stays at rounding level, every
+    member's loss at each of the first 50 steps equals its solo trial's within EQUAL_IN_FLOAT64
+    and its final error is the solo trial's. (In float32, a CPU's production precision, they
+    drift apart past rounding, the more where the CPU's kernels differ, AVX2 or AVX-512;
+    test_members_end_where_their_solo_trials_end_within_seed_noise states what holds there.)"""
+    model, optimizer, recipe, pairs = CASES[case]
+    epochs = math.ceil(EQUAL_STEPS / steps_per_epoch())
     cfgs = members(model, optimizer, pairs, epochs, **recipe)
     pop_losses: list[list[float]] = []
     member_losses = population.member_losses
@@ -250,29 +274,63 @@ def test_each_member_trains_as_its_solo_trial(tmp_path, monkeypatch, case):
         return losses
 
     monkeypatch.setattr(population, "member_losses", recorded)
+    monkeypatch.setattr(population, "build_parts", computing_in_float64(population.build_parts))
     results = run_population(cfgs, [tmp_path / f"m{k}" for k in range(len(cfgs))])
-    build_parts = stepper.build_parts
+    solo_parts = computing_in_float64(stepper.build_parts)
     for k, cfg in enumerate(cfgs):
         seen: list[float] = []
 
         def with_recorded_loss(cfg, compute, pipeline, clock=None, seen=seen):
-            parts = build_parts(cfg, compute, pipeline, clock)
+            parts = solo_parts(cfg, compute, pipeline, clock)
             parts.criterion = StepLosses(parts.criterion, seen)
             return parts
 
         monkeypatch.setattr(stepper, "build_parts", with_recorded_loss)
         solo = run_trial(cfg, tmp_path / f"s{k}")
         member = [step[k] for step in pop_losses]
-        assert len(seen) == len(member) >= steps
-        compared = zip(member[:steps], seen[:steps], strict=True)
+        assert len(seen) == len(member) >= EQUAL_STEPS
+        compared = zip(member[:EQUAL_STEPS], seen[:EQUAL_STEPS], strict=True)
         worst = max(abs(a - b) / abs(b) for a, b in compared)
-        assert worst <= 1e-5, f"member {k}: step losses differ by {worst:.2g} relative"
+        assert worst <= EQUAL_IN_FLOAT64, f"member {k}: step losses differ by {worst:.2g} relative"
         assert results[k].status == solo.status == "finished"
-        assert abs(results[k].final_error - solo.final_error) <= val_image_percent() + 1e-9
+        assert results[k].final_error == solo.final_error, f"member {k}"
         assert results[k].execution.population == len(cfgs) and solo.execution.population == 1
         keys = set(json.loads((tmp_path / f"s{k}" / "result.json").read_text()))
         assert set(json.loads((tmp_path / f"m{k}" / "result.json").read_text())) == keys
         assert len(read_metrics(tmp_path / f"m{k}")) == epochs
+
+
+def population_equivalence_bench():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import population_equivalence
+
+    return population_equivalence
+
+
+@pytest.mark.slow
+def test_members_end_where_their_solo_trials_end_within_seed_noise(tmp_path):
+    """In float32 a member drifts from its solo trial past rounding (the batched kernels round
+    otherwise and training amplifies it; more on some CPUs than others), so over whole short
+    trainings the member is its solo trial in distribution: measured by
+    bench/population_equivalence.py on the mini's 4-epoch design (augmentation, label
+    smoothing, EMA, precise BN; docs/population.md), here on 8 of its ViT_P AdamW pairs, two
+    populations at seeds of their own. The seed noise is measured on the same pairs: each solo
+    trial against its seed twin (the same config, another seed). Asserted, at the twins' scale:
+    - the mean member - solo difference lies within 3 standard errors of seed noise (the twins'
+      root mean square / sqrt n): a population shifts errors by no more than seeds explain;
+    - the members' root mean square difference is not above the twins' beyond what the F test
+      allows at 0.1% (one-sided): a member is no farther from its solo trial than another
+      seed's trial is."""
+    bench = population_equivalence_bench()
+    study = bench.design(8, sampler_seed=0, models=["vit_p_w64_16px"], optimizers=["adamw"])
+    rows = bench.train(study, tmp_path)
+    assert {r["statuses"] for r in rows} == {"finished/finished/finished"}
+    d = np.array([r["member"] - r["solo"] for r in rows])
+    s = np.array([r["twin"] - r["solo"] for r in rows])
+    seen = bench.equivalence(d, s)
+    assert seen["twin_minus_solo"]["nonzero"], "the seed twins differ: seed noise to measure"
+    assert abs(seen["mean_in_twin_se"]) <= 3, f"members are shifted: {seen}"
+    assert seen["farther_p"] >= 0.001, f"members end farther from their solo trials: {seen}"
 
 
 # Lion past its drift: whole short trainings of members and of their solo trials, several seeds.

@@ -21,9 +21,10 @@ batched, not refused. Not batched, refused at validation (spec/schema.py): `reci
 What is not bit-identical to a solo trial: vmap runs the batched kernels (a convolution over K
 members becomes one grouped convolution, matmuls become batched matmuls), whose reductions may
 sum in another order, so a member's losses differ from its solo trial's in the last bits and
-drift apart slowly (tests/test_population.py bounds it: <= 1e-5 relative over 50 steps, the
-final error within one validation image). The weights digest therefore differs from the solo
-run's; it is reproducible for the same population (result.json's `execution.population`).
+drift apart as training amplifies that, by how much depending on the CPU's kernels: in float64
+they stay equal to rounding, in float32 the final errors agree in distribution, within seed
+noise (tests/test_population.py, docs/population.md). The weights digest therefore differs from
+the solo run's; it is reproducible for the same population (result.json's `execution.population`).
 
 Divergence (loop.py): a member whose epoch loss is non-finite or above `recipe.diverge_loss`
 is recorded "diverged" at that epoch, exactly as a solo trial, and frozen (its optimizer rows
