@@ -390,20 +390,13 @@ def test_both_models_at_chance_are_neither_tested_nor_decided():
     for table, said in ((at_look, NOTHING_LEARNED), (fixed, "not tested")):
         (row,) = table.to_dict("records")
         assert row["verdict"] == said, row
-        assert row["note"].startswith(f"{P} adamw 20 ep is near chance (best error 89.")
-        assert "chance 90% with 10 classes" in row["note"]
-
-
-def test_one_model_at_chance_beside_one_that_learned_decides_nothing():
-    from optbench.report.sequential import NOTHING_LEARNED
-    from optbench.report.synthetic import synthetic_trials
-
+        assert row["note"].startswith("every cell is near chance (best errors 89.")
+        assert "guessing 90% with 10 classes" in row["note"]
+    # one model at chance beside one that learned: a measured difference, decided as any other
     results = frames.with_errors(synthetic_trials([P, C], ["adamw"], [20], 8, at_chance=(C,)))
     (row,) = claims_table(results, FAST, boundary=2.4, classes=10).to_dict("records")
-    assert row["verdict"] == NOTHING_LEARNED and f"{C} adamw 20 ep is near chance" in row["note"]
-    # at 100 classes (chance 99%) 90% error is learning: the interval decides
-    (row,) = claims_table(results, FAST, boundary=2.4, classes=100).to_dict("records")
-    assert row["verdict"] != NOTHING_LEARNED and row["note"] is None
+    # (its dtop-1 EDF, relative to its own best, is flat at chance: "holds")
+    assert row["verdict"] == "holds" and row["note"] is None, row
 
 
 def test_an_se_below_a_twentieth_of_the_margin_decides_nothing():

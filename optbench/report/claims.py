@@ -69,9 +69,9 @@ and [smallest low, smallest high]. Below MIN_SEEDS seeds a seed claim gets no in
 power: the verdict is "not tested" and the evidence says how many seeds it needs.
 Verdict: "holds" when the interval lies above 0 (for (d): every step's), "opposite" when it
 lies below 0 (for (d): every step's), "not shown" otherwise; "not tested" (at a look: "nothing
-learned", a stop) where a cell learned nothing (no finished trial, every result diverged: its
-error is a placeholder; or its best finished error near chance, summary.near_chance with the
-`classes` given) or the contrast carries no information (sequential.no_information: se 0, every
+learned", a stop) where the cells learned nothing (one has no finished trial, every result
+diverged: its error is a placeholder; or every one's best finished error is near chance,
+summary.near_chance with the `classes` given) or the contrast carries no information (sequential.no_information: se 0, every
 resample gives one value; at a look, an se below a share of the margin), the row's `note`
 saying which. (a) also states the whole curve:
 `curve_verdict` reads the simultaneous 95% band (bootstrap of the maximum deviation,
@@ -216,22 +216,28 @@ class _Claims:
 
     def learned_nothing(self, cells) -> str | None:
         """Why the cells carry nothing to decide from: one of them has no finished trial (every
-        result diverged: its error is a placeholder, not a measurement), or its best finished
-        error is near chance (summary.near_chance, from the dataset's `classes`: within
-        NEAR_CHANCE_POINTS of guessing); None if each learned something."""
+        result diverged: its error is a placeholder, not a measurement), or every one is near
+        chance (its best finished error within NEAR_CHANCE_POINTS of guessing's among the
+        dataset's `classes`, summary.near_chance): nothing learned on either side. One cell near
+        chance beside one that learned is a measured difference (one trains, the other does
+        not: the optimizability the claims are about) and decides as any other. None if the
+        cells learned something."""
+        best = []
         for model, optimizer, epochs in cells:
             cell = self.cell(model, optimizer, epochs)
             finished = cell["status"] == "finished"
-            where = f"{model} {optimizer} {epochs} ep"
             if not finished.any():
-                return f"{where} has no finished trial ({len(cell)} diverged): no decision from it"
-            best = float(cell.loc[finished, "error"].min())
-            if near_chance(best, self.classes):
                 return (
-                    f"{where} is near chance (best error {best:.3g}%, chance "
-                    f"{chance_error(self.classes):.3g}% with {self.classes} classes): nothing "
-                    "learned, no decision from it"
+                    f"{model} {optimizer} {epochs} ep has no finished trial ({len(cell)} "
+                    "diverged): no decision from it"
                 )
+            best.append(float(cell.loc[finished, "error"].min()))
+        if all(near_chance(error, self.classes) for error in best):
+            return (
+                f"every cell is near chance (best errors {min(best):.3g}% to {max(best):.3g}%, "
+                f"guessing {chance_error(self.classes):.3g}% with {self.classes} classes): nothing "
+                "learned, no decision"
+            )
         return None
 
     def decide(self, row: dict, lows, highs, ses, steps: list[str] | None = None) -> dict:

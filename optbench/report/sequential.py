@@ -28,10 +28,10 @@ taken by and its record read back with; `outcome` reads an interval):
   [-margin, +margin] too: a real difference, smaller than the margin;
 - equivalent: it lies inside [-margin, +margin] (only with a margin, declared before the data);
 - continue: none of these and looks remain;    - undecided: none of these at the last look;
-- nothing learned: a cell with no finished trial or near chance (claims.py), or intervals with
-  no information (`no_information`: an se of 0, or below MARGIN_SE_SHARE of the margin); the
-  panel stops, a non-binding futility stop (the boundaries ignore it, so it only lowers the
-  error rate).
+- nothing learned: a cell with no finished trial, every cell near chance (claims.py), or
+  intervals with no information (`no_information`: an se of 0, or below MARGIN_SE_SHARE of the
+  margin); the panel stops, a non-binding futility stop (the boundaries ignore it, so it only
+  lowers the error rate).
 A chain whose steps are shown both ways ("mixed", `direction`) decides nothing (continue, or
 undecided at the last look).
 An se estimated from few units (k training seeds; claim (a)'s bootstrap se of n samples) is
@@ -220,7 +220,7 @@ def look_outcome(
     """The one rule of a look, as the look takes it (claims.py) and as its reader checks a
     recorded one (report/looks.py): its outcome and why it decides nothing (None where it
     decides on its interval). `nothing_learned`: why the cells carry nothing (claims.py: a cell
-    with no finished trial, or near chance); `note`: why the intervals decide nothing though
+    with no finished trial, or every cell near chance); `note`: why the intervals decide nothing though
     the data are real (a chain shown both ways; in a record, any note of a look that continued).
     - nothing learned (NOTHING_LEARNED, the panel stops there: a non-binding futility stop, at
       any look): the cells learned nothing, or the intervals carry no information
