@@ -392,11 +392,26 @@ def test_both_models_at_chance_are_neither_tested_nor_decided():
         assert row["verdict"] == said, row
         assert row["note"].startswith("every cell is near chance (best errors 89.")
         assert "guessing 90% with 10 classes" in row["note"]
-    # one model at chance beside one that learned: a measured difference, decided as any other
+
+
+def test_one_model_at_chance_voids_the_edf_claim_whose_dtop1_reads_it_as_steep():
+    # dtop-1 reads each cell against its own best: a cell that learned nothing has all its errors
+    # near its best, the steepest EDF there is, so without the check ViT_C at chance beside a
+    # ViT_P that learned "holds" (steeper). Comparisons of errors themselves (claim (d), declared
+    # best-error ones) read such a pair as a measured difference (tests/test_your_question.py:
+    # AdamW at chance against Lion holds)
+    from optbench.report.sequential import NOTHING_LEARNED
+    from optbench.report.synthetic import synthetic_trials
+
     results = frames.with_errors(synthetic_trials([P, C], ["adamw"], [20], 8, at_chance=(C,)))
     (row,) = claims_table(results, FAST, boundary=2.4, classes=10).to_dict("records")
-    # (its dtop-1 EDF, relative to its own best, is flat at chance: "holds")
-    assert row["verdict"] == "holds" and row["note"] is None, row
+    assert row["verdict"] == NOTHING_LEARNED, row
+    assert row["note"].startswith(f"{C} adamw 20 ep is near chance (best error 89."), row
+    (row,) = claims_table(results, FAST, classes=10).to_dict("records")
+    assert row["verdict"] == "not tested" and "its dtop-1 reads nothing learned" in row["note"]
+    # at 100 classes (guessing errs 99%) 90% error is learning: the interval decides
+    (row,) = claims_table(results, FAST, boundary=2.4, classes=100).to_dict("records")
+    assert row["verdict"] != NOTHING_LEARNED and row["note"] is None, row
 
 
 def test_an_se_below_a_twentieth_of_the_margin_decides_nothing():

@@ -106,7 +106,7 @@ import pandas as pd
 from optbench.report import frames, sequential, stats, tunability
 from optbench.report.edf import AUC_MAX_POINTS
 from optbench.report.summary import MAX_SAMPLES, Options, advice_line, chance_error, near_chance
-from optbench.spec.claim_kinds import MIN_SEEDS, Panel, panels
+from optbench.spec.claim_kinds import KINDS, MIN_SEEDS, Panel, panels
 from optbench.spec.comparisons import Comparison, declared_words
 from optbench.spec.roles import role_name
 
@@ -214,29 +214,39 @@ class _Claims:
             return 0, [np.empty(0) for _ in wides] if all(len(w) for w in wides) else []
         return len(seeds), [m[np.argmin(m.mean(axis=1))] for m in matrices]
 
-    def learned_nothing(self, cells) -> str | None:
+    def learned_nothing(self, cells, relative: bool) -> str | None:
         """Why the cells carry nothing to decide from: one of them has no finished trial (every
-        result diverged: its error is a placeholder, not a measurement), or every one is near
-        chance (its best finished error within NEAR_CHANCE_POINTS of guessing's among the
-        dataset's `classes`, summary.near_chance): nothing learned on either side. One cell near
-        chance beside one that learned is a measured difference (one trains, the other does
-        not: the optimizability the claims are about) and decides as any other. None if the
-        cells learned something."""
-        best = []
+        result diverged: its error is a placeholder, not a measurement), or they are near chance
+        (a best finished error within NEAR_CHANCE_POINTS of guessing's among the dataset's
+        `classes`, summary.near_chance). Which cells near chance void a comparison depends on its
+        statistic: one that reads each cell against its own best (`relative`: the EDF of dtop-1,
+        claim (a)'s kind) is voided by any of them, since a cell that never learned has errors
+        all close to its own best and so the steepest EDF, the opposite of what it means; one
+        that reads errors themselves is voided only when every cell is near chance, as one cell
+        at chance beside one that learned is a measured difference (one trains, the other does
+        not). None if the cells learned something."""
+        best = {}
         for model, optimizer, epochs in cells:
             cell = self.cell(model, optimizer, epochs)
             finished = cell["status"] == "finished"
+            where = f"{model} {optimizer} {epochs} ep"
             if not finished.any():
-                return (
-                    f"{model} {optimizer} {epochs} ep has no finished trial ({len(cell)} "
-                    "diverged): no decision from it"
-                )
-            best.append(float(cell.loc[finished, "error"].min()))
-        if all(near_chance(error, self.classes) for error in best):
+                return f"{where} has no finished trial ({len(cell)} diverged): no decision from it"
+            best[where] = float(cell.loc[finished, "error"].min())
+        at_chance = [where for where, error in best.items() if near_chance(error, self.classes)]
+        if not at_chance:  # also where the classes are unknown (no check)
+            return None
+        guessing = f"guessing {chance_error(self.classes):.3g}% with {self.classes} classes"
+        if len(at_chance) == len(best):
+            errors = list(best.values())
             return (
-                f"every cell is near chance (best errors {min(best):.3g}% to {max(best):.3g}%, "
-                f"guessing {chance_error(self.classes):.3g}% with {self.classes} classes): nothing "
-                "learned, no decision"
+                f"every cell is near chance (best errors {min(errors):.3g}% to "
+                f"{max(errors):.3g}%, {guessing}): nothing learned, no decision"
+            )
+        if relative:
+            return (
+                f"{at_chance[0]} is near chance (best error {best[at_chance[0]]:.3g}%, "
+                f"{guessing}): its dtop-1 reads nothing learned as steep, no decision from it"
             )
         return None
 
@@ -248,7 +258,7 @@ class _Claims:
         (sequential.look_outcome, the rule its reader checks too), else the fixed-size verdict
         ("not tested" where nothing was learned); both read sequential.direction."""
         lows, highs, ses = (np.atleast_1d(np.asarray(x, float)) for x in (lows, highs, ses))
-        nothing = self.learned_nothing(row["cells"])
+        nothing = self.learned_nothing(row["cells"], KINDS[row["kind"]].reads == "edf")
         margin = self.margin if self.boundary is not None else None
         if nothing is None:
             nothing = sequential.no_information(lows, ses, margin)
