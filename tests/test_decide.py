@@ -935,3 +935,97 @@ def test_a_study_splits_its_alpha_over_the_panels_it_decides(tiny_dict):
     assert looks[0].boundary == pytest.approx(half[0])
     # one panel (the quickstart's design): the whole alpha
     assert Rounds(parse_spec(_sequential(tiny_dict)), []).design.panels == 1
+
+
+def _two_panels(tiny_dict, **decide):
+    """Claim (a) at epochs 1 and 2 (two panels): a clear effect at 1 epoch, none at 2."""
+    data = _sequential(tiny_dict, looks=(6, 8, 10), **decide)
+    data["epochs"] = [1, 2]
+    spec = parse_spec(data)
+    clear, none = _errors(40.0, 1.0), _errors(12.0, 12.0, 4.0)
+    return spec, lambda t: (clear if t.cell.epochs == 1 else none)(t)
+
+
+def test_a_panel_that_holds_passes_its_alpha_on_to_the_open_one(tiny_dict):
+    # Holm's step-down (Maurer and Bretz 2013): once the 1-epoch panel holds, the 2-epoch
+    # panel is decided at the study's whole alpha, its boundary recomputed at that level, from
+    # the same look on; Bonferroni kept it at alpha / 2 throughout
+    from optbench.report import sequential
+
+    spec, error_of = _two_panels(tiny_dict)
+    rounds, trials = Rounds(spec, []), plan(spec)
+    fractions = rounds.design.fractions
+    half, full = (sequential.boundaries(fractions, "pocock", a) for a in (0.025, 0.05))
+    looks = rounds.look(_frame(rounds.asked(trials), error_of))
+    by_epochs = {look.cells[0][2]: look for look in looks}
+    assert by_epochs[1].outcome == "holds" and by_epochs[1].level == 0.025
+    assert by_epochs[1].boundary == pytest.approx(half[0])
+    assert by_epochs[2].outcome == "continue" and by_epochs[2].level == 0.05
+    assert by_epochs[2].boundary == pytest.approx(full[0])  # alpha's, not alpha / 2's
+    rounds.add(looks)
+    (second,) = rounds.look(_frame(rounds.asked(trials), error_of))
+    assert (second.k, second.level, second.boundary) == (1, 0.05, pytest.approx(full[1]))
+    # each record is what its reader takes back, level and all
+    again = [Look.from_record(look.record()) for look in [*looks, second]]
+    assert [look.level for look in again] == [0.025, 0.05, 0.05]
+
+
+def test_a_driver_killed_between_a_rejection_and_the_next_panel_takes_the_same_look(tiny_dict):
+    # look 2 of two open panels: the 1-epoch panel's rejection is recorded, the 2-epoch panel's
+    # look is not; a resumed driver gives it the recycled level, as the uninterrupted look did
+    spec, error_of = _two_panels(tiny_dict)
+    none = _errors(12.0, 12.0, 4.0)
+    trials, rounds = plan(spec), Rounds(spec, [])
+    first = rounds.look(_frame(rounds.asked(trials), none))
+    assert [look.outcome for look in first] == ["continue", "continue"]
+    rounds.add(first)
+    frame = _frame(rounds.asked(trials), error_of)
+    second = rounds.look(frame)
+    held = next(look for look in second if look.outcome == "holds")
+    resumed = Rounds(spec, [Look.from_record(x.record()) for x in [*first, held]])
+    (taken,) = resumed.look(frame)
+    assert taken == next(look for look in second if look is not held)
+    assert (taken.k, taken.level) == (1, 0.05)
+
+
+def test_equivalent_passes_no_alpha_on(tiny_dict):
+    # "equivalent" rejects |effect| >= margin, not the zero null: the open panel keeps alpha / 2
+    data = _sequential(tiny_dict, looks=(6, 8, 10), margin=0.5)
+    data["epochs"] = [1, 2]
+    spec = parse_spec(data)
+    same, noisy = _errors(5.0, 5.0, 1.0), _errors(10.0, 10.0, 2.0)
+    rounds = Rounds(spec, [])
+    frame = _frame(rounds.asked(plan(spec)), lambda t: (same if t.cell.epochs == 1 else noisy)(t))
+    by_epochs = {look.cells[0][2]: look for look in rounds.look(frame)}
+    assert by_epochs[1].outcome == "equivalent", by_epochs[1]
+    assert by_epochs[2].level == 0.025 and by_epochs[2].outcome == "continue"
+
+
+def test_a_recorded_level_above_what_the_rejections_allow_is_refused(tiny_dict):
+    # neither panel rejects at look 1 (alpha 1e-6), so both are at alpha / 2; a record that
+    # claims alpha is not what a driver wrote
+    from optbench.report.looks import inconsistent
+
+    data = _sequential(tiny_dict, looks=(6, 8, 10), alpha=1e-6)
+    data["epochs"] = [1, 2]
+    spec = parse_spec(data)
+    records = _first_looks(spec)
+    assert [r["level"] for r in records] == [5e-7, 5e-7]
+    looks = [Look.from_record(r) for r in records]
+    assert list(inconsistent(spec.decide, looks)) == []
+    edited = [Look.from_record(records[0] | {"level": 1e-6}), looks[1]]
+    (why,) = inconsistent(spec.decide, edited)
+    assert "level 1e-06, but 0 other panels had rejected by then" in why
+    # a record written before looks kept their level was taken at alpha / panels
+    old = [Look.from_record({k: v for k, v in r.items() if k != "level"}) for r in records]
+    assert list(inconsistent(spec.decide, old)) == []
+    assert with_looks_levels(old) == [5e-7, 5e-7]
+
+
+def with_looks_levels(looks: list[Look]) -> list[float]:
+    """The `level` column with_looks gives each panel's row from these records."""
+    records = [look.record() | ({} if look.level else {"level": None}) for look in looks]
+    table = pd.DataFrame(
+        {"claim": [r["claim"] for r in records], "cells": [r["cells"] for r in records]}
+    ).assign(verdict="continue", note=None)
+    return list(with_looks(table, records)["level"])

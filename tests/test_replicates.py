@@ -365,3 +365,25 @@ def test_a_best_error_comparison_rarely_decides_exact_nulls_of_the_quickstarts_d
     assert found["replicates"] == 40 and found["pairing"] == ["unpaired"]
     alpha = design.alpha
     assert found["wrong"] <= alpha + 2 * np.sqrt(alpha * (1 - alpha) / found["replicates"])
+
+
+@pytest.mark.slow  # 80 studies replayed at 6 looks: about 8 s here
+def test_holm_keeps_the_family_wise_error_on_trained_nulls_beside_a_real_effect():
+    # issue 67 item 5: a study of two panels, ViT_C against ViT_P (the quickstart's replicates,
+    # a real effect) beside an exact null (one model against itself, a seed per pair): once the
+    # effect's panel holds, Holm decides the null at the whole alpha; any wrong decision stays
+    # within alpha + 2 Monte-Carlo errors (bench/holm_analysis.py runs 400 such studies)
+    bench = _bench()  # puts bench/ on the path
+    import holm_analysis
+
+    trials = pd.read_csv(REPLICATES / "trials_shared_24.csv")
+    looks = (6, 8, 10, 12, 16, 24)
+    effects = bench.by_replicate(trials)
+    nulls = bench.seed_per_sample_studies(trials, 60, "null", seed=3)
+    sets = [(s, bench.looks_of(s, "a", "samples", list(looks))) for s in (effects, nulls)]
+    found = holm_analysis.families(*sets, looks, shapes=((1, 1),))["1+1"]
+    holm, bonferroni = found["holm"], found["bonferroni"]
+    alpha = 0.05
+    assert found["studies"] == 60
+    assert holm["wrong"] <= alpha + 2 * (alpha * (1 - alpha) / found["studies"]) ** 0.5
+    assert holm["decided"] >= bonferroni["decided"] >= 1.0  # every effect panel holds

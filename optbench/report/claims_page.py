@@ -99,17 +99,19 @@ def _outcome_words(row) -> str:
 
 
 def _interval_words(row) -> str:
-    """What a sequential row's interval is: repeated over the looks, its level the study's,
-    shared by every panel the study decides (alpha split over them: docs/sequential.md); and
+    """What a sequential row's interval is: repeated over the looks, at the panel's level (the
+    study's alpha shared by every panel it decides, Holm's step-down: docs/sequential.md); and
     what its estimate is at an early stop."""
     alpha = sequential.ALPHA if pd.isna(getattr(row, "alpha", None)) else float(row.alpha)
     panels = 1 if pd.isna(getattr(row, "panels", None)) else int(row.panels)
-    level = f"{1 - alpha:.0%}"
-    words = (
-        f"a repeated interval, {level} for all {panels} panels and looks of the study together"
-        if panels > 1
-        else f"a repeated {level} interval"
-    )
+    level = getattr(row, "level", None)
+    level = alpha / panels if level is None or pd.isna(level) else float(level)
+    words = f"a repeated {1 - level:.3g} interval"
+    if panels > 1:
+        words += (
+            f" (this panel's level {level:.3g}: the study's alpha {alpha:g} shared by its "
+            f"{panels} panels, Holm's step-down)"
+        )
     if row.verdict in sequential.DECIDED and int(row.n_now) < int(row.n_max):
         words = "the estimate at the stop, biased away from 0 by stopping early; " + words
     return words
@@ -190,8 +192,8 @@ def sections(table: pd.DataFrame, options: Options, drawn: set[str] | None = Non
         "on the other, otherwise not shown; not tested where a cell has no finished trial or "
         "the contrast has no spread (the row says why). In a study with decide:, the repeated "
         'interval of its last look: holds, opposite ("negligible" too when it lies inside '
-        "the margin), equivalent or undecided, its error rate the study's, split evenly over "
-        "the panels it decides, and the estimate at an early stop biased away from 0 "
+        "the margin), equivalent or undecided, its error rate the study's, shared by the "
+        "panels it decides (Holm's step-down), and the estimate at an early stop biased away from 0 "
         "(docs/sequential.md). (a): bootstrap over the "
         "(lr, wd) samples, resampled together where both models trained the same pairs "
         "(paired) and each model's alone otherwise (BCa in a fixed-size study, "
@@ -219,7 +221,7 @@ def records(table: pd.DataFrame) -> list[dict]:
                 row[key] = None if pd.isna(row[key]) else int(row[key])
         for key in ("curve_verdict", "power_now", "interval", "se", "estimate", "low", "high"):
             row[key] = None if pd.isna(row[key]) else row[key]
-        for key in ("note", "alpha", "margin"):
+        for key in ("note", "alpha", "level", "margin"):
             if key in row and not isinstance(row[key], str):
                 row[key] = None if pd.isna(row[key]) else float(row[key])
     return rows

@@ -47,12 +47,15 @@ class Look:
     # before looks carried it (then only their cells are checked against the spec)
     read: str | None = None
     note: str | None = None  # why it decides nothing: degenerate data, a mixed chain (claims.py)
-    alpha: float = sequential.ALPHA  # the study's, split evenly over its `panels`
+    alpha: float = sequential.ALPHA  # the study's, shared by its `panels` (Holm's step-down)
     panels: int = 1
     # a declared comparison's kind (spec/comparisons.py), `claim` being its name; None: the
     # claim is its own kind, (a)-(d) (and every record written before comparisons were declared)
     kind: str | None = None
     best_of: int | None = None  # a best-error comparison's k (its statistic's words); else None
+    # the panel's alpha at this look (sequential.Design.level: Holm's step-down over the
+    # study's panels); None in records written before it, taken at alpha / panels
+    level: float | None = None
 
     @property
     def kind_of(self) -> str:
@@ -150,6 +153,7 @@ _FIELD_TYPES = {
     "panels": lambda x: _count(x) and x >= 1,
     "kind": lambda x: x is None or x in KINDS,
     "best_of": lambda x: x is None or (_count(x) and x >= 1),
+    "level": lambda x: x is None or (_finite(x) and 0 < x < 1),
 }
 _FIELD_WORDS = {
     "kind": f"a claim kind ({', '.join(KINDS)}) or null",
@@ -167,9 +171,9 @@ _FIELD_WORDS = {
 } | {name: "a number" for name in ("low", "high")}
 _FIELD_WORDS |= {name: "text" for name in ("panel", "claim", "design", "read", "note")}
 _FIELD_WORDS |= {"alpha": "a number in (0, 1)", "panels": "a count of at least 1"}
-_FIELD_WORDS |= {"best_of": "a count of at least 1 or null"}
+_FIELD_WORDS |= {"best_of": "a count of at least 1 or null", "level": "a number in (0, 1) or null"}
 # fields that records written before them lack (their defaults read them)
-_LATER = ("spending", "margin", "read", "note", "alpha", "panels", "kind", "best_of")
+_LATER = ("spending", "margin", "read", "note", "alpha", "panels", "kind", "best_of", "level")
 _REQUIRED = [name for name in _FIELD_TYPES if name not in _LATER]
 
 
@@ -208,10 +212,12 @@ def record_key(look: Look) -> str:
 def inconsistent(decide: Decide, looks: list[Look]) -> Iterator[str]:
     """Why recorded looks taken under this design (its fingerprint) cannot be what a driver
     wrote: a look beyond the design, a size or unit that is not its look's, an outcome that
-    its interval does not give, a panel whose looks skip one or go on after a decision."""
+    its interval does not give, a level above what the panels rejected by then allow (Holm's
+    step-down, `level_allowed`), a panel whose looks skip one or go on after a decision."""
     panels: dict[str, list[Look]] = {}
     for look in looks:
         where = f"{record_key(look)}: "
+        allowed = level_allowed(look, looks)
         if look.k >= len(decide.looks):
             yield f"{where}look {look.k + 1} of a design of {len(decide.looks)} looks"
         elif look.n != decide.looks[look.k] or look.n_max != decide.looks[-1]:
@@ -224,6 +230,8 @@ def inconsistent(decide: Decide, looks: list[Look]) -> Iterator[str]:
             yield f"{where}claim ({look.claim}) in {look.unit} is not one this study decides"
         elif look.panel != comparison_key(look.claim, look.cells):
             yield f"{where}panel {look.panel!r} is not claim ({look.claim})'s on its cells"
+        elif allowed is not None:
+            yield f"{where}level {look.level!r}, but {allowed}"
         else:
             said = recorded_rule(look, decide.margin, look.k == len(decide.looks) - 1)
             if look.note is not None and look.outcome in sequential.DECIDED:
@@ -242,6 +250,31 @@ def inconsistent(decide: Decide, looks: list[Look]) -> Iterator[str]:
             yield f"look/{key}: a look after its panel was decided"
 
 
+def level_allowed(look: Look, looks: list[Look]) -> str | None:
+    """Why a recorded look's level is not one Holm's step-down gives it (None where it is):
+    alpha / (panels - r) for an r no larger than the other panels that rejected their zero null
+    (sequential.REJECTS) at this look or before (sequential.Design.level). A record without a
+    level was taken at alpha / panels."""
+    if look.level is None:
+        return None
+    r = len(
+        {
+            other.panel
+            for other in looks
+            if other.panel != look.panel
+            and other.k <= look.k
+            and other.outcome in sequential.REJECTS
+        }
+    )
+    levels = [look.alpha / (look.panels - j) for j in range(min(r, look.panels - 1) + 1)]
+    if any(math.isclose(look.level, level, rel_tol=1e-9) for level in levels):
+        return None
+    return (
+        f"{r} other panels had rejected by then: the levels alpha / (panels - r) allow are "
+        f"{', '.join(f'{x:.4g}' for x in levels)}"
+    )
+
+
 def recorded_rule(look: Look, margin: float | None, last: bool) -> str:
     """The outcome that the look's rule (sequential.look_outcome, the one a look is taken by)
     gives on what its record keeps: its interval, se and margin, and its note as the look wrote
@@ -258,13 +291,14 @@ def with_looks(table: pd.DataFrame, looks: list[dict]) -> pd.DataFrame:
     outcome (holds, opposite, equivalent, undecided; "continue" while the study runs) instead
     of a fixed-size interval, which would not hold after stopping on the data. Columns `looks`
     (how many were taken), `n_max`, `alpha` (the study's), `panels` (the panels it is split
-    over) and `margin` are added; rows without looks keep their own."""
+    over), `level` (the panel's alpha at its last look, Holm's step-down) and `margin` are
+    added; rows without looks keep their own."""
     last: dict[str, dict] = {}
     for look in looks:  # matched by the comparison's key, whatever key the record was kept under
         key = comparison_key(look["claim"], look["cells"])
         if key not in last or look["k"] > last[key]["k"]:
             last[key] = look
-    added = ("n_max", "alpha", "panels", "margin")
+    added = ("n_max", "alpha", "panels", "level", "margin")
     table = table.assign(looks=0, **dict.fromkeys(added, pd.NA)).astype(
         dict.fromkeys(added, "object")
     )
@@ -282,6 +316,7 @@ def with_looks(table: pd.DataFrame, looks: list[dict]) -> pd.DataFrame:
             ("note", look.get("note")),  # records before it had none
             ("alpha", look.get("alpha", sequential.ALPHA)),
             ("panels", look.get("panels", 1)),  # before alpha was split: each panel its own
+            ("level", _level(look)),
             ("margin", look.get("margin")),
             ("interval", "repeated"),
             ("curve_verdict", None),
@@ -297,6 +332,13 @@ def with_looks(table: pd.DataFrame, looks: list[dict]) -> pd.DataFrame:
         outside = (table["looks"] == 0) & (table["verdict"] != NOT_TESTED) & table["note"].isna()
         table.loc[outside, "note"] = NOT_DECIDED_HERE
     return table
+
+
+def _level(record: dict) -> float:
+    """A look record's level: its own, or alpha / panels where it has none (records before it)."""
+    if record.get("level") is not None:
+        return record["level"]
+    return record.get("alpha", sequential.ALPHA) / record.get("panels", 1)
 
 
 # beside the rows a sequential study decides, the rows of claims it does not decide keep their

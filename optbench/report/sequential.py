@@ -18,9 +18,19 @@ Each look reports a *repeated confidence interval* estimate +- c_k se (Jennison 
 ch. 9): with z and a known se the intervals of all looks cover together with probability
 1 - alpha, so every decision read off them is wrong with probability at most alpha however the
 study stops; with the se estimated (below) about alpha, a few percent of it more. A study's
-alpha is its own, not each panel's: a study that decides m panels gives each alpha / m
-(Bonferroni; m counted from its grid before any data, `Design.panels`), so the chance that any
-of its decisions is wrong is about alpha. The outcomes (`look_outcome`, the one rule a look is
+alpha is its own, not each panel's: a study that decides m panels (m counted from its grid
+before any data, `Design.panels`) starts each at alpha / m and recycles alpha by Holm's
+step-down in its graphical form (Maurer and Bretz 2013): once r panels have rejected their zero
+null (`REJECTS`: holds or opposite, negligible or not), each open panel's level is
+alpha / (m - r) (`Design.level`), its boundaries those of the same spending function at that
+level over all its looks (`Design.boundaries`), applied from the look at which the r-th panel
+rejected on (that look included: a look's rejections are recycled until none is added). An
+"equivalent" decision, a "nothing learned" stop and "undecided" reject no zero null and pass
+nothing on. With z and a known se, the chance that any of the study's decisions on a zero null
+is wrong is then at most alpha, whatever the panels' correlation (the Bonferroni-based closed
+test of Maurer and Bretz, since each boundary falls as its level grows); with the se estimated,
+about alpha as for one panel (`simulate_family` measures both, docs/sequential.md). The
+outcomes (`look_outcome`, the one rule a look is
 taken by and its record read back with; `outcome` reads an interval):
 - holds: the interval lies above 0 (for a chain of steps, claim (d): every step's);
 - opposite: it lies below 0 (every step's: error falls at every step);
@@ -47,6 +57,7 @@ its error rates are measured on replicate studies (bench/replicates.py), not ass
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -60,6 +71,9 @@ DECIDED = ("holds", "opposite", HOLDS_NEGLIGIBLE, OPPOSITE_NEGLIGIBLE, "equivale
 # the non-binding futility stop: the data carry nothing to decide from (`look_outcome`)
 NOTHING_LEARNED = "nothing learned"
 OUTCOMES = (*DECIDED, "continue", "undecided", NOTHING_LEARNED)
+# the decisions that reject a panel's zero null, whose alpha Holm's step-down passes on to the
+# panels still open (module docstring); "equivalent" rejects another null (|effect| >= margin)
+REJECTS = ("holds", "opposite", HOLDS_NEGLIGIBLE, OPPOSITE_NEGLIGIBLE)
 # a standard error this small against the interval's scale is no spread (float rounding of a
 # bootstrap of identical values)
 SE_FLOOR = 1e-12
@@ -142,8 +156,13 @@ def boundaries(fractions: list[float], spending: str, alpha: float = ALPHA) -> l
     """Two-sided z boundaries c_1..c_K at the information fractions t_1 < ... < t_K = 1, look k
     spending spent(t_k) - spent(t_{k-1}) of alpha given that no earlier look crossed: each c_k
     is the root of its crossing probability (`_Continuation`)."""
+    return list(_boundaries(tuple(_check_fractions(fractions)), spending, float(alpha)))
+
+
+@functools.cache  # a study's looks ask for the same few levels again and again (Design.level)
+def _boundaries(fractions: tuple[float, ...], spending: str, alpha: float) -> tuple[float, ...]:
     law, out, before = _Continuation(), [], 0.0
-    for tk in _check_fractions(fractions):
+    for tk in fractions:
         now = spent(spending, tk, alpha)
         target = now - before
         if target <= 0 or law.crossing(tk, _FAR) >= target:
@@ -154,7 +173,7 @@ def boundaries(fractions: list[float], spending: str, alpha: float = ALPHA) -> l
         out.append(c)
         law.advance(tk, c)
         before = now
-    return out
+    return tuple(out)
 
 
 def nominal_level(c: float) -> float:
@@ -257,7 +276,8 @@ def outcome(low, high, margin: float | None, last: bool, decidable: bool = True)
 class Design:
     """The looks of a sequential study: the sizes n_1 < ... < n_K (samples or seeds), how
     alpha is spent over them, the equivalence margin (None: no "equivalent" outcome), and the
-    number of panels the study decides, over which its alpha is split (module docstring)."""
+    number of panels the study decides, over which its alpha is shared by Holm's step-down
+    (module docstring)."""
 
     looks: tuple[int, ...]
     spending: str = "pocock"
@@ -271,16 +291,46 @@ class Design:
 
     @property
     def panel_alpha(self) -> float:
-        """Each panel's share of the study's alpha."""
-        return self.alpha / max(1, self.panels)
+        """Each panel's share of the study's alpha before any panel rejects (Bonferroni's)."""
+        return self.level(0)
 
-    def boundaries(self) -> list[float]:
-        return boundaries(self.fractions, self.spending, self.panel_alpha)
+    def level(self, rejected: int) -> float:
+        """An open panel's level once `rejected` of the study's panels have rejected their
+        zero null: alpha / (panels - rejected), Holm's step-down with equal weights (each
+        rejection passes its level on equally to the panels still open)."""
+        return self.alpha / max(1, self.panels - rejected)
 
-    def criticals(self) -> list[float]:
+    def boundaries(self, level: float | None = None) -> list[float]:
+        """The z boundaries of a panel at `level` (its share before any rejection if None)."""
+        return boundaries(
+            self.fractions, self.spending, self.panel_alpha if level is None else level
+        )
+
+    def criticals(self, level: float | None = None) -> list[float]:
         """The critical value of each look's interval: Student's t with n_k - 1 degrees of
         freedom at its boundary's tail, as a look reads an estimated se."""
-        return [critical(c, n - 1) for c, n in zip(self.boundaries(), self.looks, strict=True)]
+        bounds = self.boundaries(level)
+        return [critical(c, n - 1) for c, n in zip(bounds, self.looks, strict=True)]
+
+
+def step_down(take, design: Design, rejected: int, outcome_of=lambda x: x.outcome) -> dict:
+    """One look of a study's open panels under Holm's step-down (module docstring): `take(level)`
+    gives each open panel's look at that level ({key: look}); the look is taken at the level the
+    `rejected` panels give, then again at the higher level while it adds rejections
+    (`REJECTS`, read by `outcome_of`), each panel keeping the look that rejected it. Returns
+    every panel's look, in the order of the first pass. The one loop of the rule: the rounds
+    (run/rounds.py) and the benches replay it."""
+    taken: dict = {}
+    order: list = []
+    while True:
+        found = take(design.level(rejected + len(taken)))
+        order = order or list(found)
+        found = {key: x for key, x in found.items() if key not in taken}
+        new = {key: x for key, x in found.items() if outcome_of(x) in REJECTS}
+        if not new:
+            found |= taken
+            return {key: found[key] for key in order}
+        taken |= new
 
 
 @dataclass(frozen=True)
@@ -327,6 +377,86 @@ def simulate(
         decided += int(any_.sum())
         wrong += int((any_ & ((sign != np.sign(effect)) | (effect == 0))).sum())
     return Simulated(stops / paths, decided / paths, wrong / paths, paths)
+
+
+@dataclass(frozen=True)
+class SimulatedFamily:
+    """Studies of one design deciding several panels, simulated on normal units
+    (`simulate_family`)."""
+
+    wrong: float  # the share with any wrong decision (a zero null rejected, or a wrong sign)
+    rejected: float  # the mean number of panels whose zero null was rejected
+    units: float  # the mean size (units per cell) at which a panel stopped
+    paths: int
+
+    @property
+    def wrong_se(self) -> float:
+        """The Monte-Carlo standard error of `wrong`."""
+        return math.sqrt(self.wrong * (1 - self.wrong) / self.paths)
+
+
+def simulate_family(
+    design: Design,
+    effects,
+    paths: int = 100_000,
+    seed: int = 0,
+    *,
+    known_se: bool = False,
+    recycle: bool = True,
+    correlation: float = 0.0,
+    chunk: int = 20_000,
+) -> SimulatedFamily:
+    """The study's rule over its `design.panels` panels, each of independent normal units
+    N(effects[i], 1) (`correlation`: that share of each unit's variance common to every panel's
+    unit of the same index), on `paths` seeded studies, vectorised: at look k each open panel's
+    statistic (mean / se; the se estimated, as `simulate`, or known with `known_se`) against
+    its critical value at its level, a rejection passing its level on (Holm, `Design.level`;
+    `recycle` False: every panel at alpha / m throughout, Bonferroni) and the look's rejections
+    recycled until none is added. What tests/test_sequential.py's family-wise checks read."""
+    effects = np.asarray(effects, float)
+    m = effects.size
+    if m != design.panels:
+        raise ValueError(f"{m} effects for a design of {design.panels} panels")
+    rng = np.random.default_rng(seed)
+    looks = np.asarray(design.looks)
+    # per number of rejections so far (row) the critical value of each look (column)
+    table = design.boundaries if known_se else design.criticals
+    crit = np.array([table(design.level(r if recycle else 0)) for r in range(m + 1)])
+    wrong = rejected = 0
+    units = 0.0
+    for start in range(0, paths, chunk):
+        p = min(chunk, paths - start)
+        noise = rng.normal(size=(p, m, looks[-1]))
+        if correlation:
+            shared = rng.normal(size=(p, 1, looks[-1]))
+            noise = math.sqrt(1 - correlation) * noise + math.sqrt(correlation) * shared
+        x = noise + effects[None, :, None]
+        mean = np.cumsum(x, axis=2)[:, :, looks - 1] / looks
+        if known_se:
+            stat = mean * np.sqrt(looks)
+        else:
+            squares = np.cumsum(x * x, axis=2)[:, :, looks - 1]
+            var = np.maximum(squares - looks * mean * mean, 0.0) / (looks - 1)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                stat = mean / np.sqrt(var / looks)
+        open_ = np.ones((p, m), bool)
+        count = np.zeros(p, int)
+        stop = np.full((p, m), looks[-1])
+        bad = np.zeros(p, bool)
+        for k in range(looks.size):
+            while True:
+                new = open_ & (np.abs(stat[:, :, k]) >= crit[count, k][:, None])
+                if not new.any():
+                    break
+                sign = np.sign(stat[:, :, k])
+                bad |= (new & ((effects == 0) | (sign != np.sign(effects)))).any(axis=1)
+                open_ &= ~new
+                count += new.sum(axis=1)
+                stop[new] = looks[k]
+        wrong += int(bad.sum())
+        rejected += int(count.sum())
+        units += float(stop.sum())
+    return SimulatedFamily(wrong / paths, rejected / paths, units / (paths * m), paths)
 
 
 def more_needed(estimate: float, se: float, n_now: int, c: float, margin: float | None) -> int:

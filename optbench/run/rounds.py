@@ -5,8 +5,10 @@ seeds of claims (b)-(d), at the design's next look (`decide.looks`). When a roun
 all recorded, a *look* computes each named claim's panel (claims_table at the look's boundary,
 report/sequential.py) on the first n_k units of its cells, and the store records it
 (`Store.record_look`) before anything else runs; the row's verdict is the look's outcome
-(claims.py). The study's alpha is split evenly over the panels its named claims can read in
-its grid and the declared comparisons it names (`design`, counted before any data). A panel
+(claims.py). The study's alpha is shared by the panels its named claims can read in its grid
+and the declared comparisons it names (`design`, counted before any data): alpha / m each at
+first, a panel's alpha passed on to the panels still open once it rejects its zero null
+(Holm's step-down, report/sequential.py; `Rounds.look` takes each look at its level). A panel
 whose look decides (holds, opposite, equivalent), learned nothing (a non-binding futility stop,
 report/sequential.py) or reached the last look (undecided) is done: its cells stop there. A cell
 grows while some undecided panel reads it; a cell no named claim reads stays at the first look.
@@ -63,8 +65,8 @@ START_AFRESH = "restore it, or give the study a new name or output to start its 
 
 
 def design(spec: StudySpec) -> sequential.Design:
-    """The study's design: its alpha split over the panels its named claims can read in its
-    grid (claims.panels, counted before any data; docs/sequential.md)."""
+    """The study's design: its alpha shared by the panels its named claims can read in its
+    grid (claims.panels, counted before any data; Holm's step-down, docs/sequential.md)."""
     decide = spec.decide
     cells = [(c.model, c.optimizer, c.epochs) for c in spec.cells()]
     count = len(panels(cells, decide.paper_claims)) + len(declared(spec))
@@ -218,8 +220,9 @@ class Rounds:
 
     def look(self, frame: pd.DataFrame) -> list[Look]:
         """The looks due now, from the study's trials frame (store.frame of `asked`): look k of
-        every panel still open once every trial it reads up to n_k has a result. Returns the
-        new looks (the caller records them); [] when none is due."""
+        every panel still open once every trial it reads up to n_k has a result, each at its
+        level (Holm's step-down, sequential.step_down, from the panels `rejected` so far).
+        Returns the new looks (the caller records them); [] when none is due."""
         k = self.next_k()
         if k >= len(self.decide.looks):
             return []
@@ -227,10 +230,25 @@ class Rounds:
         prefix = _prefix(frame, self.decide.unit, n, self.spec.seeds)
         if not _complete(prefix, self.decide.unit, n, self._reading(k)):
             return []
-        c = self.design.boundaries()[k]
+        results = frames.with_errors(prefix, METRIC)
+        found = sequential.step_down(
+            lambda level: {x.panel: x for x in self._looks_at(k, n, results, level)},
+            self.design,
+            len(self.rejected()),
+        )
+        return list(found.values())
+
+    def rejected(self) -> set[str]:
+        """The panels whose recorded looks rejected their zero null (sequential.REJECTS): what
+        an open panel's level counts (sequential.Design.level)."""
+        return {key for key, panel in self.looks.items() if panel[-1].outcome in sequential.REJECTS}
+
+    def _looks_at(self, k: int, n: int, results: pd.DataFrame, level: float) -> list[Look]:
+        """Look k (n units per cell) of every panel not yet done or recorded there, its
+        interval at boundary c_k of `level`."""
+        c = self.design.boundaries(level)[k]
         read = self.reads(k, self._reading(k))
         last = k == len(self.decide.looks) - 1
-        results = frames.with_errors(prefix, METRIC)
         rows = claims_table(
             results,
             Options(),
@@ -272,6 +290,7 @@ class Rounds:
                     panels=self.design.panels,
                     kind=None if row["kind"] == row["claim"] else row["kind"],
                     best_of=best_of.get(row["claim"]),
+                    level=level,
                 )
             )
         return new
@@ -359,7 +378,8 @@ def planned_size(spec: StudySpec, panels: int = 1) -> float:
     """The expected size (samples or seeds per cell) of a cell that `panels` named claims read,
     if each one's effect is the planned one (PLANNED_POWER at a panel's share of alpha), with
     the se estimated at each look as the looks read it (report/sequential.stop_probabilities):
-    the cell grows until its last panel stops, the panels taken as independent."""
+    the cell grows until its last panel stops, the panels taken as independent, each at its
+    share before any rejection (Holm's recycling left out: an estimate on the high side)."""
     looks, study = spec.decide.looks, design(spec)
     z = float(stats.norm.isf(study.panel_alpha / 2) + stats.norm.ppf(PLANNED_POWER))
     by_look = np.cumsum(sequential.stop_probabilities(study, z)) ** panels
@@ -424,12 +444,16 @@ def size_lines(
     spending = {"pocock": "Pocock", "obrien-fleming": "O'Brien-Fleming"}[decide.spending]
     margin = "" if decide.margin is None else f", margin {decide.margin:g}"
     claims = ", ".join(f"({c})" for c in decide.claims)
-    # every panel shares the alpha, a declared comparison's as the paper's claims' (Bonferroni)
+    # every panel shares the alpha, a declared comparison's as the paper's claims' (Holm)
     of_them = f", {len(declared(spec))} of them declared" if declared(spec) else ""
+    shared = f"{rounds.design.panel_alpha:.3g} for each of its {rounds.design.panels} panels"
+    shared += of_them
+    if rounds.design.panels > 1:
+        shared += " at first, passed on as panels are decided (Holm)"
     lines = [
         f"decide: {claims} looked at after {', '.join(map(str, looks))} {unit} per cell "
-        f"({spending}, alpha {decide.alpha:g} for the study, {rounds.design.panel_alpha:.3g} for "
-        f"each of its {rounds.design.panels} panels{of_them}{margin}; docs/sequential.md)",
+        f"({spending}, alpha {decide.alpha:g} for the study, {shared}{margin}; "
+        "docs/sequential.md)",
         # each declared comparison: its kind, sides and statistic (it has no paper's words)
         *(
             f"decide: ({c.name}) {c.kind}, {panel.words}: {panel.statistic}"
