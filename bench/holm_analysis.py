@@ -18,6 +18,19 @@ one JSON line for bench/RESULTS.md.
   j*n_nulls.. and effect studies j*n_effects.. (mod their count): the studies share trainings,
   so the Monte-Carlo se is smaller than the truth.
 
+- `ranking`: rankings of four cells (issue 69 item 1) made of the quickstart's replicates:
+  ViT_C and ViT_P from one half of the replicates (c1, p1) and from the other half (c2, p2),
+  each a study of the seed-per-pair design (seed_per_sample_studies, "paired"), ranked by
+  EDF area: c1 - c2 and p1 - p2 are exact nulls, the four ViT_C - ViT_P pairs the real effect.
+  Each pair's looks as a look reads them, the six decided by Holm's step-down within the
+  ranking and by Bonferroni (alpha / 6 each): the share with a wrong ordering (a null pair
+  decided, or ViT_P shown better), the pairs decided (holds, opposite or equivalent: the
+  bench's margin of 0.1 EDF area lets a null pair stop), and the mean samples a cell trained
+  (until its last pair stopped). `ranking_designs`: four distinct cells, the quickstart's
+  ViT_C and ViT_P (20 epochs) beside the mini's (8 epochs, its seed-per-pair trainings cut to
+  24 samples), a wrong ordering one against the sign of the pair's mean estimate at 24.
+- `simulated_ranking`: rankings of four cells on normal units (`RANKING_MEANS`), Holm within
+  the ranking against Bonferroni over its six pairs, 200,000 seeded studies each.
 - `simulated`: the same families on normal units (sequential.simulate_family, 200,000 seeded
   studies each, the quickstart's looks, Pocock), with the se known (the theorem's setting) and
   estimated (the rule as a look applies it).
@@ -27,6 +40,7 @@ one JSON line for bench/RESULTS.md.
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -34,6 +48,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from sequential_analysis import (
+    MARGIN_A,
     MODELS,
     NULL_SHIFTS,
     SEED_PER_SAMPLE_STUDIES,
@@ -46,8 +61,11 @@ from sequential_analysis import (
 )
 
 from optbench.plan.trials import plan
-from optbench.report import sequential
+from optbench.report import claims, frames, sequential
+from optbench.report.summary import Options
 from optbench.run.rounds import Rounds
+from optbench.spec.claim_kinds import comparison_key
+from optbench.spec.comparisons import Comparison
 from optbench.spec.schema import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,6 +78,8 @@ REFERENCES = {  # reference folder -> its study file
     "mini/mini_stem": "mini/mini_stem.yaml",
 }
 UNIT_KEYS = ["model", "optimizer", "epochs", "sample", "seed"]
+OPTIONS = Options()
+RANKINGS = 200  # rankings of four cells built from the quickstart's replicates
 
 
 def replay_reference(folder: Path, study: Path) -> list[dict]:
@@ -96,7 +116,7 @@ def replay_reference(folder: Path, study: Path) -> list[dict]:
 
 def replay_family(panels: list[tuple[dict, object]], design: sequential.Design, holm: bool):
     """One study of len(panels) panels, each (looks_of's answer, its study's key), decided look
-    by look (no margin); returns each panel's (outcome, size) at its stop."""
+    by look (with the design's margin); returns each panel's (outcome, size) at its stop."""
     stops: dict[int, tuple[str, int]] = {}
     last = len(design.looks) - 1
     for k, n in enumerate(design.looks):
@@ -108,7 +128,7 @@ def replay_family(panels: list[tuple[dict, object]], design: sequential.Design, 
                 if i not in stops:
                     estimate, se, df, _ = looks[key, n]
                     low, high = sequential.repeated_interval(estimate, se, c, df)
-                    found[i] = sequential.outcome(low, high, None, k == last)
+                    found[i] = sequential.outcome(low, high, design.margin, k == last)
             return found
 
         rejected = sum(outcome in sequential.REJECTS for outcome, _ in stops.values())
@@ -170,6 +190,18 @@ SIMULATED_FAMILIES = {  # name -> each panel's effect in units' standard deviati
 }
 
 
+def _figures(found: sequential.SimulatedFamily) -> dict:
+    """A simulated family's figures: its wrong share and Monte-Carlo se, the panels decided
+    (holds or opposite), a panel's and a cell's mean size at its stop."""
+    return {
+        "wrong": round(found.wrong, 4),
+        "wrong_mc_se": round(found.wrong_se, 4),
+        "decided": round(found.rejected, 3),
+        "mean_size": round(found.units, 2),
+        "mean_cell_samples": round(found.cell_units, 2),
+    }
+
+
 def simulated(paths: int = 200_000) -> dict:
     """Holm against Bonferroni on normal units (module docstring)."""
     out = {}
@@ -181,18 +213,149 @@ def simulated(paths: int = 200_000) -> dict:
                 found = sequential.simulate_family(
                     design, effects, paths, seed=1, known_se=se == "known", recycle=recycle
                 )
-                row[f"{rule}_{se}_se"] = {
-                    "wrong": round(found.wrong, 4),
-                    "wrong_mc_se": round(found.wrong_se, 4),
-                    "decided": round(found.rejected, 3),
-                    "mean_size": round(found.units, 2),
-                }
+                row[f"{rule}_{se}_se"] = _figures(found)
+        out[name] = row
+    return out
+
+
+def ranking_nulls(trials: pd.DataFrame, count: int) -> dict:
+    """`count` rankings of c1, p1, c2, p2 (module docstring, `ranking`), each pair of sides
+    from its own half of the replicates."""
+    reps = np.array(sorted(set(trials["replicate"])))
+    halves = np.array_split(np.random.default_rng(5).permutation(reps), 2)
+    made = [
+        seed_per_sample_studies(trials[trials["replicate"].isin(half)], count, "paired", seed)
+        for seed, half in enumerate(halves)
+    ]
+    return {
+        j: pd.concat(
+            [_labelled(studies[j], f"c{i + 1}", f"p{i + 1}") for i, studies in enumerate(made)]
+        )
+        for j in range(count)
+    }
+
+
+def ranking_designs(quick: pd.DataFrame, mini: pd.DataFrame, count: int) -> dict:
+    """`count` rankings of four distinct cells (module docstring, `ranking_designs`): the
+    quickstart's ViT_C and ViT_P at 20 epochs (a shared box, paired) and the mini's at 8
+    (boxes of their own), each design's pair from one of its seed-per-pair studies."""
+    made = [
+        seed_per_sample_studies(quick, count, "paired", 0),
+        seed_per_sample_studies(
+            mini[mini["sample"] < quick["sample"].max() + 1], count, "unpaired", 1
+        ),
+    ]
+    return {
+        j: pd.concat(
+            [
+                _labelled(studies[j], f"c{ep}", f"p{ep}")
+                for studies, ep in zip(made, (20, 8), strict=True)
+            ]
+        )
+        for j in range(count)
+    }
+
+
+def _labelled(study: pd.DataFrame, c: str, p: str) -> pd.DataFrame:
+    """A study's ViT_C and ViT_P relabelled as a ranking's cells (no zoo name: no paper panel)."""
+    return study.assign(model=study["model"].map({MODELS[1]: c, MODELS[0]: p}))
+
+
+def ranking(studies: dict, looks: tuple, nulls: bool) -> dict:
+    """Holm within a ranking of the studies' four cells against Bonferroni (module
+    docstring). A wrong ordering: with `nulls`, a decision on a pair of one model (c1 - c2,
+    p1 - p2); on every other pair, one against the sign of its estimand (the mean estimate
+    over the rankings at the last look)."""
+    first = next(iter(studies.values()))
+    cells = [
+        {"model": m, "optimizer": "adamw", "epochs": int(e)}
+        for m, e in first[["model", "epochs"]].drop_duplicates().itertuples(index=False)
+    ]
+    cells.sort(key=lambda c: c["model"])  # ViT_C's cells first
+    order = Comparison(name="order", kind="rank", by="a", cells=cells)
+    panels = order.panels()
+    per_pair: dict[str, dict] = {panel.key: {} for panel in panels}
+    for j, frame in studies.items():
+        for n in looks:
+            table = claims.claims_table(
+                frames.with_errors(frame[frame["sample"] < n]),
+                OPTIONS,
+                "ranking",
+                1.0,
+                comparisons=(order,),
+            )
+            for row in table[table["claim"] == "order"].itertuples():
+                key = comparison_key(row.claim, row.cells)
+                per_pair[key][j, n] = (float(row.estimate), float(row.se), n - 1, row.design)
+    shows_first = {"holds", sequential.HOLDS_NEGLIGIBLE}
+    wrong_if, estimands = [], {}
+    for panel in panels:
+        (better,), (other,) = panel.sides
+        estimand = float(np.mean([per_pair[panel.key][j, looks[-1]][0] for j in studies]))
+        estimands[f"{better[0]}-{other[0]}"] = round(estimand, 4)
+        if nulls and better[0][0] == other[0][0]:
+            wrong_if.append(set(sequential.REJECTS))
+        else:  # the direction the estimand does not take
+            wrong_if.append(set(sequential.REJECTS) - shows_first if estimand > 0 else shows_first)
+    # the margin of the bench's EDF designs: a pair may stop as "equivalent"
+    design = sequential.Design(looks, "pocock", margin=MARGIN_A, panels=len(panels))
+    out = {"rankings": len(studies), "looks": list(looks), "margin": MARGIN_A}
+    out["estimands"] = estimands
+    for name, holm in (("holm", True), ("bonferroni", False)):
+        wrong, decided, sizes = [], [], []
+        for j in studies:
+            stops = replay_family([(per_pair[p.key], j) for p in panels], design, holm)
+            wrong.append(any(o in bad for (o, _), bad in zip(stops, wrong_if, strict=True)))
+            decided.append(sum(o in sequential.DECIDED for o, _ in stops))
+            for cell in cells:  # a cell trains until its last pair stops
+                reading = [
+                    n for p, (_, n) in zip(panels, stops, strict=True) if cell["model"] in p.models
+                ]
+                sizes.append(max(reading))
+        share = float(np.mean(wrong))
+        out[name] = {
+            "wrong": round(share, 4),
+            "wrong_mc_se": _mc_se(share, len(studies)),
+            "pairs_decided": round(float(np.mean(decided)), 3),
+            "mean_cell_samples": round(float(np.mean(sizes)), 2),
+        }
+    return out
+
+
+RANKING_MEANS = {  # four cells' means in units' standard deviations (a pair's unit: sqrt 2)
+    "null": [0.0, 0.0, 0.0, 0.0],
+    "two ties": [0.8, 0.8, 0.0, 0.0],
+    "one apart": [1.0, 0.0, 0.0, 0.0],
+    "steps of 1": [3.0, 2.0, 1.0, 0.0],
+    "steps of 1.5": [4.5, 3.0, 1.5, 0.0],
+}
+
+
+def simulated_ranking(paths: int = 200_000) -> dict:
+    """Rankings of four cells on normal units (sequential.simulate_family with a ranking's
+    contrasts, paired by sample), quickstart's looks: Holm within the ranking against its
+    six pairs at alpha / 6 each, the se estimated."""
+    pairs = list(itertools.combinations(range(4), 2))
+    contrasts = np.zeros((len(pairs), 4))
+    for row, (i, j) in enumerate(pairs):
+        contrasts[row, i], contrasts[row, j] = 1, -1
+    design = sequential.Design((6, 8, 10, 12, 16, 24), "pocock", panels=len(pairs))
+    out = {}
+    for name, means in RANKING_MEANS.items():
+        row = {}
+        for rule, recycle in (("holm", True), ("bonferroni", False)):
+            found = sequential.simulate_family(
+                design, means, paths, seed=2, recycle=recycle, contrasts=contrasts
+            )
+            row[rule] = _figures(found)
         out[name] = row
     return out
 
 
 def analyse(folder: Path) -> dict:
-    out: dict = {"bench": "holm", "simulated": simulated(), "references": {}}
+    out: dict = {"bench": "holm", "simulated": simulated(), "simulated_ranking": {}}
+    out["simulated_ranking"] = simulated_ranking()
+    out["references"] = {}
     for ref, study in REFERENCES.items():
         out["references"][ref] = replay_reference(
             ROOT / "docs" / "reference" / ref, ROOT / "studies" / study
@@ -205,6 +368,11 @@ def analyse(folder: Path) -> dict:
             studies = seed_per_sample_studies(quick, SEED_PER_SAMPLE_STUDIES, kind, seed)
             sets.append((studies, looks_of(studies, "a", "samples", list(looks))))
         out["quickstart_seed_per_pair"] = families(sets[0], sets[1], looks)
+        out["ranking_nulls"] = ranking(ranking_nulls(quick, RANKINGS), looks, nulls=True)
+        mini = _largest(folder, "seed_per_pair")
+        if mini is not None:
+            both = ranking_designs(quick, mini, RANKINGS)
+            out["ranking_designs"] = ranking(both, looks, nulls=False)
     shipped = _largest(folder, "seed_per_pair")
     if shipped is not None:
         looks = (8, 16, 24, 32, 40, 48, 56, 64)

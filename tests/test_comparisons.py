@@ -78,7 +78,11 @@ def test_a_declared_comparison_is_parsed_and_named_by_decide(tiny_dict):
         ({"expect": "up"}, "comparisons.0.expect: Input should be 'first' or 'second'"),
         ({"side": []}, "comparisons.0.side: unknown key"),
         # a best-error comparison's k: its own kind's only, and no more than the samples
-        ({"k": 3}, "comparisons.0.k: only kind 'best-error' draws k samples; kind 'a' takes no k"),
+        (
+            {"k": 3},
+            "comparisons.0.k: only kind 'best-error' (or a ranking by it) draws k samples; kind "
+            "'a' takes no k",
+        ),
         (
             {"kind": "best-error", "k": 9},
             "comparisons.0.k: 9 samples is more than the study's 8 (lr, wd) samples per cell",

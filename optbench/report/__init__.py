@@ -11,7 +11,8 @@ with its figures, tables and notes) from
   drawing of precomputed data: `drawing.py` (what every figure shares: grid, legend, colours),
   `drawing_samples.py` (EDF, scatter), `drawing_cells.py` (length, optimizer, stem),
   `drawing_curves.py` (training curves, tunability, looks); `claims_page.py` (the claims in
-  words), `page.py` (index.html), `trials_file.py` (trials.csv and trials.parquet);
+  words), `ranking.py` (a declared ranking's order from its pairs: places, ties, its table and
+  line), `page.py` (index.html), `trials_file.py` (trials.csv and trials.parquet);
 - and `compare.py` (two reports, trial by trial), `synthetic.py` (trials of known
   distributions, for tests and benchmarks).
 """

@@ -546,7 +546,7 @@ def claims_table(
     claims = _Claims(results, options or Options(), study, boundary, margin, last, classes)
     present = results[frames.CELL_KEYS].drop_duplicates().itertuples(index=False)
     present = [(m, o, int(e)) for m, o, e in present]
-    declared = [c.panel() for c in comparisons]
+    declared = [p for c in comparisons for p in c.panels()]
     for panel in panels(present) + [p for p in declared if set(p.cells) <= set(present)]:
         READERS[panel.kind.reads](claims, panel)
     table = pd.DataFrame(claims.rows, columns=COLUMNS)

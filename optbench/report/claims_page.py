@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from optbench.report import frames, sequential, stats
+from optbench.report import frames, ranking, sequential, stats
 from optbench.report.claims import MIN_SEEDS, NOT_TESTED
 from optbench.report.page import Section
 from optbench.report.summary import Options
@@ -152,13 +152,22 @@ def verdict_lines(summary: dict, drawn: set[str] | None = None) -> list[str]:
     """The claims of a summary (summary.json's rows) that a page drawing `drawn` shows, as
     sentences: what `optbench report` prints on the terminal, the page's lead."""
     rows = [pd.Series(row) for row in summary.get("claims", [])]
-    return [sentence(row) for row in rows if on_page(row, drawn)]
+    shown = [row for row in rows if on_page(row, drawn)]
+    return [sentence(row) for row in shown] + ranking_lines(pd.DataFrame(shown))
+
+
+def ranking_lines(table: pd.DataFrame) -> list[str]:
+    """One sentence per declared ranking among the rows (report/ranking.py)."""
+    if table.empty or "kind" not in table:
+        return []
+    return [ranking.summary_line(name, rows) for name, rows in ranking.rankings(table).items()]
 
 
 def markdown(table: pd.DataFrame) -> str:
     """The claims as Markdown, for docs and the README: one sentence per claim and panel, then
     the table."""
-    lines = [f"- {sentence(r)}" for r in table.itertuples()] + [""]
+    lines = [f"- {sentence(r)}" for r in table.itertuples()]
+    lines += [f"- {line}" for line in ranking_lines(table)] + [""]
     lines += [
         "| claim | paper | study | panel | models | here (estimate, 95% interval) | verdict "
         "| evidence |",
@@ -204,9 +213,15 @@ def sections(table: pd.DataFrame, options: Options, drawn: set[str] | None = Non
         f"{stats.POWER_TARGET:.0%} of simulated studies, if the effect is as estimated. "
         "Definitions: optbench/report/claims.py. Cell errors here are means over seeds, a "
         f"diverged trial counted as {frames.DIVERGED_ERROR:g}%.",
-        lead=[sentence(r) for r in table.itertuples()],
+        lead=[sentence(r) for r in table.itertuples()] + ranking_lines(table),
     )
     section.tables.append(("Claims", section_table(table)))
+    for name, rows in ranking.rankings(table).items():  # each declared ranking's order
+        title = (
+            f"Ranking ({name}): places its decided pairs leave each cell, best first; cells "
+            "whose places overlap are still tied; *: implied by the order of shown pairs"
+        )
+        section.tables.append((title, ranking.table(rows)))
     section.notes += [f"evidence: {line}" for line in evidence_lines(table)]
     return [section]
 

@@ -91,7 +91,7 @@ def plot_looks(panels: Sequence[LookPanel], ncols: int = 2) -> Figure:
         ax.axhline(0.0, color="0.3", linewidth=0.8, label="_zero")
         ax.errorbar(
             x, est, yerr=[est - low, high - est], fmt="o-", color="C0", capsize=4,
-            label="estimate and repeated 95% interval",
+            label="estimate and repeated interval",
         )  # fmt: skip
         for xi, hi, c in zip(x, high, panel.boundary, strict=True):
             text = "c=inf" if not np.isfinite(c) else f"c={c:.2f}"
@@ -106,7 +106,7 @@ def plot_looks(panels: Sequence[LookPanel], ncols: int = 2) -> Figure:
         ax.set_ylabel(wrap_title(panel.statistic), fontsize=8)
         ax.set_title(wrap_title(f"{panel.title}: {panel.outcome}"), fontsize=9)
     handles = [
-        Line2D([], [], marker="o", color="C0", label="estimate, repeated 95% interval"),
+        Line2D([], [], marker="o", color="C0", label="estimate, repeated interval (its level: c)"),
         Patch(color="0.85", label="equivalence margin"),
     ]
     if not any(p.margin for p in panels):

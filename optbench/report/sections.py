@@ -449,8 +449,8 @@ def build_sections(
 
 LOOKS_CAPTION = (
     "The path over the study's looks of each claim its decide: block names: at each look (its size on the x axis) "
-    "the estimate and its repeated interval (the study's 95%, shared by every panel it "
-    "decides), estimate +- t x se, t Student's t (n - 1 degrees of freedom) at the level of "
+    "the estimate and its repeated interval at the panel's level (the study's alpha shared by "
+    "every panel it decides, Holm's step-down), estimate +- t x se, t Student's t (n - 1 degrees of freedom) at the level of "
     "the look's boundary c written above it; the study "
     "stopped adding to a claim at its first interval wholly above or below 0 (or inside the "
     "shaded equivalence margin). docs/sequential.md."

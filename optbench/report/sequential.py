@@ -388,6 +388,7 @@ class SimulatedFamily:
     rejected: float  # the mean number of panels whose zero null was rejected
     units: float  # the mean size (units per cell) at which a panel stopped
     paths: int
+    cell_units: float  # the mean size a cell trained: until the last panel reading it stopped
 
     @property
     def wrong_se(self) -> float:
@@ -404,16 +405,22 @@ def simulate_family(
     known_se: bool = False,
     recycle: bool = True,
     correlation: float = 0.0,
+    contrasts=None,
     chunk: int = 20_000,
 ) -> SimulatedFamily:
     """The study's rule over its `design.panels` panels, each of independent normal units
     N(effects[i], 1) (`correlation`: that share of each unit's variance common to every panel's
-    unit of the same index), on `paths` seeded studies, vectorised: at look k each open panel's
+    unit of the same index); with `contrasts` (panels x cells), `effects` are the cells' means
+    instead and a panel's unit is that contrast of the cells' units of the same index (a
+    ranking's pairs: e_i - e_j, paired by sample). On `paths` seeded studies, vectorised: at
+    look k each open panel's
     statistic (mean / se; the se estimated, as `simulate`, or known with `known_se`) against
     its critical value at its level, a rejection passing its level on (Holm, `Design.level`;
     `recycle` False: every panel at alpha / m throughout, Bonferroni) and the look's rejections
     recycled until none is added. What tests/test_sequential.py's family-wise checks read."""
-    effects = np.asarray(effects, float)
+    means = np.asarray(effects, float)
+    reads = np.eye(means.size) if contrasts is None else np.asarray(contrasts, float)
+    effects = reads @ means
     m = effects.size
     if m != design.panels:
         raise ValueError(f"{m} effects for a design of {design.panels} panels")
@@ -423,17 +430,18 @@ def simulate_family(
     table = design.boundaries if known_se else design.criticals
     crit = np.array([table(design.level(r if recycle else 0)) for r in range(m + 1)])
     wrong = rejected = 0
-    units = 0.0
+    units = cell_units = 0.0
     for start in range(0, paths, chunk):
         p = min(chunk, paths - start)
-        noise = rng.normal(size=(p, m, looks[-1]))
+        noise = rng.normal(size=(p, means.size, looks[-1]))
         if correlation:
             shared = rng.normal(size=(p, 1, looks[-1]))
             noise = math.sqrt(1 - correlation) * noise + math.sqrt(correlation) * shared
-        x = noise + effects[None, :, None]
+        x = np.einsum("mc,pcn->pmn", reads, noise + means[None, :, None])
         mean = np.cumsum(x, axis=2)[:, :, looks - 1] / looks
-        if known_se:
-            stat = mean * np.sqrt(looks)
+        if known_se:  # a panel unit's variance: its contrast of the cells' (correlated) units
+            var = (1 - correlation) * (reads**2).sum(axis=1) + correlation * reads.sum(axis=1) ** 2
+            stat = mean * np.sqrt(looks) / np.sqrt(var)[None, :, None]
         else:
             squares = np.cumsum(x * x, axis=2)[:, :, looks - 1]
             var = np.maximum(squares - looks * mean * mean, 0.0) / (looks - 1)
@@ -456,7 +464,13 @@ def simulate_family(
         wrong += int(bad.sum())
         rejected += int(count.sum())
         units += float(stop.sum())
-    return SimulatedFamily(wrong / paths, rejected / paths, units / (paths * m), paths)
+        # a cell trains until the last panel that reads it stops
+        reading = reads != 0
+        cell_units += float(np.where(reading.T[None], stop[:, None, :], 0).max(axis=2).sum())
+    cells = paths * means.size
+    return SimulatedFamily(
+        wrong / paths, rejected / paths, units / (paths * m), paths, cell_units / cells
+    )
 
 
 def more_needed(estimate: float, se: float, n_now: int, c: float, margin: float | None) -> int:

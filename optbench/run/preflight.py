@@ -166,7 +166,7 @@ def best_error_seed_note(spec: StudySpec) -> str | None:
     from optbench.run.rounds import declared  # the one reader of what a study decides
 
     named = [] if spec.decide is None else declared(spec)
-    best = [c.name for c in named if c.kind == "best-error"]
+    best = [c.name for c in named if c.pair_kind == "best-error"]  # a ranking's pairs too
     if not best or spec.seed_per_sample:
         return None
     return (

@@ -44,8 +44,8 @@ from optbench.report.looks import Look, inconsistent, record_key, signed
 from optbench.report.looks import look_line as look_line  # the driver's name for it
 from optbench.report.summary import Options
 from optbench.spec.catalogue import CATALOGUE
-from optbench.spec.claim_kinds import cells_read, comparison_key, panels
-from optbench.spec.comparisons import Comparison
+from optbench.spec.claim_kinds import cells_read, comparison_key, panels, side_words
+from optbench.spec.comparisons import RANK, Comparison
 from optbench.spec.schema import StudySpec
 from optbench.store.database import DamagedLooks, Store
 from optbench.store.migrations import looks_under_stable_keys
@@ -69,7 +69,9 @@ def design(spec: StudySpec) -> sequential.Design:
     grid (claims.panels, counted before any data; Holm's step-down, docs/sequential.md)."""
     decide = spec.decide
     cells = [(c.model, c.optimizer, c.epochs) for c in spec.cells()]
-    count = len(panels(cells, decide.paper_claims)) + len(declared(spec))
+    # a ranking counts as its pairs (docs/sequential.md)
+    count = len(panels(cells, decide.paper_claims))
+    count += sum(len(c.panels()) for c in declared(spec))
     looks = tuple(decide.looks)
     return sequential.Design(looks, decide.spending, decide.alpha, decide.margin, max(1, count))
 
@@ -364,8 +366,9 @@ def claims_reading(spec: StudySpec) -> dict[tuple[str, str, int], set[str]]:
     cell none reads never grows."""
     out = cells_read([(c.model, c.optimizer, c.epochs) for c in spec.cells()], spec.decide.claims)
     for comparison in declared(spec):
-        for cell in comparison.panel().cells:
-            out[cell].add(comparison.name)
+        for panel in comparison.panels():
+            for cell in panel.cells:
+                out[cell].add(comparison.name)
     return out
 
 
@@ -445,7 +448,8 @@ def size_lines(
     margin = "" if decide.margin is None else f", margin {decide.margin:g}"
     claims = ", ".join(f"({c})" for c in decide.claims)
     # every panel shares the alpha, a declared comparison's as the paper's claims' (Holm)
-    of_them = f", {len(declared(spec))} of them declared" if declared(spec) else ""
+    named = sum(len(c.panels()) for c in declared(spec))
+    of_them = f", {named} of them declared" if named else ""
     shared = f"{rounds.design.panel_alpha:.3g} for each of its {rounds.design.panels} panels"
     shared += of_them
     if rounds.design.panels > 1:
@@ -455,11 +459,7 @@ def size_lines(
         f"({spending}, alpha {decide.alpha:g} for the study, {shared}{margin}; "
         "docs/sequential.md)",
         # each declared comparison: its kind, sides and statistic (it has no paper's words)
-        *(
-            f"decide: ({c.name}) {c.kind}, {panel.words}: {panel.statistic}"
-            for c in declared(spec)
-            for panel in [c.panel()]
-        ),
+        *(_declared_line(c) for c in declared(spec)),
         f"decide: from {len(first)} trials{cost(per_cell(first))} (every claim decided at the "
         f"first look, {looks[0]} {unit} per cell) to {len(most)}{cost(per_cell(most))} "
         f"(every look taken, {looks[-1]} {unit} per cell a named claim reads)",
@@ -485,6 +485,21 @@ def size_lines(
         )
     lines.append(line)
     return lines
+
+
+def _declared_line(comparison: Comparison) -> str:
+    """The dry run's line of a declared comparison: its kind, sides and statistic; a
+    ranking's cells, the kind of its pairs and how many."""
+    panels = comparison.panels()
+    if comparison.kind != RANK:
+        (panel,) = panels
+        return f"decide: ({comparison.name}) {comparison.kind}, {panel.words}: {panel.statistic}"
+    cells = ", ".join(side_words(side.cell) for side in comparison.cells)
+    return (
+        f"decide: ({comparison.name}) rank of {len(comparison.cells)} cells by "
+        f"{comparison.by} ({len(panels)} pairs, each a panel; {panels[0].kind.statistic}): "
+        f"{cells}"
+    )
 
 
 def asked_trials(spec: StudySpec, store: Store) -> list[Trial]:

@@ -72,7 +72,7 @@ class Decide(StrictModel):
 def read_kinds(decide: Decide, comparisons: list[Comparison]) -> None:
     """Each named claim's kind (Decide._kinds), or ValueError naming one that is neither a
     paper's claim nor a declared comparison; then the units and the margin of those kinds."""
-    declared = {c.name: c.kind for c in comparisons}
+    declared = {c.name: c.pair_kind for c in comparisons}  # a ranking: the kind of its pairs
     for claim in decide.claims:
         if claim not in PAPER and claim not in declared:
             known = [*PAPER, *declared]
