@@ -107,16 +107,10 @@ class Comparison(StrictModel):
     def _best_of(cls, data):
         """A best-error comparison's k spelled out (spec.yaml, the design's fingerprint); one
         given to another kind is refused by check_comparisons, which names the field."""
-        if (
-            isinstance(data, dict)
-            and data.get("k") is None
-            and "best-error"
-            in (
-                data.get("kind"),
-                data.get("by") if data.get("kind") == RANK else None,
-            )
-        ):
-            data = {**data, "k": BEST_OF_DEFAULT}
+        if isinstance(data, dict) and data.get("k") is None:
+            drawn = data.get("by") if data.get("kind") == RANK else data.get("kind")
+            if drawn == "best-error":  # a best-error comparison, or a ranking by it
+                data = {**data, "k": BEST_OF_DEFAULT}
         return data
 
     @model_serializer(mode="wrap")
