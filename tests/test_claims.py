@@ -346,7 +346,7 @@ def test_the_page_says_a_decision_inside_the_margin_is_negligible_and_whose_erro
     assert "holds, negligible (the interval lies above 0 and inside +-0.1" in line
     # the panel's level, the study's alpha shared by both its panels (Holm's step-down; a
     # record without a level was taken at alpha / 2); an early stop's estimate is labelled
-    assert "a repeated 0.975 interval (this panel's level 0.025: the study's alpha 0.05" in line
+    assert "a repeated 97.5% interval (this panel's level 0.025: the study's alpha 0.05" in line
     assert "the estimate at the stop, biased away from 0 by stopping early" in line
     assert "biased" not in sentence(_looked("holds", 24))  # ran to its last look
     row = records(pd.DataFrame([_looked("holds", 8)]))[0]

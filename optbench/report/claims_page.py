@@ -106,7 +106,7 @@ def _interval_words(row) -> str:
     panels = 1 if pd.isna(getattr(row, "panels", None)) else int(row.panels)
     level = getattr(row, "level", None)
     level = alpha / panels if level is None or pd.isna(level) else float(level)
-    words = f"a repeated {1 - level:.3g} interval"
+    words = f"a repeated {100 * (1 - level):.3g}% interval"
     if panels > 1:
         words += (
             f" (this panel's level {level:.3g}: the study's alpha {alpha:g} shared by its "
