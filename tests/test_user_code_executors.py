@@ -98,7 +98,8 @@ def on_path(monkeypatch, folder: Path) -> dict:
     """`folder` on this process's sys.path and on PYTHONPATH, as `export PYTHONPATH` puts it
     (every process a run starts inherits it); returns that environment."""
     monkeypatch.syspath_prepend(str(folder))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(folder), os.environ["PYTHONPATH"]]))
+    earlier = os.environ.get("PYTHONPATH")  # unset where optbench is installed (CI)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(folder), earlier])))
     return dict(os.environ)
 
 

@@ -131,8 +131,8 @@ def main(study: Path, n: int, recorded: Path) -> None:
     made."""
     record = Store.record
 
-    def record_and_note(self, item, result, metrics):
-        done = record(self, item, result, metrics)
+    def record_and_note(self, item, result, metrics, **options):
+        done = record(self, item, result, metrics, **options)
         if done:  # written once the commit returned: the OS keeps it past a SIGKILL
             with open(recorded, "a") as f:
                 f.write(f"{item.trial.key}\n")
