@@ -1,4 +1,4 @@
-"""Holm's step-down over a study's panels (report/sequential.py, issue 67 item 5) on trained data:
+"""Holm's step-down over a study's panels (decision/sequential.py, issue 67 item 5) on trained data:
 one JSON line for bench/RESULTS.md.
 
 - `references`: each committed reference of a sequential study (docs/reference/) replayed by
@@ -60,9 +60,9 @@ from sequential_analysis import (
     swapped_nulls,
 )
 
+from optbench.decision import claims, frames, sequential
+from optbench.decision.summary import Options
 from optbench.plan.trials import plan
-from optbench.report import claims, frames, sequential
-from optbench.report.summary import Options
 from optbench.run.rounds import Rounds
 from optbench.spec.claim_kinds import comparison_key
 from optbench.spec.comparisons import Comparison

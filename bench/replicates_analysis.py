@@ -1,5 +1,5 @@
 """The replicate bench's analysis (bench/replicates.py analyse DIR): how the report's claims
-(optbench.report.claims, exactly as `optbench report` computes them) and some alternative
+(optbench.decision.claims, exactly as `optbench report` computes them) and some alternative
 interval methods behave over independent replicate studies of real trainings.
 
 Definitions, per claim and study size:
@@ -24,8 +24,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
 
-from optbench.report import claims, frames, stats
-from optbench.report.summary import Options
+from optbench.decision import claims, frames, stats
+from optbench.decision.summary import Options
 
 OPTIONS = Options()  # the report's defaults: 1000 resamples, seed 0
 MIN_REPLICATES = 20  # the issue's R; below it a share of intervals says too little

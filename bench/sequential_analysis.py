@@ -1,4 +1,4 @@
-"""The sequential rule (optbench.report.sequential) on real replicate studies: each replicate
+"""The sequential rule (optbench.decision.sequential) on real replicate studies: each replicate
 was trained once to its largest size, and sampling keeps the first n pairs (seeds are added in
 order), so look k of a sequential study is the replicate's prefix of n_k samples (seeds). For
 each design this replays every replicate's looks exactly as the driver makes them (the report's
@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from optbench.report import claims, frames, sequential
-from optbench.report.summary import Options
+from optbench.decision import claims, frames, sequential
+from optbench.decision.summary import Options
 from optbench.run import rounds
 from optbench.spec.claim_kinds import KINDS
 from optbench.spec.comparisons import Comparison

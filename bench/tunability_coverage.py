@@ -1,4 +1,4 @@
-"""How well the tunability view (optbench.report.tunability) estimates E_k, the expected best
+"""How well the tunability view (optbench.decision.tunability) estimates E_k, the expected best
 error after k random (lr, wd) samples, on studies of n samples drawn from a known population:
 
 - synthetic: synthetic.py's bowls (ViT_P-like: steep, about 9% diverged; ViT_C-like: shallow,
@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from optbench.report import synthetic, tunability
+from optbench.decision import tunability
+from optbench.report import synthetic
 
 POPULATION = 40_000
 N_BOOT = 1000

@@ -9,11 +9,12 @@ The Python API (api.py, docs/api.md) is here too, loaded when first used:
 Inside (docs/development.md), its packages in the order they build on each other: `spec/` (the
 study as data), `trial/` (the driver-worker contract), `plan/` (a study's trials and jobs),
 `models/`, `data/` (the input pipeline), `trackers/`, `train/` (the trainer), `store/` (the study
-database), `report/`, `executors/`, `run/` (the driver), `cli/` (the command line); below them
-`errors.py` (what a user can cause), `safefs.py` (no-follow file access in a study folder),
-`worker_lock.py` (the lock a local worker holds), `host.py` (this machine's cores, device
-and CPU name), `provenance.py` (which code made a result), `user_code.py` (the study's own
-modules, `imports:`); on top `api.py` (the Python API) and `__main__.py`.
+database), `decision/` (the decision engine: statistics, boundaries, claims, looks),
+`report/` (its figures and pages), `executors/`, `run/` (the driver), `cli/` (the command
+line); below them `errors.py` (what a user can cause), `safefs.py` (no-follow file access in a
+study folder), `worker_lock.py` (the lock a local worker holds), `host.py` (this machine's
+cores, device and CPU name), `provenance.py` (which code made a result), `user_code.py` (the
+study's own modules, `imports:`); on top `api.py` (the Python API) and `__main__.py`.
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ from typing import Any
 
 import pandas as pd
 
+from optbench.decision.stats import N_BOOT
+from optbench.decision.summary import Options
 from optbench.report.figures import (
     NothingToDraw,
     curves_figure,
@@ -26,8 +28,6 @@ from optbench.report.figures import (
     stem_figure,
     tunability_figure,
 )
-from optbench.report.stats import N_BOOT
-from optbench.report.summary import Options
 from optbench.report.writer import study_summary
 from optbench.run.preflight import check_spec
 from optbench.run.rounds import asked_trials
@@ -86,7 +86,7 @@ def load_trials(
     report's trials.csv (docs/api.md lists them). With `epochs`, one row per trial and recorded
     epoch instead, each with its trial's columns and the epoch's metrics (epoch, lr, train_loss,
     val_error, raw_top1, ema_top1, epoch_s, ...)."""
-    from optbench.report.frames import with_pycls_best
+    from optbench.decision.frames import with_pycls_best
 
     spec = load_study(study, overrides, profile)
     store = Store(spec, create=False)
@@ -123,7 +123,7 @@ def tunability_table(
     """Per cell of a trials frame with two or more (lr, wd) samples and a finished trial: n,
     its best error, the expected best error after k samples with its band up to k = n / 2
     (columns e<k>, e<k>_low, e<k>_high) and the samples needed to land within 1 point of the
-    best with probability 0.9 (report/tunability.py; docs/reports.md)."""
-    from optbench.report import frames, tunability
+    best with probability 0.9 (decision/tunability.py; docs/reports.md)."""
+    from optbench.decision import frames, tunability
 
     return tunability.tunability_table(frames.with_errors(trials, metric), n_boot, seed)

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from optbench.report.edf import dtop1, edf, edf_auc, frac_within, trial_errors
-from optbench.report.stats import (
+from optbench.decision.edf import dtop1, edf, edf_auc, frac_within, trial_errors
+from optbench.decision.stats import (
     bootstrap_ci,
     dtop1_rows,
     edf_band,

@@ -3,7 +3,7 @@
 import numpy as np
 import pandas as pd
 
-from optbench.report.frames import (
+from optbench.decision.frames import (
     best_by_cell,
     curve_picks,
     length_stability,

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from test_decide import C, P, _first_looks, _sequential
 
+from optbench.decision import frames
+from optbench.decision.claims import READERS, SEED_CONTRASTS, claims_table
+from optbench.decision.looks import with_looks
 from optbench.plan.trials import plan
-from optbench.report import frames
-from optbench.report.claims import READERS, SEED_CONTRASTS, claims_table
 from optbench.report.figures import looks_figure
-from optbench.report.looks import with_looks
 from optbench.report.writer import FIGURES
 from optbench.run.rounds import Rounds, claims_reading, decision_lines
 from optbench.spec.claim_kinds import (

@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from optbench.report import frames
-from optbench.report.claims import claims_table
-from optbench.report.summary import Options
+from optbench.decision import frames
+from optbench.decision.claims import claims_table
+from optbench.decision.summary import Options
 from optbench.report.writer import write_report
 from optbench.spec.roles import families
 from optbench.spec.schema import parse_spec
@@ -327,7 +327,7 @@ def test_a_stem_chain_whose_steps_point_both_ways_is_not_shown_and_gets_no_power
 
 def _looked(verdict, n, n_max=24, margin=0.1, panels=2):
     """Claim (a)'s row of a sequential study whose last look (k 1) said `verdict` at n."""
-    from optbench.report.looks import with_looks
+    from optbench.decision.looks import with_looks
     from optbench.spec.claim_kinds import comparison_key
 
     table = _claims(_edf_cells(np.random.default_rng(0), p_spread=40.0, c_spread=2.0))
@@ -382,7 +382,7 @@ def test_a_mixed_chain_and_a_cell_without_a_finished_trial_say_why_they_decide_n
 def test_both_models_at_chance_are_neither_tested_nor_decided():
     # the digits' 10 classes: guessing errs 90%; both cells end at 89.7 to 90.3%. A look called
     # them "equivalent" (se 0.01 against a margin of 0.1); nothing was learned
-    from optbench.report.sequential import NOTHING_LEARNED
+    from optbench.decision.sequential import NOTHING_LEARNED
     from optbench.report.synthetic import synthetic_trials
 
     results = frames.with_errors(synthetic_trials([P, C], ["adamw"], [20], 8, at_chance=(P, C)))
@@ -401,7 +401,7 @@ def test_one_model_at_chance_voids_the_edf_claim_whose_dtop1_reads_it_as_steep()
     # ViT_P that learned "holds" (steeper). Comparisons of errors themselves (claim (d), declared
     # best-error ones) read such a pair as a measured difference (tests/test_your_question.py:
     # AdamW at chance against Lion holds)
-    from optbench.report.sequential import NOTHING_LEARNED
+    from optbench.decision.sequential import NOTHING_LEARNED
     from optbench.report.synthetic import synthetic_trials
 
     results = frames.with_errors(synthetic_trials([P, C], ["adamw"], [20], 8, at_chance=(C,)))
@@ -418,7 +418,7 @@ def test_one_model_at_chance_voids_the_edf_claim_whose_dtop1_reads_it_as_steep()
 def test_an_se_below_a_twentieth_of_the_margin_decides_nothing():
     # two cells whose errors differ by hundredths of a point: every EDF area about 1, an se of
     # about 1e-4 against a margin of 0.1, which a look called "equivalent"
-    from optbench.report.sequential import MARGIN_SE_SHARE, NOTHING_LEARNED
+    from optbench.decision.sequential import MARGIN_SE_SHARE, NOTHING_LEARNED
 
     rng = np.random.default_rng(3)
     rows = [

@@ -14,11 +14,11 @@ import pytest
 import yaml
 from test_decide import _frame  # the store's frame of trials with made-up errors
 
+from optbench.decision import frames
+from optbench.decision.claims import claims_table
+from optbench.decision.looks import Look
 from optbench.errors import SpecError
 from optbench.plan.trials import plan
-from optbench.report import frames
-from optbench.report.claims import claims_table
-from optbench.report.looks import Look
 from optbench.run.rounds import Rounds, size_lines
 from optbench.spec.claim_kinds import comparison_key
 from optbench.spec.schema import parse_spec
@@ -209,8 +209,8 @@ def test_a_declared_edf_comparison_of_vit_c_and_vit_p_is_claim_a(tiny_dict):
     )
     assert paper["statistic"] == "auc_10(C) - auc_10(P) (EDF area, 0-1)"
     # the page's heading says whose claims it shows
+    from optbench.decision.summary import Options
     from optbench.report import claims_page
-    from optbench.report.summary import Options
 
     titles = {
         rows: claims_page.sections(table[table["claim"].isin(rows)], Options())[0].title
@@ -330,8 +330,8 @@ def test_a_declared_comparison_is_on_every_page_and_the_terminal_says_what_the_p
 ):
     # `optbench report --edf` left a declared best-error comparison (its figure: tunability)
     # off the page while the terminal printed it
+    from optbench.decision.summary import Options
     from optbench.report.claims_page import sections, verdict_lines
-    from optbench.report.summary import Options
 
     table, summary = _best_of_3_shown(tiny_dict)
     for drawn, shown in ((None, {"a", "mine"}), ({"edf"}, {"a", "mine"}), ({"peak"}, {"mine"})):
@@ -346,8 +346,8 @@ def test_a_claim_a_sequential_study_does_not_decide_says_its_interval_is_outside
 ):
     # the study decides "mine" by its looks; (a) on the same cells kept a fixed-size interval at
     # the size mine's stop chose, and its sentence read like a decision of the study
+    from optbench.decision.looks import NOT_DECIDED_HERE, with_looks
     from optbench.report.claims_page import sentence
-    from optbench.report.looks import NOT_DECIDED_HERE, with_looks
 
     table, _ = _best_of_3_shown(tiny_dict)
     (mine,) = table.query("claim == 'mine'").to_dict("records")
@@ -502,7 +502,7 @@ def test_a_study_deciding_only_a_declared_comparison_decides_and_stops(tiny_dict
 def test_a_look_of_a_declared_name_under_another_kind_is_not_this_studys(tiny_dict):
     import dataclasses
 
-    from optbench.report.looks import inconsistent
+    from optbench.decision.looks import inconsistent
 
     spec = parse_spec(_only_declared(tiny_dict))
     rounds, trials = Rounds(spec, []), plan(spec)
@@ -600,7 +600,7 @@ def test_a_trained_study_decides_a_best_error_comparison_and_reports_it(tmp_path
 def test_an_undecided_declared_step_still_says_how_far_a_decision_is():
     # a declared "d" comparison of two cells is one step: its last look's advice estimates a
     # size, as for (a); a stem chain of three cells (claim d) does not (test_decide)
-    from optbench.report.looks import with_looks
+    from optbench.decision.looks import with_looks
 
     cells = [["vit_s2_w64_16px", "adamw", 8], ["vit_p_w64_16px", "adamw", 8]]
     row = {"claim": "mine", "kind": "d", "cells": cells, "optimizer": "adamw", "epochs": 8}

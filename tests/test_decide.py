@@ -22,11 +22,11 @@ import pytest
 import yaml
 from driver_process import signal_at
 
+from optbench.decision.claims import claims_table
+from optbench.decision.frames import with_errors
+from optbench.decision.looks import with_looks
 from optbench.errors import SpecError
 from optbench.plan.trials import jobs, plan
-from optbench.report.claims import claims_table
-from optbench.report.frames import with_errors
-from optbench.report.looks import with_looks
 from optbench.run.rounds import METRIC, DesignChanged, Look, Rounds, decision_lines
 from optbench.spec.schema import parse_spec
 from optbench.store.database import Store
@@ -861,7 +861,7 @@ def test_two_cells_whose_trials_all_diverged_stop_at_the_first_look_and_are_read
     # an interval [0, 0] inside any margin; nothing was measured, so nothing is decided and the
     # panel stops there (issue 67: it trained to its maximum, and the reader, recomputing the
     # interval without the look's guard, called its own record damaged)
-    from optbench.report.sequential import NOTHING_LEARNED
+    from optbench.decision.sequential import NOTHING_LEARNED
     from optbench.run.rounds import asked_trials
 
     spec = parse_spec(_sequential(tiny_dict, margin=0.1))
@@ -895,7 +895,7 @@ def test_a_look_that_continues_with_a_note_inside_the_margin_is_read_back(tiny_d
 
 def test_a_contrast_without_spread_decides_nothing_and_stops(tiny_dict):
     # every trial at the same error (50%: not near chance), finished, but se 0 and [0, 0]
-    from optbench.report.sequential import NOTHING_LEARNED
+    from optbench.decision.sequential import NOTHING_LEARNED
 
     spec = parse_spec(_sequential(tiny_dict, margin=0.1))
     rounds, trials = Rounds(spec, []), plan(spec)
@@ -906,7 +906,7 @@ def test_a_contrast_without_spread_decides_nothing_and_stops(tiny_dict):
 def test_both_models_at_chance_decide_nothing_at_a_look_and_stop(tiny_dict):
     # digits (10 classes): both cells end at 89.7 to 90.3% error, which was "equivalent" at the
     # first look (se 0.01, an interval well inside the margin of 0.1)
-    from optbench.report.sequential import NOTHING_LEARNED
+    from optbench.decision.sequential import NOTHING_LEARNED
 
     spec = parse_spec(_sequential(tiny_dict, looks=(6, 8), margin=0.1))
     rounds, trials = Rounds(spec, []), plan(spec)
@@ -921,7 +921,7 @@ def test_both_models_at_chance_decide_nothing_at_a_look_and_stop(tiny_dict):
 def test_a_study_splits_its_alpha_over_the_panels_it_decides(tiny_dict):
     # two epochs: claim (a) has two panels, each decided at alpha / 2, so the chance that any
     # of the study's decisions is wrong stays at most alpha (Bonferroni)
-    from optbench.report import sequential
+    from optbench.decision import sequential
 
     data = _sequential(tiny_dict)
     data["epochs"] = [1, 2]
@@ -950,7 +950,7 @@ def test_a_panel_that_holds_passes_its_alpha_on_to_the_open_one(tiny_dict):
     # Holm's step-down (Maurer and Bretz 2013): once the 1-epoch panel holds, the 2-epoch
     # panel is decided at the study's whole alpha, its boundary recomputed at that level, from
     # the same look on; Bonferroni kept it at alpha / 2 throughout
-    from optbench.report import sequential
+    from optbench.decision import sequential
 
     spec, error_of = _two_panels(tiny_dict)
     rounds, trials = Rounds(spec, []), plan(spec)
@@ -1004,7 +1004,7 @@ def test_equivalent_passes_no_alpha_on(tiny_dict):
 def test_a_recorded_level_above_what_the_rejections_allow_is_refused(tiny_dict):
     # neither panel rejects at look 1 (alpha 1e-6), so both are at alpha / 2; a record that
     # claims alpha is not what a driver wrote
-    from optbench.report.looks import inconsistent
+    from optbench.decision.looks import inconsistent
 
     data = _sequential(tiny_dict, looks=(6, 8, 10), alpha=1e-6)
     data["epochs"] = [1, 2]

@@ -11,10 +11,11 @@ import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
 
-from optbench.report import frames, stats
-from optbench.report.claims import claims_table
+from optbench.decision import frames, stats
+from optbench.decision.claims import claims_table
+from optbench.decision.summary import Options, summarize
 from optbench.report.claims_page import records as claims_records
-from optbench.report.summary import Options, format_advice, summarize
+from optbench.report.summary_lines import format_advice
 
 FAST = Options(n_boot=400)
 P, C = "vit_p_x", "vit_c_x"
@@ -252,7 +253,7 @@ def test_the_dry_run_reads_no_crafted_or_linked_summary(tmp_path, monkeypatch, c
 def test_a_cell_past_the_search_end_is_not_searched_and_says_so():
     # 300 trials per model against MAX_TRIALS 256: the power search would simulate studies
     # larger than its grid (the report bench's 10,000 trials took 30x longer so).
-    from optbench.report.summary import MAX_TRIALS, advice_line
+    from optbench.decision.summary import MAX_TRIALS, advice_line
 
     rng = np.random.default_rng(0)
     a, b = rng.normal(10, 3, 300), rng.normal(12, 3, 300)

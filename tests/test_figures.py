@@ -14,11 +14,13 @@ import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from PIL import Image
 
-from optbench.report import figures, frames
+from optbench.decision import frames
+from optbench.decision.summary import Options
+from optbench.report import figures
 from optbench.report.drawing import data_lines
 from optbench.report.drawing_curves import LookPanel, plot_looks
 from optbench.report.sections import build_sections
-from optbench.report.summary import Options, format_table
+from optbench.report.summary_lines import format_table
 from optbench.report.synthetic import synthetic_trials
 from optbench.report.writer import write_report
 from optbench.spec.schema import parse_spec
@@ -333,7 +335,7 @@ def test_each_figure_on_the_page_has_a_caption_saying_what_it_draws(band, tmp_pa
 
 
 def test_the_edf_marks_claim_a_area_and_gives_each_models_area_in_the_legend():
-    from optbench.report.edf import AUC_MAX_POINTS, dtop1, edf_auc
+    from optbench.decision.edf import AUC_MAX_POINTS, dtop1, edf_auc
 
     trials = synthetic_trials(MODELS, ["adamw"], [5], 8, seed=3)
     fig = figures.edf_figure(trials, n_boot=20)

@@ -1,5 +1,5 @@
 """What an undecided sequential claim's advice says of the size that would decide it
-(report/looks.py, `with_looks`): the size at the estimate, and the range of sizes over the
+(decision/looks.py, `with_looks`): the size at the estimate, and the range of sizes over the
 effects its interval allows, so that one number is not read as what the data pin down."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from optbench.report import sequential
-from optbench.report.looks import with_looks
+from optbench.decision import sequential
+from optbench.decision.looks import with_looks
 
 REFERENCE = Path(__file__).parents[1] / "docs" / "reference" / "lion_vs_adamw" / "summary.json"
 

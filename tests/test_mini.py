@@ -12,8 +12,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from optbench.decision import claims
 from optbench.plan.trials import plan
-from optbench.report import claims
 from optbench.run.preflight import check_spec
 from optbench.spec.schema import load_spec
 

@@ -5,8 +5,9 @@ tests/test_imports.py's graph reads them).
 
 `STAGES` is the one statement of the order (docs/development.md points here). A later stage
 builds on the earlier ones: the study as data, then the trial contract, the plan, the models and
-the input pipeline, the trackers, the trainer, the store, the report, the executors, the driver,
-and the entry points on top.
+the input pipeline, the trackers, the trainer, the store, the decision engine (numbers and
+verdicts), the report that draws and writes them, the executors, the driver, and the entry
+points on top. The driver reads the decision engine, not the report (issue 67).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ STAGES: tuple[tuple[str, ...], ...] = (
     ("trackers",),
     ("train",),  # the trainer: what a job runs
     ("store",),
-    ("report",),
+    ("decision",),  # the decision engine: statistics, boundaries, claims, looks
+    ("report",),  # what draws and writes a report's pages
     ("executors",),
     ("run",),  # the driver
     ("cli", "api", "__main__", ""),  # the entry points
@@ -109,6 +111,19 @@ def test_imports_go_down_the_stages():
     assert graph["optbench.cli.app"] and graph["optbench.spec.schema"]  # the graph was read
     upward = sorted(upward_imports(graph))
     assert not upward, f"imports of a later stage (tests/test_package_rules.py, STAGES): {upward}"
+
+
+def test_the_driver_reads_the_decision_engine_not_the_report():
+    graph = import_graph()
+    assert graph["optbench.run.rounds"]  # the driver's imports were read
+    into_report = sorted(
+        (module, dep)
+        for module, deps in graph.items()
+        if module.startswith("optbench.run")
+        for dep in deps
+        if dep.startswith("optbench.report")
+    )
+    assert not into_report, f"the driver imports the report's package: {into_report}"
 
 
 def test_each_stage_is_named_once_and_names_what_exists():

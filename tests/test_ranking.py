@@ -1,7 +1,7 @@
 """Rankings a study declares (`kind: rank`, spec/comparisons.py, issue 69 item 1): the block and
 its refusals, its pairs as panels of the study's Holm family (run/rounds.py), cells that stop
-once their place is decided, the order the page draws (report/ranking.py), and the procedure's
-error and cost on simulated rankings (report/sequential.py)."""
+once their place is decided, the order the page draws (decision/ranking.py), and the procedure's
+error and cost on simulated rankings (decision/sequential.py)."""
 
 from __future__ import annotations
 
@@ -15,13 +15,14 @@ import pandas as pd
 import pytest
 from test_decide import _frame  # the store's frame of trials with made-up errors
 
+from optbench.decision import ranking, sequential
+from optbench.decision.claims import claims_table
+from optbench.decision.frames import with_errors
+from optbench.decision.summary import Options
 from optbench.errors import SpecError
 from optbench.plan.trials import plan
-from optbench.report import ranking, sequential
-from optbench.report.claims import claims_table
+from optbench.report import ranking_page
 from optbench.report.claims_page import sections, verdict_lines
-from optbench.report.frames import with_errors
-from optbench.report.summary import Options
 from optbench.run.rounds import Rounds, fingerprint, size_lines
 from optbench.spec.comparisons import Comparison
 from optbench.spec.schema import load_spec, parse_spec
@@ -161,7 +162,7 @@ def test_a_cell_whose_place_is_decided_stops_and_the_others_grow(tiny_dict):
 
 
 def _rows(verdicts: dict[tuple[str, str], str]) -> pd.DataFrame:
-    """Pair rows of a ranking of C, S1, P, D (report/claims.py's columns the order reads); the
+    """Pair rows of a ranking of C, S1, P, D (decision/claims.py's columns the order reads); the
     first-listed cell of each pair is `cells[1]` (kind a: better = 1)."""
     rows = []
     for (first, second), verdict in verdicts.items():
@@ -198,8 +199,10 @@ def test_the_order_brackets_cells_whose_places_are_not_decided():
         (_words(P), (2, 4)),
         (_words(D), (3, 4)),
     ]
-    assert ranking.order_line(rows) == f"{_words(C)} > [{_words(S1)}, {_words(P)}, {_words(D)}]"
-    drawn = ranking.table(rows)
+    assert (
+        ranking_page.order_line(rows) == f"{_words(C)} > [{_words(S1)}, {_words(P)}, {_words(D)}]"
+    )
+    drawn = ranking_page.table(rows)
     assert list(drawn["place"]) == ["1", "2-3", "2-4", "3-4"]
     assert drawn["not decided against"].iloc[1] == _words(P)
 
@@ -214,8 +217,11 @@ def test_an_order_that_follows_from_shown_pairs_decides_the_places():
         (_words(m), (i, i)) for i, m in enumerate([C, S1, D, P], 1)
     ]
     assert ranked[1].implied == (_words(P),)
-    assert ranking.order_line(_rows(order)) == " > ".join(_words(m) for m in [C, S1, D, P])
-    assert ranking.table(_rows(order))["shown better than"].iloc[1] == f"{_words(P)}*, {_words(D)}"
+    assert ranking_page.order_line(_rows(order)) == " > ".join(_words(m) for m in [C, S1, D, P])
+    assert (
+        ranking_page.table(_rows(order))["shown better than"].iloc[1]
+        == f"{_words(P)}*, {_words(D)}"
+    )
     # shown pairs that contradict each other (a cycle) imply nothing
     cycle = order | {(S1, D): "holds", (P, D): "opposite", (C, P): "opposite"}
     cycle |= {(C, S1): "holds", (S1, P): "holds"}  # C > S1 > P > C... through D too
@@ -227,7 +233,7 @@ def test_an_equivalent_pair_ties_its_cells():
     order |= {(S1, P): "holds", (S1, D): "holds", (P, D): "equivalent"}
     ranked = ranking.places(_rows(order))
     assert [p.places for p in ranked] == [(1, 1), (2, 2), (3, 4), (3, 4)]
-    assert ranked[2].tied_with and ranking.order_line(_rows(order)).endswith(
+    assert ranked[2].tied_with and ranking_page.order_line(_rows(order)).endswith(
         f"> [{ranked[2].cell}, {ranked[3].cell}]"
     )
 

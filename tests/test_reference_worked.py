@@ -12,9 +12,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from optbench.report import frames
-from optbench.report.claims import claims_table
-from optbench.report.summary import Options
+from optbench.decision import frames
+from optbench.decision.claims import claims_table
+from optbench.decision.summary import Options
 from optbench.run.rounds import declared, design
 from optbench.spec.schema import load_spec
 

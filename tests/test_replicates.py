@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from optbench.report import frames
-from optbench.report.claims import claims_table
-from optbench.report.summary import Options
+from optbench.decision import frames
+from optbench.decision.claims import claims_table
+from optbench.decision.summary import Options
 
 # Each test that builds claims tables (with their bootstrap power) or replays a design on the
 # replicates is slow; the check that the quickstart trains the bench's design reads two files.
@@ -153,7 +153,7 @@ def test_the_quickstarts_sequential_design_decides_its_replicates_in_the_effects
     sys.path.insert(0, str(REPLICATES.parents[2] / "bench"))
     import sequential_analysis
 
-    from optbench.report import sequential
+    from optbench.decision import sequential
 
     study = yaml.safe_load((REPLICATES.parents[2] / "studies" / "quickstart.yaml").read_text())
     design = sequential.Design(
@@ -192,7 +192,7 @@ def test_the_quickstarts_sequential_design_decides_its_replicates_by_its_last_lo
     sys.path.insert(0, str(REPLICATES.parents[2] / "bench"))
     import sequential_analysis
 
-    from optbench.report import sequential
+    from optbench.decision import sequential
 
     study = yaml.safe_load((REPLICATES.parents[2] / "studies" / "quickstart.yaml").read_text())
     decide = study["decide"]
@@ -209,7 +209,7 @@ def test_the_quickstarts_design_with_a_seed_per_pair_decides_its_replicates_by_i
     # real trainings (bench/sequential_analysis.seed_per_sample_studies); the bench's 400
     # studies: 400 of 400 "holds", coverage 0.99 (bench/RESULTS.md); here 40 of them
     bench = _bench()
-    from optbench.report import sequential
+    from optbench.decision import sequential
 
     decide = yaml.safe_load((REPLICATES.parents[2] / "studies" / "quickstart.yaml").read_text())[
         "decide"
@@ -267,7 +267,7 @@ def test_claim_b_adding_seeds_decides_its_twenty_replicates_in_the_effects_direc
     # mini_length's rule for (b) (seeds added at its looks) on 20 disjoint groups of 6 of the
     # 120 seeds of trials_b.csv and trials_b_more.csv (bench/RESULTS.md: 20 of 20 "holds")
     bench = _bench()
-    from optbench.report import sequential
+    from optbench.decision import sequential
 
     decide = yaml.safe_load(
         (REPLICATES.parents[2] / "studies" / "mini" / "mini_length.yaml").read_text()
@@ -287,7 +287,7 @@ def test_claims_c_and_d_never_decide_against_their_replicates_pooled_estimate(cl
     # report's own claims table (bench/RESULTS.md `replicates-length-c`, `replicates-chain-d`):
     # no verdict against the pooled estimate, and the intervals at the stop cover it
     bench = _bench()
-    from optbench.report import sequential
+    from optbench.decision import sequential
 
     decide = yaml.safe_load(
         (REPLICATES.parents[2] / "studies" / "mini" / f"{study}.yaml").read_text()
@@ -306,7 +306,7 @@ def _quickstart_best_error():
     """The bench, the quickstart's sequential design (its looks and spending, one panel), the
     quickstart's replicates and the bench's best-error comparison on them."""
     bench = _bench()
-    from optbench.report import sequential
+    from optbench.decision import sequential
 
     decide = yaml.safe_load((REPLICATES.parents[2] / "studies" / "quickstart.yaml").read_text())[
         "decide"
@@ -323,7 +323,7 @@ def test_a_best_error_comparison_decides_the_quickstarts_replicates_on_the_poole
     # of its replicates (bench/RESULTS.md `replicates-best-error`: 20 of 20 "holds"). The
     # pooled value is checked against tunability.expected_best on every replicate's sample
     # errors, so a statistic of the wrong sign or of another k fails here
-    from optbench.report import tunability
+    from optbench.decision import tunability
     from optbench.spec.claim_kinds import BEST_OF_DEFAULT
 
     bench, design, trials, comparison = _quickstart_best_error()

@@ -10,11 +10,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from optbench.decision.summary import Options, summarize
 from optbench.errors import UsageError
 from optbench.models import create_model
 from optbench.report.drawing import data_lines
 from optbench.report.sections import build_sections
-from optbench.report.summary import Options, format_table, summarize
+from optbench.report.summary_lines import format_table
 from optbench.report.synthetic import synthetic_trials
 from optbench.report.writer import write_report
 from optbench.spec.schema import parse_spec
@@ -110,7 +111,8 @@ def test_a_cell_where_everything_diverged():
 
 @pytest.mark.slow
 def test_write_report_files_and_page(tmp_path: Path, monkeypatch):
-    from optbench.report import claims, claims_page
+    from optbench.decision import claims
+    from optbench.report import claims_page
 
     tables_made = []  # the claims' bootstrap runs once per report (summary.json and the page)
     real = claims.claims_table

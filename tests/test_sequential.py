@@ -1,4 +1,4 @@
-"""The sequential rule's arithmetic (optbench.report.sequential) against published constants
+"""The sequential rule's arithmetic (optbench.decision.sequential) against published constants
 and simulation, and claim (a)'s intervals by design (paired where both models trained the same
 (lr, wd) pairs)."""
 
@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from optbench.report import frames, sequential
-from optbench.report.claims import claims_table
-from optbench.report.summary import Options
+from optbench.decision import frames, sequential
+from optbench.decision.claims import claims_table
+from optbench.decision.summary import Options
 
 FAST = Options(n_boot=400)
 
@@ -172,7 +172,7 @@ def test_a_look_reports_the_repeated_confidence_interval_at_its_boundary():
 
 
 def test_the_comparisons_resample_as_claim_a_does():
-    from optbench.report.summary import summarize
+    from optbench.decision.summary import summarize
 
     frame = _shared_box(np.random.default_rng(6), 16, noise=0.5, spread_c=12.0, spread_p=20.0)
     (paired,) = summarize("t", frame, FAST)["comparisons"]
@@ -230,7 +230,7 @@ def test_a_real_difference_smaller_than_the_margin_is_named_negligible():
 
 
 def test_a_chain_decides_on_every_step_at_a_look_as_in_a_fixed_size_study():
-    from optbench.report.claims import verdict
+    from optbench.decision.claims import verdict
 
     # one step down, one up: neither "holds" nor "opposite", in either path
     lows, highs = [-6.0, 26.0], [-2.0, 40.0]

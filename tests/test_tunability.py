@@ -1,4 +1,4 @@
-"""The tunability numbers (optbench/report/tunability.py) against cases computed by hand and by
+"""The tunability numbers (optbench/decision/tunability.py) against cases computed by hand and by
 enumerating every draw or subset, the estimator's unbiasedness (exactly, over every sample of a
 small population) and its band's coverage (by simulation on synthetic.py's distributions), and
 their place in the report: the figure, summary.json, the API, an all-diverged study's page."""
@@ -13,8 +13,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from optbench.report import frames, synthetic, tunability
-from optbench.report.tunability import expected_best, samples_within, unbiased_best
+from optbench.decision import frames, tunability
+from optbench.decision.tunability import expected_best, samples_within, unbiased_best
+from optbench.report import synthetic, tunability_page
 
 
 def _enumerated(errors: list[float], k: int) -> float:
@@ -134,7 +135,7 @@ def test_no_band_past_half_the_samples_where_the_estimate_rests_on_the_best_few(
     assert (inside["expected_best"] <= inside["high"]).all()
     again = tunability.tunability_curves(_results({"a": list(errors)}), n_boot=200, seed=3)
     assert again.equals(curve)
-    table = tunability.page_table(tunability.tunability_table(_results({"a": list(errors)})))
+    table = tunability_page.page_table(tunability.tunability_table(_results({"a": list(errors)})))
     assert table["k = 4"].iloc[0].endswith("]") and table["k = 4"].iloc[0].count("[") == 1
     assert table["k = 8"].iloc[0] == f"{errors.min():.2f} (no band)"
 
@@ -152,7 +153,7 @@ def test_samples_within_is_flagged_where_one_trial_is_all_within_x():
     alone = _results({"alone": [10.0, 20.0, 30.0, 40.0], "two": [10.0, 10.5, 30.0, 40.0]})
     table = tunability.tunability_table(alone, n_boot=50)
     assert list(table["within_count"]) == [1, 2]
-    shown = tunability.page_table(table).iloc[:, -1].tolist()
+    shown = tunability_page.page_table(table).iloc[:, -1].tolist()
     assert shown == ["9 (rests on one trial)", str(samples_within(np.array([10, 10.5, 30, 40])))]
 
 

@@ -57,7 +57,7 @@ def report(
     OUT/<study name>/ gets the figures (--format), trials.csv, summary.json and index.html
     (docs/reports.md)."""
     from optbench.report.claims_page import verdict_lines
-    from optbench.report.summary import format_table
+    from optbench.report.summary_lines import format_table
     from optbench.report.writer import refuse_links, write_report
     from optbench.run.rounds import asked_trials
     from optbench.store.database import Store

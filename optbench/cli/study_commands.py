@@ -190,7 +190,7 @@ def _dry_run(spec: StudySpec, real_run: Callable[[], StudySpec], reports: Path) 
     """The plan of `run --dry-run`; a plan needs no data on this machine, so it says where a
     real run (`real_run`: the study read again with its data checked) would stop."""
     from optbench.cli.terminal_tables import plan_table
-    from optbench.report.summary import earlier_advice, earlier_claims, earlier_summary
+    from optbench.report.summary_lines import earlier_advice, earlier_claims, earlier_summary
 
     path = reports / spec.name / "summary.json"
     console.print(plan_table(spec, earlier_claims(earlier_summary(path, reports))))

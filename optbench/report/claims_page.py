@@ -1,5 +1,5 @@
-"""The claims in words and tables (claims.py computes them): one sentence per claim and panel,
-the report page's "claims" section, summary.json's rows and claims.md.
+"""The claims in words and tables (decision/claims.py computes them): one sentence per claim and
+panel, the report page's "claims" section, summary.json's rows and claims.md.
 
 `python -m optbench.report.claims_page OUT.md REPORT_DIR...` writes the claims of several
 reports (each folder's summary.json, as its report computed them: a sequential study's at its
@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from optbench.report import frames, ranking, sequential, stats
-from optbench.report.claims import MIN_SEEDS, NOT_TESTED
+from optbench.decision import frames, ranking, sequential, stats
+from optbench.decision.claims import MIN_SEEDS, NOT_TESTED
+from optbench.decision.summary import Options
+from optbench.report import ranking_page
 from optbench.report.page import Section
-from optbench.report.summary import Options
 from optbench.spec.claim_kinds import KINDS, ClaimKind
 from optbench.spec.optimizers import display_name
 
@@ -157,10 +158,10 @@ def verdict_lines(summary: dict, drawn: set[str] | None = None) -> list[str]:
 
 
 def ranking_lines(table: pd.DataFrame) -> list[str]:
-    """One sentence per declared ranking among the rows (report/ranking.py)."""
+    """One sentence per declared ranking among the rows (report/ranking_page.py)."""
     if table.empty or "kind" not in table:
         return []
-    return [ranking.summary_line(name, rows) for name, rows in ranking.rankings(table).items()]
+    return [ranking_page.summary_line(name, rows) for name, rows in ranking.rankings(table).items()]
 
 
 def markdown(table: pd.DataFrame) -> str:
@@ -211,7 +212,7 @@ def sections(table: pd.DataFrame, options: Options, drawn: set[str] | None = Non
         f"over the per-seed contrasts; not tested below {MIN_SEEDS} seeds. Evidence: the "
         "study size at which the interval would show the claim in "
         f"{stats.POWER_TARGET:.0%} of simulated studies, if the effect is as estimated. "
-        "Definitions: optbench/report/claims.py. Cell errors here are means over seeds, a "
+        "Definitions: optbench/decision/claims.py. Cell errors here are means over seeds, a "
         f"diverged trial counted as {frames.DIVERGED_ERROR:g}%.",
         lead=[sentence(r) for r in table.itertuples()] + ranking_lines(table),
     )
@@ -221,7 +222,7 @@ def sections(table: pd.DataFrame, options: Options, drawn: set[str] | None = Non
             f"Ranking ({name}): places its decided pairs leave each cell, best first; cells "
             "whose places overlap are still tied; *: implied by the order of shown pairs"
         )
-        section.tables.append((title, ranking.table(rows)))
+        section.tables.append((title, ranking_page.table(rows)))
     section.notes += [f"evidence: {line}" for line in evidence_lines(table)]
     return [section]
 

@@ -1,5 +1,5 @@
 """The figures of each cell's error across cells, drawn from precomputed tables
-(frames.py's, through figures.py): training-length stability (`plot_length`, Fig 2),
+(decision/frames.py's, through figures.py): training-length stability (`plot_length`, Fig 2),
 optimizer stability (`plot_optimizer`, Fig 3) and the stem ablation (`plot_stem`, Table 3),
 each point's seeds spanned by a bar. drawing.py holds what they share with the other figures.
 """

@@ -119,7 +119,7 @@ def plot_looks(panels: Sequence[LookPanel], ncols: int = 2) -> Figure:
 def plot_tunability(curves: pd.DataFrame, colors: dict[str, str]) -> Figure:
     """One panel per (optimizer, epochs), one line per model of the expected best error after k
     random (lr, wd) samples against k (log x), its bootstrap band shaded
-    (report/tunability.py: tunability_curves' rows)."""
+    (decision/tunability.py: tunability_curves' rows)."""
     cells = list(dict.fromkeys(zip(curves["optimizer"], curves["epochs"], strict=True)))
     fig, axes = grid(len(cells), 3, sharey=True)
     for ax, (optimizer, epochs) in zip(axes, cells, strict=True):

@@ -16,8 +16,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
+from optbench.decision.stats import Interval
 from optbench.report.drawing import cell_title, grid, legend_below, wrap_title
-from optbench.report.stats import Interval
 
 HYPERPARAMETERS: tuple[str, ...] = ("lr", "wd", "lr*wd")
 NEAR_CHANCE_STYLE = ":"  # an EDF of a cell whose best error is near chance level

@@ -14,18 +14,12 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from optbench.report import (
-    drawing,
-    drawing_cells,
-    drawing_curves,
-    drawing_samples,
-    frames,
-    tunability,
-)
-from optbench.report.edf import AUC_MAX_POINTS, dtop1, edf, edf_auc
-from optbench.report.looks import panel_words
-from optbench.report.stats import N_BOOT, edf_band, good_range
-from optbench.report.summary import Options, chance_error, near_chance
+from optbench.decision import frames, tunability
+from optbench.decision.edf import AUC_MAX_POINTS, dtop1, edf, edf_auc
+from optbench.decision.looks import panel_words
+from optbench.decision.stats import N_BOOT, edf_band, good_range
+from optbench.decision.summary import Options, chance_error, near_chance
+from optbench.report import drawing, drawing_cells, drawing_curves, drawing_samples
 from optbench.spec.claim_kinds import KINDS, comparison_key, declared_panel
 from optbench.spec.roles import families
 
@@ -236,7 +230,7 @@ def tunability_figure(
     colors: dict[str, str] | None = None,
 ) -> Figure:
     """Per model, the expected best error after k random (lr, wd) samples against k, with its
-    bootstrap band (report/tunability.py), a panel per optimizer and schedule length."""
+    bootstrap band (decision/tunability.py), a panel per optimizer and schedule length."""
     results = _results(trials, metric)
     curves = tunability.tunability_curves(results, n_boot, seed)
     if curves.empty and not np.isfinite(results["error"]).any():

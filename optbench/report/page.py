@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from optbench.report.edf import AUC_MAX_POINTS, FRAC_WITHIN_POINTS
-from optbench.report.summary import near_chance_warning
+from optbench.decision.edf import AUC_MAX_POINTS, FRAC_WITHIN_POINTS
+from optbench.report.summary_lines import near_chance_warning
 from optbench.spec.claim_kinds import MIN_EDF_SAMPLES
 from optbench.spec.schema import StudySpec, dump_spec
 

@@ -1,8 +1,9 @@
 """The page's sections of one study's report, figures still in memory: each section's figures
-(figures.py), tables (frames.py, tunability.py) and notes, with a caption saying what each
-figure draws, or the reason it is not drawn. `build_sections` gives them in the page's order:
-the claims' verdicts (claims_page.py), the per-seed errors where cells train fixed (lr, wd),
-then one section per figure family of FIGURES. writer.py saves the figures and writes the page.
+(figures.py), tables (decision/frames.py, decision/tunability.py) and notes, with a caption
+saying what each figure draws, or the reason it is not drawn. `build_sections` gives them in
+the page's order: the claims' verdicts (claims_page.py), the per-seed errors where cells train
+fixed (lr, wd), then one section per figure family of FIGURES. writer.py saves the figures and
+writes the page.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from optbench.decision import claims, frames, tunability
+from optbench.decision.edf import AUC_MAX_POINTS
+from optbench.decision.looks import with_looks
+from optbench.decision.summary import Options
 from optbench.errors import UsageError
-from optbench.report import claims, claims_page, drawing, figures, frames, tunability
-from optbench.report.edf import AUC_MAX_POINTS
-from optbench.report.looks import with_looks
+from optbench.report import claims_page, drawing, figures, tunability_page
 from optbench.report.page import Section
-from optbench.report.summary import Options
 from optbench.spec.catalogue import CATALOGUE
 from optbench.spec.claim_kinds import MIN_EDF_SAMPLES
 from optbench.spec.schema import StudySpec
@@ -167,7 +169,7 @@ def _tunability_section(trials: pd.DataFrame, colors: dict[str, str], options: O
                 f"{tunability.PROBABILITY:g} (draws with replacement, so it may exceed n; "
                 f'"rests on one trial" where only the best itself lies within '
                 f"{tunability.WITHIN_POINTS:g} point)",
-                tunability.page_table(table),
+                tunability_page.page_table(table),
             )
         )
     return section

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from optbench import safefs
-from optbench.report import frames
+from optbench.decision import frames
 
 CSV_FIRST_COLUMNS = [
     "model",

@@ -2,8 +2,8 @@
 figures (PNG + SVG, PDF on request) and index.html. `write_report` is the entry point. This
 module checks the request, orders the trials, has the sections built (sections.py: their
 figures, tables and notes), saves the figures and writes the files; the numbers of summary.json
-come from summary.py (`study_summary` adds the claims, looks and tunability), the page from
-page.py.
+come from decision/summary.py (`study_summary` adds the claims, looks and tunability), the page
+from page.py.
 
 Input is the store's trials table (one row per trial of the study as currently specified).
 Only "finished" and "diverged" rows are results; "failed" and "pending" rows make the report
@@ -29,8 +29,11 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from optbench import safefs
+from optbench.decision import frames, tunability
+from optbench.decision.stats import N_BOOT
+from optbench.decision.summary import Options, summarize
 from optbench.errors import UsageError
-from optbench.report import claims_page, drawing_samples, frames, trials_file, tunability
+from optbench.report import claims_page, drawing_samples, trials_file
 from optbench.report.page import render_html
 from optbench.report.sections import (
     FIGURES,
@@ -38,8 +41,6 @@ from optbench.report.sections import (
     claims_with_looks,
     study_num_classes,
 )
-from optbench.report.stats import N_BOOT
-from optbench.report.summary import Options, summarize
 from optbench.spec.schema import StudySpec
 
 METRICS: tuple[str, ...] = ("final_error", "best_error", frames.PYCLS_BEST)
@@ -126,8 +127,8 @@ def study_summary(
     claims_table: pd.DataFrame | None = None,
     looks: list[dict] | None = None,
 ) -> dict[str, Any]:
-    """summary.json's content (summary.py's numbers, near_chance where the number of classes
-    is known, the claims and a sequential study's looks), for the report and
+    """summary.json's content (decision/summary.py's numbers, near_chance where the number of
+    classes is known, the claims and a sequential study's looks), for the report and
     `optbench.load_summary` alike. `claims_table`: claims.claims_table's rows where the caller
     has them (computed when None)."""
     trials = _ordered(trials, spec)

@@ -3,14 +3,14 @@
 A round trains every cell up to its target size: the (lr, wd) samples of claim (a), or the
 seeds of claims (b)-(d), at the design's next look (`decide.looks`). When a round's trials are
 all recorded, a *look* computes each named claim's panel (claims_table at the look's boundary,
-report/sequential.py) on the first n_k units of its cells, and the store records it
+decision/sequential.py) on the first n_k units of its cells, and the store records it
 (`Store.record_look`) before anything else runs; the row's verdict is the look's outcome
 (claims.py). The study's alpha is shared by the panels its named claims can read in its grid
 and the declared comparisons it names (`design`, counted before any data): alpha / m each at
 first, a panel's alpha passed on to the panels still open once it rejects its zero null
-(Holm's step-down, report/sequential.py; `Rounds.look` takes each look at its level). A panel
+(Holm's step-down, decision/sequential.py; `Rounds.look` takes each look at its level). A panel
 whose look decides (holds, opposite, equivalent), learned nothing (a non-binding futility stop,
-report/sequential.py) or reached the last look (undecided) is done: its cells stop there. A cell
+decision/sequential.py) or reached the last look (undecided) is done: its cells stop there. A cell
 grows while some undecided panel reads it; a cell no named claim reads stays at the first look.
 
 The recorded looks are the state: which trials a study asks for now (`asked`) is a function of
@@ -36,13 +36,13 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from optbench.decision import frames, sequential
+from optbench.decision.claims import claims_table
+from optbench.decision.looks import Look, inconsistent, record_key, signed
+from optbench.decision.looks import look_line as look_line  # the driver's name for it
+from optbench.decision.summary import Options
 from optbench.errors import SpecError
 from optbench.plan.trials import Trial, plan
-from optbench.report import frames, sequential
-from optbench.report.claims import claims_table
-from optbench.report.looks import Look, inconsistent, record_key, signed
-from optbench.report.looks import look_line as look_line  # the driver's name for it
-from optbench.report.summary import Options
 from optbench.spec.catalogue import CATALOGUE
 from optbench.spec.claim_kinds import cells_read, comparison_key, panels, side_words
 from optbench.spec.comparisons import RANK, Comparison
@@ -380,7 +380,7 @@ PLANNED_POWER = 0.9
 def planned_size(spec: StudySpec, panels: int = 1) -> float:
     """The expected size (samples or seeds per cell) of a cell that `panels` named claims read,
     if each one's effect is the planned one (PLANNED_POWER at a panel's share of alpha), with
-    the se estimated at each look as the looks read it (report/sequential.stop_probabilities):
+    the se estimated at each look as the looks read it (decision/sequential.stop_probabilities):
     the cell grows until its last panel stops, the panels taken as independent, each at its
     share before any rejection (Holm's recycling left out: an estimate on the high side)."""
     looks, study = spec.decide.looks, design(spec)

@@ -9,9 +9,9 @@ estimate measures, the panel's phrase, the report section whose figure it shows,
 grid needs for it. `KINDS` holds the paper's claims (a)-(d) (`PAPER`) and two kinds that only a
 study declares (no `paper` words, no panels of a grid's own): `best-error`, the expected best
 error of k (lr, wd) samples, and `length-stability`, claim (b)'s contrast on two declared sides
-(report/claims.py defines every statistic and interval); the study schema (`decide:`), the
-rounds (run/rounds.py), the claims table and its page (report/claims.py, claims_page.py)
-iterate it, so a kind is added here and beside its statistic (report/claims.py, `READERS`
+(decision/claims.py defines every statistic and interval); the study schema (`decide:`), the
+rounds (run/rounds.py), the claims table and its page (decision/claims.py, claims_page.py)
+iterate it, so a kind is added here and beside its statistic (decision/claims.py, `READERS`
 and, for a seed kind, `SEED_CONTRASTS`). A kind with `better` compares two sides, and a study
 may declare comparisons of it on cells of its own (spec/comparisons.py, `declared_panel`): a
 side is one cell, or a short and a long schedule for a kind of `TWO_LENGTHS`; a panel's name
@@ -166,7 +166,7 @@ class ClaimKind:
     # the claim in the paper's words ({chain}: the stems that ran); None: no claim of the paper,
     # only a study's declared comparisons are of this kind
     paper: str | None
-    statistic: str  # what it computes, in its unit (report/claims.py defines it)
+    statistic: str  # what it computes, in its unit (decision/claims.py defines it)
     unit: str  # what a study adds until it is decided: "samples" or "seeds"
     smallest_look: int  # the fewest units its interval needs
     # "edf": the cells' (lr, wd) samples' EDFs; "best": their expected best of k samples;

@@ -1,7 +1,7 @@
 """Which models play which part in the paper's claims, by zoo name (no torch, no timm):
 `vit_p_<x>` and `vit_c_<x>` are a ViT_P / ViT_C pair, `vit_s<k>_<x>` the stem ablation with a
 k-th patchify size of the same family `<x>` (Table 3's S1, S2, ...). Read by the claims
-(report/claims.py) and by the study's `decide:` validation (which claims a grid can test)."""
+(decision/claims.py) and by the study's `decide:` validation (which claims a grid can test)."""
 
 from __future__ import annotations
 

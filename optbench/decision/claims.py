@@ -1,5 +1,6 @@
 """The paper's four optimizability claims, tested on a study's trials: one row per claim and
-panel with an estimate, its 95% interval and a verdict (claims_page.py puts them into words).
+panel with an estimate, its 95% interval and a verdict (report/claims_page.py puts them into
+words).
 
 Xiao et al. (2021) claim that, compared with ViT_P (patchify stem), ViT_C (conv stem):
   (a) has a steeper lr/wd EDF (Figs 4-5),
@@ -79,14 +80,14 @@ stats.sup_band) of D(x) = F_C(x) - F_P(x) on [0, AUC_MAX_POINTS]: "holds" when t
 above 0 somewhere and below 0 nowhere (ViT_C's EDF is above ViT_P's somewhere and below it
 nowhere, at once for every x), "opposite" the mirror, "crossing" both, "not shown" neither.
 
-At a look of a sequential study (`claims_table(..., boundary=c)`, report/sequential.py) each
+At a look of a sequential study (`claims_table(..., boundary=c)`, decision/sequential.py) each
 row's interval is instead the repeated confidence interval of that look at c's nominal level
 with Student's t (sequential.critical, the "significance level approach"): (a) estimate +-
 t_{n-1}(c) se, n the samples per cell (se: the standard deviation of the same bootstrap
 replicates; with z instead of t these intervals covered 17 of 20 replicate studies of the
 quickstart's design, with t 20 of 20: docs/sequential.md), (b)-(d) each step's t interval; the
 row's verdict is the look's outcome (sequential.outcome, with the design's margin); a look
-computes neither the power nor the curve verdict (report/looks.py: a look's record and the
+computes neither the power nor the curve verdict (decision/looks.py: a look's record and the
 rows at a study's last looks).
 
 Evidence (`advice`): how many units of what the row resamples ((a): (lr, wd) samples per cell,
@@ -103,9 +104,9 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
-from optbench.report import frames, sequential, stats, tunability
-from optbench.report.edf import AUC_MAX_POINTS
-from optbench.report.summary import MAX_SAMPLES, Options, advice_line, chance_error, near_chance
+from optbench.decision import frames, sequential, stats, tunability
+from optbench.decision.edf import AUC_MAX_POINTS
+from optbench.decision.summary import MAX_SAMPLES, Options, advice_line, chance_error, near_chance
 from optbench.spec.claim_kinds import KINDS, MIN_SEEDS, Panel, panels
 from optbench.spec.comparisons import Comparison, declared_words
 from optbench.spec.roles import role_name
@@ -551,6 +552,6 @@ def claims_table(
         READERS[panel.kind.reads](claims, panel)
     table = pd.DataFrame(claims.rows, columns=COLUMNS)
     # pandas makes a row's None NaN beside another row's text; a look stores the note as text or
-    # None, and its reader refuses NaN (report/looks.py)
+    # None, and its reader refuses NaN (decision/looks.py)
     table["note"] = table["note"].astype(object).where(table["note"].notna(), None)
     return table

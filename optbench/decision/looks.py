@@ -17,8 +17,8 @@ from dataclasses import asdict, dataclass
 
 import pandas as pd
 
-from optbench.report import sequential
-from optbench.report.claims import NOT_TESTED
+from optbench.decision import sequential
+from optbench.decision.claims import NOT_TESTED
 from optbench.spec.claim_kinds import KINDS, comparison_key, declared_panel, panel_of
 from optbench.spec.decide import Decide
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from optbench.report.edf import trial_errors
+from optbench.decision.edf import trial_errors
 from optbench.spec.claim_kinds import MIN_EDF_SAMPLES
 
 RESULT_STATUSES: tuple[str, ...] = ("finished", "diverged")

@@ -1,6 +1,6 @@
 """A declared ranking's order (spec/comparisons.py, `kind: rank`) from its pairs' rows of the
 claims table: which cell is shown better than which, each cell's possible places, the groups
-still tied, as the page's table and one line.
+still tied (report/ranking_page.py draws them: the page's table and one line).
 
 Each pair row decides one relation (its verdict, or at a look its outcome): holds (negligible
 or not) shows the pair's first-listed cell better, opposite the other; equivalent shows them
@@ -11,8 +11,8 @@ when the two meet (every pair of it decided one way, shown or implied by the ord
 pairs: a > b and b > c give a > c, `places`). Cells are listed by wins minus losses,
 then by their mean advantage (the pair estimates oriented towards the cell, in the statistic's
 units), and consecutive cells whose possible places overlap form a tied group, drawn in
-brackets: "a > [b, c] > d". Nothing here decides: the relations are the rows' (report/claims.py
-and, in a sequential study, its looks under Holm's step-down: report/sequential.py).
+brackets: "a > [b, c] > d". Nothing here decides: the relations are the rows' (decision/claims.py
+and, in a sequential study, its looks under Holm's step-down: decision/sequential.py).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from optbench.report import sequential
+from optbench.decision import sequential
 from optbench.spec.claim_kinds import declared_panel, side_words
 
 WINS = {
@@ -127,48 +127,3 @@ def groups(ranked: list[Place]) -> list[list[Place]]:
         else:
             out.append([place])
     return out
-
-
-def order_line(rows: pd.DataFrame) -> str:
-    """The ranking in one line, tied groups in brackets: "a > [b, c] > d"."""
-    parts = [
-        group[0].cell if len(group) == 1 else f"[{', '.join(p.cell for p in group)}]"
-        for group in groups(places(rows))
-    ]
-    return " > ".join(parts)
-
-
-def _names(cells: tuple[str, ...], implied: tuple[str, ...] = ()) -> str:
-    return ", ".join(f"{c}*" if c in implied else c for c in cells) or "–"
-
-
-def table(rows: pd.DataFrame) -> pd.DataFrame:
-    """The page's table of a ranking: a row per cell, best first, with its possible places."""
-    ranked = places(rows)
-    return pd.DataFrame(
-        {
-            "place": [
-                str(low) if low == high else f"{low}-{high}"
-                for low, high in (p.places for p in ranked)
-            ],
-            "cell": [p.cell for p in ranked],
-            "mean advantage": [f"{p.advantage:+.3g}" for p in ranked],
-            "shown better than": [_names(p.better_than, p.implied) for p in ranked],
-            "shown worse than": [_names(p.worse_than, p.implied) for p in ranked],
-            "equivalent to": [_names(p.tied_with) for p in ranked],
-            "not decided against": [_names(p.open_with) for p in ranked],
-        }
-    )
-
-
-def summary_line(name: str, rows: pd.DataFrame) -> str:
-    """A ranking's sentence: its order, its statistic, and how many places are decided."""
-    ranked = places(rows)
-    decided = sum(p.places[0] == p.places[1] for p in ranked)
-    first = rows.iloc[0]
-    best_of = None if pd.isna(first["best_of"]) else int(first["best_of"])
-    statistic = declared_panel(name, first["kind"], first["cells"], best_of).measure
-    return (
-        f"ranking ({name}) of {len(ranked)} cells by {statistic}: {order_line(rows)} "
-        f"({decided} of {len(ranked)} places decided; {len(rows)} pairs, brackets: still tied)"
-    )

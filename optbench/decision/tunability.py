@@ -14,7 +14,7 @@ e_(1) <= ... <= e_(n):
   k = n. The with-replacement plug-in (`expected_best`, sum_i e_(i) [((n - i + 1) / n)^k -
   ((n - i) / n)^k], Dodge et al.'s formula) is biased upward for k > 1 (it redraws the same
   samples); only beyond n, where no subset has k samples, is E_k that plug-in, and the table
-  says so. (The best-error comparison, report/claims.py, still reads the plug-in.)
+  says so. (The best-error comparison, decision/claims.py, still reads the plug-in.)
 - its band (`unbiased_band`), for 1 <= k <= n / 2: a studentized (bootstrap-t)
   95% interval, E_k -/+ the 97.5 and 2.5 percentiles of (E*_k - E_k) / se*_k over N_BOOT
   bootstrap resamples of the n samples times se_k, se the jackknife standard error of the
@@ -40,7 +40,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from optbench.report.stats import N_BOOT
+from optbench.decision.stats import N_BOOT
 
 MIN_SAMPLES = 2
 WITHIN_POINTS = 1.0  # X: points above the cell's best error
@@ -244,37 +244,3 @@ def tunability_records(results: pd.DataFrame, n_boot: int = N_BOOT, seed: int = 
         "cells": rows,
         "unfinished": unfinished_cells(results),
     }
-
-
-def _shown(value: float, low: float, high: float) -> str:
-    if pd.isna(value):
-        return ""
-    if pd.isna(low):
-        return f"{value:.2f} (no band)"
-    return f"{value:.2f} [{low:.2f}, {high:.2f}]"
-
-
-def _within_shown(samples: int, count: int) -> str:
-    return f"{samples} (rests on one trial)" if count == 1 else str(samples)
-
-
-def page_table(table: pd.DataFrame) -> pd.DataFrame:
-    """`tunability_table` as the page shows it: each E_k as "value [low, high]" (%), "value (no
-    band)" past n / 2, and the samples within X flagged where one trial is all
-    that lies within X of the best."""
-    shown = table[[*CELL, "n", "best"]].copy()
-    shown["best"] = shown["best"].map(lambda v: f"{v:.2f}")
-    for k in TABLE_KS:
-        if f"e{k}" in table:
-            shown[f"k = {k}"] = [
-                _shown(v, lo, hi)
-                for v, lo, hi in zip(
-                    table[f"e{k}"], table[f"e{k}_low"], table[f"e{k}_high"], strict=True
-                )
-            ]
-    if "samples_within" in table:
-        shown[f"samples within {WITHIN_POINTS:g} pt (p {PROBABILITY:g})"] = [
-            _within_shown(int(s), int(c))
-            for s, c in zip(table["samples_within"], table["within_count"], strict=True)
-        ]
-    return shown

@@ -237,7 +237,7 @@ def look_outcome(
     note: str | None = None,
 ) -> tuple[str, str | None]:
     """The one rule of a look, as the look takes it (claims.py) and as its reader checks a
-    recorded one (report/looks.py): its outcome and why it decides nothing (None where it
+    recorded one (decision/looks.py): its outcome and why it decides nothing (None where it
     decides on its interval). `nothing_learned`: why the cells carry nothing (claims.py: a cell
     with no finished trial, or every cell near chance); `note`: why the intervals decide nothing though
     the data are real (a chain shown both ways; in a record, any note of a look that continued).
