@@ -1,7 +1,8 @@
 """Rankings a study declares (`kind: rank`, spec/comparisons.py, issue 69 item 1): the block and
 its refusals, its pairs as panels of the study's Holm family (run/rounds.py), cells that stop
-once their place is decided, the order the page draws (decision/ranking.py), and the procedure's
-error and cost on simulated rankings (decision/sequential.py)."""
+once their place is decided, the order the page draws (decision/ranking.py,
+report/ranking_page.py), and the procedure's error and cost on simulated rankings
+(decision/sequential.py)."""
 
 from __future__ import annotations
 
