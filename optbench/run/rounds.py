@@ -103,6 +103,7 @@ class Rounds:
         self.design = design(spec)
         self.fingerprint = fingerprint(spec)
         self._trials = trials
+        self._first_look_checked = False  # look()'s retake of look 0
         self.looks: dict[str, list[Look]] = {}
         for look in sorted(looks, key=lambda x: (x.panel, x.k)):
             if look.design != self.fingerprint:
@@ -225,9 +226,21 @@ class Rounds:
         every panel still open once every trial it reads up to n_k has a result, each at its
         level (Holm's step-down, sequential.step_down, from the panels `rejected` so far).
         Returns the new looks (the caller records them); [] when none is due."""
+        if self.looks and not self._first_look_checked:
+            # A driver killed between two panels' records of the first look leaves a panel
+            # unrecorded, and only the data say which panels exist: take look 0 again, once
+            # per reader, for the panels it lacks (recorded ones are skipped, not retaken).
+            self._first_look_checked = True
+            missed = self._due(0, frame)
+            if missed:
+                return missed
         k = self.next_k()
         if k >= len(self.decide.looks):
             return []
+        return self._due(k, frame)
+
+    def _due(self, k: int, frame: pd.DataFrame) -> list[Look]:
+        """Look k of the panels not recorded there, or [] while its round lacks results."""
         n = self.decide.looks[k]
         prefix = _prefix(frame, self.decide.unit, n, self.spec.seeds)
         if not _complete(prefix, self.decide.unit, n, self._reading(k)):
@@ -236,14 +249,18 @@ class Rounds:
         found = sequential.step_down(
             lambda level: {x.panel: x for x in self._looks_at(k, n, results, level)},
             self.design,
-            len(self.rejected()),
+            len(self.rejected(by=k)),
         )
         return list(found.values())
 
-    def rejected(self) -> set[str]:
-        """The panels whose recorded looks rejected their zero null (sequential.REJECTS): what
-        an open panel's level counts (sequential.Design.level)."""
-        return {key for key, panel in self.looks.items() if panel[-1].outcome in sequential.REJECTS}
+    def rejected(self, by: int) -> set[str]:
+        """The panels whose recorded looks rejected their zero null (sequential.REJECTS) at look
+        `by` or before: what an open panel's level at look `by` counts (sequential.Design.level)."""
+        return {
+            key
+            for key, panel in self.looks.items()
+            if panel[-1].outcome in sequential.REJECTS and panel[-1].k <= by
+        }
 
     def _looks_at(self, k: int, n: int, results: pd.DataFrame, level: float) -> list[Look]:
         """Look k (n units per cell) of every panel not yet done or recorded there, its
