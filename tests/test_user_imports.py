@@ -421,6 +421,10 @@ def test_an_optimizer_of_ones_own_is_checked_by_runs_check_and_unknown_without_i
     built = build_optimizer(nn.Linear(4, 2), cfg)
     assert type(built).__name__ == "LabMomentum" and built.defaults["momentum"] == 0.8
 
+    boxless = copy.deepcopy(data)
+    boxless["search"]["ranges"] = {}  # its own (lr, wd) box, as every optimizer's
+    with pytest.raises(SpecError, match=f"search: no range for optimizer '{name}'"):
+        parse_spec(boxless, "study.yaml")
     with pytest.raises(SpecError) as refused:
         parse_spec({**data, "imports": []}, "study.yaml")
     said = str(refused.value)
@@ -546,18 +550,27 @@ def test_a_model_of_ones_own_trains_through_the_local_pool(code_dir, tmp_path, c
 @pytest.mark.slow
 def test_a_slurm_job_and_a_population_import_the_module_themselves(code_dir, tmp_path):
     """The job function of a SLURM job (TrialBatch, called in this process as its job step
-    would) and a population import what the config names: neither module is imported here
-    before they run."""
+    would) and a population import what the config names: no module is imported here before
+    they run. The job trains the model with an optimizer of one's own too, which its config
+    takes as its imports' and its process builds once it has imported them."""
     from optbench.executors.slurm.job import TrialBatch
     from optbench.train.population import run_population
     from optbench.trial.jobs import TrialJob
 
     write_module(code_dir, "lab_slurm", "lab_slurm_net")
     write_module(code_dir, "lab_population", "lab_population_net")
-    assert "lab_slurm" not in sys.modules and "lab_population" not in sys.modules
-    cfg = tiny_config(model="lab_slurm_net", imports=("lab_slurm",), epochs=1)
+    optim_module, optimizer = own_optimizer(code_dir)
+    assert not {"lab_slurm", "lab_population", optim_module} & set(sys.modules)
+    cfg = tiny_config(
+        model="lab_slurm_net", imports=("lab_slurm", optim_module), optimizer=optimizer, epochs=1
+    )
     assert TrialBatch([TrialJob("k", cfg, tmp_path / "slurm")])() == ["finished"]
-    assert "lab_slurm" in sys.modules
+    assert {"lab_slurm", optim_module} <= set(sys.modules)
+    trained = TrialResult.model_validate_json((tmp_path / "slurm" / "result.json").read_text())
+    assert trained.config.optimizer == optimizer and set(trained.provenance.user_code) == {
+        "lab_slurm",
+        optim_module,
+    }
     members = [
         tiny_config(model="lab_population_net", imports=("lab_population",), epochs=1, lr=lr)
         for lr in (1e-3, 1e-2)

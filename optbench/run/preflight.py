@@ -48,13 +48,13 @@ def check_spec(
     reads), import none and take a model unknown here as one of theirs (an optimizer too: the
     schema took it, spec/optimizers.py). Then raise SpecError naming `source` and the field if a
     model, an optimizer timm's table lacks that the imported modules did not register, or the
-    dataset is unknown (with the closest known name); with `sized` or `data`, a UsageError if the batch is larger than
-    the training set (where its size is known without the files) or the images' side not a
-    multiple of a model's patch size; with `data` (a real run on this machine), a UsageError
-    naming the path if the dataset's files are not where it says or are not what they should
-    be (datasets.check_dataset_files), the study's folder cannot be written, or its storage
-    cannot be opened. `sources` maps
-    dotted keys to what set them ("--set models=[...]")."""
+    dataset is unknown (with the closest known name); with `sized` or `data`, a UsageError if
+    the batch is larger than the training set (where its size is known without the files) or
+    the images' side not a multiple of a model's patch size; with `data` (a real run on this
+    machine), a UsageError naming the path if the dataset's files are not where it says or are
+    not what they should be (datasets.check_dataset_files), the study's folder cannot be
+    written, or its storage cannot be opened. `sources` maps dotted keys to what set them
+    ("--set models=[...]")."""
     from optbench.models import is_model, model_names
 
     def origin(key: str) -> str:
