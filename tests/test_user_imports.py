@@ -469,6 +469,23 @@ def test_an_own_optimizers_arguments_are_checked_against_its_class(args, said, c
     assert line.startswith(f"study.yaml: recipe.optimizer_args.{name}.{said.format(name=name)}")
 
 
+def test_optbench_train_takes_an_optimizer_its_import_registers(code_dir, tmp_path, cli):
+    """`optbench train --import M --optimizer NAME` takes M's optimizer and its optimizer_args,
+    and checks them against its class before anything is written."""
+    module, name = own_optimizer(code_dir)
+    out = tmp_path / "one"
+    code, _, err = cli(
+        "train", "vit_p_w64_16px", "--import", module, "--optimizer", name, "--dataset",
+        "digits", "--img-size", "16", "--lr", "0.01", "--wd", "1e-4", "--epochs", "1",
+        "--out", str(out), "--set", f"optimizer_args={{{name}: {{momentun: 0.5}}}}",
+    )  # fmt: skip
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err
+    said = f"recipe.optimizer_args.{name}.momentun: not an argument of {name}; did you mean"
+    assert said in lines[0], lines[0]
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("name", ["lab_sgd", "LabSGD", "lab-sgd"])
 def test_an_own_optimizer_name_timm_would_not_build_as_written_is_refused(name):
     """timm's registry lower-cases names, and create_optimizer_v2 reads 'lab_sgd' as timm's
