@@ -122,7 +122,7 @@ def train(
         check_pipeline,
     )
     from optbench.spec.optimizers import check_optimizer, own_names_of_imports
-    from optbench.spec.overrides import parse_overrides
+    from optbench.spec.overrides import apply_overrides, parse_overrides
     from optbench.train.run_trial import run_trial
     from optbench.train.signals import STOP_SIGNALS, TrialInterrupted
     from optbench.trial.config import Execution, make_train_config
@@ -141,7 +141,8 @@ def train(
     keys: dict = {"preset": recipe}
     if warmup_epochs is not None:
         keys["warmup_epochs"] = warmup_epochs
-    keys.update(parse_overrides(set_ or []))  # the strict YAML reader, as a study's --set
+    # the strict YAML reader, and dotted keys nested, as a study's --set
+    keys = apply_overrides(keys, parse_overrides(set_ or []))
     try:
         with own_names_of_imports(modules):
             resolved_recipe = Recipe.model_validate(keys)
