@@ -43,6 +43,7 @@ from optbench.report.claims import claims_table
 from optbench.report.looks import Look, inconsistent, record_key, signed
 from optbench.report.looks import look_line as look_line  # the driver's name for it
 from optbench.report.summary import Options
+from optbench.spec.calibrations import calibration_words
 from optbench.spec.catalogue import CATALOGUE
 from optbench.spec.claim_kinds import cells_read, comparison_key, panels, side_words
 from optbench.spec.comparisons import RANK, Comparison
@@ -87,7 +88,8 @@ def fingerprint(spec: StudySpec) -> str:
     what = spec.decide.model_dump(mode="json")
     if declared(spec):
         # each as declared (Comparison's dump has no "k: null"): as an earlier optbench's
-        named = [c.model_dump(mode="json") for c in declared(spec)]
+        # (`calibration` is not the design: accepting an uncalibrated one keeps its looks)
+        named = [c.model_dump(mode="json", exclude={"calibration"}) for c in declared(spec)]
         what = {"decide": what, "comparisons": named}
     blob = json.dumps(what, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:12]
@@ -339,9 +341,9 @@ def decision_lines(rounds: Rounds, waiting: str | None) -> list[str]:
         here += f" ({last.note})" if last.note else ""  # why it decides nothing
         if last.outcome != "continue":
             reason = "undecided at the maximum" if last.outcome == "undecided" else last.outcome
-            lines.append(
-                f"{where}: {reason} after {last.n} of at most {last.n_max} {last.unit}: {here}"
-            )
+            line = f"{where}: {reason} after {last.n} of at most {last.n_max} {last.unit}: {here}"
+            calibration = calibration_words(rounds.spec, last.claim, last.cells)
+            lines.append(f"{line}; {calibration}" if calibration else line)
             continue
         nxt = looks[last.k + 1]
         line = (
