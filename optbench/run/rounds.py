@@ -43,6 +43,7 @@ from optbench.report.claims import claims_table
 from optbench.report.looks import Look, inconsistent, record_key, signed
 from optbench.report.looks import look_line as look_line  # the driver's name for it
 from optbench.report.summary import Options
+from optbench.run.expected_size import expected_size
 from optbench.spec.calibrations import calibration_words
 from optbench.spec.catalogue import CATALOGUE
 from optbench.spec.claim_kinds import cells_read, comparison_key, panels, side_words
@@ -415,9 +416,7 @@ def size_lines(
     for row in earlier:
         if row.get("claim") not in spec.decide.claims or not row.get("se") or not row.get("n_now"):
             continue
-        z_full = row["estimate"] / row["se"] * (looks[-1] / row["n_now"]) ** 0.5
-        stops = sequential.stop_probabilities(rounds.design, z_full)
-        size = float(sum(p * n for p, n in zip(stops, looks, strict=True)))
+        size = expected_size(rounds.design, row)  # an early stop's estimate bias-adjusted
         for cell in row.get("cells") or []:
             cell = tuple(cell)
             if cell in expected:
