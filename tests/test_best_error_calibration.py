@@ -22,7 +22,7 @@ from optbench.report import claims_page
 from optbench.report.sections import claims_with_looks
 from optbench.report.summary import Options
 from optbench.run.preflight import check_spec
-from optbench.run.rounds import Rounds, decision_lines, fingerprint
+from optbench.run.rounds import Rounds, decision_lines, fingerprint, size_lines
 from optbench.spec.calibrations import CALIBRATIONS
 from optbench.spec.schema import parse_spec
 
@@ -35,6 +35,7 @@ def _quickstart_best_error(tmp_path, **search) -> dict:
     bench/RESULTS.md's replicates-best-error replayed it (k unset, no margin)."""
     data = yaml.safe_load((ROOT / "studies" / "quickstart.yaml").read_text())
     data["search"] |= search
+    data["models"] = [P, C]  # DHVT reads in no comparison: the sides' trainings are the same
     data["output"] = str(tmp_path / "results")
     sides = [{"model": m, "optimizer": "adamw", "epochs": 20} for m in (C, P)]
     data["comparisons"] = [
@@ -175,6 +176,7 @@ def _lead(spec, error_of) -> tuple[str, str]:
     return claims_page.sentence(row), md.splitlines()[0]
 
 
+@pytest.mark.slow  # the claims of 48 samples' trials, bootstrapped: over a second here
 def test_the_page_and_claims_md_print_the_null_rate_of_its_design(tmp_path):
     spec = parse_spec(_quickstart_best_error(tmp_path))
     error_of = _errors({P: 4.0, C: 4.0, D: 4.0})
@@ -203,3 +205,17 @@ def test_status_prints_the_null_rate_beside_the_decision(tmp_path):
     (line,) = decision_lines(Rounds(spec, looks), waiting=None)
     assert line.startswith("(mine) ") and ": holds after 6 of at most 24 samples: " in line
     assert line.endswith("wrongly in 2.2% +- 0.7% (bench/RESULTS.md, replicates-best-error)")
+
+
+def test_the_dry_run_names_the_null_rate_of_its_design(tmp_path):
+    spec = parse_spec(_quickstart_best_error(tmp_path, seed_per_sample=False))
+    hours = {(c.model, c.optimizer, c.epochs): 0.5 for c in spec.cells()}
+    (line,) = [
+        x
+        for x in size_lines(spec, plan(spec), hours, [])
+        if x.startswith("decide: (mine) best-error, ")
+    ]
+    assert line.endswith(
+        "; its rule decided 200 trained nulls of this design wrongly in 5.0% +- 1.5% "
+        "(bench/RESULTS.md, replicates-best-error)"
+    )

@@ -460,7 +460,7 @@ def size_lines(
         f"({spending}, alpha {decide.alpha:g} for the study, {shared}{margin}; "
         "docs/sequential.md)",
         # each declared comparison: its kind, sides and statistic (it has no paper's words)
-        *(_declared_line(c) for c in declared(spec)),
+        *(_declared_line(spec, c) for c in declared(spec)),
         f"decide: from {len(first)} trials{cost(per_cell(first))} (every claim decided at the "
         f"first look, {looks[0]} {unit} per cell) to {len(most)}{cost(per_cell(most))} "
         f"(every look taken, {looks[-1]} {unit} per cell a named claim reads)",
@@ -488,13 +488,16 @@ def size_lines(
     return lines
 
 
-def _declared_line(comparison: Comparison) -> str:
-    """The dry run's line of a declared comparison: its kind, sides and statistic; a
-    ranking's cells, the kind of its pairs and how many."""
+def _declared_line(spec: StudySpec, comparison: Comparison) -> str:
+    """The dry run's line of a declared comparison: its kind, sides and statistic (a best-error
+    one's calibration too, spec/calibrations.py); a ranking's cells, the kind of its pairs and
+    how many."""
     panels = comparison.panels()
     if comparison.kind != RANK:
         (panel,) = panels
-        return f"decide: ({comparison.name}) {comparison.kind}, {panel.words}: {panel.statistic}"
+        line = f"decide: ({comparison.name}) {comparison.kind}, {panel.words}: {panel.statistic}"
+        calibration = calibration_words(spec, comparison.name, panel.cells)
+        return f"{line}; {calibration}" if calibration else line
     cells = ", ".join(side_words(side.cell) for side in comparison.cells)
     return (
         f"decide: ({comparison.name}) rank of {len(comparison.cells)} cells by "
