@@ -8,7 +8,8 @@ data (spec/schema.py); the CLI and the API call these with what each command nee
 only reads. Checking a study's names (status, report) imports neither torch nor timm; sizes,
 data files and devices do. Only a command that trains or plans training (`run`, `--dry-run`)
 imports the study's own modules (`imports:`), and then checks each optimizer name timm's table
-lacks against what they registered; one that reads a study or its results never runs them, and
+lacks against what they registered, and refuses a best-error comparison no trained nulls
+calibrate (`check_calibrated`); one that reads a study or its results never runs them, and
 takes a model or an optimizer it does not know as one of theirs (`own_optimizer_note` says so).
 """
 
@@ -64,6 +65,7 @@ def check_spec(
     # reading a study or its results never runs them (docs/study.md)
     if import_code:
         import_modules(spec.imports, f"{origin('imports')}: imports")
+        check_calibrated(spec, origin("comparisons"))
     unread = bool(spec.imports) and not import_code  # names their modules would register
     problems = []
     for model in spec.models:
@@ -216,6 +218,23 @@ def best_error_seed_note(spec: StudySpec) -> str | None:
         "per study, 50% of exact nulls were decided wrongly, not 5%: docs/sequential.md); "
         "seed_per_sample: true gives each sample its own seeds"
     )
+
+
+def check_calibrated(spec: StudySpec, where: str) -> None:
+    """SpecError (one line naming the comparison) for a best-error comparison that no trained
+    nulls of its design calibrate (spec/calibrations.py) and that does not accept it with
+    `calibration: none`: a command that trains or plans training refuses to decide it at an
+    error rate nobody measured; a command that reads never refuses (the page says so)."""
+    from optbench.spec.calibrations import ACCEPT, HOW_TO_CALIBRATE, uncalibrated
+
+    refused = uncalibrated(spec)
+    if refused:
+        i, comparison, why = refused[0]
+        raise SpecError(
+            f"{where}: comparisons.{i}: best-error comparison {comparison.name!r} is not "
+            f"calibrated: {why}; {HOW_TO_CALIBRATE}, or set comparisons.{i}.calibration: "
+            f"{ACCEPT} to decide it uncalibrated (its page says so)"
+        )
 
 
 def check_optimizer_runs(name: str, recipe: Recipe, where: str) -> None:

@@ -43,6 +43,8 @@ from optbench.report.claims import claims_table
 from optbench.report.looks import Look, inconsistent, record_key, signed
 from optbench.report.looks import look_line as look_line  # the driver's name for it
 from optbench.report.summary import Options
+from optbench.run.expected_size import expected_size
+from optbench.spec.calibrations import calibration_words
 from optbench.spec.catalogue import CATALOGUE
 from optbench.spec.claim_kinds import cells_read, comparison_key, panels, side_words
 from optbench.spec.comparisons import RANK, Comparison
@@ -87,7 +89,8 @@ def fingerprint(spec: StudySpec) -> str:
     what = spec.decide.model_dump(mode="json")
     if declared(spec):
         # each as declared (Comparison's dump has no "k: null"): as an earlier optbench's
-        named = [c.model_dump(mode="json") for c in declared(spec)]
+        # (`calibration` is not the design: accepting an uncalibrated one keeps its looks)
+        named = [c.model_dump(mode="json", exclude={"calibration"}) for c in declared(spec)]
         what = {"decide": what, "comparisons": named}
     blob = json.dumps(what, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:12]
@@ -356,9 +359,9 @@ def decision_lines(rounds: Rounds, waiting: str | None) -> list[str]:
         here += f" ({last.note})" if last.note else ""  # why it decides nothing
         if last.outcome != "continue":
             reason = "undecided at the maximum" if last.outcome == "undecided" else last.outcome
-            lines.append(
-                f"{where}: {reason} after {last.n} of at most {last.n_max} {last.unit}: {here}"
-            )
+            line = f"{where}: {reason} after {last.n} of at most {last.n_max} {last.unit}: {here}"
+            calibration = calibration_words(rounds.spec, last.claim, last.cells)
+            lines.append(f"{line}; {calibration}" if calibration else line)
             continue
         nxt = looks[last.k + 1]
         line = (
@@ -430,9 +433,7 @@ def size_lines(
     for row in earlier:
         if row.get("claim") not in spec.decide.claims or not row.get("se") or not row.get("n_now"):
             continue
-        z_full = row["estimate"] / row["se"] * (looks[-1] / row["n_now"]) ** 0.5
-        stops = sequential.stop_probabilities(rounds.design, z_full)
-        size = float(sum(p * n for p, n in zip(stops, looks, strict=True)))
+        size = expected_size(rounds.design, row)  # an early stop's estimate bias-adjusted
         for cell in row.get("cells") or []:
             cell = tuple(cell)
             if cell in expected:
@@ -476,7 +477,7 @@ def size_lines(
         f"({spending}, alpha {decide.alpha:g} for the study, {shared}{margin}; "
         "docs/sequential.md)",
         # each declared comparison: its kind, sides and statistic (it has no paper's words)
-        *(_declared_line(c) for c in declared(spec)),
+        *(_declared_line(spec, c) for c in declared(spec)),
         f"decide: from {len(first)} trials{cost(per_cell(first))} (every claim decided at the "
         f"first look, {looks[0]} {unit} per cell) to {len(most)}{cost(per_cell(most))} "
         f"(every look taken, {looks[-1]} {unit} per cell a named claim reads)",
@@ -504,13 +505,16 @@ def size_lines(
     return lines
 
 
-def _declared_line(comparison: Comparison) -> str:
-    """The dry run's line of a declared comparison: its kind, sides and statistic; a
-    ranking's cells, the kind of its pairs and how many."""
+def _declared_line(spec: StudySpec, comparison: Comparison) -> str:
+    """The dry run's line of a declared comparison: its kind, sides and statistic (a best-error
+    one's calibration too, spec/calibrations.py); a ranking's cells, the kind of its pairs and
+    how many."""
     panels = comparison.panels()
     if comparison.kind != RANK:
         (panel,) = panels
-        return f"decide: ({comparison.name}) {comparison.kind}, {panel.words}: {panel.statistic}"
+        line = f"decide: ({comparison.name}) {comparison.kind}, {panel.words}: {panel.statistic}"
+        calibration = calibration_words(spec, comparison.name, panel.cells)
+        return f"{line}; {calibration}" if calibration else line
     cells = ", ".join(side_words(side.cell) for side in comparison.cells)
     return (
         f"decide: ({comparison.name}) rank of {len(comparison.cells)} cells by "
