@@ -21,6 +21,7 @@ from optbench.decision.summary import Options
 from optbench.errors import UsageError
 from optbench.report import claims_page, drawing, figures, tunability_page
 from optbench.report.page import Section
+from optbench.spec.calibrations import calibration_words
 from optbench.spec.catalogue import CATALOGUE
 from optbench.spec.claim_kinds import MIN_EDF_SAMPLES
 from optbench.spec.schema import StudySpec
@@ -467,10 +468,12 @@ def claims_with_looks(
     spec: StudySpec, results: pd.DataFrame, options: Options, looks: list[dict] | None
 ) -> pd.DataFrame:
     """The claims table, the study's declared comparisons with the paper's claims; a sequential
-    study's panels show their looks (looks.with_looks). The near-chance check reads the
+    study's panels show their looks (looks.with_looks), a best-error row its calibration. The near-chance check reads the
     catalogue's number of classes, as a look does (run/rounds.py)."""
     classes = CATALOGUE[spec.dataset.name].classes
     table = claims.claims_table(
         results, options, spec.name, comparisons=spec.comparisons, classes=classes
     )
+    # a best-error row's measured null rate for its design (spec/calibrations.py), else None
+    table["calibration"] = [calibration_words(spec, r.claim, r.cells) for r in table.itertuples()]
     return with_looks(table, looks) if looks else table
