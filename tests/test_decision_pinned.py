@@ -33,6 +33,7 @@ STUDIES = {
     "quickstart": "studies/quickstart.yaml",
     "lion_vs_adamw": "studies/lion_vs_adamw.yaml",
     "lion_claim_a": "studies/lion_claim_a.yaml",
+    "rank_optimizers": "studies/rank_optimizers.yaml",  # a declared ranking
     **{
         f"mini/{name}": f"studies/mini/{name}.yaml"
         for name in ("mini_calibrate", "mini_edf", "mini_length", "mini_stem")
