@@ -62,7 +62,7 @@ def test_the_reference_is_a_run_of_the_committed_study(name):
         for cell_key in map(tuple, look["cells"]):
             reads[cell_key] = max(reads.get(cell_key, 0), look["n"])
     for cell_key, n in reads.items():
-        cell = trials[(trials[frames.CELL_KEYS] == cell_key).all(axis=1)]
+        cell = trials[(trials[frames.CELL_KEYS] == list(cell_key)).all(axis=1)]
         assert sorted(cell["sample"]) == list(range(n)), cell_key
 
 
