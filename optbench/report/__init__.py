@@ -5,7 +5,9 @@ with its figures, tables and notes) from
   (the tables, as frames, computed from the trials frame: panels, cell errors, stability, peak),
   `summary.py` (summary.json), `claims.py` (the paper's claims, tested: each kind's statistic), `looks.py` (a
   sequential study's look records, their lines, the claims at their last looks),
-  `sequential.py` (the sequential rule: spending, boundaries, outcomes), `tunability.py` (the
+  `sequential.py` (the sequential rule: spending, boundaries, outcomes), `stop_estimates.py`
+  (the estimates at a panel's stop: stagewise-ordering median-unbiased estimate and interval,
+  Whitehead's bias-adjusted mean), `tunability.py` (the
   expected best error after k (lr, wd) samples);
 - what is shown: `figures.py` (each figure from a trials frame, the public API), matplotlib's
   drawing of precomputed data: `drawing.py` (what every figure shares: grid, legend, colours),

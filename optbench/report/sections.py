@@ -18,6 +18,7 @@ from optbench.report import claims, claims_page, drawing, figures, frames, tunab
 from optbench.report.edf import AUC_MAX_POINTS
 from optbench.report.looks import with_looks
 from optbench.report.page import Section
+from optbench.report.stop_estimates import with_stop_estimates
 from optbench.report.summary import Options
 from optbench.spec.catalogue import CATALOGUE
 from optbench.spec.claim_kinds import MIN_EDF_SAMPLES
@@ -465,10 +466,14 @@ def claims_with_looks(
     spec: StudySpec, results: pd.DataFrame, options: Options, looks: list[dict] | None
 ) -> pd.DataFrame:
     """The claims table, the study's declared comparisons with the paper's claims; a sequential
-    study's panels show their looks (looks.with_looks). The near-chance check reads the
+    study's panels show their looks (looks.with_looks) and the estimates at their stops
+    (stop_estimates.with_stop_estimates). The near-chance check reads the
     catalogue's number of classes, as a look does (run/rounds.py)."""
     classes = CATALOGUE[spec.dataset.name].classes
     table = claims.claims_table(
         results, options, spec.name, comparisons=spec.comparisons, classes=classes
     )
-    return with_looks(table, looks) if looks else table
+    if not looks:
+        return table
+    table = with_looks(table, looks)
+    return with_stop_estimates(table, looks, spec.decide.looks) if spec.decide else table
