@@ -256,12 +256,18 @@ class Replayed:
 
 
 def replay(
-    looks, bounds, effect: float, margin: float | None = None, studies: int = 1000, seed: int = 1
+    looks,
+    bounds,
+    effect: float,
+    margin: float | None = None,
+    studies: int = 1000,
+    seed: int = 1,
+    paths: int = PATHS,
 ) -> Replayed:
     """`studies` seeded studies of N(effect, 1) units under the rule (t critical values of
     `bounds`, the se estimated at each look, `margin`'s equivalence stops), each estimated at
-    its stop by `at_stop` (its own law, seed 0, independent of these): what the coverage and
-    bias in docs/sequential.md and tests/test_stop_estimates.py measure."""
+    its stop by `at_stop` (its own law of `paths` studies, seed 0, independent of these): what
+    the coverage and bias in docs/sequential.md and tests/test_stop_estimates.py measure."""
     n = np.asarray(looks, float)
     crit = np.array([sequential.critical(c, k - 1) for c, k in zip(bounds, n, strict=True)])
     mean, sd = _law(tuple(int(k) for k in n), studies, seed)
