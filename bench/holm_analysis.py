@@ -114,9 +114,13 @@ def replay_reference(folder: Path, study: Path) -> list[dict]:
     return out
 
 
+UNTRAINED = "untrained"  # a panel's stop where its looks end before it decides
+
+
 def replay_family(panels: list[tuple[dict, object]], design: sequential.Design, holm: bool):
     """One study of len(panels) panels, each (looks_of's answer, its study's key), decided look
-    by look (with the design's margin); returns each panel's (outcome, size) at its stop."""
+    by look (with the design's margin); returns each panel's (outcome, size) at its stop,
+    `UNTRAINED` at the first look its answer lacks (a reference that stopped training it)."""
     stops: dict[int, tuple[str, int]] = {}
     last = len(design.looks) - 1
     for k, n in enumerate(design.looks):
@@ -125,7 +129,9 @@ def replay_family(panels: list[tuple[dict, object]], design: sequential.Design, 
             c = design.boundaries(level if holm else design.panel_alpha)[k]
             found = {}
             for i, (looks, key) in enumerate(panels):
-                if i not in stops:
+                if i not in stops and (key, n) not in looks:
+                    found[i] = UNTRAINED  # a reference trained no further: a lower bound
+                elif i not in stops:
                     estimate, se, df, _ = looks[key, n]
                     low, high = sequential.repeated_interval(estimate, se, c, df)
                     found[i] = sequential.outcome(low, high, design.margin, k == last)

@@ -42,6 +42,19 @@ def _one_thread():
     torch.set_num_threads(1)  # deterministic and polite to the other core
 
 
+@pytest.fixture(scope="module")
+def timm_optimizers_kept() -> Iterator[None]:
+    """timm's optimizer registry as a test module found it, once the module is done: the
+    optimizers its modules of one's own registered leave with it (timm has no way to unregister
+    one; test_optimizers.py compares the registry with optbench's table)."""
+    from timm.optim._optim_factory import default_registry
+
+    before = dict(default_registry._optimizers)
+    yield
+    default_registry._optimizers.clear()
+    default_registry._optimizers.update(before)
+
+
 @pytest.fixture
 def tiny_dict(tmp_path: Path) -> dict:
     data = copy.deepcopy(TINY)

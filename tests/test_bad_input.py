@@ -235,6 +235,11 @@ CASES = [
         },
     ),
     Case("train: unknown optimizer", "did you mean lion?", args=train(optimizer="loin")),
+    Case(  # the dotted form, as a study's --set: once an "unknown key" for every optimizer
+        "train --set optimizer_args.lion.betas",
+        "timm's lion refuses [2.0, 0.99]",
+        args=train("--set", "optimizer_args.lion.betas=[2.0, 0.99]", optimizer="lion"),
+    ),
     Case("good_range inf", "finite", study={"search.good_range": [float("inf"), 4.0]}),
     Case("search seed negative", "search.seed", study={"search.seed": -1}),
     Case("search seed beyond 64 bits", "search.seed", study={"search.seed": 2**64}),

@@ -580,6 +580,8 @@ def test_a_trained_study_decides_a_best_error_comparison_and_reports_it(tmp_path
     from optbench.store.database import Store
 
     data = _best_error(tiny_dict, n_samples=5, decide={"claims": ["mine"], "looks": [4, 5]})
+    # no trained nulls calibrate the tiny design: decided as accepted (spec/calibrations.py)
+    data["comparisons"][0]["calibration"] = "none"
     (tmp_path / "study.yaml").write_text(yaml.safe_dump(data))
     code, out, err = cli("run", "study.yaml", "--dry-run")
     assert code == 0 and f"decide: (mine) best-error, {C} adamw 1ep vs {P} adamw 1ep" in out, err
@@ -595,6 +597,7 @@ def test_a_trained_study_decides_a_best_error_comparison_and_reports_it(tmp_path
     assert row["statistic"].startswith(f"best_3({P} adamw 1ep) - best_3({C} adamw 1ep)")
     page = (tmp_path / "reports" / "tiny" / "index.html").read_text()
     assert f"mine: {C} adamw 1ep vs {P} adamw 1ep, expected best error of 3 (lr, wd)" in page
+    assert "not calibrated for this design: no trained nulls measure its rule" in page
 
 
 def test_an_undecided_declared_step_still_says_how_far_a_decision_is():

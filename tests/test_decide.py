@@ -26,7 +26,7 @@ from optbench.errors import SpecError
 from optbench.plan.trials import jobs, plan
 from optbench.report.claims import claims_table
 from optbench.report.frames import with_errors
-from optbench.report.looks import with_looks
+from optbench.report.looks import inconsistent, with_looks
 from optbench.run.rounds import METRIC, DesignChanged, Look, Rounds, decision_lines
 from optbench.spec.schema import parse_spec
 from optbench.store.database import Store
@@ -988,6 +988,24 @@ def test_a_driver_killed_between_a_rejection_and_the_next_panel_takes_the_same_l
     assert (taken.k, taken.level) == (1, 0.05)
 
 
+def test_a_driver_killed_between_two_panels_first_looks_takes_the_missing_one(tiny_dict):
+    # look 1 of two panels, the 1-epoch one decided "holds" and recorded, the 2-epoch one not:
+    # only the data say which panels exist, so a resumed driver must take look 1 again for the
+    # missing panel (it once read the study as finished and never looked at that panel)
+    spec, error_of = _two_panels(tiny_dict)
+    trials, rounds = plan(spec), Rounds(spec, [])
+    frame = _frame(rounds.asked(trials), error_of)
+    first = rounds.look(frame)
+    held = next(look for look in first if look.outcome == "holds")
+    resumed = Rounds(spec, [Look.from_record(held.record())])
+    (taken,) = resumed.look(frame)
+    assert taken == next(look for look in first if look is not held)
+    assert (taken.k, taken.level, taken.outcome) == (0, 0.05, "continue")
+    resumed.add([taken])
+    assert not resumed.finished and resumed.look(frame) == []  # look 2 waits for its round
+    assert list(inconsistent(spec.decide, [held, taken])) == []
+
+
 def test_equivalent_passes_no_alpha_on(tiny_dict):
     # "equivalent" rejects |effect| >= margin, not the zero null: the open panel keeps alpha / 2
     data = _sequential(tiny_dict, looks=(6, 8, 10), margin=0.5)
@@ -1004,8 +1022,6 @@ def test_equivalent_passes_no_alpha_on(tiny_dict):
 def test_a_recorded_level_above_what_the_rejections_allow_is_refused(tiny_dict):
     # neither panel rejects at look 1 (alpha 1e-6), so both are at alpha / 2; a record that
     # claims alpha is not what a driver wrote
-    from optbench.report.looks import inconsistent
-
     data = _sequential(tiny_dict, looks=(6, 8, 10), alpha=1e-6)
     data["epochs"] = [1, 2]
     spec = parse_spec(data)

@@ -387,3 +387,21 @@ def test_holm_keeps_the_family_wise_error_on_trained_nulls_beside_a_real_effect(
     assert found["studies"] == 60
     assert holm["wrong"] <= alpha + 2 * (alpha * (1 - alpha) / found["studies"]) ** 0.5
     assert holm["decided"] >= bonferroni["decided"] >= 1.0  # every effect panel holds
+
+
+def test_a_replayed_pair_whose_trainings_end_stops_untrained():
+    # bench/rank_reference.py replays a reference's pairs under Bonferroni, which may go on
+    # past the samples the reference trained (Holm had stopped them): such a pair stops
+    # "untrained" at the first look it lacks, a lower bound on its size (it raised KeyError)
+    _bench()  # puts bench/ on the path
+    import holm_analysis
+
+    from optbench.report import sequential
+
+    design = sequential.Design((6, 8, 10), "pocock", panels=3)
+    unit = (0.0, 1.0, 5, "paired")  # an estimate of 0: no look decides
+    looks = {("a", 6): unit, ("a", 8): unit, ("b", 6): unit}
+    looks |= {("c", n): unit for n in design.looks}
+    panels = [(looks, key) for key in "abc"]
+    stops = holm_analysis.replay_family(panels, design, holm=False)
+    assert stops == [("untrained", 10), ("untrained", 8), ("undecided", 10)]

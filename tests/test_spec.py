@@ -149,7 +149,8 @@ BUNDLED_STUDIES = [
     "dhvt_deit_cifar100", "edf_adamw_18gf", "edf_adamw_1gf", "edf_adamw_4gf",
     "edf_adamw_cifar100", "edf_adamw_deit_cifar100", "edf_sgd_18gf", "edf_sgd_1gf",
     "edf_sgd_4gf", "edf_sgd_cifar100", "length_stability", "length_stability_cifar100",
-    "lion_claim_a", "lion_vs_adamw", "optimizer_stability", "quickstart", "stem_ablation",
+    "lion_claim_a", "lion_vs_adamw", "optimizer_stability", "quickstart", "rank_optimizers",
+    "stem_ablation",
 ]  # fmt: skip
 
 

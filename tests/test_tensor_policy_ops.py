@@ -1,15 +1,18 @@
 """The tensor policy's work per batch (issue 66): a fixed number of aten operations whatever
 the batch size, counted with torch.profiler on the CPU (`tensor_policy.aten_ops`); a per-sample
-loop is caught; the host's arithmetic is Pillow's to the last bit."""
+loop is caught; each kind of op computes on the images that drew it only; the host's arithmetic
+is Pillow's to the last bit."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 import pytest
 import torch
 
+from optbench.data import tensor_draws as td
 from optbench.data import tensor_ops
 from optbench.data import tensor_policy as tp
 
@@ -49,13 +52,11 @@ def test_the_policy_issues_a_fixed_number_of_ops_per_batch(name):
 def test_a_per_sample_loop_is_caught(monkeypatch):
     blend = tensor_ops._blend
 
-    def per_sample(img, factor, flags, *args):
-        return torch.cat(
-            [
-                blend(img[i : i + 1], factor[i : i + 1], flags[:, i : i + 1], *args)
-                for i in range(len(img))
-            ]
-        )
+    def per_sample(out, rows, factor, flags, smooth, *args):
+        sharpened = set(smooth.tolist())
+        for i in range(len(rows)):  # each image that drew a blend on its own
+            mine = torch.tensor([0] if i in sharpened else [], dtype=torch.long)
+            blend(out, rows[i : i + 1], factor[i : i + 1], flags[:, i : i + 1], mine, *args)
 
     monkeypatch.setattr(tensor_ops, "_blend", per_sample)
     planted = fixed_per_batch("rand-m9-mstd0.5-inc1", large=48)  # 256 is slow to profile
@@ -83,11 +84,49 @@ def test_rotation_matrices_are_pillows_to_the_bit():
 
 
 def test_the_warp_in_chunks_gives_the_same_images(monkeypatch):
-    """Large images are warped a few at a time (WARP_VALUES): the same pixels as in one go."""
+    """Large images are warped a few at a time (WARP_VALUES, chunks made on the host): the
+    same pixels as in one go."""
     policy = tp.tensor_policy("rand-m9-mstd0.5-inc1", 16)
     x = torch.randint(0, 256, (20, 3, 16, 16), dtype=torch.uint8)
     whole, draws = policy(x, torch.Generator().manual_seed(2), return_draws=True)
     assert (draws.resample >= 0).sum() > 5  # affine ops drawn
-    monkeypatch.setitem(tensor_ops.WARP_VALUES, "cpu", 3 * 16 * 3 * 16 * 16)  # 3 images a chunk
+    # 2 tap rows (of 4 bicubic taps) a chunk: 2 shears or translations, one Rotate image (4)
+    monkeypatch.setitem(tensor_ops.WARP_VALUES, "cpu", 2 * 4 * 3 * 16 * 16)
     chunked, _ = policy(x, torch.Generator().manual_seed(2))
     assert torch.equal(chunked, whole)
+    plan = tensor_ops.slot_plan(
+        draws.op_names,
+        draws.op[:, 0],
+        draws.arg[:, 0],
+        draws.resample[:, 0],
+        (3, 16, 16),
+        policy.resample,
+    )
+    assert len(plan["warp"]) > 1
+
+
+def allocated_bytes(run) -> int:
+    """The bytes the aten allocations of one `run()` take on the CPU (torch.profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        run()
+    makers = ("aten::empty", "aten::empty_strided", "aten::empty_like", "aten::zeros")
+    return sum(max(e.cpu_memory_usage, 0) for e in prof.events() if e.name in makers)
+
+
+def test_images_that_drew_no_op_are_not_computed_on():
+    """Each kind of op runs on the images that drew it (tensor_ops.apply_slot): a batch in
+    which no image drew an op costs its copy, not the tables, blends and warps of every image
+    (measured: 66 x the batch's bytes when each slot computed them over the whole batch)."""
+    policy = tp.tensor_policy("rand-m9-mstd0.5-inc1", 32)
+    x = torch.randint(0, 256, (64, 3, 32, 32), dtype=torch.uint8)
+    draws = td.draw(policy, 64, torch.Generator().manual_seed(0))
+    nothing = dataclasses.replace(
+        draws,
+        op=np.full_like(draws.op, -1),
+        arg=np.full(draws.arg.shape, math.nan),
+        resample=np.full_like(draws.op, -1),
+    )
+    assert torch.equal(td.apply(policy, x, nothing), x)
+    assert allocated_bytes(lambda: td.apply(policy, x, nothing)) <= 2 * x.numel()

@@ -1,10 +1,12 @@
 """Code of one's own on every executor (issue 69): a package outside the repository, installed
 as pip installs one (a wheel into a folder of its own, its distribution named otherwise than the
-module, as `pip install lab-tools` may install `lab`), registers a model with timm; a study names
-it in `imports:` and trains it with Lion through the local pool (a spawned worker process), a
-population (`executor.population`) and a SLURM job (tests marked `slurm` skip, saying why,
-without a cluster). Each result records the module's version (its distribution's) and source
-digest. A worker that cannot import the module fails its trials with one line naming it in each
+module, as `pip install lab-tools` may install `lab`), registers a model and an optimizer with
+timm; a study names both modules in `imports:` and trains the model with the package's optimizer
+through the local pool (a spawned worker process) and a SLURM job (tests marked `slurm` skip,
+saying why, without a cluster), and with Lion through a population (`executor.population`),
+which refuses the package's optimizer in one line before anything is written (a population has
+no batched version of it). Each result records each module's version (its distribution's) and
+source digest. A worker that cannot import the module fails its trials with one line naming it in each
 trial's error.log (executors/protocol.py: import_study_code; docs/extending.md says what a
 cluster's workers need)."""
 
@@ -30,10 +32,15 @@ from optbench.trial.jobs import PopulationJob, TrialJob
 from optbench.trial.results import ERROR_LOG
 from optbench.user_code import module_version, source_digest
 
+# the optimizers its modules register leave timm's registry with it
+pytestmark = pytest.mark.usefixtures("timm_optimizers_kept")
+
 # one name per process (timm's registry and sys.modules outlive a test)
 PACKAGE = "lab_executors"
 MODULE = f"{PACKAGE}.models"
 MODEL = "lab_executors_net"
+OPTIM_MODULE = f"{PACKAGE}.optim"
+OPTIMIZER = "labexecutorssgd"  # timm's registry: lower-case letters and digits
 DISTRIBUTION, VERSION = "optbench-lab-tools", "2.1.0"  # no __version__: the wheel's says it
 
 MODELS_SOURCE = f'''"""A model of one's own, registered with timm when imported."""
@@ -54,12 +61,45 @@ def {MODEL}(pretrained=False, num_classes=10, in_chans=3, drop_path_rate=0.0, **
 '''
 
 
+OPTIM_SOURCE = f'''"""An optimizer of one's own, registered with timm when imported: heavy-ball SGD whose
+momentum buffer averages the gradients (dampening = momentum) and whose weight decay is
+decoupled (scaled by the lr)."""
+import torch
+from timm.optim import OptimInfo
+from timm.optim._optim_factory import default_registry
+
+
+class LabSGD(torch.optim.Optimizer):
+    def __init__(self, params, lr=0.1, momentum=0.9, weight_decay=0.0, average=True):
+        defaults = dict(lr=lr, momentum=momentum, weight_decay=weight_decay, average=average)
+        super().__init__(params, defaults)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            lr, momentum = group["lr"], group["momentum"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                p.mul_(1 - lr * group["weight_decay"])
+                buffer = self.state[p].setdefault("momentum_buffer", torch.zeros_like(p))
+                buffer.mul_(momentum).add_(p.grad, alpha=1 - momentum if group["average"] else 1)
+                p.add_(buffer, alpha=-lr)
+
+
+default_registry.register(
+    OptimInfo(name="{OPTIMIZER}", opt_class=LabSGD, has_eps=False, has_momentum=True)
+)
+'''
+
+
 def _wheel(folder: Path) -> Path:
-    """A wheel of DISTRIBUTION holding PACKAGE (its __init__ and models), as a build tool
+    """A wheel of DISTRIBUTION holding PACKAGE (its __init__, models and optim), as a build tool
     writes one: the files, then the dist-info's METADATA, WHEEL, top_level.txt and RECORD."""
     files = {
         f"{PACKAGE}/__init__.py": '"""A lab\'s tools."""\n',
         f"{PACKAGE}/models.py": MODELS_SOURCE,
+        f"{PACKAGE}/optim.py": OPTIM_SOURCE,
     }
     info = f"{DISTRIBUTION.replace('-', '_')}-{VERSION}.dist-info"
     files[f"{info}/METADATA"] = f"Metadata-Version: 2.1\nName: {DISTRIBUTION}\nVersion: {VERSION}\n"
@@ -103,18 +143,26 @@ def on_path(monkeypatch, folder: Path) -> dict:
     return dict(os.environ)
 
 
-def installed_digest(site: Path) -> str:
-    """The digest provenance records for the installed module, without importing it."""
-    module = types.ModuleType(MODULE)
-    module.__file__ = str(site / PACKAGE / "models.py")
+def installed_digest(site: Path, module_name: str = MODULE) -> str:
+    """The digest provenance records for an installed module, without importing it."""
+    module = types.ModuleType(module_name)
+    module.__file__ = str(site / PACKAGE / f"{module_name.rpartition('.')[2]}.py")
     return source_digest(module)
 
 
-def lab_study(tmp_path: Path, **executor) -> Path:
-    """MODEL trained with Lion on digits, one epoch, two (lr, wd) samples, by `executor`."""
+BOXES = {
+    "lion": {"lr": [1e-4, 1e-3], "wd": [0.1, 1.0]},
+    OPTIMIZER: {"lr": [0.1, 1.0], "wd": [1e-5, 1e-4]},
+}
+
+
+def lab_study(tmp_path: Path, optimizer: str = OPTIMIZER, **executor) -> Path:
+    """MODEL trained with `optimizer` (the package's, else timm's) on digits, one epoch, two
+    (lr, wd) samples, by `executor`; the study imports both of the package's modules."""
     data = copy.deepcopy(ONE_MODEL_STUDY)
-    data |= {"name": "lab", "imports": [MODULE], "models": [MODEL], "optimizers": ["lion"]}
-    data["search"] |= {"ranges": {"lion": {"lr": [1e-4, 1e-3], "wd": [0.1, 1.0]}}}
+    data |= {"name": "lab", "imports": [MODULE, OPTIM_MODULE], "models": [MODEL]}
+    data |= {"optimizers": [optimizer]}
+    data["search"] |= {"ranges": {optimizer: BOXES[optimizer]}}
     data["output"] = str(tmp_path / "work" / "results")
     data["executor"] = {"retries": 0, **executor}
     path = tmp_path / "work" / "study.yaml"
@@ -131,15 +179,17 @@ def error_logs(study: Path) -> list[str]:
     return [p.read_text() for p in sorted(study.parent.rglob(ERROR_LOG))]
 
 
-def assert_recorded(found: list[dict], site: Path, population: int) -> None:
-    """Every trial finished, trained by `population` together, and recorded the installed
-    module's distribution version and source digest."""
+def assert_recorded(found: list[dict], site: Path, population: int, optimizer: str) -> None:
+    """Every trial finished, trained by `population` together with `optimizer`, and recorded
+    each installed module's distribution version and source digest."""
     assert [r["status"] for r in found] == ["finished"] * 2, [r.get("message") for r in found]
     for result in found:
-        assert result["config"]["imports"] == [MODULE] and result["config"]["model"] == MODEL
+        assert result["config"]["imports"] == [MODULE, OPTIM_MODULE]
+        assert result["config"]["model"] == MODEL and result["config"]["optimizer"] == optimizer
         assert result["execution"]["population"] == population
         assert result["provenance"]["user_code"] == {
-            MODULE: {"version": VERSION, "digest": installed_digest(site)}
+            name: {"version": VERSION, "digest": installed_digest(site, name)}
+            for name in (MODULE, OPTIM_MODULE)
         }
 
 
@@ -167,7 +217,7 @@ def test_the_local_pool_trains_the_installed_model_and_records_its_version(
     study = lab_study(tmp_path, kind="local", workers=1)
     code, out, err = cli("run", str(study))
     assert code == 0, out[-2000:] + err
-    assert_recorded(results(study), site, population=1)
+    assert_recorded(results(study), site, population=1, optimizer=OPTIMIZER)
 
 
 @pytest.mark.slow
@@ -175,10 +225,24 @@ def test_a_population_trains_the_installed_model_and_records_its_version(
     site, tmp_path, monkeypatch, cli
 ):
     on_path(monkeypatch, site)
-    study = lab_study(tmp_path, kind="local", workers=1, population=2)
+    study = lab_study(tmp_path, "lion", kind="local", workers=1, population=2)
     code, out, err = cli("run", str(study))
     assert code == 0, out[-2000:] + err
-    assert_recorded(results(study), site, population=2)
+    assert_recorded(results(study), site, population=2, optimizer="lion")
+
+
+def test_a_population_refuses_the_packages_optimizer_before_anything_is_written(tmp_path, cli):
+    """A population trains its members' steps batched (train/population_optim.py), which the
+    package's optimizer has no version of: the study is refused as it is read, before its
+    modules are imported (none is installed here), in one line naming the optimizer, exit 2,
+    no study folder."""
+    study = lab_study(tmp_path, kind="local", workers=1, population=2)
+    code, out, err = cli("run", str(study))
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, out[-2000:] + err
+    assert "executor.population 2: a population trains adamw, sgd and lion only" in lines[0]
+    assert f"not '{OPTIMIZER}' (an optimizer of the study's imports" in lines[0], lines[0]
+    assert not (study.parent / "results").exists()
 
 
 def _run_driver(
@@ -205,7 +269,7 @@ def test_a_slurm_job_trains_the_installed_model_and_records_its_version(
     study = lab_study(tmp_path, kind="slurm", slurm={"poll_s": 2, "time_min": 10})
     ran = _run_driver(study, env)
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
-    assert_recorded(results(study), site, population=1)
+    assert_recorded(results(study), site, population=1, optimizer=OPTIMIZER)
 
 
 # --- a worker that cannot import it ---------------------------------------------------------------
@@ -247,7 +311,7 @@ def test_a_population_worker_that_cannot_import_it_says_so_in_each_error_log(
     code built for the login node only): both members fail, each error.log one line."""
     on_path(monkeypatch, site)
     monkeypatch.setenv("LAB_ONLY_IN_DRIVER", "1")
-    study = lab_study(tmp_path, kind="local", workers=1, population=2)
+    study = lab_study(tmp_path, "lion", kind="local", workers=1, population=2)
     code, out, err = cli("run", str(study))
     found = results(study)
     assert [r["status"] for r in found] == [], found  # no result file: the driver records them

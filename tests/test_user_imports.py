@@ -21,11 +21,14 @@ import yaml
 from cli_inprocess import ONE_MODEL_STUDY, tiny_config
 
 from optbench import user_code
-from optbench.errors import UsageError
+from optbench.errors import SpecError, UsageError
 from optbench.provenance import code_fingerprint, mixed_code_warning, provenance
 from optbench.spec.schema import parse_spec
 from optbench.trial.config import Provenance, TrainConfig, TrialResult
 from optbench.user_code import check_module_name, source_digest
+
+# the optimizers its modules register leave timm's registry with it
+pytestmark = pytest.mark.usefixtures("timm_optimizers_kept")
 
 MODULE = '''
 """A model of one's own: registered with timm when imported."""
@@ -357,6 +360,157 @@ def test_a_package_digest_covers_every_source_file(code_dir):
     assert source_digest(lab_package) != before
 
 
+# --- an optimizer of one's own ---------------------------------------------------------------------
+
+OPTIMIZER_MODULE = """
+\"\"\"An optimizer of one's own: registered with timm's optimizer registry when imported.\"\"\"
+import torch
+from timm.optim import OptimInfo
+from timm.optim._optim_factory import default_registry
+
+
+class LabMomentum(torch.optim.SGD):
+    def __init__(self, params, lr=0.1, momentum=0.9, weight_decay=0.0, dampening=0.0):
+        super().__init__(params, lr=lr, momentum=momentum, weight_decay=weight_decay,
+                         dampening=dampening)
+
+
+default_registry.register(
+    OptimInfo(name={name!r}, opt_class=LabMomentum, has_eps=False, has_momentum=True)
+)
+"""
+OWN_BOX = {"lr": [0.01, 0.1], "wd": [1e-5, 1e-4]}
+
+
+def own_optimizer(code_dir: Path) -> tuple[str, str]:
+    """(module, optimizer): a module in `code_dir`, not imported yet, registering an optimizer
+    under a name of its own (timm's registry lives as long as the process)."""
+    tag = uuid.uuid4().hex[:8]
+    module, name = f"lab_optim_{tag}", f"labmomentum{tag}"
+    (code_dir / f"{module}.py").write_text(OPTIMIZER_MODULE.format(name=name))
+    return module, name
+
+
+def own_optimizer_study(module: str, name: str, **changes) -> dict:
+    data = copy.deepcopy(ONE_MODEL_STUDY)
+    data |= {"imports": [module], "optimizers": [name]}
+    data["search"]["ranges"] = {name: OWN_BOX}
+    return data | changes
+
+
+def test_an_optimizer_of_ones_own_is_checked_by_runs_check_and_unknown_without_imports(
+    code_dir, tmp_path
+):
+    """The schema takes a name timm's table lacks where the study has `imports:`; `run`'s
+    check imports the module, finds the name registered, checks its arguments against its
+    class and builds it; the trainer builds the module's class. Without `imports:` the name is
+    unknown (one line, the closest of timm's names)."""
+    from torch import nn
+
+    from optbench.run.preflight import check_optimizer_runs, check_spec
+    from optbench.train.optim import build_optimizer
+
+    module, name = own_optimizer(code_dir)
+    data = own_optimizer_study(module, name, recipe={"optimizer_args": {name: {"momentum": 0.8}}})
+    spec = parse_spec(data, "study.yaml")
+    assert [cell.optimizer for cell in spec.cells()] == [name] and module not in sys.modules
+    check_spec(spec, data=False, import_code=True, source="study.yaml")
+    assert module in sys.modules
+    check_optimizer_runs(name, spec.recipe, "study.yaml")
+    cfg = tiny_config(optimizer=name, imports=(module,), recipe=data["recipe"])
+    built = build_optimizer(nn.Linear(4, 2), cfg)
+    assert type(built).__name__ == "LabMomentum" and built.defaults["momentum"] == 0.8
+
+    boxless = copy.deepcopy(data)
+    boxless["search"]["ranges"] = {}  # its own (lr, wd) box, as every optimizer's
+    with pytest.raises(SpecError, match=f"search: no range for optimizer '{name}'"):
+        parse_spec(boxless, "study.yaml")
+    with pytest.raises(SpecError) as refused:
+        parse_spec({**data, "imports": []}, "study.yaml")
+    said = str(refused.value)
+    assert f"study.yaml: optimizers.0: unknown optimizer '{name}'" in said, said
+    assert "once the module that registers it is imported: a study's `imports`" in said
+
+
+def test_an_optimizer_its_imports_do_not_register_is_refused_by_runs_check(code_dir):
+    from optbench.run.preflight import check_spec
+
+    module, name = own_optimizer(code_dir)
+    spec = parse_spec(own_optimizer_study(module, f"{name}x"), "study.yaml")
+    check_spec(spec, data=False, source="study.yaml")  # reading: taken as the module's
+    with pytest.raises(SpecError) as refused:
+        check_spec(spec, data=False, import_code=True, source="study.yaml")
+    said = str(refused.value)
+    assert len(said.splitlines()) == 1, said
+    assert said.startswith(f"study.yaml: optimizers: unknown optimizer '{name}x': neither") and (
+        f"imports {module}; did you mean {name}?" in said
+    ), said
+
+
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        ({"momentun": 0.8}, "momentun: not an argument of {name}; did you mean momentum?"),
+        ({"momentum": "high"}, "momentum: should be a number (its default: 0.9)"),
+        ({"momentum": -1.0}, "momentum: {name} refuses -1.0: Invalid momentum value"),
+    ],
+    ids=["name", "type", "value"],
+)
+def test_an_own_optimizers_arguments_are_checked_against_its_class(args, said, code_dir):
+    from optbench.run.preflight import check_optimizer_runs, check_spec
+
+    module, name = own_optimizer(code_dir)
+    data = own_optimizer_study(module, name, recipe={"optimizer_args": {name: args}})
+    spec = parse_spec(data, "study.yaml")  # not imported: what it takes is not known yet
+    check_spec(spec, data=False, import_code=True, source="study.yaml")
+    with pytest.raises(UsageError) as refused:
+        check_optimizer_runs(name, spec.recipe, "study.yaml")
+    line = str(refused.value)
+    assert line.startswith(f"study.yaml: recipe.optimizer_args.{name}.{said.format(name=name)}")
+
+
+def test_optbench_train_takes_an_optimizer_its_import_registers(code_dir, tmp_path, cli):
+    """`optbench train --import M --optimizer NAME` takes M's optimizer and its optimizer_args,
+    and checks them against its class before anything is written."""
+    module, name = own_optimizer(code_dir)
+    out = tmp_path / "one"
+    code, _, err = cli(
+        "train", "vit_p_w64_16px", "--import", module, "--optimizer", name, "--dataset",
+        "digits", "--img-size", "16", "--lr", "0.01", "--wd", "1e-4", "--epochs", "1",
+        "--out", str(out), "--set", f"optimizer_args={{{name}: {{momentun: 0.5}}}}",
+    )  # fmt: skip
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err
+    said = f"recipe.optimizer_args.{name}.momentun: not an argument of {name}; did you mean"
+    assert said in lines[0], lines[0]
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("name", ["lab_sgd", "LabSGD", "lab-sgd"])
+def test_an_own_optimizer_name_timm_would_not_build_as_written_is_refused(name):
+    """timm's registry lower-cases names, and create_optimizer_v2 reads 'lab_sgd' as timm's
+    'sgd' wrapped by 'lab': such a name would train another optimizer."""
+    with pytest.raises(SpecError, match="optimizers.0: optimizer .* lower-case letters and digits"):
+        parse_spec(own_optimizer_study("lab.optim", name), "study.yaml")
+
+
+def test_status_takes_an_optimizer_of_the_imports_without_importing_them(tmp_path, cli):
+    """A study sent without its module: `status` reads it and says whose the optimizer is."""
+    module = f"lab_absent_{uuid.uuid4().hex[:8]}"
+    data = own_optimizer_study(module, "labsent", output=str(tmp_path / "results"))
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump(data))
+    code, out, err = cli("status", str(study))
+    assert code == 0, err
+    said = " ".join(out.split())
+    assert (
+        f"note: optimizer labsent: not timm's, taken as registered by the study's imports "
+        f"({module}), which this command does not import" in said
+    ), said
+    code, out, err = cli("run", str(study), "--dry-run")  # run imports it: not there
+    assert code == 2 and f"imports: cannot import module '{module}'" in err
+
+
 # --- training with the model of one's own ---------------------------------------------------------
 
 
@@ -413,18 +567,27 @@ def test_a_model_of_ones_own_trains_through_the_local_pool(code_dir, tmp_path, c
 @pytest.mark.slow
 def test_a_slurm_job_and_a_population_import_the_module_themselves(code_dir, tmp_path):
     """The job function of a SLURM job (TrialBatch, called in this process as its job step
-    would) and a population import what the config names: neither module is imported here
-    before they run."""
+    would) and a population import what the config names: no module is imported here before
+    they run. The job trains the model with an optimizer of one's own too, which its config
+    takes as its imports' and its process builds once it has imported them."""
     from optbench.executors.slurm.job import TrialBatch
     from optbench.train.population import run_population
     from optbench.trial.jobs import TrialJob
 
     write_module(code_dir, "lab_slurm", "lab_slurm_net")
     write_module(code_dir, "lab_population", "lab_population_net")
-    assert "lab_slurm" not in sys.modules and "lab_population" not in sys.modules
-    cfg = tiny_config(model="lab_slurm_net", imports=("lab_slurm",), epochs=1)
+    optim_module, optimizer = own_optimizer(code_dir)
+    assert not {"lab_slurm", "lab_population", optim_module} & set(sys.modules)
+    cfg = tiny_config(
+        model="lab_slurm_net", imports=("lab_slurm", optim_module), optimizer=optimizer, epochs=1
+    )
     assert TrialBatch([TrialJob("k", cfg, tmp_path / "slurm")])() == ["finished"]
-    assert "lab_slurm" in sys.modules
+    assert {"lab_slurm", optim_module} <= set(sys.modules)
+    trained = TrialResult.model_validate_json((tmp_path / "slurm" / "result.json").read_text())
+    assert trained.config.optimizer == optimizer and set(trained.provenance.user_code) == {
+        "lab_slurm",
+        optim_module,
+    }
     members = [
         tiny_config(model="lab_population_net", imports=("lab_population",), epochs=1, lr=lr)
         for lr in (1e-3, 1e-2)

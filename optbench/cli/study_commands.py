@@ -216,6 +216,7 @@ def status(
     from optbench.executors import jobs_executor
     from optbench.plan.cost_notes import estimate_notes, job_notes, spent_notes
     from optbench.plan.trials import plan
+    from optbench.run.preflight import own_optimizer_note
     from optbench.store.database import Store
 
     spec = read_study(study, data=False, overrides=set_, profile=profile)
@@ -223,6 +224,8 @@ def status(
     running, summary = jobs.status()
     table, mixed_code = status_table(spec, running=running)
     console.print(table)
+    if note := own_optimizer_note(spec):  # its imports' optimizer: status imports none of them
+        console.print(note, markup=False, highlight=False, soft_wrap=True)
     stored = Store(spec, create=False)
     job_times = cache(jobs.job_times)  # sacct asked once, where a line needs it
     estimates = estimate_notes(spec, stored, job_times)

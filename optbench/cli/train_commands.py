@@ -121,15 +121,16 @@ def train(
         check_optimizer_runs,
         check_pipeline,
     )
-    from optbench.spec.optimizers import check_optimizer
-    from optbench.spec.overrides import parse_overrides
+    from optbench.spec.optimizers import check_optimizer, own_names_of_imports
+    from optbench.spec.overrides import apply_overrides, parse_overrides
     from optbench.train.run_trial import run_trial
     from optbench.train.signals import STOP_SIGNALS, TrialInterrupted
     from optbench.trial.config import Execution, make_train_config
 
     modules = _import_flags(imports)
-    try:
-        check_optimizer(optimizer)
+    try:  # an optimizer an --import registers: taken here, checked as it is built (below)
+        with own_names_of_imports(modules):
+            check_optimizer(optimizer)
     except ValueError as err:
         raise UsageError(f"--optimizer: {err}") from None
     if pipeline not in get_args(Pipeline):
@@ -140,9 +141,11 @@ def train(
     keys: dict = {"preset": recipe}
     if warmup_epochs is not None:
         keys["warmup_epochs"] = warmup_epochs
-    keys.update(parse_overrides(set_ or []))  # the strict YAML reader, as a study's --set
+    # the strict YAML reader, and dotted keys nested, as a study's --set
+    keys = apply_overrides(keys, parse_overrides(set_ or []))
     try:
-        resolved_recipe = Recipe.model_validate(keys)
+        with own_names_of_imports(modules):
+            resolved_recipe = Recipe.model_validate(keys)
     except ValidationError as err:
         raise UsageError(format_errors("--recipe/--set", err, schema=Recipe)) from None
     cfg = make_train_config(

@@ -6,7 +6,8 @@ not the distribution), in timm's `AugmentOp` order: the choice, whether each op 
 magnitude (Gaussian noise of std `mstd`, or uniform in [0, m] for an infinite one, clipped to
 [0, mmax or 10]), the sign of its argument, and the affine ops' filter where timm draws it. The
 arithmetic on the draws is the host's (numpy, a few small arrays per batch); then every slot
-runs on the whole batch at once (tensor_ops.apply_slots).
+runs on the images that drew each kind of op, a fixed number of tensor operations per slot
+(tensor_ops.apply_slot).
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ import torch
 
 from optbench.data.tensor_ops import (
     AFFINE_OPS,
+    GROUPS,
     RESAMPLE,
-    apply_slots,
+    apply_slot,
     op_kind,
-    slot_parameters,
-    to_device,
+    plan_to_device,
+    slot_plan,
 )
 
 
@@ -172,25 +174,29 @@ def draw(policy, n: int, g: torch.Generator) -> PolicyDraws:
 
 
 def apply(policy, x: torch.Tensor, draws: PolicyDraws) -> torch.Tensor:
-    """Apply the drawn ops slot by slot, each slot with a fixed number of tensor operations on
-    the whole batch (tensor_ops.apply_slots); the per-image parameters are made on the host
-    and reach x's device in one copy per batch, without a host sync."""
-    h, w = x.shape[-2:]
+    """Apply the drawn ops slot by slot, each slot with a fixed number of tensor operations
+    (tensor_ops.apply_slot); what each image drew is turned into each part's images and
+    parameters on the host (tensor_ops.slot_plan), which reach x's device in one copy per dtype
+    and batch, without a host sync."""
+    shape, kinds = tuple(x.shape[1:]), slot_kinds(policy)
     op, arg, resample = draws.op, draws.arg, draws.resample
-    slots = [
-        slot_parameters(draws.op_names, op[:, s], arg[:, s], resample[:, s], h, w)
-        for s in range(op.shape[1])
-    ]
-    parameters, tables, flags = (
-        to_device(torch.from_numpy(np.stack(part)), x.device) for part in zip(*slots, strict=True)
-    )
-    # the images each slot warps (resample >= 0: an affine op applied), found on the host
-    warped = tuple(
-        to_device(torch.from_numpy(np.flatnonzero(resample[:, s] >= 0)), x.device)
-        for s in range(op.shape[1])
-    )
-    kinds = slot_kinds(policy)
-    return apply_slots(x, parameters, tables, flags, warped, policy.fill, kinds, policy.resample)
+    plans = []
+    for s, kind in enumerate(kinds):
+        plan = slot_plan(
+            draws.op_names,
+            op[:, s],
+            arg[:, s],
+            resample[:, s],
+            shape,
+            policy.resample,
+            x.device.type,
+        )
+        # the parts no image of the slot can draw are left out: a fixed choice per policy
+        plans.append({part: a for part, a in plan.items() if kind & set(GROUPS[part])})
+    out = x.clone()
+    for plan, kind in zip(plan_to_device(plans, x.device), kinds, strict=True):
+        apply_slot(out, plan, kind, policy.fill, policy.resample)
+    return out
 
 
 def slot_kinds(policy) -> tuple[frozenset[str], ...]:

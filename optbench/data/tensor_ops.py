@@ -1,19 +1,20 @@
 """The tensor policy's pixel ops: timm's auto-augment ops on uint8 batches (n, C, H, W) on any
 device, reproducing Pillow's arithmetic (tests/test_tensor_policy.py checks each against timm's
-PIL op, image for image), a whole op slot of a batch at once with a fixed number of tensor
-operations whatever the batch size and whichever ops the images drew (`apply_slots`):
+PIL op, image for image), one op slot of a batch at a time (`apply_slot`) with a fixed number of
+tensor operations whatever the batch size and whichever ops the images drew, each part of a slot
+computing on the images that drew it only (taken out with one index_select, put back with one
+index_copy_; which images, and their parameters, found on the host by `slot_plan`, in numpy):
 - the lookup-table ops (AutoContrast, Equalize, Invert, Posterize, Solarize, SolarizeAdd): one
-  256-entry table per image and channel, in integers, then one gather;
+  256-entry table per image and channel (the host's; AutoContrast's and Equalize's from the
+  image, in integers), then one gather on uint8;
 - the enhance blends (Color, Contrast, Brightness, Sharpness): one float32 interpolation with
   per-image factors towards a per-image degenerate image (grey, mean grey, black or SMOOTH);
-- the affine ops (Rotate, Shear, Translate): one sampling grid with per-image matrices, Pillow's
-  own bilinear / bicubic (a = -1) sampling in float64, pixel centres at +0.5, edge pixels
-  replicated inside the image and the fill colour outside it (on chunks of at most
-  `WARP_VALUES` taps: a whole batch of CIFAR-sized images, a few large ones at a time).
-An image that did not draw an op of a kind gets that kind's identity (table 0..255, factor 1,
-the identity matrix), which gives its pixels back exactly. What each image drew is turned into
-those per-image parameters on the host (`slot_parameters`, numpy: no device operations). The
-table that picks the ops is tensor_policy.py, the draws tensor_draws.py.
+- the affine ops (Rotate, Shear, Translate): Pillow's own bilinear / bicubic (a = -1) sampling
+  in float64, pixel centres at +0.5, edge pixels replicated inside the image and the fill
+  colour outside it, the taps gathered as uint8 along the axis that moves (a shear or
+  translation moves one), then across for Rotate (on chunks of at most `WARP_VALUES` taps: a
+  whole batch of CIFAR-sized images, a few large ones at a time on the CPU).
+The table that picks the ops is tensor_policy.py, the draws tensor_draws.py.
 """
 
 from __future__ import annotations
@@ -40,22 +41,13 @@ OPS = frozenset(
     + tuple(f"{op}{s}" for op in _BLEND_OPS for s in ("", "Increasing"))
 )
 
-# Per image and slot, the parameters `apply_slots` reads (float64; identity values in brackets):
-# the blend factor [1], the affine matrix a..f in pairs (a, d), (b, e), (c, f) [1 0, 0 1, 0 0];
-# besides them a 256-entry table of the posterize, solarize, solarize_add and invert ops [0..255].
-PARAMETERS = ("factor", "a", "d", "b", "e", "c", "f")
-# ... and the flags (bool [False]): the table is AutoContrast's, Equalize's; the degenerate image
-# is the grey one (Color), the mean grey (Contrast; else black), SMOOTH (Sharpness); the filter
-# is bicubic.
-FLAGS = ("autocontrast", "equalize", "grey", "mean", "smooth", "bicubic")
-_P = {name: i for i, name in enumerate(PARAMETERS)}
-_F = {name: i for i, name in enumerate(FLAGS)}
-
 
 def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     """A small CPU tensor (the per-image parameters) on `device`. To CUDA through pinned memory
     without blocking: a plain copy would wait for the GPU's queued work, a host sync per batch;
     torch's pinned-memory cache keeps the buffer until the copy is done."""
+    if device.type == "cpu":
+        return t
     if device.type != "cuda":
         return t.to(device)
     return t.pin_memory().to(device, non_blocking=True)
@@ -108,56 +100,27 @@ def _affine_matrix(name: str, arg: np.ndarray, h: int, w: int) -> np.ndarray:
     return m
 
 
-def slot_parameters(
-    names: tuple[str, ...], op: np.ndarray, arg: np.ndarray, resample: np.ndarray, h: int, w: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The per-image parameters (len(PARAMETERS), n) float64, tables (n, 256) uint8 and flags
-    (len(FLAGS), n) bool of one slot in which image i runs op names[op[i]] (none where
-    op[i] < 0) with argument arg[i] and, for an affine op, filter RESAMPLE[resample[i]]."""
-    n = len(op)
-    p = np.zeros((len(PARAMETERS), n))
-    p[[_P["factor"], _P["a"], _P["e"]]] = 1.0
-    quantum, threshold, add = np.ones((n, 1)), np.full((n, 1), 256.0), np.zeros((n, 1))
-    flags = np.zeros((len(FLAGS), n), dtype=bool)
-    flags[_F["bicubic"]] = resample == RESAMPLE.index("bicubic")
-    for k, name in enumerate(names):
-        rows = op == k
-        if not rows.any():
-            continue
-        v = np.trunc(arg[rows])  # the integer ops' arguments, as Python's int()
-        kind = name.replace("Increasing", "").replace("Original", "")
-        if kind == "AutoContrast":
-            flags[_F["autocontrast"], rows] = True
-        elif kind == "Equalize":
-            flags[_F["equalize"], rows] = True
-        elif kind == "Invert":
-            threshold[rows] = 0.0
-        elif kind == "Posterize":  # 0 bits: black, as `augment._posterize`
-            quantum[rows, 0] = 2.0 ** (8 - np.clip(v, 0, 8))
-        elif kind == "Solarize":
-            threshold[rows, 0] = v
-        elif kind == "SolarizeAdd":
-            add[rows, 0] = v
-        elif kind in _BLEND_OPS:
-            p[_P["factor"], rows] = arg[rows].astype(np.float32)  # Pillow's float32 factor
-            flags[_F["mean"], rows] = kind == "Contrast"
-            flags[_F["grey"], rows] = kind == "Color"
-            flags[_F["smooth"], rows] = kind == "Sharpness"
-        else:
-            m = _affine_matrix(name, arg[rows], h, w)
-            for key, column in zip("abcdef", m.T, strict=True):
-                p[_P[key], rows] = column
-    ix = np.arange(256.0)
-    table = ix - np.fmod(ix, quantum)  # Pillow's tables: posterize, solarize, solarize_add
-    table = np.where(ix < threshold, table, 255.0 - table)
-    table = np.where(ix < 128, np.minimum(table + add, 255.0), table)
-    return p, table.astype(np.uint8), flags
+_AXIS_X = ("ShearX", "TranslateX", "TranslateXRel")  # move x only; the other axis ops y only
+# which part of a slot runs each kind (`op_kind`): a part takes its images out of the batch,
+# changes them and puts them back (one index_select and index_copy_ per part and slot)
+GROUPS = {
+    "lut": ("table", "autocontrast", "equalize"),
+    "blend": ("grey", "mean", "black", "smooth"),
+    "warp": ("warp", "warp_axis"),
+}
+_TAPS = {"bicubic": (-1.0, 0.0, 1.0, 2.0), "bilinear": (0.0, 0.0, 1.0, 1.0)}
+# The affine warps' taps (T x T or T a pixel, x C) on chunks of at most this many values: on the
+# CPU few enough for the float64 passes to stay in cache and in the allocator's reused memory (a
+# fresh large buffer costs its pages' faults), enough for a batch of 256 CIFAR-sized images;
+# on CUDA a whole batch.
+WARP_VALUES = {"cpu": 2**21, "cuda": 2**27}
 
 
 def op_kind(name: str) -> str:
     """Which part of a slot runs op `name`: "table" (posterize, solarize, solarize_add, invert),
     "autocontrast", "equalize" (the lookup tables); "grey", "mean", "black", "smooth" (the blends,
-    by degenerate image); "affine"."""
+    by degenerate image); "warp" (Rotate: both axes move), "warp_axis" (the shears and
+    translations: one axis moves, the other stays on the pixel centres)."""
     base = name.replace("Increasing", "").replace("Original", "")
     if base in ("AutoContrast", "Equalize"):
         return base.lower()
@@ -165,185 +128,335 @@ def op_kind(name: str) -> str:
         return "table"
     if base in _BLEND_OPS:
         return {"Color": "grey", "Contrast": "mean", "Brightness": "black"}.get(base, "smooth")
-    return "affine"
+    return "warp" if base == "Rotate" else "warp_axis"
+
+
+def slot_plan(
+    names: tuple[str, ...],
+    op: np.ndarray,
+    arg: np.ndarray,
+    resample: np.ndarray,
+    shape: tuple[int, int, int],
+    filters: tuple[str, ...],
+    device_type: str = "cpu",
+) -> dict:
+    """What `apply_slot` reads for one slot of images `shape` (C, H, W) in which image i runs op
+    names[op[i]] (none where op[i] < 0) with argument arg[i] and, for an affine op, filter
+    RESAMPLE[resample[i]] (one of the policy's `filters`): numpy arrays per part (GROUPS), each
+    with its images' rows first (int64), then
+    - lut: tables (r, 1, 256) uint8 (posterize, solarize, solarize_add, invert; 0..255 for the
+      others), flags (2, r, 1, 1) bool (AutoContrast's, Equalize's), Equalize's positions;
+    - blend: the factor (r, 1, 1) (Pillow's float32, as float64), flags (2, r, 1, 1) bool (the
+      degenerate image is the grey one: Color; the mean grey: Contrast; else black), SMOOTH's
+      (Sharpness) positions;
+    - warp: a list of chunks (`_warp_plan`)."""
+    kinds = np.array([op_kind(name) for name in names] + ["none"])[op]  # op -1: the last
+    rows = np.flatnonzero(np.isin(kinds, GROUPS["lut"]))
+    quantum, threshold = np.ones((len(rows), 1)), np.full((len(rows), 1), 256.0)
+    add = np.zeros((len(rows), 1))
+    for k, name in enumerate(names):
+        mine = op[rows] == k
+        v = np.trunc(arg[rows][mine])  # the integer ops' arguments, as Python's int()
+        base = name.replace("Increasing", "").replace("Original", "")
+        if base == "Invert":
+            threshold[mine] = 0.0
+        elif base == "Posterize":  # 0 bits: black, as `augment._posterize`
+            quantum[mine, 0] = 2.0 ** (8 - np.clip(v, 0, 8))
+        elif base == "Solarize":
+            threshold[mine, 0] = v
+        elif base == "SolarizeAdd":
+            add[mine, 0] = v
+    ix = np.arange(256.0)
+    table = ix - np.fmod(ix, quantum)  # Pillow's tables: posterize, solarize, solarize_add
+    table = np.where(ix < threshold, table, 255.0 - table)
+    table = np.where(ix < 128, np.minimum(table + add, 255.0), table)
+    kind = kinds[rows]
+    flags = np.stack([kind == "autocontrast", kind == "equalize"]).reshape(2, -1, 1, 1)
+    tables = table.astype(np.uint8).reshape(-1, 1, 256)
+    plan = {"lut": (rows, tables, flags, np.flatnonzero(kind == "equalize"))}
+    rows = np.flatnonzero(np.isin(kinds, GROUPS["blend"]))
+    kind = kinds[rows]
+    factor = arg[rows].astype(np.float32).astype(np.float64).reshape(-1, 1, 1)
+    flags = np.stack([kind == "grey", kind == "mean"]).reshape(2, -1, 1, 1)
+    plan["blend"] = (rows, factor, flags, np.flatnonzero(kind == "smooth"))
+    plan["warp"] = _warp_plan(names, op, arg, resample, kinds, shape, filters, device_type)
+    return plan
+
+
+def _warp_plan(names, op, arg, resample, kinds, shape, filters, device_type) -> list[tuple]:
+    """The affine ops of a slot as chunks (WARP_VALUES) of tap rows: a filter's T taps along
+    the moving axis at each pixel, gathered and filtered in one pass; a Rotate image has T tap
+    rows (the other axis' taps, filtered in a second pass), a shear or translation one (its
+    other axis stays on the pixel centres, where the taps would weigh (0, 1, 0, 0)). The axis
+    moving in the first pass is x, y for the ops that move y only (their matrix rows swapped).
+    Per chunk: its images' rows (Rotate's first), each tap row's image row, each Rotate
+    image's first tap row; per tap row, float64, `geometry` (4, 2, R, 1, 1):
+    the matrix' coefficients a, b, c of the moving then the other coordinate, their sizes, and
+    `axes` (5, R, 1, 1): the moving axis' last index and flat stride, the tap row's offset on
+    the other axis, that axis' last index and stride; the taps (R, T, 1) where the filter is
+    drawn per image (else None); the number of Rotate images."""
+    c, h, w = shape
+    t = 2 if filters == ("bilinear",) else 4
+    matrix = np.zeros((len(op), 6))
+    for k, name in enumerate(names):
+        mine = op == k
+        if name in AFFINE_OPS and mine.any():
+            matrix[mine] = _affine_matrix(name, arg[mine], h, w)
+    taps = np.array([_TAPS[f] for f in RESAMPLE])[np.maximum(resample, 0)]  # (n, 4)
+    if t == 2:
+        taps = np.tile([0.0, 1.0], (len(op), 1))
+    turned = np.flatnonzero(kinds == "warp")
+    moved = np.flatnonzero(kinds == "warp_axis")
+    along_y = ~np.isin(np.array([*names, ""])[op[moved]], _AXIS_X)
+    limit = WARP_VALUES.get(device_type, WARP_VALUES["cpu"]) // (t * c * h * w)
+    chunks, start_t, start_m = [], 0, 0
+    while not chunks or start_t < len(turned) or start_m < len(moved):
+        n_t = min(len(turned) - start_t, max(limit // t, 1))
+        n_m = min(len(moved) - start_m, max(limit - n_t * t, 0 if n_t else 1))
+        rows_t, rows_m = turned[start_t : start_t + n_t], moved[start_m : start_m + n_m]
+        swap = np.concatenate([np.zeros(n_t, bool), along_y[start_m : start_m + n_m]])
+        rows = np.concatenate([rows_t, rows_m])
+        per_row = np.concatenate([np.full(n_t, t), np.ones(n_m, int)])  # tap rows per image
+        image = np.repeat(np.arange(len(rows)), per_row)
+        m = matrix[rows][:, [3, 4, 5, 0, 1, 2]]
+        m = np.where(swap[:, None], m, matrix[rows])  # moving coordinate's coefficients first
+        size = np.where(swap[:, None], [[h, w]], [[w, h]])
+        stride = np.where(swap[:, None], [[w, 1.0]], [[1.0, w]])
+        offset = np.concatenate([taps[rows_t].reshape(-1), np.zeros(n_m)])
+        geometry = np.stack([m[:, [0, 3]], m[:, [1, 4]], m[:, [2, 5]], size])[:, image]
+        axes = np.stack(
+            [size[:, 0] - 1.0, stride[:, 0], np.zeros(len(rows)), size[:, 1] - 1.0, stride[:, 1]]
+        )[:, image]
+        axes[2] = offset
+        drawn = taps[rows][image].reshape(-1, t, 1) if len(filters) == 2 else None
+        chunks.append(
+            (
+                rows,
+                rows[image],
+                np.arange(n_t, dtype=np.int64) * t,
+                geometry.transpose(0, 2, 1).reshape(4, 2, -1, 1, 1),
+                axes.reshape(5, -1, 1, 1),
+                drawn,
+                n_t,
+            )
+        )
+        start_t, start_m = start_t + n_t, start_m + n_m
+    return chunks
+
+
+def plan_to_device(plan, device: torch.device):
+    """A plan (nested tuples, lists, dicts of numpy arrays and other values) with its arrays
+    on `device`, in one copy per dtype (int64, float64, uint8; bool as uint8) whatever their
+    number, split into views of their shapes."""
+    arrays: list[np.ndarray] = []
+
+    def collect(node):
+        if isinstance(node, np.ndarray):
+            arrays.append(node)
+        elif isinstance(node, (tuple, list)):
+            for item in node:
+                collect(item)
+        elif isinstance(node, dict):
+            for item in node.values():
+                collect(item)
+
+    collect(plan)
+    buckets: dict[np.dtype, list[np.ndarray]] = {}
+    for a in arrays:
+        buckets.setdefault(np.dtype(np.uint8) if a.dtype == bool else a.dtype, []).append(a)
+    pieces = {}
+    for dtype, parts in buckets.items():
+        flat = np.concatenate([p.astype(dtype, copy=False).ravel() for p in parts])
+        pieces[dtype] = iter(
+            to_device(torch.from_numpy(flat), device).split([p.size for p in parts])
+        )
+
+    def rebuild(node):
+        if isinstance(node, np.ndarray):
+            t = next(pieces[np.dtype(np.uint8) if node.dtype == bool else node.dtype])
+            t = t.view(node.shape) if node.ndim > 1 else t
+            return t.view(torch.bool) if node.dtype == bool else t
+        if isinstance(node, (tuple, list)):
+            return type(node)(rebuild(item) for item in node)
+        if isinstance(node, dict):
+            return {key: rebuild(item) for key, item in node.items()}
+        return node
+
+    return rebuild(plan)
 
 
 @functools.lru_cache(maxsize=16)
 def _constants(c: int, h: int, w: int, fill: tuple[int, ...], device: torch.device) -> dict:
     """The tensors every batch of this shape reads, made once per shape and device (on the
-    CPU, then copied as the parameters are: no host sync on a GPU)."""
+    CPU, then copied as the plans are: no host sync on a GPU)."""
     f64 = dict(dtype=torch.float64)
-    ix = torch.arange(256, **f64)
     border = torch.ones(h, w, dtype=torch.bool)
     border[1:-1, 1:-1] = False
-    taps = [torch.tensor(t, **f64) for t in ([0.0, 0, 1, 1], [-1.0, 0, 1, 2])]
     constants = {
-        "ix": ix,
-        "255": torch.tensor(255.0, **f64),
-        "luma": torch.tensor([19595.0, 38470.0, 7471.0], **f64).view(1, 3, 1),
+        "ix": torch.arange(256, **f64),
+        "255": torch.full((1, 1, 1), 255.0, **f64),
+        "luma": torch.tensor([19595, 38470, 7471], dtype=torch.int32).view(1, 3, 1),
         "border": border.view(1, 1, h * w),
         # (x + .5, y + .5) of every output pixel, (1, 1, H*W) each
         "cols": (torch.arange(w, **f64).repeat(h) + 0.5).view(1, 1, h * w),
         "rows": (torch.arange(h, **f64).repeat_interleave(w) + 0.5).view(1, 1, h * w),
-        "size": torch.tensor([w, h], **f64).view(2, 1, 1, 1),
-        "first": torch.zeros(2, 1, 1, 1, 1, **f64),
-        "last": torch.tensor([w - 1, h - 1], **f64).view(2, 1, 1, 1, 1),
-        # the 4 x 4 taps of a filter, (x, y) offsets (2, 1, 4 y, 4 x, 1), per filter: bilinear's
-        # 2 as 4 (each twice), bicubic's 4; a tap's flat index is x + y W
-        "taps": torch.stack(
-            [torch.stack(torch.meshgrid(t, t, indexing="xy")).view(2, 1, 4, 4, 1) for t in taps]
-        ),
-        "stride": torch.tensor([1.0, w], **f64).view(2, 1, 1, 1, 1),
+        # a filter's taps along an axis: bicubic's; bilinear's 2
+        "bicubic": torch.tensor(_TAPS["bicubic"], **f64).view(1, 4, 1),
+        "bilinear": torch.tensor([0.0, 1.0], **f64).view(1, 2, 1),
+        # bicubic's p2, p3, p4 from integer taps v1..v4 (`_cubic`: exact in any order)
+        "cubic": torch.tensor([[-1.0, 0, 1, 0], [2, -2, 1, -1], [-1, 1, -1, 1]], **f64),
         "fill": torch.tensor(fill, **f64).view(1, c, 1),
         "one": torch.ones((), **f64),
         "zero": torch.zeros((), **f64),
+        "zero32": torch.zeros(()),
     }
     return {key: to_device(t, device) for key, t in constants.items()}
 
 
-def apply_slots(
-    x: torch.Tensor,
-    parameters: torch.Tensor,
-    tables: torch.Tensor,
-    flags: torch.Tensor,
-    warped: tuple[torch.Tensor, ...],
-    fill: tuple[int, ...],
-    kinds: tuple[frozenset[str], ...],
-    filters: tuple[str, ...],
-) -> torch.Tensor:
-    """uint8 images (n, C, H, W) through L op slots in turn, slot s with the per-image
-    `parameters` (L, len(PARAMETERS), n) float64, `tables` (L, n, 256) uint8 and `flags`
-    (L, len(FLAGS), n) bool on x's device: each slot a lookup table, then a blend, then an affine warp, each the identity where
-    the image drew none (`slot_parameters`). kinds[s]: the `op_kind`s slot s can draw (the parts
-    no image can need are left out: a fixed choice per policy, not per batch); `filters`: the
-    affine ops' (drawn per image when two)."""
-    n, c, h, w = x.shape
-    k = _constants(c, h, w, tuple(fill), x.device)
-    p = parameters.view(*parameters.shape, 1, 1).unbind(0)
-    f = flags.view(*flags.shape, 1, 1).unbind(0)
-    factor = parameters[:, _P["factor"]].float().view(-1, n, 1, 1).unbind(0)
-    if any("table" in kind for kind in kinds):
-        t = tables.double().view(-1, n, 1, 256).unbind(0)
-    img = x.reshape(n, c, h * w).double()  # integers, exact: float64 spares casts per op
-    for s, kind in enumerate(kinds):
-        if kind & {"table", "autocontrast", "equalize"}:
-            img = _lookup(img, t[s] if "table" in kind else None, f[s], k, kind, h * w)
-        if kind & {"grey", "mean", "black", "smooth"}:
-            img = _blend(img, factor[s], f[s], k, kind, h, w)
-        if "affine" in kind:
-            rows = warped[s]
-            p_rows, f_rows = p[s].index_select(1, rows), f[s].index_select(1, rows)
-            moved = _warp(img.index_select(0, rows), p_rows, f_rows, k, filters, h, w)
-            img = img.index_copy(0, rows, moved)
-    return img.to(torch.uint8).view(n, c, h, w)
+def apply_slot(out: torch.Tensor, plan: dict, kind: frozenset[str], fill, filters) -> None:
+    """One slot of uint8 images `out` (n, C, H, W), in place: each part (GROUPS) the slot can
+    draw (`kind`: its `op_kind`s, a fixed choice per policy, not per batch) on its own images,
+    `plan` the slot's `slot_plan` on out's device; `filters` the policy's affine filters. A
+    fixed number of tensor operations whatever the batch and the draws (per chunk of the
+    warps: one at CIFAR's size), arithmetic only on the images that drew each kind."""
+    n, c, h, w = out.shape
+    k = _constants(c, h, w, tuple(fill), out.device)
+    flat = out.view(n, c, h * w)
+    if kind & set(GROUPS["lut"]):
+        _lookup(flat, *plan["lut"], k, kind)
+    if kind & set(GROUPS["blend"]):
+        _blend(flat, *plan["blend"], k, kind, h, w)
+    if kind & set(GROUPS["warp"]):
+        for chunk in plan["warp"]:
+            _warp(flat, *chunk, k, filters)
 
 
-def _lookup(img: torch.Tensor, table, f, k: dict, kind: frozenset, hw: int):
-    """Each image and channel through its own table (n, C, 256): the slot's `table` (n, 1, 256)
-    (posterize, solarize, solarize_add, invert; the identity where not drawn; None: 0..255),
-    replaced by AutoContrast's or Equalize's where drawn, in Pillow's integer arithmetic (exact
-    in float64)."""
-    ix = k["ix"]
-    table = ix.expand(*img.shape[:2], 256) if table is None else table.expand(*img.shape[:2], 256)
-    lo, hi = img.aminmax(dim=2, keepdim=True)
-    varied = hi > lo
-    if "autocontrast" in kind:
-        # ImageOps.autocontrast: [lo, hi] stretched to [0, 255]; a tensor quotient, not
-        # 255.0 / d, which torch computes as 255 x (1 / d), not the correctly rounded quotient
-        scale = k["255"] / (hi - lo).clamp(min=1.0)
-        stretched = (ix * scale - lo * scale).trunc().clamp(0.0, 255.0)
-        table = torch.where(f[_F["autocontrast"]] & varied, stretched, table)
-    index = img.long()
-    if "equalize" in kind:
-        # ImageOps.equalize: cumulative histogram steps, the top value's count left out
-        hist = torch.zeros(*img.shape[:2], 256, dtype=img.dtype, device=img.device)
-        hist.scatter_add_(2, index, k["one"].expand_as(index))
-        step = (float(hw) - hist.gather(2, hi.long())).div(255.0, rounding_mode="floor")
-        before = hist.cumsum(2) - hist
-        equalized = (step.div(2.0, rounding_mode="floor") + before).div(
-            step.clamp(min=1.0), rounding_mode="floor"
-        )
-        used = f[_F["equalize"]] & varied & (step > 0.0)
-        table = torch.where(used, equalized.clamp(max=255.0), table)
-    return table.gather(2, index)
+def _lookup(out, rows, tables, flags, equalized, k: dict, kind: frozenset):
+    """Each image and channel through its own table: the host's (posterize, solarize,
+    solarize_add, invert; 0..255 for the others), AutoContrast's or Equalize's where drawn, in
+    Pillow's integer arithmetic (exact in float64); then one gather on uint8."""
+    images = out.index_select(0, rows)
+    index = images.long()
+    r, c, hw = images.shape
+    table = tables
+    if kind & {"autocontrast", "equalize"}:
+        ix = k["ix"]
+        lo, hi = images.aminmax(dim=2, keepdim=True)  # uint8; float64 with float64 operands
+        autocontrast, equalize = flags.unbind(0)
+        if "autocontrast" in kind:
+            # ImageOps.autocontrast: [lo, hi] stretched to [0, 255]; a tensor quotient, not
+            # 255.0 / d, which torch computes as 255 x (1 / d), not the correctly rounded one
+            scale = k["255"] / (hi - lo).clamp_(min=1)
+            stretched = (ix * scale - lo * scale).trunc_().clamp_(0.0, 255.0)
+            table = torch.where(autocontrast & (hi > lo), stretched, table)
+        if "equalize" in kind:
+            # ImageOps.equalize: cumulative histogram steps, the top value's count left out
+            # (an image of one value has step 0: kept); the Equalize images' histograms only
+            some = index[equalized]
+            counts = torch.zeros(len(some), c, 256, dtype=torch.float64, device=out.device)
+            counts.scatter_add_(2, some, k["one"].expand_as(some))
+            hist = torch.zeros(r, c, 256, dtype=torch.float64, device=out.device)
+            hist.index_copy_(0, equalized, counts)
+            step = (float(hw) - hist.gather(2, hi.long())).div_(255.0, rounding_mode="floor")
+            lut = (hist.cumsum(2) - hist).add_(step.div(2.0, rounding_mode="floor"))
+            lut = lut.div_(step.clamp(min=1.0), rounding_mode="floor").clamp_(max=255.0)
+            table = torch.where(equalize & (step > 0.0), lut, table)
+        table = table.to(torch.uint8)  # (r, C, 256)
+    else:
+        table = table.expand(r, c, 256)
+    out.index_copy_(0, rows, table.gather(2, index))
 
 
-def _blend(img, factor, f, k, kind: frozenset, h: int, w: int):
+def _blend(out, rows, factor, flags, smooth, k: dict, kind: frozenset, h: int, w: int):
     """ImageEnhance's Image.blend(degenerate, img, factor) per image, in float32, truncated:
     degenerate the grey image (Color: ITU-R 601-2 luma in 16-bit fixed point, rounded), its
     rounded mean (Contrast), black (Brightness) or SMOOTH (Sharpness: 3x3 kernel 1 1 1 / 1 5 1 /
-    1 1 1 over 13, rounded, the border kept); the degenerate images in float64 (integers)."""
-    n, c = img.shape[:2]
-    grey = img
-    if c == 3 and kind & {"grey", "mean"}:
-        grey = ((img * k["luma"]).sum(1, keepdim=True) + 32768.0).div(
-            65536.0, rounding_mode="floor"
+    1 1 1 over 13, rounded, the border kept; its sums are exact integers in float32 and
+    (total + 6.5) / 13 is never within float32's error of an integer, so it floors as Pillow's
+    (2 total + 13) // 26)."""
+    images = out.index_select(0, rows)
+    r, c, hw = images.shape
+    v = images.float()
+    degenerate = k["zero32"]
+    if kind & {"grey", "mean"}:
+        grey = images
+        if c == 3:
+            luma = (images * k["luma"]).sum(1, keepdim=True, dtype=torch.int32)
+            grey = luma.add_(32768).bitwise_right_shift_(16)
+        colour, contrast = flags.unbind(0)
+        degenerate = torch.where(colour, grey, degenerate)  # float32
+        if "mean" in kind:
+            mean = (grey.sum(2, keepdim=True, dtype=torch.float64) / float(hw) + 0.5).trunc_()
+            degenerate = torch.where(contrast, mean.float(), degenerate)
+    if "smooth" in kind:
+        if kind & {"grey", "mean"}:
+            degenerate = degenerate.repeat(1, c, 1)
+        else:
+            degenerate = torch.zeros(r, c, hw, device=out.device)
+        some = v[smooth]
+        box = torch.nn.functional.avg_pool2d(some.view(-1, c, h, w), 3, 1, 1, divisor_override=1)
+        total = (
+            box.view(-1, c, hw).add_(some, alpha=4.0).add_(6.5).div_(13.0, rounding_mode="floor")
         )
-    degenerate = k["zero"]
-    if "mean" in kind:
-        mean = (grey.sum(2, keepdim=True) / float(h * w) + 0.5).trunc()
-        degenerate = torch.where(f[_F["mean"]], mean, 0.0) if "black" in kind else mean
-    if "smooth" in kind:  # the 3x3 sums (integers, exact) plus 4 x the centre, over 13
-        box = torch.nn.functional.avg_pool2d(img.view(n, c, h, w), 3, 1, 1, divisor_override=1)
-        total = torch.add(box.view(n, c, h * w), img, alpha=4.0)
-        # Pillow's (2 total + 13) // 26: (total + 6.5) / 13 is never an integer, so its
-        # rounded quotient floors the same
-        smooth = torch.where(k["border"], img, (total + 6.5).div(13.0, rounding_mode="floor"))
-        degenerate = torch.where(f[_F["smooth"]], smooth, degenerate)
-    if "grey" in kind:
-        degenerate = torch.where(f[_F["grey"]], grey, degenerate)
-    v, lo = img.float(), degenerate.float()
-    return (lo + factor * (v - lo)).clamp(0.0, 255.0).trunc().double()
+        degenerate.index_copy_(0, smooth, torch.where(k["border"], some, total))
+    # degenerate + factor (img - degenerate) in float32: the float64 factor holds a float32,
+    # whose product with a float32 is exact in float64 and rounds once, as float32's
+    mixed = v.sub_(degenerate).mul_(factor).add_(degenerate)
+    out.index_copy_(0, rows, mixed.clamp_(0.0, 255.0).trunc_().to(torch.uint8))
 
 
 def _cubic(v1, v2, v3, v4, d):
-    """Pillow's BICUBIC (cubic convolution, a = -1), in its order of operations; with taps
-    (v2, v2, v3, v3) it is Pillow's BILINEAR v2 + (v3 - v2) d, exactly. In place on three new
-    tensors: a CPU allocates each fresh one page by page."""
+    """Pillow's BICUBIC (cubic convolution, a = -1), in its order of operations. In place on
+    three new tensors: a CPU allocates each fresh one page by page."""
     p2 = v3 - v1  # Pillow's -v1 + v3, the same double
-    p3 = (v1 - v2).mul_(2.0).add_(v3).sub_(v4)
+    p3 = torch.add(v3, v1 - v2, alpha=2.0).sub_(v4)  # 2 (v1 - v2) + v3: x 2 is exact
     p4 = (v2 - v1).sub_(v3).add_(v4)  # Pillow's -v1 + v2 - v3 + v4
     return p4.mul_(d).add_(p3).mul_(d).add_(p2).mul_(d).add_(v2)
 
 
-# The affine warp's 16 taps per pixel (float64) on chunks of at most this many values: one chunk
-# for a whole batch of CIFAR-sized images (341 at 32 px on the CPU), a few images at a time at
-# 224 px, where each operation is long and its memory (16 x 8 bytes a value) would be large.
-WARP_VALUES = {"cpu": 2**24, "cuda": 2**27}
+def _lerp(v2, v3, d):
+    """Pillow's BILINEAR v2 + (v3 - v2) d."""
+    return (v3 - v2).mul_(d).add_(v2)
 
 
-def _warp(img, p, f, k, filters: tuple[str, ...], h: int, w: int):
-    """The affine ops of a slot, on chunks of images of at most WARP_VALUES taps (`_warp_chunk`);
-    p, f: (parameters, n, 1, 1)."""
-    n, c = img.shape[:2]
-    chunk = max(1, WARP_VALUES.get(img.device.type, WARP_VALUES["cpu"]) // (16 * c * h * w))
-    if n <= chunk:
-        return _warp_chunk(img, p, f, k, filters, h, w)
-    parts = zip(img.split(chunk), p.split(chunk, 1), f.split(chunk, 1), strict=True)
-    return torch.cat([_warp_chunk(*part, k, filters, h, w) for part in parts])
+def _along(values, d, k: dict):
+    """The first pass over integer taps `values` (R, C, T, H*W): bilinear's, or bicubic's with
+    its p2, p3, p4 as one product with integer weights (exact, so in any order), then Pillow's
+    p1 + d (p2 + d (p3 + d p4))."""
+    if values.shape[2] == 2:
+        return _lerp(*values.unbind(2), d)
+    p2, p3, p4 = torch.matmul(k["cubic"], values).unbind(2)
+    return p4.mul_(d).add_(p3).mul_(d).add_(p2).mul_(d).add_(values.select(2, 1))
 
 
-def _warp_chunk(img, p, f, k, filters: tuple[str, ...], h: int, w: int):
-    """Image.transform(AFFINE) per image: input points of every output pixel centre, 4 x 4
-    taps (bilinear's 2 x 2 each twice) gathered at once, filtered along x, then y, in float64."""
-    n, c = img.shape[:2]
-    pa, pb, pc = (p[_P[key] : _P[key] + 2] for key in "abc")  # (2, n, 1, 1): x's, y's
-    uv = pa * k["cols"] + pb * k["rows"] + pc  # (2, n, 1, H*W), as Pillow's affine_transform
-    inside = ((uv >= 0.0) & (uv < k["size"])).all(0)
+def _warp(out, rows, tap_rows, turned, geometry, axes, taps, n_turned, k, filters):
+    """Image.transform(AFFINE) of a chunk of images (`_warp_plan`): each output pixel centre
+    (x + .5, y + .5) maps to an input point, as Pillow's affine_transform; its taps are
+    gathered as uint8 (edge pixels replicated) and filtered in float64, along the moving axis
+    for every tap row, then across the tap rows for Rotate; the fill colour outside the image."""
+    images = out.index_select(0, tap_rows)  # (R, C, H*W)
+    n_rows, c, hw = images.shape
+    pa, pb, pc, size = geometry.unbind(0)  # (2, R, 1, 1): the moving, the other coordinate
+    last, stride, offset, other_last, other_stride = axes.unbind(0)  # (R, 1, 1)
+    uv = pa * k["cols"] + pb * k["rows"] + pc
+    inside = ((uv >= 0.0) & (uv < size)).all(0)
     uv = uv - 0.5
     base = uv.floor()
-    frac = uv - base
-    if len(filters) == 2:
-        bicubic = f[_F["bicubic"]].view(1, n, 1, 1, 1)
-        taps = torch.where(bicubic, k["taps"][1], k["taps"][0])  # (2, n, 4, 4, 1)
-    else:
-        taps = k["taps"][RESAMPLE.index(filters[0])]  # (2, 1, 4, 4, 1)
-    at = (base.unsqueeze(2) + taps).clamp(k["first"], k["last"])  # (2, n, 4, 4, H*W)
-    index = (at * k["stride"]).sum(0).long().view(n, 1, 16 * h * w)
-    values = img.gather(2, index.expand(n, c, -1)).view(n, c, 4, 4, h * w)
-    rows = _cubic(*values.unbind(3), frac[0].unsqueeze(1))
-    out = _cubic(*rows.unbind(2), frac[1]).clamp(0.0, 255.0).trunc()
-    return torch.where(inside, out, k["fill"])
+    (moving, other), (frac, other_frac) = base.unbind(0), (uv - base).unbind(0)
+    taps = k[filters[0]] if taps is None else taps
+    index = (moving + taps).clamp_(k["zero"], last).mul_(stride)
+    index = index.add_((other + offset).clamp_(k["zero"], other_last).mul_(other_stride))
+    t = index.shape[1]
+    flat = index.long().view(n_rows, 1, t * hw).expand(n_rows, c, -1)
+    along = _along(images.gather(2, flat).double().view(n_rows, c, t, hw), frac, k)
+    # the fill colour outside the image, before the second pass: a Rotate image's tap rows
+    # share their pixels' inside, and the filters give (f, f, f, f) back as f exactly
+    along = torch.where(inside, along, k["fill"])
+    across = along.narrow(0, 0, n_turned * t).view(n_turned, t, c, hw).unbind(1)
+    across = (_lerp if t == 2 else _cubic)(*across, other_frac[turned])
+    value = torch.cat([across, along.narrow(0, n_turned * t, n_rows - n_turned * t)])
+    value = value.clamp_(0.0, 255.0).trunc_().to(torch.uint8)
+    out.index_copy_(0, rows, value)
 
 
 def apply_op(
@@ -351,12 +464,12 @@ def apply_op(
 ) -> torch.Tensor:
     """timm's op `name` on uint8 images (n, C, H, W), image i with argument arg[i] (CPU
     float64; ignored by ops without one) and, for affine ops, filter RESAMPLE[resample[i]]:
-    one slot of `apply_slots` in which every image drew `name`."""
+    one slot of `apply_slot` in which every image drew `name`."""
     if name not in OPS:
         raise KeyError(name)
-    h, w = x.shape[-2:]
-    ones = np.zeros(len(x), dtype=np.int64)
-    parts = slot_parameters((name,), ones, arg.numpy(), resample.numpy(), h, w)
-    p, tables, flags = (to_device(torch.from_numpy(a[None]), x.device) for a in parts)
-    every = (torch.arange(len(x), device=x.device),)
-    return apply_slots(x, p, tables, flags, every, fill, (frozenset({op_kind(name)}),), RESAMPLE)
+    drew = np.zeros(len(x), dtype=np.int64)
+    arrays = (arg.numpy(), resample.numpy(), tuple(x.shape[1:]), RESAMPLE, x.device.type)
+    plan = plan_to_device(slot_plan((name,), drew, *arrays), x.device)
+    out = x.clone()
+    apply_slot(out, plan, frozenset({op_kind(name)}), fill, RESAMPLE)
+    return out

@@ -173,6 +173,9 @@ def sentence(row) -> str:
     measured = f"{_measure(row)}: {_here(row)}"
     note = getattr(row, "note", None)
     note = "" if note is None or pd.isna(note) else f"; {note}"
+    # a best-error row's measured null rate, or that none was measured (spec/calibrations.py)
+    calibration = getattr(row, "calibration", None)
+    note += "" if calibration is None or pd.isna(calibration) else f"; {calibration}"
     if row.verdict == NOT_TESTED and not _sequential(row):
         return f"{claim}: not tested ({measured}); {row.advice}"
     if _sequential(row):
@@ -276,6 +279,8 @@ def records(table: pd.DataFrame) -> list[dict]:
                 row[key] = None if pd.isna(row[key]) else int(row[key])
         for key in ("curve_verdict", "power_now", "interval", "se", "estimate", "low", "high"):
             row[key] = None if pd.isna(row[key]) else row[key]
+        if "calibration" in row and not isinstance(row["calibration"], str):
+            row["calibration"] = None
         for key in ("note", "alpha", "level", "margin", *stop_estimates.COLUMNS):
             if key in row and not isinstance(row[key], str):
                 row[key] = None if pd.isna(row[key]) else float(row[key])

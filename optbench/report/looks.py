@@ -327,7 +327,7 @@ def with_looks(table: pd.DataFrame, looks: list[dict]) -> pd.DataFrame:
             ("looks", look["k"] + 1),
             ("n_max", look["n_max"]),
         ):
-            table.at[i, column] = value
+            table.loc[i, column] = value  # .loc: .at may not add a column (pandas 3)
     if (table["looks"] > 0).any():  # the study decided (or decides) some of its rows
         outside = (table["looks"] == 0) & (table["verdict"] != NOT_TESTED) & table["note"].isna()
         table.loc[outside, "note"] = NOT_DECIDED_HERE

@@ -20,6 +20,7 @@ from optbench.report.looks import with_looks
 from optbench.report.page import Section
 from optbench.report.stop_estimates import with_stop_estimates
 from optbench.report.summary import Options
+from optbench.spec.calibrations import calibration_words
 from optbench.spec.catalogue import CATALOGUE
 from optbench.spec.claim_kinds import MIN_EDF_SAMPLES
 from optbench.spec.schema import StudySpec
@@ -467,12 +468,15 @@ def claims_with_looks(
 ) -> pd.DataFrame:
     """The claims table, the study's declared comparisons with the paper's claims; a sequential
     study's panels show their looks (looks.with_looks) and the estimates at their stops
-    (stop_estimates.with_stop_estimates). The near-chance check reads the
+    (stop_estimates.with_stop_estimates), a best-error row its calibration. The near-chance
+    check reads the
     catalogue's number of classes, as a look does (run/rounds.py)."""
     classes = CATALOGUE[spec.dataset.name].classes
     table = claims.claims_table(
         results, options, spec.name, comparisons=spec.comparisons, classes=classes
     )
+    # a best-error row's measured null rate for its design (spec/calibrations.py), else None
+    table["calibration"] = [calibration_words(spec, r.claim, r.cells) for r in table.itertuples()]
     if not looks:
         return table
     table = with_looks(table, looks)

@@ -341,6 +341,9 @@ class Simulated:
     decided: float  # the share whose interval left 0 at some look (holds or opposite)
     wrong: float  # the share decided against the effect's sign (any decision at effect 0)
     paths: int
+    # the mean over paths of the estimate where each stops, in full-study standard errors
+    # (mean / se at the stop, times sqrt(n_max / n)): what a study stopped early reports
+    stopped_z: float = 0.0
 
     @property
     def wrong_se(self) -> float:
@@ -361,6 +364,7 @@ def simulate(
     crit = np.asarray(design.criticals())
     stops = np.zeros(looks.size)
     decided = wrong = 0
+    stopped_z = 0.0
     for start in range(0, paths, chunk):
         units = rng.normal(effect, 1.0, size=(min(chunk, paths - start), looks[-1]))
         sums = np.cumsum(units, axis=1)[:, looks - 1]
@@ -376,7 +380,9 @@ def simulate(
         sign = np.sign(mean[np.arange(first.size), first])
         decided += int(any_.sum())
         wrong += int((any_ & ((sign != np.sign(effect)) | (effect == 0))).sum())
-    return Simulated(stops / paths, decided / paths, wrong / paths, paths)
+        at_stop = t[np.arange(first.size), first] * np.sqrt(looks[-1] / looks[first])
+        stopped_z += float(np.nansum(at_stop))
+    return Simulated(stops / paths, decided / paths, wrong / paths, paths, stopped_z / paths)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,9 @@ trainer (optbench/train) is what a job runs.
 - `stop_signals.py`: SIGINT, SIGTERM and SIGHUP stop a run as Ctrl-C does.
 - `messages.py`: what the driver tells the user beside the table (failed trials, a look that
   waits, a model's multiply-adds).
-- `rounds.py`: a sequential study's rounds and looks (a `decide:` block).
+- `rounds.py`: a sequential study's rounds and looks (a `decide:` block);
+  `expected_size.py`: `--dry-run`'s expected size of a panel from an earlier report's
+  estimate, an early stop's bias-adjusted by the rule's own law.
 - `locks.py`: one driver per study, and none while an earlier driver's workers write.
 - `progress.py`: the live table and log lines; `console.py`: the rich console they print
   through (strings shown as text, never markup).

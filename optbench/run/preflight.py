@@ -7,8 +7,10 @@ can open, a device that is there; and the notes `optbench run` prints first. The
 data (spec/schema.py); the CLI and the API call these with what each command needs. Every check
 only reads. Checking a study's names (status, report) imports neither torch nor timm; sizes,
 data files and devices do. Only a command that trains or plans training (`run`, `--dry-run`)
-imports the study's own modules (`imports:`); one that reads a study or its results never runs
-them, and takes a model it does not know as one of theirs.
+imports the study's own modules (`imports:`), and then checks each optimizer name timm's table
+lacks against what they registered, and refuses a best-error comparison no trained nulls
+calibrate (`check_calibrated`); one that reads a study or its results never runs them, and
+takes a model or an optimizer it does not know as one of theirs (`own_optimizer_note` says so).
 """
 
 from __future__ import annotations
@@ -20,7 +22,13 @@ from pathlib import Path
 from optbench.errors import SpecError, UnfinishedWrite, UsageError, did_you_mean, source_of
 from optbench.host import check_writable_folder
 from optbench.spec.catalogue import CATALOGUE, DATASET_NAMES
-from optbench.spec.optimizers import PAPER_OPTIMIZERS, optimizer_kwargs
+from optbench.spec.optimizers import (
+    PAPER_OPTIMIZERS,
+    check_arguments,
+    is_own_optimizer,
+    optimizer_kwargs,
+    registry_entry,
+)
 from optbench.spec.recipe import Dataset, Recipe
 from optbench.spec.schema import StudySpec
 from optbench.spec.timm_optimizers import TIMM_VERSION
@@ -38,15 +46,16 @@ def check_spec(
 ) -> None:
     """With `import_code` (a command that trains or plans training), import the study's own
     modules (`imports`; a UsageError naming one that cannot be); without it (a command that
-    reads), import none and take a model unknown here as one of theirs. Then raise SpecError
-    naming `source` and the field if a model or the dataset is unknown (with the closest known
-    name); with `sized` or `data`, a UsageError if the batch is larger than
-    the training set (where its size is known without the files) or the images' side not a
-    multiple of a model's patch size; with `data` (a real run on this machine), a UsageError
-    naming the path if the dataset's files are not where it says or are not what they should
-    be (datasets.check_dataset_files), the study's folder cannot be written, or its storage
-    cannot be opened. `sources` maps
-    dotted keys to what set them ("--set models=[...]")."""
+    reads), import none and take a model unknown here as one of theirs (an optimizer too: the
+    schema took it, spec/optimizers.py). Then raise SpecError naming `source` and the field if a
+    model, an optimizer timm's table lacks that the imported modules did not register, or the
+    dataset is unknown (with the closest known name); with `sized` or `data`, a UsageError if
+    the batch is larger than the training set (where its size is known without the files) or
+    the images' side not a multiple of a model's patch size; with `data` (a real run on this
+    machine), a UsageError naming the path if the dataset's files are not where it says or are
+    not what they should be (datasets.check_dataset_files), the study's folder cannot be
+    written, or its storage cannot be opened. `sources` maps dotted keys to what set them
+    ("--set models=[...]")."""
     from optbench.models import is_model, model_names
 
     def origin(key: str) -> str:
@@ -56,6 +65,7 @@ def check_spec(
     # reading a study or its results never runs them (docs/study.md)
     if import_code:
         import_modules(spec.imports, f"{origin('imports')}: imports")
+        check_calibrated(spec, origin("comparisons"))
     unread = bool(spec.imports) and not import_code  # names their modules would register
     problems = []
     for model in spec.models:
@@ -72,6 +82,8 @@ def check_spec(
                 f"{origin('search.good_values')}: search.good_values: unknown model {model!r}"
                 f"{did_you_mean(model, model_names())} (`optbench models` lists the zoo)"
             )
+    if import_code:
+        problems += _unregistered_optimizers(spec, origin("optimizers"))
     if spec.dataset.name not in DATASET_NAMES:
         problems.append(
             f"{origin('dataset.name')}: dataset.name: unknown dataset {spec.dataset.name!r}"
@@ -100,6 +112,36 @@ def check_spec(
     if data:
         check_writable_folder(spec.study_dir, f"{source}: output")
         check_storage(spec.storage_url, f"{origin('storage')}: storage", study_dir=spec.study_dir)
+
+
+def _unregistered_optimizers(spec: StudySpec, where: str) -> list[str]:
+    """A line for each optimizer of the study that neither timm's table has nor its imported
+    modules registered with timm (with the closest name they did register)."""
+    own = [name for name in spec.optimizers if is_own_optimizer(name)]
+    if not own:
+        return []
+    from timm.optim import list_optimizers
+
+    registered = [name for name in list_optimizers() if is_own_optimizer(name)]
+    return [
+        f"{where}: optimizers: unknown optimizer {name!r}: neither timm's nor registered by "
+        f"imports {', '.join(spec.imports)}{did_you_mean(name, registered)} (their optimizers: "
+        f"{', '.join(registered) or 'none'})"
+        for name in own
+        if name not in registered
+    ]
+
+
+def own_optimizer_note(spec: StudySpec) -> str | None:
+    """One line, for a command that reads the study without importing its modules, naming the
+    optimizers it takes as theirs (names timm's table lacks); None where there are none."""
+    own = [name for name in spec.optimizers if is_own_optimizer(name)]
+    if not own:
+        return None
+    return (
+        f"note: optimizer {', '.join(own)}: not timm's, taken as registered by the study's "
+        f"imports ({', '.join(spec.imports)}), which this command does not import"
+    )
 
 
 def check_pipeline(recipe: Recipe, pipeline: str, where: str, flag: str = "dataset.pipeline"):
@@ -178,22 +220,52 @@ def best_error_seed_note(spec: StudySpec) -> str | None:
     )
 
 
+def check_calibrated(spec: StudySpec, where: str) -> None:
+    """SpecError (one line naming the comparison) for a best-error comparison that no trained
+    nulls of its design calibrate (spec/calibrations.py) and that does not accept it with
+    `calibration: none`: a command that trains or plans training refuses to decide it at an
+    error rate nobody measured; a command that reads never refuses (the page says so)."""
+    from optbench.spec.calibrations import ACCEPT, HOW_TO_CALIBRATE, uncalibrated
+
+    refused = uncalibrated(spec)
+    if refused:
+        i, comparison, why = refused[0]
+        raise SpecError(
+            f"{where}: comparisons.{i}: best-error comparison {comparison.name!r} is not "
+            f"calibrated: {why}; {HOW_TO_CALIBRATE}, or set comparisons.{i}.calibration: "
+            f"{ACCEPT} to decide it uncalibrated (its page says so)"
+        )
+
+
 def check_optimizer_runs(name: str, recipe: Recipe, where: str) -> None:
     """timm, as installed, builds optimizer `name` with its recipe.optimizer_args (over one
     small parameter): a name this timm lacks or an argument value the optimizer refuses (a beta
     above 1) is a UsageError here naming `recipe.optimizer_args.NAME.KEY`, not every trial
     failing at its start. The paper's AdamW and SGD take recipe keys that the recipe has
-    checked already."""
+    checked already. An optimizer of the study's own modules (imported, registered) has its
+    arguments checked against its class first, as the table checks timm's (by name, by type)."""
     if name in PAPER_OPTIMIZERS:
         return
     import timm
-    from timm.optim import list_optimizers
+    from timm.optim import get_optimizer_info, list_optimizers
 
     if name not in list_optimizers():
+        if is_own_optimizer(name):  # its modules, imported, did not register it
+            raise UsageError(f"{where}: {name!r} is neither timm's nor registered by the imports")
         raise UsageError(
             f"{where}: timm {timm.__version__} has no optimizer {name!r} (optbench's table is "
             f"timm {TIMM_VERSION}'s): install that timm"
         )
+    if is_own_optimizer(name):
+        entry = registry_entry(get_optimizer_info(name))
+        if "unsupported" in entry:
+            raise UsageError(
+                f"{where}: optimizer {name!r} is not supported: {entry['unsupported']}"
+            )
+        try:
+            check_arguments(name, recipe.optimizer_args.get(name, {}), entry["args"])
+        except ValueError as err:
+            raise UsageError(f"{where}: recipe.optimizer_args.{err}") from None
     args = optimizer_kwargs(recipe.optimizer_args.get(name, {}))
     message = _optimizer_refusal(name, args)
     if message is None:
@@ -201,11 +273,12 @@ def check_optimizer_runs(name: str, recipe: Recipe, where: str) -> None:
     # the argument it refuses alone (the rest at timm's defaults), else those it refuses together
     alone = [arg for arg in args if _optimizer_refusal(name, {arg: args[arg]}) is not None]
     field = f"recipe.optimizer_args.{name}"
+    whose = f"{name}" if is_own_optimizer(name) else f"timm's {name}"
     if len(alone) == 1:
         value = recipe.optimizer_args[name][alone[0]]
-        raise UsageError(f"{where}: {field}.{alone[0]}: timm's {name} refuses {value!r}: {message}")
+        raise UsageError(f"{where}: {field}.{alone[0]}: {whose} refuses {value!r}: {message}")
     named = f" ({', '.join(alone or args)} together)" if args else ""
-    raise UsageError(f"{where}: {field}{named}: timm's {name} refuses these arguments: {message}")
+    raise UsageError(f"{where}: {field}{named}: {whose} refuses these arguments: {message}")
 
 
 def _optimizer_refusal(name: str, args: dict) -> str | None:

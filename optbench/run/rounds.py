@@ -43,6 +43,8 @@ from optbench.report.claims import claims_table
 from optbench.report.looks import Look, inconsistent, record_key, signed
 from optbench.report.looks import look_line as look_line  # the driver's name for it
 from optbench.report.summary import Options
+from optbench.run.expected_size import expected_size
+from optbench.spec.calibrations import calibration_words
 from optbench.spec.catalogue import CATALOGUE
 from optbench.spec.claim_kinds import cells_read, comparison_key, panels, side_words
 from optbench.spec.comparisons import RANK, Comparison
@@ -87,7 +89,8 @@ def fingerprint(spec: StudySpec) -> str:
     what = spec.decide.model_dump(mode="json")
     if declared(spec):
         # each as declared (Comparison's dump has no "k: null"): as an earlier optbench's
-        named = [c.model_dump(mode="json") for c in declared(spec)]
+        # (`calibration` is not the design: accepting an uncalibrated one keeps its looks)
+        named = [c.model_dump(mode="json", exclude={"calibration"}) for c in declared(spec)]
         what = {"decide": what, "comparisons": named}
     blob = json.dumps(what, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:12]
@@ -103,6 +106,7 @@ class Rounds:
         self.design = design(spec)
         self.fingerprint = fingerprint(spec)
         self._trials = trials
+        self._first_look_checked = False  # look()'s retake of look 0
         self.looks: dict[str, list[Look]] = {}
         for look in sorted(looks, key=lambda x: (x.panel, x.k)):
             if look.design != self.fingerprint:
@@ -225,9 +229,21 @@ class Rounds:
         every panel still open once every trial it reads up to n_k has a result, each at its
         level (Holm's step-down, sequential.step_down, from the panels `rejected` so far).
         Returns the new looks (the caller records them); [] when none is due."""
+        if self.looks and not self._first_look_checked:
+            # A driver killed between two panels' records of the first look leaves a panel
+            # unrecorded, and only the data say which panels exist: take look 0 again, once
+            # per reader, for the panels it lacks (recorded ones are skipped, not retaken).
+            self._first_look_checked = True
+            missed = self._due(0, frame)
+            if missed:
+                return missed
         k = self.next_k()
         if k >= len(self.decide.looks):
             return []
+        return self._due(k, frame)
+
+    def _due(self, k: int, frame: pd.DataFrame) -> list[Look]:
+        """Look k of the panels not recorded there, or [] while its round lacks results."""
         n = self.decide.looks[k]
         prefix = _prefix(frame, self.decide.unit, n, self.spec.seeds)
         if not _complete(prefix, self.decide.unit, n, self._reading(k)):
@@ -236,14 +252,18 @@ class Rounds:
         found = sequential.step_down(
             lambda level: {x.panel: x for x in self._looks_at(k, n, results, level)},
             self.design,
-            len(self.rejected()),
+            len(self.rejected(by=k)),
         )
         return list(found.values())
 
-    def rejected(self) -> set[str]:
-        """The panels whose recorded looks rejected their zero null (sequential.REJECTS): what
-        an open panel's level counts (sequential.Design.level)."""
-        return {key for key, panel in self.looks.items() if panel[-1].outcome in sequential.REJECTS}
+    def rejected(self, by: int) -> set[str]:
+        """The panels whose recorded looks rejected their zero null (sequential.REJECTS) at look
+        `by` or before: what an open panel's level at look `by` counts (sequential.Design.level)."""
+        return {
+            key
+            for key, panel in self.looks.items()
+            if panel[-1].outcome in sequential.REJECTS and panel[-1].k <= by
+        }
 
     def _looks_at(self, k: int, n: int, results: pd.DataFrame, level: float) -> list[Look]:
         """Look k (n units per cell) of every panel not yet done or recorded there, its
@@ -339,9 +359,9 @@ def decision_lines(rounds: Rounds, waiting: str | None) -> list[str]:
         here += f" ({last.note})" if last.note else ""  # why it decides nothing
         if last.outcome != "continue":
             reason = "undecided at the maximum" if last.outcome == "undecided" else last.outcome
-            lines.append(
-                f"{where}: {reason} after {last.n} of at most {last.n_max} {last.unit}: {here}"
-            )
+            line = f"{where}: {reason} after {last.n} of at most {last.n_max} {last.unit}: {here}"
+            calibration = calibration_words(rounds.spec, last.claim, last.cells)
+            lines.append(f"{line}; {calibration}" if calibration else line)
             continue
         nxt = looks[last.k + 1]
         line = (
@@ -413,9 +433,7 @@ def size_lines(
     for row in earlier:
         if row.get("claim") not in spec.decide.claims or not row.get("se") or not row.get("n_now"):
             continue
-        z_full = row["estimate"] / row["se"] * (looks[-1] / row["n_now"]) ** 0.5
-        stops = sequential.stop_probabilities(rounds.design, z_full)
-        size = float(sum(p * n for p, n in zip(stops, looks, strict=True)))
+        size = expected_size(rounds.design, row)  # an early stop's estimate bias-adjusted
         for cell in row.get("cells") or []:
             cell = tuple(cell)
             if cell in expected:
@@ -459,7 +477,7 @@ def size_lines(
         f"({spending}, alpha {decide.alpha:g} for the study, {shared}{margin}; "
         "docs/sequential.md)",
         # each declared comparison: its kind, sides and statistic (it has no paper's words)
-        *(_declared_line(c) for c in declared(spec)),
+        *(_declared_line(spec, c) for c in declared(spec)),
         f"decide: from {len(first)} trials{cost(per_cell(first))} (every claim decided at the "
         f"first look, {looks[0]} {unit} per cell) to {len(most)}{cost(per_cell(most))} "
         f"(every look taken, {looks[-1]} {unit} per cell a named claim reads)",
@@ -487,13 +505,16 @@ def size_lines(
     return lines
 
 
-def _declared_line(comparison: Comparison) -> str:
-    """The dry run's line of a declared comparison: its kind, sides and statistic; a
-    ranking's cells, the kind of its pairs and how many."""
+def _declared_line(spec: StudySpec, comparison: Comparison) -> str:
+    """The dry run's line of a declared comparison: its kind, sides and statistic (a best-error
+    one's calibration too, spec/calibrations.py); a ranking's cells, the kind of its pairs and
+    how many."""
     panels = comparison.panels()
     if comparison.kind != RANK:
         (panel,) = panels
-        return f"decide: ({comparison.name}) {comparison.kind}, {panel.words}: {panel.statistic}"
+        line = f"decide: ({comparison.name}) {comparison.kind}, {panel.words}: {panel.statistic}"
+        calibration = calibration_words(spec, comparison.name, panel.cells)
+        return f"{line}; {calibration}" if calibration else line
     cells = ", ".join(side_words(side.cell) for side in comparison.cells)
     return (
         f"decide: ({comparison.name}) rank of {len(comparison.cells)} cells by "

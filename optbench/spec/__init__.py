@@ -14,7 +14,8 @@
 - `roles.py`: which models play which part in the claims, by name; `claim_kinds.py`: the
   claim kinds, one entry per kind of comparison (its unit, smallest look, cells, words), and
   a comparison's stable key; `comparisons.py`: the comparisons of two cells a study declares,
-  and its rankings of three or more;
+  and its rankings of three or more; `calibrations.py`: the best-error comparisons' measured null
+  rates, one table keyed by what makes a design the same, and its reader;
   `decide.py`: the `decide:` block, checked against the grid.
 
 What a study needs from this machine (models, datasets, data folders) is checked a stage up, by

@@ -2,7 +2,9 @@
 its kind (a kind of claim_kinds.py that compares two sides: its `better` is set), its two sides
 (a cell each, by model, optimizer and epochs; for a kind of TWO_LENGTHS a model and optimizer
 with a short and a long schedule, `epochs: [short, long]`), the side expected to do better
-(`expect`) and, for kind best-error, `k`: the (lr, wd) samples whose expected best it compares.
+(`expect`) and, for kind best-error, `k`: the (lr, wd) samples whose expected best it compares,
+and `calibration: none` to decide it where no trained nulls calibrate its design
+(spec/calibrations.py).
 A *ranking* (`kind: rank`) orders three or more cells (`cells`, each a side of one schedule) by
 a two-sided kind's statistic (`by`: a or best-error, RANK_BY): it is the comparisons of its
 k (k - 1) / 2 pairs, each the pair's panel of that kind, the cell listed first as the side
@@ -78,6 +80,9 @@ class Comparison(StrictModel):
     # kind best-error (or a ranking by it): the (lr, wd) samples drawn (BEST_OF_DEFAULT where
     # none is given)
     k: StrictInt | None = Field(default=None, ge=1)
+    # kind best-error (or a ranking by it): "none" decides it where no trained nulls calibrate
+    # its design (spec/calibrations.py), the page saying so; unset, `optbench run` refuses it
+    calibration: Literal["none"] | None = None
 
     @field_validator("name")
     @classmethod
@@ -120,7 +125,7 @@ class Comparison(StrictModel):
         (spec.yaml, the page's YAML, the design's fingerprint, as an earlier optbench's),
         never with a null it does not have."""
         data = handler(self)
-        for key in ("k", "sides", "expect", "cells", "by"):
+        for key in ("k", "sides", "expect", "cells", "by", "calibration"):
             if data.get(key) is None:
                 data.pop(key, None)
         return data
@@ -190,6 +195,11 @@ def check_comparisons(
                 f"least {kind.smallest_look}; the study has {size} {has}"
             )
         _check_best_of(where, comparison, n_samples)
+        if comparison.calibration is not None and comparison.pair_kind != "best-error":
+            raise ValueError(
+                f"{where}.calibration: only kind 'best-error' (or a ranking by it) is "
+                f"calibrated; kind {comparison.kind!r} takes no calibration"
+            )
 
 
 def _check_form(where: str, comparison: Comparison) -> None:

@@ -41,7 +41,7 @@ from timm.scheduler import CosineLRScheduler
 from torch import nn
 from torch.optim import Optimizer
 
-from optbench.spec.optimizers import PAPER_OPTIMIZERS, optimizer_kwargs
+from optbench.spec.optimizers import PAPER_OPTIMIZERS, optimizer_kwargs, registry_entry
 from optbench.trial.config import TrainConfig
 
 
@@ -157,64 +157,19 @@ class LrSchedule:
 
 # --- timm's optimizer registry as a torch-free table (spec/timm_optimizers.json) -------------
 
-# Arguments optbench sets itself: the parameter groups, the lr (the search's, scheduled) and the
-# weight decay (the search's, on the decayed group only).
-SET_BY_OPTBENCH = ("params", "lr", "weight_decay")
-
-
-def _table_value(value):
-    """A default as the table writes it (tuples as tuples), or None for one no study can spell
-    (a torch dtype, a required argument)."""
-    if isinstance(value, bool | int | float | str) or value is None:
-        return value
-    if isinstance(value, tuple | list) and all(isinstance(v, int | float) for v in value):
-        return tuple(value)
-    return NOT_SETTABLE
-
-
-NOT_SETTABLE = object()
-
 
 def registry_table() -> dict[str, dict]:
     """The installed timm's optimizer registry (timm.optim.list_optimizers) as the table
-    spec/timm_optimizers.json holds: per name, the class and each argument a study may set with
-    the default create_optimizer_v2 gives it (the class's, overridden by the registry's defaults,
-    momentum 0.9 where timm adds it), leaving out what create_optimizer_v2 drops (eps, betas,
-    momentum where the registry says the class has none) and what no study can spell; a class
-    from another package (apex, bitsandbytes) or a second-order one is marked unsupported."""
-    import inspect
-
+    spec/timm_optimizers.json holds: per name, its entry as spec/optimizers.py's
+    `registry_entry` reads one (the class, each argument a study may set with its default, or
+    why it is unsupported)."""
     from timm.optim import list_optimizers
     from timm.optim._optim_factory import default_registry
 
-    table = {}
-    for name in list_optimizers():
-        info = default_registry.get_optimizer_info(name)
-        if isinstance(info.opt_class, str):
-            package = info.opt_class.split(".")[0]
-            table[name] = {"class": info.opt_class, "unsupported": f"a {package} class (CUDA only)"}
-            continue
-        cls = info.opt_class
-        entry = {"class": f"{cls.__module__}.{cls.__qualname__}"}
-        if info.second_order:
-            table[name] = {**entry, "unsupported": "second order (its step needs the Hessian)"}
-            continue
-        dropped = {"eps": not info.has_eps, "betas": not info.has_betas}
-        dropped["momentum"] = not info.has_momentum
-        args = {}
-        for arg, param in inspect.signature(cls.__init__).parameters.items():
-            if arg in ("self", *SET_BY_OPTBENCH) or dropped.get(arg):
-                continue
-            default = param.default
-            if arg in (info.defaults or {}):
-                default = info.defaults[arg]
-            elif arg == "momentum":
-                default = 0.9  # create_optimizer_v2's, for every optimizer with momentum
-            value = _table_value(default)
-            if value is not NOT_SETTABLE:
-                args[arg] = value
-        table[name] = {**entry, "args": args}
-    return table
+    return {
+        name: registry_entry(default_registry.get_optimizer_info(name))
+        for name in list_optimizers()
+    }
 
 
 def optimizer_table_text() -> str:

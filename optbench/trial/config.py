@@ -23,7 +23,7 @@ from pydantic import (
 from optbench.errors import SpecError, format_errors
 from optbench.provenance import COMMIT_PATTERN, FINGERPRINT_PATTERN
 from optbench.spec.caps import MAX_EPOCHS, SEED_BOUND
-from optbench.spec.optimizers import optimizer_fallback
+from optbench.spec.optimizers import optimizer_fallback, validated_with_imports
 from optbench.spec.recipe import Dataset, Optimizer, Pipeline, Recipe, fill_ref_batch
 from optbench.spec.tracking import Tracking
 from optbench.trial.timing import TrialTiming
@@ -69,6 +69,12 @@ class TrainConfig(BaseModel):
     @classmethod
     def _ref_batch_from_preset(cls, data):
         return fill_ref_batch(data)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _own_optimizers_with_imports(cls, data, validate):
+        # as a study's (spec/schema.py): an optimizer of its imports' is a name timm's table lacks
+        return validated_with_imports(data, validate)
 
     @field_validator("imports")
     @classmethod

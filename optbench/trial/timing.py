@@ -56,17 +56,6 @@ CHECKPOINT_SHARE = 0.02
 
 PARTS = ("setup", "data", "model", "epochs", "evaluation", "checkpoints", "writes", "end")
 
-# Where the `epochs` part's steps go, in the order a step runs them (module docstring).
-STEP_PARTS = (
-    "input_wait",
-    "to_device",
-    "augment",
-    "forward_backward",
-    "optimizer",
-    "ema",
-    "host_reads",
-)
-
 # A part of a trial never takes more than a year: more is a crafted file, not a measurement.
 Seconds = Annotated[StrictFloat, Field(ge=0, le=3.2e7)]
 
@@ -77,6 +66,8 @@ class StepTiming(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
+    # Where the `epochs` part's steps go, in the order a step runs them (module docstring):
+    # STEP_PARTS, below, is these fields.
     input_wait: Seconds = 0.0
     to_device: Seconds = 0.0
     augment: Seconds = 0.0
@@ -90,6 +81,9 @@ class StepTiming(BaseModel):
     def total(self) -> float:
         """The steps' time: every part's sum."""
         return sum(getattr(self, part) for part in STEP_PARTS)
+
+
+STEP_PARTS = tuple(name for name in StepTiming.model_fields if name not in ("count", "clock"))
 
 
 class TrialTiming(BaseModel):
