@@ -5,7 +5,8 @@ both read; nothing here draws or writes a page. In the order the numbers flow:
 frame: panels, cell errors, stability, peak), `stats.py` (bootstrap and friends),
 `tunability.py` (the expected best error after k (lr, wd) samples), `summary.py` (summary.json's
 numbers: per cell, between models, the evidence), `sequential.py` (the sequential rule:
-spending, boundaries, outcomes), `claims.py` (the paper's claims, tested: each kind's
+spending, boundaries, outcomes), `stop_estimates.py` (the estimates at a panel's stop that
+account for its stopping), `claims.py` (the paper's claims, tested: each kind's
 statistic), `looks.py` (a sequential study's look records, their lines, the claims at their
 last looks), `ranking.py` (a declared ranking's places and ties from its pairs).
 """

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from optbench.decision import frames, ranking, sequential, stats
+from optbench.decision import frames, ranking, sequential, stats, stop_estimates
 from optbench.decision.claims import MIN_SEEDS, NOT_TESTED
 from optbench.decision.summary import Options
 from optbench.report import ranking_page
@@ -29,9 +29,30 @@ def _here(row) -> str:
     return f"{row.estimate:+.3g} [{row.low:+.3g}, {row.high:+.3g}]"
 
 
+def _adjusted(row) -> bool:
+    """Whether a row carries the estimates at its stop (stop_estimates.py; none in rows of a
+    fixed-size study, of a panel that did not stop on its interval, or written before them)."""
+    x = getattr(row, "median_unbiased", None)
+    return x is not None and not pd.isna(x)
+
+
+def _at_stop(row) -> str:
+    """The estimates at a panel's stop that account for its stopping (stop_estimates.py)."""
+    if not _adjusted(row):
+        return "–"
+    return (
+        f"{row.median_unbiased:+.3g} [{row.ordering_low:+.3g}, {row.ordering_high:+.3g}]; "
+        f"{row.bias_adjusted:+.3g}"
+    )
+
+
+AT_STOP = "at the stop (median-unbiased [95% ordering interval]; bias-adjusted mean)"
+
+
 def section_table(table: pd.DataFrame) -> pd.DataFrame:
-    """The page's view: claim | paper | here (estimate, 95% interval) | verdict."""
-    return pd.DataFrame(
+    """The page's view: claim | paper | here (estimate, 95% interval) | verdict, and the
+    estimates at a stop where a row has them."""
+    shown = pd.DataFrame(
         {
             "claim": table["claim"],
             "paper": table["paper"],
@@ -44,6 +65,10 @@ def section_table(table: pd.DataFrame) -> pd.DataFrame:
             "trials (diverged)": [f"{r.trials} ({r.diverged})" for r in table.itertuples()],
         }
     )
+    adjusted = [_at_stop(r) for r in table.itertuples()]
+    if any(x != "–" for x in adjusted):
+        shown.insert(5, AT_STOP, adjusted)
+    return shown
 
 
 def evidence_lines(table: pd.DataFrame) -> list[str]:
@@ -113,9 +138,21 @@ def _interval_words(row) -> str:
             f" (this panel's level {level:.3g}: the study's alpha {alpha:g} shared by its "
             f"{panels} panels, Holm's step-down)"
         )
-    if row.verdict in sequential.DECIDED and int(row.n_now) < int(row.n_max):
-        words = "the estimate at the stop, biased away from 0 by stopping early; " + words
+    if row.verdict in sequential.DECIDED and not _adjusted(row):
+        words = "the estimate at the stop, not adjusted for stopping; " + words
     return words
+
+
+def _stop_words(row) -> str:
+    """A stopped panel's numbers, those that account for its stopping first (stop_estimates.py),
+    then the look's own: its naive estimate and repeated interval."""
+    if not _adjusted(row):
+        return _here(row)
+    return (
+        f"median-unbiased {row.median_unbiased:+.3g}, 95% interval [{row.ordering_low:+.3g}, "
+        f"{row.ordering_high:+.3g}] (stagewise ordering), bias-adjusted mean "
+        f"{row.bias_adjusted:+.3g}; naive estimate at the stop {_here(row)}"
+    )
 
 
 def _measure(row) -> str:
@@ -143,6 +180,7 @@ def sentence(row) -> str:
     if row.verdict == NOT_TESTED and not _sequential(row):
         return f"{claim}: not tested ({measured}); {row.advice}"
     if _sequential(row):
+        measured = f"{_measure(row)}: {_stop_words(row)}"
         line = f"{claim}: {_outcome_words(row)} ({measured}, {_interval_words(row)}){note}"
     else:
         curve = "" if pd.isna(row.curve_verdict) else f"; as whole curves: {row.curve_verdict}"
@@ -173,14 +211,14 @@ def markdown(table: pd.DataFrame) -> str:
     lines = [f"- {sentence(r)}" for r in table.itertuples()]
     lines += [f"- {line}" for line in ranking_lines(table)] + [""]
     lines += [
-        "| claim | paper | study | panel | models | here (estimate, 95% interval) | verdict "
-        "| evidence |",
-        "|---|---|---|---|---|---|---|---|",
+        "| claim | paper | study | panel | models | here (estimate, 95% interval) | "
+        f"{AT_STOP} | verdict | evidence |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in table.itertuples():
         lines.append(
             f"| ({r.claim}) | {r.paper} | {r.study} | {r.optimizer}, {r.epochs} ep | "
-            f"{r.models} | {_here(r)} | {r.verdict} | {r.advice} |"
+            f"{r.models} | {_here(r)} | {_at_stop(r)} | {r.verdict} | {r.advice} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -206,8 +244,10 @@ def sections(table: pd.DataFrame, options: Options, drawn: set[str] | None = Non
         "the contrast has no spread (the row says why). In a study with decide:, the repeated "
         'interval of its last look: holds, opposite ("negligible" too when it lies inside '
         "the margin), equivalent or undecided, its error rate the study's, shared by the "
-        "panels it decides (Holm's step-down), and the estimate at an early stop biased away from 0 "
-        "(docs/sequential.md). (a): bootstrap over the "
+        "panels it decides (Holm's step-down); where a panel stopped, the estimates that account "
+        "for its stopping lead: the stagewise-ordering median-unbiased estimate and its 95% "
+        "interval and Whitehead's bias-adjusted mean, the naive estimate at the stop beside "
+        "them (docs/sequential.md). (a): bootstrap over the "
         "(lr, wd) samples, resampled together where both models trained the same pairs "
         "(paired) and each model's alone otherwise (BCa in a fixed-size study, "
         f"{options.n_boot} resamples; percentile where BCa degenerates), and the verdict of "
@@ -242,7 +282,7 @@ def records(table: pd.DataFrame) -> list[dict]:
             row[key] = None if pd.isna(row[key]) else row[key]
         if "calibration" in row and not isinstance(row["calibration"], str):
             row["calibration"] = None
-        for key in ("note", "alpha", "level", "margin"):
+        for key in ("note", "alpha", "level", "margin", *stop_estimates.COLUMNS):
             if key in row and not isinstance(row[key], str):
                 row[key] = None if pd.isna(row[key]) else float(row[key])
     return rows

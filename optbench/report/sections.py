@@ -17,6 +17,7 @@ from matplotlib.figure import Figure
 from optbench.decision import claims, frames, tunability
 from optbench.decision.edf import AUC_MAX_POINTS
 from optbench.decision.looks import with_looks
+from optbench.decision.stop_estimates import with_stop_estimates
 from optbench.decision.summary import Options
 from optbench.errors import UsageError
 from optbench.report import claims_page, drawing, figures, tunability_page
@@ -468,7 +469,9 @@ def claims_with_looks(
     spec: StudySpec, results: pd.DataFrame, options: Options, looks: list[dict] | None
 ) -> pd.DataFrame:
     """The claims table, the study's declared comparisons with the paper's claims; a sequential
-    study's panels show their looks (looks.with_looks), a best-error row its calibration. The near-chance check reads the
+    study's panels show their looks (looks.with_looks) and the estimates at their stops
+    (stop_estimates.with_stop_estimates), a best-error row its calibration. The near-chance
+    check reads the
     catalogue's number of classes, as a look does (run/rounds.py)."""
     classes = CATALOGUE[spec.dataset.name].classes
     table = claims.claims_table(
@@ -476,4 +479,7 @@ def claims_with_looks(
     )
     # a best-error row's measured null rate for its design (spec/calibrations.py), else None
     table["calibration"] = [calibration_words(spec, r.claim, r.cells) for r in table.itertuples()]
-    return with_looks(table, looks) if looks else table
+    if not looks:
+        return table
+    table = with_looks(table, looks)
+    return with_stop_estimates(table, looks, spec.decide.looks) if spec.decide else table
