@@ -73,6 +73,9 @@ def test_a_ranking_is_parsed_as_its_pairs_and_counts_them_in_the_alpha(tiny_dict
     lines = size_lines(spec, plan(spec), {}, [])
     assert "6 of them declared" in lines[0]
     assert lines[1].startswith("decide: (order) rank of 4 cells by a (6 pairs")
+    # the pairs' statistic in general terms (it once read "auc_10(C) - auc_10(P)", claim (a)'s)
+    assert "for cells x, y: auc_10(x) - auc_10(y) (EDF area, 0-1)" in lines[1]
+    assert "auc_10(C)" not in lines[1]
 
 
 def test_a_two_sided_comparison_dumps_and_fingerprints_as_before(tiny_dict):

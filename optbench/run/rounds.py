@@ -516,9 +516,12 @@ def _declared_line(spec: StudySpec, comparison: Comparison) -> str:
         calibration = calibration_words(spec, comparison.name, panel.cells)
         return f"{line}; {calibration}" if calibration else line
     cells = ", ".join(side_words(side.cell) for side in comparison.cells)
+    # each pair's statistic in general terms: the kind's own words name ViT_C and ViT_P
+    kind, k = panels[0].kind, panels[0].best_of
+    statistic = kind.declared_statistic.format(better="x", other="y", k=k)
     return (
         f"decide: ({comparison.name}) rank of {len(comparison.cells)} cells by "
-        f"{comparison.by} ({len(panels)} pairs, each a panel; {panels[0].kind.statistic}): "
+        f"{comparison.by} ({len(panels)} pairs, each a panel; for cells x, y: {statistic}): "
         f"{cells}"
     )
 
