@@ -274,8 +274,9 @@ def test_the_page_draws_the_ranking_and_the_terminal_says_its_order(tiny_dict):
     assert list(drawn["cell (each adamw 1ep)"])[0] == C and list(drawn["place"])[0] == "1"
     (line,) = [x for x in section.lead if x.startswith("ranking (order) of 4 cells")]
     assert "4 cells, each adamw 1ep, by EDF area to 10 points: " in line and f": {C} > " in line
+    assert section.lead[0] == line  # the order first, then its six pairs' sentences
     summary = {"claims": table.to_dict(orient="records")}
-    assert line in verdict_lines(summary)
+    assert verdict_lines(summary)[0] == line
 
 
 # --- the procedure on simulated rankings ----------------------------------------------------------

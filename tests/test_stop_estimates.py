@@ -86,6 +86,39 @@ def test_a_panel_is_estimated_with_the_boundaries_its_looks_applied():
     assert at_recycled.median_unbiased < at_strict.median_unbiased < 0.5
 
 
+def _path(level, outcomes, z_last):
+    """A panel's records at `level` (its boundaries), each look's outcome given, the last
+    look's estimate z_last se's from 0 (the earlier ones at half that)."""
+    bounds = _bounds(QUICK, level)
+    return [
+        _record(k, bounds[k], outcome)
+        | {
+            "level": level,
+            "panels": 12,
+            "estimate": (z_last if k == len(outcomes) - 1 else z_last / 2) * 0.15,
+        }
+        for k, outcome in enumerate(outcomes)
+    ]
+
+
+def test_the_ordering_interval_is_at_the_panels_level_and_agrees_with_its_decision():
+    # a pair of a four-cell ranking beside another (level 0.05 / 12), undecided at its last
+    # look at 2.5 se: a 95% ordering interval excluded 0 there (the worked ranking's page
+    # showed such an "undecided" pair beside [-0.687, -0.0112]); at the panel's level it holds 0
+    level = 0.05 / 12
+    undecided = _path(level, ["continue"] * 4 + ["undecided"], 2.5)
+    found = stop_estimates.of_panel(undecided, QUICK)
+    assert found.low < 0 < found.high
+    # and it is wider than the same stop's at a level of 0.05
+    wide = stop_estimates.of_panel(_path(0.05, ["continue"] * 4 + ["undecided"], 2.5), QUICK)
+    assert found.low < wide.low and wide.high < found.high
+    # a panel that decided at its level: the interval at that level excludes 0
+    bound = _bounds(QUICK, level)[2]
+    z = sequential.critical(bound, QUICK[2] - 1) + 0.05
+    decided = stop_estimates.of_panel(_path(level, ["continue", "continue", "holds"], z), QUICK)
+    assert decided.low > 0
+
+
 def test_no_adjusted_numbers_where_the_panel_did_not_stop_on_its_interval():
     strict = _bounds(QUICK, 0.025)
     assert stop_estimates.of_panel([_record(0, strict[0], "continue")], QUICK) is None

@@ -1,6 +1,6 @@
 """The numbers to quote where a sequential panel stops (docs/sequential.md, "At a stop"): the
-stagewise-ordering median-unbiased estimate and its 95% ordering interval (Jennison and
-Turnbull 2000, ch. 8.4; Armitage 1957's analysis-time ordering) and Whitehead's (1986)
+stagewise-ordering median-unbiased estimate and its ordering interval at the panel's level
+(Jennison and Turnbull 2000, ch. 8.4; Armitage 1957's analysis-time ordering) and Whitehead's (1986)
 bias-adjusted mean, from the boundaries the panel's looks actually applied.
 
 The estimate at a stop is biased: stopping when the interval clears 0 keeps high draws at early
@@ -20,8 +20,11 @@ same paths for every theta (so the p-value is monotone in theta without a margin
   when it stopped above its upper boundary, below them when it stopped below its lower one;
   outcomes reaching the same look rank by their studentized estimate (x_j - theta) / se_j. The
   p-value p(theta) = P_theta(an outcome at least as high as the one observed) needs only the
-  looks up to the stop. The median-unbiased estimate solves p = 1/2, the interval p = 0.025 and
-  p = 0.975. At the first look the ordering is the fixed-size one: the estimate itself and its
+  looks up to the stop. The median-unbiased estimate solves p = 1/2, the interval p = level / 2
+  and 1 - level / 2 at the panel's level (the one its boundaries spend: 95% for one panel at
+  alpha 0.05; 97.5% for one of two before Holm passes a level on), so the interval excludes 0
+  exactly where the ordering's test at that level rejects, and a panel undecided at its last
+  look gets an interval that holds 0 (a 95% one beside a 0.4% level would not). At the first look the ordering is the fixed-size one: the estimate itself and its
   Student's t interval (computed exactly there, no simulation), so a one-look design is the
   usual t interval.
 - Whitehead's bias-adjusted mean solves theta + bias(theta) = observed, bias(theta) =
@@ -48,7 +51,7 @@ from optbench.decision import sequential
 from optbench.spec.claim_kinds import KINDS, comparison_key
 
 PATHS = 20_000  # the simulated studies per law: p-values within about 0.001 at its 2.5% tails
-TAIL = 0.025  # each side of the ordering interval: a 95% interval
+TAIL = 0.025  # each side of the ordering interval where no level is given: a 95% interval
 # the roots to a thousandth of the stop's se: far below the simulation's own noise
 _TOLERANCE = 1e-3
 
@@ -59,7 +62,7 @@ class StopEstimate:
 
     naive: float  # the estimate at the stop, as the look recorded it
     median_unbiased: float  # stagewise ordering: p(theta) = 1/2
-    low: float  # the 95% stagewise-ordering interval
+    low: float  # the stagewise-ordering interval, at 1 - 2 tail
     high: float
     bias_adjusted: float  # Whitehead's: theta + bias(theta) = naive
 
@@ -158,11 +161,13 @@ def at_stop(
     margin: float | None = None,
     paths: int = PATHS,
     seed: int = 0,
+    tail: float = TAIL,
 ) -> StopEstimate | None:
     """The estimates at a panel's stop at look `stop` (0-based) of a design of `looks` (every
     look's size, n_1 < ... < n_K) whose z boundaries `bounds` (one per look: those applied up
     to the stop, the ones that would apply after it) are read with Student's t at n_j - 1
-    degrees of freedom; `estimate` and `se` the stop's, `margin` the design's TOST margin.
+    degrees of freedom; `estimate` and `se` the stop's, `margin` the design's TOST margin;
+    `tail` each side of the interval (the panel's level / 2).
     None where the se carries no spread (no law to scale) or a look has fewer than 2 units."""
     n = np.asarray(looks, int)
     if not (math.isfinite(estimate) and math.isfinite(se) and se > 0) or n.min() < 2:
@@ -182,8 +187,8 @@ def at_stop(
     return StopEstimate(
         naive=estimate,
         median_unbiased=quantile(0.5),
-        low=quantile(TAIL),
-        high=quantile(1 - TAIL),
+        low=quantile(tail),
+        high=quantile(1 - tail),
         bias_adjusted=sigma * adjusted,
     )
 
@@ -210,7 +215,8 @@ def of_panel(records: list[dict], design_looks) -> StopEstimate | None:
         [x / sizes[-1] for x in sizes], last.get("spending", "pocock"), level
     )
     bounds = [r["boundary"] for r in records] + later[stop + 1 :]
-    return at_stop(sizes, bounds, stop, last["estimate"], last["se"], last.get("margin"))
+    margin = last.get("margin")
+    return at_stop(sizes, bounds, stop, last["estimate"], last["se"], margin, tail=level / 2)
 
 
 COLUMNS = ("median_unbiased", "ordering_low", "ordering_high", "bias_adjusted")

@@ -41,12 +41,28 @@ def _at_stop(row) -> str:
     if not _adjusted(row):
         return "–"
     return (
-        f"{row.median_unbiased:+.3g} [{row.ordering_low:+.3g}, {row.ordering_high:+.3g}]; "
-        f"{row.bias_adjusted:+.3g}"
+        f"{row.median_unbiased:+.3g} [{row.ordering_low:+.3g}, {row.ordering_high:+.3g}] "
+        f"({_percent(_level(row))}); {row.bias_adjusted:+.3g}"
     )
 
 
-AT_STOP = "at the stop (median-unbiased [95% ordering interval]; bias-adjusted mean)"
+AT_STOP = (
+    "at the stop (median-unbiased [ordering interval at the panel's level]; bias-adjusted mean)"
+)
+
+
+def _level(row) -> float:
+    """A sequential row's panel level: the record's (Holm's step-down), or alpha / panels in
+    rows written before looks kept it."""
+    alpha = sequential.ALPHA if pd.isna(getattr(row, "alpha", None)) else float(row.alpha)
+    panels = 1 if pd.isna(getattr(row, "panels", None)) else int(row.panels)
+    level = getattr(row, "level", None)
+    return alpha / panels if level is None or pd.isna(level) else float(level)
+
+
+def _percent(level: float) -> str:
+    """An interval's confidence at `level`: "95%", "97.5%", "99.6%"."""
+    return f"{100 * (1 - level):.3g}%"
 
 
 def section_table(table: pd.DataFrame) -> pd.DataFrame:
@@ -130,9 +146,8 @@ def _interval_words(row) -> str:
     what its estimate is at an early stop."""
     alpha = sequential.ALPHA if pd.isna(getattr(row, "alpha", None)) else float(row.alpha)
     panels = 1 if pd.isna(getattr(row, "panels", None)) else int(row.panels)
-    level = getattr(row, "level", None)
-    level = alpha / panels if level is None or pd.isna(level) else float(level)
-    words = f"a repeated {100 * (1 - level):.3g}% interval"
+    level = _level(row)
+    words = f"a repeated {_percent(level)} interval"
     if panels > 1:
         words += (
             f" (this panel's level {level:.3g}: the study's alpha {alpha:g} shared by its "
@@ -149,8 +164,9 @@ def _stop_words(row) -> str:
     if not _adjusted(row):
         return _here(row)
     return (
-        f"median-unbiased {row.median_unbiased:+.3g}, 95% interval [{row.ordering_low:+.3g}, "
-        f"{row.ordering_high:+.3g}] (stagewise ordering), bias-adjusted mean "
+        f"median-unbiased {row.median_unbiased:+.3g}, {_percent(_level(row))} interval "
+        f"[{row.ordering_low:+.3g}, {row.ordering_high:+.3g}] (stagewise ordering, at the "
+        "panel's level), bias-adjusted mean "
         f"{row.bias_adjusted:+.3g}; naive estimate at the stop {_here(row)}"
     )
 
@@ -192,10 +208,11 @@ def sentence(row) -> str:
 
 def verdict_lines(summary: dict, drawn: set[str] | None = None) -> list[str]:
     """The claims of a summary (summary.json's rows) that a page drawing `drawn` shows, as
-    sentences: what `optbench report` prints on the terminal, the page's lead."""
+    sentences: what `optbench report` prints on the terminal, the page's lead (a ranking's
+    order first, then the sentences of its pairs and the other claims)."""
     rows = [pd.Series(row) for row in summary.get("claims", [])]
     shown = [row for row in rows if on_page(row, drawn)]
-    return [sentence(row) for row in shown] + ranking_lines(pd.DataFrame(shown))
+    return ranking_lines(pd.DataFrame(shown)) + [sentence(row) for row in shown]
 
 
 def ranking_lines(table: pd.DataFrame) -> list[str]:
@@ -208,8 +225,8 @@ def ranking_lines(table: pd.DataFrame) -> list[str]:
 def markdown(table: pd.DataFrame) -> str:
     """The claims as Markdown, for docs and the README: one sentence per claim and panel, then
     the table."""
-    lines = [f"- {sentence(r)}" for r in table.itertuples()]
-    lines += [f"- {line}" for line in ranking_lines(table)] + [""]
+    lines = [f"- {line}" for line in ranking_lines(table)]  # a ranking's order first
+    lines += [f"- {sentence(r)}" for r in table.itertuples()] + [""]
     lines += [
         "| claim | paper | study | panel | models | here (estimate, 95% interval) | "
         f"{AT_STOP} | verdict | evidence |",
@@ -245,8 +262,9 @@ def sections(table: pd.DataFrame, options: Options, drawn: set[str] | None = Non
         'interval of its last look: holds, opposite ("negligible" too when it lies inside '
         "the margin), equivalent or undecided, its error rate the study's, shared by the "
         "panels it decides (Holm's step-down); where a panel stopped, the estimates that account "
-        "for its stopping lead: the stagewise-ordering median-unbiased estimate and its 95% "
-        "interval and Whitehead's bias-adjusted mean, the naive estimate at the stop beside "
+        "for its stopping lead: the stagewise-ordering median-unbiased estimate and its "
+        "interval at the panel's level (which holds 0 exactly where the panel's test does not "
+        "reject) and Whitehead's bias-adjusted mean, the naive estimate at the stop beside "
         "them (docs/sequential.md). (a): bootstrap over the "
         "(lr, wd) samples, resampled together where both models trained the same pairs "
         "(paired) and each model's alone otherwise (BCa in a fixed-size study, "
@@ -257,7 +275,7 @@ def sections(table: pd.DataFrame, options: Options, drawn: set[str] | None = Non
         f"{stats.POWER_TARGET:.0%} of simulated studies, if the effect is as estimated. "
         "Definitions: optbench/decision/claims.py. Cell errors here are means over seeds, a "
         f"diverged trial counted as {frames.DIVERGED_ERROR:g}%.",
-        lead=[sentence(r) for r in table.itertuples()] + ranking_lines(table),
+        lead=ranking_lines(table) + [sentence(r) for r in table.itertuples()],
     )
     section.tables.append(("Claims", section_table(table)))
     for name, rows in ranking.rankings(table).items():  # each declared ranking's order
