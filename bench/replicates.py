@@ -35,6 +35,11 @@ of the same model is an exact null trained with a seed per pair.
 OUT/trials_seed_per_pair_64.csv (trained to 48 samples first, then on to 64 with the same seeds:
 48 decided 17 of 20, bench/RESULTS.md).
 
+`python bench/replicates.py train-quickstart OUT` trains the quickstart's design as it ships
+(issue 67 item 9): SHARED with a training seed per (lr, wd) pair, R replicates of 24 pairs (its
+last look), sampler seeds 8000 on, no `decide:` so every look is a prefix of a replicate;
+OUT/trials_quickstart_24.csv.
+
 `python bench/replicates.py train-chain OUT` trains claim (d)'s replicates (issue 53): the mini's
 stem design (studies/mini/mini_stem.yaml: S1, S2 and ViT_P at their good values, AdamW and SGD, 8
 epochs) with SEEDS_PER_REPLICATE * R training seeds from 5000 on, in PARTS_SEEDS studies run one
@@ -230,6 +235,21 @@ def study_per_model_seed_per_pair(
     return spec
 
 
+N_SAMPLES_QUICKSTART = 24  # studies/quickstart.yaml's last look
+
+
+def study_quickstart(replicate: int, results: Path, n_samples: int = N_SAMPLES_QUICKSTART) -> dict:
+    """The quickstart's claim (a) design as it ships (issue 67 item 9): SHARED's training with a
+    training seed per (lr, wd) pair (search.seed_per_sample), a fresh sampler seed per
+    replicate, 8000 on (no other replicate used them); ViT_P and ViT_C only ((a) reads no other
+    model). No `decide:`: every replicate trains to the last look, so each look is a prefix."""
+    spec = study_shared(replicate, results, n_samples)
+    spec["name"] = f"replicate_quickstart_r{replicate:02d}"
+    spec["search"]["seed"] = spec["seeds"][0] = 8000 + replicate
+    spec["search"]["seed_per_sample"] = True
+    return spec
+
+
 def study_b_more(results: Path) -> dict:
     spec = study_b(results)
     spec["name"] = "replicate_b_more"
@@ -325,6 +345,16 @@ def train_per_model(out: Path) -> None:
     print(json.dumps({"bench": "replicates-train-per-model", "replicates": R, "wall_s": wall}))
 
 
+def train_quickstart(out: Path) -> None:
+    """The quickstart's design as it ships, a seed per pair, R replicates of 24 pairs;
+    OUT/trials_quickstart_24.csv, rewritten after each replicate (a part-way run is usable)."""
+    (out / "studies").mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    _replicates(out, "quickstart", study_quickstart, N_SAMPLES_QUICKSTART)
+    wall = time.time() - started
+    print(json.dumps({"bench": "replicates-train-quickstart", "replicates": R, "wall_s": wall}))
+
+
 def train_chain(out: Path) -> None:
     _train_seeds(out, "d", "replicates-train-chain")
 
@@ -335,6 +365,7 @@ def train_length(out: Path) -> None:
 
 def main(argv: list[str]) -> int:
     commands = ("train", "train-sequential", "train-per-model", "train-chain", "train-length")
+    commands += ("train-quickstart",)
     commands += ("analyse",)
     commands += ("analyse-sequential", "analyse-best-error")
     if len(argv) != 2 or argv[0] not in commands:
@@ -349,6 +380,9 @@ def main(argv: list[str]) -> int:
         return 0
     if argv[0] == "train-per-model":
         train_per_model(Path(argv[1]))
+        return 0
+    if argv[0] == "train-quickstart":
+        train_quickstart(Path(argv[1]))
         return 0
     if argv[0] == "train-chain":
         train_chain(Path(argv[1]))

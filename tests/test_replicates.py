@@ -78,6 +78,27 @@ def test_the_quickstart_trains_the_design_its_replicate_bench_calibrates():
     assert study["search"]["seed_per_sample"] is True
 
 
+def test_the_quickstart_replicates_train_the_quickstart_as_it_ships(tmp_path):
+    # bench/replicates.py train-quickstart (issue 67 item 9) trains the quickstart's design as it
+    # ships, to its last look; a changed recipe, box, sampler, look or seed rule in either fails
+    import sys
+
+    sys.path.insert(0, str(REPLICATES.parents[2] / "bench"))
+    from replicates import study_quickstart
+
+    study = yaml.safe_load((REPLICATES.parents[2] / "studies" / "quickstart.yaml").read_text())
+    spec = study_quickstart(3, tmp_path)
+    assert set(spec["models"]) <= set(study["models"])
+    assert {"vit_p_w64_16px", "vit_c_w64_16px"} == set(spec["models"])
+    for key in ("dataset", "optimizers", "epochs", "batch_size", "ref_batch", "recipe"):
+        assert spec[key] == study[key], key
+    search, shipped = dict(spec["search"]), dict(study["search"])
+    assert search.pop("seed") != shipped.pop("seed")  # a fresh sampler seed per replicate
+    assert search == shipped
+    assert search["n_samples"] == study["decide"]["looks"][-1]
+    assert "decide" not in spec  # trained to the last look: every look a prefix
+
+
 def test_the_seed_per_pair_replicates_train_the_minis_edf_design_as_it_ships(tmp_path):
     # bench/replicates.py train-per-model calibrates studies/mini/mini_edf.yaml's AdamW panel
     # (issue 53: trained as designed, a seed per pair); its figures hold for the mini only while
