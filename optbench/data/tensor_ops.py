@@ -195,7 +195,7 @@ def _warp_plan(names, op, arg, resample, kinds, shape, filters, device_type) -> 
     Per chunk: its images' rows (Rotate's first); per tap row (the Rotate images' first taps,
     their second taps, ..., then the shears' and translations'), float64 (2, R, 1, 1) for the
     moving then the other coordinate: the matrix' coefficients a, b, c, the sizes; its taps'
-    offsets (2, T, R, 1, 1), the axes' last index and flat stride (2, 1, R, 1, 1); int64
+    offsets (T, 2, R, 1, 1), the axes' last index and flat stride (2, R, 1, 1); int64
     (R, C, 1) where its image's channels start in the flat batch; the number of Rotate
     images."""
     c, h, w = shape
@@ -226,7 +226,7 @@ def _warp_plan(names, op, arg, resample, kinds, shape, filters, device_type) -> 
         size = np.where(swap[:, None], [[h, w]], [[w, h]])[image]
         stride = np.where(swap[:, None], [[w, 1.0]], [[1.0, w]])[image]
         offset = np.concatenate([taps[rows_t].T.reshape(-1), np.zeros(n_m)])
-        shift = np.stack([taps[rows][image].T, np.broadcast_to(offset, (t, len(image)))])
+        shift = np.stack([taps[rows][image].T, np.broadcast_to(offset, (t, len(image)))], 1)
         base = rows[image][:, None] * (c * h * w) + np.arange(c) * (h * w)
 
         def per_row(a):  # (R, 2) -> (2, R, 1, 1)
@@ -235,11 +235,13 @@ def _warp_plan(names, op, arg, resample, kinds, shape, filters, device_type) -> 
         chunks.append(
             (
                 rows,
-                np.stack([per_row(m[:, [0, 3]]), per_row(m[:, [1, 4]]), per_row(m[:, [2, 5]])]),
+                per_row(m[:, [0, 3]]),
+                per_row(m[:, [1, 4]]),
+                per_row(m[:, [2, 5]]),
                 per_row(size.astype(np.float64)),
-                shift.reshape(2, t, -1, 1, 1),
-                per_row(size - 1.0).reshape(2, 1, -1, 1, 1),
-                per_row(stride).reshape(2, 1, -1, 1, 1),
+                shift.reshape(t, 2, -1, 1, 1),
+                per_row(size - 1.0),
+                per_row(stride),
                 base.reshape(-1, c, 1),
                 n_t,
             )
@@ -307,14 +309,9 @@ def _constants(c: int, h: int, w: int, fill: tuple[int, ...], device: torch.devi
         "6.5": torch.tensor(6.5, **f32),
         "13": torch.tensor(13.0, **f32),
         "border": border.view(1, 1, h * w),
-        # (x + .5, y + .5, 1) of every output pixel, (3, 1, 1, 1, H*W)
-        "xy1": torch.stack(
-            [
-                torch.arange(w, **f64).repeat(h) + 0.5,
-                torch.arange(h, **f64).repeat_interleave(w) + 0.5,
-                torch.ones(h * w, **f64),
-            ]
-        ).view(3, 1, 1, 1, h * w),
+        # (x + .5, y + .5) of every output pixel, (1, 1, H*W) each
+        "cols": (torch.arange(w, **f64).repeat(h) + 0.5).view(1, 1, h * w),
+        "rows": (torch.arange(h, **f64).repeat_interleave(w) + 0.5).view(1, 1, h * w),
         "fill": torch.tensor(fill, **f64).view(1, c, 1),
         "one": torch.ones((), **f64),
         "zero": torch.zeros((), **f64),
@@ -342,8 +339,9 @@ def apply_slot(out: torch.Tensor, plan: dict, kind: frozenset[str], fill, filter
 
 
 def _pixels(values: torch.Tensor) -> torch.Tensor:
-    """Float pixel values as Pillow stores them: clipped to [0, 255], truncated, uint8."""
-    return values.clamp_(0.0, 255.0).trunc_().to(torch.uint8)
+    """Float pixel values as Pillow stores them: clipped to [0, 255], truncated (by the
+    conversion to uint8, as C's), uint8."""
+    return values.clamp_(0.0, 255.0).to(torch.uint8)
 
 
 def _lookup(out, rows, tables, counts, k: dict, kind: frozenset):
@@ -382,7 +380,7 @@ def _autocontrast(images, k: dict):
     computes as 255 x (1 / d), not the correctly rounded one."""
     lo, hi = images.double().aminmax(dim=2, keepdim=True)
     scale = k["255"] / (hi - lo).clamp_min_(1.0)
-    stretched = (k["ix"] * scale).sub_(lo * scale).trunc_().clamp_(0.0, 255.0)
+    stretched = (k["ix"] * scale).sub_(lo * scale).clamp_(0.0, 255.0)  # truncated as uint8
     return torch.where(hi > lo, stretched, k["ix"])
 
 
@@ -445,21 +443,20 @@ def _lerp(v2, v3, d):
     return (v3 - v2).mul_(d).add_(v2)
 
 
-def _warp(out, rows, matrix, size, shift, last, stride, base, n_turned, k):
+def _warp(out, rows, pa, pb, pc, size, shift, last, stride, base, n_turned, k):
     """Image.transform(AFFINE) of a chunk of images (`_warp_plan`): each output pixel centre
     (x + .5, y + .5) maps to an input point, as Pillow's affine_transform; its taps are
     taken as uint8 from the flat batch (edge pixels replicated) and filtered in float64, along
     the moving axis for every tap row, then across the tap rows for Rotate; the fill colour
     outside the image."""
-    # a x + b y + c, summed in that order: (2, R, 1, H*W), the moving and the other coordinate
-    uv = (matrix * k["xy1"]).sum(0)
+    uv = pa * k["cols"] + pb * k["rows"] + pc  # (2, R, 1, H*W): the moving, the other
     inside = ((uv >= 0.0) & (uv < size)).all(0)
     uv = uv.sub_(0.5)
     floor = uv.floor()
     frac = uv.sub_(floor)
     # flat positions (T, R, C, H*W) of each tap row's T taps, every channel
-    index = (floor.unsqueeze(1) + shift).clamp_(k["zero"], last).mul_(stride).sum(0).long() + base
-    t = shift.shape[1]
+    index = (floor + shift).clamp_(k["zero"], last).mul_(stride).sum(1).long() + base
+    t = shift.shape[0]
     filtered = (_lerp if t == 2 else _cubic)(*out.take(index).double().unbind(0), frac[0])
     # the fill colour outside the image, before the second pass: a Rotate image's tap rows
     # share their pixels' inside, and the filters give (f, f, f, f) back as f exactly
