@@ -56,7 +56,7 @@ def test_the_policy_issues_a_fixed_number_of_ops_per_batch(name):
 
 @pytest.mark.xfail(
     strict=True,
-    reason="issue 66's 300 not reached: 362 (pycls_v0), 505 (rand-m9) with the ops inside "
+    reason="issue 66's 300 not reached: 357 (pycls_v0), 500 (rand-m9) with the ops inside "
     "(bench/RESULTS.md, tensor_policy 2026-12-06, the count per name)",
 )
 @pytest.mark.parametrize("name", POLICIES)
