@@ -2,8 +2,9 @@
 device, reproducing Pillow's arithmetic (tests/test_tensor_policy.py checks each against timm's
 PIL op, image for image), one op slot of a batch at a time (`apply_slot`) with a fixed number of
 tensor operations whatever the batch size and whichever ops the images drew, each part of a slot
-computing on the images that drew it only (taken out with one index_select, put back with one
-index_copy_; which images, and their parameters, found on the host by `slot_plan`, in numpy):
+computing on the images that drew it only (taken out with one indexing, put back with one
+index_copy_; which images, ordered by kind, and their parameters, found on the host by
+`slot_plan`, in numpy):
 - the lookup-table ops (AutoContrast, Equalize, Invert, Posterize, Solarize, SolarizeAdd): one
   256-entry table per image and channel (the host's; AutoContrast's and Equalize's from the
   image, in integers), then one gather on uint8;
@@ -11,7 +12,7 @@ index_copy_; which images, and their parameters, found on the host by `slot_plan
   per-image factors towards a per-image degenerate image (grey, mean grey, black or SMOOTH);
 - the affine ops (Rotate, Shear, Translate): Pillow's own bilinear / bicubic (a = -1) sampling
   in float64, pixel centres at +0.5, edge pixels replicated inside the image and the fill
-  colour outside it, the taps gathered as uint8 along the axis that moves (a shear or
+  colour outside it, the taps taken as uint8 from the batch along the axis that moves (a shear or
   translation moves one), then across for Rotate (on chunks of at most `WARP_VALUES` taps: a
   whole batch of CIFAR-sized images, a few large ones at a time on the CPU).
 The table that picks the ops is tensor_policy.py, the draws tensor_draws.py.
@@ -102,7 +103,7 @@ def _affine_matrix(name: str, arg: np.ndarray, h: int, w: int) -> np.ndarray:
 
 _AXIS_X = ("ShearX", "TranslateX", "TranslateXRel")  # move x only; the other axis ops y only
 # which part of a slot runs each kind (`op_kind`): a part takes its images out of the batch,
-# changes them and puts them back (one index_select and index_copy_ per part and slot)
+# changes them and puts them back (one indexing and index_copy_ per part and slot)
 GROUPS = {
     "lut": ("table", "autocontrast", "equalize"),
     "blend": ("grey", "mean", "black", "smooth"),
