@@ -3,7 +3,8 @@ the CPU (and on CUDA when there is one) against the PIL path (`augment.per_image
 of natural-ish uint8 images at 32 px and 224 px. Each figure: the median over `--repeats`
 batches after one warm-up batch; wall time and the process's user+sys CPU time per image.
 Also the tensor policy's aten operations per batch of 32 px images at batch 8 and 256
-(`tensor_policy.aten_ops`: [ops called, with the ops they call], on the CPU; issue 66).
+(`tensor_policy.aten_ops`: [ops called, with the ops they call], on the CPU; issue 66), and
+at 256 per operation name (`aten_ops_by_name`).
 Prints one JSON line.
 
     PYTHONPATH=. python bench/tensor_policy.py [--repeats 3] [--threads 1]
@@ -22,7 +23,7 @@ import numpy as np
 import torch
 
 from optbench.data import augment
-from optbench.data.tensor_policy import aten_ops, tensor_policy
+from optbench.data.tensor_policy import aten_ops, aten_ops_by_name, tensor_policy
 from optbench.host import cpu_name
 
 POLICIES = ("pycls_v0", "rand-m9-mstd0.5-inc1")
@@ -42,12 +43,15 @@ def natural_batch(size: int, seed: int = 0, batch: int = BATCH) -> torch.Tensor:
 
 def ops_per_batch(name: str) -> dict:
     """The policy's aten ops per batch of 32 px images, after a first batch (which makes the
-    per-shape constants): {"batch_N": [ops called, with their sub-ops]}."""
+    per-shape constants): {"batch_N": [ops called, with their sub-ops]}, and "by_name" at the
+    largest batch: {name: [calls, with the sub-ops]}."""
     policy, out = tensor_policy(name, 32), {}
     for batch in OP_BATCHES:
         x, g = natural_batch(32, batch=batch), torch.Generator().manual_seed(0)
         policy(x, g)
         out[f"batch_{batch}"] = list(aten_ops(lambda p=policy, x=x, g=g: p(x, g)))
+    by_name = aten_ops_by_name(lambda p=policy, x=x, g=g: p(x, g))
+    out["by_name"] = {op: list(count) for op, count in by_name.items()}
     return out
 
 

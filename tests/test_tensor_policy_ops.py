@@ -31,11 +31,16 @@ def ops_per_batch(name: str, batch: int, size: int = 8) -> tuple[int, int]:
     return tp.aten_ops(lambda: policy(x, g))
 
 
-def fixed_per_batch(name: str, large: int = 256) -> list[str]:
-    """What is wrong with the policy's ops per batch: more than MAX_OPS at batch 8 or `large`,
-    or more at `large` than at 8 (a per-sample or per-value loop); empty when nothing is."""
+def fixed_per_batch(name: str, large: int = 256, nested: bool = False) -> list[str]:
+    """What is wrong with the policy's ops per batch: more than MAX_OPS at batch 8 or `large`
+    (the ops called; with the ops they call inside them if `nested`, as issue 66 counts), or
+    more at `large` than at 8 (a per-sample or per-value loop); empty when nothing is."""
     counts = {batch: ops_per_batch(name, batch) for batch in (8, large)}
-    wrong = [f"{calls} ops at batch {b}" for b, (calls, _) in counts.items() if calls > MAX_OPS]
+    wrong = [
+        f"{count[nested]} ops at batch {b}"
+        for b, count in counts.items()
+        if count[nested] > MAX_OPS
+    ]
     (calls_8, nested_8), (calls_large, nested_large) = counts[8], counts[large]
     # inside an op, torch may take another path by size (a zero fill, an index copy: measured
     # up to 7 sub-ops more at 256); a loop over the images adds hundreds
@@ -49,17 +54,40 @@ def test_the_policy_issues_a_fixed_number_of_ops_per_batch(name):
     assert fixed_per_batch(name) == []
 
 
-def test_a_per_sample_loop_is_caught(monkeypatch):
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 66's 300 not reached: 357 (pycls_v0), 500 (rand-m9) with the ops inside "
+    "(bench/RESULTS.md, tensor_policy 2026-12-06, the count per name)",
+)
+@pytest.mark.parametrize("name", POLICIES)
+def test_the_policy_issues_at_most_300_ops_with_the_ops_they_call(name):
+    assert fixed_per_batch(name, nested=True) == []
+
+
+def blend_per_sample(monkeypatch):
+    """Plant a per-sample loop: each image that drew a blend on its own."""
     blend = tensor_ops._blend
 
-    def per_sample(out, rows, factor, flags, smooth, *args):
-        sharpened = set(smooth.tolist())
-        for i in range(len(rows)):  # each image that drew a blend on its own
-            mine = torch.tensor([0] if i in sharpened else [], dtype=torch.long)
-            blend(out, rows[i : i + 1], factor[i : i + 1], flags[:, i : i + 1], mine, *args)
+    def per_sample(out, rows, factor, counts, *args):
+        ends = np.cumsum(counts)  # the rows come kind by kind (slot_plan)
+        for i in range(len(rows)):
+            mine = tuple(
+                int(start <= i < end) for start, end in zip([0, *ends], ends, strict=False)
+            )
+            blend(out, rows[i : i + 1], factor[i : i + 1], mine, *args)
 
     monkeypatch.setattr(tensor_ops, "_blend", per_sample)
-    planted = fixed_per_batch("rand-m9-mstd0.5-inc1", large=48)  # 256 is slow to profile
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_a_per_sample_loop_is_caught(monkeypatch, nested):
+    planted_image = tp.tensor_policy("rand-m9-mstd0.5-inc1", 8)
+    x = torch.randint(0, 256, (48, 3, 8, 8), dtype=torch.uint8)
+    whole, _ = planted_image(x, torch.Generator().manual_seed(0))
+    blend_per_sample(monkeypatch)
+    planted, _ = planted_image(x, torch.Generator().manual_seed(0))
+    assert torch.equal(planted, whole)  # the plant computes the same images
+    planted = fixed_per_batch("rand-m9-mstd0.5-inc1", large=48, nested=nested)  # 256: slow
     assert any("grow with the batch" in line for line in planted), planted
     assert any("at batch 48" in line for line in planted), planted
 

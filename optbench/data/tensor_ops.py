@@ -2,8 +2,9 @@
 device, reproducing Pillow's arithmetic (tests/test_tensor_policy.py checks each against timm's
 PIL op, image for image), one op slot of a batch at a time (`apply_slot`) with a fixed number of
 tensor operations whatever the batch size and whichever ops the images drew, each part of a slot
-computing on the images that drew it only (taken out with one index_select, put back with one
-index_copy_; which images, and their parameters, found on the host by `slot_plan`, in numpy):
+computing on the images that drew it only (taken out with one indexing, put back with one
+index_copy_; which images, ordered by kind, and their parameters, found on the host by
+`slot_plan`, in numpy):
 - the lookup-table ops (AutoContrast, Equalize, Invert, Posterize, Solarize, SolarizeAdd): one
   256-entry table per image and channel (the host's; AutoContrast's and Equalize's from the
   image, in integers), then one gather on uint8;
@@ -11,7 +12,7 @@ index_copy_; which images, and their parameters, found on the host by `slot_plan
   per-image factors towards a per-image degenerate image (grey, mean grey, black or SMOOTH);
 - the affine ops (Rotate, Shear, Translate): Pillow's own bilinear / bicubic (a = -1) sampling
   in float64, pixel centres at +0.5, edge pixels replicated inside the image and the fill
-  colour outside it, the taps gathered as uint8 along the axis that moves (a shear or
+  colour outside it, the taps taken as uint8 from the batch along the axis that moves (a shear or
   translation moves one), then across for Rotate (on chunks of at most `WARP_VALUES` taps: a
   whole batch of CIFAR-sized images, a few large ones at a time on the CPU).
 The table that picks the ops is tensor_policy.py, the draws tensor_draws.py.
@@ -102,7 +103,7 @@ def _affine_matrix(name: str, arg: np.ndarray, h: int, w: int) -> np.ndarray:
 
 _AXIS_X = ("ShearX", "TranslateX", "TranslateXRel")  # move x only; the other axis ops y only
 # which part of a slot runs each kind (`op_kind`): a part takes its images out of the batch,
-# changes them and puts them back (one index_select and index_copy_ per part and slot)
+# changes them and puts them back (one indexing and index_copy_ per part and slot)
 GROUPS = {
     "lut": ("table", "autocontrast", "equalize"),
     "blend": ("grey", "mean", "black", "smooth"),
@@ -142,21 +143,22 @@ def slot_plan(
 ) -> dict:
     """What `apply_slot` reads for one slot of images `shape` (C, H, W) in which image i runs op
     names[op[i]] (none where op[i] < 0) with argument arg[i] and, for an affine op, filter
-    RESAMPLE[resample[i]] (one of the policy's `filters`): numpy arrays per part (GROUPS), each
-    with its images' rows first (int64), then
-    - lut: tables (r, 1, 256) uint8 (posterize, solarize, solarize_add, invert; 0..255 for the
-      others), flags (2, r, 1, 1) bool (AutoContrast's, Equalize's), Equalize's positions;
-    - blend: the factor (r, 1, 1) (Pillow's float32, as float64), flags (2, r, 1, 1) bool (the
-      degenerate image is the grey one: Color; the mean grey: Contrast; else black), SMOOTH's
-      (Sharpness) positions;
+    RESAMPLE[resample[i]] (one of the policy's `filters`): per part (GROUPS), its images' rows
+    (int64) ordered by kind, so that each kind is a slice of the part, then
+    - lut: the tables (r, C, 256) uint8 of the rows after the AutoContrast and Equalize ones
+      (posterize, solarize, solarize_add, invert), (the Equalize rows, the AutoContrast rows);
+    - blend: the factor (r, 1, 1) float32 (Pillow's), (the rows whose degenerate image is the
+      grey one: Color; the mean grey: Contrast; black: Brightness; the others SMOOTH);
     - warp: a list of chunks (`_warp_plan`)."""
     kinds = np.array([op_kind(name) for name in names] + ["none"])[op]  # op -1: the last
-    rows = np.flatnonzero(np.isin(kinds, GROUPS["lut"]))
-    quantum, threshold = np.ones((len(rows), 1)), np.full((len(rows), 1), 256.0)
-    add = np.zeros((len(rows), 1))
+    rows, counts = _rows_by_kind(kinds, ("equalize", "autocontrast", "table"))
+    static = rows[counts[0] + counts[1] :]  # the rows whose tables the host makes
+    drawn = op[static]
+    quantum, threshold = np.ones((len(drawn), 1)), np.full((len(drawn), 1), 256.0)
+    add = np.zeros((len(drawn), 1))
     for k, name in enumerate(names):
-        mine = op[rows] == k
-        v = np.trunc(arg[rows][mine])  # the integer ops' arguments, as Python's int()
+        mine = drawn == k
+        v = np.trunc(arg[static][mine])  # as Python's int()
         base = name.replace("Increasing", "").replace("Original", "")
         if base == "Invert":
             threshold[mine] = 0.0
@@ -170,17 +172,19 @@ def slot_plan(
     table = ix - np.fmod(ix, quantum)  # Pillow's tables: posterize, solarize, solarize_add
     table = np.where(ix < threshold, table, 255.0 - table)
     table = np.where(ix < 128, np.minimum(table + add, 255.0), table)
-    kind = kinds[rows]
-    flags = np.stack([kind == "autocontrast", kind == "equalize"]).reshape(2, -1, 1, 1)
-    tables = table.astype(np.uint8).reshape(-1, 1, 256)
-    plan = {"lut": (rows, tables, flags, np.flatnonzero(kind == "equalize"))}
-    rows = np.flatnonzero(np.isin(kinds, GROUPS["blend"]))
-    kind = kinds[rows]
-    factor = arg[rows].astype(np.float32).astype(np.float64).reshape(-1, 1, 1)
-    flags = np.stack([kind == "grey", kind == "mean"]).reshape(2, -1, 1, 1)
-    plan["blend"] = (rows, factor, flags, np.flatnonzero(kind == "smooth"))
+    tables = np.repeat(table.astype(np.uint8)[:, None], shape[0], axis=1)  # per channel
+    plan = {"lut": (rows, tables, tuple(counts[:2]))}
+    rows, counts = _rows_by_kind(kinds, ("grey", "mean", "black", "smooth"))
+    factor = arg[rows].astype(np.float32).reshape(-1, 1, 1)
+    plan["blend"] = (rows, factor, tuple(counts[:3]))
     plan["warp"] = _warp_plan(names, op, arg, resample, kinds, shape, filters, device_type)
     return plan
+
+
+def _rows_by_kind(kinds: np.ndarray, order: tuple[str, ...]) -> tuple[np.ndarray, list[int]]:
+    """The rows of `kinds` that are one of `order`, kind after kind, and each kind's count."""
+    rows = [np.flatnonzero(kinds == kind) for kind in order]
+    return np.concatenate(rows), [len(r) for r in rows]
 
 
 def _warp_plan(names, op, arg, resample, kinds, shape, filters, device_type) -> list[tuple]:
@@ -189,12 +193,12 @@ def _warp_plan(names, op, arg, resample, kinds, shape, filters, device_type) -> 
     rows (the other axis' taps, filtered in a second pass), a shear or translation one (its
     other axis stays on the pixel centres, where the taps would weigh (0, 1, 0, 0)). The axis
     moving in the first pass is x, y for the ops that move y only (their matrix rows swapped).
-    Per chunk: its images' rows (Rotate's first), each tap row's image row, each Rotate
-    image's first tap row; per tap row, float64, `geometry` (4, 2, R, 1, 1):
-    the matrix' coefficients a, b, c of the moving then the other coordinate, their sizes, and
-    `axes` (5, R, 1, 1): the moving axis' last index and flat stride, the tap row's offset on
-    the other axis, that axis' last index and stride; the taps (R, T, 1) where the filter is
-    drawn per image (else None); the number of Rotate images."""
+    Per chunk: its images' rows (Rotate's first); per tap row (the Rotate images' first taps,
+    their second taps, ..., then the shears' and translations'), float64 (2, R, 1, 1) for the
+    moving then the other coordinate: the matrix' coefficients a, b, c, the sizes; its taps'
+    offsets (T, 2, R, 1, 1), the axes' last index and flat stride (2, R, 1, 1); int64
+    (R, C, 1) where its image's channels start in the flat batch; the number of Rotate
+    images."""
     c, h, w = shape
     t = 2 if filters == ("bilinear",) else 4
     matrix = np.zeros((len(op), 6))
@@ -216,27 +220,30 @@ def _warp_plan(names, op, arg, resample, kinds, shape, filters, device_type) -> 
         rows_t, rows_m = turned[start_t : start_t + n_t], moved[start_m : start_m + n_m]
         swap = np.concatenate([np.zeros(n_t, bool), along_y[start_m : start_m + n_m]])
         rows = np.concatenate([rows_t, rows_m])
-        per_row = np.concatenate([np.full(n_t, t), np.ones(n_m, int)])  # tap rows per image
-        image = np.repeat(np.arange(len(rows)), per_row)
+        # each tap row's image (index into rows): Rotate's tap by tap, then one per image
+        image = np.concatenate([np.tile(np.arange(n_t), t), np.arange(n_t, n_t + n_m)])
         m = matrix[rows][:, [3, 4, 5, 0, 1, 2]]
-        m = np.where(swap[:, None], m, matrix[rows])  # moving coordinate's coefficients first
-        size = np.where(swap[:, None], [[h, w]], [[w, h]])
-        stride = np.where(swap[:, None], [[w, 1.0]], [[1.0, w]])
-        offset = np.concatenate([taps[rows_t].reshape(-1), np.zeros(n_m)])
-        geometry = np.stack([m[:, [0, 3]], m[:, [1, 4]], m[:, [2, 5]], size])[:, image]
-        axes = np.stack(
-            [size[:, 0] - 1.0, stride[:, 0], np.zeros(len(rows)), size[:, 1] - 1.0, stride[:, 1]]
-        )[:, image]
-        axes[2] = offset
-        drawn = taps[rows][image].reshape(-1, t, 1) if len(filters) == 2 else None
+        m = np.where(swap[:, None], m, matrix[rows])[image]  # moving coordinate's first
+        size = np.where(swap[:, None], [[h, w]], [[w, h]])[image]
+        stride = np.where(swap[:, None], [[w, 1.0]], [[1.0, w]])[image]
+        offset = np.concatenate([taps[rows_t].T.reshape(-1), np.zeros(n_m)])
+        shift = np.stack([taps[rows][image].T, np.broadcast_to(offset, (t, len(image)))], 1)
+        base = rows[image][:, None] * (c * h * w) + np.arange(c) * (h * w)
+
+        def per_row(a):  # (R, 2) -> (2, R, 1, 1)
+            return np.ascontiguousarray(a.T).reshape(2, -1, 1, 1)
+
         chunks.append(
             (
                 rows,
-                rows[image],
-                np.arange(n_t, dtype=np.int64) * t,
-                geometry.transpose(0, 2, 1).reshape(4, 2, -1, 1, 1),
-                axes.reshape(5, -1, 1, 1),
-                drawn,
+                per_row(m[:, [0, 3]]),
+                per_row(m[:, [1, 4]]),
+                per_row(m[:, [2, 5]]),
+                per_row(size.astype(np.float64)),
+                shift.reshape(t, 2, -1, 1, 1),
+                per_row(size - 1.0),
+                per_row(stride),
+                base.reshape(-1, c, 1),
                 n_t,
             )
         )
@@ -246,8 +253,8 @@ def _warp_plan(names, op, arg, resample, kinds, shape, filters, device_type) -> 
 
 def plan_to_device(plan, device: torch.device):
     """A plan (nested tuples, lists, dicts of numpy arrays and other values) with its arrays
-    on `device`, in one copy per dtype (int64, float64, uint8; bool as uint8) whatever their
-    number, split into views of their shapes."""
+    on `device`, in one copy per dtype whatever their number, each array a strided view of
+    its dtype's copy (one operation each)."""
     arrays: list[np.ndarray] = []
 
     def collect(node):
@@ -263,19 +270,20 @@ def plan_to_device(plan, device: torch.device):
     collect(plan)
     buckets: dict[np.dtype, list[np.ndarray]] = {}
     for a in arrays:
-        buckets.setdefault(np.dtype(np.uint8) if a.dtype == bool else a.dtype, []).append(a)
-    pieces = {}
+        buckets.setdefault(a.dtype, []).append(a)
+    views: dict[np.dtype, list[torch.Tensor]] = {}
     for dtype, parts in buckets.items():
-        flat = np.concatenate([p.astype(dtype, copy=False).ravel() for p in parts])
-        pieces[dtype] = iter(
-            to_device(torch.from_numpy(flat), device).split([p.size for p in parts])
-        )
+        flat = to_device(torch.from_numpy(np.concatenate([p.ravel() for p in parts])), device)
+        offsets = np.cumsum([0] + [p.size for p in parts[:-1]]).tolist()
+        views[dtype] = [
+            flat.as_strided(p.shape, np.cumprod((1, *p.shape[:0:-1]))[::-1].tolist(), o)
+            for p, o in zip(parts, offsets, strict=True)
+        ]
+    pieces = {dtype: iter(v) for dtype, v in views.items()}
 
     def rebuild(node):
         if isinstance(node, np.ndarray):
-            t = next(pieces[np.dtype(np.uint8) if node.dtype == bool else node.dtype])
-            t = t.view(node.shape) if node.ndim > 1 else t
-            return t.view(torch.bool) if node.dtype == bool else t
+            return next(pieces[node.dtype])
         if isinstance(node, (tuple, list)):
             return type(node)(rebuild(item) for item in node)
         if isinstance(node, dict):
@@ -288,27 +296,27 @@ def plan_to_device(plan, device: torch.device):
 @functools.lru_cache(maxsize=16)
 def _constants(c: int, h: int, w: int, fill: tuple[int, ...], device: torch.device) -> dict:
     """The tensors every batch of this shape reads, made once per shape and device (on the
-    CPU, then copied as the plans are: no host sync on a GPU)."""
-    f64 = dict(dtype=torch.float64)
+    CPU, then copied as the plans are: no host sync on a GPU). Scalars of the operands' own
+    dtype: a Python number meeting a float32 or int32 tensor is a conversion per use."""
+    f64, f32 = dict(dtype=torch.float64), dict(dtype=torch.float32)
     border = torch.ones(h, w, dtype=torch.bool)
     border[1:-1, 1:-1] = False
     constants = {
         "ix": torch.arange(256, **f64),
         "255": torch.full((1, 1, 1), 255.0, **f64),
-        "luma": torch.tensor([19595, 38470, 7471], dtype=torch.int32).view(1, 3, 1),
+        "luma": torch.tensor([19595.0, 38470.0, 7471.0], **f32).view(1, 3, 1),
+        "2**15": torch.tensor(2.0**15, **f32),
+        "2**-16": torch.tensor(2.0**-16, **f32),
+        "6.5": torch.tensor(6.5, **f32),
+        "13": torch.tensor(13.0, **f32),
         "border": border.view(1, 1, h * w),
         # (x + .5, y + .5) of every output pixel, (1, 1, H*W) each
         "cols": (torch.arange(w, **f64).repeat(h) + 0.5).view(1, 1, h * w),
         "rows": (torch.arange(h, **f64).repeat_interleave(w) + 0.5).view(1, 1, h * w),
-        # a filter's taps along an axis: bicubic's; bilinear's 2
-        "bicubic": torch.tensor(_TAPS["bicubic"], **f64).view(1, 4, 1),
-        "bilinear": torch.tensor([0.0, 1.0], **f64).view(1, 2, 1),
-        # bicubic's p2, p3, p4 from integer taps v1..v4 (`_cubic`: exact in any order)
-        "cubic": torch.tensor([[-1.0, 0, 1, 0], [2, -2, 1, -1], [-1, 1, -1, 1]], **f64),
         "fill": torch.tensor(fill, **f64).view(1, c, 1),
         "one": torch.ones((), **f64),
         "zero": torch.zeros((), **f64),
-        "zero32": torch.zeros(()),
+        "zero32": torch.zeros((), **f32),
     }
     return {key: to_device(t, device) for key, t in constants.items()}
 
@@ -328,81 +336,98 @@ def apply_slot(out: torch.Tensor, plan: dict, kind: frozenset[str], fill, filter
         _blend(flat, *plan["blend"], k, kind, h, w)
     if kind & set(GROUPS["warp"]):
         for chunk in plan["warp"]:
-            _warp(flat, *chunk, k, filters)
+            _warp(flat, *chunk, k)
 
 
-def _lookup(out, rows, tables, flags, equalized, k: dict, kind: frozenset):
+def _pixels(values: torch.Tensor) -> torch.Tensor:
+    """Float pixel values as Pillow stores them: clipped to [0, 255], truncated (by the
+    conversion to uint8, as C's), uint8."""
+    return values.clamp_(0.0, 255.0).to(torch.uint8)
+
+
+def _lookup(out, rows, tables, counts, k: dict, kind: frozenset):
     """Each image and channel through its own table: the host's (posterize, solarize,
-    solarize_add, invert; 0..255 for the others), AutoContrast's or Equalize's where drawn, in
-    Pillow's integer arithmetic (exact in float64); then one gather on uint8."""
-    images = out.index_select(0, rows)
+    solarize_add, invert), Equalize's or AutoContrast's from the image, in Pillow's integer
+    arithmetic (exact in float64); then one gather on uint8."""
+    images = out[rows]
     index = images.long()
-    r, c, hw = images.shape
-    table = tables
-    if kind & {"autocontrast", "equalize"}:
-        ix = k["ix"]
-        lo, hi = images.aminmax(dim=2, keepdim=True)  # uint8; float64 with float64 operands
-        autocontrast, equalize = flags.unbind(0)
-        if "autocontrast" in kind:
-            # ImageOps.autocontrast: [lo, hi] stretched to [0, 255]; a tensor quotient, not
-            # 255.0 / d, which torch computes as 255 x (1 / d), not the correctly rounded one
-            scale = k["255"] / (hi - lo).clamp_(min=1)
-            stretched = (ix * scale - lo * scale).trunc_().clamp_(0.0, 255.0)
-            table = torch.where(autocontrast & (hi > lo), stretched, table)
-        if "equalize" in kind:
-            # ImageOps.equalize: cumulative histogram steps, the top value's count left out
-            # (an image of one value has step 0: kept); the Equalize images' histograms only
-            some = index[equalized]
-            counts = torch.zeros(len(some), c, 256, dtype=torch.float64, device=out.device)
-            counts.scatter_add_(2, some, k["one"].expand_as(some))
-            hist = torch.zeros(r, c, 256, dtype=torch.float64, device=out.device)
-            hist.index_copy_(0, equalized, counts)
-            step = (float(hw) - hist.gather(2, hi.long())).div_(255.0, rounding_mode="floor")
-            lut = (hist.cumsum(2) - hist).add_(step.div(2.0, rounding_mode="floor"))
-            lut = lut.div_(step.clamp(min=1.0), rounding_mode="floor").clamp_(max=255.0)
-            table = torch.where(equalize & (step > 0.0), lut, table)
-        table = table.to(torch.uint8)  # (r, C, 256)
-    else:
-        table = table.expand(r, c, 256)
-    out.index_copy_(0, rows, table.gather(2, index))
+    n_equalize, n_autocontrast = counts
+    made = []
+    if "equalize" in kind:
+        made.append(_equalize(index[:n_equalize], k))
+    if "autocontrast" in kind:
+        made.append(_autocontrast(images[n_equalize : n_equalize + n_autocontrast], k))
+    if made:
+        made = made[0] if len(made) == 1 else torch.cat(made)
+        tables = torch.cat([made.to(torch.uint8), tables])
+    out.index_copy_(0, rows, tables.gather(2, index))
 
 
-def _blend(out, rows, factor, flags, smooth, k: dict, kind: frozenset, h: int, w: int):
+def _equalize(index, k: dict):
+    """ImageOps.equalize's tables (e, C, 256) float64 of images `index` (int64): cumulative
+    histogram steps, the top value's count left out; an image of one value (step 0) kept."""
+    hist = torch.zeros(*index.shape[:2], 256, dtype=torch.float64, device=index.device)
+    hist.scatter_add_(2, index, k["one"].expand(index.shape))
+    top = hist.gather(2, index.amax(2, keepdim=True))
+    step = top.neg_().add_(float(index.shape[2])).div_(255.0, rounding_mode="floor")
+    lut = hist.cumsum(2).sub_(hist).add_(step.div(2.0, rounding_mode="floor"))
+    lut = lut.div_(step.clamp_min(1.0), rounding_mode="floor").clamp_max_(255.0)
+    return torch.where(step > 0.0, lut, k["ix"])
+
+
+def _autocontrast(images, k: dict):
+    """ImageOps.autocontrast's tables (a, C, 256) float64 of uint8 images: [lo, hi] stretched
+    to [0, 255]; an image of one value kept. A tensor quotient, not 255.0 / d, which torch
+    computes as 255 x (1 / d), not the correctly rounded one."""
+    lo, hi = images.double().aminmax(dim=2, keepdim=True)
+    scale = k["255"] / (hi - lo).clamp_min_(1.0)
+    stretched = (k["ix"] * scale).sub_(lo * scale).clamp_(0.0, 255.0)  # truncated as uint8
+    return torch.where(hi > lo, stretched, k["ix"])
+
+
+def _blend(out, rows, factor, counts, k: dict, kind: frozenset, h: int, w: int):
     """ImageEnhance's Image.blend(degenerate, img, factor) per image, in float32, truncated:
-    degenerate the grey image (Color: ITU-R 601-2 luma in 16-bit fixed point, rounded), its
-    rounded mean (Contrast), black (Brightness) or SMOOTH (Sharpness: 3x3 kernel 1 1 1 / 1 5 1 /
-    1 1 1 over 13, rounded, the border kept; its sums are exact integers in float32 and
-    (total + 6.5) / 13 is never within float32's error of an integer, so it floors as Pillow's
-    (2 total + 13) // 26)."""
-    images = out.index_select(0, rows)
-    r, c, hw = images.shape
+    degenerate the grey image (Color: `_grey`), its rounded mean (Contrast), black
+    (Brightness) or SMOOTH (Sharpness: `_smooth`)."""
+    images = out[rows]
+    (n_grey, n_mean, n_black), hw = counts, images.shape[2]
     v = images.float()
-    degenerate = k["zero32"]
-    if kind & {"grey", "mean"}:
-        grey = images
-        if c == 3:
-            luma = (images * k["luma"]).sum(1, keepdim=True, dtype=torch.int32)
-            grey = luma.add_(32768).bitwise_right_shift_(16)
-        colour, contrast = flags.unbind(0)
-        degenerate = torch.where(colour, grey, degenerate)  # float32
-        if "mean" in kind:
-            mean = (grey.sum(2, keepdim=True, dtype=torch.float64) / float(hw) + 0.5).trunc_()
-            degenerate = torch.where(contrast, mean.float(), degenerate)
-    if "smooth" in kind:
-        if kind & {"grey", "mean"}:
-            degenerate = degenerate.repeat(1, c, 1)
-        else:
-            degenerate = torch.zeros(r, c, hw, device=out.device)
-        some = v[smooth]
-        box = torch.nn.functional.avg_pool2d(some.view(-1, c, h, w), 3, 1, 1, divisor_override=1)
-        total = (
-            box.view(-1, c, hw).add_(some, alpha=4.0).add_(6.5).div_(13.0, rounding_mode="floor")
-        )
-        degenerate.index_copy_(0, smooth, torch.where(k["border"], some, total))
-    # degenerate + factor (img - degenerate) in float32: the float64 factor holds a float32,
-    # whose product with a float32 is exact in float64 and rounds once, as float32's
-    mixed = v.sub_(degenerate).mul_(factor).add_(degenerate)
-    out.index_copy_(0, rows, mixed.clamp_(0.0, 255.0).trunc_().to(torch.uint8))
+    blends = kind & set(GROUPS["blend"])
+    if blends == {"grey"}:  # Color only: the grey image itself, broadcast
+        degenerate = _grey(v, k)
+    else:
+        degenerate = torch.zeros(v.shape, device=v.device)  # black: Brightness's
+        if blends & {"grey", "mean"}:
+            grey = _grey(v[: n_grey + n_mean], k)
+            if "mean" in blends:  # the Contrast images' grey replaced by its mean
+                contrast = grey[n_grey:]
+                mean = contrast.sum(2, keepdim=True, dtype=torch.float64)
+                contrast.copy_(mean.div_(float(hw)).add_(0.5).trunc_())
+            degenerate[: n_grey + n_mean].copy_(grey)
+        if "smooth" in blends:
+            smooth = n_grey + n_mean + n_black
+            degenerate[smooth:].copy_(_smooth(v[smooth:], k, h, w))
+    # degenerate + factor (img - degenerate) in float32, as Pillow's
+    out.index_copy_(0, rows, _pixels(v.sub_(degenerate).mul_(factor).add_(degenerate)))
+
+
+def _grey(v, k: dict):
+    """Image.convert("L") of float32 images (ITU-R 601-2 luma in 16-bit fixed point,
+    rounded): exact in float32, whose sums stay under 2^24 (a copy of 1-channel images)."""
+    if v.shape[1] != 3:
+        return v.clone()  # not a view of v, which the blend changes
+    grey = (v * k["luma"]).sum(1, keepdim=True)
+    return grey.add_(k["2**15"]).mul_(k["2**-16"]).floor_()
+
+
+def _smooth(v, k: dict, h: int, w: int):
+    """ImageFilter.SMOOTH of float32 images (s, C, H*W): the 3x3 kernel 1 1 1 / 1 5 1 / 1 1 1
+    over 13, rounded, the border kept; its sums are exact integers in float32 and
+    (total + 6.5) / 13 is never within float32's error of an integer, so it floors as Pillow's
+    (2 total + 13) // 26."""
+    box = torch.nn.functional.avg_pool2d(v.view(-1, v.shape[1], h, w), 3, 1, 1, divisor_override=1)
+    total = box.view(v.shape).add_(v, alpha=4.0).add_(k["6.5"])
+    return torch.where(k["border"], v, total.div_(k["13"], rounding_mode="floor"))
 
 
 def _cubic(v1, v2, v3, v4, d):
@@ -419,44 +444,27 @@ def _lerp(v2, v3, d):
     return (v3 - v2).mul_(d).add_(v2)
 
 
-def _along(values, d, k: dict):
-    """The first pass over integer taps `values` (R, C, T, H*W): bilinear's, or bicubic's with
-    its p2, p3, p4 as one product with integer weights (exact, so in any order), then Pillow's
-    p1 + d (p2 + d (p3 + d p4))."""
-    if values.shape[2] == 2:
-        return _lerp(*values.unbind(2), d)
-    p2, p3, p4 = torch.matmul(k["cubic"], values).unbind(2)
-    return p4.mul_(d).add_(p3).mul_(d).add_(p2).mul_(d).add_(values.select(2, 1))
-
-
-def _warp(out, rows, tap_rows, turned, geometry, axes, taps, n_turned, k, filters):
+def _warp(out, rows, pa, pb, pc, size, shift, last, stride, base, n_turned, k):
     """Image.transform(AFFINE) of a chunk of images (`_warp_plan`): each output pixel centre
     (x + .5, y + .5) maps to an input point, as Pillow's affine_transform; its taps are
-    gathered as uint8 (edge pixels replicated) and filtered in float64, along the moving axis
-    for every tap row, then across the tap rows for Rotate; the fill colour outside the image."""
-    images = out.index_select(0, tap_rows)  # (R, C, H*W)
-    n_rows, c, hw = images.shape
-    pa, pb, pc, size = geometry.unbind(0)  # (2, R, 1, 1): the moving, the other coordinate
-    last, stride, offset, other_last, other_stride = axes.unbind(0)  # (R, 1, 1)
-    uv = pa * k["cols"] + pb * k["rows"] + pc
+    taken as uint8 from the flat batch (edge pixels replicated) and filtered in float64, along
+    the moving axis for every tap row, then across the tap rows for Rotate; the fill colour
+    outside the image."""
+    uv = pa * k["cols"] + pb * k["rows"] + pc  # (2, R, 1, H*W): the moving, the other
     inside = ((uv >= 0.0) & (uv < size)).all(0)
-    uv = uv - 0.5
-    base = uv.floor()
-    (moving, other), (frac, other_frac) = base.unbind(0), (uv - base).unbind(0)
-    taps = k[filters[0]] if taps is None else taps
-    index = (moving + taps).clamp_(k["zero"], last).mul_(stride)
-    index = index.add_((other + offset).clamp_(k["zero"], other_last).mul_(other_stride))
-    t = index.shape[1]
-    flat = index.long().view(n_rows, 1, t * hw).expand(n_rows, c, -1)
-    along = _along(images.gather(2, flat).double().view(n_rows, c, t, hw), frac, k)
+    uv = uv.sub_(0.5)
+    floor = uv.floor()
+    frac = uv.sub_(floor)
+    # flat positions (T, R, C, H*W) of each tap row's T taps, every channel
+    index = (floor + shift).clamp_(k["zero"], last).mul_(stride).sum(1).long() + base
+    t = shift.shape[0]
+    filtered = (_lerp if t == 2 else _cubic)(*out.take(index).double().unbind(0), frac[0])
     # the fill colour outside the image, before the second pass: a Rotate image's tap rows
     # share their pixels' inside, and the filters give (f, f, f, f) back as f exactly
-    along = torch.where(inside, along, k["fill"])
-    across = along.narrow(0, 0, n_turned * t).view(n_turned, t, c, hw).unbind(1)
-    across = (_lerp if t == 2 else _cubic)(*across, other_frac[turned])
-    value = torch.cat([across, along.narrow(0, n_turned * t, n_rows - n_turned * t)])
-    value = value.clamp_(0.0, 255.0).trunc_().to(torch.uint8)
-    out.index_copy_(0, rows, value)
+    along = torch.where(inside, filtered, k["fill"])
+    across = along[: n_turned * t].view(t, n_turned, *along.shape[1:]).unbind(0)
+    across = (_lerp if t == 2 else _cubic)(*across, frac[1][:n_turned])
+    out.index_copy_(0, rows, _pixels(torch.cat([across, along[n_turned * t :]])))
 
 
 def apply_op(

@@ -172,10 +172,21 @@ def aten_ops(run: Callable[[], object]) -> tuple[int, int]:
     """The aten operations one `run()` issues, counted by torch.profiler on the CPU: (the ops
     it calls; those plus the ops they call inside them, as issue 66 counted the per-sample
     policy's 6,801). Call it after a first run, which makes the per-shape constants."""
+    counts = aten_ops_by_name(run).values()
+    return sum(calls for calls, _ in counts), sum(nested for _, nested in counts)
+
+
+def aten_ops_by_name(run: Callable[[], object]) -> dict[str, tuple[int, int]]:
+    """`aten_ops` per operation name ("aten::" left out), most frequent (with the ops inside)
+    first: {name: (calls, all)}."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         run()
     ops = [e for e in prof.events() if e.name.startswith("aten::")]
-    calls = [e for e in ops if e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::")]
-    return len(calls), len(ops)
+    counts: dict[str, list[int]] = {}
+    for e in ops:
+        count = counts.setdefault(e.name.removeprefix("aten::"), [0, 0])
+        count[0] += e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::")
+        count[1] += 1
+    return {name: tuple(c) for name, c in sorted(counts.items(), key=lambda kv: -kv[1][1])}
