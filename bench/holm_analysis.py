@@ -334,7 +334,6 @@ def ranking(studies: dict, looks: tuple, by: str = "a") -> dict:
     order = Comparison.model_validate({"name": "order", "kind": "rank", "by": by, "cells": cells})
     panels = order.panels()
     per_pair: dict[str, dict] = {panel.key: {} for panel in panels}
-    rows: dict[str, tuple] = {}  # each pair's (claim, kind, cells): what `places` reads
     for j, frame in studies.items():
         for n in looks:
             table = claims.claims_table(
@@ -347,7 +346,6 @@ def ranking(studies: dict, looks: tuple, by: str = "a") -> dict:
             for row in table[table["claim"] == "order"].itertuples():
                 key = comparison_key(row.claim, row.cells)
                 per_pair[key][j, n] = (float(row.estimate), float(row.se), n - 1, row.design)
-                rows[key] = (row.claim, row.kind, row.cells)
     shows_first = {"holds", sequential.HOLDS_NEGLIGIBLE}
     wrong_if, estimands = [], {}
     for panel in panels:
@@ -371,7 +369,7 @@ def ranking(studies: dict, looks: tuple, by: str = "a") -> dict:
             stops = replay_family([(per_pair[p.key], j) for p in panels], design, holm)
             wrong.append(any(o in bad for (o, _), bad in zip(stops, wrong_if, strict=True)))
             decided.append(sum(o in sequential.DECIDED for o, _ in stops))
-            ordered.append(fully_ordered([rows[p.key] for p in panels], stops))
+            ordered.append(fully_ordered(panels, stops))
             for model, trained in cell_samples(panels, stops).items():
                 sizes[model].append(trained)
         share = float(np.mean(wrong))
@@ -398,13 +396,14 @@ def cell_samples(panels: list, stops: list[tuple[str, int]]) -> dict[str, int]:
     return out
 
 
-def fully_ordered(rows: list[tuple], stops: list[tuple[str, int]]) -> bool:
+def fully_ordered(panels: list, stops: list[tuple[str, int]]) -> bool:
     """Whether the pairs' outcomes at their stops decide every cell's place
-    (decision/ranking.py's `places`, implied pairs included, as the page reads them)."""
-    table = pd.DataFrame(
+    (decision/ranking.py's `places` of the pairs' rows, implied pairs included, as the page
+    reads them)."""
+    table = pd.DataFrame(  # the estimate orders the listing only, not the places
         [
-            {"claim": claim, "kind": kind, "cells": cells, "estimate": 0.0, "verdict": outcome}
-            for (claim, kind, cells), (outcome, _) in zip(rows, stops, strict=True)
+            {"claim": p.claim, "kind": p.kind_name, "cells": p.cells, "verdict": o, "estimate": 0}
+            for p, (o, _) in zip(panels, stops, strict=True)
         ]
     )
     return all(p.places[0] == p.places[1] for p in ranking_order.places(table))
