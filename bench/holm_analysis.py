@@ -19,23 +19,39 @@ one JSON line for bench/RESULTS.md.
   so the Monte-Carlo se is smaller than the truth.
 
 - `ranking`: rankings of four cells (issue 69 item 1) made of the quickstart's replicates:
-  ViT_C and ViT_P from one half of the replicates (c1, p1) and from the other half (c2, p2),
-  each a study of the seed-per-pair design (seed_per_sample_studies, "paired"), ranked by
-  EDF area: c1 - c2 and p1 - p2 are exact nulls, the four ViT_C - ViT_P pairs the real effect.
+  ViT_C and ViT_P from one half of the replicates (c#1, p#1) and from the other half (c#2,
+  p#2), each a study of the seed-per-pair design (seed_per_sample_studies, "paired"), ranked
+  by EDF area: c#1 - c#2 and p#1 - p#2 are exact nulls (copies of one cell: "#"), the four
+  ViT_C - ViT_P pairs the real effect.
   Each pair's looks as a look reads them, the six decided by Holm's step-down within the
   ranking and by Bonferroni (alpha / 6 each): the share with a wrong ordering (a null pair
   decided, or ViT_P shown better), the pairs decided (holds, opposite or equivalent: the
   bench's margin of 0.1 EDF area lets a null pair stop), and the mean samples a cell trained
   (until its last pair stopped). `ranking_designs`: four distinct cells, the quickstart's
-  ViT_C and ViT_P (20 epochs) beside the mini's (8 epochs, its seed-per-pair trainings cut to
-  24 samples), a wrong ordering one against the sign of the pair's mean estimate at 24.
+  ViT_C and ViT_P (c20, p20) beside the mini's (c8, p8: its seed-per-pair trainings cut to 24
+  samples), a wrong ordering one against the sign of the pair's mean estimate at 24.
+- `rank4` (`python holm_analysis.py rank4 [REPLICATES_FOLDER]`, its own JSON line): rankings
+  of four distinct cells with looks past 24 (8, 16, 24, 32, 40: trials_a_40.csv ends at 40),
+  ranked by best error (k = BEST_OF_DEFAULT, no margin) and by EDF area (margin 0.1): ViT_C
+  and ViT_P at 8 epochs (c8, p8: trials_seed_per_pair_64.csv's first 40 samples, trained as
+  the mini ships, a seed per pair) and at 4 epochs (c4, p4: trials_a_40.csv, trained with one
+  seed per study and redrawn per sample, so each of its 20 seeds serves 2 of a cell's 40
+  samples: a mixed design, not the seed-per-pair one), each cell drawn on its own (per-model
+  boxes). `designs`: 200 rankings of c8, p8, c4, p4; `nulls_c` / `nulls_p`: one model's 8-
+  and 4-epoch cells, each twice from disjoint halves of the replicates (c8#1, c8#2, c4#1,
+  c4#2: two exact nulls, four effects; a 4-epoch seed serves 4 samples of a copy);
+  `global_null_<cell>` (best error only): four copies of one cell from disjoint quarters (six
+  exact nulls; a 4-epoch seed serves 8 samples of a copy, harder than the design). Per rule
+  (`ranking`): wrong orderings with their Monte-Carlo se (the rankings share trainings: read
+  it as a lower bound), pairs decided, the share fully ordered, each cell's mean samples and
+  their sum against the fixed design's 4 x 40.
 - `simulated_ranking`: rankings of four cells on normal units (`RANKING_MEANS`), Holm within
   the ranking against Bonferroni over its six pairs, 200,000 seeded studies each.
 - `simulated`: the same families on normal units (sequential.simulate_family, 200,000 seeded
   studies each, the quickstart's looks, Pocock), with the se known (the theorem's setting) and
   estimated (the rule as a look applies it).
 
-`python bench/holm_analysis.py [REPLICATES_FOLDER]` (default docs/reference/replicates).
+`python bench/holm_analysis.py [rank4] [REPLICATES_FOLDER]` (default docs/reference/replicates).
 """
 
 from __future__ import annotations
@@ -61,6 +77,7 @@ from sequential_analysis import (
 )
 
 from optbench.decision import claims, frames, sequential
+from optbench.decision import ranking as ranking_order
 from optbench.decision.summary import Options
 from optbench.plan.trials import plan
 from optbench.run.rounds import Rounds
@@ -224,38 +241,66 @@ def simulated(paths: int = 200_000) -> dict:
     return out
 
 
-def ranking_nulls(trials: pd.DataFrame, count: int) -> dict:
-    """`count` rankings of c1, p1, c2, p2 (module docstring, `ranking`), each pair of sides
-    from its own half of the replicates."""
+def replicate_parts(trials: pd.DataFrame, parts: int, count: int, kind: str, seed: int) -> list:
+    """`count` seed_per_sample_studies of `kind` from each of `parts` disjoint sets of the
+    replicates (a fixed permutation, split in order), the i-th set's with seed `seed` + i: the
+    copies of a cell that a null ranking sets against each other never share a training."""
     reps = np.array(sorted(set(trials["replicate"])))
-    halves = np.array_split(np.random.default_rng(5).permutation(reps), 2)
-    made = [
-        seed_per_sample_studies(trials[trials["replicate"].isin(half)], count, "paired", seed)
-        for seed, half in enumerate(halves)
+    sets = np.array_split(np.random.default_rng(5).permutation(reps), parts)
+    return [
+        seed_per_sample_studies(trials[trials["replicate"].isin(part)], count, kind, seed + i)
+        for i, part in enumerate(sets)
     ]
+
+
+def ranking_nulls(trials: pd.DataFrame, count: int) -> dict:
+    """`count` rankings of c#1, p#1, c#2, p#2 (module docstring, `ranking`), each pair of
+    sides from its own half of the replicates."""
+    made = replicate_parts(trials, 2, count, "paired", 0)
     return {
         j: pd.concat(
-            [_labelled(studies[j], f"c{i + 1}", f"p{i + 1}") for i, studies in enumerate(made)]
+            [_labelled(studies[j], f"c#{i + 1}", f"p#{i + 1}") for i, studies in enumerate(made)]
         )
         for j in range(count)
     }
 
 
-def ranking_designs(quick: pd.DataFrame, mini: pd.DataFrame, count: int) -> dict:
-    """`count` rankings of four distinct cells (module docstring, `ranking_designs`): the
-    quickstart's ViT_C and ViT_P at 20 epochs (a shared box, paired) and the mini's at 8
-    (boxes of their own), each design's pair from one of its seed-per-pair studies."""
+def ranking_designs(parts: list[tuple[pd.DataFrame, str, str]], count: int) -> dict:
+    """`count` rankings of the distinct cells of `parts` (module docstring): each part (its
+    trials, seed_per_sample_studies' kind, the tag its ViT_C and ViT_P cells are labelled
+    with: "c" + tag, "p" + tag) gives its two cells from one of its studies, drawn with seed
+    the part's index."""
     made = [
-        seed_per_sample_studies(quick, count, "paired", 0),
-        seed_per_sample_studies(
-            mini[mini["sample"] < quick["sample"].max() + 1], count, "unpaired", 1
-        ),
+        seed_per_sample_studies(trials, count, kind, seed)
+        for seed, (trials, kind, _) in enumerate(parts)
     ]
     return {
         j: pd.concat(
             [
-                _labelled(studies[j], f"c{ep}", f"p{ep}")
-                for studies, ep in zip(made, (20, 8), strict=True)
+                _labelled(studies[j], f"c{tag}", f"p{tag}")
+                for studies, (_, _, tag) in zip(made, parts, strict=True)
+            ]
+        )
+        for j in range(count)
+    }
+
+
+def null_copies(parts: list[tuple[pd.DataFrame, str]], model: str, copies: int, count: int):
+    """`count` rankings of `copies` copies of `model`'s cell from each part ((its trials, its
+    tag)), copy i from the i-th of `copies` disjoint sets of the part's replicates
+    (`replicate_parts`, each model's samples drawn on their own): labelled "<c|p><tag>#<i>",
+    so the pairs of one part's copies are exact nulls and the others the parts' effect."""
+    letter = "c" if model == MODELS[1] else "p"
+    made = [
+        (replicate_parts(trials, copies, count, "unpaired", 10 * k), tag)
+        for k, (trials, tag) in enumerate(parts)
+    ]
+    return {
+        j: pd.concat(
+            [
+                studies[j][studies[j]["model"] == model].assign(model=f"{letter}{tag}#{i + 1}")
+                for sets, tag in made
+                for i, studies in enumerate(sets)
             ]
         )
         for j in range(count)
@@ -267,18 +312,26 @@ def _labelled(study: pd.DataFrame, c: str, p: str) -> pd.DataFrame:
     return study.assign(model=study["model"].map({MODELS[1]: c, MODELS[0]: p}))
 
 
-def ranking(studies: dict, looks: tuple, nulls: bool) -> dict:
+def _same_cell(a: str, b: str) -> bool:
+    """Whether two of a ranking's labels are copies of one cell ("c8#1", "c8#2"): an exact null."""
+    return a.split("#")[0] == b.split("#")[0]
+
+
+def ranking(studies: dict, looks: tuple, by: str = "a") -> dict:
     """Holm within a ranking of the studies' four cells against Bonferroni (module
-    docstring). A wrong ordering: with `nulls`, a decision on a pair of one model (c1 - c2,
-    p1 - p2); on every other pair, one against the sign of its estimand (the mean estimate
-    over the rankings at the last look)."""
+    docstring). A wrong ordering: a decision on a pair of copies of one cell (`_same_cell`);
+    on every other pair, one against the sign of its estimand (the mean estimate over the
+    rankings at the last look). Per rule: the share with a wrong ordering, the pairs decided,
+    the share whose order is fully decided (every cell's place, decision/ranking.py's
+    `places` of the pairs' outcomes), each cell's mean samples (it trains until its last pair
+    stops, as the rounds train it) and their sum (the fixed design's: 4 x the last look)."""
     first = next(iter(studies.values()))
     cells = [
         {"model": m, "optimizer": "adamw", "epochs": int(e)}
         for m, e in first[["model", "epochs"]].drop_duplicates().itertuples(index=False)
     ]
     cells.sort(key=lambda c: c["model"])  # ViT_C's cells first
-    order = Comparison(name="order", kind="rank", by="a", cells=cells)
+    order = Comparison.model_validate({"name": "order", "kind": "rank", "by": by, "cells": cells})
     panels = order.panels()
     per_pair: dict[str, dict] = {panel.key: {} for panel in panels}
     for j, frame in studies.items():
@@ -299,33 +352,61 @@ def ranking(studies: dict, looks: tuple, nulls: bool) -> dict:
         (better,), (other,) = panel.sides
         estimand = float(np.mean([per_pair[panel.key][j, looks[-1]][0] for j in studies]))
         estimands[f"{better[0]}-{other[0]}"] = round(estimand, 4)
-        if nulls and better[0][0] == other[0][0]:
+        if _same_cell(better[0], other[0]):
             wrong_if.append(set(sequential.REJECTS))
         else:  # the direction the estimand does not take
             wrong_if.append(set(sequential.REJECTS) - shows_first if estimand > 0 else shows_first)
-    # the margin of the bench's EDF designs: a pair may stop as "equivalent"
-    design = sequential.Design(looks, "pocock", margin=MARGIN_A, panels=len(panels))
-    out = {"rankings": len(studies), "looks": list(looks), "margin": MARGIN_A}
+    # by EDF area the margin of the bench's EDF designs (a pair may stop as "equivalent");
+    # by best error none (no trained nulls chose one)
+    margin = MARGIN_A if by == "a" else None
+    design = sequential.Design(looks, "pocock", margin=margin, panels=len(panels))
+    out = {"rankings": len(studies), "looks": list(looks), "by": by, "margin": margin}
     out["estimands"] = estimands
     for name, holm in (("holm", True), ("bonferroni", False)):
-        wrong, decided, sizes = [], [], []
+        wrong, decided, ordered = [], [], []
+        sizes: dict[str, list[int]] = {cell["model"]: [] for cell in cells}
         for j in studies:
             stops = replay_family([(per_pair[p.key], j) for p in panels], design, holm)
             wrong.append(any(o in bad for (o, _), bad in zip(stops, wrong_if, strict=True)))
             decided.append(sum(o in sequential.DECIDED for o, _ in stops))
-            for cell in cells:  # a cell trains until its last pair stops
-                reading = [
-                    n for p, (_, n) in zip(panels, stops, strict=True) if cell["model"] in p.models
-                ]
-                sizes.append(max(reading))
+            ordered.append(fully_ordered(panels, stops))
+            for model, trained in cell_samples(panels, stops).items():
+                sizes[model].append(trained)
         share = float(np.mean(wrong))
         out[name] = {
             "wrong": round(share, 4),
             "wrong_mc_se": _mc_se(share, len(studies)),
             "pairs_decided": round(float(np.mean(decided)), 3),
-            "mean_cell_samples": round(float(np.mean(sizes)), 2),
+            "fully_ordered": round(float(np.mean(ordered)), 3),
+            "mean_cell_samples": round(float(np.mean(list(sizes.values()))), 2),
+            "cell_samples": round(float(np.sum(np.mean(list(sizes.values()), axis=1))), 1),
+            "per_cell": {m: round(float(np.mean(s)), 2) for m, s in sizes.items()},
         }
+    out["fixed_cell_samples"] = len(cells) * looks[-1]
     return out
+
+
+def cell_samples(panels: list, stops: list[tuple[str, int]]) -> dict[str, int]:
+    """Each cell's samples when its ranking ends: the size at which the last of its pairs
+    stopped (the rounds grow a cell while an open pair reads it, run/rounds.py)."""
+    out: dict[str, int] = {}
+    for panel, (_, n) in zip(panels, stops, strict=True):
+        for model in panel.models:
+            out[model] = max(out.get(model, 0), n)
+    return out
+
+
+def fully_ordered(panels: list, stops: list[tuple[str, int]]) -> bool:
+    """Whether the pairs' outcomes at their stops decide every cell's place
+    (decision/ranking.py's `places` of the pairs' rows, implied pairs included, as the page
+    reads them)."""
+    table = pd.DataFrame(  # the estimate orders the listing only, not the places
+        [
+            {"claim": p.claim, "kind": p.kind_name, "cells": p.cells, "verdict": o, "estimate": 0}
+            for p, (o, _) in zip(panels, stops, strict=True)
+        ]
+    )
+    return all(p.places[0] == p.places[1] for p in ranking_order.places(table))
 
 
 RANKING_MEANS = {  # four cells' means in units' standard deviations (a pair's unit: sqrt 2)
@@ -374,11 +455,12 @@ def analyse(folder: Path) -> dict:
             studies = seed_per_sample_studies(quick, SEED_PER_SAMPLE_STUDIES, kind, seed)
             sets.append((studies, looks_of(studies, "a", "samples", list(looks))))
         out["quickstart_seed_per_pair"] = families(sets[0], sets[1], looks)
-        out["ranking_nulls"] = ranking(ranking_nulls(quick, RANKINGS), looks, nulls=True)
+        out["ranking_nulls"] = ranking(ranking_nulls(quick, RANKINGS), looks)
         mini = _largest(folder, "seed_per_pair")
         if mini is not None:
-            both = ranking_designs(quick, mini, RANKINGS)
-            out["ranking_designs"] = ranking(both, looks, nulls=False)
+            cut = mini[mini["sample"] < looks[-1]]
+            both = ranking_designs([(quick, "paired", "20"), (cut, "unpaired", "8")], RANKINGS)
+            out["ranking_designs"] = ranking(both, looks)
     shipped = _largest(folder, "seed_per_pair")
     if shipped is not None:
         looks = (8, 16, 24, 32, 40, 48, 56, 64)
@@ -389,6 +471,31 @@ def analyse(folder: Path) -> dict:
     return out
 
 
+RANK4_LOOKS = (8, 16, 24, 32, 40)  # trials_a_40.csv's 4-epoch cells end at 40 samples
+
+
+def analyse_rank4(folder: Path) -> dict:
+    """Rankings of four distinct cells trained past 24 samples (module docstring, `rank4`)."""
+    shipped, short = _largest(folder, "seed_per_pair"), _largest(folder, "a")
+    eight = shipped[shipped["sample"] < RANK4_LOOKS[-1]]
+    out: dict = {"bench": "holm-rank4"}
+    designs = ranking_designs([(eight, "unpaired", "8"), (short, "unpaired", "4")], RANKINGS)
+    for by, nulls in (("best-error", RANKINGS), ("a", RANKINGS // 2)):
+        row = {"designs": ranking(designs, RANK4_LOOKS, by)}
+        for model in (MODELS[1], MODELS[0]):
+            letter = "c" if model == MODELS[1] else "p"
+            both = null_copies([(eight, "8"), (short, "4")], model, 2, nulls)
+            row[f"nulls_{letter}"] = ranking(both, RANK4_LOOKS, by)
+            if by == "best-error":  # all six pairs exact nulls
+                for trials, tag, count in ((eight, "8", nulls), (short, "4", nulls // 2)):
+                    alike = null_copies([(trials, tag)], model, 4, count)
+                    row[f"global_null_{letter}{tag}"] = ranking(alike, RANK4_LOOKS, by)
+        out[by] = row
+    return out
+
+
 if __name__ == "__main__":
-    folder = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "docs" / "reference" / "replicates"
-    print(json.dumps(analyse(folder)))
+    rank4 = sys.argv[1:2] == ["rank4"]
+    args = sys.argv[2:] if rank4 else sys.argv[1:]
+    folder = Path(args[0]) if args else ROOT / "docs" / "reference" / "replicates"
+    print(json.dumps(analyse_rank4(folder) if rank4 else analyse(folder)))
