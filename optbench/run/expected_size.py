@@ -42,17 +42,12 @@ def _units(n: int) -> np.ndarray:
 
 
 def _stops(looks: tuple[int, ...], crit: tuple[float, ...], effect: float, n_max: int):
-    """Per simulated study of `looks` read at the t critical values `crit` (`sequential.simulate`'s
-    rule) with units of mean `effect`: the look it stops at (the last whatever it shows) and
+    """Per simulated study of `looks` read at the t critical values `crit`
+    (`sequential.read_paths`) with units of mean `effect`: the look it stops at (the last whatever it shows) and
     its estimate there in standard errors of a study of `n_max` units."""
     n = np.asarray(looks)
-    units = _units(int(n[-1])) + effect
-    mean = np.cumsum(units, axis=1)[:, n - 1] / n
-    squares = np.cumsum(units * units, axis=1)[:, n - 1]
-    with np.errstate(divide="ignore", invalid="ignore"):  # one unit: no se, t of 0
-        t = mean / np.sqrt(np.maximum(squares - n * mean * mean, 0.0) / (n - 1) / n)
-    crossed = np.abs(t) >= np.asarray(crit)
-    first = np.where(crossed.any(axis=1), crossed.argmax(axis=1), n.size - 1)
+    _, t, _, first = sequential.read_paths(_units(int(n[-1])) + effect, n, np.asarray(crit))
+    # no spread (one unit, or equal units): a t of 0
     return first, np.nan_to_num(t[np.arange(first.size), first]) * np.sqrt(n_max / n[first])
 
 
