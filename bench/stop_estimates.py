@@ -15,11 +15,13 @@ drawn studies a lower bound: they share trials), and the bias of the naive, medi
 and bias-adjusted estimates (median and mean) overall and by stopping look.
 
     python bench/stop_estimates.py [DRAWN_STUDIES]
-    python bench/stop_estimates.py --simulated   # the normal-unit designs of docs/sequential.md
+    python bench/stop_estimates.py --simulated [NAME ...]  # docs/sequential.md's designs
 
 `--simulated`: the designs tests/test_stop_estimates.py checks, 1,000 studies each of normal
-units with the se estimated at each look (stop_estimates.replay): coverage of the ordering
-interval with its Monte-Carlo se, the stops by look, the median bias of the median-unbiased and
+units with the se estimated at each look (stop_estimates.replay), at one panel's alpha 0.05,
+and 400 studies each at the levels a panel's interval takes beside others (0.025, 0.05 / 12;
+`SIMULATED`; NAME picks designs): coverage of the ordering interval at the panel's level with
+its Monte-Carlo se, the stops by look, the median bias of the median-unbiased and
 naive estimates (with the median's MC se) and the mean bias of the bias-adjusted and naive
 ones, overall and at the stops before the last look.
 """
@@ -94,20 +96,30 @@ def estimated(studies: dict, truth: float) -> dict:
     }
 
 
-# (name, looks, effect in sd of a unit, margin): tests/test_stop_estimates.py's designs
+# (name, looks, effect in sd of a unit, margin, the panel's level, studies):
+# tests/test_stop_estimates.py's designs at one panel's alpha 0.05, then the levels a panel's
+# interval takes beside others: 0.025 (one of two panels), 0.05 / 12 (a pair of a four-cell
+# ranking beside another: 99.6%)
 SIMULATED = (
-    ("samples_6_to_24", (6, 9, 12, 16, 24), 0.5, None),
-    ("seeds_3_to_6", (3, 4, 5, 6), 1.0, None),
-    ("samples_6_to_24_margin", (6, 9, 12, 16, 24), 0.1, 1.0),
-    ("samples_6_to_24_null", (6, 9, 12, 16, 24), 0.0, None),
+    ("samples_6_to_24", (6, 9, 12, 16, 24), 0.5, None, 0.05, 1000),
+    ("seeds_3_to_6", (3, 4, 5, 6), 1.0, None, 0.05, 1000),
+    ("samples_6_to_24_margin", (6, 9, 12, 16, 24), 0.1, 1.0, 0.05, 1000),
+    ("samples_6_to_24_null", (6, 9, 12, 16, 24), 0.0, None, 0.05, 1000),
+    ("samples_6_to_24_level_0.025", (6, 9, 12, 16, 24), 0.5, None, 0.025, 400),
+    ("seeds_3_to_6_level_0.025", (3, 4, 5, 6), 1.0, None, 0.025, 400),
+    ("samples_6_to_24_level_0.05/12", (6, 9, 12, 16, 24), 0.5, None, 0.05 / 12, 400),
 )
 
 
-def simulated(studies: int = 1000) -> dict:
+def simulated(names: list[str]) -> dict:
+    """The designs named (all where none is), each's figures of the module docstring."""
     out = {}
-    for name, looks, effect, margin in SIMULATED:
-        bounds = stop_estimates.sequential.boundaries([n / looks[-1] for n in looks], "pocock")
-        r = stop_estimates.replay(looks, bounds, effect, margin, studies)
+    for name, looks, effect, margin, level, studies in SIMULATED:
+        if names and name not in names:
+            continue
+        fractions = [n / looks[-1] for n in looks]
+        bounds = stop_estimates.sequential.boundaries(fractions, "pocock", level)
+        r = stop_estimates.replay(looks, bounds, effect, margin, studies, tail=level / 2)
         early = r.stop < len(looks) - 1
         cov = float(r.covered.mean())
         median_se = math.sqrt(math.pi / 2) * float(np.std(r.median_unbiased)) / math.sqrt(studies)
@@ -115,9 +127,12 @@ def simulated(studies: int = 1000) -> dict:
             "looks": looks,
             "effect": effect,
             "margin": margin,
+            "level": round(level, 5),
+            "studies": studies,
             "stops": np.bincount(r.stop, minlength=len(looks)).tolist(),
             "coverage": round(cov, 3),
             "coverage_mc_se": _mc_se(cov, studies),
+            "interval_level": round(1 - level, 4),
             "median_bias_median_unbiased": round(float(np.median(r.median_unbiased)) - effect, 3),
             "median_bias_naive": round(float(np.median(r.naive)) - effect, 3),
             "median_mc_se": round(median_se, 3),
@@ -132,8 +147,8 @@ def simulated(studies: int = 1000) -> dict:
 
 
 def main(argv: list[str]) -> None:
-    if argv == ["--simulated"]:
-        print(json.dumps({"bench": "stop-estimates-simulated"} | simulated()))
+    if argv[:1] == ["--simulated"]:
+        print(json.dumps({"bench": "stop-estimates-simulated"} | simulated(argv[1:])))
         return
     drawn = int(argv[0]) if argv else 100
     trials = pd.read_csv(REPLICATES / "trials_seed_per_pair_64.csv")

@@ -304,6 +304,20 @@ class _Claims:
             "note": None,
         }
 
+    def advice(self, decided: dict, power_of, shown: bool, n: int, unit: str) -> tuple:
+        """A row's power now, the size that would likely show it and its advice line: for a
+        fixed-size verdict from `power_of()` (its bootstrap power, `advice_line`; `shown`: the
+        verdict showed the claim or its opposite), a verdict with nothing tested its note, a
+        look's row none (the looks say what comes next)."""
+        if self.boundary is not None:
+            return None, None, None
+        if decided["verdict"] == NOT_TESTED:
+            return None, None, decided["note"]
+        power = power_of()
+        most = MAX_SAMPLES if unit == "samples" else MAX_SEEDS
+        now = power.power[0] if power.power else None
+        return now, power.needed, advice_line(power, shown, n, unit, most)
+
     def add_samples(self, panel: Panel, statistic, sizes, curve) -> None:
         """A samples kind's row (claim (a), a best-error comparison): the statistic of
         resampled (lr, wd) samples (`sizes`: (n,) paired, (n, n) unpaired), its BCa interval,
@@ -313,7 +327,6 @@ class _Claims:
         seed = self.options.rng_seed("claims", panel.kind.name, panel.optimizer, panel.epochs)
         found = stats.interval(statistic, sizes, n_boot=self.options.n_boot, seed=seed)
         low, high = found.low, found.high
-        power_now = n_needed = advice = None
         method = found.method
         if self.boundary is not None:  # Student's t at the boundary's level: a noisy se
             df = min(sizes) - 1
@@ -321,13 +334,13 @@ class _Claims:
             method = "t"
         row = self.row(panel)
         decided = self.decide(row, low, high, found.se)
-        if self.boundary is None and decided["verdict"] != NOT_TESTED:
-            power = stats.power(statistic, sizes, MAX_SAMPLES, seed=seed)
-            shown = found.low > 0 or found.high < 0
-            power_now, n_needed = (power.power[0] if power.power else None), power.needed
-            advice = advice_line(power, shown, n, "samples", MAX_SAMPLES)
-        elif self.boundary is None:
-            advice = decided["note"]
+        power_now, n_needed, advice = self.advice(
+            decided,
+            lambda: stats.power(statistic, sizes, MAX_SAMPLES, seed=seed),
+            found.low > 0 or found.high < 0,
+            n,
+            "samples",
+        )
         self.rows.append(
             row
             | decided
@@ -387,15 +400,14 @@ class _Claims:
         decided = self.decide(
             row, [i.low for i in steps], [i.high for i in steps], [i.se for i in steps], names
         )
-        power_now = n_needed = advice = None
-        if self.boundary is None and decided["verdict"] != NOT_TESTED:
-            seed = self.options.rng_seed("claims", panel.claim, panel.optimizer, panel.epochs)
-            power = stats.seed_power(contrasts, MAX_SEEDS, seed=seed)
-            shown = decided["verdict"] != "not shown"
-            power_now, n_needed = (power.power[0] if power.power else None), power.needed
-            advice = advice_line(power, shown, k, "seeds", MAX_SEEDS)
-        elif self.boundary is None:
-            advice = decided["note"]
+        seed = self.options.rng_seed("claims", panel.claim, panel.optimizer, panel.epochs)
+        power_now, n_needed, advice = self.advice(
+            decided,
+            lambda: stats.seed_power(contrasts, MAX_SEEDS, seed=seed),
+            decided["verdict"] != "not shown",
+            k,
+            "seeds",
+        )
         self.rows.append(
             row
             | decided

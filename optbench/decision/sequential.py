@@ -341,9 +341,6 @@ class Simulated:
     decided: float  # the share whose interval left 0 at some look (holds or opposite)
     wrong: float  # the share decided against the effect's sign (any decision at effect 0)
     paths: int
-    # the mean over paths of the estimate where each stops, in full-study standard errors
-    # (mean / se at the stop, times sqrt(n_max / n)): what a study stopped early reports
-    stopped_z: float = 0.0
 
     @property
     def wrong_se(self) -> float:
@@ -364,25 +361,32 @@ def simulate(
     crit = np.asarray(design.criticals())
     stops = np.zeros(looks.size)
     decided = wrong = 0
-    stopped_z = 0.0
     for start in range(0, paths, chunk):
         units = rng.normal(effect, 1.0, size=(min(chunk, paths - start), looks[-1]))
-        sums = np.cumsum(units, axis=1)[:, looks - 1]
-        squares = np.cumsum(units * units, axis=1)[:, looks - 1]
-        mean = sums / looks
-        var = np.maximum(squares - looks * mean * mean, 0.0) / (looks - 1)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            t = mean / np.sqrt(var / looks)
-        crossed = np.abs(t) >= crit
-        any_ = crossed.any(axis=1)
-        first = np.where(any_, crossed.argmax(axis=1), looks.size - 1)
+        mean, _, any_, first = read_paths(units, looks, crit)
         stops += np.bincount(first, minlength=looks.size)
         sign = np.sign(mean[np.arange(first.size), first])
         decided += int(any_.sum())
         wrong += int((any_ & ((sign != np.sign(effect)) | (effect == 0))).sum())
-        at_stop = t[np.arange(first.size), first] * np.sqrt(looks[-1] / looks[first])
-        stopped_z += float(np.nansum(at_stop))
-    return Simulated(stops / paths, decided / paths, wrong / paths, paths, stopped_z / paths)
+    return Simulated(stops / paths, decided / paths, wrong / paths, paths)
+
+
+def read_paths(units: np.ndarray, looks: np.ndarray, crit: np.ndarray):
+    """The rule read on simulated studies (`units`: one row of units, in order, per study) at
+    `looks` with the t critical values `crit`: per study and look the mean and t (mean over
+    s / sqrt(n_k); nan where s is 0 or undefined), per study whether some look crossed and
+    the look it stops at (the first crossing, else the last). `simulate` and `--dry-run`'s
+    expected size (run/expected_size.py) read studies by it."""
+    sums = np.cumsum(units, axis=1)[:, looks - 1]
+    squares = np.cumsum(units * units, axis=1)[:, looks - 1]
+    mean = sums / looks
+    with np.errstate(divide="ignore", invalid="ignore"):
+        var = np.maximum(squares - looks * mean * mean, 0.0) / (looks - 1)
+        t = mean / np.sqrt(var / looks)
+    crossed = np.abs(t) >= crit
+    any_ = crossed.any(axis=1)
+    first = np.where(any_, crossed.argmax(axis=1), looks.size - 1)
+    return mean, t, any_, first
 
 
 @dataclass(frozen=True)

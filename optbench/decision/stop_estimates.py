@@ -269,11 +269,13 @@ def replay(
     studies: int = 1000,
     seed: int = 1,
     paths: int = PATHS,
+    tail: float = TAIL,
 ) -> Replayed:
     """`studies` seeded studies of N(effect, 1) units under the rule (t critical values of
     `bounds`, the se estimated at each look, `margin`'s equivalence stops), each estimated at
-    its stop by `at_stop` (its own law of `paths` studies, seed 0, independent of these): what
-    the coverage and bias in docs/sequential.md and tests/test_stop_estimates.py measure."""
+    its stop by `at_stop` (its own law of `paths` studies, seed 0, independent of these; its
+    interval at 1 - 2 `tail`, the level `bounds` spend): what the coverage and bias in
+    docs/sequential.md and tests/test_stop_estimates.py measure."""
     n = np.asarray(looks, float)
     crit = np.array([sequential.critical(c, k - 1) for c, k in zip(bounds, n, strict=True)])
     mean, sd = _law(tuple(int(k) for k in n), studies, seed)
@@ -282,7 +284,7 @@ def replay(
     estimates = effect + mean[rows, first]
     ses = sd[rows, first] / np.sqrt(n[first])
     found = [
-        at_stop(looks, bounds, int(k), x, s, margin)
+        at_stop(looks, bounds, int(k), x, s, margin, tail=tail)
         for k, x, s in zip(first, estimates, ses, strict=True)
     ]
     columns = np.array([[f.median_unbiased, f.low, f.high, f.bias_adjusted] for f in found])

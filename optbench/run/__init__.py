@@ -16,7 +16,7 @@ trainer (optbench/train) is what a job runs.
   waits, a model's multiply-adds).
 - `rounds.py`: a sequential study's rounds and looks (a `decide:` block);
   `expected_size.py`: `--dry-run`'s expected size of a panel from an earlier report's
-  estimate, an early stop's bias-adjusted by the rule's own law.
+  estimate, by the function of it that the earlier study's law maps onto the size.
 - `locks.py`: one driver per study, and none while an earlier driver's workers write.
 - `progress.py`: the live table and log lines; `console.py`: the rich console they print
   through (strings shown as text, never markup).

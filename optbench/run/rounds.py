@@ -433,7 +433,7 @@ def size_lines(
     for row in earlier:
         if row.get("claim") not in spec.decide.claims or not row.get("se") or not row.get("n_now"):
             continue
-        size = expected_size(rounds.design, row)  # an early stop's estimate bias-adjusted
+        size = expected_size(rounds.design, row)  # calibrated on the earlier study's law
         for cell in row.get("cells") or []:
             cell = tuple(cell)
             if cell in expected:
