@@ -13,8 +13,9 @@ repeated interval.
 The estimand is the trained effect at the last look: the mean over the replicates of their
 24-sample estimate. Over replicates: the share decided, the wrong decisions (against that
 estimand), the mean and 90th percentile of the samples at the stop, the coverage of the estimand
-by the repeated and by the ordering interval, and each estimate's mean bias against the
-estimand. Each figure carries a 95% percentile bootstrap interval over replicates: DRAWS
+by the repeated and by the ordering interval (and, "_at_stop_size", of the mean over the
+replicates of their estimate at the stop's size, as bench/sequential_analysis.py reads coverage),
+and each estimate's mean bias against the estimand. Each figure carries a 95% percentile bootstrap interval over replicates: DRAWS
 resamples of whole replicates with replacement (seeded), the estimand recomputed in each, so the
 interval is the uncertainty over trainings, not over one study's trials.
 
@@ -80,6 +81,7 @@ def stops(reps: dict, design: sequential.Design) -> list[dict]:
                 "repeated": [run["low"], run["high"]],
                 "ordering": [found.low, found.high],
                 "at_last": looks[r, design.looks[-1]][0],
+                "at_looks": {n: looks[r, n][0] for n in design.looks},  # not printed
             }
         )
     return out
@@ -94,9 +96,13 @@ def summary(rows: list[dict], margin: float | None) -> dict:
     """The figures over `rows` (replicates' stops, possibly drawn with repeats)."""
     estimand = float(np.mean([x["at_last"] for x in rows]))
     used = np.array([x["n"] for x in rows], float)
+    at_size = {n: float(np.mean([x["at_looks"][n] for x in rows])) for n in rows[0]["at_looks"]}
 
     def share(test) -> float:
         return float(np.mean([test(x) for x in rows]))
+
+    def covers(interval: list[float], value: float) -> bool:
+        return interval[0] <= value <= interval[1]
 
     return {
         "estimand": estimand,
@@ -104,8 +110,10 @@ def summary(rows: list[dict], margin: float | None) -> dict:
         "wrong": share(lambda x: _wrong(x["outcome"], estimand, margin)),
         "mean_samples": float(used.mean()),
         "p90_samples": float(np.percentile(used, 90, method="inverted_cdf")),
-        "repeated_coverage": share(lambda x: x["repeated"][0] <= estimand <= x["repeated"][1]),
-        "ordering_coverage": share(lambda x: x["ordering"][0] <= estimand <= x["ordering"][1]),
+        "repeated_coverage": share(lambda x: covers(x["repeated"], estimand)),
+        "ordering_coverage": share(lambda x: covers(x["ordering"], estimand)),
+        "repeated_coverage_at_stop_size": share(lambda x: covers(x["repeated"], at_size[x["n"]])),
+        "ordering_coverage_at_stop_size": share(lambda x: covers(x["ordering"], at_size[x["n"]])),
     } | {f"bias_{name}": float(np.mean([x[name] for x in rows])) - estimand for name in ESTIMATES}
 
 
@@ -174,10 +182,17 @@ def nulls(trials: pd.DataFrame, reps: dict, design: sequential.Design) -> dict:
     }
 
 
-def analyse(folder: Path) -> dict:
-    """The JSON line of bench/RESULTS.md's "quickstart replicates, a seed per pair" section."""
+def trials_file(path: Path) -> Path:
+    """PATH's trials: the file itself, or a folder's TRIALS (train-quickstart's)."""
+    return path if path.suffix == ".csv" else path / TRIALS
+
+
+def analyse(path: Path) -> dict:
+    """The JSON line of bench/RESULTS.md's "quickstart replicates, a seed per pair" section, from
+    `trials_file(path)` (another csv of the design's columns, e.g. the one-seed replicates'
+    trials_shared_24.csv, is read the same way)."""
     design = replays.shipped_design("quickstart.yaml")
-    trials = pd.read_csv(Path(folder) / TRIALS)
+    trials = pd.read_csv(trials_file(Path(path)))
     reps = complete(trials, design.looks[-1])
     rows = stops(reps, design)
     point = summary(rows, design.margin)
@@ -196,7 +211,7 @@ def analyse(folder: Path) -> dict:
         "bootstrap": {"draws": DRAWS, "seed": SEED, "level": LEVEL, "resamples": "replicates"},
         "outcomes": {o: outcomes.count(o) for o in sequential.OUTCOMES if o in outcomes},
         "stops_by_look": {n: [x["n"] for x in rows].count(n) for n in design.looks},
-        "per_replicate": [{k: _rounded(v) for k, v in x.items()} for x in rows],
+        "per_replicate": [{k: _rounded(v) for k, v in x.items() if k != "at_looks"} for x in rows],
         "over_replicates": _with_intervals(point, intervals),
         "nulls": nulls(trials, reps, design),
     }

@@ -73,7 +73,8 @@ comparison (ViT_C expected better at the best of 4 samples) on the same EDF desi
 and their exact nulls, one JSON line (sequential_analysis.analyse_best_error).
 
 `python bench/replicates.py analyse-quickstart DIR` replays the quickstart's rule on
-train-quickstart's replicates (DIR/trials_quickstart_24.csv, part-way or whole) and prints one
+train-quickstart's replicates (DIR/trials_quickstart_24.csv, part-way or whole; or DIR a csv of
+the same columns, e.g. trials_shared_24.csv's one-seed replicates) and prints one
 JSON line: each replicate's stop and estimates there, the figures over replicates with 95%
 bootstrap intervals over replicates, and exact nulls of the same trainings
 (bench/quickstart_replicates.py).
@@ -409,7 +410,7 @@ def main(argv: list[str]) -> int:
     if argv[0] == "analyse-quickstart":
         import quickstart_replicates  # bench/
 
-        found = Path(argv[1]) / quickstart_replicates.TRIALS
+        found = quickstart_replicates.trials_file(Path(argv[1]))
         if not found.exists():
             print(f"{found}: no such file (bench/replicates.py train-quickstart writes it)")
             return 2
