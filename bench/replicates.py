@@ -412,7 +412,10 @@ def main(argv: list[str]) -> int:
 
         found = quickstart_replicates.trials_file(Path(argv[1]))
         if not found.exists():
-            print(f"{found}: no such file (bench/replicates.py train-quickstart writes it)")
+            print(
+                f"{found}: no such file (bench/replicates.py train-quickstart writes it)",
+                file=sys.stderr,
+            )
             return 2
         print(json.dumps(quickstart_replicates.analyse(Path(argv[1]))))
         return 0
