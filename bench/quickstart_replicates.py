@@ -21,8 +21,8 @@ interval is the uncertainty over trainings, not over one study's trials.
 
 Exact nulls of the same trainings, as sequential_analysis.swapped_nulls builds them: replicate
 a's ViT_P cell against replicate b's ViT_P cell relabelled ViT_C, and ViT_C likewise, for
-b = a + 1 .. a + shifts (mod R), shifts = min(NULL_SHIFTS, (R - 1) // 2) so each unordered pair
-of replicates is one study per model. The two sides drew their pairs with different sampler
+b = a + 1 .. a + shifts (mod R), shifts = min(NULL_SHIFTS, R // 2), each unordered pair of
+replicates one study per model (every pair up to R = 11). The two sides drew their pairs with different sampler
 seeds, so they share no (lr, wd) pair: claim (a) reads them unpaired (resampled side by side),
 where the design itself pairs by sample. Wrong: any decision of a direction. Its Monte-Carlo se
 sqrt(p (1 - p) / studies) is a lower bound (each replicate's cell is in 2 x shifts studies);
@@ -147,11 +147,17 @@ def nulls(trials: pd.DataFrame, reps: dict, design: sequential.Design) -> dict:
     """The exact nulls of the module docstring: the wrong share, its Monte-Carlo se and its
     bootstrap interval over replicates."""
     order = sorted(reps)
-    shifts = min(replays.NULL_SHIFTS, (len(order) - 1) // 2)
+    shifts = min(replays.NULL_SHIFTS, len(order) // 2)
     if shifts < 1:
         return {"studies": 0}
     kept = trials[trials["replicate"].isin(order)]
-    studies = replays.swapped_nulls(kept, replays.MODELS, shifts)
+    studies, seen = {}, set()
+    for key, study in replays.swapped_nulls(kept, replays.MODELS, shifts).items():
+        model, pair = key.rsplit(":", 1)
+        unordered = (model, frozenset(pair.split("-")))
+        if unordered not in seen:  # shift R / 2 meets each pair twice: one study of it
+            seen.add(unordered)
+            studies[key] = study
     looks = replays.looks_of(studies, "a", "samples", list(design.looks))
     runs = {key: replays.replay(looks, key, design) for key in studies}
     position = {r: i for i, r in enumerate(order)}
