@@ -17,7 +17,9 @@ by the repeated and by the ordering interval (and, "_at_stop_size", of the mean 
 replicates of their estimate at the stop's size, as bench/sequential_analysis.py reads coverage),
 and each estimate's mean bias against the estimand. Each figure carries a 95% percentile bootstrap interval over replicates: DRAWS
 resamples of whole replicates with replacement (seeded), the estimand recomputed in each, so the
-interval is the uncertainty over trainings, not over one study's trials.
+interval is the uncertainty over trainings, not over one study's trials. A share where every
+replicate agrees gives a bootstrap interval of one point, so each share also carries the exact
+binomial (Clopper-Pearson) interval of its count of replicates.
 
 Exact nulls of the same trainings, as sequential_analysis.swapped_nulls builds them: replicate
 a's ViT_P cell against replicate b's ViT_P cell relabelled ViT_C, and ViT_C likewise, for
@@ -38,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import sequential_analysis as replays  # noqa: E402
@@ -136,11 +139,21 @@ def _rounded(value, digits: int = 4):
     return round(float(value), digits) if isinstance(value, float) else value
 
 
-def _with_intervals(point: dict, intervals: dict) -> dict:
-    return {
-        key: {"value": _rounded(v), "interval": _rounded(intervals[key])}
-        for key, v in point.items()
-    }
+SHARES = ("decided", "wrong", "repeated_coverage", "ordering_coverage")
+SHARES += ("repeated_coverage_at_stop_size", "ordering_coverage_at_stop_size")
+
+
+def _with_intervals(point: dict, intervals: dict, count: int) -> dict:
+    """Each figure with its bootstrap interval; a share of replicates also with the exact
+    (Clopper-Pearson) 95% interval of its count, which stays wide where every replicate agrees
+    and the percentile bootstrap collapses to a point."""
+    out = {}
+    for key, v in point.items():
+        out[key] = {"value": _rounded(v), "interval": _rounded(intervals[key])}
+        if key in SHARES:
+            found = stats.binomtest(round(v * count), count).proportion_ci(LEVEL)
+            out[key]["exact_interval"] = _rounded([found.low, found.high])
+    return out
 
 
 def nulls(trials: pd.DataFrame, reps: dict, design: sequential.Design) -> dict:
@@ -218,6 +231,6 @@ def analyse(path: Path) -> dict:
         "outcomes": {o: outcomes.count(o) for o in sequential.OUTCOMES if o in outcomes},
         "stops_by_look": {n: [x["n"] for x in rows].count(n) for n in design.looks},
         "per_replicate": [{k: _rounded(v) for k, v in x.items() if k != "at_looks"} for x in rows],
-        "over_replicates": _with_intervals(point, intervals),
+        "over_replicates": _with_intervals(point, intervals, len(rows)),
         "nulls": nulls(trials, reps, design),
     }
