@@ -71,6 +71,13 @@ trains it, studies made of the replicates' trainings with a seed per sample
 `python bench/replicates.py analyse-best-error DIR` replays the rule on a declared best-error
 comparison (ViT_C expected better at the best of 4 samples) on the same EDF designs' replicates
 and their exact nulls, one JSON line (sequential_analysis.analyse_best_error).
+
+`python bench/replicates.py analyse-quickstart DIR` replays the quickstart's rule on
+train-quickstart's replicates (DIR/trials_quickstart_24.csv, part-way or whole; or DIR a csv of
+the same columns, e.g. trials_shared_24.csv's one-seed replicates) and prints one
+JSON line: each replicate's stop and estimates there, the figures over replicates with 95%
+bootstrap intervals over replicates, and exact nulls of the same trainings
+(bench/quickstart_replicates.py).
 """
 
 from __future__ import annotations
@@ -367,7 +374,7 @@ def main(argv: list[str]) -> int:
     commands = ("train", "train-sequential", "train-per-model", "train-chain", "train-length")
     commands += ("train-quickstart",)
     commands += ("analyse",)
-    commands += ("analyse-sequential", "analyse-best-error")
+    commands += ("analyse-sequential", "analyse-best-error", "analyse-quickstart")
     if len(argv) != 2 or argv[0] not in commands:
         print(__doc__.split("\n\n")[0], file=sys.stderr)
         print(f"usage: python bench/replicates.py {'|'.join(commands)} DIR", file=sys.stderr)
@@ -399,6 +406,18 @@ def main(argv: list[str]) -> int:
         from sequential_analysis import analyse_best_error  # bench/
 
         print(json.dumps(analyse_best_error(Path(argv[1]))))
+        return 0
+    if argv[0] == "analyse-quickstart":
+        import quickstart_replicates  # bench/
+
+        found = quickstart_replicates.trials_file(Path(argv[1]))
+        if not found.exists():
+            print(
+                f"{found}: no such file (bench/replicates.py train-quickstart writes it)",
+                file=sys.stderr,
+            )
+            return 2
+        print(json.dumps(quickstart_replicates.analyse(Path(argv[1]))))
         return 0
     from replicates_analysis import analyse  # bench/replicates_analysis.py
 

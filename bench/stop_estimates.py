@@ -48,20 +48,27 @@ def _mc_se(p: float, count: int) -> float:
     return round(math.sqrt(p * (1 - p) / count), 3)
 
 
+def stop_of(looks: dict, key, design) -> tuple[dict, int, stop_estimates.StopEstimate]:
+    """A study's looks replayed to its stop (sequential_analysis.replay: `looks` is its
+    looks_of) and the estimates there, from the boundaries the design applied: the replay's
+    record, the stopping look's index and at_stop's estimates."""
+    run = replays.replay(looks, key, design)
+    k = design.looks.index(run["n"])
+    estimate, se, _, _ = looks[key, run["n"]]
+    bounds = design.boundaries()
+    return run, k, stop_estimates.at_stop(design.looks, bounds, k, estimate, se, design.margin)
+
+
 def estimated(studies: dict, truth: float) -> dict:
     """Each study's stop under the mini's design and the figures of the module docstring."""
     design = replays.shipped_design("mini/mini_edf.yaml")
     looks = replays.looks_of(studies, "a", "samples", list(design.looks))
     estimand = {n: float(np.mean([looks[r, n][0] for r in studies])) for n in design.looks}
-    bounds = design.boundaries()
     rows = []
     for r in studies:
-        run = replays.replay(looks, r, design)
-        k = design.looks.index(run["n"])
-        estimate, se, _, _ = looks[r, run["n"]]
-        found = stop_estimates.at_stop(design.looks, bounds, k, estimate, se, design.margin)
+        run, k, found = stop_of(looks, r, design)
         rows.append(
-            {"k": k, "naive": estimate, "repeated": (run["low"], run["high"])}
+            {"k": k, "naive": found.naive, "repeated": (run["low"], run["high"])}
             | {"at_n": estimand[run["n"]], "found": found}
         )
     count = len(rows)
