@@ -265,13 +265,23 @@ def study_b_more(results: Path) -> dict:
 
 
 def _replicates(out: Path, design: str, make, n_samples: int) -> None:
+    """Replicates 0..R-1 of a design, OUT/trials_<design>_<n>.csv rewritten after each; the
+    whole replicates an earlier run left in that csv are kept, not trained again (a run stopped
+    part-way, or on another machine whose study storage is gone, goes on from its file)."""
     studies, results = out / "studies", out / "results"
+    found = out / f"trials_{design}_{n_samples}.csv"
     parts = []
-    for r in range(R):
+    if found.exists():
+        earlier = pd.read_csv(found)
+        rows = earlier.groupby("replicate").size()
+        # replicates 0, 1, ... while whole (every model at every sample, as replicate 0 has)
+        while len(parts) in rows.index and rows[len(parts)] == rows[0]:
+            parts.append(earlier[earlier["replicate"] == len(parts)])
+    for r in range(len(parts), R):
         part = _run(make(r, results, n_samples), studies)
         part.insert(0, "replicate", r)
         parts.append(part)
-        pd.concat(parts).to_csv(out / f"trials_{design}_{n_samples}.csv", index=False)
+        pd.concat(parts).to_csv(found, index=False)
 
 
 def train_sequential(out: Path) -> None:
