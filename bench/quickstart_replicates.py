@@ -206,11 +206,14 @@ def trials_file(path: Path) -> Path:
     return path if path.suffix == ".csv" else path / TRIALS
 
 
-def analyse(path: Path) -> dict:
+def analyse(path: Path, study: str = "quickstart.yaml") -> dict:
     """The JSON line of bench/RESULTS.md's "quickstart replicates, a seed per pair" section, from
     `trials_file(path)` (another csv of the design's columns, e.g. the one-seed replicates'
-    trials_shared_24.csv, is read the same way)."""
-    design = replays.shipped_design("quickstart.yaml")
+    trials_shared_24.csv, is read the same way). `study` names the shipped study under
+    studies/ whose rule is replayed: "mini/mini_edf.yaml" reads the mini's seed-per-pair
+    replicates (trials_seed_per_pair_64.csv) at their own stops, with the same intervals over
+    replicates."""
+    design = replays.shipped_design(study)
     trials = pd.read_csv(trials_file(Path(path)))
     reps = complete(trials, design.looks[-1])
     rows = stops(reps, design)
@@ -219,6 +222,7 @@ def analyse(path: Path) -> dict:
     outcomes = [x["outcome"] for x in rows]
     return {
         "bench": "replicates-quickstart",
+        "study": study,
         "design": {
             "looks": list(design.looks),
             "spending": design.spending,

@@ -77,7 +77,9 @@ train-quickstart's replicates (DIR/trials_quickstart_24.csv, part-way or whole; 
 the same columns, e.g. trials_shared_24.csv's one-seed replicates) and prints one
 JSON line: each replicate's stop and estimates there, the figures over replicates with 95%
 bootstrap intervals over replicates, and exact nulls of the same trainings
-(bench/quickstart_replicates.py).
+(bench/quickstart_replicates.py). `analyse-quickstart CSV STUDY` replays another shipped study's
+rule instead, e.g. `docs/reference/replicates/trials_seed_per_pair_64.csv mini/mini_edf.yaml`:
+the mini's EDF design on its seed-per-pair replicates.
 """
 
 from __future__ import annotations
@@ -385,9 +387,12 @@ def main(argv: list[str]) -> int:
     commands += ("train-quickstart",)
     commands += ("analyse",)
     commands += ("analyse-sequential", "analyse-best-error", "analyse-quickstart")
-    if len(argv) != 2 or argv[0] not in commands:
+    # analyse-quickstart alone takes a third word: the shipped study whose rule it replays
+    extra = len(argv) == 3 and argv[0] == "analyse-quickstart"
+    if (len(argv) != 2 and not extra) or argv[0] not in commands:
         print(__doc__.split("\n\n")[0], file=sys.stderr)
         print(f"usage: python bench/replicates.py {'|'.join(commands)} DIR", file=sys.stderr)
+        print("       python bench/replicates.py analyse-quickstart DIR STUDY", file=sys.stderr)
         return 2
     if argv[0] == "train":
         train(Path(argv[1]))
@@ -427,7 +432,8 @@ def main(argv: list[str]) -> int:
                 file=sys.stderr,
             )
             return 2
-        print(json.dumps(quickstart_replicates.analyse(Path(argv[1]))))
+        study = argv[2] if extra else "quickstart.yaml"
+        print(json.dumps(quickstart_replicates.analyse(Path(argv[1]), study)))
         return 0
     from replicates_analysis import analyse  # bench/replicates_analysis.py
 

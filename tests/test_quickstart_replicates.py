@@ -27,22 +27,22 @@ def _bench():
     return quickstart_replicates
 
 
-def _trials(effects, seed: int = 1, copies: bool = False) -> pd.DataFrame:
-    """Replicates of 24 (lr, wd) pairs shared by both models (paired by sample); ViT_C's errors
+def _trials(effects, seed: int = 1, copies: bool = False, n: int = 24) -> pd.DataFrame:
+    """Replicates of n (lr, wd) pairs shared by both models (paired by sample); ViT_C's errors
     lie nearer its best by the replicate's `effect` share, so its EDF is the steeper. `copies`:
     every replicate is the first one's trainings."""
     rng = np.random.default_rng(seed)
     rows = []
     for r, effect in enumerate(effects):
         if not copies or r == 0:
-            lr, wd = 10 ** rng.uniform(-3.7, -1.7, 24), 10 ** rng.uniform(-2.5, -0.3, 24)
-            spread = 40 * rng.uniform(size=24)
+            lr, wd = 10 ** rng.uniform(-3.7, -1.7, n), 10 ** rng.uniform(-2.5, -0.3, n)
+            spread = 40 * rng.uniform(size=n)
             errors = {
-                MODELS[0]: 10 + spread + rng.normal(0, 1, 24),
-                MODELS[1]: 10 + spread * (1 - effect) + rng.normal(0, 1, 24),
+                MODELS[0]: 10 + spread + rng.normal(0, 1, n),
+                MODELS[1]: 10 + spread * (1 - effect) + rng.normal(0, 1, n),
             }
         for model, error in errors.items():
-            for k in range(24):
+            for k in range(n):
                 e = float(np.clip(error[k], 1, 80))
                 rows.append(
                     {"replicate": r, "model": model, "optimizer": "adamw", "epochs": 20}
@@ -116,3 +116,29 @@ def test_replicates_that_repeat_one_training_carry_no_uncertainty_over_trainings
     for name, figure in found["over_replicates"].items():
         assert figure["interval"] == [figure["value"]] * 2, name
     assert found["nulls"]["wrong_interval"] == [found["nulls"]["wrong"]] * 2
+
+
+@pytest.mark.slow
+def test_another_shipped_study_is_replayed_at_its_own_looks_and_panel_level(tmp_path):
+    # `analyse-quickstart CSV mini/mini_edf.yaml`: the mini's EDF study read on replicates of its
+    # 64 samples stops each at the first of its own looks that decides, with the boundaries of
+    # its alpha shared by its two panels (higher than one panel's at the same looks)
+    from optbench.decision import sequential
+    from optbench.spec.schema import load_spec
+
+    spec = load_spec(ROOT / "studies" / "mini" / "mini_edf.yaml")
+    looks = list(spec.decide.looks)
+    trials = _trials([0.9, 0.5, 0.2, 0.0], n=looks[-1])
+    trials.to_csv(tmp_path / "mini.csv", index=False)
+    found = _bench().analyse(tmp_path / "mini.csv", "mini/mini_edf.yaml")
+    assert found["study"] == "mini/mini_edf.yaml" and found["design"]["looks"] == looks
+    bounds = found["design"]["boundaries"]
+    alone = sequential.Design(tuple(looks), spec.decide.spending, spec.decide.alpha).boundaries()
+    assert all(b > a for b, a in zip(bounds, alone, strict=True))
+    for row in found["per_replicate"]:
+        frame = trials[trials["replicate"] == row["replicate"]]
+        for k, n in enumerate(looks):
+            look = _look_row(frame, n, bounds[k], last=k == len(looks) - 1)
+            if look["verdict"] not in ("continue", "undecided"):
+                break
+        assert (row["n"], row["outcome"]) == (n, look["verdict"])
