@@ -183,7 +183,7 @@ def test_the_page_and_claims_md_print_the_null_rate_of_its_design(tmp_path):
     for line in _lead(spec, lambda t: error_of(t) + 5 * (t.cell.model == P)):
         assert "holds" in line
         assert "its rule decided 400 trained nulls of this design wrongly in 2.2% +- 0.7% " in line
-        assert "(bench/RESULTS.md, replicates-best-error)" in line
+        assert "(bench/RESULTS.md, replicates-best-error; the +- a lower bound" in line
 
 
 def test_the_page_says_an_accepted_design_is_not_calibrated(tiny_dict):
@@ -204,7 +204,8 @@ def test_status_prints_the_null_rate_beside_the_decision(tmp_path):
     assert [look.outcome for look in looks] == ["holds"]
     (line,) = decision_lines(Rounds(spec, looks), waiting=None)
     assert line.startswith("(mine) ") and ": holds after 6 of at most 24 samples: " in line
-    assert line.endswith("wrongly in 2.2% +- 0.7% (bench/RESULTS.md, replicates-best-error)")
+    assert "wrongly in 2.2% +- 0.7% (bench/RESULTS.md, replicates-best-error; " in line
+    assert line.endswith("the +- a lower bound, the nulls share trainings)")
 
 
 def test_the_dry_run_names_the_null_rate_of_its_design(tmp_path):
@@ -217,5 +218,6 @@ def test_the_dry_run_names_the_null_rate_of_its_design(tmp_path):
     ]
     assert line.endswith(
         "; its rule decided 200 trained nulls of this design wrongly in 5.0% +- 1.5% "
-        "(bench/RESULTS.md, replicates-best-error)"
+        "(bench/RESULTS.md, replicates-best-error; the +- a lower bound, the nulls share "
+        "trainings)"
     )

@@ -195,7 +195,7 @@ def seed_effect_note(spec: StudySpec) -> str | None:
     return (
         f"note: search.seed_per_sample is false ({why}): claim (a)'s interval resamples (lr, wd) "
         "samples, not the training seed, and misses its study-wide effect (with one seed per "
-        "study the bench decided 9.5% +- 2.1% of exact nulls wrongly, not 5%: "
+        "study the bench decided 9.5% +- 2.1% (se a lower bound) of exact nulls wrongly, not 5%: "
         "docs/sequential.md); seed_per_sample: true gives each sample its own seeds"
     )
 

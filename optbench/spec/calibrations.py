@@ -128,7 +128,8 @@ def calibration_words(spec: StudySpec, claim: str, cells: Iterable[Iterable]) ->
     found = calibration_of(spec, comparison, [(m, o, int(e)) for m, o, e in cells])
     if found is None:
         return "not calibrated for this design: no trained nulls measure its rule"
-    return f"{_rate(found)} ({found.source})"
+    # the nulls are drawn from a few replicates' trainings: their Monte Carlo se understates
+    return f"{_rate(found)} ({found.source}; the +- a lower bound, the nulls share trainings)"
 
 
 def _rate(calibration: Calibration) -> str:
