@@ -91,7 +91,7 @@ def _trained_bench():
     return bench
 
 
-@pytest.mark.slow  # 21,000 simulated studies one by one and the design's estimator (3 s here)
+@pytest.mark.slow  # 21,000 simulated studies one by one and the design's estimator (20 s at load 7)
 def test_the_trained_comparison_finds_the_dry_runs_error_on_planted_replicates():
     # replicates of normal units at the planned effect, read as the bench reads a trained
     # replicate's looks (sequential_analysis.looks_of: estimate, se, df, pairing per size): the
