@@ -10,6 +10,24 @@ Prints one JSON line: per effect the truth, and per set the mean, its relative e
 Monte-Carlo se of that error (both means' se combined).
 
     nice -n 10 python bench/expected_size.py
+    nice -n 10 python bench/expected_size.py trained [DIR [QUICKSTART_CSV]]
+
+`trained`: the same comparison on the committed replicates of real trainings (DIR, default
+docs/reference/replicates; QUICKSTART_CSV, default DIR/trials_quickstart_24.csv): the
+quickstart's design with a seed per pair (trials_quickstart_24.csv) and with one shared seed
+(the largest trials_shared_*.csv), both read by studies/quickstart.yaml's rule, and the mini's
+per-model design with a seed per pair (the largest trials_seed_per_pair_*.csv) read by
+studies/mini/mini_edf.yaml's (its alpha split over its panels). Each replicate is replayed to
+its stop as the driver looks (bench/sequential_analysis.py's looks_of and replay) and taken as
+the earlier study: the dry run plans from its claims row at that stop (`stop_row`, what
+summary.json keeps; expected_size, as rounds.size_lines calls it). The truth is the rule as
+trained: the mean stop of the other replicates. Over the replicates the mean of the planned
+sizes against the mean stop is the same ratio as each replicate's plan against the others'
+mean stop, averaged; so the relative error is mean planned / mean stopped - 1, each with a 95%
+percentile bootstrap interval over replicates (bench/quickstart_replicates.py's bootstrap).
+The same at the exact nulls of the same trainings (quickstart_replicates.null_studies: one
+replicate's cell of a model against another's; a study weighted by how often both of its
+replicates were drawn). Prints one JSON line.
 """
 
 from __future__ import annotations
@@ -20,10 +38,16 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "bench"))
+import quickstart_replicates as at_stops  # noqa: E402  (bench/quickstart_replicates.py)
+import sequential_analysis as replays  # noqa: E402
 from test_expected_size import DESIGN, PLANNED_Z, _studies  # noqa: E402
 
+from optbench.decision import sequential  # noqa: E402
 from optbench.run.expected_size import expected_size  # noqa: E402
 
 TRUTHS = 20_000
@@ -35,7 +59,8 @@ def _mean_se(values) -> tuple[float, float]:
     return float(values.mean()), float(values.std(ddof=1) / math.sqrt(values.size))
 
 
-def main() -> None:
+def simulated() -> dict:
+    """The module docstring's first comparison: normal units at four effects."""
     rows = {}
     for z in (1.5, 2.0, PLANNED_Z, 4.0):
         truth, truth_se = _mean_se([r["n_now"] for r in _studies(z, TRUTHS, seed=1)])
@@ -49,8 +74,126 @@ def main() -> None:
                 "error_se": round(error_se, 4),
             }
         rows[f"{z:.2f}"] = row
-    print(json.dumps({"design": list(DESIGN.looks), "truths": TRUTHS, "effects": rows}))
+    return {"design": list(DESIGN.looks), "truths": TRUTHS, "effects": rows}
+
+
+# --- on trained replicates (`trained`) -----------------------------------------------------------
+
+REPLICATES = ROOT / "docs" / "reference" / "replicates"
+WITHIN = 0.05  # issue 67 item 8: the dry run's size within 5% of the real rule's
+
+
+def stop_row(run: dict, se: float, design: sequential.Design) -> dict:
+    """The claims row (summary.json, decision/looks.with_looks) of a study stopped where `run`
+    (sequential_analysis.replay) stopped it, with the se read at that look: what the dry run
+    plans from (rounds.size_lines)."""
+    return {
+        "estimate": run["estimate"],
+        "se": se,
+        "n_now": run["n"],
+        "n_max": design.looks[-1],
+        "looks": design.looks.index(run["n"]) + 1,
+        "verdict": run["outcome"],
+    }
+
+
+def planned_and_stopped(looks: dict, keys: list, design: sequential.Design):
+    """Per study of `keys` (`looks`: sequential_analysis.looks_of's answer for them): the
+    expected size the dry run plans from its claims row at its stop, and its stopping size."""
+    planned, stopped = [], []
+    for key in keys:
+        run = replays.replay(looks, key, design)
+        planned.append(expected_size(design, stop_row(run, looks[key, run["n"]][1], design)))
+        stopped.append(run["n"])
+    return np.asarray(planned, float), np.asarray(stopped, float)
+
+
+def weighed(planned: np.ndarray, stopped: np.ndarray, weights: np.ndarray) -> dict:
+    """The weighted means of the planned and the stopping sizes and the relative error of the
+    plan (nan where no study has weight)."""
+    total = weights.sum()
+    if not total:
+        return dict.fromkeys(("planned", "stopped", "error"), math.nan)
+    mean_planned, mean_stopped = weights @ planned / total, weights @ stopped / total
+    return {
+        "planned": float(mean_planned),
+        "stopped": float(mean_stopped),
+        "error": float(mean_planned / mean_stopped - 1),
+    }
+
+
+def compared(planned: np.ndarray, stopped: np.ndarray, count: int, weights) -> dict:
+    """`weighed` over every study and its bootstrap interval over the `count` replicates:
+    `weights(idx)` gives each study's weight in a resample idx of them."""
+    point = weighed(planned, stopped, weights(np.arange(count)))
+    intervals = at_stops.bootstrap(lambda idx: weighed(planned, stopped, weights(idx)), count)
+    out = {key: {"value": round(v, 4), "interval": at_stops._rounded(intervals[key])}
+           for key, v in point.items()}  # fmt: skip
+    low, high = intervals["error"]
+    return out | {
+        "within_5pct": abs(point["error"]) <= WITHIN,
+        "interval_within_5pct": -WITHIN <= low and high <= WITHIN,
+    }
+
+
+def trained_design(trials: pd.DataFrame, design: sequential.Design) -> dict:
+    """One design's comparison (module docstring) on its replicates trained to its last look,
+    and at the exact nulls of the same trainings."""
+    reps = at_stops.complete(trials, design.looks[-1])
+    keys = sorted(reps)
+    looks = replays.looks_of(reps, "a", "samples", list(design.looks))
+    planned, stopped = planned_and_stopped(looks, keys, design)
+    out = {
+        "design": {"looks": list(design.looks), "spending": design.spending}
+        | {"alpha": design.alpha, "margin": design.margin, "panels": design.panels},
+        "replicates": len(keys),
+        "per_replicate": [[int(n), round(p, 2)] for n, p in zip(stopped, planned, strict=True)],
+        "real": compared(
+            planned, stopped, len(keys), lambda idx: np.bincount(idx, minlength=len(keys))
+        ),
+    }
+    studies, sides = at_stops.null_studies(trials, reps)
+    if studies:
+        null_looks = replays.looks_of(studies, "a", "samples", list(design.looks))
+        planned, stopped = planned_and_stopped(null_looks, list(studies), design)
+        weights = at_stops.pair_weights(sides, len(keys))
+        out["null"] = {"studies": len(studies)} | compared(planned, stopped, len(keys), weights)
+    return out
+
+
+def trained(folder: Path, quickstart: Path) -> dict:
+    """The `trained` JSON line: each design whose trials are in `folder` (the quickstart's
+    seed-per-pair trials from `quickstart`)."""
+    quickstart_design = replays.shipped_design("quickstart.yaml")
+    found = {
+        "quickstart_seed_per_pair": (
+            pd.read_csv(quickstart) if quickstart.exists() else None,
+            quickstart_design,
+        ),
+        "quickstart_one_seed": (replays._largest(folder, "shared"), quickstart_design),
+        "mini_seed_per_pair": (
+            replays._largest(folder, "seed_per_pair"),
+            replays.shipped_design("mini/mini_edf.yaml"),
+        ),
+    }
+    out: dict = {
+        "bench": "expected-size-trained",
+        "bootstrap": {"draws": at_stops.DRAWS, "seed": at_stops.SEED, "level": at_stops.LEVEL},
+    }
+    for name, (trials, design) in found.items():
+        if trials is not None:
+            out[name] = trained_design(trials, design)
+    return out
+
+
+def main(argv: list[str]) -> None:
+    if argv[:1] == ["trained"]:
+        folder = Path(argv[1]) if len(argv) > 1 else REPLICATES
+        quickstart = Path(argv[2]) if len(argv) > 2 else folder / at_stops.TRIALS
+        print(json.dumps(trained(folder, quickstart)))
+    else:
+        print(json.dumps(simulated()))
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -156,13 +156,13 @@ def _with_intervals(point: dict, intervals: dict, count: int) -> dict:
     return out
 
 
-def nulls(trials: pd.DataFrame, reps: dict, design: sequential.Design) -> dict:
-    """The exact nulls of the module docstring: the wrong share, its Monte-Carlo se and its
-    bootstrap interval over replicates."""
+def null_studies(trials: pd.DataFrame, reps: dict) -> tuple[dict, np.ndarray]:
+    """The exact nulls of the module docstring, {key: study}, and each study's two replicates
+    as positions in sorted(reps) (for `pair_weights`); none where there are under 2 replicates."""
     order = sorted(reps)
     shifts = min(replays.NULL_SHIFTS, len(order) // 2)
     if shifts < 1:
-        return {"studies": 0}
+        return {}, np.zeros((0, 2), int)
     kept = trials[trials["replicate"].isin(order)]
     studies, seen = {}, set()
     for key, study in replays.swapped_nulls(kept, replays.MODELS, shifts).items():
@@ -171,18 +171,39 @@ def nulls(trials: pd.DataFrame, reps: dict, design: sequential.Design) -> dict:
         if unordered not in seen:  # shift R / 2 meets each pair twice: one study of it
             seen.add(unordered)
             studies[key] = study
-    looks = replays.looks_of(studies, "a", "samples", list(design.looks))
-    runs = {key: replays.replay(looks, key, design) for key in studies}
     position = {r: i for i, r in enumerate(order)}
     sides = np.array(
         [[position[int(r)] for r in key.rsplit(":", 1)[1].split("-")] for key in studies]
     )
+    return studies, sides
+
+
+def pair_weights(sides: np.ndarray, count: int):
+    """The weight of each null study in a resample idx of the `count` replicates: w_a w_b, how
+    often each of its two replicates was drawn (a study stands or falls with both)."""
+
+    def weights(idx: np.ndarray) -> np.ndarray:
+        drawn = np.bincount(idx, minlength=count).astype(float)
+        return drawn[sides[:, 0]] * drawn[sides[:, 1]]
+
+    return weights
+
+
+def nulls(trials: pd.DataFrame, reps: dict, design: sequential.Design) -> dict:
+    """The exact nulls of the module docstring: the wrong share, its Monte-Carlo se and its
+    bootstrap interval over replicates."""
+    studies, sides = null_studies(trials, reps)
+    if not studies:
+        return {"studies": 0}
+    shifts = min(replays.NULL_SHIFTS, len(reps) // 2)
+    looks = replays.looks_of(studies, "a", "samples", list(design.looks))
+    runs = {key: replays.replay(looks, key, design) for key in studies}
     wrong = np.array([_wrong(runs[key]["outcome"], 0.0, design.margin, True) for key in studies])
     decided = np.array([runs[key]["outcome"] in sequential.DECIDED for key in studies])
+    weights = pair_weights(sides, len(reps))
 
     def rate(idx: np.ndarray) -> dict:
-        drawn = np.bincount(idx, minlength=len(order)).astype(float)
-        weight = drawn[sides[:, 0]] * drawn[sides[:, 1]]
+        weight = weights(idx)
         total = weight.sum()
         return {"wrong": float(weight @ wrong / total) if total else math.nan}
 
@@ -196,7 +217,7 @@ def nulls(trials: pd.DataFrame, reps: dict, design: sequential.Design) -> dict:
         "decided": _rounded(float(decided.mean())),
         "wrong": _rounded(p),
         "wrong_mc_se": _rounded(math.sqrt(p * (1 - p) / len(studies))),
-        "wrong_interval": _rounded(bootstrap(rate, len(order))["wrong"]),
+        "wrong_interval": _rounded(bootstrap(rate, len(reps))["wrong"]),
         "mean_samples": _rounded(float(np.mean([run["n"] for run in runs.values()]))),
     }
 

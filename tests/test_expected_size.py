@@ -4,6 +4,9 @@ that over earlier studies it is within 5% of what the real rule gives, at small 
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -17,14 +20,18 @@ DESIGN = Design(LOOKS, "pocock", 0.05, None, 1)
 PLANNED_Z = float(stats.norm.isf(0.025) + stats.norm.ppf(0.9))
 
 
+def _units(z_full: float, n: int, seed: int) -> np.ndarray:
+    """`n` studies' normal units of effect `z_full` full-study standard errors, one row each."""
+    return np.random.default_rng(seed).normal(z_full / np.sqrt(LOOKS[-1]), 1.0, (n, LOOKS[-1]))
+
+
 def _studies(z_full: float, n: int, seed: int) -> list[dict]:
     """`n` studies of the design on normal units of effect `z_full` full-study standard errors,
     each looked at as the rule looks (mean, s / sqrt(n_k), Student's t at the design's
     critical values), stopped at its first decision: each its claims row at the stop."""
     looks, crit = np.asarray(LOOKS), np.asarray(DESIGN.criticals())
-    units = np.random.default_rng(seed).normal(z_full / np.sqrt(looks[-1]), 1.0, (n, looks[-1]))
     rows = []
-    for path in units:
+    for path in _units(z_full, n, seed):
         for k, size in enumerate(looks):
             mean, se = path[:size].mean(), path[:size].std(ddof=1) / np.sqrt(size)
             if abs(mean / se) >= crit[k] or k == looks.size - 1:
@@ -74,3 +81,47 @@ def test_the_law_of_the_estimate_is_the_earlier_studys():
     # an early stop at a large estimate: its law (which keeps the large draws) plans more
     # units than the same estimate from a fixed-size study of 6 would
     assert expected_size(DESIGN, row) > expected_size(DESIGN, row | {"looks": 0, "n_max": None})
+
+
+def _trained_bench():
+    """bench/expected_size.py, whose `trained` comparison runs on replicates of real trainings."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import expected_size as bench
+
+    return bench
+
+
+@pytest.mark.slow  # 21,000 simulated studies one by one and the design's estimator (20 s at load 7)
+def test_the_trained_comparison_finds_the_dry_runs_error_on_planted_replicates():
+    # replicates of normal units at the planned effect, read as the bench reads a trained
+    # replicate's looks (sequential_analysis.looks_of: estimate, se, df, pairing per size): the
+    # stops, plans and error it reports must be the ones the rule and the dry run give there
+    count = 1_000
+    looks = {
+        (r, n): (path[:n].mean(), path[:n].std(ddof=1) / np.sqrt(n), n - 1, "paired")
+        for r, path in enumerate(_units(PLANNED_Z, count, seed=2))
+        for n in LOOKS
+    }
+    bench = _trained_bench()
+    planned, stopped = bench.planned_and_stopped(looks, list(range(count)), DESIGN)
+    rows = _studies(PLANNED_Z, count, seed=2)  # the same units, each stopped by the rule
+    assert stopped.tolist() == [row["n_now"] for row in rows]
+    plans = [expected_size(DESIGN, row) for row in rows]  # planned from each claims row at its stop
+    assert planned == pytest.approx(plans)
+    found = bench.compared(planned, stopped, count, lambda idx: np.bincount(idx, minlength=count))
+    mean_stop = np.mean([row["n_now"] for row in rows])
+    assert found["planned"]["value"] == pytest.approx(np.mean(plans), abs=1e-3)
+    assert found["stopped"]["value"] == pytest.approx(mean_stop, abs=1e-3)
+    assert found["error"]["value"] == pytest.approx(np.mean(plans) / mean_stop - 1, abs=1e-4)
+    # the stops' interval is the mean stop's over replicates: 2 x 1.96 of its se wide
+    low, high = found["stopped"]["interval"]
+    se = np.std([row["n_now"] for row in rows], ddof=1) / np.sqrt(count)
+    assert (high - low) / (2 * 1.96 * se) == pytest.approx(1, abs=0.15)
+    # the real rule's size (20,000 other studies) is within 4 se of the mean stop, and the dry
+    # run within 5% of both here, as on the simulated bench
+    truth = np.mean([row["n_now"] for row in _studies(PLANNED_Z, 20_000, seed=1)])
+    assert abs(mean_stop - truth) < 4 * se
+    assert found["within_5pct"] and abs(np.mean(plans) / truth - 1) <= 0.05
+    # one replicate drawn every time: the interval is that replicate's error alone
+    one = bench.compared(planned, stopped, count, lambda idx: (np.arange(count) == 0) * 1.0)
+    assert one["error"]["interval"] == [round(planned[0] / stopped[0] - 1, 4)] * 2
