@@ -66,7 +66,11 @@ def test_the_reference_is_a_run_of_the_committed_study(name):
         assert sorted(cell["sample"]) == list(range(n)), cell_key
 
 
-@worked
+@pytest.mark.parametrize(
+    "name",
+    # the ranking's 12 panels' looks, each a claims table with its bootstraps: about 40 CPU s
+    [n if n != "rank_optimizers" else pytest.param(n, marks=pytest.mark.slow) for n in WORKED],
+)
 def test_every_look_of_the_reference_follows_from_its_trials(name):
     # each look recomputed as the driver took it (run/rounds.py): the claims table of each
     # cell's first n samples at the look's boundary (its panel's level under Holm's step-down:
