@@ -420,45 +420,54 @@ def apply_plan(x: torch.Tensor, plan: dict, kinds, fill, filters) -> torch.Tenso
     flat = out.view(n, c, h * w)
     coordinates = {}
     for slot, kind in zip(plan["slots"], kinds, strict=True):
-        pieces = _pixel_ops(flat, slot, kind, k, h, w) if kind - set(WARP_KINDS) else []
+        # the slot's images, taken out once (the affine ones too): the lookups write theirs
+        # into it as uint8, the other kinds' values (float64, `pieces`) follow them
+        images = flat[slot["rows"]] if kind - set(WARP_KINDS) else None
+        pieces = _pixel_ops(images, slot, kind, k, h, w) if images is not None else []
         for index, start, n_turned, n_moved, last in slot.get("warp", ()):
             if index not in coordinates:
                 coordinates[index] = _coordinates(plan["chunks"][index], k)
             chunk = coordinates.pop(index) if last else coordinates[index]
             pieces += _warp(flat, chunk, start, n_turned, n_moved, kind, k, t)
-        values = torch.cat(pieces) if len(pieces) > 1 else pieces[0]
-        # Pillow's pixels: clipped to [0, 255] (a clamp_ with both bounds as tensors is 2-3x
-        # slower on the CPU), truncated (by the conversion to uint8)
-        values = values.clamp_min_(k["zero"]).clamp_max_(k["255"])
-        flat.index_copy_(0, slot["rows"], _convert(values, torch.uint8))
+        if pieces:
+            values = torch.cat(pieces) if len(pieces) > 1 else pieces[0]
+            # Pillow's pixels: clipped to [0, 255] (a clamp_ with both bounds as tensors is
+            # 2-3x slower on the CPU), truncated (by the conversion to uint8)
+            values = values.clamp_min_(k["zero"]).clamp_max_(k["255"])
+            if images is None:
+                images = _convert(values, torch.uint8)
+            else:
+                lookups = slot["counts"]["equalize"] + slot["counts"]["table"]
+                _block(images, tuple(values.shape), lookups * c * h * w).copy_(values)
+        flat.index_copy_(0, slot["rows"], images)
     return out
 
 
-def _pixel_ops(flat, slot: dict, kind: frozenset, k: dict, h: int, w: int) -> list:
-    """The float64 values (r, C, H*W) of the slot's images that drew a lookup, AutoContrast or
-    a blend, in ROW_ORDER, from one indexing of the batch (which takes the affine images too)."""
-    (c, hw), count = flat.shape[1:], slot["counts"]
-    images = flat[slot["rows"]]
+def _pixel_ops(images, slot: dict, kind: frozenset, k: dict, h: int, w: int) -> list:
+    """The slot's images (r, C, H*W) that drew a lookup, looked up in place (uint8), and the
+    float64 values of those that drew AutoContrast or a blend, in ROW_ORDER."""
+    (c, hw), count = images.shape[1:], slot["counts"]
     pieces = []
     n_lut = count["equalize"] + count["table"]
     if kind & set(LUT_KINDS):  # each image and channel through its own table: one gather
-        index = _convert(_block(images, (n_lut, c, hw)), torch.int64)
+        looked_up = _block(images, (n_lut, c, hw))
+        index = _convert(looked_up, torch.int64)
         tables = []
         if "equalize" in kind:
             tables.append(_equalize(_block(index, (count["equalize"], c, hw)), k))
         if "table" in kind:
             tables.append(slot["tables"])
         tables = torch.cat(tables) if len(tables) > 1 else tables[0]
-        pieces.append(tables.gather(2, index))
+        # uint8: a float64 gather and its share of a float64 block cost a CPU 5x the traffic
+        torch.gather(_convert(tables, torch.uint8), 2, index, out=looked_up)
     if "autocontrast" in kind:
         n = count["autocontrast"]
         pieces.append(_autocontrast(_block(images, (n, c, hw), n_lut * c * hw), k))
     if kind & set(BLEND_KINDS):
         start = (n_lut + count["autocontrast"]) * c * hw
         n = sum(count[kind] for kind in BLEND_KINDS)
-        pieces.append(
-            _blend(_block(images, (n, c, hw), start), slot["factor"], count, kind, k, h, w)
-        )
+        blends = _block(images, (n, c, hw), start)
+        pieces.append(_blend(blends, slot["factor"], count, kind, k, h, w))
     return pieces
 
 
@@ -467,9 +476,10 @@ def _equalize(index, k: dict):
     histogram steps, the top value's count left out; an image of one value (step 0) kept."""
     hist = torch.empty((*index.shape[:2], 256), dtype=torch.float64, device=index.device)
     hist.zero_().scatter_add_(2, index, k["ones"])
-    top = hist.gather(2, index.amax(2, keepdim=True))
-    step = torch.sub(k["hw"], top).div_(255.0, rounding_mode="floor")
-    lut = hist.cumsum(2).sub_(hist).add_(step.div(2.0, rounding_mode="floor"))
+    below = hist.cumsum(2).sub_(hist)  # pixels below each value
+    # the pixels below the top value: all but the top value's
+    step = below.gather(2, index.amax(2, keepdim=True)).div_(255.0, rounding_mode="floor")
+    lut = below.add_(step.div(2.0, rounding_mode="floor"))
     # step 0 gives inf or nan here, replaced by the identity below
     lut.div_(step, rounding_mode="floor").clamp_max_(k["255"])
     return torch.where(step > 0.0, lut, k["ix"], out=lut)
