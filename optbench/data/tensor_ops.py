@@ -2,8 +2,9 @@
 device, reproducing Pillow's arithmetic (tests/test_tensor_policy.py checks each against timm's
 PIL op, image for image), one op slot of a batch after another (`apply_plan`) with a fixed number
 of tensor operations whatever the batch size and whichever ops the images drew, each kind of op
-computing on the images that drew it only (a slot's images taken out with one indexing, put back
-with one index_copy_ as one float64 block; which images, ordered by kind, and their parameters,
+computing on the images that drew it only (a slot's images taken out with one indexing and put
+back with one index_copy_, the lookups written into them as uint8, the other kinds' values as one
+float64 block clipped and truncated once; which images, ordered by kind, and their parameters,
 found on the host by `plan_batch`, in numpy):
 - the lookup-table ops (Equalize, Invert, Posterize, Solarize, SolarizeAdd, and Brightness, a
   blend with black): one 256-entry table per image and channel (the host's; Equalize's from the
