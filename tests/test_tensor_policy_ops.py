@@ -54,11 +54,6 @@ def test_the_policy_issues_a_fixed_number_of_ops_per_batch(name):
     assert fixed_per_batch(name) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 66's 300 not reached: 357 (pycls_v0), 500 (rand-m9) with the ops inside "
-    "(bench/RESULTS.md, tensor_policy 2026-12-06, the count per name)",
-)
 @pytest.mark.parametrize("name", POLICIES)
 def test_the_policy_issues_at_most_300_ops_with_the_ops_they_call(name):
     assert fixed_per_batch(name, nested=True) == []
@@ -68,13 +63,26 @@ def blend_per_sample(monkeypatch):
     """Plant a per-sample loop: each image that drew a blend on its own."""
     blend = tensor_ops._blend
 
-    def per_sample(out, rows, factor, counts, *args):
-        ends = np.cumsum(counts)  # the rows come kind by kind (slot_plan)
-        for i in range(len(rows)):
-            mine = tuple(
-                int(start <= i < end) for start, end in zip([0, *ends], ends, strict=False)
+    def per_sample(images, factor, count, kind, *args):
+        ends = np.cumsum([count[k] for k in tensor_ops.BLEND_KINDS])  # rows kind by kind
+        starts = [0, *ends[:-1]]
+        one_by_one = [
+            blend(
+                images[i : i + 1],
+                factor[i : i + 1],
+                {
+                    **count,
+                    **{
+                        k: int(a <= i < b)
+                        for k, a, b in zip(tensor_ops.BLEND_KINDS, starts, ends, strict=True)
+                    },
+                },
+                kind,
+                *args,
             )
-            blend(out, rows[i : i + 1], factor[i : i + 1], mine, *args)
+            for i in range(len(images))
+        ]
+        return torch.cat(one_by_one) if one_by_one else blend(images, factor, count, kind, *args)
 
     monkeypatch.setattr(tensor_ops, "_blend", per_sample)
 
@@ -118,19 +126,14 @@ def test_the_warp_in_chunks_gives_the_same_images(monkeypatch):
     x = torch.randint(0, 256, (20, 3, 16, 16), dtype=torch.uint8)
     whole, draws = policy(x, torch.Generator().manual_seed(2), return_draws=True)
     assert (draws.resample >= 0).sum() > 5  # affine ops drawn
+    arrays = (draws.op_names, draws.op, draws.arg, draws.resample, (3, 16, 16), policy.resample)
+    # small images: where every slot's affine ops sample is computed once, in one chunk
+    assert len(tensor_ops.plan_batch(*arrays, td.slot_kinds(policy))["chunks"]) == 1
     # 2 tap rows (of 4 bicubic taps) a chunk: 2 shears or translations, one Rotate image (4)
     monkeypatch.setitem(tensor_ops.WARP_VALUES, "cpu", 2 * 4 * 3 * 16 * 16)
     chunked, _ = policy(x, torch.Generator().manual_seed(2))
     assert torch.equal(chunked, whole)
-    plan = tensor_ops.slot_plan(
-        draws.op_names,
-        draws.op[:, 0],
-        draws.arg[:, 0],
-        draws.resample[:, 0],
-        (3, 16, 16),
-        policy.resample,
-    )
-    assert len(plan["warp"]) > 1
+    assert len(tensor_ops.plan_batch(*arrays, td.slot_kinds(policy))["chunks"]) > 2
 
 
 def allocated_bytes(run) -> int:
@@ -144,7 +147,7 @@ def allocated_bytes(run) -> int:
 
 
 def test_images_that_drew_no_op_are_not_computed_on():
-    """Each kind of op runs on the images that drew it (tensor_ops.apply_slot): a batch in
+    """Each kind of op runs on the images that drew it (tensor_ops.apply_plan): a batch in
     which no image drew an op costs its copy, not the tables, blends and warps of every image
     (measured: 66 x the batch's bytes when each slot computed them over the whole batch)."""
     policy = tp.tensor_policy("rand-m9-mstd0.5-inc1", 32)

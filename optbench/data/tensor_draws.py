@@ -7,12 +7,13 @@ magnitude (Gaussian noise of std `mstd`, or uniform in [0, m] for an infinite on
 [0, mmax or 10]), the sign of its argument, and the affine ops' filter where timm draws it. The
 arithmetic on the draws is the host's (numpy, a few small arrays per batch); then every slot
 runs on the images that drew each kind of op, a fixed number of tensor operations per slot
-(tensor_ops.apply_slot).
+(tensor_ops.apply_plan).
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,12 +21,11 @@ import torch
 
 from optbench.data.tensor_ops import (
     AFFINE_OPS,
-    GROUPS,
     RESAMPLE,
-    apply_slot,
+    apply_plan,
     op_kind,
+    plan_batch,
     plan_to_device,
-    slot_plan,
 )
 
 
@@ -105,12 +105,22 @@ def level_args(
     return np.maximum(column("offset") + sign * t, column("floor"))
 
 
+_BUFFERS = threading.local()  # per thread: {(shape, dtype): (tensor, its numpy view)}
+
+
 def _random(fill, shape: tuple[int, ...], dtype) -> np.ndarray:
-    """A numpy array of `shape` filled in place by torch's generator (`fill(out=...)`): the
-    numbers a torch draw of that shape gives, with no copy or conversion to reach the host."""
-    out = np.empty(shape, dtype=dtype)
-    fill(out=torch.from_numpy(out))
-    return out
+    """A numpy array of `shape` filled by torch's generator (`fill(tensor)`, a tensor method:
+    torch.rand, randn, randint(k) are uniform_(), normal_(), random_(0, k) on the tensor they
+    make): the numbers a torch draw of that shape gives. One operation per draw: the tensor is
+    made once per shape and thread and reused, its numbers copied out on the host."""
+    buffers = _BUFFERS.__dict__.setdefault("buffers", {})
+    key = (shape, np.dtype(dtype).str)
+    if key not in buffers:
+        array = np.empty(shape, dtype=dtype)
+        buffers[key] = (torch.from_numpy(array), array)
+    tensor, array = buffers[key]
+    fill(tensor)
+    return array.copy()
 
 
 def _choose(policy, n: int, g: torch.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -118,12 +128,10 @@ def _choose(policy, n: int, g: torch.Generator) -> tuple[np.ndarray, np.ndarray]
     slot's op in the flat table `[op for entry in choices for op in entry]` (N, L)."""
     k, layers = len(policy.choices), policy.num_layers
     if policy.kind == "auto":
-        sub = _random(lambda out: torch.randint(k, (n,), generator=g, out=out), (n,), np.int64)
+        sub = _random(lambda t: t.random_(0, k, generator=g), (n,), np.int64)
         return sub, sub[:, None] * layers + np.arange(layers)
     if policy.choice_weights is None:  # numpy's choice(ops, n, replace=True)
-        picks = _random(
-            lambda out: torch.randint(k, (n, layers), generator=g, out=out), (n, layers), np.int64
-        )
+        picks = _random(lambda t: t.random_(0, k, generator=g), (n, layers), np.int64)
     else:  # numpy's choice(ops, n, replace=False, p=weights)
         weights = torch.tensor(policy.choice_weights, dtype=torch.float64).expand(n, k)
         picks = torch.multinomial(weights, layers, replacement=False, generator=g).numpy()
@@ -137,17 +145,13 @@ def draw(policy, n: int, g: torch.Generator) -> PolicyDraws:
     names = policy.op_names
     choice, slot = _choose(policy, n, g)
     shape = slot.shape
-    applies = _random(lambda out: torch.rand(shape, generator=g, out=out), shape, np.float64)
+    applies = _random(lambda t: t.uniform_(generator=g), shape, np.float64)
     if math.isinf(policy.magnitude_std):
-        noise = _random(lambda out: torch.rand(shape, generator=g, out=out), shape, np.float64)
+        noise = _random(lambda t: t.uniform_(generator=g), shape, np.float64)
     else:
-        noise = _random(lambda out: torch.randn(shape, generator=g, out=out), shape, np.float64)
-    flip = _random(lambda out: torch.rand(shape, generator=g, out=out), shape, np.float64) > 0.5
-    resample = _random(
-        lambda out: torch.randint(len(policy.resample), shape, generator=g, out=out),
-        shape,
-        np.int64,
-    )
+        noise = _random(lambda t: t.normal_(generator=g), shape, np.float64)
+    flip = _random(lambda t: t.uniform_(generator=g), shape, np.float64) > 0.5
+    resample = _random(lambda t: t.random_(0, len(policy.resample), generator=g), shape, np.int64)
 
     prob = np.array([op.prob for op in flat])[slot]
     magnitude = np.array([float(op.magnitude) for op in flat])[slot]
@@ -175,28 +179,21 @@ def draw(policy, n: int, g: torch.Generator) -> PolicyDraws:
 
 def apply(policy, x: torch.Tensor, draws: PolicyDraws) -> torch.Tensor:
     """Apply the drawn ops slot by slot, each slot with a fixed number of tensor operations
-    (tensor_ops.apply_slot); what each image drew is turned into each part's images and
-    parameters on the host (tensor_ops.slot_plan), which reach x's device in one copy per dtype
-    and batch, without a host sync."""
-    shape, kinds = tuple(x.shape[1:]), slot_kinds(policy)
-    op, arg, resample = draws.op, draws.arg, draws.resample
-    plans = []
-    for s, kind in enumerate(kinds):
-        plan = slot_plan(
-            draws.op_names,
-            op[:, s],
-            arg[:, s],
-            resample[:, s],
-            shape,
-            policy.resample,
-            x.device.type,
-        )
-        # the parts no image of the slot can draw are left out: a fixed choice per policy
-        plans.append({part: a for part, a in plan.items() if kind & set(GROUPS[part])})
-    out = x.clone()
-    for plan, kind in zip(plan_to_device(plans, x.device), kinds, strict=True):
-        apply_slot(out, plan, kind, policy.fill, policy.resample)
-    return out
+    (tensor_ops.apply_plan); what each image drew is turned into each slot's images and
+    parameters on the host (tensor_ops.plan_batch), which reach x's device in one copy per
+    dtype and batch, without a host sync."""
+    kinds = slot_kinds(policy)
+    plan = plan_batch(
+        draws.op_names,
+        draws.op,
+        draws.arg,
+        draws.resample,
+        tuple(x.shape[1:]),
+        policy.resample,
+        kinds,
+        x.device.type,
+    )
+    return apply_plan(x, plan_to_device(plan, x.device), kinds, policy.fill, policy.resample)
 
 
 def slot_kinds(policy) -> tuple[frozenset[str], ...]:

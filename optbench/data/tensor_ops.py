@@ -1,20 +1,25 @@
 """The tensor policy's pixel ops: timm's auto-augment ops on uint8 batches (n, C, H, W) on any
 device, reproducing Pillow's arithmetic (tests/test_tensor_policy.py checks each against timm's
-PIL op, image for image), one op slot of a batch at a time (`apply_slot`) with a fixed number of
-tensor operations whatever the batch size and whichever ops the images drew, each part of a slot
-computing on the images that drew it only (taken out with one indexing, put back with one
-index_copy_; which images, ordered by kind, and their parameters, found on the host by
-`slot_plan`, in numpy):
-- the lookup-table ops (AutoContrast, Equalize, Invert, Posterize, Solarize, SolarizeAdd): one
-  256-entry table per image and channel (the host's; AutoContrast's and Equalize's from the
-  image, in integers), then one gather on uint8;
-- the enhance blends (Color, Contrast, Brightness, Sharpness): one float32 interpolation with
-  per-image factors towards a per-image degenerate image (grey, mean grey, black or SMOOTH);
+PIL op, image for image), one op slot of a batch after another (`apply_plan`) with a fixed number
+of tensor operations whatever the batch size and whichever ops the images drew, each kind of op
+computing on the images that drew it only (a slot's images taken out with one indexing and put
+back with one index_copy_, the lookups written into them as uint8, the other kinds' values as one
+float64 block clipped and truncated once; which images, ordered by kind, and their parameters,
+found on the host by `plan_batch`, in numpy):
+- the lookup-table ops (Equalize, Invert, Posterize, Solarize, SolarizeAdd, and Brightness, a
+  blend with black): one 256-entry table per image and channel (the host's; Equalize's from the
+  image's histogram, in integers), then one gather;
+- AutoContrast: Pillow's float stretch of each channel between its lowest and highest value;
+- the enhance blends (Color, Contrast, Sharpness): one float32 interpolation with per-image
+  factors towards a per-image degenerate image (grey, mean grey or SMOOTH) built in one buffer;
 - the affine ops (Rotate, Shear, Translate): Pillow's own bilinear / bicubic (a = -1) sampling
   in float64, pixel centres at +0.5, edge pixels replicated inside the image and the fill
   colour outside it, the taps taken as uint8 from the batch along the axis that moves (a shear or
-  translation moves one), then across for Rotate (on chunks of at most `WARP_VALUES` taps: a
-  whole batch of CIFAR-sized images, a few large ones at a time on the CPU).
+  translation moves one), then across for Rotate; where they sample is computed once for the
+  slots that share a chunk of at most `WARP_VALUES` taps per slot (every slot of a batch of
+  CIFAR-sized images, a few large ones at a time on the CPU).
+Views are made with one operation each (`_block`, `_narrow`), conversions with two
+(`_convert`): torch.profiler counts what slicing and `to` record inside them (issue 66).
 The table that picks the ops is tensor_policy.py, the draws tensor_draws.py.
 """
 
@@ -102,63 +107,88 @@ def _affine_matrix(name: str, arg: np.ndarray, h: int, w: int) -> np.ndarray:
 
 
 _AXIS_X = ("ShearX", "TranslateX", "TranslateXRel")  # move x only; the other axis ops y only
-# which part of a slot runs each kind (`op_kind`): a part takes its images out of the batch,
-# changes them and puts them back (one indexing and index_copy_ per part and slot)
-GROUPS = {
-    "lut": ("table", "autocontrast", "equalize"),
-    "blend": ("grey", "mean", "black", "smooth"),
-    "warp": ("warp", "warp_axis"),
-}
+# A slot's images, kind after kind (each kind a run of rows): the lookup tables (Equalize's, made
+# from the image; the host's), AutoContrast, the blends by degenerate image (Color's grey,
+# Contrast's mean grey, Sharpness's SMOOTH), then the affine ops (`_warp_chunks`).
+LUT_KINDS = ("equalize", "table")
+BLEND_KINDS = ("grey", "mean", "smooth")
+ROW_ORDER = (*LUT_KINDS, "autocontrast", *BLEND_KINDS)
+WARP_KINDS = ("warp", "warp_axis")
 _TAPS = {"bicubic": (-1.0, 0.0, 1.0, 2.0), "bilinear": (0.0, 0.0, 1.0, 1.0)}
-# The affine warps' taps (T x T or T a pixel, x C) on chunks of at most this many values: on the
-# CPU few enough for the float64 passes to stay in cache and in the allocator's reused memory (a
-# fresh large buffer costs its pages' faults), enough for a batch of 256 CIFAR-sized images;
-# on CUDA a whole batch.
+# The affine warps' taps (T x T or T a pixel, x C) per slot on chunks of at most this many values:
+# on the CPU few enough for the float64 passes to stay in cache and in the allocator's reused
+# memory (a fresh large buffer costs its pages' faults), enough for a batch of 256 CIFAR-sized
+# images; on CUDA a whole batch.
 WARP_VALUES = {"cpu": 2**21, "cuda": 2**27}
 
 
 def op_kind(name: str) -> str:
-    """Which part of a slot runs op `name`: "table" (posterize, solarize, solarize_add, invert),
-    "autocontrast", "equalize" (the lookup tables); "grey", "mean", "black", "smooth" (the blends,
-    by degenerate image); "warp" (Rotate: both axes move), "warp_axis" (the shears and
+    """Which kind of work op `name` is (ROW_ORDER, WARP_KINDS): "table" (posterize, solarize,
+    solarize_add, invert and Brightness, whose blend with black is a table of f x i), "equalize"
+    (its table made from the image), "autocontrast"; "grey", "mean", "smooth" (the blends, by
+    degenerate image); "warp" (Rotate: both axes move), "warp_axis" (the shears and
     translations: one axis moves, the other stays on the pixel centres)."""
     base = name.replace("Increasing", "").replace("Original", "")
     if base in ("AutoContrast", "Equalize"):
         return base.lower()
-    if base in _LUT_OPS:
+    if base in _LUT_OPS or base == "Brightness":
         return "table"
     if base in _BLEND_OPS:
-        return {"Color": "grey", "Contrast": "mean", "Brightness": "black"}.get(base, "smooth")
+        return {"Color": "grey", "Contrast": "mean"}.get(base, "smooth")
     return "warp" if base == "Rotate" else "warp_axis"
 
 
-def slot_plan(
+def plan_batch(
     names: tuple[str, ...],
     op: np.ndarray,
     arg: np.ndarray,
     resample: np.ndarray,
     shape: tuple[int, int, int],
     filters: tuple[str, ...],
+    kinds: tuple[frozenset[str], ...],
     device_type: str = "cpu",
 ) -> dict:
-    """What `apply_slot` reads for one slot of images `shape` (C, H, W) in which image i runs op
-    names[op[i]] (none where op[i] < 0) with argument arg[i] and, for an affine op, filter
-    RESAMPLE[resample[i]] (one of the policy's `filters`): per part (GROUPS), its images' rows
-    (int64) ordered by kind, so that each kind is a slice of the part, then
-    - lut: the tables (r, C, 256) uint8 of the rows after the AutoContrast and Equalize ones
-      (posterize, solarize, solarize_add, invert), (the Equalize rows, the AutoContrast rows);
-    - blend: the factor (r, 1, 1) float32 (Pillow's), (the rows whose degenerate image is the
-      grey one: Color; the mean grey: Contrast; black: Brightness; the others SMOOTH);
-    - warp: a list of chunks (`_warp_plan`)."""
-    kinds = np.array([op_kind(name) for name in names] + ["none"])[op]  # op -1: the last
-    rows, counts = _rows_by_kind(kinds, ("equalize", "autocontrast", "table"))
-    static = rows[counts[0] + counts[1] :]  # the rows whose tables the host makes
-    drawn = op[static]
-    quantum, threshold = np.ones((len(drawn), 1)), np.full((len(drawn), 1), 256.0)
-    add = np.zeros((len(drawn), 1))
+    """What `apply_plan` reads for a batch of images `shape` (C, H, W) in which image i runs, in
+    op slot s, op names[op[i, s]] (none where op[i, s] < 0) with argument arg[i, s] and, for an
+    affine op, filter RESAMPLE[resample[i, s]] (one of the policy's `filters`); `kinds[s]` the
+    kinds slot s can draw (a fixed choice per policy: what is planned and run, not per batch).
+    {"slots": per slot {"rows": its images (int64), ROW_ORDER's kinds then the affine ones;
+    "counts": images per kind; "tables": the host's tables (t, C, 256) float64 of its "table"
+    rows; "factor": the blend rows' factors (b, 1, 1) float32 (Pillow's); "warp": per chunk
+    (its index, the slot's first tap row in it, Rotate images, other affine images, whether the
+    slot is the chunk's last)}, "chunks": the affine ops' tap rows (`_warp_chunks`)}."""
+    per_image = np.array([op_kind(name) for name in names] + ["none"])  # op -1: the last
+    slots, affine = [], []
+    for s, kind in enumerate(kinds):
+        drawn = per_image[op[:, s]]
+        runs = [np.flatnonzero(drawn == k) for k in ROW_ORDER]
+        slot = {
+            "rows": np.concatenate(runs),
+            "counts": dict(zip(ROW_ORDER, map(len, runs), strict=True)),
+        }
+        if "table" in kind:
+            slot["tables"] = _host_tables(names, op[:, s], arg[:, s], runs[1], shape[0])
+        if kind & set(BLEND_KINDS):
+            blends = np.concatenate(runs[3:])
+            slot["factor"] = arg[blends, s].astype(np.float32).reshape(-1, 1, 1)
+        slots.append(slot)
+        has_warps = kind & set(WARP_KINDS)
+        affine.append(tuple(np.flatnonzero(drawn == k) for k in WARP_KINDS) if has_warps else None)
+    chunks = _warp_chunks(names, op, arg, resample, affine, shape, filters, device_type, slots)
+    return {"slots": slots, "chunks": chunks}
+
+
+def _host_tables(names, op, arg, rows, c: int) -> np.ndarray:
+    """The tables (t, C, 256) float64 of images `rows` running a fixed lookup: Pillow's
+    posterize, solarize, solarize_add and invert tables; Brightness's Image.blend with black,
+    f x i in float32 truncated (ImagingBlend: 0 + f (i - 0), clipped)."""
+    drawn, arg = op[rows], arg[rows]
+    quantum, threshold = np.ones((len(rows), 1)), np.full((len(rows), 1), 256.0)
+    add = np.zeros((len(rows), 1))
+    factor = np.full((len(rows), 1), np.nan, dtype=np.float32)
     for k, name in enumerate(names):
         mine = drawn == k
-        v = np.trunc(arg[static][mine])  # as Python's int()
+        v = np.trunc(arg[mine])  # as Python's int()
         base = name.replace("Increasing", "").replace("Original", "")
         if base == "Invert":
             threshold[mine] = 0.0
@@ -168,87 +198,110 @@ def slot_plan(
             threshold[mine, 0] = v
         elif base == "SolarizeAdd":
             add[mine, 0] = v
+        elif base == "Brightness":
+            factor[mine, 0] = arg[mine]
     ix = np.arange(256.0)
     table = ix - np.fmod(ix, quantum)  # Pillow's tables: posterize, solarize, solarize_add
     table = np.where(ix < threshold, table, 255.0 - table)
     table = np.where(ix < 128, np.minimum(table + add, 255.0), table)
-    tables = np.repeat(table.astype(np.uint8)[:, None], shape[0], axis=1)  # per channel
-    plan = {"lut": (rows, tables, tuple(counts[:2]))}
-    rows, counts = _rows_by_kind(kinds, ("grey", "mean", "black", "smooth"))
-    factor = arg[rows].astype(np.float32).reshape(-1, 1, 1)
-    plan["blend"] = (rows, factor, tuple(counts[:3]))
-    plan["warp"] = _warp_plan(names, op, arg, resample, kinds, shape, filters, device_type)
-    return plan
+    brightness = np.trunc(np.clip(factor * np.arange(256, dtype=np.float32), 0.0, 255.0))
+    table = np.where(np.isnan(factor), table, brightness)
+    return np.repeat(table[:, None], c, axis=1)  # per channel
 
 
-def _rows_by_kind(kinds: np.ndarray, order: tuple[str, ...]) -> tuple[np.ndarray, list[int]]:
-    """The rows of `kinds` that are one of `order`, kind after kind, and each kind's count."""
-    rows = [np.flatnonzero(kinds == kind) for kind in order]
-    return np.concatenate(rows), [len(r) for r in rows]
-
-
-def _warp_plan(names, op, arg, resample, kinds, shape, filters, device_type) -> list[tuple]:
-    """The affine ops of a slot as chunks (WARP_VALUES) of tap rows: a filter's T taps along
-    the moving axis at each pixel, gathered and filtered in one pass; a Rotate image has T tap
-    rows (the other axis' taps, filtered in a second pass), a shear or translation one (its
-    other axis stays on the pixel centres, where the taps would weigh (0, 1, 0, 0)). The axis
-    moving in the first pass is x, y for the ops that move y only (their matrix rows swapped).
-    Per chunk: its images' rows (Rotate's first); per tap row (the Rotate images' first taps,
-    their second taps, ..., then the shears' and translations'), float64 (2, R, 1, 1) for the
-    moving then the other coordinate: the matrix' coefficients a, b, c, the sizes; its taps'
-    offsets (T, 2, R, 1, 1), the axes' last index and flat stride (2, R, 1, 1); int64
-    (R, C, 1) where its image's channels start in the flat batch; the number of Rotate
-    images."""
-    c, h, w = shape
-    t = 2 if filters == ("bilinear",) else 4
+def _matrices(names, op, arg, h: int, w: int) -> np.ndarray:
+    """The affine matrices (n, 6) of images running ops names[op] with arguments arg."""
     matrix = np.zeros((len(op), 6))
     for k, name in enumerate(names):
         mine = op == k
         if name in AFFINE_OPS and mine.any():
             matrix[mine] = _affine_matrix(name, arg[mine], h, w)
-    taps = np.array([_TAPS[f] for f in RESAMPLE])[np.maximum(resample, 0)]  # (n, 4)
-    if t == 2:
-        taps = np.tile([0.0, 1.0], (len(op), 1))
-    turned = np.flatnonzero(kinds == "warp")
-    moved = np.flatnonzero(kinds == "warp_axis")
-    along_y = ~np.isin(np.array([*names, ""])[op[moved]], _AXIS_X)
-    limit = WARP_VALUES.get(device_type, WARP_VALUES["cpu"]) // (t * c * h * w)
-    chunks, start_t, start_m = [], 0, 0
-    while not chunks or start_t < len(turned) or start_m < len(moved):
-        n_t = min(len(turned) - start_t, max(limit // t, 1))
-        n_m = min(len(moved) - start_m, max(limit - n_t * t, 0 if n_t else 1))
-        rows_t, rows_m = turned[start_t : start_t + n_t], moved[start_m : start_m + n_m]
-        swap = np.concatenate([np.zeros(n_t, bool), along_y[start_m : start_m + n_m]])
-        rows = np.concatenate([rows_t, rows_m])
-        # each tap row's image (index into rows): Rotate's tap by tap, then one per image
-        image = np.concatenate([np.tile(np.arange(n_t), t), np.arange(n_t, n_t + n_m)])
-        m = matrix[rows][:, [3, 4, 5, 0, 1, 2]]
-        m = np.where(swap[:, None], m, matrix[rows])[image]  # moving coordinate's first
-        size = np.where(swap[:, None], [[h, w]], [[w, h]])[image]
-        stride = np.where(swap[:, None], [[w, 1.0]], [[1.0, w]])[image]
-        offset = np.concatenate([taps[rows_t].T.reshape(-1), np.zeros(n_m)])
-        shift = np.stack([taps[rows][image].T, np.broadcast_to(offset, (t, len(image)))], 1)
-        base = rows[image][:, None] * (c * h * w) + np.arange(c) * (h * w)
+    return matrix
+
+
+def _warp_chunks(names, op, arg, resample, affine, shape, filters, device_type, slots) -> list:
+    """The affine ops of every slot as chunks of tap rows whose coordinates are computed
+    together (`_coordinates`): a filter's T taps along the moving axis at each pixel, gathered
+    and filtered in one pass; a Rotate image has T tap rows (the other axis' taps, filtered in
+    a second pass), a shear or translation one (its other axis stays on the pixel centres,
+    where the taps would weigh (0, 1, 0, 0)). The axis moving in the first pass is x, y for the
+    ops that move y only (their matrix rows swapped). A chunk holds at most one segment of
+    each slot, of at most WARP_VALUES taps, laid out Rotate's images tap by tap then the
+    others; consecutive slots share a chunk, so that the coordinates of a small batch are
+    computed once for all its slots. Adds the segments to `slots` ("warp", "rows"). Per chunk,
+    per tap row: float64 (2, R, 1, 1) for the moving then the other coordinate: the matrix'
+    coefficients a, b, c, the largest coordinate inside the image (below its size), its taps'
+    offsets (T, 2, R, 1, 1), the axes' last index and flat stride; int64 (R, C, 1) where its
+    image's channels start in the flat batch."""
+    c, h, w = shape
+    t = 2 if tuple(filters) == ("bilinear",) else 4
+    limit = WARP_VALUES.get(device_type, WARP_VALUES["cpu"]) // (t * c * h * w)  # tap rows
+    chunks, segments = [], []
+    for s, images in enumerate(affine):
+        if images is None:
+            continue
+        turned, moved = images
+        i_t = i_m = 0
+        while True:
+            n_t = min(len(turned) - i_t, max(limit // t, 1))
+            n_m = min(len(moved) - i_m, max(limit - n_t * t, 0 if n_t else 1))
+            segments.append((s, turned[i_t : i_t + n_t], moved[i_m : i_m + n_m]))
+            i_t, i_m = i_t + n_t, i_m + n_m
+            if i_t == len(turned) and i_m == len(moved):
+                break
+            chunks.append(segments)
+            segments = []
+    if segments:
+        chunks.append(segments)
+    taps = np.array([_TAPS[f] for f in RESAMPLE])  # per RESAMPLE index
+    planned = []
+    for index, segments in enumerate(chunks):
+        rows, matrix, swap, moving, other, start = [], [], [], [], [], 0
+        for j, (s, turned, moved) in enumerate(segments):
+            # the chunk's slots come in order, one segment each: its last segment is the last use
+            slots[s].setdefault("warp", []).append(
+                (index, start, len(turned), len(moved), j == len(segments) - 1)
+            )
+            slots[s]["rows"] = np.concatenate([slots[s]["rows"], turned, moved])
+            start += t * len(turned) + len(moved)
+            images = np.concatenate([np.tile(turned, t), moved])  # Rotate's tap by tap
+            rows.append(images)
+            matrix.append(_matrices(names, op[images, s], arg[images, s], h, w))
+            name = np.array([*names, ""])[op[moved, s]]
+            swap.append(np.concatenate([np.zeros(t * len(turned), bool), ~np.isin(name, _AXIS_X)]))
+            if t == 2:  # bilinear only: 2 taps
+                image_taps = np.tile([0.0, 1.0], (len(images), 1))
+            else:
+                image_taps = taps[np.maximum(resample[images, s], 0)]
+            moving.append(image_taps)
+            # the other axis' tap of each Rotate tap row (tap j of its image); 0 for the others
+            other.append(
+                np.concatenate([image_taps[: len(turned)].T.reshape(-1), np.zeros(len(moved))])
+            )
+        rows, matrix, swap = np.concatenate(rows), np.concatenate(matrix), np.concatenate(swap)
+        moving, other = np.concatenate(moving), np.concatenate(other)
+        # the moving coordinate first
+        m = np.where(swap[:, None], matrix[:, [3, 4, 5, 0, 1, 2]], matrix)
+        size = np.where(swap[:, None], [[h, w]], [[w, h]]).astype(np.float64)
+        stride = np.where(swap[:, None], [[w, 1.0]], [[1.0, w]])
+        shift = np.stack([moving.T, np.broadcast_to(other, (t, len(rows)))], 1)
 
         def per_row(a):  # (R, 2) -> (2, R, 1, 1)
             return np.ascontiguousarray(a.T).reshape(2, -1, 1, 1)
 
-        chunks.append(
+        planned.append(
             (
-                rows,
                 per_row(m[:, [0, 3]]),
                 per_row(m[:, [1, 4]]),
                 per_row(m[:, [2, 5]]),
-                per_row(size.astype(np.float64)),
+                per_row(np.nextafter(size, 0.0)),
                 shift.reshape(t, 2, -1, 1, 1),
                 per_row(size - 1.0),
                 per_row(stride),
-                base.reshape(-1, c, 1),
-                n_t,
+                (rows * (c * h * w))[:, None, None] + np.arange(c)[:, None] * (h * w),
             )
         )
-        start_t, start_m = start_t + n_t, start_m + n_m
-    return chunks
+    return planned
 
 
 def plan_to_device(plan, device: torch.device):
@@ -303,112 +356,171 @@ def _constants(c: int, h: int, w: int, fill: tuple[int, ...], device: torch.devi
     border[1:-1, 1:-1] = False
     constants = {
         "ix": torch.arange(256, **f64),
-        "255": torch.full((1, 1, 1), 255.0, **f64),
+        "255": torch.tensor(255.0, **f64),
+        "zero": torch.zeros((), **f64),
+        "hw": torch.tensor(float(h * w), **f64),
+        "2hw": torch.tensor(2.0 * h * w, **f64),
         "luma": torch.tensor([19595.0, 38470.0, 7471.0], **f32).view(1, 3, 1),
         "2**15": torch.tensor(2.0**15, **f32),
-        "2**-16": torch.tensor(2.0**-16, **f32),
+        "2**16": torch.tensor(2.0**16, **f32),
         "6.5": torch.tensor(6.5, **f32),
         "13": torch.tensor(13.0, **f32),
-        "border": border.view(1, 1, h * w),
+        "border": border,
         # (x + .5, y + .5) of every output pixel, (1, 1, H*W) each
         "cols": (torch.arange(w, **f64).repeat(h) + 0.5).view(1, 1, h * w),
         "rows": (torch.arange(h, **f64).repeat_interleave(w) + 0.5).view(1, 1, h * w),
         "fill": torch.tensor(fill, **f64).view(1, c, 1),
-        "one": torch.ones((), **f64),
-        "zero": torch.zeros((), **f64),
-        "zero32": torch.zeros((), **f32),
+        # Pillow's cubic coefficients (v2, -v1 + v3, 2 (v1 - v2) + v3 - v4, -v1 + v2 - v3 + v4)
+        # of integer taps (v1, v2, v3, v4): exact in float64 whatever the order of the sums
+        "cubic": torch.tensor(
+            [[0.0, 1, 0, 0], [-1, 0, 1, 0], [2, -2, 1, -1], [-1, 1, -1, 1]], **f64
+        ),
     }
-    return {key: to_device(t, device) for key, t in constants.items()}
+    constants = {key: to_device(t, device) for key, t in constants.items()}
+    # 1.0 repeated without memory: as scatter_add_'s source, larger than any index (a
+    # scatter with a scalar value and reduce="add" is 2-3x slower on the CPU)
+    constants["ones"] = torch.ones((), dtype=torch.float64, device=device).expand(2**20, c, h * w)
+    return constants
 
 
-def apply_slot(out: torch.Tensor, plan: dict, kind: frozenset[str], fill, filters) -> None:
-    """One slot of uint8 images `out` (n, C, H, W), in place: each part (GROUPS) the slot can
-    draw (`kind`: its `op_kind`s, a fixed choice per policy, not per batch) on its own images,
-    `plan` the slot's `slot_plan` on out's device; `filters` the policy's affine filters. A
-    fixed number of tensor operations whatever the batch and the draws (per chunk of the
-    warps: one at CIFAR's size), arithmetic only on the images that drew each kind."""
-    n, c, h, w = out.shape
-    k = _constants(c, h, w, tuple(fill), out.device)
+# Views below are made with one as_strided each: slicing, select, unbind, expand and reshape
+# record two or more operations apiece, which a GPU launches no kernel for but which
+# torch.profiler counts (issue 66 counts them).
+def _block(t: torch.Tensor, shape: tuple[int, ...], start: int = 0) -> torch.Tensor:
+    """The prod(shape) elements of contiguous t from its flat position `start`, as `shape`."""
+    stride, size = [], 1
+    for n in reversed(shape):
+        stride.append(size)
+        size *= n
+    return t.as_strided(shape, stride[::-1], t.storage_offset() + start)
+
+
+def _narrow(t: torch.Tensor, dim: int, start: int, length: int) -> torch.Tensor:
+    """t.narrow(dim, start, length)."""
+    shape = list(t.shape)
+    shape[dim] = length
+    return t.as_strided(shape, t.stride(), t.storage_offset() + start * t.stride(dim))
+
+
+def _convert(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """t in `dtype` (a uint8 conversion truncates, as C's): two operations, where `to`
+    records four."""
+    return torch.empty(t.shape, dtype=dtype, device=t.device).copy_(t)
+
+
+def apply_plan(x: torch.Tensor, plan: dict, kinds, fill, filters) -> torch.Tensor:
+    """The uint8 images x (n, C, H, W) through the slots of `plan` (`plan_batch`, on x's
+    device) one after another, slot s running the kinds `kinds[s]` can draw, each on its own
+    images; `filters` the policy's affine filters. A fixed number of tensor operations per
+    slot whatever the batch and the draws (per chunk of the warps: one at CIFAR's size)."""
+    n, c, h, w = x.shape
+    k = _constants(c, h, w, tuple(fill), x.device)
+    t = 2 if tuple(filters) == ("bilinear",) else 4
+    out = torch.empty(x.shape, dtype=torch.uint8, device=x.device)
+    out.copy_(x)
     flat = out.view(n, c, h * w)
-    if kind & set(GROUPS["lut"]):
-        _lookup(flat, *plan["lut"], k, kind)
-    if kind & set(GROUPS["blend"]):
-        _blend(flat, *plan["blend"], k, kind, h, w)
-    if kind & set(GROUPS["warp"]):
-        for chunk in plan["warp"]:
-            _warp(flat, *chunk, k)
+    coordinates = {}
+    for slot, kind in zip(plan["slots"], kinds, strict=True):
+        # the slot's images, taken out once (the affine ones too): the lookups write theirs
+        # into it as uint8, the other kinds' values (float64, `pieces`) follow them
+        images = flat[slot["rows"]] if kind - set(WARP_KINDS) else None
+        pieces = _pixel_ops(images, slot, kind, k, h, w) if images is not None else []
+        for index, start, n_turned, n_moved, last in slot.get("warp", ()):
+            if index not in coordinates:
+                coordinates[index] = _coordinates(plan["chunks"][index], k)
+            chunk = coordinates.pop(index) if last else coordinates[index]
+            pieces += _warp(flat, chunk, start, n_turned, n_moved, kind, k, t)
+        if pieces:
+            values = torch.cat(pieces) if len(pieces) > 1 else pieces[0]
+            # Pillow's pixels: clipped to [0, 255] (a clamp_ with both bounds as tensors is
+            # 2-3x slower on the CPU), truncated (by the conversion to uint8)
+            values = values.clamp_min_(k["zero"]).clamp_max_(k["255"])
+            if images is None:
+                images = _convert(values, torch.uint8)
+            else:
+                lookups = slot["counts"]["equalize"] + slot["counts"]["table"]
+                _block(images, tuple(values.shape), lookups * c * h * w).copy_(values)
+        flat.index_copy_(0, slot["rows"], images)
+    return out
 
 
-def _pixels(values: torch.Tensor) -> torch.Tensor:
-    """Float pixel values as Pillow stores them: clipped to [0, 255], truncated (by the
-    conversion to uint8, as C's), uint8."""
-    return values.clamp_(0.0, 255.0).to(torch.uint8)
-
-
-def _lookup(out, rows, tables, counts, k: dict, kind: frozenset):
-    """Each image and channel through its own table: the host's (posterize, solarize,
-    solarize_add, invert), Equalize's or AutoContrast's from the image, in Pillow's integer
-    arithmetic (exact in float64); then one gather on uint8."""
-    images = out[rows]
-    index = images.long()
-    n_equalize, n_autocontrast = counts
-    made = []
-    if "equalize" in kind:
-        made.append(_equalize(index[:n_equalize], k))
+def _pixel_ops(images, slot: dict, kind: frozenset, k: dict, h: int, w: int) -> list:
+    """The slot's images (r, C, H*W) that drew a lookup, looked up in place (uint8), and the
+    float64 values of those that drew AutoContrast or a blend, in ROW_ORDER."""
+    (c, hw), count = images.shape[1:], slot["counts"]
+    pieces = []
+    n_lut = count["equalize"] + count["table"]
+    if kind & set(LUT_KINDS):  # each image and channel through its own table: one gather
+        looked_up = _block(images, (n_lut, c, hw))
+        index = _convert(looked_up, torch.int64)
+        tables = []
+        if "equalize" in kind:
+            tables.append(_equalize(_block(index, (count["equalize"], c, hw)), k))
+        if "table" in kind:
+            tables.append(slot["tables"])
+        tables = torch.cat(tables) if len(tables) > 1 else tables[0]
+        # uint8: a float64 gather and its share of a float64 block cost a CPU 5x the traffic
+        torch.gather(_convert(tables, torch.uint8), 2, index, out=looked_up)
     if "autocontrast" in kind:
-        made.append(_autocontrast(images[n_equalize : n_equalize + n_autocontrast], k))
-    if made:
-        made = made[0] if len(made) == 1 else torch.cat(made)
-        tables = torch.cat([made.to(torch.uint8), tables])
-    out.index_copy_(0, rows, tables.gather(2, index))
+        n = count["autocontrast"]
+        pieces.append(_autocontrast(_block(images, (n, c, hw), n_lut * c * hw), k))
+    if kind & set(BLEND_KINDS):
+        start = (n_lut + count["autocontrast"]) * c * hw
+        n = sum(count[kind] for kind in BLEND_KINDS)
+        blends = _block(images, (n, c, hw), start)
+        pieces.append(_blend(blends, slot["factor"], count, kind, k, h, w))
+    return pieces
 
 
 def _equalize(index, k: dict):
     """ImageOps.equalize's tables (e, C, 256) float64 of images `index` (int64): cumulative
     histogram steps, the top value's count left out; an image of one value (step 0) kept."""
-    hist = torch.zeros(*index.shape[:2], 256, dtype=torch.float64, device=index.device)
-    hist.scatter_add_(2, index, k["one"].expand(index.shape))
-    top = hist.gather(2, index.amax(2, keepdim=True))
-    step = top.neg_().add_(float(index.shape[2])).div_(255.0, rounding_mode="floor")
-    lut = hist.cumsum(2).sub_(hist).add_(step.div(2.0, rounding_mode="floor"))
-    lut = lut.div_(step.clamp_min(1.0), rounding_mode="floor").clamp_max_(255.0)
-    return torch.where(step > 0.0, lut, k["ix"])
+    hist = torch.empty((*index.shape[:2], 256), dtype=torch.float64, device=index.device)
+    hist.zero_().scatter_add_(2, index, k["ones"])
+    below = hist.cumsum(2).sub_(hist)  # pixels below each value
+    # the pixels below the top value: all but the top value's
+    step = below.gather(2, index.amax(2, keepdim=True)).div_(255.0, rounding_mode="floor")
+    lut = below.add_(step.div(2.0, rounding_mode="floor"))
+    # step 0 gives inf or nan here, replaced by the identity below
+    lut.div_(step, rounding_mode="floor").clamp_max_(k["255"])
+    return torch.where(step > 0.0, lut, k["ix"], out=lut)
 
 
 def _autocontrast(images, k: dict):
-    """ImageOps.autocontrast's tables (a, C, 256) float64 of uint8 images: [lo, hi] stretched
-    to [0, 255]; an image of one value kept. A tensor quotient, not 255.0 / d, which torch
-    computes as 255 x (1 / d), not the correctly rounded one."""
-    lo, hi = images.double().aminmax(dim=2, keepdim=True)
-    scale = k["255"] / (hi - lo).clamp_min_(1.0)
-    stretched = (k["ix"] * scale).sub_(lo * scale).clamp_(0.0, 255.0)  # truncated as uint8
-    return torch.where(hi > lo, stretched, k["ix"])
+    """ImageOps.autocontrast of uint8 images (a, C, H*W) per channel, float64 before Pillow's
+    clip and truncation: i x scale + offset (offset = -lo x scale, scale = 255 / (hi - lo), a
+    tensor quotient: torch computes 255.0 / d as 255 x (1 / d)); a channel of one value kept."""
+    v = _convert(images, torch.float64)
+    lo, hi = v.aminmax(dim=2, keepdim=True)
+    span = hi - lo
+    scale = k["255"] / span  # inf for one value, replaced below
+    stretched = (v * scale).sub_(lo * scale)
+    return torch.where(span > 0.0, stretched, v, out=stretched)
 
 
-def _blend(out, rows, factor, counts, k: dict, kind: frozenset, h: int, w: int):
-    """ImageEnhance's Image.blend(degenerate, img, factor) per image, in float32, truncated:
-    degenerate the grey image (Color: `_grey`), its rounded mean (Contrast), black
-    (Brightness) or SMOOTH (Sharpness: `_smooth`)."""
-    images = out[rows]
-    (n_grey, n_mean, n_black), hw = counts, images.shape[2]
-    v = images.float()
-    blends = kind & set(GROUPS["blend"])
-    if blends == {"grey"}:  # Color only: the grey image itself, broadcast
+def _blend(images, factor, count: dict, kind: frozenset, k: dict, h: int, w: int):
+    """ImageEnhance's Image.blend(degenerate, img, factor) of uint8 images (b, C, H*W) in
+    float32 (Pillow's), float64 before the clip and truncation: degenerate the grey image
+    (Color: `_grey`), its rounded mean (Contrast: `_mean`) or SMOOTH (Sharpness: `_smooth`),
+    each kind's written into one buffer (a copy broadcasts and converts as it writes)."""
+    (n, c, hw), n_grey, n_mean = images.shape, count["grey"], count["mean"]
+    v = _convert(images, torch.float32)
+    if kind & set(BLEND_KINDS) == {"grey"}:  # Color only: the grey image itself, broadcast
         degenerate = _grey(v, k)
     else:
-        degenerate = torch.zeros(v.shape, device=v.device)  # black: Brightness's
-        if blends & {"grey", "mean"}:
-            grey = _grey(v[: n_grey + n_mean], k)
-            if "mean" in blends:  # the Contrast images' grey replaced by its mean
-                contrast = grey[n_grey:]
-                mean = contrast.sum(2, keepdim=True, dtype=torch.float64)
-                contrast.copy_(mean.div_(float(hw)).add_(0.5).trunc_())
-            degenerate[: n_grey + n_mean].copy_(grey)
-        if "smooth" in blends:
-            smooth = n_grey + n_mean + n_black
-            degenerate[smooth:].copy_(_smooth(v[smooth:], k, h, w))
+        degenerate = torch.empty(v.shape, dtype=torch.float32, device=v.device)
+        if kind & {"grey", "mean"}:
+            grey = _grey(_block(v, (n_grey + n_mean, c, hw)), k)
+            # the Contrast rows' grey too, written over by their mean below
+            _block(degenerate, (n_grey + n_mean, c, hw)).copy_(grey)
+            if "mean" in kind:
+                mean = _mean(_block(grey, (n_mean, 1, hw), n_grey * hw), k)
+                _block(degenerate, (n_mean, c, hw), n_grey * c * hw).copy_(mean)
+        if "smooth" in kind:
+            start, smooth = (n_grey + n_mean) * c * hw, (n - n_grey - n_mean, c, h, w)
+            _smooth(_block(v, smooth, start), _block(degenerate, smooth, start), k)
     # degenerate + factor (img - degenerate) in float32, as Pillow's
-    out.index_copy_(0, rows, _pixels(v.sub_(degenerate).mul_(factor).add_(degenerate)))
+    return _convert(v.sub_(degenerate).mul_(factor).add_(degenerate), torch.float64)
 
 
 def _grey(v, k: dict):
@@ -417,17 +529,26 @@ def _grey(v, k: dict):
     if v.shape[1] != 3:
         return v.clone()  # not a view of v, which the blend changes
     grey = (v * k["luma"]).sum(1, keepdim=True)
-    return grey.add_(k["2**15"]).mul_(k["2**-16"]).floor_()
+    return grey.add_(k["2**15"]).div_(k["2**16"], rounding_mode="floor")
 
 
-def _smooth(v, k: dict, h: int, w: int):
-    """ImageFilter.SMOOTH of float32 images (s, C, H*W): the 3x3 kernel 1 1 1 / 1 5 1 / 1 1 1
-    over 13, rounded, the border kept; its sums are exact integers in float32 and
-    (total + 6.5) / 13 is never within float32's error of an integer, so it floors as Pillow's
-    (2 total + 13) // 26."""
-    box = torch.nn.functional.avg_pool2d(v.view(-1, v.shape[1], h, w), 3, 1, 1, divisor_override=1)
-    total = box.view(v.shape).add_(v, alpha=4.0).add_(k["6.5"])
-    return torch.where(k["border"], v, total.div_(k["13"], rounding_mode="floor"))
+def _mean(grey, k: dict):
+    """Contrast's degenerate: the grey images' (m, 1, H*W) mean as ImageStat gives it, rounded
+    as int(mean + 0.5), (m, 1, 1) float64: floor((2 total + H W) / (2 H W)), equal to Pillow's
+    double arithmetic for every total of images up to 512 x 512 (checked) and beyond (a
+    quotient not a half is at least 1 / (2 H W) from one, far more than its rounding)."""
+    total = _convert(grey, torch.float64).sum(2, keepdim=True)
+    return torch.add(k["hw"], total, alpha=2.0).div_(k["2hw"], rounding_mode="floor")
+
+
+def _smooth(v, out, k: dict):
+    """ImageFilter.SMOOTH of float32 images v (s, C, H, W) into `out`: the 3x3 kernel 1 1 1 /
+    1 5 1 / 1 1 1 over 13, rounded, the border kept; its sums are exact integers in float32
+    and (total + 6.5) / 13 is never within float32's error of an integer, so it floors as
+    Pillow's (2 total + 13) // 26."""
+    total = torch.nn.functional.avg_pool2d(v, 3, 1, 1, divisor_override=1).add_(v, alpha=4.0)
+    total.add_(k["6.5"]).div_(k["13"], rounding_mode="floor")
+    torch.where(k["border"], v, total, out=out)
 
 
 def _cubic(v1, v2, v3, v4, d):
@@ -444,27 +565,51 @@ def _lerp(v2, v3, d):
     return (v3 - v2).mul_(d).add_(v2)
 
 
-def _warp(out, rows, pa, pb, pc, size, shift, last, stride, base, n_turned, k):
-    """Image.transform(AFFINE) of a chunk of images (`_warp_plan`): each output pixel centre
-    (x + .5, y + .5) maps to an input point, as Pillow's affine_transform; its taps are
-    taken as uint8 from the flat batch (edge pixels replicated) and filtered in float64, along
-    the moving axis for every tap row, then across the tap rows for Rotate; the fill colour
-    outside the image."""
-    uv = pa * k["cols"] + pb * k["rows"] + pc  # (2, R, 1, H*W): the moving, the other
-    inside = ((uv >= 0.0) & (uv < size)).all(0)
+def _coordinates(chunk, k: dict):
+    """Where a chunk's tap rows (`_warp_chunks`) sample, for every slot of the chunk at once:
+    each output pixel centre (x + .5, y + .5) maps to an input point, as Pillow's
+    affine_transform; the flat positions (T, R, C, H*W) int64 of its taps in the batch (edge
+    pixels replicated), the fractions (2, R, 1, H*W) of the moving then the other
+    coordinate, and whether the point is inside the image (R, 1, H*W)."""
+    pa, pb, pc, below, shift, last, stride, base = chunk
+    uv = (pa * k["cols"]).add_(pb * k["rows"]).add_(pc)  # (2, R, 1, H*W)
+    inside = torch.eq(uv.clamp(k["zero"], below), uv).all(0)  # 0 <= u < size, both axes
     uv = uv.sub_(0.5)
     floor = uv.floor()
     frac = uv.sub_(floor)
-    # flat positions (T, R, C, H*W) of each tap row's T taps, every channel
-    index = (floor + shift).clamp_(k["zero"], last).mul_(stride).sum(1).long() + base
-    t = shift.shape[0]
-    filtered = (_lerp if t == 2 else _cubic)(*out.take(index).double().unbind(0), frac[0])
+    position = (floor + shift).clamp_(k["zero"], last).mul_(stride).sum(1)
+    return torch.add(_convert(position, torch.int64), base), frac, inside
+
+
+def _warp(flat, coordinates, start: int, n_turned: int, n_moved: int, kind, k: dict, t: int):
+    """Image.transform(AFFINE) of one slot's segment of a chunk (`_warp_chunks`), float64
+    before the clip and truncation, Rotate's images then the others: the taps taken as uint8
+    from the flat batch and filtered along the moving axis for every tap row (bicubic: its
+    coefficients from the integer taps in one matrix product, then Pillow's Horner steps),
+    then across the tap rows for Rotate; the fill colour outside the image."""
+    position, frac, inside = coordinates
+    rows_in_chunk, c, hw = position.shape[1], flat.shape[1], flat.shape[2]
+    r = t * n_turned + n_moved
+    taps = flat.take(_narrow(position, 1, start, r))  # (T, r, C, H*W)
+    taps = _convert(_block(taps, (t, r * c * hw)), torch.float64)
+    d = _block(frac, (r, 1, hw), start * hw)
+    if t == 4:
+        p = k["cubic"].mm(taps)
+        v2, p2, p3, p4 = (_block(p, (r, c, hw), j * r * c * hw) for j in range(4))
+        along = p4.mul(d).add_(p3).mul_(d).add_(p2).mul_(d).add_(v2)
+    else:
+        along = _lerp(*(_block(taps, (r, c, hw), j * r * c * hw) for j in range(2)), d)
     # the fill colour outside the image, before the second pass: a Rotate image's tap rows
     # share their pixels' inside, and the filters give (f, f, f, f) back as f exactly
-    along = torch.where(inside, filtered, k["fill"])
-    across = along[: n_turned * t].view(t, n_turned, *along.shape[1:]).unbind(0)
-    across = (_lerp if t == 2 else _cubic)(*across, frac[1][:n_turned])
-    out.index_copy_(0, rows, _pixels(torch.cat([across, along[n_turned * t :]])))
+    torch.where(_block(inside, (r, 1, hw), start * hw), along, k["fill"], out=along)
+    pieces = []
+    if "warp" in kind:
+        tap_rows = (_block(along, (n_turned, c, hw), j * n_turned * c * hw) for j in range(t))
+        d = _block(frac, (n_turned, 1, hw), (rows_in_chunk + start) * hw)
+        pieces.append((_lerp if t == 2 else _cubic)(*tap_rows, d))
+    if "warp_axis" in kind:
+        pieces.append(_block(along, (n_moved, c, hw), t * n_turned * c * hw))
+    return pieces
 
 
 def apply_op(
@@ -472,12 +617,12 @@ def apply_op(
 ) -> torch.Tensor:
     """timm's op `name` on uint8 images (n, C, H, W), image i with argument arg[i] (CPU
     float64; ignored by ops without one) and, for affine ops, filter RESAMPLE[resample[i]]:
-    one slot of `apply_slot` in which every image drew `name`."""
+    one slot of `apply_plan` in which every image drew `name`."""
     if name not in OPS:
         raise KeyError(name)
-    drew = np.zeros(len(x), dtype=np.int64)
-    arrays = (arg.numpy(), resample.numpy(), tuple(x.shape[1:]), RESAMPLE, x.device.type)
-    plan = plan_to_device(slot_plan((name,), drew, *arrays), x.device)
-    out = x.clone()
-    apply_slot(out, plan, frozenset({op_kind(name)}), fill, RESAMPLE)
-    return out
+    drew = np.zeros((len(x), 1), dtype=np.int64)
+    kinds = (frozenset({op_kind(name)}),)
+    shape = tuple(x.shape[1:])
+    arrays = (arg.numpy()[:, None], resample.numpy()[:, None], shape, RESAMPLE, kinds)
+    plan = plan_to_device(plan_batch((name,), drew, *arrays, x.device.type), x.device)
+    return apply_plan(x, plan, kinds, fill, RESAMPLE)
