@@ -483,9 +483,9 @@ def analyse(folder: Path) -> dict:
 
 RANK4_LOOKS = (8, 16, 24, 32, 40)  # trials_a_40.csv's 4-epoch cells end at 40 samples
 QUICKSTART_LOOKS = (6, 8, 10, 12, 16, 24)  # the quickstart's looks (studies/quickstart.yaml)
-# rankings of each kind in `rank4-seed-per-pair`: 14 kinds of 6 looks, about 0.2 CPU seconds a
-# look on the 2-core VM, so 100 each keeps the run within an hour
-SEED_PER_PAIR_RANKINGS = 100
+# rankings of each kind in `rank4-seed-per-pair`: 14 kinds of 6 looks at about 0.2 CPU seconds
+# a look on the 2-core VM (a ranking's six pairs), so 50 each is some 17 CPU minutes
+SEED_PER_PAIR_RANKINGS = 50
 
 
 def four_cells(
