@@ -45,13 +45,23 @@ one JSON line for bench/RESULTS.md.
   (`ranking`): wrong orderings with their Monte-Carlo se (the rankings share trainings: read
   it as a lower bound), pairs decided, the share fully ordered, each cell's mean samples and
   their sum against the fixed design's 4 x 40.
+- `rank4-seed-per-pair` (`python holm_analysis.py rank4-seed-per-pair [REPLICATES_FOLDER
+  [QUICKSTART_CSV]]`, its own JSON line): `rank4`'s figures on four distinct cells that were
+  all trained with a seed per pair, at the quickstart's looks (6-24): its ViT_C and ViT_P at
+  20 epochs (c20, p20: trials_quickstart_24.csv, or QUICKSTART_CSV, one box for both, drawn
+  paired) and the mini's at 8 (c8, p8: trials_seed_per_pair_64.csv's first 24 samples, each
+  drawn on its own), ranked by best error and by EDF area; `designs`, `nulls_c` / `nulls_p`
+  (c20#1, c20#2, c8#1, c8#2 from disjoint halves; the p's) and, by both, `global_null_<cell>`
+  for each of the four cells (four copies from disjoint quarters), SEED_PER_PAIR_RANKINGS
+  rankings each; `quickstart_replicates`: how many replicates the quickstart's csv held.
 - `simulated_ranking`: rankings of four cells on normal units (`RANKING_MEANS`), Holm within
   the ranking against Bonferroni over its six pairs, 200,000 seeded studies each.
 - `simulated`: the same families on normal units (sequential.simulate_family, 200,000 seeded
   studies each, the quickstart's looks, Pocock), with the se known (the theorem's setting) and
   estimated (the rule as a look applies it).
 
-`python bench/holm_analysis.py [rank4] [REPLICATES_FOLDER]` (default docs/reference/replicates).
+`python bench/holm_analysis.py [rank4 | rank4-seed-per-pair] [REPLICATES_FOLDER]` (default
+docs/reference/replicates).
 """
 
 from __future__ import annotations
@@ -472,30 +482,75 @@ def analyse(folder: Path) -> dict:
 
 
 RANK4_LOOKS = (8, 16, 24, 32, 40)  # trials_a_40.csv's 4-epoch cells end at 40 samples
+QUICKSTART_LOOKS = (6, 8, 10, 12, 16, 24)  # the quickstart's looks (studies/quickstart.yaml)
+# rankings of each kind in `rank4-seed-per-pair`: 14 kinds of 6 looks at about 0.2 CPU seconds
+# a look on the 2-core VM (a ranking's six pairs), so 50 each is some 17 CPU minutes
+SEED_PER_PAIR_RANKINGS = 50
+
+
+def four_cells(
+    parts: list[tuple[pd.DataFrame, str, str]],
+    looks: tuple[int, ...],
+    designs: int,
+    nulls: dict[str, int],
+    global_nulls: dict[str, dict[str, int]],
+) -> dict:
+    """Rankings of the four distinct cells of two `parts` (ranking_designs' (trials, kind,
+    tag)) and their nulls, replayed at `looks` (module docstring, `rank4`): per ranking
+    statistic `by` of `nulls` (by -> rankings of each null kind), `designs` rankings of the
+    four cells, each model's two copies of both parts' cells (`nulls_<c|p>`) and, for the
+    tags `global_nulls[by]` names (tag -> rankings), four copies of that part's cell
+    (`global_null_<c|p><tag>`)."""
+    distinct = ranking_designs(parts, designs)
+    out: dict = {}
+    for by, count in nulls.items():
+        row = {"designs": ranking(distinct, looks, by)}
+        for model in (MODELS[1], MODELS[0]):
+            letter = "c" if model == MODELS[1] else "p"
+            both = null_copies([(trials, tag) for trials, _, tag in parts], model, 2, count)
+            row[f"nulls_{letter}"] = ranking(both, looks, by)
+            for trials, _, tag in parts:
+                if tag in global_nulls.get(by, {}):  # all six pairs exact nulls
+                    alike = null_copies([(trials, tag)], model, 4, global_nulls[by][tag])
+                    row[f"global_null_{letter}{tag}"] = ranking(alike, looks, by)
+        out[by] = row
+    return out
 
 
 def analyse_rank4(folder: Path) -> dict:
     """Rankings of four distinct cells trained past 24 samples (module docstring, `rank4`)."""
     shipped, short = _largest(folder, "seed_per_pair"), _largest(folder, "a")
     eight = shipped[shipped["sample"] < RANK4_LOOKS[-1]]
-    out: dict = {"bench": "holm-rank4"}
-    designs = ranking_designs([(eight, "unpaired", "8"), (short, "unpaired", "4")], RANKINGS)
-    for by, nulls in (("best-error", RANKINGS), ("a", RANKINGS // 2)):
-        row = {"designs": ranking(designs, RANK4_LOOKS, by)}
-        for model in (MODELS[1], MODELS[0]):
-            letter = "c" if model == MODELS[1] else "p"
-            both = null_copies([(eight, "8"), (short, "4")], model, 2, nulls)
-            row[f"nulls_{letter}"] = ranking(both, RANK4_LOOKS, by)
-            if by == "best-error":  # all six pairs exact nulls
-                for trials, tag, count in ((eight, "8", nulls), (short, "4", nulls // 2)):
-                    alike = null_copies([(trials, tag)], model, 4, count)
-                    row[f"global_null_{letter}{tag}"] = ranking(alike, RANK4_LOOKS, by)
-        out[by] = row
-    return out
+    parts = [(eight, "unpaired", "8"), (short, "unpaired", "4")]
+    nulls = {"best-error": RANKINGS, "a": RANKINGS // 2}
+    global_nulls = {"best-error": {"8": RANKINGS, "4": RANKINGS // 2}}
+    return {"bench": "holm-rank4"} | four_cells(parts, RANK4_LOOKS, RANKINGS, nulls, global_nulls)
 
+
+def analyse_rank4_seed_per_pair(folder: Path, quickstart: Path | None = None) -> dict:
+    """Rankings of four distinct cells all trained with a seed per pair, at the quickstart's
+    looks (module docstring, `rank4-seed-per-pair`); `quickstart`: the quickstart replicates'
+    csv (default the folder's trials_quickstart_24.csv)."""
+    quick = pd.read_csv(quickstart) if quickstart else _largest(folder, "quickstart")
+    shipped = _largest(folder, "seed_per_pair")
+    eight = shipped[shipped["sample"] < QUICKSTART_LOOKS[-1]]
+    parts = [(quick, "paired", "20"), (eight, "unpaired", "8")]
+    count = SEED_PER_PAIR_RANKINGS
+    every = {"20": count, "8": count}
+    nulls = {"best-error": count, "a": count}
+    out = {
+        "bench": "holm-rank4-seed-per-pair",
+        "quickstart_replicates": int(quick["replicate"].nunique()),
+    }
+    return out | four_cells(
+        parts, QUICKSTART_LOOKS, count, nulls, {"best-error": every, "a": every}
+    )
+
+
+COMMANDS = {"rank4": analyse_rank4, "rank4-seed-per-pair": analyse_rank4_seed_per_pair}
 
 if __name__ == "__main__":
-    rank4 = sys.argv[1:2] == ["rank4"]
-    args = sys.argv[2:] if rank4 else sys.argv[1:]
-    folder = Path(args[0]) if args else ROOT / "docs" / "reference" / "replicates"
-    print(json.dumps(analyse_rank4(folder) if rank4 else analyse(folder)))
+    command = COMMANDS.get(sys.argv[1]) if sys.argv[1:] else None
+    args = [Path(a) for a in sys.argv[2 if command else 1 :]]
+    folder = args[0] if args else ROOT / "docs" / "reference" / "replicates"
+    print(json.dumps(command(folder, *args[1:]) if command else analyse(folder)))

@@ -105,3 +105,84 @@ def test_null_copies_of_a_cell_never_share_a_training():
         assert sum(map(len, used)) == len(set().union(*used))  # no training in two copies
         drawn = [set(f["replicate"]) for _, f in frame.groupby("model")]
         assert all(a.isdisjoint(b) for i, a in enumerate(drawn) for b in drawn[i + 1 :])
+
+
+def _trials(levels: dict[str, float], reps: int, samples: int, epochs: int = 8) -> pd.DataFrame:
+    """Planted replicate trials: model m's errors `levels[m]` plus a spread of 2 points over
+    its samples (so a pair's se is small and never 0), a sampler seed per replicate, one
+    (lr, wd) box for both models (the quickstart's pairing) and a training seed per pair."""
+    rows = []
+    for r in range(reps):
+        for k in range(samples):
+            spread = 2.0 * ((7 * r + 3 * k) % 11) / 10
+            for model, level in levels.items():
+                rows.append(
+                    {"replicate": r, "model": model, "optimizer": "adamw", "epochs": epochs}
+                    | {"sample": k, "seed": 1000 * r + k, "lr": 1e-3 * (1 + k), "wd": 0.05}
+                    | {"status": "finished", "final_error": level + spread}
+                    | {"best_error": level + spread, "digest": ""}
+                )
+    return pd.DataFrame(rows)
+
+
+def _study(levels: dict[str, float], samples: int = 8) -> pd.DataFrame:
+    """One ranking's trials: each label its planted level (`_trials`, replicate 0)."""
+    return _trials(levels, 1, samples).drop(columns="replicate")
+
+
+def test_a_ranking_whose_cells_stand_far_apart_trains_each_cell_to_the_first_look_only():
+    far = {"a": 1.0, "b": 20.0, "c": 40.0, "d": 60.0}
+    studies = {j: _study(far) for j in range(2)}
+    looks = (4, 8)
+    out = holm_analysis.ranking(studies, looks, "best-error")
+    assert out["fixed_cell_samples"] == len(far) * looks[-1]
+    for rule in ("holm", "bonferroni"):
+        found = out[rule]
+        assert found["wrong"] == 0 and found["pairs_decided"] == 6
+        assert found["fully_ordered"] == 1
+        assert found["per_cell"] == {cell: looks[0] for cell in far}
+        assert found["cell_samples"] == len(far) * looks[0]
+
+
+def test_a_decided_null_pair_and_an_ordering_against_the_estimand_are_wrong():
+    # copies of one cell ("x#1", "x#2") that the data set apart: decided, and wrong each time
+    apart = {"x#1": 1.0, "x#2": 20.0, "y": 40.0, "z": 60.0}
+    out = holm_analysis.ranking({0: _study(apart)}, (4, 8), "best-error")
+    assert out["holm"]["wrong"] == 1 and out["bonferroni"]["wrong"] == 1
+    # a beats b in two rankings of three and loses in the third: the estimand (the mean over
+    # the rankings) takes the majority's sign, so the third ranking's decision is the wrong one
+    ordered = {"a": 1.0, "b": 20.0, "c": 40.0, "d": 60.0}
+    swapped = ordered | {"a": 20.0, "b": 1.0}
+    studies = {0: _study(ordered), 1: _study(ordered), 2: _study(swapped)}
+    out = holm_analysis.ranking(studies, (4, 8), "best-error")
+    assert out["estimands"]["a-b"] > 0  # a better (its errors lower) in the majority
+    for rule in ("holm", "bonferroni"):
+        assert out[rule]["wrong"] == pytest.approx(1 / 3, abs=1e-4)
+        assert out[rule]["wrong_mc_se"] > 0
+
+
+@pytest.mark.slow  # 14 kinds of rankings, each look's claims bootstrapped: several seconds
+def test_rank4_seed_per_pair_runs_on_planted_replicates(tmp_path, monkeypatch):
+    looks, reps = (4, 8), 8
+    monkeypatch.setattr(holm_analysis, "QUICKSTART_LOOKS", looks)
+    monkeypatch.setattr(holm_analysis, "SEED_PER_PAIR_RANKINGS", 2)
+    p, c = holm_analysis.MODELS
+    quick = _trials({c: 1.0, p: 20.0}, reps, looks[-1], epochs=20)
+    quick.to_csv(tmp_path / "trials_quickstart_24.csv", index=False)
+    # the mini's trainings run past the last look: the analysis cuts them there
+    mini = _trials({c: 40.0, p: 60.0}, reps, 2 * looks[-1])
+    mini.to_csv(tmp_path / "trials_seed_per_pair_64.csv", index=False)
+    out = holm_analysis.analyse_rank4_seed_per_pair(tmp_path)
+    assert out["quickstart_replicates"] == reps
+    designs = out["best-error"]["designs"]
+    assert set(designs["holm"]["per_cell"]) == {"c20", "p20", "c8", "p8"}
+    assert designs["holm"]["cell_samples"] == 4 * looks[0]  # all far apart: first look
+    for by in ("best-error", "a"):
+        kinds = out[by]
+        assert {f"global_null_{cell}" for cell in ("c20", "p20", "c8", "p8")} <= set(kinds)
+        for found in kinds.values():
+            assert found["fixed_cell_samples"] == 4 * looks[-1]
+            for rule in ("holm", "bonferroni"):
+                cells = found[rule]["per_cell"]
+                assert found[rule]["cell_samples"] == pytest.approx(sum(cells.values()), abs=0.1)
+                assert all(looks[0] <= n <= looks[-1] for n in cells.values())
