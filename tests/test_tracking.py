@@ -365,6 +365,14 @@ def _chained(outer: Exception, inner: BaseException) -> Exception:
         return err
 
 
+class _Wrapped(Exception):
+    """An HTTP library's error that keeps what it wraps as its `reason`, not chained."""
+
+    def __init__(self, reason: BaseException):
+        super().__init__("wrapped")
+        self.reason = reason
+
+
 @pytest.mark.parametrize(
     ("err", "says"),
     [
@@ -376,6 +384,12 @@ def _chained(outer: Exception, inner: BaseException) -> Exception:
         (
             _chained(Exception("Read timed out " + "y" * 400), TimeoutError("timed out")),
             "the MLflow server at http://127.0.0.1:9 did not answer in time",
+        ),
+        (
+            # a server killed mid-request: requests' error holds urllib3's, whose reason holds
+            # the reset, none of them chained
+            Exception("API request failed", _Wrapped(_Wrapped(ConnectionResetError(104, "reset")))),
+            "the MLflow server at http://127.0.0.1:9 is not answering",
         ),
         (ModuleNotFoundError("No module named 'mlflow'"),
          "mlflow is not installed here: pip install 'optbench[mlflow]'"),
@@ -636,7 +650,11 @@ def _kill_before_last_epoch(study: Path, spec, server, cwd: Path) -> subprocess.
     first = plan(spec)[0]
     metrics = first.out_dir / "metrics.jsonl"
     while proc.poll() is None and server.proc is not None:
-        if metrics.exists() and len(metrics.read_text().splitlines()) == first.config.epochs - 1:
+        trained = len(metrics.read_text().splitlines()) if metrics.exists() else 0
+        # and once the first trial's run exists on the server: its tracker writes beside the
+        # training, so on a loaded machine the run may be created epochs after training began
+        created = read_run_file(first.out_dir, spec.study_dir, first.execution.tracking).run_id
+        if trained >= first.config.epochs - 1 and created is not None:
             server.kill()
         time.sleep(0.02)
     out, err = proc.communicate(timeout=900)

@@ -145,10 +145,17 @@ def attach_report(tracking: Tracking | None, study_dir: Path, report_dir: Path) 
 def describe_failure(err: BaseException, tracking: Tracking) -> str:
     """Why a tracker write failed, in optbench's words (never the library's message, which
     may run to hundreds of characters): what did not answer or could not be written."""
-    chain, seen = [], err
-    while seen is not None and len(chain) < 20:
+    # what led to it: the causes and contexts, and the errors that HTTP libraries keep as an
+    # argument or a `reason` (urllib3 and requests wrap a connection reset so, and a server
+    # killed mid-request ends there, with nothing chained)
+    chain, waiting = [], [err]
+    while waiting and len(chain) < 20:
+        seen = waiting.pop(0)
+        if any(seen is e for e in chain):
+            continue
         chain.append(seen)
-        seen = seen.__cause__ or seen.__context__
+        linked = [seen.__cause__, seen.__context__, getattr(seen, "reason", None), *seen.args]
+        waiting += [e for e in linked if isinstance(e, BaseException)]
     if tracking.kind == "mlflow":
         uri = tracking.uri or ""
         where = f"the MLflow {'server' if uri.startswith('http') else 'store'} at {uri}"
