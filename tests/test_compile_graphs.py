@@ -1,0 +1,130 @@
+"""Every model family traces whole under torch.compile (issue 66: the step capturable by CUDA
+graphs or torch.compile). A graph break costs a compiled GPU trial a return to Python and extra
+launches every step and rules out CUDA graphs; a host read in the forward (`.item()`, `.tolist()`,
+`nonzero`, a branch on a tensor's value) is one. Traced on the CPU with TorchDynamo's eager
+backends (explain, aot_eager): no C compiler, no inductor, the same graphs a GPU compile starts
+from."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from optbench.models import create_model
+from optbench.models.regnet import AnyNetCfg, RegNetY
+
+pytestmark = pytest.mark.slow  # tracing a model takes seconds: over half a second per case
+
+# RegNetY's code path (the class of regnety_{1,4,16}gf: timm's RegNet with SE, pycls's init) at a
+# few channels: the registered ones have 18 to 29 blocks, each traced alike.
+TINY_REGNETY = AnyNetCfg(
+    stage_depths=(1, 1, 1, 2),
+    stage_widths=(8, 16, 24, 32),
+    stage_group_widths=(8, 8, 8, 8),
+    stem_width=8,
+    bottle_ratio=1.0,
+    se_ratio=0.25,
+    downsample="conv1x1",
+)
+# The smallest registered model of each family. Stochastic depth is on, as recipes may set it,
+# so that its random draw is traced too.
+FAMILIES = {
+    "vit_p": "vit_p_w64_16px",
+    "vit_c": "vit_c_w64_16px",
+    "stem_ablation": "vit_s1_w64_16px",
+    "dhvt": "dhvt_w64_16px",
+    "regnety": TINY_REGNETY,
+}
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    """Each model traced from scratch, and nothing compiled left behind for the next test."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def family_model(family: str) -> tuple[nn.Module, torch.Tensor]:
+    """The family's model for 10 classes of 16 px one-channel images, and a batch of 2."""
+    name = FAMILIES[family]
+    torch.manual_seed(0)
+    shape = dict(num_classes=10, in_chans=1, drop_path_rate=0.1)
+    if isinstance(name, AnyNetCfg):
+        model = RegNetY(name, **shape)
+    else:
+        model = create_model(name, img_size=16, **shape)
+    return model, torch.randn(2, 1, 16, 16)
+
+
+def graph_breaks(model: nn.Module, x: torch.Tensor) -> tuple[int, list[str]]:
+    """How often TorchDynamo split `model(x)` into graphs, and why (a reason may repeat)."""
+    explanation = torch._dynamo.explain(model)(x)
+    return explanation.graph_break_count, [b.reason for b in explanation.break_reasons]
+
+
+# BatchNorm and stochastic depth differ between the modes; a CUDA trial trains under bf16
+# autocast with channels_last (train/compute.py), which torch also runs on the CPU.
+@pytest.mark.parametrize("mode", ["train", "eval", "train_bf16_channels_last"])
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_the_forward_is_one_graph(family, mode):
+    model, x = family_model(family)
+    model.train(mode != "eval")
+    gpu_settings = mode == "train_bf16_channels_last"
+    if gpu_settings:
+        model = model.to(memory_format=torch.channels_last)
+        x = x.contiguous(memory_format=torch.channels_last)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=gpu_settings):
+        count, reasons = graph_breaks(model, x)
+    assert count == 0, reasons
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_a_training_step_compiles_whole_and_gives_eager_gradients(family):
+    # What a compiled trial runs: the model compiled (forward and, through AOTAutograd, backward;
+    # fullgraph raises on any break), the loss and backward outside it, as train/parts.py does.
+    model, x = family_model(family)
+    model.train()
+    y = torch.tensor([3, 7])
+    criterion = nn.CrossEntropyLoss(label_smoothing=0.1)
+
+    def gradients(forward) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        model.zero_grad(set_to_none=True)
+        torch.manual_seed(1)  # the same stochastic-depth draws both times
+        loss = criterion(forward(x), y)
+        loss.backward()
+        return loss.detach(), [p.grad for p in model.parameters()]
+
+    eager_loss, eager_grads = gradients(model)
+    compiled_loss, compiled_grads = gradients(
+        torch.compile(model, backend="aot_eager", fullgraph=True)
+    )
+    torch.testing.assert_close(compiled_loss, eager_loss)
+    for compiled, eager in zip(compiled_grads, eager_grads, strict=True):
+        torch.testing.assert_close(compiled, eager)
+
+
+class HostRead(nn.Module):
+    """A planted fault: the forward reads a tensor's value on the host."""
+
+    def __init__(self, read: str):
+        super().__init__()
+        self.read = read
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.read == "item":
+            return x * 2 if x.mean().item() > 0 else x  # a branch on a value
+        if self.read == "nonzero":
+            return x + x.nonzero().shape[0]  # a shape that depends on values
+        print("logits", x.shape)
+        return x
+
+
+@pytest.mark.parametrize("read", ["item", "nonzero", "print"])
+def test_a_host_read_in_the_forward_is_a_graph_break(read):
+    model, x = family_model("vit_p")
+    model.train()
+    model.head = nn.Sequential(model.head, HostRead(read))
+    count, _ = graph_breaks(model, x)
+    assert count >= 1
