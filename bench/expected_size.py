@@ -152,7 +152,7 @@ def trained_design(trials: pd.DataFrame, design: sequential.Design) -> dict:
             planned, stopped, len(keys), lambda idx: np.bincount(idx, minlength=len(keys))
         ),
     }
-    studies, sides = at_stops.null_studies(trials, reps)
+    studies, sides, _ = at_stops.null_studies(trials, reps)
     if studies:
         null_looks = replays.looks_of(studies, "a", "samples", list(design.looks))
         planned, stopped = planned_and_stopped(null_looks, list(studies), design)
