@@ -48,7 +48,10 @@ import sequential_analysis as replays  # noqa: E402
 from test_expected_size import DESIGN, PLANNED_Z, _studies  # noqa: E402
 
 from optbench.decision import sequential  # noqa: E402
+from optbench.decision.looks import Look, with_looks  # noqa: E402
+from optbench.report.claims_page import records  # noqa: E402
 from optbench.run.expected_size import expected_size  # noqa: E402
+from optbench.spec.claim_kinds import comparison_key  # noqa: E402
 
 TRUTHS = 20_000
 EARLIER = {"150": (150, 2), "2000": (2_000, 3)}
@@ -83,18 +86,40 @@ REPLICATES = ROOT / "docs" / "reference" / "replicates"
 WITHIN = 0.05  # issue 67 item 8: the dry run's size within 5% of the real rule's
 
 
+# the panel a replayed study's look is kept under: its name only matches the look with its claims
+# row (looks.with_looks); the dry run's size reads none of it
+CLAIM, CELLS = "a", tuple((model, "adamw", 20) for model in replays.MODELS)
+
+
 def stop_row(run: dict, se: float, design: sequential.Design) -> dict:
-    """The claims row (summary.json, decision/looks.with_looks) of a study stopped where `run`
-    (sequential_analysis.replay) stopped it, with the se read at that look: what the dry run
-    plans from (rounds.size_lines)."""
-    return {
-        "estimate": run["estimate"],
-        "se": se,
-        "n_now": run["n"],
-        "n_max": design.looks[-1],
-        "looks": design.looks.index(run["n"]) + 1,
-        "verdict": run["outcome"],
-    }
+    """The claims row (summary.json) of a study stopped where `run` (sequential_analysis.replay)
+    stopped it, with the se read at that look: the record a driver keeps of that look
+    (looks.Look, as run/rounds.py makes it) shown on the claims table by looks.with_looks and
+    written as the report writes summary.json (claims_page.records), the row the dry run plans
+    from (rounds.size_lines)."""
+    k = design.looks.index(run["n"])
+    look = Look(
+        panel=comparison_key(CLAIM, CELLS),
+        claim=CLAIM,
+        k=k,
+        n=run["n"],
+        n_max=design.looks[-1],
+        unit="samples",  # sequential_analysis.looks_of's, as the bench reads it
+        estimate=run["estimate"],
+        se=se,
+        boundary=float(design.boundaries()[k]),
+        low=run["low"],
+        high=run["high"],
+        outcome=run["outcome"],
+        cells=CELLS,
+        design="replayed",  # a fingerprint matters only to a store that checks its records
+        spending=design.spending,
+        margin=design.margin,
+        alpha=design.alpha,
+        panels=design.panels,
+    )
+    table = pd.DataFrame({"claim": [CLAIM], "cells": [CELLS]})
+    return records(with_looks(table, [look.record()]))[0]
 
 
 def planned_and_stopped(looks: dict, keys: list, design: sequential.Design):
@@ -152,7 +177,7 @@ def trained_design(trials: pd.DataFrame, design: sequential.Design) -> dict:
             planned, stopped, len(keys), lambda idx: np.bincount(idx, minlength=len(keys))
         ),
     }
-    studies, sides = at_stops.null_studies(trials, reps)
+    studies, sides, _ = at_stops.null_studies(trials, reps)
     if studies:
         null_looks = replays.looks_of(studies, "a", "samples", list(design.looks))
         planned, stopped = planned_and_stopped(null_looks, list(studies), design)

@@ -156,13 +156,14 @@ def _with_intervals(point: dict, intervals: dict, count: int) -> dict:
     return out
 
 
-def null_studies(trials: pd.DataFrame, reps: dict) -> tuple[dict, np.ndarray]:
-    """The exact nulls of the module docstring, {key: study}, and each study's two replicates
-    as positions in sorted(reps) (for `pair_weights`); none where there are under 2 replicates."""
+def null_studies(trials: pd.DataFrame, reps: dict) -> tuple[dict, np.ndarray, int]:
+    """The exact nulls of the module docstring, {key: study}, each study's two replicates as
+    positions in sorted(reps) (for `pair_weights`) and the shifts that paired them; no study
+    where there are under 2 replicates."""
     order = sorted(reps)
     shifts = min(replays.NULL_SHIFTS, len(order) // 2)
     if shifts < 1:
-        return {}, np.zeros((0, 2), int)
+        return {}, np.zeros((0, 2), int), shifts
     kept = trials[trials["replicate"].isin(order)]
     studies, seen = {}, set()
     for key, study in replays.swapped_nulls(kept, replays.MODELS, shifts).items():
@@ -175,7 +176,7 @@ def null_studies(trials: pd.DataFrame, reps: dict) -> tuple[dict, np.ndarray]:
     sides = np.array(
         [[position[int(r)] for r in key.rsplit(":", 1)[1].split("-")] for key in studies]
     )
-    return studies, sides
+    return studies, sides, shifts
 
 
 def pair_weights(sides: np.ndarray, count: int):
@@ -192,10 +193,9 @@ def pair_weights(sides: np.ndarray, count: int):
 def nulls(trials: pd.DataFrame, reps: dict, design: sequential.Design) -> dict:
     """The exact nulls of the module docstring: the wrong share, its Monte-Carlo se and its
     bootstrap interval over replicates."""
-    studies, sides = null_studies(trials, reps)
+    studies, sides, shifts = null_studies(trials, reps)
     if not studies:
         return {"studies": 0}
-    shifts = min(replays.NULL_SHIFTS, len(reps) // 2)
     looks = replays.looks_of(studies, "a", "samples", list(design.looks))
     runs = {key: replays.replay(looks, key, design) for key in studies}
     wrong = np.array([_wrong(runs[key]["outcome"], 0.0, design.margin, True) for key in studies])

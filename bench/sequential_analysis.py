@@ -51,9 +51,9 @@ def _claim_row(
 
 
 def _prefix(frame: pd.DataFrame, unit: str, n: int) -> pd.DataFrame:
-    if unit == "samples":
-        return frame[frame["sample"] < n]
-    return frame[frame["seed"].isin(sorted(set(frame["seed"]))[:n])]
+    """What look n of a replicate reads, as a driver's look reads it (rounds._prefix): its first
+    n samples, or the trials of its first n seeds (a replicate's seeds in order)."""
+    return rounds._prefix(frame, unit, n, sorted(set(frame["seed"])))
 
 
 def looks_of(

@@ -44,10 +44,6 @@ from optbench.decision import stop_estimates  # noqa: E402
 REPLICATES = Path(__file__).resolve().parents[1] / "docs" / "reference" / "replicates"
 
 
-def _mc_se(p: float, count: int) -> float:
-    return round(math.sqrt(p * (1 - p) / count), 3)
-
-
 def stop_of(looks: dict, key, design) -> tuple[dict, int, stop_estimates.StopEstimate]:
     """A study's looks replayed to its stop (sequential_analysis.replay: `looks` is its
     looks_of) and the estimates there, from the boundaries the design applied: the replay's
@@ -95,7 +91,7 @@ def estimated(studies: dict, truth: float) -> dict:
     return {
         "studies": count,
         "ordering_coverage": round(float(covered), 3),
-        "ordering_coverage_mc_se": _mc_se(covered, count),
+        "ordering_coverage_mc_se": replays._mc_se(covered, count),
         "ordering_coverage_of_estimand_at_stop": round(float(covered_n), 3),
         "repeated_coverage": round(float(repeated), 3),
         "bias": bias(rows),
@@ -138,7 +134,7 @@ def simulated(names: list[str]) -> dict:
             "studies": studies,
             "stops": np.bincount(r.stop, minlength=len(looks)).tolist(),
             "coverage": round(cov, 3),
-            "coverage_mc_se": _mc_se(cov, studies),
+            "coverage_mc_se": replays._mc_se(cov, studies),
             "interval_level": round(1 - level, 4),
             "median_bias_median_unbiased": round(float(np.median(r.median_unbiased)) - effect, 3),
             "median_bias_naive": round(float(np.median(r.naive)) - effect, 3),

@@ -4,6 +4,7 @@ that over earlier studies it is within 5% of what the real rule gives, at small 
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 from scipy import stats
 
 from optbench.decision.sequential import Design
+from optbench.report.summary_lines import earlier_claims
 from optbench.run.expected_size import earlier_law, expected_size
 
 LOOKS = (6, 8, 10, 12, 16, 24)  # the quickstart's design (studies/quickstart.yaml)
@@ -91,7 +93,7 @@ def _trained_bench():
     return bench
 
 
-@pytest.mark.slow  # 21,000 simulated studies one by one and the design's estimator (20 s at load 7)
+@pytest.mark.slow  # 21,000 simulated studies, the estimator, 1,000 looks.with_looks (63 s at load 15)
 def test_the_trained_comparison_finds_the_dry_runs_error_on_planted_replicates():
     # replicates of normal units at the planned effect, read as the bench reads a trained
     # replicate's looks (sequential_analysis.looks_of: estimate, se, df, pairing per size): the
@@ -125,3 +127,21 @@ def test_the_trained_comparison_finds_the_dry_runs_error_on_planted_replicates()
     # one replicate drawn every time: the interval is that replicate's error alone
     one = bench.compared(planned, stopped, count, lambda idx: (np.arange(count) == 0) * 1.0)
     assert one["error"]["interval"] == [round(planned[0] / stopped[0] - 1, 4)] * 2
+
+
+@pytest.mark.slow  # imports the bench and its replays (the spec, the driver): 6.6 s at load 15
+def test_the_trained_bench_plans_from_the_claims_row_a_report_keeps_at_the_stop():
+    # bench/expected_size.py's stop_row: a replayed study's stop as the report's summary.json
+    # keeps it (the look's record through looks.with_looks), which the dry run takes as an
+    # earlier estimate (earlier_claims) read at the stop, and as a stop of this design (its law)
+    bench = _trained_bench()
+    run = {"outcome": "holds", "n": 10, "estimate": 0.3, "low": 0.05, "high": 0.55}
+    row = json.loads(json.dumps(bench.stop_row(run, 0.08, DESIGN)))
+    assert earlier_claims({"claims": [row]}) == [row]
+    assert (row["estimate"], row["se"], row["n_now"], row["verdict"]) == (0.3, 0.08, 10, "holds")
+    assert (row["looks"], row["n_max"]) == (3, LOOKS[-1])  # 10 is the design's third look
+    assert earlier_law(DESIGN, row) == LOOKS
+    # undecided at the maximum: a stop of the design too, not a fixed-size study of 24
+    last = bench.stop_row(run | {"outcome": "undecided", "n": 24, "low": -0.1}, 0.08, DESIGN)
+    assert (last["looks"], last["verdict"]) == (len(LOOKS), "undecided")
+    assert earlier_law(DESIGN, last) == LOOKS

@@ -103,6 +103,7 @@ def test_each_replicate_is_read_at_its_first_decided_look_with_intervals_over_re
     # draws, so unpaired
     nulls = found["nulls"]
     assert nulls["studies"] == 2 * 15
+    assert nulls["shifts"] == 3  # the shifts that met every pair of the 6 (shift 3 twice)
     assert nulls["pairing"] == ["unpaired"]
     assert nulls["wrong_interval"][0] <= nulls["wrong"] <= nulls["wrong_interval"][1]
 
