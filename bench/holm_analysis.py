@@ -161,7 +161,7 @@ def replay_family(panels: list[tuple[dict, object]], design: sequential.Design, 
                 elif i not in stops:
                     estimate, se, df, _ = looks[key, n]
                     low, high = sequential.repeated_interval(estimate, se, c, df)
-                    found[i] = sequential.outcome(low, high, design.margin, k == last)
+                    found[i], _ = sequential.look_outcome(low, high, se, design.margin, k == last)
             return found
 
         rejected = sum(outcome in sequential.REJECTS for outcome, _ in stops.values())

@@ -82,7 +82,10 @@ def replay(looks: dict, r, design: sequential.Design) -> dict:
     for k, (n, c) in enumerate(zip(design.looks, bounds, strict=True)):
         estimate, se, df, _ = looks[r, n]
         low, high = sequential.repeated_interval(estimate, se, c, df)
-        found = sequential.outcome(low, high, design.margin, last=k == len(design.looks) - 1)
+        # the one rule a look is taken by (decision/claims.py), its "nothing learned" stop included
+        found, _ = sequential.look_outcome(
+            low, high, se, design.margin, last=k == len(design.looks) - 1
+        )
         next_trained = k + 1 < len(design.looks) and (r, design.looks[k + 1]) in looks
         if found != "continue" or not next_trained:
             return {"outcome": found, "n": n, "estimate": estimate, "low": low, "high": high}

@@ -426,3 +426,23 @@ def test_a_replayed_pair_whose_trainings_end_stops_untrained():
     panels = [(looks, key) for key in "abc"]
     stops = holm_analysis.replay_family(panels, design, holm=False)
     assert stops == [("untrained", 10), ("untrained", 8), ("undecided", 10)]
+
+
+def test_replays_stop_where_the_data_carry_nothing_as_a_look_does():
+    # the replays take a look by the driver's one rule (sequential.look_outcome): a pair whose
+    # resamples all give one value (se 0) stops at its first look as "nothing learned", where the
+    # intervals alone (sequential.outcome) would call a constant positive estimate "holds"
+    sequential_analysis = _bench()
+    import holm_analysis
+
+    from optbench.decision import sequential
+
+    design = sequential.Design((6, 8, 10), "pocock", margin=0.05)
+    blank = (0.2, 0.0, 5, "paired")
+    looks = {("a", n): blank for n in design.looks}
+    estimate, se, df, _ = blank
+    low, high = sequential.repeated_interval(estimate, se, design.boundaries()[0], df)
+    assert sequential.outcome(low, high, design.margin, last=False) == "holds"
+    assert sequential_analysis.replay(looks, "a", design)["outcome"] == sequential.NOTHING_LEARNED
+    stops = holm_analysis.replay_family([(looks, "a")], design, holm=True)
+    assert stops == [(sequential.NOTHING_LEARNED, 6)]
