@@ -109,13 +109,15 @@ def test_null_copies_of_a_cell_never_share_a_training():
 
 def _trials(levels: dict[str, float], reps: int, samples: int, epochs: int = 8) -> pd.DataFrame:
     """Planted replicate trials: model m's errors `levels[m]` plus a spread of 2 points over
-    its samples (so a pair's se is small and never 0), a sampler seed per replicate, one
-    (lr, wd) box for both models (the quickstart's pairing) and a training seed per pair."""
+    its samples that differs between models (so a pair's contrast has a small se, never 0: a
+    look whose resamples all give one value learns nothing, sequential.look_outcome), a sampler
+    seed per replicate, one (lr, wd) box for both models (the quickstart's pairing) and a
+    training seed per pair."""
     rows = []
     for r in range(reps):
         for k in range(samples):
-            spread = 2.0 * ((7 * r + 3 * k) % 11) / 10
-            for model, level in levels.items():
+            for m, (model, level) in enumerate(levels.items()):
+                spread = 2.0 * ((7 * r + 3 * k + 5 * m) % 11) / 10
                 rows.append(
                     {"replicate": r, "model": model, "optimizer": "adamw", "epochs": epochs}
                     | {"sample": k, "seed": 1000 * r + k, "lr": 1e-3 * (1 + k), "wd": 0.05}
