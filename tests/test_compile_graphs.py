@@ -3,16 +3,24 @@ graphs or torch.compile). A graph break costs a compiled GPU trial a return to P
 launches every step and rules out CUDA graphs; a host read in the forward (`.item()`, `.tolist()`,
 `nonzero`, a branch on a tensor's value) is one. Traced on the CPU with TorchDynamo's eager
 backends (explain, aot_eager): no C compiler, no inductor, the same graphs a GPU compile starts
-from."""
+from. A worker's trials of one model compile it once (issue 66: a job's fixed costs paid once)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
+from cli_inprocess import tiny_config
 from torch import nn
+from torch._dynamo.utils import counters
 
+from optbench.data.datasets import load_digits
 from optbench.models import create_model
 from optbench.models.regnet import AnyNetCfg, RegNetY
+from optbench.spec.recipe import Dataset
+from optbench.train.compute import Compute
+from optbench.train.run_trial import run_trial
 
 pytestmark = pytest.mark.slow  # tracing a model takes seconds: over half a second per case
 
@@ -128,3 +136,50 @@ def test_a_host_read_in_the_forward_is_a_graph_break(read):
     model.head = nn.Sequential(model.head, HostRead(read))
     count, _ = graph_breaks(model, x)
     assert count >= 1
+
+
+@pytest.fixture
+def compiled_trials(monkeypatch):
+    """run_trial as a CUDA worker runs it, on the CPU: compiled (Compute turns compile on for
+    CUDA only) with the aot_eager backend (no C compiler; inductor compiles the same frames),
+    on one thread; TorchDynamo's counters from zero."""
+    for_trial = Compute.for_trial.__func__
+    monkeypatch.setattr(
+        Compute,
+        "for_trial",
+        classmethod(
+            lambda cls, *a, **k: dataclasses.replace(for_trial(cls, *a, **k), compile=True)
+        ),
+    )
+    compile_ = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda m: compile_(m, backend="aot_eager"))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    counters.clear()
+    yield run_trial
+    torch.set_num_threads(threads)
+
+
+def frames_compiled() -> int:
+    """The frames TorchDynamo compiled (a recompile is one more) since the counters' clear."""
+    return counters["frames"]["total"]
+
+
+def test_a_worker_compiles_a_model_once_for_all_its_trials(compiled_trials, tmp_path):
+    # issue 66: a worker's (or SLURM job's) later trials of a model reuse the code its first
+    # compiled: TorchDynamo guards on the model's structure, not on the instance or its
+    # weights. Evaluation calls the model uncompiled (train/stepper.py: logits_of), so neither
+    # eval mode nor the validation split's ragged last batch compiles anything.
+    cfg = tiny_config(
+        model="vit_c_w64_16px", dataset=Dataset(name="digits", img_size=16), batch_size=256
+    )
+    assert len(load_digits(cfg.dataset).val_y) % cfg.batch_size, "the last val batch is ragged"
+    first = compiled_trials(cfg, tmp_path / "first")
+    assert first.status == "finished" and frames_compiled() == 1
+    second_cfg = cfg.model_copy(update={"lr": cfg.lr / 2, "seed": cfg.seed + 1})
+    second = compiled_trials(second_cfg, tmp_path / "second")
+    assert second.status == "finished" and frames_compiled() == 1
+    # the reused code trains the second trial's weights, not the first's: as a fresh compile
+    torch._dynamo.reset()
+    fresh = compiled_trials(second_cfg, tmp_path / "fresh")
+    assert fresh.digest == second.digest != first.digest
