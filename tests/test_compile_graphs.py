@@ -3,16 +3,24 @@ graphs or torch.compile). A graph break costs a compiled GPU trial a return to P
 launches every step and rules out CUDA graphs; a host read in the forward (`.item()`, `.tolist()`,
 `nonzero`, a branch on a tensor's value) is one. Traced on the CPU with TorchDynamo's eager
 backends (explain, aot_eager): no C compiler, no inductor, the same graphs a GPU compile starts
-from."""
+from. A worker's trials of one model compile it once (issue 66: a job's fixed costs paid once)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
+from cli_inprocess import tiny_config
 from torch import nn
+from torch._dynamo.utils import counters
 
+from optbench.data.datasets import load_digits
 from optbench.models import create_model
 from optbench.models.regnet import AnyNetCfg, RegNetY
+from optbench.spec.recipe import Dataset
+from optbench.train.compute import Compute
+from optbench.train.run_trial import run_trial
 
 pytestmark = pytest.mark.slow  # tracing a model takes seconds: over half a second per case
 
@@ -128,3 +136,73 @@ def test_a_host_read_in_the_forward_is_a_graph_break(read):
     model.head = nn.Sequential(model.head, HostRead(read))
     count, _ = graph_breaks(model, x)
     assert count >= 1
+
+
+@pytest.fixture
+def compiled_graphs(monkeypatch) -> list[list[str]]:
+    """run_trial as a CUDA worker runs it, on the CPU: compiled (Compute turns compile on for
+    CUDA only) with the aot_eager backend (no C compiler; inductor compiles the same frames),
+    on one thread; TorchDynamo's counters from zero. Yields each graph's symbolic sizes, in
+    the order compiled (none: static shapes)."""
+    for_trial = Compute.for_trial.__func__
+    monkeypatch.setattr(
+        Compute,
+        "for_trial",
+        classmethod(
+            lambda cls, *a, **k: dataclasses.replace(for_trial(cls, *a, **k), compile=True)
+        ),
+    )
+    aot_eager, graphs = torch._dynamo.lookup_backend("aot_eager"), []
+
+    def recorded(gm: torch.fx.GraphModule, example_inputs):
+        graphs.append([str(s) for s in gm.graph.find_nodes(op="placeholder") if is_symbol(s)])
+        return aot_eager(gm, example_inputs)
+
+    compile_ = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda m, **kw: compile_(m, backend=recorded, **kw))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    counters.clear()
+    yield graphs
+    torch.set_num_threads(threads)
+
+
+def is_symbol(node: torch.fx.Node) -> bool:
+    """A graph input that is a symbolic size (TorchDynamo lifts each one it traces with)."""
+    return isinstance(node.meta.get("example_value"), torch.SymInt)
+
+
+def frames_compiled() -> int:
+    """The frames TorchDynamo compiled (a recompile is one more) since the counters' clear."""
+    return counters["frames"]["total"]
+
+
+def test_a_worker_compiles_a_model_once_for_all_its_trials(compiled_graphs, tmp_path):
+    # issue 66: a worker's (or SLURM job's) later trials of a model reuse the code its first
+    # compiled: TorchDynamo guards on the model's structure, not on the instance or its
+    # weights. Evaluation calls the model uncompiled (train/stepper.py: logits_of), so neither
+    # eval mode nor the validation split's ragged last batch compiles anything.
+    cfg = tiny_config(
+        model="vit_c_w64_16px", dataset=Dataset(name="digits", img_size=16), batch_size=256
+    )
+    assert len(load_digits(cfg.dataset).val_y) % cfg.batch_size, "the last val batch is ragged"
+    first = run_trial(cfg, tmp_path / "first")
+    assert first.status == "finished" and frames_compiled() == 1
+    second_cfg = cfg.model_copy(update={"lr": cfg.lr / 2, "seed": cfg.seed + 1})
+    second = run_trial(second_cfg, tmp_path / "second")
+    assert second.status == "finished" and frames_compiled() == 1
+    # the reused code trains the second trial's weights, not the first's: as a fresh compile
+    torch._dynamo.reset()
+    fresh = run_trial(second_cfg, tmp_path / "fresh")
+    assert fresh.digest == second.digest != first.digest
+
+
+def test_a_worker_compiles_its_next_input_size_static_as_a_fresh_process(compiled_graphs, tmp_path):
+    # A worker's trial of the same model class at another input size (a study's models of
+    # different default sizes) compiles again; not with symbolic sizes, as TorchDynamo's
+    # automatic dynamic would, but static, the graph a fresh process compiles (parts.py).
+    cfg = tiny_config(model="vit_c_w64_16px", dataset=Dataset(name="digits", img_size=16))
+    assert run_trial(cfg, tmp_path / "16px").status == "finished"
+    larger = cfg.model_copy(update={"dataset": Dataset(name="digits", img_size=32)})
+    assert run_trial(larger, tmp_path / "32px").status == "finished"
+    assert compiled_graphs == [[], []] and frames_compiled() == 2

@@ -227,7 +227,7 @@ def test_the_gpu_settings_bf16_channels_last_and_compile_train_through_the_loop_
         torch.device("cpu"), DistContext(), amp=True, channels_last=True, compile=True, fused=True
     )
     compiled, compile_ = [], torch.compile
-    monkeypatch.setattr(torch, "compile", lambda m: compiled.append(m) or compile_(m))
+    monkeypatch.setattr(torch, "compile", lambda m, **kw: compiled.append(m) or compile_(m, **kw))
     cfg = config(epochs=2)
     run = Execution(pipeline="pil")
     members = Members([cfg], [tmp_path], tmp_path, compute.device, run, start=time.perf_counter())

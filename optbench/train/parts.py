@@ -238,5 +238,8 @@ def for_training(model: nn.Module, compute: Compute) -> nn.Module:
         ids = [compute.device.index] if compute.device.type == "cuda" else None
         trained = nn.parallel.DistributedDataParallel(model, device_ids=ids)
     if compute.compile:
-        trained = torch.compile(trained)
+        # static shapes: TorchDynamo keeps compiled code across a worker's trials, and its
+        # automatic dynamic would compile a later trial at another input size with symbolic
+        # sizes; static, each size's graph is the one a fresh process compiles
+        trained = torch.compile(trained, dynamic=False)
     return trained
