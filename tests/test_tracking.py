@@ -7,8 +7,10 @@ TMPDIR are the test's own, and checked)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -640,55 +642,126 @@ def _server_runs(uri: str, study: str) -> dict[str, list]:
     return runs
 
 
-def _kill_before_last_epoch(study: Path, spec, server, cwd: Path) -> subprocess.CompletedProcess:
-    """`optbench run STUDY`, the server killed once the first trial's last epoch trains (its
-    metrics.jsonl holds every epoch but the last), left down to the run's end."""
+def _group(pgid: int) -> list[int]:
+    """The processes of process group `pgid` (Linux's /proc)."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # state, ppid, pgrp, ...
+        except OSError:
+            continue  # it exited meanwhile
+        if int(fields[2]) == pgid:
+            pids.append(int(stat.parent.name))
+    return pids
+
+
+def _stopped(pid: int) -> bool:
+    """Whether every thread of `pid` is stopped (or gone)."""
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        try:
+            state = stat.read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state not in ("t", "T", "Z", "X"):
+            return False
+    return True
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):  # the driver and its workers are gone
+        os.killpg(pgid, sig)
+
+
+@contextlib.contextmanager
+def _held_still(pgid: int):
+    """Process group `pgid` (a driver and its workers) stopped, every thread of it (kill()
+    only queues SIGSTOP, so wait until they are), and continued on exit."""
+    _signal_group(pgid, signal.SIGSTOP)
+    try:
+        deadline = time.monotonic() + 60
+        while not all(_stopped(pid) for pid in _group(pgid)):
+            assert time.monotonic() < deadline, "the driver's processes did not stop in 60 s"
+            time.sleep(0.001)
+        yield
+    finally:
+        _signal_group(pgid, signal.SIGCONT)
+
+
+def _kill_while_run_open(study: Path, spec, server, cwd: Path, trial):
+    """`optbench run STUDY`, the server killed while `trial`'s run is open on it and the trial
+    has its last epoch still to train (once the run holds an epoch, if it does by then), then
+    left down to the run's end; the run's completed process and what the trial's files said at
+    the kill (tracker.json, and how many epochs metrics.jsonl held).
+
+    The moment is read with the driver and its worker held still (SIGSTOP), so it still holds
+    when the server dies: a trial tells its tracker to end only after metrics.jsonl has its
+    last epoch, so a run that tracker.json records opened and not ended has its end, at least,
+    still to write, and the trial trains on and ends while the server is down. Polling while
+    it ran raced on a loaded machine: the trial could train its last epoch and its tracker end
+    the run between the poll's look and the kill."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "optbench", "run", str(study)],
         cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,  # its own process group: the driver and its workers
     )  # fmt: skip
-    first = plan(spec)[0]
-    metrics = first.out_dir / "metrics.jsonl"
-    while proc.poll() is None and server.proc is not None:
-        trained = len(metrics.read_text().splitlines()) if metrics.exists() else 0
-        # and once the first trial's run exists on the server: its tracker writes beside the
-        # training, so on a loaded machine the run may be created epochs after training began
-        created = read_run_file(first.out_dir, spec.study_dir, first.execution.tracking).run_id
-        if trained >= first.config.epochs - 1 and created is not None:
-            server.kill()
+    target, epochs = trial.execution.tracking, trial.config.epochs
+    at_kill = missed = None
+    while proc.poll() is None and at_kill is None and missed is None:
+        # a cheap look first (nothing stopped), then the one that counts, held still
+        if read_run_file(trial.out_dir, spec.study_dir, target).run_id is not None:
+            with _held_still(proc.pid):
+                held = read_run_file(trial.out_dir, spec.study_dir, target)
+                trained = len(read_metrics(trial.out_dir, spec.study_dir, partial=True))
+                # once it holds an epoch (what the next run must not log again), or on its
+                # trial's last epoch at the latest
+                last = trained == epochs - 1
+                if held.ended is False and trained < epochs and (held.logged or last):
+                    server.kill()
+                    at_kill = (held, trained)
+                elif held.ended or trained == epochs:
+                    missed = (held, trained)  # the run opened after the trial's last epoch
         time.sleep(0.02)
     out, err = proc.communicate(timeout=900)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    assert at_kill is not None, f"no moment to kill the server at: {missed} (tracker.json, epochs)"
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), at_kill
 
 
 @pytest.mark.slow
 def test_a_killed_mlflow_server_costs_one_line_per_trial_and_the_next_run_completes_the_runs(
     tmp_path, one_model, server
 ):
-    one_model |= {"epochs": 3, "executor": {"workers": 1}, "output": str(tmp_path / "results")}
-    one_model["search"]["n_samples"] = 2
+    # three trials of 2 epochs: as many epochs as the two trials of 3 this test trained before
+    one_model |= {"epochs": 2, "executor": {"workers": 1}, "output": str(tmp_path / "results")}
+    one_model["search"]["n_samples"] = 3
     one_model["tracking"] = {"kind": "mlflow", "uri": server.uri}
     study = tmp_path / "study.yaml"
     study.write_text(yaml.safe_dump(one_model))
     spec = parse_spec(one_model)
-    trials = plan(spec)
-    target = trials[0].execution.tracking
+    trials = plan(spec)  # trained one after another (one worker), in this order
+    target, epochs = trials[0].execution.tracking, trials[0].config.epochs
 
-    first = _kill_before_last_epoch(study, spec, server, tmp_path)
+    # The server dies during the second trial: its worker imported mlflow for the first, so
+    # its run opens in a few requests. The first trial's run opens only after that import (2 s
+    # of CPU here), which can outlast its epochs and leave no moment to kill the server in.
+    first, (at_kill, trained) = _kill_while_run_open(study, spec, server, tmp_path, trials[1])
     assert first.returncode == 0, first.stderr  # the trials finish: a tracker costs none
     warnings = first.stderr.strip().splitlines()
-    assert len(warnings) == 2, first.stderr  # one line per trial, in optbench's words
-    for trial, line in zip(trials, warnings, strict=True):
+    assert len(warnings) == 2, first.stderr  # one line per trial the outage hit
+    for trial, line in zip(trials[1:], warnings, strict=True):
         assert line.startswith(f"optbench: the mlflow run of trial {trial.key} is incomplete: ")
         assert line.endswith("the next `optbench run` completes it from the trial's files")
         assert f"the MLflow server at {server.uri} is not answering" in line, line
     held = [read_run_file(t.out_dir, spec.study_dir, target) for t in trials]
-    assert held[0].run_id is not None and held[0].logged < 3 and not held[0].ended
-    assert held[1].run_id is None  # the server was down when the second trial began
+    assert held[0].logged == epochs and held[0].ended  # complete before the outage
+    # the run killed mid-way keeps what it held: no epoch trained after the kill was logged
+    assert held[1].run_id == at_kill.run_id and not held[1].ended
+    assert at_kill.logged <= held[1].logged <= trained < epochs
+    assert held[2].run_id is None  # the server was down when the third trial began
 
     server.start()
     second = run_again(study, tmp_path)
     assert second.returncode == 0 and second.stderr == "", second.stderr
+    # the complete run is left alone: two runs completed, each once (below)
     assert "completed 2 mlflow run(s) that a tracker outage left incomplete" in second.stdout
     runs = _server_runs(server.uri, spec.name)
     assert sorted(runs) == sorted(t.key for t in trials)
@@ -701,12 +774,14 @@ def test_a_killed_mlflow_server_costs_one_line_per_trial_and_the_next_run_comple
         result = json.loads((trial.out_dir / "result.json").read_text())
         assert float(run.data.tags["optbench.final_error"]) == result["final_error"]
         assert (
-            run.data.tags["optbench.epochs_run"] == "3" and run.data.tags["cell"] == trial.cell_id
+            run.data.tags["optbench.epochs_run"] == str(epochs)
+            and run.data.tags["cell"] == trial.cell_id
         )
         for key, steps in _expected_steps(read_metrics(trial.out_dir)).items():
             got = sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, key))
             assert got == steps, key  # every epoch once
-        assert read_run_file(trial.out_dir, spec.study_dir, target) == (run.info.run_id, 3, True)
+        held = read_run_file(trial.out_dir, spec.study_dir, target)
+        assert held == (run.info.run_id, epochs, True)
 
     server.kill()  # a complete run is never written again: the server is not even asked
     third = run_again(study, tmp_path)
