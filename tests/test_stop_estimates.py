@@ -19,9 +19,9 @@ from optbench.decision import sequential, stop_estimates
 QUICK = (6, 9, 12, 16, 24)  # the looks of docs/sequential.md's example (samples)
 SEEDS = (3, 4, 5, 6)  # few units: an se on 2 to 5 degrees of freedom
 STUDIES = 1000  # coverage's Monte-Carlo se about 0.007 at 0.95
-# each study's law: a quarter of the page's (stop_estimates.PATHS), for time; p-values within
-# about 0.002 at the interval's tails
-PATHS = 5000
+# the tests that read a replay: one worker runs them all (`--dist loadgroup`), so each replay of
+# the same arguments is computed once (`_replayed`'s cache)
+REPLAYS = pytest.mark.xdist_group("stop_estimates_replays")
 
 
 def _bounds(looks, level=sequential.ALPHA):
@@ -30,7 +30,24 @@ def _bounds(looks, level=sequential.ALPHA):
 
 @functools.cache
 def _replayed(looks, effect, margin=None):
-    return stop_estimates.replay(looks, _bounds(looks), effect, margin, STUDIES, paths=PATHS)
+    """STUDIES studies of the design, each estimated on the page's law (stop_estimates.PATHS)."""
+    return stop_estimates.replay(looks, _bounds(looks), effect, margin, STUDIES)
+
+
+@pytest.mark.slow  # about 0.5 s each
+@pytest.mark.parametrize(("looks", "effect", "margin"), [(QUICK, 1.0, None), (SEEDS, 0.0, 2.0)])
+def test_a_replay_estimates_each_study_as_at_stop_alone(looks, effect, margin):
+    """The replay searches its studies' roots together: each study's numbers are exactly those
+    of at_stop on its stop alone (8 studies on a small law, for time)."""
+    bounds = _bounds(looks)
+    found = stop_estimates.replay(looks, bounds, effect, margin, 8, paths=400)
+    assert 0 in found.stop and len(set(found.stop)) > 2  # the fixed-size look and later ones
+    for i, k in enumerate(found.stop):
+        alone = stop_estimates.at_stop(
+            looks, bounds, int(k), found.naive[i], found.se[i], margin, 400
+        )
+        numbers = (found.median_unbiased[i], found.low[i], found.high[i], found.bias_adjusted[i])
+        assert numbers == (alone.median_unbiased, alone.low, alone.high, alone.bias_adjusted)
 
 
 def _median_se(x: np.ndarray) -> float:
@@ -130,6 +147,7 @@ def test_no_adjusted_numbers_where_the_panel_did_not_stop_on_its_interval():
 
 
 @pytest.mark.slow
+@REPLAYS
 def test_ordering_interval_covers_over_all_stops_with_an_estimated_se():
     replayed = _replayed(QUICK, 0.5)
     assert replayed.covered.mean() >= 0.93
@@ -137,6 +155,7 @@ def test_ordering_interval_covers_over_all_stops_with_an_estimated_se():
 
 
 @pytest.mark.slow
+@REPLAYS
 def test_median_unbiased_estimate_has_no_median_bias():
     """Within Monte-Carlo noise, and below the naive estimate's median bias (+0.028 here). Not
     at every effect: at 0.7 sd the plug-in se leaves -0.039 (3.5 MC se; docs/sequential.md)."""
@@ -147,6 +166,7 @@ def test_median_unbiased_estimate_has_no_median_bias():
 
 
 @pytest.mark.slow
+@REPLAYS
 @pytest.mark.parametrize(("looks", "effect"), [(QUICK, 0.5), (SEEDS, 1.0)])
 def test_bias_adjusted_mean_is_less_biased_than_the_naive_estimate(looks, effect):
     replayed = _replayed(looks, effect)
@@ -159,12 +179,14 @@ def test_bias_adjusted_mean_is_less_biased_than_the_naive_estimate(looks, effect
 
 
 @pytest.mark.slow
+@REPLAYS
 def test_ordering_interval_covers_with_few_units():
     """Seeds: the se on 2 to 5 degrees of freedom (a normal law would cover far less)."""
     assert _replayed(SEEDS, 1.0).covered.mean() >= 0.93
 
 
 @pytest.mark.slow
+@REPLAYS
 def test_ordering_interval_covers_with_equivalence_stops():
     """A margin of 1 sd: most studies that stop early stop equivalent (the effect 0.1 sd)."""
     replayed = _replayed(QUICK, 0.1, 1.0)

@@ -89,67 +89,146 @@ def _law(looks: tuple[int, ...], paths: int, seed: int) -> tuple[np.ndarray, np.
 
 @dataclass(frozen=True)
 class _Rule:
-    """The panel's rule in units of the stop's spread (delta = theta / sigma)."""
+    """The panel's rule in units of the stop's spread (delta = theta / sigma), read on _law's
+    paths for several studies at once: each argument holds one value per study (a row of the
+    results, a column per path), so that a replay's studies search their roots together. The
+    tables are per look (a row each, contiguous), computed once per law: every study's
+    arithmetic is the same element by element as one study's alone, so the numbers are too."""
 
     n: np.ndarray  # the looks' sizes
     crit: np.ndarray  # the t critical value each look applied (or would apply)
-    margin: float | None  # in units of sigma
-    mean: np.ndarray  # _law's
-    sd: np.ndarray
+    mean: np.ndarray  # _law's mean, look by look: (looks, paths)
+    half: np.ndarray  # each path's se at each look: sd / sqrt(n)
+    reach: np.ndarray  # crit * half: how far each look's interval reaches from its estimate
+    pivot: np.ndarray  # each path's studentized estimate (x_j - theta) / se_j: free of theta
 
-    def exits(self, delta: float, upto: int) -> tuple[np.ndarray, np.ndarray]:
-        """Each path's first look (up to `upto`, that one included) whose interval decides and
-        how: +1 above 0, -1 below, 0 equivalent; paths deciding nowhere: look `upto`, sign 2."""
-        shifted = self.mean[:, : upto + 1] + delta
-        half = self.sd[:, : upto + 1] / np.sqrt(self.n[: upto + 1])
+    def _decisions(self, j: int, delta: np.ndarray, margin: np.ndarray | None):
+        """At look j, per study (rows, its delta and margin in units of sigma) and path: whether
+        its interval lies above 0, below 0, and whether it decides at all (above, below or,
+        with a margin, within it)."""
+        shifted = self.mean[j] + delta[:, None]
         with np.errstate(divide="ignore", invalid="ignore"):
-            t = shifted / half
-        crit = self.crit[: upto + 1]
-        up, down = t >= crit, t <= -crit
-        inside = np.zeros_like(up)
-        if self.margin is not None:
-            inside = (np.abs(shifted) + crit * half < self.margin) & ~up & ~down
-        any_ = up | down | inside
-        first = np.where(any_.any(axis=1), any_.argmax(axis=1), upto)
-        rows = np.arange(first.size)
-        how = np.where(up[rows, first], 1, np.where(down[rows, first], -1, 0))
-        how = np.where(any_[rows, first], how, 2)
-        return first, how
+            t = shifted / self.half[j]
+        up, down = t >= self.crit[j], t <= -self.crit[j]
+        decided = up | down
+        if margin is not None:
+            decided |= np.abs(shifted) + self.reach[j] < margin[:, None]
+        return up, down, decided
 
-    def pivot(self, look: np.ndarray) -> np.ndarray:
-        """Each path's studentized estimate (x_j - theta) / se_j at its look j: free of theta."""
-        rows = np.arange(look.size)
-        return self.mean[rows, look] * np.sqrt(self.n[look]) / self.sd[rows, look]
+    def first(self, delta: np.ndarray, margin: np.ndarray | None) -> np.ndarray:
+        """Per study and path, the first look whose interval decides (the last look where
+        none does)."""
+        last = self.n.size - 1
+        first = np.full((delta.size, self.mean.shape[1]), last)
+        undecided = np.ones(first.shape, bool)
+        for j in range(last):
+            decided = undecided & self._decisions(j, delta, margin)[2]
+            np.copyto(first, j, where=decided)
+            undecided &= ~decided
+        return first
 
-    def p_value(self, delta: float, stop: int, observed_delta: float) -> float:
-        """P_delta(an outcome at least as high as the observed, the stagewise ordering)."""
-        first, how = self.exits(delta, stop)
-        observed = (observed_delta - delta) * math.sqrt(self.n[stop])  # its (x - theta) / se
-        early = first < stop
-        above = (early & (how == 1)) | (((~early) | (how == 0)) & (self.pivot(first) >= observed))
-        return float(above.mean())
+    def p_value(
+        self, delta: np.ndarray, stop: int, observed_delta: np.ndarray, margin: np.ndarray | None
+    ) -> np.ndarray:
+        """Per study (all stopped at look `stop`), P_delta(an outcome at least as high as the
+        observed, the stagewise ordering): the paths that left earlier above 0, or within the
+        margin with a higher studentized estimate, and those that reached the stop with one."""
+        observed = (observed_delta - delta) * np.sqrt(self.n[stop])  # its (x - theta) / se
+        higher = self.pivot[: stop + 1] >= observed[:, None, None]
+        undecided = np.ones((delta.size, self.mean.shape[1]), bool)
+        count = np.zeros(delta.size, int)
+        for j in range(stop):
+            up, down, decided = self._decisions(j, delta, margin)
+            ahead = up if margin is None else up | (decided & ~down & higher[:, j])
+            count += np.count_nonzero(undecided & ahead, axis=1)
+            undecided &= ~decided
+        count += np.count_nonzero(undecided & higher[:, stop], axis=1)
+        return count / undecided.shape[1]
 
-    def mean_at_stop(self, delta: float) -> float:
-        """E_delta[estimate at the stop] over the whole design, in units of sigma."""
-        first, _ = self.exits(delta, self.n.size - 1)
-        return delta + float(self.mean[np.arange(first.size), first].mean())
+    def mean_at_stop(self, delta: np.ndarray, margin: np.ndarray | None) -> np.ndarray:
+        """Per study, E_delta[estimate at the stop] over the whole design, in units of sigma."""
+        return delta + np.take_along_axis(self.mean, self.first(delta, margin), axis=0).mean(axis=1)
 
 
-def _solve(f, target: float, start: float, step: float) -> float:
-    """The root of the increasing f(x) = target, bracketed from `start` by doubling steps."""
-    low = high = start
-    step0 = step
-    while f(low) > target:
-        step, low = 2 * step, low - step
-    while f(high) < target:
-        step, high = 2 * step, high + step
-    while high - low > _TOLERANCE * step0:
-        mid = (low + high) / 2
-        if f(mid) < target:
-            low = mid
-        else:
-            high = mid
+@functools.cache
+def _rule(looks: tuple[int, ...], crit: tuple[float, ...], paths: int, seed: int) -> _Rule:
+    """The rule of a design's looks and critical values on _law(looks, paths, seed): built
+    once per design, for every stop estimated under it."""
+    n, c = np.asarray(looks, float), np.asarray(crit)
+    mean, sd = _law(looks, paths, seed)
+    half = sd / np.sqrt(n)
+    pivot = mean * np.sqrt(n) / sd
+    table = functools.partial(np.ascontiguousarray, dtype=float)
+    return _Rule(n, c, table(mean.T), table(half.T), table((c * half).T), table(pivot.T))
+
+
+def _criticals(bounds, n: np.ndarray) -> tuple[float, ...]:
+    """The t critical value of each look's boundary, at n_j - 1 degrees of freedom."""
+    return tuple(sequential.critical(c, k - 1) for c, k in zip(bounds, n, strict=True))
+
+
+def _solve(f, target, start: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """Per problem (an element of `start`), the root of its increasing f = target, bracketed
+    from `start` by doubling steps, then bisected to _TOLERANCE of the first step. The problems
+    move in lockstep, each through the points that it would alone: f(x, rows) gives the values
+    of the problems `rows` at x."""
+    target = np.broadcast_to(target, start.shape)
+    low, high, step0, step = start.copy(), start.copy(), step, step.copy()
+    at_start = f(start, np.arange(start.size))
+    below = np.flatnonzero(at_start > target)
+    while below.size:
+        step[below], low[below] = 2 * step[below], low[below] - step[below]
+        below = below[f(low[below], below) > target[below]]
+    above = np.flatnonzero(at_start < target)
+    while above.size:
+        step[above], high[above] = 2 * step[above], high[above] + step[above]
+        above = above[f(high[above], above) < target[above]]
+    wide = np.flatnonzero(high - low > _TOLERANCE * step0)
+    while wide.size:
+        mid = (low[wide] + high[wide]) / 2
+        under = f(mid, wide) < target[wide]
+        low[wide[under]], high[wide[~under]] = mid[under], mid[~under]
+        wide = wide[high[wide] - low[wide] > _TOLERANCE * step0[wide]]
     return (low + high) / 2
+
+
+@dataclass(frozen=True)
+class _Stops:
+    """Stops of studies of one design (a value per study: its stopping look, 0-based, its
+    estimate and se), to estimate together."""
+
+    stop: np.ndarray
+    estimate: np.ndarray
+    se: np.ndarray
+
+
+def _estimated(rule: _Rule, stops: _Stops, margin: float | None, tail: float) -> np.ndarray:
+    """`at_stop`'s numbers (median-unbiased, low, high, bias-adjusted: the rows) for each of
+    `stops` (the columns)."""
+    n, stop = rule.n, stops.stop
+    sigma = stops.se * np.sqrt(n[stop])
+    scaled = None if margin is None else margin / sigma
+    observed, step = stops.estimate / sigma, 1 / np.sqrt(n[stop])  # one se, in units of sigma
+    later = np.flatnonzero(stop > 0)
+
+    def part(rows: np.ndarray):
+        return None if scaled is None else scaled[rows]
+
+    def p_value(d: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        at, found = later[rows], np.empty(d.size)
+        for k in np.unique(stop[at]):
+            same = stop[at] == k
+            found[same] = rule.p_value(d[same], int(k), observed[at[same]], part(at[same]))
+        return found
+
+    def quantile(p: float) -> np.ndarray:
+        # everything reaches the first look: the fixed-size t interval there, exactly
+        found = stops.estimate + stops.se * float(stats.t.ppf(p, n[0] - 1))
+        found[later] = sigma[later] * _solve(p_value, p, observed[later], step[later])
+        return found
+
+    adjusted = _solve(lambda d, rows: rule.mean_at_stop(d, part(rows)), observed, observed, step)
+    return np.array([quantile(0.5), quantile(tail), quantile(1 - tail), sigma * adjusted])
 
 
 def at_stop(
@@ -172,25 +251,12 @@ def at_stop(
     n = np.asarray(looks, int)
     if not (math.isfinite(estimate) and math.isfinite(se) and se > 0) or n.min() < 2:
         return None
-    sigma = se * math.sqrt(n[stop])
-    crit = np.array([sequential.critical(c, k - 1) for c, k in zip(bounds, n, strict=True)])
-    mean, sd = _law(tuple(int(k) for k in n), paths, seed)
-    rule = _Rule(n.astype(float), crit, None if margin is None else margin / sigma, mean, sd)
-    observed, step = estimate / sigma, 1 / math.sqrt(n[stop])  # one se, in units of sigma
-
-    def quantile(p: float) -> float:
-        if stop == 0:  # everything reaches the first look: the fixed-size t interval, exactly
-            return estimate + se * float(stats.t.ppf(p, n[0] - 1))
-        return sigma * _solve(lambda d: rule.p_value(d, stop, observed), p, observed, step)
-
-    adjusted = _solve(rule.mean_at_stop, observed, observed, step)
-    return StopEstimate(
-        naive=estimate,
-        median_unbiased=quantile(0.5),
-        low=quantile(tail),
-        high=quantile(1 - tail),
-        bias_adjusted=sigma * adjusted,
+    rule = _rule(tuple(int(k) for k in n), _criticals(bounds, n), paths, seed)
+    one = _Stops(np.array([stop]), np.array([estimate], float), np.array([se], float))
+    median_unbiased, low, high, adjusted = (
+        float(x[0]) for x in _estimated(rule, one, margin, tail)
     )
+    return StopEstimate(estimate, median_unbiased, low, high, adjusted)
 
 
 def of_panel(records: list[dict], design_looks) -> StopEstimate | None:
@@ -270,22 +336,24 @@ def replay(
     seed: int = 1,
     paths: int = PATHS,
     tail: float = TAIL,
+    chunk: int = 50,
 ) -> Replayed:
     """`studies` seeded studies of N(effect, 1) units under the rule (t critical values of
     `bounds`, the se estimated at each look, `margin`'s equivalence stops), each estimated at
-    its stop by `at_stop` (its own law of `paths` studies, seed 0, independent of these; its
-    interval at 1 - 2 `tail`, the level `bounds` spend): what the coverage and bias in
+    its stop as `at_stop` estimates it (its own law of `paths` studies, seed 0, independent of
+    these; its interval at 1 - 2 `tail`, the level `bounds` spend), `chunk` studies at a time
+    (the same numbers as one by one, in less time): what the coverage and bias in
     docs/sequential.md and tests/test_stop_estimates.py measure."""
-    n = np.asarray(looks, float)
-    crit = np.array([sequential.critical(c, k - 1) for c, k in zip(bounds, n, strict=True)])
-    mean, sd = _law(tuple(int(k) for k in n), studies, seed)
-    first, _ = _Rule(n, crit, margin, mean, sd).exits(effect, n.size - 1)
+    sizes = tuple(int(k) for k in looks)
+    crit = _criticals(bounds, np.asarray(sizes))
+    drawn = _rule(sizes, crit, studies, seed)  # the studies themselves, in units of sd
+    first = drawn.first(np.array([effect]), None if margin is None else np.array([margin]))[0]
     rows = np.arange(first.size)
-    estimates = effect + mean[rows, first]
-    ses = sd[rows, first] / np.sqrt(n[first])
-    found = [
-        at_stop(looks, bounds, int(k), x, s, margin, tail=tail)
-        for k, x, s in zip(first, estimates, ses, strict=True)
+    estimates = effect + drawn.mean[first, rows]
+    ses = drawn.half[first, rows]
+    rule = _rule(sizes, crit, paths, 0)
+    parts = [
+        _estimated(rule, _Stops(first[at], estimates[at], ses[at]), margin, tail)
+        for at in np.array_split(rows, max(1, -(-rows.size // chunk)))
     ]
-    columns = np.array([[f.median_unbiased, f.low, f.high, f.bias_adjusted] for f in found])
-    return Replayed(effect, first, estimates, ses, *columns.T)
+    return Replayed(effect, first, estimates, ses, *np.concatenate(parts, axis=1))
