@@ -50,6 +50,20 @@ def test_a_replay_estimates_each_study_as_at_stop_alone(looks, effect, margin):
         assert numbers == (alone.median_unbiased, alone.low, alone.high, alone.bias_adjusted)
 
 
+def test_the_rules_thresholds_answer_as_its_t_statistics_do():
+    """Each path's look is above 0 from the least delta whose t reaches the critical value,
+    below 0 under the least whose t exceeds its negative: exactly, at the thresholds and at
+    their neighbouring floats too."""
+    crit = stop_estimates._criticals(_bounds(SEEDS), np.asarray(SEEDS))
+    rule = stop_estimates._rule(SEEDS, crit, 300, 0)
+    edges = np.concatenate([rule.rise.ravel(), rule.fall.ravel()])
+    for delta in (edges, np.nextafter(edges, -np.inf), np.nextafter(edges, np.inf)):
+        for j, c in enumerate(crit):
+            t = (rule.mean[j] + delta[:, None]) / rule.half[j]
+            up, down, _ = rule._decisions(j, delta, None)
+            assert np.array_equal(up, t >= c) and np.array_equal(down, t <= -c)
+
+
 def _median_se(x: np.ndarray) -> float:
     """The Monte-Carlo se of a sample median (normal approximation: sqrt(pi / 2) sd / sqrt(N))."""
     return math.sqrt(math.pi / 2) * float(np.std(x)) / math.sqrt(x.size)

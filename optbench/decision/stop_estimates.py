@@ -101,30 +101,35 @@ class _Rule:
     half: np.ndarray  # each path's se at each look: sd / sqrt(n)
     reach: np.ndarray  # crit * half: how far each look's interval reaches from its estimate
     pivot: np.ndarray  # each path's studentized estimate (x_j - theta) / se_j: free of theta
+    rise: np.ndarray  # the least delta whose t = (mean + delta) / half reaches crit: above 0
+    fall: np.ndarray  # the least delta whose t exceeds -crit: below 0 under it
 
     def _decisions(self, j: int, delta: np.ndarray, margin: np.ndarray | None):
         """At look j, per study (rows, its delta and margin in units of sigma) and path: whether
         its interval lies above 0, below 0, and whether it decides at all (above, below or,
         with a margin, within it)."""
-        shifted = self.mean[j] + delta[:, None]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            t = shifted / self.half[j]
-        up, down = t >= self.crit[j], t <= -self.crit[j]
+        d = delta[:, None]
+        up, down = d >= self.rise[j], d < self.fall[j]  # t >= crit, t <= -crit, exactly
         decided = up | down
         if margin is not None:
-            decided |= np.abs(shifted) + self.reach[j] < margin[:, None]
+            decided |= np.abs(self.mean[j] + d) + self.reach[j] < margin[:, None]
         return up, down, decided
+
+    def _leaving(self, delta: np.ndarray, margin: np.ndarray | None):
+        """Per look j before the last: (j, the paths, per study, whose interval first decides
+        at look j)."""
+        undecided = np.ones((delta.size, self.mean.shape[1]), bool)
+        for j in range(self.n.size - 1):
+            now = undecided & self._decisions(j, delta, margin)[2]
+            yield j, now
+            undecided &= ~now
 
     def first(self, delta: np.ndarray, margin: np.ndarray | None) -> np.ndarray:
         """Per study and path, the first look whose interval decides (the last look where
         none does)."""
-        last = self.n.size - 1
-        first = np.full((delta.size, self.mean.shape[1]), last)
-        undecided = np.ones(first.shape, bool)
-        for j in range(last):
-            decided = undecided & self._decisions(j, delta, margin)[2]
-            np.copyto(first, j, where=decided)
-            undecided &= ~decided
+        first = np.full((delta.size, self.mean.shape[1]), self.n.size - 1)
+        for j, now in self._leaving(delta, margin):
+            np.copyto(first, j, where=now)
         return first
 
     def p_value(
@@ -134,20 +139,24 @@ class _Rule:
         observed, the stagewise ordering): the paths that left earlier above 0, or within the
         margin with a higher studentized estimate, and those that reached the stop with one."""
         observed = (observed_delta - delta) * np.sqrt(self.n[stop])  # its (x - theta) / se
-        higher = self.pivot[: stop + 1] >= observed[:, None, None]
         undecided = np.ones((delta.size, self.mean.shape[1]), bool)
         count = np.zeros(delta.size, int)
         for j in range(stop):
             up, down, decided = self._decisions(j, delta, margin)
-            ahead = up if margin is None else up | (decided & ~down & higher[:, j])
-            count += np.count_nonzero(undecided & ahead, axis=1)
+            if margin is not None:
+                up |= decided & ~down & (self.pivot[j] >= observed[:, None])
+            count += np.count_nonzero(undecided & up, axis=1)
             undecided &= ~decided
-        count += np.count_nonzero(undecided & higher[:, stop], axis=1)
+        count += np.count_nonzero(undecided & (self.pivot[stop] >= observed[:, None]), axis=1)
         return count / undecided.shape[1]
 
     def mean_at_stop(self, delta: np.ndarray, margin: np.ndarray | None) -> np.ndarray:
         """Per study, E_delta[estimate at the stop] over the whole design, in units of sigma."""
-        return delta + np.take_along_axis(self.mean, self.first(delta, margin), axis=0).mean(axis=1)
+        at_stop = np.empty((delta.size, self.mean.shape[1]))
+        at_stop[:] = self.mean[-1]
+        for j, now in self._leaving(delta, margin):
+            np.copyto(at_stop, self.mean[j], where=now)
+        return delta + at_stop.mean(axis=1)
 
 
 @functools.cache
@@ -155,11 +164,41 @@ def _rule(looks: tuple[int, ...], crit: tuple[float, ...], paths: int, seed: int
     """The rule of a design's looks and critical values on _law(looks, paths, seed): built
     once per design, for every stop estimated under it."""
     n, c = np.asarray(looks, float), np.asarray(crit)
-    mean, sd = _law(looks, paths, seed)
-    half = sd / np.sqrt(n)
-    pivot = mean * np.sqrt(n) / sd
+    law, sd = _law(looks, paths, seed)
     table = functools.partial(np.ascontiguousarray, dtype=float)
-    return _Rule(n, c, table(mean.T), table(half.T), table((c * half).T), table(pivot.T))
+    mean, half = table(law.T), table((sd / np.sqrt(n)).T)
+    bound = c[:, None]
+
+    def t(delta: np.ndarray) -> np.ndarray:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return (mean + delta) / half
+
+    rise, fall = _least(lambda x: t(x) >= bound), _least(lambda x: ~(t(x) <= -bound))
+    pivot = table((law * np.sqrt(n) / sd).T)
+    return _Rule(n, c, mean, half, bound * half, pivot, rise, fall)
+
+
+_INF = np.int64(0x7FF0000000000000)  # the bits of +inf: floats' ordered keys run -_INF to _INF
+
+
+def _float(key: np.ndarray) -> np.ndarray:
+    """The floats of ordered keys: a non-negative key is a float's bits, a negative one its
+    negative's."""
+    size = np.abs(key).view(np.float64)
+    return np.where(key < 0, -size, size)
+
+
+def _least(holds) -> np.ndarray:
+    """Per element, the least float x for which holds(x), monotone in x, is true (+inf where
+    none below it is): a bisection on the floats' order, exact, so that a comparison of x
+    with it answers as holds(x) would."""
+    low = np.full(holds(np.zeros(1)).shape, -_INF)
+    high = np.full(low.shape, _INF)
+    while (high > low + 1).any():
+        mid = (low >> 1) + (high >> 1) + (low & high & 1)  # their mean, rounded down, in range
+        true = holds(_float(mid))
+        high, low = np.where(true, mid, high), np.where(true, low, mid)
+    return _float(high)
 
 
 def _criticals(bounds, n: np.ndarray) -> tuple[float, ...]:
