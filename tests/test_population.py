@@ -344,7 +344,7 @@ LION_DRIFT_RECIPE = {
     "optimizer_args": {"lion": {"betas": [0.95, 0.98]}},
 }
 LION_DRIFT_PAIRS = [(3e-2, 0.1), (1e-1, 0.3), (6e-2, 0.0), (1e-2, 1.0)]
-LION_DRIFT_EPOCHS, LION_DRIFT_SEEDS = 3, (0, 1, 2, 3)
+LION_DRIFT_EPOCHS, LION_DRIFT_SEEDS = 3, (0, 1, 2)
 
 
 def lion_drift_errors(folder, seeds=LION_DRIFT_SEEDS) -> tuple[np.ndarray, np.ndarray]:
@@ -380,9 +380,9 @@ def paired_drift(pop: np.ndarray, solo: np.ndarray) -> dict[str, float]:
 @pytest.mark.slow
 def test_lion_members_end_where_their_solo_trials_end_within_seed_noise(tmp_path):
     """A Lion member drifts from its solo trial within 50 steps (sign flips, docs/population.md),
-    so over whole trainings they are equal in distribution, not number by number. 4 members x 4
-    seeds, 3 epochs, paired with their 16 solo trials; sigma is the solo trials' seed-to-seed SD
-    (pooled over the 4 configs: 12 degrees of freedom). Asserted:
+    so over whole trainings they are equal in distribution, not number by number. 4 members x 3
+    seeds, 3 epochs, paired with their 12 solo trials; sigma is the solo trials' seed-to-seed SD
+    (pooled over the 4 configs: 8 degrees of freedom). Asserted:
     - the 95% t-interval of the mean paired difference contains 0 (no bias shown) and lies
       within +-sigma / 2 (any bias is below half a seed's spread: equivalence at 5 %);
     - the differences' root mean square is below sigma: a member ends nearer its solo trial
