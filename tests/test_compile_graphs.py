@@ -20,6 +20,8 @@ from optbench.models import create_model
 from optbench.models.regnet import AnyNetCfg, RegNetY
 from optbench.spec.recipe import Dataset
 from optbench.train.compute import Compute
+from optbench.train.distributed import DistContext
+from optbench.train.parts import for_training
 from optbench.train.run_trial import run_trial
 
 pytestmark = pytest.mark.slow  # tracing a model takes seconds: over half a second per case
@@ -206,3 +208,19 @@ def test_a_worker_compiles_its_next_input_size_static_as_a_fresh_process(compile
     larger = cfg.model_copy(update={"dataset": Dataset(name="digits", img_size=32)})
     assert run_trial(larger, tmp_path / "32px").status == "finished"
     assert compiled_graphs == [[], []] and frames_compiled() == 2
+
+
+@pytest.mark.slow  # compiles 9 models, forward and backward
+def test_a_worker_compiles_nine_sizes_of_one_forward(compiled_graphs, monkeypatch):
+    # Every ViT shares one forward (models/builder.py); TorchDynamo keeps 8 compiled versions
+    # of a code object by default and trains the ninth (model, input size) uncompiled, with a
+    # warning in the log only. timm.optim's import happens to raise the limit process-wide
+    # (timm/optim/kron.py); parts.py does not rely on it: here the default is put back.
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 8)
+    compute = Compute(
+        device=torch.device("cpu"), dist=DistContext(), amp=False, channels_last=False, compile=True
+    )
+    for size in range(16, 16 + 4 * 9, 4):
+        model = create_model("vit_c_w64_16px", img_size=size, num_classes=10, in_chans=1)
+        for_training(model, compute)(torch.randn(2, 1, size, size)).sum().backward()
+    assert compiled_graphs == [[]] * 9 and counters["frames"]["ok"] == frames_compiled() == 9

@@ -515,27 +515,29 @@ TRIAL = "optbench.train.run_trial:run_job"  # the debug executor's trials, in th
 @pytest.mark.slow
 @pytest.mark.timeout(1800)  # drivers killed and resumed; past 900 s at load 12 here
 def test_a_driver_killed_at_a_look_resumes_to_the_same_decision(tmp_path, tiny_dict):
+    # One study killed at each moment in turn, each run from the state the last left: the
+    # on-disk states are those a fresh run killed there leaves (a look, a round and a trial are
+    # counted from what the study holds), at a seventh of the trainings of one study per kill.
     data = _sequential(tiny_dict, looks=(4, 6), alpha=1e-6)  # two rounds, whatever the data
     data["models"] = [P, C]
     reference = _study_file(tmp_path / "reference", data)
-    done = _run(reference)
-    assert done.returncode == 0, done.stderr
-    assert (
-        "look 1 (4 of at most 6 samples)" in done.stdout and "after 6 of at most 6" in done.stdout
-    )
-    expected, digests = _looks(reference), _digests(reference)
-    assert [look[1:3] for look in expected] == [(0, 4), (1, 6)] and len(digests) == 12
-    kills = {  # where: (hook, looks recorded when it stops)
+    main = "\nfrom optbench.cli.app import main; main()"
+    command = [sys.executable, "-c", main, "run", str(reference), "--executor", "debug"]
+    log = (tmp_path / "reference.log").open("w")
+    uninterrupted = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    kills = {  # where, in order: (hook, looks recorded when it stops)
+        # round 1 trained, its look computed, not recorded
         "before its first look is recorded": (signal_at(LOOK, 1, signal.SIGKILL), 0),
-        "after it": (signal_at(LOOK, 1, signal.SIGKILL, after=True), 1),
-        "between the rounds": (signal_at(ROUND, 2, signal.SIGKILL), 1),
-        # round 2's first trial wrote its result, which the driver had not recorded
-        "in round 2": (signal_at(TRIAL, 9, signal.SIGKILL, after=True), 1),
         "SIGTERM just before a look": (signal_at(LOOK, 1, signal.SIGTERM), 0),
-        "SIGTERM at the round boundary": (signal_at(ROUND, 2, signal.SIGTERM), 1),
+        "after it": (signal_at(LOOK, 1, signal.SIGKILL, after=True), 1),
+        # a run from look 1 prepares round 2 first: its first call
+        "SIGTERM at the round boundary": (signal_at(ROUND, 1, signal.SIGTERM), 1),
+        "between the rounds": (signal_at(ROUND, 1, signal.SIGKILL), 1),
+        # round 2's first trial wrote its result, which the driver had not recorded
+        "in round 2": (signal_at(TRIAL, 1, signal.SIGKILL, after=True), 1),
     }
+    path = _study_file(tmp_path / "killed", data)
     for where, (hook, recorded) in kills.items():
-        path = _study_file(tmp_path / where.replace(" ", "-"), data)
         killed = _run(path, hook=hook)
         if "SIGTERM" in where:  # it stops as on Ctrl-C, saying so (docs/faults.md)
             assert killed.returncode == 128 + signal.SIGTERM, (where, killed.stderr)
@@ -543,10 +545,17 @@ def test_a_driver_killed_at_a_look_resumes_to_the_same_decision(tmp_path, tiny_d
         else:
             assert killed.returncode == -signal.SIGKILL, (where, killed.stderr)
         assert len(_looks(path)) == recorded, where
-        again = _run(path)
-        assert again.returncode == 0, (where, again.stderr)
-        assert _looks(path) == expected, where  # the same looks, each taken once
-        assert _digests(path) == digests, where  # every trial once, every weight the same
+    assert len(_digests(path)) == 8  # round 1's; round 2's first trial trained, not recorded
+    again = _run(path)
+    assert again.returncode == 0 and "Traceback" not in again.stderr, again.stderr
+    assert uninterrupted.wait(timeout=900) == 0, (tmp_path / "reference.log").read_text()
+    done = (tmp_path / "reference.log").read_text()
+    assert "look 1 (4 of at most 6 samples)" in done and "after 6 of at most 6" in done, done
+    expected, digests = _looks(reference), _digests(reference)
+    assert [look[1:3] for look in expected] == [(0, 4), (1, 6)] and len(digests) == 12
+    assert _looks(path) == expected  # the same looks, each taken once
+    assert _digests(path) == digests  # every trial once, every weight the same
+    assert set(_finished_attempts(path).values()) == {1}  # none recorded twice
     rerun = _run(reference)
     assert "nothing to run" in rerun.stdout and _looks(reference) == expected
     assert os.path.exists(reference.parent / "results" / "tiny" / "study.db")

@@ -230,6 +230,10 @@ def build_parts(
     return TrialParts(batches=batches, model=model, augment=augment, criterion=criterion)
 
 
+# Compiled versions a worker keeps of one model code (a model structure and input size each).
+COMPILED_VERSIONS = 64
+
+
 def for_training(model: nn.Module, compute: Compute) -> nn.Module:
     """The model as the optimizer steps call it: wrapped in DDP across processes, compiled if
     asked. Wrap after restoring a checkpoint into `model` (DDP broadcasts rank 0's weights)."""
@@ -242,4 +246,8 @@ def for_training(model: nn.Module, compute: Compute) -> nn.Module:
         # automatic dynamic would compile a later trial at another input size with symbolic
         # sizes; static, each size's graph is the one a fresh process compiles
         trained = torch.compile(trained, dynamic=False)
+        # every ViT shares one forward (models/builder.py): TorchDynamo's default of 8 compiled
+        # versions of it would train a worker's ninth (model, input size) uncompiled
+        limit = torch._dynamo.config.recompile_limit
+        torch._dynamo.config.recompile_limit = max(limit, COMPILED_VERSIONS)
     return trained
