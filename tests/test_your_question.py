@@ -146,18 +146,20 @@ def test_a_driver_killed_at_the_declared_comparisons_look_resumes_to_the_same_de
     # One study killed at each moment in turn, each run from the state the last one left (the
     # trials trained and recorded, then the look recorded: the states a fresh study killed
     # there reaches), then resumed by the same command; the reference runs uninterrupted
-    # meanwhile. Every look recorded, killed or not, is the reference's.
+    # meanwhile, each process on one thread (the same weights need the same thread count; two
+    # processes of two threads on two cores would spin). Every look recorded, killed or not,
+    # is the reference's.
     reference = _study_file(tmp_path / "reference", your_study(None))
     uninterrupted = _start(reference)
     path = _study_file(tmp_path / "killed", your_study(None))
     states = []
     for where, (hook, recorded) in KILLS.items():
-        killed = _run(path, hook=hook)
+        killed = _run(path, hook=ONE_THREAD + hook)
         assert killed.returncode == -signal.SIGKILL, (where, killed.stderr)
         assert Counter(_finished_attempts(path).values()) == Counter({1: 6}), where
         states.append((where, _looks(path)))
         assert len(states[-1][1]) == recorded, where
-    again = _run(path)  # the same command
+    again = _run(path, hook=ONE_THREAD)  # the same command
     assert again.returncode == 0, again.stderr
     assert f"{SAID}: holds after 3 of at most 6 seeds" in " ".join(again.stdout.split())
 
@@ -172,10 +174,14 @@ def test_a_driver_killed_at_the_declared_comparisons_look_resumes_to_the_same_de
     assert Counter(_finished_attempts(path).values()) == Counter({1: 6})
 
 
+ONE_THREAD = "import torch; torch.set_num_threads(1)\n"
+
+
 def _start(path: Path) -> subprocess.Popen:
-    """test_decide's _run of the study at `path`, started (its output in run.log beside it):
-    it runs while the test goes on."""
-    command = [sys.executable, "-m", "optbench", "run", str(path), "--executor", "debug"]
+    """test_decide's _run of the study at `path` on one thread, started (its output in run.log
+    beside it): it runs while the test goes on."""
+    code = ONE_THREAD + "from optbench.cli.app import main; main()"
+    command = [sys.executable, "-c", code, "run", str(path), "--executor", "debug"]
     with open(path.parent / "run.log", "w") as log:
         return subprocess.Popen(command, stdout=log, stderr=log, cwd=path.parent)
 
