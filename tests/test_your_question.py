@@ -143,53 +143,83 @@ KILLS = {
 def test_a_driver_killed_at_the_declared_comparisons_look_resumes_to_the_same_decision(
     user_code, tmp_path
 ):
-    data = your_study(None)
-    reference = _study_file(tmp_path / "reference", data)
-    done = _run(reference)
-    assert done.returncode == 0, done.stderr
+    # One study killed at each moment in turn, each run from the state the last one left (the
+    # trials trained and recorded, then the look recorded: the states a fresh study killed
+    # there reaches), then resumed by the same command; the reference runs uninterrupted
+    # meanwhile, each process on one thread (the same weights need the same thread count; two
+    # processes of two threads on two cores would spin). Every look recorded, killed or not,
+    # is the reference's.
+    reference = _study_file(tmp_path / "reference", your_study(None))
+    uninterrupted = _start(reference)
+    path = _study_file(tmp_path / "killed", your_study(None))
+    states = []
+    for where, (hook, recorded) in KILLS.items():
+        killed = _run(path, hook=ONE_THREAD + hook)
+        assert killed.returncode == -signal.SIGKILL, (where, killed.stderr)
+        assert Counter(_finished_attempts(path).values()) == Counter({1: 6}), where
+        states.append((where, _looks(path)))
+        assert len(states[-1][1]) == recorded, where
+    again = _run(path, hook=ONE_THREAD)  # the same command
+    assert again.returncode == 0, again.stderr
+    assert f"{SAID}: holds after 3 of at most 6 seeds" in " ".join(again.stdout.split())
+
+    assert uninterrupted.wait(timeout=900) == 0, (reference.parent / "run.log").read_text()
     expected, digests = _looks(reference), _digests(reference)
     assert [(look[1], look[2], look[-1]) for look in expected] == [(0, 3, "holds")]
     assert len(digests) == 6
-    for where, (hook, recorded) in KILLS.items():
-        path = _study_file(tmp_path / where.replace(" ", "-"), data)
-        killed = _run(path, hook=hook)
-        assert killed.returncode == -signal.SIGKILL, (where, killed.stderr)
-        assert len(_looks(path)) == recorded, where
-        again = _run(path)  # the same command
-        assert again.returncode == 0, (where, again.stderr)
-        assert f"{SAID}: holds after 3 of at most 6 seeds" in " ".join(again.stdout.split())
-        assert _looks(path) == expected, where  # the same decision at the same look, once
-        assert _digests(path) == digests, where  # the same 6 trials, no seed beyond the look
-        assert Counter(_finished_attempts(path).values()) == Counter({1: 6}), where
+    for where, looks in states:
+        assert looks == expected[: len(looks)], where  # a killed run's look is the reference's
+    assert _looks(path) == expected  # the same decision at the same look, once
+    assert _digests(path) == digests  # the same 6 trials, no seed beyond the look
+    assert Counter(_finished_attempts(path).values()) == Counter({1: 6})
 
 
-def _optbench(env: dict, *args: str) -> subprocess.CompletedProcess:
-    """`optbench ARGS` in a process of its own: each version of the module is imported afresh."""
+ONE_THREAD = "import torch; torch.set_num_threads(1)\n"
+
+
+def _start(path: Path) -> subprocess.Popen:
+    """test_decide's _run of the study at `path` on one thread, started (its output in run.log
+    beside it): it runs while the test goes on."""
+    code = ONE_THREAD + "from optbench.cli.app import main; main()"
+    command = [sys.executable, "-c", code, "run", str(path), "--executor", "debug"]
+    with open(path.parent / "run.log", "w") as log:
+        return subprocess.Popen(command, stdout=log, stderr=log, cwd=path.parent)
+
+
+def _optbench(env: dict, *args: str) -> subprocess.Popen:
+    """`optbench ARGS` started in a process of its own, which imports the study's module afresh
+    (this process may hold another version of it)."""
     command = [sys.executable, "-m", "optbench", *args]
-    ran = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
-    assert ran.returncode == 0, ran.stderr
-    return ran
+    return subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
 
 
 def test_results_of_another_version_of_your_module_are_told_apart(tmp_path, monkeypatch, cli):
-    # its own folder: this test edits the module, which the other tests have imported
+    # its own folder: this test edits the module, which the other tests have imported. Each
+    # version's run imports it in a process of its own; a report never imports a study's code
+    # (run/preflight.py), so it runs here, the first version's while the second's trains.
     folder = tmp_path / "code"
     module = write_module(folder, version="1.0", width=16)
     put_on_path(monkeypatch, folder)
     env = dict(os.environ)
-    fingerprints = {}
+    fingerprints, studies = {}, {}
     for version, width in (("1.0", 16), ("1.1", 12)):
         write_module(folder, version=version, width=width)
         data = your_study(tmp_path / version / "results", seeds=[0], optimizers=["lion"])
         del data["comparisons"], data["decide"]
-        study = _study_file(tmp_path / version, data)
-        _optbench(env, "run", str(study), "--executor", "debug")
-        _optbench(env, "report", str(study), "--out", str(tmp_path / version / "reports"))
+        studies[version] = _study_file(tmp_path / version, data)
+        run = _optbench(env, "run", str(studies[version]), "--executor", "debug")
+        if version == "1.1":
+            _report(cli, studies["1.0"], tmp_path / "1.0" / "reports")
+        _, err = run.communicate(timeout=600)
+        assert run.returncode == 0, err
         (result,) = _results(tmp_path / version / "results")
         recorded = result["provenance"]["user_code"][MODULE_NAME]
         assert recorded["version"] == version
         assert recorded["digest"] == module_digest(module)
         fingerprints[version] = result["provenance"]["code_fingerprint"]
+    _report(cli, studies["1.1"], tmp_path / "1.1" / "reports")
     assert fingerprints["1.0"] != fingerprints["1.1"]
     run, reference = (tmp_path / v / "reports" / "your_question" for v in ("1.1", "1.0"))
     code, out, err = cli("compare", str(run), str(reference))
@@ -199,3 +229,8 @@ def test_results_of_another_version_of_your_module_are_told_apart(tmp_path, monk
         in out
     ), out
     assert f"user module {MODULE_NAME}: version 1.1 here; 1.0 in the reference" in out, out
+
+
+def _report(cli, study: Path, out: Path) -> None:
+    code, _, err = cli("report", str(study), "--out", str(out))
+    assert code == 0, err
