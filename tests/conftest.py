@@ -20,6 +20,12 @@ import torch
 from cli_inprocess import TINY
 from services import PrivatePostgres, needs_extra, needs_slurm, skip_or_fail
 
+# The processes the tests start (drivers, `optbench train`) on one thread unless they set their
+# own, as this process's tests run (_one_thread): two test workers' two-thread trainings on a
+# 2-core machine spin (a kill-and-resume test took twice the CPU), and the two sides of a
+# digest comparison need the same thread count.
+os.environ["OMP_NUM_THREADS"] = "1"
+
 # A fast test that takes this long hangs or belongs in the slow lane; the slow lane's limit is
 # pyproject.toml's `timeout`. Generous: a loaded 2-core machine runs tests several times slower.
 FAST_TEST_TIMEOUT_S = 120

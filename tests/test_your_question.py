@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from driver_process import signal_at
+from driver_process import ONE_THREAD, signal_at
 from test_decide import COMPUTE, LOOK, _finished_attempts, _looks, _run, _study_file
 from your_question import (
     COMPARISON,
@@ -172,9 +172,6 @@ def test_a_driver_killed_at_the_declared_comparisons_look_resumes_to_the_same_de
     assert _looks(path) == expected  # the same decision at the same look, once
     assert _digests(path) == digests  # the same 6 trials, no seed beyond the look
     assert Counter(_finished_attempts(path).values()) == Counter({1: 6})
-
-
-ONE_THREAD = "import torch; torch.set_num_threads(1)\n"
 
 
 def _start(path: Path) -> subprocess.Popen:
