@@ -649,7 +649,7 @@ def _finished_attempts(path: Path) -> Counter:
 @pytest.mark.slow
 @pytest.mark.timeout(1800)  # drivers killed and resumed; past 900 s at load 12 here
 def test_a_driver_killed_at_random_moments_resumes_to_the_same_decision(tmp_path, tiny_dict):
-    # One study killed again and again (the test above: one kill per study), each run at a
+    # One study killed again and again (the test above: fixed moments, in order), each run at a
     # moment drawn at random (seeded) from those its state still has ahead: 5 of MOMENTS, each
     # at a call drawn from those left, and 2 delays; SIGKILL mostly, SIGTERM a quarter of the
     # hooked ones. Where a study is complete with kills left, a fresh one takes them. The
