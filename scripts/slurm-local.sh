@@ -117,7 +117,9 @@ write_configs() {
     host=$(hostname -s)
     # Kept across restarts (start_slurmctld sets it when the controller starts without state).
     first_job=$(grep -m1 '^FirstJobId=' "$CONF_DIR/slurm.conf" 2>/dev/null || echo FirstJobId=1)
-    cpus=$(nproc)
+    # GNU nproc honours OpenMP's thread caps (a test run sets OMP_NUM_THREADS=1): the node's
+    # CPUs are all of this machine's
+    cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
     # 90% of physical memory: slurmd drains a node whose RealMemory exceeds what it finds.
     mem_mb=$(awk '/MemTotal/ {print int($2 / 1024 * 0.9)}' /proc/meminfo)
     mkdir -p "$CONF_DIR"
