@@ -12,9 +12,6 @@ import yaml
 
 from optbench.spec.schema import StudySpec, parse_spec
 
-# A driver on one thread: two-thread drivers side by side on a 2-core machine spin, and the
-# same weights need the same thread count on both sides of a comparison.
-ONE_THREAD = "import torch; torch.set_num_threads(1)\n"
 # A shell starts background jobs with SIGINT ignored (nohup ... &), and Python then keeps
 # ignoring it, so under such a CI launcher Ctrl-C would not reach the driver at all: give it
 # Python's own handler.

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from driver_process import ONE_THREAD, signal_at
+from driver_process import signal_at
 
 from optbench.decision.claims import claims_table
 from optbench.decision.frames import with_errors
@@ -490,6 +490,13 @@ def _run(path: Path, *extra: str, hook: str = "") -> subprocess.CompletedProcess
     return subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=path.parent)
 
 
+def _start(path: Path, log: Path) -> subprocess.Popen:
+    """`optbench run STUDY` as _run runs it, started in the background, its output in `log`."""
+    command = [sys.executable, "-m", "optbench", "run", str(path), "--executor", "debug"]
+    with log.open("w") as out:
+        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=path.parent)
+
+
 def _looks(path: Path) -> list[tuple]:
     spec = parse_spec(yaml.safe_load(path.read_text()))
     return [
@@ -518,14 +525,10 @@ def test_a_driver_killed_at_a_look_resumes_to_the_same_decision(tmp_path, tiny_d
     # One study killed at each moment in turn, each run from the state the last left: the
     # on-disk states are those a fresh run killed there leaves (a look, a round and a trial are
     # counted from what the study holds), at a seventh of the trainings of one study per kill.
-    # Every driver runs on one thread: the reference runs beside the killed ones.
     data = _sequential(tiny_dict, looks=(4, 6), alpha=1e-6)  # two rounds, whatever the data
     data["models"] = [P, C]
     reference = _study_file(tmp_path / "reference", data)
-    main = ONE_THREAD + "from optbench.cli.app import main; main()"
-    command = [sys.executable, "-c", main, "run", str(reference), "--executor", "debug"]
-    log = (tmp_path / "reference.log").open("w")
-    uninterrupted = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    uninterrupted = _start(reference, tmp_path / "reference.log")
     kills = {  # where, in order: (hook, looks recorded when it stops)
         # round 1 trained, its look computed, not recorded
         "before its first look is recorded": (signal_at(LOOK, 1, signal.SIGKILL), 0),
@@ -539,7 +542,7 @@ def test_a_driver_killed_at_a_look_resumes_to_the_same_decision(tmp_path, tiny_d
     }
     path = _study_file(tmp_path / "killed", data)
     for where, (hook, recorded) in kills.items():
-        killed = _run(path, hook=ONE_THREAD + hook)
+        killed = _run(path, hook=hook)
         if "SIGTERM" in where:  # it stops as on Ctrl-C, saying so (docs/faults.md)
             assert killed.returncode == 128 + signal.SIGTERM, (where, killed.stderr)
             assert "run the same command to resume" in killed.stdout, (where, killed.stdout)
@@ -547,7 +550,7 @@ def test_a_driver_killed_at_a_look_resumes_to_the_same_decision(tmp_path, tiny_d
             assert killed.returncode == -signal.SIGKILL, (where, killed.stderr)
         assert len(_looks(path)) == recorded, where
     assert len(_digests(path)) == 8  # round 1's; round 2's first trial trained, not recorded
-    again = _run(path, hook=ONE_THREAD)
+    again = _run(path)
     assert again.returncode == 0 and "Traceback" not in again.stderr, again.stderr
     assert uninterrupted.wait(timeout=900) == 0, (tmp_path / "reference.log").read_text()
     done = (tmp_path / "reference.log").read_text()
@@ -557,7 +560,7 @@ def test_a_driver_killed_at_a_look_resumes_to_the_same_decision(tmp_path, tiny_d
     assert _looks(path) == expected  # the same looks, each taken once
     assert _digests(path) == digests  # every trial once, every weight the same
     assert set(_finished_attempts(path).values()) == {1}  # none recorded twice
-    rerun = _run(reference, hook=ONE_THREAD)
+    rerun = _run(reference)
     assert "nothing to run" in rerun.stdout and _looks(reference) == expected
     assert os.path.exists(reference.parent / "results" / "tiny" / "study.db")
 
@@ -658,13 +661,7 @@ def test_a_driver_killed_at_random_moments_resumes_to_the_same_decision(tmp_path
     data = _sequential(tiny_dict, looks=(4, 6), alpha=1e-6)  # two rounds, whatever the data
     data["models"] = [P, C]
     reference = _study_file(tmp_path / "reference", data)
-    main = ONE_THREAD + "from optbench.cli.app import main; main()"  # side by side
-
-    def driver(path: Path, log: Path) -> subprocess.Popen:
-        command = [sys.executable, "-c", main, "run", str(path), "--executor", "debug"]
-        return subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT)
-
-    uninterrupted = driver(reference, tmp_path / "reference.log")
+    uninterrupted = _start(reference, tmp_path / "reference.log")
     start = time.monotonic()  # a driver's start-up: `status` of a study that has not run
     not_run = _study_file(tmp_path / "not-run", data)
     subprocess.run([sys.executable, "-m", "optbench", "status", str(not_run)], capture_output=True)
@@ -686,11 +683,11 @@ def test_a_driver_killed_at_random_moments_resumes_to_the_same_decision(tmp_path
             ahead = {m: MOMENTS[m][2](*state) if m in MOMENTS else 12 - state[1] for m in moments}
         moment = next((m for m in moments if ahead.get(m)), None)
         if moment is None:  # none lands in what is left: the same command completes it
-            assert _run(path, hook=ONE_THREAD).returncode == 0
+            assert _run(path).returncode == 0
             continue
         if moment == AT_RANDOM:
             delay = rng.uniform(1.0, 3.0) * startup_s
-            killed = driver(path, tmp_path / "killed.log")
+            killed = _start(path, tmp_path / "killed.log")
             try:
                 killed.wait(timeout=delay)
                 what = f"{moment}, {delay:.1f} s: it ended first"  # not a kill: drawn again
@@ -703,7 +700,7 @@ def test_a_driver_killed_at_random_moments_resumes_to_the_same_decision(tmp_path
             where, after, _, _ = MOMENTS[moment]
             call = rng.randint(1, ahead[moment])
             signum = signal.SIGTERM if rng.random() < 0.25 else signal.SIGKILL
-            killed = _run(path, hook=ONE_THREAD + signal_at(where, call, signum, after=after))
+            killed = _run(path, hook=signal_at(where, call, signum, after=after))
             if signum == signal.SIGTERM:  # it stops as on Ctrl-C, saying so (docs/faults.md)
                 assert killed.returncode == 128 + signum, (moment, killed.stderr)
                 assert "run the same command to resume" in killed.stdout, (moment, killed.stdout)
@@ -716,7 +713,7 @@ def test_a_driver_killed_at_random_moments_resumes_to_the_same_decision(tmp_path
     expected, digests = _looks(reference), _digests(reference)
     assert [look[1:3] for look in expected] == [(0, 4), (1, 6)] and len(digests) == 12
     for path in studies:  # each resumed by the same command, as the reference ended
-        again = _run(path, hook=ONE_THREAD)
+        again = _run(path)
         assert again.returncode == 0 and "Traceback" not in again.stderr, again.stderr
         assert _looks(path) == expected  # the same decision at the same look, each look once
         assert _digests(path) == digests  # every trial, every weight the uninterrupted one's

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from driver_process import ONE_THREAD, signal_at
-from test_decide import COMPUTE, LOOK, _finished_attempts, _looks, _run, _study_file
+from driver_process import signal_at
+from test_decide import COMPUTE, LOOK, _finished_attempts, _looks, _run, _start, _study_file
 from your_question import (
     COMPARISON,
     MODEL,
@@ -146,20 +146,19 @@ def test_a_driver_killed_at_the_declared_comparisons_look_resumes_to_the_same_de
     # One study killed at each moment in turn, each run from the state the last one left (the
     # trials trained and recorded, then the look recorded: the states a fresh study killed
     # there reaches), then resumed by the same command; the reference runs uninterrupted
-    # meanwhile, each process on one thread (the same weights need the same thread count; two
-    # processes of two threads on two cores would spin). Every look recorded, killed or not,
-    # is the reference's.
+    # meanwhile (every process on one thread: tests/conftest.py). Every look recorded, killed
+    # or not, is the reference's.
     reference = _study_file(tmp_path / "reference", your_study(None))
-    uninterrupted = _start(reference)
+    uninterrupted = _start(reference, reference.parent / "run.log")
     path = _study_file(tmp_path / "killed", your_study(None))
     states = []
     for where, (hook, recorded) in KILLS.items():
-        killed = _run(path, hook=ONE_THREAD + hook)
+        killed = _run(path, hook=hook)
         assert killed.returncode == -signal.SIGKILL, (where, killed.stderr)
         assert Counter(_finished_attempts(path).values()) == Counter({1: 6}), where
         states.append((where, _looks(path)))
         assert len(states[-1][1]) == recorded, where
-    again = _run(path, hook=ONE_THREAD)  # the same command
+    again = _run(path)  # the same command
     assert again.returncode == 0, again.stderr
     assert f"{SAID}: holds after 3 of at most 6 seeds" in " ".join(again.stdout.split())
 
@@ -172,15 +171,6 @@ def test_a_driver_killed_at_the_declared_comparisons_look_resumes_to_the_same_de
     assert _looks(path) == expected  # the same decision at the same look, once
     assert _digests(path) == digests  # the same 6 trials, no seed beyond the look
     assert Counter(_finished_attempts(path).values()) == Counter({1: 6})
-
-
-def _start(path: Path) -> subprocess.Popen:
-    """test_decide's _run of the study at `path` on one thread, started (its output in run.log
-    beside it): it runs while the test goes on."""
-    code = ONE_THREAD + "from optbench.cli.app import main; main()"
-    command = [sys.executable, "-c", code, "run", str(path), "--executor", "debug"]
-    with open(path.parent / "run.log", "w") as log:
-        return subprocess.Popen(command, stdout=log, stderr=log, cwd=path.parent)
 
 
 def _optbench(env: dict, *args: str) -> subprocess.Popen:
