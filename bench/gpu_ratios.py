@@ -1,7 +1,8 @@
 """Issue 66's figures in one JSON line, from the logs `CHECKS=ratios bash bench/gpu_checks.sh`
 leaves in its output folder: per training configuration of bench/step_parts.py, the MFU of the
 model alone and of the trial, input / model alone, trial / model alone, the share of the steps
-waiting for input and the host syncs per step; population K / solo per model
+waiting for input, the host syncs per step and the steps' profile (bench/step_profile.py:
+operations per step, the device's busy share, time by kind of operation); population K / solo per model
 (bench/population.py, K = 4 and 16); and a short trial's wall time over its epochs with the
 clock its step parts came from (`optbench train`'s result.json). A figure whose log is missing
 or failed is null, so the line is always printed.
@@ -44,8 +45,17 @@ def step_figures(lines: list[dict]) -> dict:
             "trial_img_s": line["trial_img_s"],
             "input_wait_share": line["step_shares"]["input_wait"],
             "syncs_per_step": line["syncs_per_step"],
+            "profile": profile_figures(line.get("profile")),
         }
     return figures
+
+
+def profile_figures(profile: dict | None) -> dict | None:
+    """bench/step_profile.py's figures of the trial's steps, less its list of top operations."""
+    if not profile:
+        return None
+    keys = ("ops_per_step", "busy_share", "kind_shares", "matmul_time_efficiency")
+    return {k: profile.get(k) for k in keys}
 
 
 def population_figures(lines: list[dict]) -> dict:

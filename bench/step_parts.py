@@ -5,6 +5,8 @@ the pooled image: the most the harness can feed), (iii) the model alone on one f
 device (forward, backward, the trial's optimizer), (iv) the real trial's steps, and their
 ratios; beside them the real trial's step parts (result.json's `timing.steps`, trial/timing.py)
 as shares, and on CUDA the host syncs per step (torch's sync debug mode) and each rate's MFU.
+`--profile N` profiles N more trial steps (bench/step_profile.py: operations per step, the
+device's busy share, time by kind of operation; `--trace DIR` keeps the Chrome trace).
 
 Configurations, as the studies define them (their first trial's config): the quickstart's three
 16-px models on the digits (studies/quickstart.yaml), dhvt_tiny_cifar_p4 with DHVT's recipe on
@@ -40,6 +42,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).parent))
 from gpu_throughput import matmul_tflops, write_cifar100  # noqa: E402
 from input_pipeline import write_jpegs  # noqa: E402
+from step_profile import profile_steps  # noqa: E402
 
 from optbench.host import cpu_name, usable_cores  # noqa: E402
 from optbench.models.complexity import count_complexity  # noqa: E402
@@ -252,6 +255,16 @@ def measure(name: str, cfg: TrainConfig, args, cache: Path, peak_tflops: float) 
         "mfu_trial": round(6 * flops * wall["trial"] / (peak_tflops * 1e12), 4),
         "syncs_per_step": syncs_per_step(stepper, compute, steps),
     }
+    if args.profile:
+        trace = args.trace / f"profile_{name.replace('/', '_')}.json.gz" if args.trace else None
+        line["profile"] = profile_steps(
+            lambda n: trial_steps(stepper, compute, 0, n),
+            compute.device,
+            args.profile,
+            train_flops=6 * flops * args.profile * cfg.batch_size,  # as mfu_* count them
+            peak_tflops=peak_tflops,
+            trace=trace,
+        )
     return line
 
 
@@ -288,7 +301,15 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=None, help="input workers (default: cores-1)")
     p.add_argument("--tiny", action="store_true", help="small sizes, few steps (the CPU)")
     p.add_argument("--threads", type=int, default=None, help="torch's CPU threads")
+    p.add_argument(
+        "--profile", type=int, default=0, help="trial steps to profile (step_profile.py)"
+    )
+    p.add_argument(
+        "--trace", type=Path, default=None, help="folder for the profiles' Chrome traces"
+    )
     args = p.parse_args()
+    if args.trace:
+        args.trace.mkdir(parents=True, exist_ok=True)
     if args.threads:  # on a shared CPU more threads than free cores spin against each other
         torch.set_num_threads(args.threads)
     args.warmup = args.warmup if args.warmup is not None else (2 if args.tiny else 10)
