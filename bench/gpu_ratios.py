@@ -2,7 +2,8 @@
 leaves in its output folder: per training configuration of bench/step_parts.py, the MFU of the
 model alone and of the trial, input / model alone, trial / model alone, the share of the steps
 waiting for input, the host syncs per step and the steps' profile (bench/step_profile.py:
-operations per step, the device's busy share, time by kind of operation); population K / solo per model
+operations per step, the device's busy share, time by kind of operation); the tensor
+pipeline's stages on a class folder, each alone (bench/input_stages.py); population K / solo per model
 (bench/population.py, K = 4 and 16); and a short trial's wall time over its epochs with the
 clock its step parts came from (`optbench train`'s result.json). A figure whose log is missing
 or failed is null, so the line is always printed.
@@ -58,6 +59,14 @@ def profile_figures(profile: dict | None) -> dict | None:
     return {k: profile.get(k) for k in keys}
 
 
+def input_stages(lines: list[dict]) -> dict | None:
+    """bench/input_stages.py's images/s per stage of the tensor pipeline, and the slowest."""
+    for line in lines:
+        if line.get("bench") == "input_stages" and "slowest" in line:
+            return {k: v for k, v in line.items() if k.endswith("_img_s") or k == "slowest"}
+    return None
+
+
 def population_figures(lines: list[dict]) -> dict:
     figures = {}
     for line in lines:
@@ -91,6 +100,7 @@ def main() -> None:
         "device": summary.get("device"),
         "matmul_tflops": summary.get("matmul_tflops"),
         "configs": step_figures(steps) or None,
+        "input_stages": input_stages(json_lines(out / "input_stages.log")),
         "population_over_solo": population_figures(population) or None,
         "quickstart_trial": trial_figures(json_lines(out / "train_steps_result.log")),
     }
