@@ -116,6 +116,23 @@ def test_tensor_batches_follow_epoch_order_and_replay_any_position(tmp_path):
     assert sum(len(y) for _, y in one.val()) == 12
 
 
+def test_jpegs_decoded_by_the_reader_threads_give_the_batches_of_one_decode_call(tmp_path):
+    # on the CPU the readers decode (in parallel); one decode_jpeg call over the batch, as on a
+    # GPU, is the same libjpeg-turbo on one thread: the same pixels, batch for batch
+    make_jpeg_folders(tmp_path, per_class=8, size=(37, 53))
+    data = load_dataset(Dataset(name="imagefolder", root=tmp_path, img_size=16))
+    recipe = Recipe(preset="paper")
+    readers = TensorFolderBatches(data, 4, recipe, seed=3, device=CPU, readers=2)
+    one_call = TensorFolderBatches(
+        data, 4, recipe, seed=3, device=CPU, readers=2, host_decode=False
+    )
+    assert readers.host_decode and not one_call.host_decode
+    for (xa, ya), (xb, yb) in zip(readers.train(epoch=1), one_call.train(epoch=1), strict=True):
+        assert torch.equal(xa, xb) and torch.equal(ya, yb)
+    for (xa, _), (xb, _) in zip(readers.val(), one_call.val(), strict=True):
+        assert torch.equal(xa, xb)
+
+
 @pytest.mark.slow
 def test_prepared_batches_are_the_same_for_any_number_of_workers():
     data = load_digits(Dataset(name="digits", img_size=16))

@@ -1,6 +1,7 @@
 """The tensor pipeline of class-folder datasets (`TensorFolderBatches`): files read ahead by a
 few threads, JPEGs decoded in batches on the trial's device (torchvision's `decode_jpeg`:
-nvjpeg on CUDA, libjpeg-turbo on the CPU), every other format the up-front check counts (PNG,
+nvjpeg on CUDA) or, on the CPU (or with `host_decode`), by the reader threads themselves
+(libjpeg-turbo, in parallel), every other format the up-front check counts (PNG,
 BMP, TIFF, PPM/PGM, WebP) decoded by PIL in the reader threads as the PIL pipeline decodes it;
 then RandomResizedCrop, flip and the recipe's policy per image on that device, as the trial's
 input plan (input_plan.py) says. The same code runs on the CPU and on CUDA.
@@ -47,6 +48,7 @@ from optbench.spec.recipe import Recipe
 
 PREFETCH_BATCHES = 4  # batches whose bytes are being read ahead of the one decoded
 JPEG_MAGIC = b"\xff\xd8"
+CPU = torch.device("cpu")
 
 
 def crop_params(
@@ -121,10 +123,13 @@ def pil_decode(path: str, data: bytes) -> torch.Tensor:
     return torch.from_numpy(rgb).permute(2, 0, 1).contiguous()
 
 
-def _read(path) -> torch.Tensor:
+def _read(path, decode_jpegs: bool = False) -> torch.Tensor:
     """In a reader thread, of a file's path or a shard member (datasets.split_samples): a
-    JPEG's bytes (1-D uint8, decoded later on the device, in batches), any other image (PNG, BMP, TIFF, PPM/PGM, WebP, ...) decoded here with PIL
-    (`pil_decode`: (3, H, W)). UnreadableImage names a file that cannot be read or is empty."""
+    JPEG's bytes (1-D uint8, decoded later on the device, in batches) or, with `decode_jpegs`,
+    the JPEG decoded here by libjpeg-turbo ((3, H, W); torchvision's decoder releases the GIL,
+    so the readers decode in parallel); any other image (PNG, BMP, TIFF, PPM/PGM, WebP, ...)
+    decoded here with PIL (`pil_decode`: (3, H, W)). UnreadableImage names a file that cannot be
+    read or is empty."""
     try:
         data = read_bytes(path)
     except OSError as err:
@@ -134,7 +139,8 @@ def _read(path) -> torch.Tensor:
     if data[:2] != JPEG_MAGIC:
         return pil_decode(path, data)
     refuse_bomb(path, data)  # ~30 us a JPEG, against ~1.5 ms to decode it
-    return torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    encoded = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    return _decode_jpeg(encoded, path, CPU) if decode_jpegs else encoded
 
 
 def decode(
@@ -196,7 +202,8 @@ def val_images(images: list[torch.Tensor], plan: InputPlan) -> torch.Tensor:
 
 class TensorFolderBatches:
     """Batches of a FolderData decoded and augmented on the device (module docstring). `plan`:
-    the trial's input plan (None: computed here from `recipe`)."""
+    the trial's input plan (None: computed here from `recipe`). `host_decode`: JPEGs decoded by
+    the reader threads (None: on the CPU only; bench/input_stages.py measures both on CUDA)."""
 
     geometric_on_device = False  # crop, flip and policy are applied here, per image
     pipeline = "tensor"
@@ -212,8 +219,12 @@ class TensorFolderBatches:
         shard: Shard = Shard(),
         readers: int = 4,
         plan: InputPlan | None = None,
+        host_decode: bool | None = None,
     ):
         self.data, self.batch_size, self.seed, self.device = data, batch_size, seed, device
+        # JPEGs decoded by the reader threads (libjpeg-turbo, in parallel) rather than in one
+        # call on the device; on the CPU that call is the same decoder on one thread
+        self.host_decode = device.type == "cpu" if host_decode is None else host_decode
         self.repeated_aug, self.shard = recipe.repeated_aug, shard
         self.plan = plan or input_plan(recipe, data, self.pipeline, device.type)
         self.local_batch = batch_size // self.shard.world
@@ -247,7 +258,9 @@ class TensorFolderBatches:
             labels = torch.tensor([c for _, c in samples], dtype=torch.int64)
             if self.device.type == "cuda":  # pinned: the copy to the GPU does not wait for it
                 labels = labels.pin_memory()
-            pending.append((paths, [self._pool.submit(_read, p) for p in paths], labels))
+            pending.append(
+                (paths, [self._pool.submit(_read, p, self.host_decode) for p in paths], labels)
+            )
 
         for samples in batches:
             submit(samples)
