@@ -25,16 +25,19 @@ from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 # (kind, substrings of a lower-cased kernel or aten name), first match wins: attention before
-# matmul (flash kernels multiply too), optimizer before copies (its foreach copies are its own).
+# matmul (flash kernels multiply too); inductor's pointwise, reduction and persistent kernels
+# before matmul (their names list the ops fused: "triton_poi_fused_convolution_gelu_3" is the
+# bias and GELU after a convolution; its templates, "triton_tem", are matmuls); optimizer before
+# copies (its foreach copies are its own).
 KINDS = (
     ("attention", ("flash", "fmha", "attention", "sdpa", "mem_eff")),
+    ("compiled_fusion", ("triton_poi", "triton_red", "triton_per")),
     ("matmul", ("gemm", "nvjet", "cutlass", "xmma", "wgmma", "triton_tem", "conv", "aten::mm",
                 "aten::addmm", "aten::bmm", "aten::baddbmm", "matmul", "aten::linear")),
     ("optimizer_ema", ("adam", "sgd", "lion", "multi_tensor_apply", "_foreach", "lerp",
                        "addcdiv", "addcmul")),
     ("norm", ("norm",)),
     ("copy", ("memcpy", "memset", "copy", "aten::cat", "aten::fill", "aten::zero")),
-    ("compiled_fusion", ("triton_",)),
 )  # fmt: skip
 OTHER = "elementwise_other"
 

@@ -40,6 +40,8 @@ def test_busy_time_counts_overlapping_work_once():
          "FusedAdamMathFunctor<float, 4, (at::native::ADAM_MODE)1, false>>", "optimizer_ema"),
         ("Memcpy HtoD (Pinned -> Device)", "copy"),
         ("triton_poi_fused_add_gelu_mul_0", "compiled_fusion"),
+        ("triton_poi_fused_convolution_gelu_3", "compiled_fusion"),
+        ("triton_per_fused_native_layer_norm_0", "compiled_fusion"),
         ("void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl>",
          "elementwise_other"),
         ("aten::_scaled_dot_product_flash_attention_for_cpu_backward", "attention"),
