@@ -19,6 +19,7 @@ from optbench.data.batches import DeviceBatches, FolderBatches, Shard, _val_tran
 from optbench.data.datasets import check_dataset, dataset_info, load_dataset, model_input
 from optbench.data.folders import folder_samples
 from optbench.errors import UsageError
+from optbench.spec.catalogue import CATALOGUE
 from optbench.spec.recipe import Dataset, Recipe
 from optbench.train.run_trial import run_trial
 
@@ -98,6 +99,18 @@ def make_folders(root: Path, classes=("cat", "dog", "fox"), per_class: int = 4, 
             for i in range(per_class):
                 pixels = rng.integers(0, 256, (size, size + 4, 3), dtype=np.uint8)
                 Image.fromarray(pixels).save(root / split / c / f"{i}.png")
+
+
+def test_digits_plan_from_the_catalogue_as_the_loader_splits_them():
+    # `optbench run`'s checks and the dry run's table read digits' shape and split from the
+    # catalogue without loading the bundle (sklearn): the catalogue must be what loading gives
+    for img_size in (None, 16):
+        spec = Dataset(name="digits", img_size=img_size)
+        data, info = load_dataset(spec), dataset_info(spec)
+        assert (info.num_classes, info.in_chans, info.img_size, info.n_train) == (
+            data.num_classes, data.in_chans, data.img_size, data.num_train
+        )  # fmt: skip
+    assert CATALOGUE["digits"].n_val == len(load_dataset(Dataset(name="digits")).val_y)
 
 
 @pytest.mark.parametrize("name", ["cifar10", "cifar100"])

@@ -30,12 +30,13 @@ try:
     main()
 except SystemExit as exit_:
     assert not exit_.code, exit_.code
-print(json.dumps(sorted(m for m in ("torch", "timm") if m in sys.modules)))
+print(json.dumps(sorted(m for m in ("torch", "timm", "sklearn") if m in sys.modules)))
 """
 
 
 def _loaded_after(*args: str, cwd: Path) -> list[str]:
-    """Run `optbench ARGS` in a fresh interpreter; which of torch and timm it imported."""
+    """Run `optbench ARGS` in a fresh interpreter; which of torch, timm and scikit-learn it
+    imported."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     done = subprocess.run(
         [sys.executable, "-c", RUN_AND_LIST_MODULES, *args],
@@ -98,6 +99,27 @@ def empty_cache(tmp_path, monkeypatch):
     cache.CACHE.clear()
     yield
     cache.CACHE.clear()  # the next test reads the session's cache again
+
+
+@pytest.mark.slow
+def test_a_dry_run_on_digits_loads_neither_timm_nor_sklearn_once_its_models_are_cached(
+    tiny_dict, tmp_path, empty_cache
+):
+    # the input-size check reads each model's patch size from the cache after the first run,
+    # and digits' split size from the catalogue: `optbench run` starts without either library
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(tiny_dict))
+    assert "timm" in _loaded_after("run", "tiny.yaml", "--dry-run", cwd=tmp_path)  # computed
+    assert _loaded_after("run", "tiny.yaml", "--dry-run", cwd=tmp_path) == ["torch"]
+    tiny_dict["dataset"]["img_size"] = 18  # not a multiple of 4: the cached patch size refuses it
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(tiny_dict))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    refused = subprocess.run(
+        [sys.executable, "-m", "optbench", "run", "tiny.yaml", "--dry-run"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert refused.returncode == 2 and "is not a multiple of vit_p_w64_16px's patch size 4" in (
+        refused.stderr
+    )
 
 
 @pytest.mark.slow

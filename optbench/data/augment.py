@@ -42,10 +42,9 @@ from timm.data import Mixup
 from timm.data import auto_augment as timm_aa
 from torchvision.transforms import v2
 
+from optbench.spec.catalogue import IMAGENET_MEAN, IMAGENET_STD
 from optbench.spec.recipe import TORCHVISION_POLICIES, Recipe
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 # AlexNet-style PCA lighting noise: eigenvalues and eigenvectors (columns) of ImageNet's RGB
 # pixel covariance, in [0, 1] units, as fb.resnet.torch and pycls publish them.
 IMAGENET_PCA_EIGVAL = (0.2175, 0.0188, 0.0045)

@@ -40,12 +40,11 @@ import torch.nn.functional as F
 from PIL import Image
 
 from optbench.data import folders, shards
-from optbench.data.augment import IMAGENET_MEAN, IMAGENET_STD
 from optbench.data.cifar import check_cifar, check_cifar_files, cifar_layout, read_cifar_batches
 from optbench.data.cifar import download_cifar as download_dataset  # noqa: F401  (the CLI's)
 from optbench.errors import UsageError
 from optbench.spec import catalogue
-from optbench.spec.catalogue import CATALOGUE, FOLDER_IMG_SIZE
+from optbench.spec.catalogue import CATALOGUE, FOLDER_IMG_SIZE, IMAGENET_MEAN, IMAGENET_STD
 from optbench.spec.recipe import Dataset
 
 # Image datasets, for a model whose pretrained cfg gives no crop_pct (nor input size:
@@ -344,23 +343,19 @@ def input_size(spec: Dataset, model: str | None = None) -> int:
         return spec.img_size
     if kind.format == "images":
         return model_input(model)[0]
-    if kind.img_size is not None:
-        return kind.img_size
-    return load_digits(spec).img_size  # bundled: nothing to find
+    return kind.img_size  # digits' and CIFAR's: the catalogue's
 
 
 def dataset_info(spec: Dataset, model: str | None = None) -> DatasetInfo:
     """Shape and size of a dataset (for compute estimates and complexity tables); image
     datasets at `model`'s input size when the spec sets none."""
     kind = CATALOGUE[spec.name]
-    if kind.n_train is not None:
-        return DatasetInfo(kind.classes, 3, input_size(spec, model), kind.n_train)
-    data = load_dataset(spec, model)  # digits: bundled and small; imagefolder: its files
-    if isinstance(data, FolderData):
-        with _readable(spec):
-            n_train = len(split_samples(data, "train")) if data.index else _counted(data)
-        return DatasetInfo(data.num_classes, data.in_chans, data.img_size, n_train)
-    return DatasetInfo(data.num_classes, data.in_chans, data.img_size, len(data.train_y))
+    if kind.n_train is not None:  # digits, CIFAR, ImageNet: no file read, no bundle loaded
+        return DatasetInfo(kind.classes, kind.in_chans, input_size(spec, model), kind.n_train)
+    data = load_dataset(spec, model)  # imagefolder: only its files tell (class folders)
+    with _readable(spec):
+        n_train = len(split_samples(data, "train")) if data.index else _counted(data)
+    return DatasetInfo(data.num_classes, data.in_chans, data.img_size, n_train)
 
 
 def _counted(data: FolderData) -> int:

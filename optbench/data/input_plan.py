@@ -12,12 +12,13 @@ both apply. What the two pipelines' pixels differ by is measured in docs/recipes
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from torchvision.transforms import InterpolationMode
-
-from optbench.data.augment import input_stats, policy_group
 from optbench.spec.recipe import TORCHVISION_POLICIES, Recipe
 from optbench.trial.config import Execution
+
+if TYPE_CHECKING:  # imported where used: `optbench run`'s checks read this module without
+    from torchvision.transforms import InterpolationMode  # torchvision and timm (augment.py)
 
 # torchvision's RandomResizedCrop defaults, which both pipelines draw the training crop with
 CROP_SCALE = (0.08, 1.0)
@@ -44,6 +45,8 @@ class Resampling:
 
 
 def resampling(interpolation: str) -> Resampling:
+    from torchvision.transforms import InterpolationMode
+
     mode = InterpolationMode.BICUBIC if interpolation == "bicubic" else InterpolationMode.BILINEAR
     return Resampling(mode, antialias=interpolation != "bilinear")
 
@@ -98,6 +101,8 @@ def input_plan(recipe: Recipe, data, pipeline: str, device_type: str) -> InputPl
     """The plan of `recipe` on `data` (a FolderData or DeviceData: its img_size, mean, std and,
     for class folders, crop_pct) through `pipeline` ("auto", "pil", "tensor") on a device of
     `device_type`."""
+    from optbench.data.augment import input_stats, policy_group
+
     resolved = resolve_pipeline(pipeline, device_type, recipe)
     crop_pct = getattr(data, "crop_pct", 1.0)
     per_image = recipe.auto_augment != "none" and policy_group(recipe) is None

@@ -1,5 +1,6 @@
-"""Complexity counts and default inputs of models, cached on disk, so that `optbench models`, a
-dry run's plan and the report's complexity table need neither torch nor timm once counted.
+"""Complexity counts, default inputs and patch sizes of models, cached on disk, so that
+`optbench models`, a dry run's plan, `optbench run`'s checks and the report's complexity table
+need neither torch nor timm once counted.
 
 Counting runs each model's forward pass op by op through Python (complexity.py): about half a
 second a model, 25 s for the zoo, after 5-10 s of importing torch and timm. A count is a pure
@@ -27,13 +28,14 @@ from pathlib import Path
 
 from optbench import safefs
 from optbench.errors import UsageError
-from optbench.models import model_origin
+from optbench.models import input_multiple, model_origin
 
 CACHE_FILE = "models.json"
 # A zoo's entries take a few KB; a larger file is none of ours (and is not read into memory).
 MAX_CACHE_BYTES = 1 << 20
 COUNT_FIELDS = ("flops", "params", "acts")
 DEFAULT_FIELDS = ("img_size", "in_chans", "num_classes")
+MULTIPLE_FIELDS = ("multiple",)
 
 
 def cache_path() -> Path:
@@ -128,12 +130,28 @@ def cached_counts(name: str, *, num_classes: int, in_chans: int, img_size: int) 
 def cached_defaults(name: str, compute) -> dict[str, int]:
     """The default input and classes of `name` ({"img_size", "in_chans", "num_classes"}), from
     the cache, or `compute()` (which reads the model's timm cfg) the first time."""
+    return _cached("defaults", name, DEFAULT_FIELDS, compute)
+
+
+def cached_input_multiple(name: str) -> int:
+    """models.input_multiple(name) (its patch size), from the cache once computed: checking a
+    study's input size then needs no timm."""
+
+    def compute() -> dict[str, int]:
+        return {"multiple": input_multiple(name)}
+
+    return _cached("multiple", name, MULTIPLE_FIELDS, compute)["multiple"]
+
+
+def _cached(kind: str, name: str, fields: tuple[str, ...], compute) -> dict[str, int]:
+    """The entry `kind`/`name` (under what the name builds) from the cache, or `compute()`,
+    cached, the first time; never cached for code no key covers (model_origin None)."""
     origin = model_origin(name)
     if origin is None:
         return compute()
-    key = f"defaults/{name}{origin}"
-    defaults = CACHE.get(key, DEFAULT_FIELDS)
-    if defaults is None:
-        defaults = compute()
-        CACHE.put(key, defaults)
-    return defaults
+    key = f"{kind}/{name}{origin}"
+    entry = CACHE.get(key, fields)
+    if entry is None:
+        entry = compute()
+        CACHE.put(key, entry)
+    return entry

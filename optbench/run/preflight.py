@@ -310,9 +310,9 @@ def check_input_size(dataset: Dataset, model: str, what: str) -> None:
     """The images' side is a multiple of what `model` needs (its patch size; models.
     input_multiple): else every trial of it would fail at its first batch."""
     from optbench.data.datasets import input_size
-    from optbench.models import input_multiple
+    from optbench.models.cache import cached_input_multiple
 
-    size, multiple = input_size(dataset, model), input_multiple(model)
+    size, multiple = input_size(dataset, model), cached_input_multiple(model)
     if size % multiple:
         own = "" if dataset.img_size is not None else f" ({dataset.name}'s own; not set)"
         raise UsageError(

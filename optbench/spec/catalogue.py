@@ -23,8 +23,9 @@ LAYOUTS: tuple[str, ...] = ("folders", "wds")
 class DatasetKind:
     """One dataset. `format`: bundled (loaded whole, no root), cifar (torchvision's pickles,
     loaded whole) or images (one image at a time, each resized on its own, in any LAYOUTS).
-    `classes`, `img_size`, `n_train`, `n_val` (the training and validation split sizes):
-    published, so a plan needs no copy of the data; None where only the files tell."""
+    `classes`, `img_size`, `n_train`, `n_val` (the training and validation split sizes),
+    `in_chans`: published, so a plan needs no copy of the data; None where only the files
+    tell."""
 
     name: str
     format: Format
@@ -32,10 +33,11 @@ class DatasetKind:
     img_size: int | None = None
     n_train: int | None = None
     n_val: int | None = None
+    in_chans: int = 3
 
     @property
     def sized_without_data(self) -> bool:
-        return self.format == "bundled" or self.n_train is not None
+        return self.n_train is not None
 
     @property
     def layouts(self) -> tuple[str, ...]:
@@ -44,12 +46,16 @@ class DatasetKind:
 
 CIFAR_SIDE = 32  # CIFAR's images: 32x32 RGB
 FOLDER_IMG_SIZE = 224  # image datasets, for a model whose pretrained cfg gives no input size
+# image datasets' normalization: ImageNet's channel means and stds in [0, 1] units (pycls, timm)
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
 
 CATALOGUE: dict[str, DatasetKind] = {
     d.name: d
     for d in (
-        # scikit-learn's 8x8 digits, 0-9; its size is read from the bundle
-        DatasetKind("digits", "bundled", 10),
+        # scikit-learn's 1,797 grey 8x8 digits, 0-9, split 80/20 by data/datasets.py
+        # (stratified, a fixed seed): the numbers a plan reads without loading the bundle
+        DatasetKind("digits", "bundled", 10, 8, 1_437, 360, in_chans=1),
         DatasetKind("cifar10", "cifar", 10, CIFAR_SIDE, 50_000, 10_000),
         DatasetKind("cifar100", "cifar", 100, CIFAR_SIDE, 50_000, 10_000),
         DatasetKind("imagenet", "images", 1000, FOLDER_IMG_SIZE, 1_281_167, 50_000),
