@@ -19,7 +19,6 @@ from optbench.data.batches import DeviceBatches, FolderBatches, Shard, _val_tran
 from optbench.data.datasets import check_dataset, dataset_info, load_dataset, model_input
 from optbench.data.folders import folder_samples
 from optbench.errors import UsageError
-from optbench.spec.catalogue import CATALOGUE
 from optbench.spec.recipe import Dataset, Recipe
 from optbench.train.run_trial import run_trial
 
@@ -110,7 +109,6 @@ def test_digits_plan_from_the_catalogue_as_the_loader_splits_them():
         assert (info.num_classes, info.in_chans, info.img_size, info.n_train) == (
             data.num_classes, data.in_chans, data.img_size, data.num_train
         )  # fmt: skip
-    assert CATALOGUE["digits"].n_val == len(load_dataset(Dataset(name="digits")).val_y)
 
 
 @pytest.mark.parametrize("name", ["cifar10", "cifar100"])

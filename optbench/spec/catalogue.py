@@ -24,8 +24,9 @@ class DatasetKind:
     """One dataset. `format`: bundled (loaded whole, no root), cifar (torchvision's pickles,
     loaded whole) or images (one image at a time, each resized on its own, in any LAYOUTS).
     `classes`, `img_size`, `n_train`, `n_val` (the training and validation split sizes),
-    `in_chans`: published, so a plan needs no copy of the data; None where only the files
-    tell."""
+    `in_chans`: published (digits' training size: the loader's fixed split), so a plan needs no
+    copy of the data; None where only the files tell. A published `n_val` replaces a measured
+    copy's in cost estimates (plan/costs.py: the copy may be a sample)."""
 
     name: str
     format: Format
@@ -53,9 +54,9 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 CATALOGUE: dict[str, DatasetKind] = {
     d.name: d
     for d in (
-        # scikit-learn's 1,797 grey 8x8 digits, 0-9, split 80/20 by data/datasets.py
-        # (stratified, a fixed seed): the numbers a plan reads without loading the bundle
-        DatasetKind("digits", "bundled", 10, 8, 1_437, 360, in_chans=1),
+        # scikit-learn's 1,797 grey 8x8 digits, 0-9: the training size of data/datasets.py's
+        # fixed 80/20 split (stratified, seed 0), so a plan needs no load of the bundle
+        DatasetKind("digits", "bundled", 10, 8, 1_437, in_chans=1),
         DatasetKind("cifar10", "cifar", 10, CIFAR_SIDE, 50_000, 10_000),
         DatasetKind("cifar100", "cifar", 100, CIFAR_SIDE, 50_000, 10_000),
         DatasetKind("imagenet", "images", 1000, FOLDER_IMG_SIZE, 1_281_167, 50_000),
