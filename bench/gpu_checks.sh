@@ -24,8 +24,8 @@
 # MFU; the 224-px ViT compiled; a profile of 3 trial steps each, bench/step_profile.py, its
 # Chrome trace gzipped in $OUT), bench/input_stages.py (the tensor pipeline's stages on a class
 # folder, each alone: read, decode on the device and on host threads, upload, crop, policy),
-# bench/population.py at K = 1, 4, 16 for the 16-px and CIFAR
-# models, and one quickstart trial (`optbench train`, 20 epochs) whose result.json gives its
+# bench/population.py at K = 1, 4, 16 for the 16-px and CIFAR models (with each mode's
+# operations per step), and one quickstart trial (`optbench train`, 20 epochs) whose result.json gives its
 # wall time over its epochs and its step parts by CUDA events; then bench/gpu_ratios.py prints
 # the figures as one JSON line.
 #
@@ -87,10 +87,10 @@ fi
 if [ "$CHECKS" = ratios ]; then  # issue 66's figures alone, in one JSON line
     run_dir=$(mktemp -d)
     if [ "$DEVICE" = cuda ]; then
-        size=(--profile 3) pop=(--steps 30 --threads 16) pop_batch=(--batch 256) epochs=20 t=1
+        size=(--profile 3) pop=(--steps 30 --threads 16 --profile 1) pop_batch=(--batch 256) epochs=20 t=1
         stages=()
     else  # the dry run: tiny sizes, and time caps for a loaded 2-core CPU
-        size=(--tiny --threads 1 --profile 2) pop=(--steps 2 --threads 1 --sizes 1,4 --batch 8) pop_batch=() epochs=3 t=8
+        size=(--tiny --threads 1 --profile 2) pop=(--steps 2 --threads 1 --sizes 1,4 --batch 8 --profile 1) pop_batch=() epochs=3 t=8
         stages=(--images 96 --batch 16 --threads 1)
     fi
     check input_stages timeout $((60 * t)) python3 bench/input_stages.py --device "$DEVICE" "${stages[@]}"

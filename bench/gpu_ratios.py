@@ -68,10 +68,19 @@ def input_stages(lines: list[dict]) -> dict | None:
 
 
 def population_figures(lines: list[dict]) -> dict:
+    """Population K / solo images/s per model and K; with the profile, each K's operations per
+    step as population / solo (below 1/K: fewer launches per member than a solo trial's)."""
     figures = {}
     for line in lines:
         if line.get("bench") == "population":
             figures[line["model"]] = {str(r["k"]): r["speedup"] for r in line["results"]}
+            ops = {
+                str(r["k"]): round(r["population_ops_per_step"] / r["solo_ops_per_step"], 4)
+                for r in line["results"]
+                if r.get("solo_ops_per_step")
+            }
+            if ops:
+                figures[line["model"] + "/ops_over_solo"] = ops
     return figures
 
 

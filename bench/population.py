@@ -18,7 +18,10 @@ the CPU, torch.cuda.max_memory_allocated on CUDA, of the whole process, divided 
     PYTHONPATH=. python bench/population.py --device cuda --model dhvt_tiny_cifar_p4 \\
         --img-size 32 --chans 3 --classes 100 --batch 256 --steps 50
 
-The last line is JSON: one entry per K with solo and population img/s, the speedup and memory.
+The last line is JSON: one entry per K with solo and population img/s, the speedup and memory;
+with `--profile N`, each mode's operations per step (all K members: kernels on CUDA) and the
+device's busy share over N more steps (bench/step_profile.py): a population whose operations
+grow with K (vmap running fused attention member by member) stays launch-bound on a GPU.
 `--manual-attention` measures timm's attention as plain matmuls in both modes (vmap has no
 batching rule for fused scaled-dot-product attention and runs it member by member; the
 population trainer keeps the model's own attention, so its numbers match the solo trial's).
@@ -130,11 +133,18 @@ def child(args) -> dict:
     else:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
     images = k * args.batch * args.steps
-    return {
+    out = {
         "images_per_s": round(images / seconds, 1),
         "images_per_cpu_s": round(images / cpu_seconds, 1),  # user+sys: robust to a loaded CPU
         "peak_mb": round(peak, 1),
     }
+    if args.profile:  # the operations one step of the K members issues (step_profile.py)
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from step_profile import profile_steps
+
+        figures = profile_steps(lambda n: [step() for _ in range(n)], device, args.profile)
+        out["ops_per_step"], out["busy_share"] = figures["ops_per_step"], figures["busy_share"]
+    return out
 
 
 def main() -> None:
@@ -154,6 +164,7 @@ def main() -> None:
         action="store_true",
         help="timm attention as matmuls (vmap batches them) instead of fused SDPA (run member by member)",
     )
+    p.add_argument("--profile", type=int, default=0, help="steps profiled (step_profile.py)")
     p.add_argument("--child", choices=["solo", "population"], help=argparse.SUPPRESS)
     p.add_argument("--k", type=int, default=1, help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -172,6 +183,9 @@ def main() -> None:
             row[f"{mode}_images_per_s"] = got["images_per_s"]
             row[f"{mode}_images_per_cpu_s"] = got["images_per_cpu_s"]
             row[f"{mode}_peak_mb"] = got["peak_mb"]
+            if args.profile:
+                row[f"{mode}_ops_per_step"] = got["ops_per_step"]
+                row[f"{mode}_busy_share"] = got["busy_share"]
         row["speedup"] = round(row["population_images_per_s"] / row["solo_images_per_s"], 3)
         cpu = row["population_images_per_cpu_s"] / row["solo_images_per_cpu_s"]
         row["speedup_per_cpu_s"] = round(cpu, 3)
