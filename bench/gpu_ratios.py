@@ -47,6 +47,7 @@ def step_figures(lines: list[dict]) -> dict:
             "input_wait_share": line["step_shares"]["input_wait"],
             "syncs_per_step": line["syncs_per_step"],
             "profile": profile_figures(line.get("profile")),
+            "profile_model": profile_figures(line.get("profile_model")),
         }
     return figures
 

@@ -5,8 +5,10 @@ the pooled image: the most the harness can feed), (iii) the model alone on one f
 device (forward, backward, the trial's optimizer), (iv) the real trial's steps, and their
 ratios; beside them the real trial's step parts (result.json's `timing.steps`, trial/timing.py)
 as shares, and on CUDA the host syncs per step (torch's sync debug mode) and each rate's MFU.
-`--profile N` profiles N more trial steps (bench/step_profile.py: operations per step, the
-device's busy share, time by kind of operation; `--trace DIR` keeps the Chrome trace).
+`--profile N` profiles N more steps of the trial and of the model alone (bench/step_profile.py:
+operations per step, the device's busy share, time by kind of operation; `--trace DIR` keeps
+the Chrome traces): the model's profile names what caps the model, the trial's what the
+harness adds.
 
 Configurations, as the studies define them (their first trial's config): the quickstart's three
 16-px models on the digits (studies/quickstart.yaml), dhvt_tiny_cifar_p4 with DHVT's recipe on
@@ -170,9 +172,10 @@ def input_alone(stepper, compute, warmup: int, steps: int) -> Rate:
     return rate.stop(steps * stepper.cfgs[0].batch_size)
 
 
-def model_alone(stepper, compute, warmup: int, steps: int) -> Rate:
+def model_alone(stepper, compute, warmup: int, steps: int, profile=None) -> Rate:
     """The rate of the model's steps on one fixed augmented batch already on the device:
-    forward, backward and the trial's optimizer (no input, no EMA)."""
+    forward, backward and the trial's optimizer (no input, no EMA); with `profile` (a function
+    of the steps' runner), its profile of further steps as `rate.profile`."""
     stepper.begin(False)
     stepper.train()
     x, y = next(iter(stepper.parts.batches.train(0, 0)))
@@ -193,7 +196,9 @@ def model_alone(stepper, compute, warmup: int, steps: int) -> Rate:
     rate.start(compute.device)
     for _ in range(steps):
         step()
-    return rate.stop(steps * stepper.cfgs[0].batch_size)
+    rate.stop(steps * stepper.cfgs[0].batch_size)
+    rate.profile = profile(lambda n: [step() for _ in range(n)]) if profile else None
+    return rate
 
 
 def syncs_per_step(stepper, compute, steps: int) -> float | None:
@@ -220,16 +225,27 @@ def measure(name: str, cfg: TrainConfig, args, cache: Path, peak_tflops: float) 
         harness_rate, _ = trial_steps(harness, harness_compute, warmup, steps)
     del harness
     stepper, compute, pipeline = stepper_for(cfg, args.device, args.workers, cache)
+    size, chans = stepper.parts.batches.img_size, stepper.parts.batches.in_chans
+    flops = count_complexity(stepper.parts.model, (1, chans, size, size))["flops"]
+
+    def profiled(run_steps, part: str) -> dict | None:
+        """step_profile's figures of `args.profile` steps of `part` ("trial", "model")."""
+        if not args.profile:
+            return None
+        trace = (
+            args.trace / f"profile_{part}_{name.replace('/', '_')}.json.gz" if args.trace else None
+        )
+        train_flops = 6 * flops * args.profile * cfg.batch_size  # as mfu_* count them
+        return profile_steps(run_steps, compute.device, args.profile, train_flops=train_flops,
+                             peak_tflops=peak_tflops, trace=trace)  # fmt: skip
+
     rates = {
         "input": input_alone(stepper, compute, warmup, steps),
         "harness": harness_rate,
-        "model": model_alone(stepper, compute, warmup, steps),
+        "model": model_alone(stepper, compute, warmup, steps, lambda run: profiled(run, "model")),
     }
     stepper, compute, _ = stepper_for(cfg, args.device, args.workers, cache)  # fresh weights
     rates["trial"], split = trial_steps(stepper, compute, warmup, steps)
-    size = stepper.parts.batches.img_size
-    chans = stepper.parts.batches.in_chans
-    flops = count_complexity(stepper.parts.model, (1, chans, size, size))["flops"]
     total = sum(split.values()) or 1.0
     wall = {k: r.per_s for k, r in rates.items()}
     line = {
@@ -256,15 +272,8 @@ def measure(name: str, cfg: TrainConfig, args, cache: Path, peak_tflops: float) 
         "syncs_per_step": syncs_per_step(stepper, compute, steps),
     }
     if args.profile:
-        trace = args.trace / f"profile_{name.replace('/', '_')}.json.gz" if args.trace else None
-        line["profile"] = profile_steps(
-            lambda n: trial_steps(stepper, compute, 0, n),
-            compute.device,
-            args.profile,
-            train_flops=6 * flops * args.profile * cfg.batch_size,  # as mfu_* count them
-            peak_tflops=peak_tflops,
-            trace=trace,
-        )
+        line["profile"] = profiled(lambda n: trial_steps(stepper, compute, 0, n), "trial")
+        line["profile_model"] = rates["model"].profile
     return line
 
 
