@@ -7,12 +7,20 @@
 #
 #   bash scripts/check-floors.sh             the fast lane
 #   bash scripts/check-floors.sh ARGS...     pytest ARGS instead
+#   bash scripts/check-floors.sh --build     only build the environment (in FLOORS_VENV): .ci/run
+#                                            builds it while another lane runs
 #
 # Environment: FLOORS_VENV, a folder to build the environment in and keep (default: a temporary
-# one, removed afterwards).
+# one, removed afterwards); one built before is brought to the floors again (pip finds them
+# installed: seconds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+build_only=
+if [[ ${1:-} == --build ]]; then
+    [[ -n ${FLOORS_VENV:-} ]] || { echo "check-floors: --build needs FLOORS_VENV" >&2; exit 2; }
+    build_only=1
+fi
 scratch=$(mktemp -d)
 venv=${FLOORS_VENV:-$scratch/venv}
 trap 'rm -rf "$scratch"' EXIT
@@ -26,6 +34,7 @@ mkdir "$scratch/src"
 cp -r pyproject.toml README.md optbench "$scratch/src"
 "$venv/bin/pip" install -q --no-deps "$scratch/src"
 "$venv/bin/pip" check
+[[ -z $build_only ]] || exit 0
 
 # `python -m pytest` in the clone imports this checkout's optbench (the same code) with the
 # environment's libraries
