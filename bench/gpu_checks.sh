@@ -21,8 +21,8 @@
 # `CHECKS=ratios` runs issue 66's figures alone (planned for about 7 minutes on an H100, each
 # step capped by `timeout` so that the last line always comes): bench/step_parts.py (each
 # configuration's input, harness, model-alone and trial images/s, step parts, syncs per step,
-# MFU; the 224-px ViT compiled; a profile of 3 trial steps each, bench/step_profile.py, its
-# Chrome trace gzipped in $OUT), bench/input_stages.py (the tensor pipeline's stages on a class
+# MFU; the 224-px ViT compiled; a profile of 3 steps of the trial and of the model alone each,
+# bench/step_profile.py, their Chrome traces gzipped in $OUT), bench/input_stages.py (the tensor pipeline's stages on a class
 # folder, each alone: read, decode on the device and on host threads, upload, crop, policy),
 # bench/population.py at K = 1, 4, 16 for the 16-px and CIFAR models (with each mode's
 # operations per step), and one quickstart trial (`optbench train`, 20 epochs) whose result.json gives its

@@ -53,7 +53,8 @@ def step_figures(lines: list[dict]) -> dict:
 
 
 def profile_figures(profile: dict | None) -> dict | None:
-    """bench/step_profile.py's figures of the trial's steps, less its list of top operations."""
+    """bench/step_profile.py's figures of a profile (the trial's or the model's steps), less its
+    list of top operations."""
     if not profile:
         return None
     keys = ("ops_per_step", "busy_share", "kind_shares", "matmul_time_efficiency")
@@ -68,21 +69,24 @@ def input_stages(lines: list[dict]) -> dict | None:
     return None
 
 
-def population_figures(lines: list[dict]) -> dict:
-    """Population K / solo images/s per model and K; with the profile, each K's operations per
-    step as population / solo (below 1/K: fewer launches per member than a solo trial's)."""
+def population_figures(lines: list[dict], figure=lambda row: row["speedup"]) -> dict:
+    """`figure` of each K's result row, per model (default: population / solo images/s); a
+    model whose rows lack it is left out."""
     figures = {}
     for line in lines:
         if line.get("bench") == "population":
-            figures[line["model"]] = {str(r["k"]): r["speedup"] for r in line["results"]}
-            ops = {
-                str(r["k"]): round(r["population_ops_per_step"] / r["solo_ops_per_step"], 4)
-                for r in line["results"]
-                if r.get("solo_ops_per_step")
-            }
-            if ops:
-                figures[line["model"] + "/ops_over_solo"] = ops
+            values = {str(r["k"]): figure(r) for r in line["results"]}
+            if None not in values.values():
+                figures[line["model"]] = values
     return figures
+
+
+def ops_over_solo(row: dict) -> float | None:
+    """A K's operations per step, population / solo (bench/population.py --profile): below 1/K,
+    fewer launches per member than a solo trial's; None without the profile."""
+    if not row.get("solo_ops_per_step"):
+        return None
+    return round(row["population_ops_per_step"] / row["solo_ops_per_step"], 4)
 
 
 def trial_figures(lines: list[dict]) -> dict | None:
@@ -112,6 +116,7 @@ def main() -> None:
         "configs": step_figures(steps) or None,
         "input_stages": input_stages(json_lines(out / "input_stages.log")),
         "population_over_solo": population_figures(population) or None,
+        "population_ops_over_solo": population_figures(population, ops_over_solo) or None,
         "quickstart_trial": trial_figures(json_lines(out / "train_steps_result.log")),
     }
     print(json.dumps(line))

@@ -29,17 +29,19 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from itertools import repeat
 from pathlib import Path
 
 import torch
-from torchvision.io import ImageReadMode, decode_jpeg
 
 sys.path.insert(0, str(Path(__file__).parent))
 from input_pipeline import write_jpegs  # noqa: E402
 
 from optbench.data.datasets import load_dataset  # noqa: E402
 from optbench.data.tensor_folder import (  # noqa: E402
+    CPU,
     TensorFolderBatches,
+    _decode_jpeg,
     _read,
     decode,
     device_policy,
@@ -61,11 +63,6 @@ def timed(device: torch.device, fn, batches: list) -> tuple[float, list]:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return images / (time.perf_counter() - start), [fn(batches[0])] + out
-
-
-def decode_on_host(encoded: torch.Tensor) -> torch.Tensor:
-    """One JPEG decoded by libjpeg-turbo on the host, in a reader thread."""
-    return decode_jpeg(encoded, mode=ImageReadMode.RGB)
 
 
 def main() -> None:
@@ -105,8 +102,10 @@ def main() -> None:
         rates["decode_device"], images = timed(
             device, lambda b: decode(by_paths[tuple(b)], b, device), batches
         )
-        rates["decode_host_threads"], host_images = timed(
-            device, lambda b: list(pool.map(decode_on_host, by_paths[tuple(b)])), batches
+        rates["decode_host_threads"], host_images = timed(  # as the readers decode with host_decode
+            device,
+            lambda b: list(pool.map(_decode_jpeg, by_paths[tuple(b)], b, repeat(CPU))),
+            batches,
         )
         on_host = dict(zip(map(tuple, batches), host_images, strict=True))
         pin = device.type == "cuda"

@@ -172,10 +172,10 @@ def input_alone(stepper, compute, warmup: int, steps: int) -> Rate:
     return rate.stop(steps * stepper.cfgs[0].batch_size)
 
 
-def model_alone(stepper, compute, warmup: int, steps: int, profile=None) -> Rate:
+def model_alone(stepper, compute, warmup: int, steps: int, profile) -> tuple[Rate, dict | None]:
     """The rate of the model's steps on one fixed augmented batch already on the device:
-    forward, backward and the trial's optimizer (no input, no EMA); with `profile` (a function
-    of the steps' runner), its profile of further steps as `rate.profile`."""
+    forward, backward and the trial's optimizer (no input, no EMA), and `profile` (a function
+    of the steps' runner) of further steps."""
     stepper.begin(False)
     stepper.train()
     x, y = next(iter(stepper.parts.batches.train(0, 0)))
@@ -197,8 +197,7 @@ def model_alone(stepper, compute, warmup: int, steps: int, profile=None) -> Rate
     for _ in range(steps):
         step()
     rate.stop(steps * stepper.cfgs[0].batch_size)
-    rate.profile = profile(lambda n: [step() for _ in range(n)]) if profile else None
-    return rate
+    return rate, profile(lambda n: [step() for _ in range(n)])
 
 
 def syncs_per_step(stepper, compute, steps: int) -> float | None:
@@ -239,10 +238,13 @@ def measure(name: str, cfg: TrainConfig, args, cache: Path, peak_tflops: float) 
         return profile_steps(run_steps, compute.device, args.profile, train_flops=train_flops,
                              peak_tflops=peak_tflops, trace=trace)  # fmt: skip
 
+    model_rate, model_profile = model_alone(
+        stepper, compute, warmup, steps, lambda run: profiled(run, "model")
+    )
     rates = {
         "input": input_alone(stepper, compute, warmup, steps),
         "harness": harness_rate,
-        "model": model_alone(stepper, compute, warmup, steps, lambda run: profiled(run, "model")),
+        "model": model_rate,
     }
     stepper, compute, _ = stepper_for(cfg, args.device, args.workers, cache)  # fresh weights
     rates["trial"], split = trial_steps(stepper, compute, warmup, steps)
@@ -273,7 +275,7 @@ def measure(name: str, cfg: TrainConfig, args, cache: Path, peak_tflops: float) 
     }
     if args.profile:
         line["profile"] = profiled(lambda n: trial_steps(stepper, compute, 0, n), "trial")
-        line["profile_model"] = rates["model"].profile
+        line["profile_model"] = model_profile
     return line
 
 
@@ -311,7 +313,7 @@ def main() -> None:
     p.add_argument("--tiny", action="store_true", help="small sizes, few steps (the CPU)")
     p.add_argument("--threads", type=int, default=None, help="torch's CPU threads")
     p.add_argument(
-        "--profile", type=int, default=0, help="trial steps to profile (step_profile.py)"
+        "--profile", type=int, default=0, help="steps to profile, trial and model (step_profile.py)"
     )
     p.add_argument(
         "--trace", type=Path, default=None, help="folder for the profiles' Chrome traces"

@@ -113,18 +113,13 @@ CACHE = _Cache()
 def cached_counts(name: str, *, num_classes: int, in_chans: int, img_size: int) -> dict[str, int]:
     """{"flops", "params", "acts"} for one image of `name` (complexity.model_complexity), from
     the cache when this code has counted them before on this install."""
-    origin = model_origin(name)  # None: code no key covers, counted afresh, never cached
-    key = f"counts/{name}{origin}/{num_classes}/{in_chans}/{img_size}"
-    counts = None if origin is None else CACHE.get(key, COUNT_FIELDS)
-    if counts is None:
+
+    def compute() -> dict[str, int]:
         from optbench.models.complexity import model_complexity
 
-        counts = model_complexity(
-            name, num_classes=num_classes, in_chans=in_chans, img_size=img_size
-        )
-        if origin is not None:
-            CACHE.put(key, counts)
-    return counts
+        return model_complexity(name, num_classes=num_classes, in_chans=in_chans, img_size=img_size)
+
+    return _cached("counts", name, COUNT_FIELDS, compute, f"/{num_classes}/{in_chans}/{img_size}")
 
 
 def cached_defaults(name: str, compute) -> dict[str, int]:
@@ -143,13 +138,16 @@ def cached_input_multiple(name: str) -> int:
     return _cached("multiple", name, MULTIPLE_FIELDS, compute)["multiple"]
 
 
-def _cached(kind: str, name: str, fields: tuple[str, ...], compute) -> dict[str, int]:
-    """The entry `kind`/`name` (under what the name builds) from the cache, or `compute()`,
-    cached, the first time; never cached for code no key covers (model_origin None)."""
+def _cached(
+    kind: str, name: str, fields: tuple[str, ...], compute, shape: str = ""
+) -> dict[str, int]:
+    """The entry `kind`/`name` (under what the name builds; `shape`: the input it was computed
+    at) from the cache, or `compute()`, cached, the first time; never cached for code no key
+    covers (model_origin None)."""
     origin = model_origin(name)
     if origin is None:
         return compute()
-    key = f"{kind}/{name}{origin}"
+    key = f"{kind}/{name}{origin}{shape}"
     entry = CACHE.get(key, fields)
     if entry is None:
         entry = compute()
