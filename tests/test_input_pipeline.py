@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import torch
 from cli_inprocess import tiny_config
+from host_reads import BlockingUploads
 from PIL import Image
 from torchvision.transforms import v2
 
@@ -91,10 +92,14 @@ def test_cpu_jpeg_decode_gives_pils_pixels_and_pngs_decode_too():
     png = io.BytesIO()
     Image.fromarray(images[1]).save(png, "PNG")
     encoded.append(torch.frombuffer(bytearray(png.getvalue()), dtype=torch.uint8))
-    decoded = decode(encoded, ["a.jpg", "b.jpg", "c.png"], CPU)
-    for data, ours in zip(encoded, decoded, strict=True):
+    pixels = torch.from_numpy(images[0]).permute(2, 0, 1)  # as _read gives an image PIL decoded
+    with BlockingUploads() as uploads:  # decoded on the host: sent as on CUDA, without blocking
+        decoded = decode([*encoded, pixels], ["a.jpg", "b.jpg", "c.png", "d.png"], CPU)
+    assert uploads.count == 0, uploads.where
+    for data, ours in zip(encoded, decoded, strict=False):
         pil = np.asarray(Image.open(io.BytesIO(data.numpy().tobytes())).convert("RGB"))
         assert np.array_equal(ours.permute(1, 2, 0).numpy(), pil)  # measured: identical
+    assert torch.equal(decoded[-1], pixels)
 
 
 def test_tensor_batches_follow_epoch_order_and_replay_any_position(tmp_path):

@@ -42,6 +42,7 @@ from timm.data import Mixup
 from timm.data import auto_augment as timm_aa
 from torchvision.transforms import v2
 
+from optbench.data.tensor_ops import to_device
 from optbench.spec.catalogue import IMAGENET_MEAN, IMAGENET_STD
 from optbench.spec.recipe import TORCHVISION_POLICIES, Recipe
 
@@ -124,8 +125,10 @@ def pca_lighting(x: torch.Tensor, std: float) -> torch.Tensor:
     eigen-direction (pycls's `lighting`, without clipping, like pycls)."""
     if std == 0:
         return x
-    eigval = torch.tensor(IMAGENET_PCA_EIGVAL, device=x.device)
-    eigvec = torch.tensor(IMAGENET_PCA_EIGVEC, device=x.device)
+    # made on the host and sent without blocking: torch.tensor(..., device=cuda) copies from
+    # pageable memory, a host sync in every step
+    eigval = to_device(torch.tensor(IMAGENET_PCA_EIGVAL), x.device)
+    eigvec = to_device(torch.tensor(IMAGENET_PCA_EIGVEC), x.device)
     alpha = torch.randn(len(x), 3, device=x.device) * std
     rgb = (alpha * eigval) @ eigvec.T  # rgb[n, i] = sum_j eigvec[i, j] alpha[n, j] eigval[j]
     return x + 255.0 * rgb[:, :, None, None]

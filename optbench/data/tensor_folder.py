@@ -43,6 +43,7 @@ from optbench.data.datasets import (
 from optbench.data.input_plan import CROP_RATIO, CROP_SCALE, InputPlan, input_plan
 from optbench.data.seeding import derive_seed
 from optbench.data.shards import read_bytes
+from optbench.data.tensor_ops import to_device
 from optbench.data.tensor_policy import tensor_policy
 from optbench.spec.recipe import Recipe
 
@@ -150,7 +151,9 @@ def decode(
 ) -> list[torch.Tensor]:
     """RGB uint8 images (3, H, W) on `device` from what `_read` gave: JPEG bytes decoded
     together in one call on `device`, images PIL decoded already moved there."""
-    out = [None if e.dim() == 1 else e.to(device) for e in items]
+    # decoded on the host (PIL, or host_decode's threads): sent without blocking, as a plain
+    # copy per image would wait for the device's queued work
+    out = [None if e.dim() == 1 else to_device(e, device) for e in items]
     jpegs = [i for i, e in enumerate(items) if e.dim() == 1]
     if jpegs:
         try:
@@ -168,7 +171,7 @@ def _decode_jpeg(data: torch.Tensor, path: str, device: torch.device) -> torch.T
     try:
         return decode_jpeg(data, mode=ImageReadMode.RGB, device=device)
     except RuntimeError:
-        return pil_decode(path, data.numpy().tobytes()).to(device)
+        return to_device(pil_decode(path, data.numpy().tobytes()), device)
 
 
 def train_images(

@@ -33,14 +33,16 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from optbench.data.tensor_ops import to_device
 from optbench.spec.optimizers import population_refusal
 from optbench.spec.recipe import Optimizer, Recipe
 from optbench.spec.timm_optimizers import TIMM_OPTIMIZERS
 
 
 def _column(values: list[float], like: Tensor) -> Tensor:
-    """Per-member scalars as a (K, 1) tensor of `like`'s dtype (float64 math, then cast)."""
-    return torch.tensor(values, dtype=torch.float64).to(like.device, like.dtype)[:, None]
+    """Per-member scalars as a (K, 1) tensor of `like`'s dtype (float64 math, then cast), sent
+    to the device without blocking (a plain copy waits for the queued steps: a host sync)."""
+    return to_device(torch.tensor(values, dtype=torch.float64), like.device).to(like.dtype)[:, None]
 
 
 class PopulationOptimizer:
@@ -88,7 +90,7 @@ class PopulationOptimizer:
             if len(rows) == len(active):
                 self._update(flat.data, flat.grad, state, lrs, wds, self.peak_lrs)
                 continue
-            index = torch.tensor(rows, device=flat.device)
+            index = to_device(torch.tensor(rows), flat.device)
             part = {k: v[index] for k, v in state.items()}  # copies of the active rows
             p = flat.data[index]
             lrs_, wds_ = [lrs[k] for k in rows], [wds[k] for k in rows]
