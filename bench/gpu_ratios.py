@@ -46,6 +46,7 @@ def step_figures(lines: list[dict]) -> dict:
             "trial_img_s": line["trial_img_s"],
             "input_wait_share": line["step_shares"]["input_wait"],
             "syncs_per_step": line["syncs_per_step"],
+            "sync_sites": line.get("sync_sites"),
             "profile": profile_figures(line.get("profile")),
             "profile_model": profile_figures(line.get("profile_model")),
         }
@@ -57,7 +58,8 @@ def profile_figures(profile: dict | None) -> dict | None:
     list of top operations."""
     if not profile:
         return None
-    keys = ("ops_per_step", "busy_share", "kind_shares", "matmul_time_efficiency")
+    keys = ("ops_per_step", "busy_share", "busy_share_unprofiled", "kind_shares",
+            "matmul_time_efficiency")  # fmt: skip
     return {k: profile.get(k) for k in keys}
 
 
@@ -70,13 +72,15 @@ def input_stages(lines: list[dict]) -> dict | None:
 
 
 def population_figures(lines: list[dict], figure=lambda row: row["speedup"]) -> dict:
-    """`figure` of each K's result row, per model (default: population / solo images/s); a
-    model whose rows lack it is left out."""
+    """`figure` of each K's result row, per model (default: population / solo images/s); a K
+    that failed, or whose row lacks the figure, is left out, and a model left with none."""
     figures = {}
     for line in lines:
         if line.get("bench") == "population":
-            values = {str(r["k"]): figure(r) for r in line["results"]}
-            if None not in values.values():
+            rows = [r for r in line["results"] if "failed" not in r]
+            values = {str(r["k"]): figure(r) for r in rows}
+            values = {k: v for k, v in values.items() if v is not None}
+            if values:
                 figures[line["model"]] = values
     return figures
 

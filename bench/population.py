@@ -147,6 +147,21 @@ def child(args) -> dict:
     return out
 
 
+def run_child(mode: str, k: int) -> dict | None:
+    """One measurement (`mode`, `k`) in a fresh process: its JSON line, or None when it failed
+    (the end of its stderr printed to ours)."""
+    cmd = [sys.executable, __file__, *sys.argv[1:], "--child", mode, "--k", str(k)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode == 0:
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    print(
+        f"population: {mode} K={k} failed ({done.returncode}):",
+        done.stderr[-3000:],
+        file=sys.stderr,
+    )
+    return None
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="vit_c_w64_16px")
@@ -177,20 +192,23 @@ def main() -> None:
     for k in [int(s) for s in args.sizes.split(",")]:
         row = {"k": k}
         for mode in ("solo", "population"):
-            cmd = [sys.executable, __file__, *sys.argv[1:], "--child", mode, "--k", str(k)]
-            out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-            got = json.loads(out.strip().splitlines()[-1])
+            got = run_child(mode, k)
+            if got is None:  # e.g. out of memory at K = 16: the other Ks' rows are kept
+                row["failed"] = mode
+                break
             row[f"{mode}_images_per_s"] = got["images_per_s"]
             row[f"{mode}_images_per_cpu_s"] = got["images_per_cpu_s"]
             row[f"{mode}_peak_mb"] = got["peak_mb"]
             if args.profile:
                 row[f"{mode}_ops_per_step"] = got["ops_per_step"]
                 row[f"{mode}_busy_share"] = got["busy_share"]
+        rows.append(row)
+        if "failed" in row:
+            continue
         row["speedup"] = round(row["population_images_per_s"] / row["solo_images_per_s"], 3)
         cpu = row["population_images_per_cpu_s"] / row["solo_images_per_cpu_s"]
         row["speedup_per_cpu_s"] = round(cpu, 3)
         row["population_mb_per_member"] = round(row["population_peak_mb"] / k, 1)
-        rows.append(row)
     t1 = os.times()
     print(
         json.dumps(

@@ -200,9 +200,10 @@ def model_alone(stepper, compute, warmup: int, steps: int, profile) -> tuple[Rat
     return rate, profile(lambda n: [step() for _ in range(n)])
 
 
-def syncs_per_step(stepper, compute, steps: int) -> float | None:
-    """On CUDA: the host syncs torch's sync debug mode reports over `steps` more trial steps
-    (their epoch's loss read among them), per step. None on the CPU."""
+def host_syncs(stepper, compute, steps: int) -> tuple[float, dict[str, int]] | None:
+    """On CUDA: the host syncs torch's sync debug mode reports over `steps` more trial steps,
+    per step (their epochs' own among them: the loss sums read, the next order sent), and where
+    they are (sync_sites). None on the CPU."""
     if compute.device.type != "cuda":
         return None
     with warnings.catch_warnings(record=True) as caught:
@@ -212,7 +213,20 @@ def syncs_per_step(stepper, compute, steps: int) -> float | None:
             trial_steps(stepper, compute, 0, steps)
         finally:
             torch.cuda.set_sync_debug_mode("default")
-    return round(sum("synchroniz" in str(w.message) for w in caught) / steps, 3)
+    sites = sync_sites(caught)
+    return round(sum(sites.values()) / steps, 3), dict(list(sites.items())[:8])
+
+
+def sync_sites(caught: list[warnings.WarningMessage]) -> dict[str, int]:
+    """The lines that synchronised ("file:line" -> count, most first) among caught warnings:
+    torch's sync warning names the Python line that made the sync. A count near the steps run
+    is a sync in every step; one near the epochs run, an epoch's."""
+    counts: dict[str, int] = {}
+    for w in caught:
+        if "synchroniz" in str(w.message):
+            site = f"{Path(w.filename).name}:{w.lineno}"
+            counts[site] = counts.get(site, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
 def measure(name: str, cfg: TrainConfig, args, cache: Path, peak_tflops: float) -> dict:
@@ -271,12 +285,23 @@ def measure(name: str, cfg: TrainConfig, args, cache: Path, peak_tflops: float) 
         # MFU: 2 FLOPs per multiply-add, x 3 for forward and backward, over the matmul peak
         "mfu_model": round(6 * flops * wall["model"] / (peak_tflops * 1e12), 4),
         "mfu_trial": round(6 * flops * wall["trial"] / (peak_tflops * 1e12), 4),
-        "syncs_per_step": syncs_per_step(stepper, compute, steps),
     }
+    syncs = host_syncs(stepper, compute, steps)
+    line["syncs_per_step"], line["sync_sites"] = syncs if syncs else (None, None)
     if args.profile:
         line["profile"] = profiled(lambda n: trial_steps(stepper, compute, 0, n), "trial")
         line["profile_model"] = model_profile
+        for part, key in (("trial", "profile"), ("model", "profile_model")):
+            ms_per_step = 1e3 * cfg.batch_size / wall[part]  # the rate's, without the profiler
+            line[key]["busy_share_unprofiled"] = unprofiled_busy(line[key], ms_per_step)
     return line
+
+
+def unprofiled_busy(profile: dict, ms_per_step: float) -> float:
+    """The device's busy time in a profiled step over a step's time without the profiler: its
+    host-side cost stretches a launch-bound step, not the kernels, and so lowers busy_share."""
+    busy_ms = profile["busy_share"] * profile["ms_per_step"]
+    return round(min(1.0, busy_ms / ms_per_step), 4)
 
 
 def configurations(args, data: Path) -> list[tuple[str, TrainConfig]]:

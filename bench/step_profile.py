@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 from torch.autograd import DeviceType
-from torch.profiler import ProfilerActivity, profile
+from torch.profiler import ProfilerActivity, profile, schedule
 
 # (kind, substrings of a lower-cased kernel or aten name), first match wins: attention before
 # matmul (flash kernels multiply too); inductor's pointwise, reduction and persistent kernels
@@ -117,7 +117,7 @@ def device_ops(
     prof, device: torch.device
 ) -> tuple[list[tuple[str, float]], list[tuple[float, float]]]:
     """What the profiled device ran: (name, seconds) per operation and their (start_s, end_s).
-    On CUDA the kernels, copies and fills. On the CPU the aten operations that are not views
+    On CUDA the kernels, copies and fills (not the annotations over them). On the CPU the aten operations that are not views
     and spend at least half their time in their own work (a kernel: addmm, which fills its
     output with the bias through copy_ first, counts, and so does that copy_; linear, which only
     dispatches to addmm, does not), with that own ("self") time."""
@@ -125,7 +125,10 @@ def device_ops(
     for e in prof.events():
         start, end = e.time_range.start / 1e6, e.time_range.end / 1e6
         if device.type == "cuda":
-            if e.device_type == DeviceType.CUDA:
+            # not the ranges record_function mirrors on the GPU's timeline (Optimizer.step#...,
+            # CompiledFunction): they span kernels counted already, and torch's own device-time
+            # sums leave them out the same way
+            if e.device_type == DeviceType.CUDA and not e.is_user_annotation:
                 ops.append((e.name, end - start))
                 intervals.append((start, end))
             continue
@@ -150,7 +153,12 @@ def profile_steps(
     """Profile `run_steps(steps)` (steps already warm: compiled, allocator grown) and summarise
     it; the Chrome trace gzipped to `trace` when given (open it in Perfetto)."""
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    with profile(activities=activities) as prof:
+    # one step traced and dropped first: the profiler's own start-up cost lands there
+    # (torch.profiler's documented warm-up), then the `steps` kept: the active cycle that
+    # leaving the block ends (another prof.step() would start a new, empty one)
+    with profile(activities=activities, schedule=schedule(wait=0, warmup=1, active=1)) as prof:
+        run_steps(1)
+        prof.step()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         start = time.perf_counter()

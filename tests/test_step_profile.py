@@ -53,6 +53,30 @@ def test_kernels_of_a_step_are_given_their_kind(name, kind):
     assert step_profile.kind_of(name) == kind
 
 
+def test_a_cuda_profile_counts_kernels_not_the_annotated_ranges_over_them():
+    # what torch.profiler gives on CUDA: the optimizer's record_function range mirrored on the
+    # GPU's timeline (a gpu_user_annotation) spans the two kernels it launched
+    from torch.autograd import DeviceType
+    from torch.autograd.profiler_util import FunctionEvent
+
+    def event(i, name, start, end, **kind):
+        return FunctionEvent(i, name, 0, start, end, device_type=DeviceType.CUDA, **kind)
+
+    class Profile:
+        def events(self):
+            return [
+                event(0, "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", 0, 600),
+                event(1, "Optimizer.step#AdamW.step", 600, 1000, is_user_annotation=True),
+                event(2, "multi_tensor_apply_kernel<FusedAdamMathFunctor>", 600, 800),
+                event(3, "vectorized_elementwise_kernel<4, FillFunctor>", 800, 1000),
+                FunctionEvent(4, "aten::addmm", 0, 0, 650),  # the host's side: not the device's
+            ]
+
+    ops, intervals = step_profile.device_ops(Profile(), torch.device("cuda"))
+    assert [name[:4] for name, _ in ops] == ["sm90", "mult", "vect"]
+    assert sum(s for _, s in ops) == pytest.approx(1e-3) and len(intervals) == 3
+
+
 def test_summarise_divides_time_by_kind_and_count_by_step():
     ops = [("gemm_a", 3.0), ("gemm_a", 1.0), ("flash_fwd", 1.0), ("gelu", 4.0), ("layer_norm", 1.0)]
     line = step_profile.summarise(
