@@ -10,13 +10,16 @@ import codecs
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from optbench.errors import UsageError
 from optbench.spec.catalogue import CIFAR_SIDE, require_root
 from optbench.spec.recipe import Dataset
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,8 @@ def _read_cifar_batch(path: Path, layout: CifarLayout) -> tuple[np.ndarray, np.n
 def read_cifar_batches(
     folder: Path, files: tuple[str, ...], layout: CifarLayout
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    import torch  # here only: the driver checks the files without it (datasets.py)
+
     batches = [_read_cifar_batch(folder / name, layout) for name in files]
     xs, ys = zip(*batches, strict=True)
     return torch.from_numpy(np.concatenate(xs)), torch.from_numpy(np.concatenate(ys))

@@ -11,6 +11,9 @@ folders; shards.py: WebDataset tar shards).
   evaluate by resizing the shorter side to round(size / crop_pct) and center-cropping size
   (pycls: 256 and 224).
 
+torch is imported where tensors are made (`load_digits`, `load_cifar`): the driver's checks and
+plans read this module without it (its import is a second and a half of every driver's start).
+
 `check_dataset` verifies a layout without reading images; the CLI calls it, through
 `checks.check_spec`, before a command that needs the data, so it must stay cheap; before a run
 it also calls `check_dataset_files` (each CIFAR batch read once, each class folder's images
@@ -33,10 +36,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 from PIL import Image
 
 from optbench.data import folders, shards
@@ -46,6 +48,9 @@ from optbench.errors import UsageError
 from optbench.spec import catalogue
 from optbench.spec.catalogue import CATALOGUE, FOLDER_IMG_SIZE, IMAGENET_MEAN, IMAGENET_STD
 from optbench.spec.recipe import Dataset
+
+if TYPE_CHECKING:
+    import torch
 
 # Image datasets, for a model whose pretrained cfg gives no crop_pct (nor input size:
 # catalogue.FOLDER_IMG_SIZE):
@@ -92,10 +97,12 @@ class DeviceData:
 
 
 def _resize_uint8(x: torch.Tensor, size: int | None) -> torch.Tensor:
+    import torch.nn.functional as F
+
     if size is None or size == x.shape[-1]:
         return x
     y = F.interpolate(x.float(), size=(size, size), mode="bilinear", align_corners=False)
-    return y.round().clamp(0, 255).to(torch.uint8)
+    return y.round().clamp(0, 255).to(x.dtype)  # uint8, as it came
 
 
 def _channel_stats(x: torch.Tensor) -> tuple[tuple[float, ...], tuple[float, ...]]:
@@ -120,6 +127,7 @@ def load_digits(spec: Dataset) -> DeviceData:
     Pixel values 0..16 are scaled to 0..255. The split is fixed: stratified, 20% validation,
     split seed 0, independent of any trial's seed.
     """
+    import torch
     from sklearn.datasets import load_digits as sk_load_digits
 
     bunch = sk_load_digits()
