@@ -52,8 +52,9 @@ from optbench.spec.recipe import Dataset, Recipe  # noqa: E402
 
 
 def timed(device: torch.device, fn, batches: list) -> tuple[float, list]:
-    """Images/s of `fn` over `batches` after one untimed call on the first, and its outputs."""
-    fn(batches[0])
+    """Images/s of `fn` over `batches` after one untimed call on the first (kept as that
+    batch's output), and its outputs."""
+    first = fn(batches[0])
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     out, images, start = [], 0, time.perf_counter()
@@ -62,7 +63,7 @@ def timed(device: torch.device, fn, batches: list) -> tuple[float, list]:
         images += len(batch)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    return images / (time.perf_counter() - start), [fn(batches[0])] + out
+    return images / (time.perf_counter() - start), [first, *out]
 
 
 def main() -> None:

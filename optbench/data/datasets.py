@@ -97,12 +97,13 @@ class DeviceData:
 
 
 def _resize_uint8(x: torch.Tensor, size: int | None) -> torch.Tensor:
+    import torch
     import torch.nn.functional as F
 
     if size is None or size == x.shape[-1]:
         return x
     y = F.interpolate(x.float(), size=(size, size), mode="bilinear", align_corners=False)
-    return y.round().clamp(0, 255).to(x.dtype)  # uint8, as it came
+    return y.round().clamp(0, 255).to(torch.uint8)
 
 
 def _channel_stats(x: torch.Tensor) -> tuple[tuple[float, ...], tuple[float, ...]]:
