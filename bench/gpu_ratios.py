@@ -77,9 +77,8 @@ def population_figures(lines: list[dict], figure=lambda row: row["speedup"]) -> 
     figures = {}
     for line in lines:
         if line.get("bench") == "population":
-            rows = [r for r in line["results"] if "failed" not in r]
-            values = {str(r["k"]): figure(r) for r in rows}
-            values = {k: v for k, v in values.items() if v is not None}
+            ran = (r for r in line["results"] if "failed" not in r)
+            values = {str(r["k"]): v for r in ran if (v := figure(r)) is not None}
             if values:
                 figures[line["model"]] = values
     return figures

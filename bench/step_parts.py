@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 import warnings
+from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -221,12 +222,8 @@ def sync_sites(caught: list[warnings.WarningMessage]) -> dict[str, int]:
     """The lines that synchronised ("file:line" -> count, most first) among caught warnings:
     torch's sync warning names the Python line that made the sync. A count near the steps run
     is a sync in every step; one near the epochs run, an epoch's."""
-    counts: dict[str, int] = {}
-    for w in caught:
-        if "synchroniz" in str(w.message):
-            site = f"{Path(w.filename).name}:{w.lineno}"
-            counts[site] = counts.get(site, 0) + 1
-    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+    syncs = (w for w in caught if "synchroniz" in str(w.message))
+    return dict(Counter(f"{Path(w.filename).name}:{w.lineno}" for w in syncs).most_common())
 
 
 def measure(name: str, cfg: TrainConfig, args, cache: Path, peak_tflops: float) -> dict:
