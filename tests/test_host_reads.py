@@ -93,16 +93,23 @@ def test_the_counter_flags_a_planted_per_step_blocking_upload(tmp_path, monkeypa
     assert sum(n for w, n in planted.where.items() if w.endswith(":uploading")) == 3
 
 
-def test_pca_lighting_sends_its_constants_without_blocking(monkeypatch):
+def test_pca_lighting_sends_its_constants_once_without_blocking(monkeypatch):
     x = torch.rand(4, 3, 8, 8) * 255
+    augment._pca_basis.cache_clear()
     with BlockingUploads() as uploads:
         augment.pca_lighting(x, 0.1)
     assert uploads.count == 0, uploads.where
-    # the counter sees the plain copies the helper replaced (pycls's eigen-vectors and -values)
+    # the counter sees the plain copies the helper replaced (pycls's eigen-vectors and -values),
+    # on a device's first batch only
     monkeypatch.setattr(augment, "to_device", lambda t, device: t.to(device))
-    with BlockingUploads() as uploads:
-        augment.pca_lighting(x, 0.1)
-    assert uploads.count == 2, uploads.where
+    augment._pca_basis.cache_clear()
+    counts = []
+    for _ in range(3):
+        with BlockingUploads() as uploads:
+            augment.pca_lighting(x, 0.1)
+        counts.append(uploads.count)
+    augment._pca_basis.cache_clear()
+    assert counts == [2, 0, 0], counts
 
 
 def test_a_populations_step_sends_its_members_scalars_without_blocking():

@@ -31,6 +31,7 @@ augmentation depends on its position only: resuming mid-epoch replays it exactly
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -125,13 +126,20 @@ def pca_lighting(x: torch.Tensor, std: float) -> torch.Tensor:
     eigen-direction (pycls's `lighting`, without clipping, like pycls)."""
     if std == 0:
         return x
-    # made on the host and sent without blocking: torch.tensor(..., device=cuda) copies from
-    # pageable memory, a host sync in every step
-    eigval = to_device(torch.tensor(IMAGENET_PCA_EIGVAL), x.device)
-    eigvec = to_device(torch.tensor(IMAGENET_PCA_EIGVEC), x.device)
+    eigval, eigvec = _pca_basis(x.device)
     alpha = torch.randn(len(x), 3, device=x.device) * std
     rgb = (alpha * eigval) @ eigvec.T  # rgb[n, i] = sum_j eigvec[i, j] alpha[n, j] eigval[j]
     return x + 255.0 * rgb[:, :, None, None]
+
+
+@functools.lru_cache(maxsize=8)
+def _pca_basis(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """pycls's eigen-values and -vectors on `device`, sent once per device: made on the host
+    and sent without blocking (torch.tensor(..., device=cuda) copies from pageable memory, a
+    host sync), and kept, so that a step sends nothing."""
+    eigval = to_device(torch.tensor(IMAGENET_PCA_EIGVAL), device)
+    eigvec = to_device(torch.tensor(IMAGENET_PCA_EIGVEC), device)
+    return eigval, eigvec
 
 
 def _pycls_posterize_level(level: float, _hparams: dict) -> tuple[int]:
