@@ -196,10 +196,17 @@ class _Claims:
         self.margin, self.last = margin, last  # the look's, for its outcome
         self.classes = classes  # the dataset's, for the near-chance check; None: unknown
         self.rows: list[dict] = []
+        self._cells: dict[tuple[str, str, int], pd.DataFrame] = {}
 
     def cell(self, model: str, optimizer: str, epochs: int) -> pd.DataFrame:
-        r = self.results
-        return r[(r["model"] == model) & (r["optimizer"] == optimizer) & (r["epochs"] == epochs)]
+        """The results of one cell, selected once per table (a panel reads its cells several
+        times; the selection was a fifth of a look's time). Read, never changed."""
+        key = (model, optimizer, epochs)
+        if key not in self._cells:
+            r = self.results
+            keep = (r["model"] == model) & (r["optimizer"] == optimizer) & (r["epochs"] == epochs)
+            self._cells[key] = r[keep]
+        return self._cells[key]
 
     def seed_errors(self, cells: list[tuple[str, str, int]]) -> tuple[int, list[np.ndarray]]:
         """The seeds that every cell has (k) and, per cell, the errors of those seeds (k,) at
