@@ -1,7 +1,8 @@
 """Issue 66's figures in one JSON line, from the logs `CHECKS=ratios bash bench/gpu_checks.sh`
 leaves in its output folder: per training configuration of bench/step_parts.py, the MFU of the
 model alone and of the trial, input / model alone, trial / model alone, the share of the steps
-waiting for input, the host syncs per step and the steps' profile (bench/step_profile.py:
+waiting for input, the host syncs per step, the epoch's evaluation beside its training, and
+the steps' profile (bench/step_profile.py:
 operations per step, the device's busy share, time by kind of operation); the tensor
 pipeline's stages on a class folder, each alone (bench/input_stages.py); population K / solo per model
 (bench/population.py, K = 4 and 16); and a short trial's wall time over its epochs with the
@@ -47,6 +48,7 @@ def step_figures(lines: list[dict]) -> dict:
             "input_wait_share": line["step_shares"]["input_wait"],
             "syncs_per_step": line["syncs_per_step"],
             "sync_sites": line.get("sync_sites"),
+            "evaluation": line.get("evaluation"),
             "profile": profile_figures(line.get("profile")),
             "profile_model": profile_figures(line.get("profile_model")),
         }

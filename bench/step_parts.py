@@ -4,7 +4,8 @@ the whole trial's steps with the model replaced by one of negligible cost (a lin
 the pooled image: the most the harness can feed), (iii) the model alone on one fixed batch on the
 device (forward, backward, the trial's optimizer), (iv) the real trial's steps, and their
 ratios; beside them the real trial's step parts (result.json's `timing.steps`, trial/timing.py)
-as shares, and on CUDA the host syncs per step (torch's sync debug mode) and each rate's MFU.
+as shares, and on CUDA the host syncs per step (torch's sync debug mode) and each rate's MFU;
+for data held on the device, the epoch's evaluation at chunks of 1 and 4 training batches.
 `--profile N` profiles N more steps of the trial and of the model alone (bench/step_profile.py:
 operations per step, the device's busy share, time by kind of operation; `--trace DIR` keeps
 the Chrome traces): the model's profile names what caps the model, the trial's what the
@@ -28,6 +29,7 @@ One JSON line per configuration; the last line sums them up ("summary").
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import platform
 import sys
@@ -47,6 +49,7 @@ from gpu_throughput import matmul_tflops, write_cifar100  # noqa: E402
 from input_pipeline import write_jpegs  # noqa: E402
 from step_profile import profile_steps  # noqa: E402
 
+from optbench.data.batches import DeviceBatches  # noqa: E402
 from optbench.host import cpu_name, usable_cores  # noqa: E402
 from optbench.models.complexity import count_complexity  # noqa: E402
 from optbench.plan.trials import plan  # noqa: E402
@@ -54,6 +57,7 @@ from optbench.spec.schema import parse_spec  # noqa: E402
 from optbench.train import parts as parts_mod  # noqa: E402
 from optbench.train.distributed import DistContext  # noqa: E402
 from optbench.train.epoch import run_epoch  # noqa: E402
+from optbench.train.evaluation import count_errors, weight_kinds  # noqa: E402
 from optbench.train.loop import start_program  # noqa: E402
 from optbench.train.signals import StopRequest  # noqa: E402
 from optbench.train.state import TrialState  # noqa: E402
@@ -226,6 +230,46 @@ def sync_sites(caught: list[warnings.WarningMessage]) -> dict[str, int]:
     return dict(Counter(f"{Path(w.filename).name}:{w.lineno}" for w in syncs).most_common())
 
 
+def evaluation_rates(
+    stepper, compute, trial_img_s: float, chunks=(1, 4), repeats: int = 3
+) -> dict | None:
+    """An epoch's evaluation beside its training: the images/s of one pass of the raw weights
+    over the validation split (train/evaluation.count_errors, which an epoch's end runs once per
+    kind of weights) in chunks of k x the training batch (every pipeline evaluates at 1 x: the
+    fastest on a CPU, bench/RESULTS.md; a launch-bound GPU may prefer fewer, larger chunks), best
+    of `repeats` after one untimed pass; the share of an epoch's training time (at
+    `trial_img_s`) that the epoch's evaluation passes take; whether every chunking counted the
+    same errors. For batches held on the device only (DeviceBatches); None for the loaders."""
+    batches = stepper.parts.batches
+    if not isinstance(batches, DeviceBatches):
+        return None
+    logits_of, augment = stepper.logits_of("raw"), stepper.parts.augment
+    passes = len(weight_kinds(stepper))
+    images = len(batches.data.val_y)
+    epoch_s = len(batches) * batches.batch_size / trial_img_s
+    rates, shares, counts = {}, {}, []
+    for k in chunks:
+        chunked = copy.copy(batches)
+        chunked.local_batch = k * batches.local_batch
+        best = float("inf")
+        for i in range(repeats + 1):
+            sync(compute.device)
+            start = time.perf_counter()
+            found = count_errors(logits_of, chunked, augment, compute)
+            sync(compute.device)
+            best = best if i == 0 else min(best, time.perf_counter() - start)
+        counts.append(found.tolist())
+        rates[str(k)] = round(images / best, 1)
+        shares[str(k)] = round(passes * best / epoch_s, 4)
+    return {
+        "images": images,
+        "passes_per_epoch": passes,
+        "img_s": rates,
+        "share_of_epoch": shares,
+        "counts_equal": all(c == counts[0] for c in counts),
+    }
+
+
 def measure(name: str, cfg: TrainConfig, args, cache: Path, peak_tflops: float) -> dict:
     warmup, steps = args.warmup, args.steps
     if args.compile and args.device == "cuda":
@@ -283,6 +327,7 @@ def measure(name: str, cfg: TrainConfig, args, cache: Path, peak_tflops: float) 
         "mfu_model": round(6 * flops * wall["model"] / (peak_tflops * 1e12), 4),
         "mfu_trial": round(6 * flops * wall["trial"] / (peak_tflops * 1e12), 4),
     }
+    line["evaluation"] = evaluation_rates(stepper, compute, wall["trial"])
     syncs = host_syncs(stepper, compute, steps)
     line["syncs_per_step"], line["sync_sites"] = syncs if syncs else (None, None)
     if args.profile:

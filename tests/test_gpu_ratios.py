@@ -62,3 +62,19 @@ def test_the_line_is_printed_from_partial_logs(tmp_path):
         and line["input_stages"] is None
         and line["quickstart_trial"] is None
     )
+
+
+def test_a_configs_evaluation_is_kept_and_an_older_log_without_it_gives_null():
+    base = {
+        "bench": "step_parts",
+        **dict.fromkeys(("mfu_model", "mfu_trial", "input_over_model", "harness_over_model"), 0.1),
+        "trial_over_model": 0.9,
+        "trial_img_s": 100.0,
+        "step_shares": {"input_wait": 0.01},
+        "syncs_per_step": 0.0,
+    }
+    evaluation = {"img_s": {"1": 10.0, "4": 20.0}, "counts_equal": True}
+    figures = gpu_ratios.step_figures(
+        [{**base, "config": "new", "evaluation": evaluation}, {**base, "config": "old"}]
+    )
+    assert figures["new"]["evaluation"] == evaluation and figures["old"]["evaluation"] is None
