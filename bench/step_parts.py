@@ -251,16 +251,15 @@ def evaluation_rates(
     for k in chunks:
         chunked = copy.copy(batches)
         chunked.local_batch = k * batches.local_batch
-        best = float("inf")
-        for i in range(repeats + 1):
-            sync(compute.device)
-            start = time.perf_counter()
-            found = count_errors(logits_of, chunked, augment, compute)
-            sync(compute.device)
-            best = best if i == 0 else min(best, time.perf_counter() - start)
-        counts.append(found.tolist())
-        rates[str(k)] = round(images / best, 1)
-        shares[str(k)] = round(passes * best / epoch_s, 4)
+        counts.append(count_errors(logits_of, chunked, augment, compute).tolist())  # untimed
+        best = 0.0
+        for _ in range(repeats):
+            rate = Rate()
+            rate.start(compute.device)
+            count_errors(logits_of, chunked, augment, compute)
+            best = max(best, rate.stop(images).per_s)
+        rates[str(k)] = round(best, 1)
+        shares[str(k)] = round(passes * images / best / epoch_s, 4)
     return {
         "images": images,
         "passes_per_epoch": passes,
