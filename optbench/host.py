@@ -7,10 +7,14 @@ a trial trains on (`training_device`): every executor's workers, `--measure` and
 name (`cpu_name`), which a trial's runtime info and the benches record, and what its float
 arithmetic depends on beyond that name (`cpu_identity`: vendor, family, model, stepping and the
 vector flags; `gpu_identity`: a GPU's name, compute capability and driver), which each result's
-provenance records (provenance.py: `machine`)."""
+provenance records (provenance.py: `machine`). And a process's exit without the interpreter's
+collections over every object torch and timm made (`freeze_at_exit`)."""
 
 from __future__ import annotations
 
+import atexit
+import functools
+import gc
 import math
 import os
 import platform
@@ -25,6 +29,14 @@ NVIDIA_DRIVER = Path(
 # the CPU flags that choose torch's and numpy's kernels (and with them the order of float sums)
 MATH_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile")
 CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")  # cgroup v2: "<quota> <period>" or "max <period>"
+# What a Linux machine with a GPU driver has: NVIDIA's kernel module (also inside a container
+# given GPUs), WSL2's GPU paravirtualisation, ROCm's compute interface (torch.cuda on AMD).
+GPU_DRIVER_FILES = (
+    Path("/proc/driver/nvidia"),
+    Path("/dev/nvidiactl"),
+    Path("/dev/dxg"),
+    Path("/dev/kfd"),
+)
 
 
 def cgroup_cpu_limit(path: Path = CGROUP_CPU_MAX) -> int | None:
@@ -49,11 +61,37 @@ def usable_cores() -> int:
     return min(cores, limit) if limit else cores
 
 
+def cuda_device_count() -> int:
+    """The CUDA devices torch sees (torch.cuda.device_count()). On Linux without a GPU driver's
+    files it is 0, answered without importing torch: a local study's driver asks it to size its
+    pool, and importing torch costs each `optbench run` seconds of CPU (bench/RESULTS.md)."""
+    if platform.system() == "Linux" and not any(f.exists() for f in GPU_DRIVER_FILES):
+        return 0
+    import torch
+
+    return torch.cuda.device_count()
+
+
 def training_device() -> str:
     """ "cuda" where torch sees a GPU (a pool worker sees the one it was given), else "cpu"."""
     import torch  # a trial's process has it loaded already; the driver never asks
 
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@functools.cache  # registered once per process
+def freeze_at_exit() -> None:
+    """At this process's exit, after the exit hooks registered later (a tracker's flush among
+    them), collect its garbage once and freeze what is left, which the interpreter's own exit
+    collections then skip: with torch and timm loaded they traverse millions of objects,
+    several times, 1.6 s of CPU per process on a 2-core VM (bench/RESULTS.md), paid by every
+    `optbench` command, pool worker and SLURM job step. Only the exit changes."""
+    atexit.register(_collect_and_freeze)
+
+
+def _collect_and_freeze() -> None:
+    gc.collect()  # garbage cycles still end as at any exit: their finalizers run
+    gc.freeze()
 
 
 def check_writable_folder(path: Path, what: str) -> None:

@@ -28,6 +28,7 @@ from optbench.errors import (
     WriteError,
     torch_mismatch,
 )
+from optbench.host import freeze_at_exit
 
 # Help is click's plain text, not typer's rich panels: rich reads "[...]" in a help string as
 # markup and drops it (the --set example lost its '[vit_c_4gf]'), keeps a docstring's line
@@ -65,6 +66,7 @@ for command in (train, run, status, cancel, models, optimizers, report, compare)
 
 
 def main() -> None:
+    freeze_at_exit()
     try:
         # Not standalone: click's errors (a bad flag value, a missing argument) come here to be
         # one line, not typer's usage box. The name fixes the completion variable

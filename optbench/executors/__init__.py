@@ -16,7 +16,7 @@ from collections.abc import Callable
 from optbench.errors import UsageError
 from optbench.executors.local import InlineExecutor, LocalExecutor, pool_size, split_cores
 from optbench.executors.protocol import Executor
-from optbench.host import usable_cores
+from optbench.host import cuda_device_count, usable_cores
 from optbench.spec.schema import StudySpec
 
 
@@ -31,10 +31,8 @@ def make_executor(
     if kind == "debug":
         return InlineExecutor()
     if kind == "local":
-        import torch
-
         chosen = spec.executor.workers if workers is None else workers
-        pool_size(chosen, usable_cores(), torch.cuda.device_count())  # UsageError if too many
+        pool_size(chosen, usable_cores(), cuda_device_count())  # UsageError if too many
         return LocalExecutor(chosen, spec.study_dir)
     from optbench.executors.slurm.client import max_array_size
 
@@ -70,9 +68,7 @@ def at_once(spec: StudySpec, trials: int, on_gpus: bool) -> int:
         return 1
     gpus = 0
     if on_gpus:
-        import torch
-
-        gpus = torch.cuda.device_count()
+        gpus = cuda_device_count()
     try:
         return split_cores(trials, spec.executor.workers, usable_cores(), gpus)[0]
     except UsageError:

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from optbench.errors import DISK_FAULTS, UsageError, WriteError
 from optbench.executors.protocol import DiesWithDriver, JobEvent, described, import_study_code
-from optbench.host import training_device, usable_cores
+from optbench.host import cuda_device_count, freeze_at_exit, training_device, usable_cores
 from optbench.spec.schema import ExecutorSettings
 from optbench.trial.jobs import Job
 
@@ -129,6 +129,7 @@ def _serve(
     from optbench.trial import timing
 
     timing.process_started()  # the process's start, recorded with its first trial
+    freeze_at_exit()
     _die_with(driver_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if gpu is not None:  # before torch touches CUDA: this worker sees one GPU
@@ -221,9 +222,7 @@ class LocalExecutor(DiesWithDriver):
     def submit(self, jobs: Sequence[Job]) -> str:
         self._queue.extend(jobs)
         if self._pool is None:
-            import torch
-
-            gpus = torch.cuda.device_count()
+            gpus = cuda_device_count()
             n, threads = split_cores(len(self._queue), self._workers, usable_cores(), gpus)
             self._pool = _Pool(threads, [i if gpus else None for i in range(n)])
             self._where = f"{n} GPU worker(s)" if gpus else f"{n} worker(s) x {threads} thread(s)"

@@ -33,6 +33,7 @@ import torch
 from optbench import safefs
 from optbench.data.input_plan import resolve_execution
 from optbench.errors import MeasureFailed
+from optbench.host import freeze_at_exit
 from optbench.train.compute import Compute, runtime_info
 from optbench.train.distributed import DistContext
 from optbench.train.epoch import run_epoch
@@ -261,6 +262,7 @@ def measure_fresh(
 def _measure_here() -> None:
     """`python -m optbench.train.measure`: measure the configuration JSON on stdin, print its
     figures as one JSON line (module `measure_fresh`)."""
+    freeze_at_exit()  # as a job's process ends (executors/slurm/job.py)
     for name in JOB_IMPORTS:  # what a SLURM job's process imports before its trial
         importlib.import_module(name)
     imported_at = time.time()

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import submitit
 
 from optbench.executors.protocol import import_study_code
+from optbench.host import freeze_at_exit
 from optbench.trial.jobs import Job
 
 # What a job step's Python runs (`python -u -S -c JOB_STEP_CODE -u -m submitit.core._submit
@@ -49,6 +50,7 @@ class TrialBatch:
         from optbench.trial import timing
 
         timing.process_started()  # the job step's start, recorded with its first trial
+        freeze_at_exit()
         t0 = time.perf_counter()
         for name in timing.JOB_IMPORTS:  # the trainer's, as --measure times them
             importlib.import_module(name)
