@@ -84,8 +84,9 @@ def freeze_at_exit() -> None:
     """At this process's exit, after the exit hooks registered later (a tracker's flush among
     them), collect its garbage once and freeze what is left, which the interpreter's own exit
     collections then skip: with torch and timm loaded they traverse millions of objects,
-    several times, 1.6 s of CPU per process on a 2-core VM (bench/RESULTS.md), paid by every
-    `optbench` command, pool worker and SLURM job step. Only the exit changes."""
+    several times (a pool worker's exit 1.9 s -> 0.7 s on a 2-core VM, bench/RESULTS.md:
+    process_costs), paid by every `optbench` command, pool worker and SLURM job step. Only the
+    exit changes."""
     atexit.register(_collect_and_freeze)
 
 
