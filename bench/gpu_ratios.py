@@ -2,10 +2,10 @@
 leaves in its output folder: per training configuration of bench/step_parts.py, the MFU of the
 model alone and of the trial, input / model alone, trial / model alone, the share of the steps
 waiting for input, the host syncs per step, the epoch's evaluation beside its training, and
-the steps' profile (bench/step_profile.py:
-operations per step, the device's busy share, time by kind of operation); the tensor
-pipeline's stages on a class folder, each alone (bench/input_stages.py); population K / solo per model
-(bench/population.py, K = 4 and 16); and a short trial's wall time over its epochs with the
+the steps' profile (bench/step_profile.py: operations per step, the device's busy share, time by
+kind of operation); the tensor pipeline's stages on a class folder, each alone
+(bench/input_stages.py); population K / solo per model (bench/population.py, K = 4 and 16);
+and a short trial's wall time over its epochs with the
 clock its step parts came from (`optbench train`'s result.json). A figure whose log is missing
 or failed is null, so the line is always printed.
 
