@@ -5,9 +5,9 @@ waiting for input, the host syncs per step, the epoch's evaluation beside its tr
 the steps' profile (bench/step_profile.py: operations per step, the device's busy share, time by
 kind of operation); the tensor pipeline's stages on a class folder, each alone
 (bench/input_stages.py); population K / solo per model (bench/population.py, K = 4 and 16);
-and a short trial's wall time over its epochs with the
-clock its step parts came from (`optbench train`'s result.json). A figure whose log is missing
-or failed is null, so the line is always printed.
+and a short trial's wall time over its epochs with the clock its step parts came from
+(`optbench train`'s result.json). A figure whose log is missing or failed is null, so the line
+is always printed.
 
     python3 bench/gpu_ratios.py OUT_DIR
 """
