@@ -334,6 +334,7 @@ BAD_METRICS = {
     "a nested object": '{"epoch": 1, "x": {"a": 1}}',
     "epoch zero": '{"epoch": 0}',
     "a long key": '{"epoch": 1, "' + "k" * 100 + '": 1}',
+    "nested past the parser": "[" * 200_000,
 }
 
 

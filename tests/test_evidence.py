@@ -218,10 +218,13 @@ def test_dry_run_prints_the_advice_of_an_earlier_report(tmp_path, monkeypatch, c
     assert not (tmp_path / "results").exists()
 
 
-@pytest.mark.parametrize("plant", ["nested", "fifo", "linked-file", "linked-folder"])
+@pytest.mark.parametrize(
+    "plant", ["nested", "claims-not-objects", "fifo", "linked-file", "linked-folder"]
+)
 def test_the_dry_run_reads_no_crafted_or_linked_summary(tmp_path, monkeypatch, capsys, plant):
     """The earlier report's summary.json is data: one that is nested too deep for the parser,
-    a FIFO, or reached through a link gives a note, never a traceback or a wait."""
+    whose claims are not objects, a FIFO, or reached through a link gives a note, never a
+    traceback or a wait."""
     from cli_inprocess import run_cli
 
     study = tmp_path / "s.yaml"
@@ -240,13 +243,16 @@ def test_the_dry_run_reads_no_crafted_or_linked_summary(tmp_path, monkeypatch, c
         folder.mkdir()
     if plant == "nested":
         (folder / "summary.json").write_text("[" * 100_000)
+    elif plant == "claims-not-objects":
+        (folder / "summary.json").write_text(json.dumps({"claims": [1, None, "x", [2]]}))
     elif plant == "fifo":
         os.mkfifo(folder / "summary.json")
     elif plant == "linked-file":
         (folder / "summary.json").symlink_to(elsewhere / "summary.json")
     code, out, err = run_cli(["run", str(study), "--dry-run"], tmp_path, monkeypatch, capsys)
     assert code == 0, err
-    said = {"nested": "not a summary.json optbench wrote", "fifo": "not a regular file"}
+    not_ours = "not a summary.json optbench wrote"
+    said = {"nested": not_ours, "claims-not-objects": not_ours, "fifo": "not a regular file"}
     assert said.get(plant, "a symbolic link") in out
 
 

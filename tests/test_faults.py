@@ -1425,3 +1425,39 @@ def test_run_exits_1_after_failed_trials_saying_how_many_and_where_the_logs_are(
     # the same command again: nothing left to run (no retries), and the study is still not whole
     code, out, _ = run_cli(["run", "study.yaml"], tmp_path, monkeypatch, capsys)
     assert code == 1 and "2 trial(s) failed" in out
+
+
+# An attempt's recorded attribute edited into a value of another type than optbench writes it in
+# (or into text that is not JSON): every reader and `run` stop with one line naming the trial.
+DAMAGED_ATTEMPTS = {
+    "not JSON": ("final_error", "{not json", "not JSON"),
+    "an error as text": ("final_error", '"abc"', "final_error 'abc' is not a number"),
+    "an error as an object": ("final_error", "{}", "final_error {} is not a number"),
+    "threads as text": ("threads", '"x"', "threads 'x' is not a count"),
+    "versions as a list": ("versions", "[1]", "versions [1] is not a mapping"),
+    "metrics as text": ("metrics", '"x"', "metrics 'x' is not a list of epochs' metrics"),
+}
+
+
+@pytest.mark.parametrize("kind", DAMAGED_ATTEMPTS)
+def test_a_damaged_attempt_record_is_one_line_and_never_touched(
+    kind, tmp_path, monkeypatch, capsys, a_study_database
+):
+    key, value, why = DAMAGED_ATTEMPTS[kind]
+    data = copy.deepcopy(ONE_MODEL_STUDY)
+    data["search"]["n_samples"] = 1  # the cell a_study_database recorded
+    db = _study_folder(data, tmp_path)
+    shutil.copy(a_study_database, db)
+    with sqlite3.connect(db) as con:
+        changed = con.execute(
+            "UPDATE trial_user_attributes SET value_json = ? WHERE key = ?", (value, key)
+        ).rowcount
+    assert changed == 1
+    before = _as_left(tmp_path)
+    for command in COMMANDS:
+        code, err = _exit_and_stderr(command, tmp_path, monkeypatch, capsys)
+        assert code == 2, (command, err)
+        [line] = err.strip().splitlines()
+        assert "in the study database is damaged" in line and why in line, line
+        assert "restore the database from a copy" in line
+    assert _as_left(tmp_path) == before  # not written, nothing else either

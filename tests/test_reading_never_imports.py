@@ -9,10 +9,12 @@ process)."""
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import uuid
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 from cli_inprocess import ONE_MODEL_STUDY
@@ -139,6 +141,28 @@ def test_report_and_compare_never_import_the_studys_modules(sent, cli):
     summary = optbench.load_summary(sent.study)
     assert {cell["model"] for cell in summary["cells"]} >= {sent.model}
     sent.assert_not_run()
+
+
+@pytest.mark.slow  # renders a report
+def test_a_sent_results_folder_is_read_where_it_lies_whatever_output_its_spec_names(
+    sent, cli, tmp_path
+):
+    # the sender's spec.yaml names their own folder (or any other); the report reads the one
+    # it was given, and writes nothing at the other
+    inbox = tmp_path / "inbox"
+    shutil.copytree(sent.results, inbox)
+    saved = inbox / "sent" / "spec.yaml"
+    data = yaml.safe_load(saved.read_text())
+    elsewhere = tmp_path / "sender's results"
+    data["output"] = str(elsewhere)
+    saved.write_text(yaml.safe_dump(data))
+    code, out, err = cli("report", "--results", str(inbox), "--out", "inbox_report")
+    assert code == 0, err
+    read = pd.read_csv(tmp_path / "inbox_report" / "sent" / "trials.csv")
+    recorded = optbench.load_trials(sent.study)
+    assert len(read) == len(recorded) > 0 and (read["status"] == "finished").all()
+    assert not elsewhere.exists()
+    sent.assert_not_run(out, err)
 
 
 def test_a_study_without_imports_still_refuses_an_unknown_model(tmp_path, cli):

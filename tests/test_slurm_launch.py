@@ -368,39 +368,39 @@ def test_the_cli_rejects_it_with_exit_2_and_writes_nothing(tiny_dict, tmp_path):
     assert not Path(tiny_dict["output"]).exists()
 
 
-def _timed_out_job(tmp_path, state: str, pickled: tuple | None) -> tuple[TrialJob, JobRecord]:
+def _timed_out_job(tmp_path, stderr_end: str) -> tuple[TrialJob, JobRecord]:
     job = TrialJob("cell/s000-seed0", _config(), tmp_path / "trial")
     log = tmp_path / "slurm" / "42_3" / "42_3_0_log.err"
     log.parent.mkdir(parents=True)
-    log.write_text("...")
-    if pickled is not None:  # what submitit leaves when its signal handler ends the job
-        with open(log.parent / "42_3_0_result.pkl", "wb") as f:
-            pickle.dump(pickled, f)
+    log.write_text("x" * 100_000 + "\n" + stderr_end)  # the end of a long log
     return job, JobRecord(job.key, "42_3", config_hash(job.config), str(log), 0.0)
 
 
+# The end of a job's stderr when submitit's USR2 handler ended it after max_requeues time-outs
+# (the job then ends FAILED 1:0): its log line, then the traceback of the error it raises.
+SUBMITIT_OUT_OF_REQUEUES = (
+    "submitit INFO (2026-12-08 03:00:00,000) - Job not requeued because: timed-out too many "
+    "times.\nsubmitit ERROR (2026-12-08 03:00:00,001) - Submitted job triggered an exception\n"
+    "Traceback (most recent call last):\n  ...\nsubmitit.core.utils.UncompletedJobError: Job "
+    "not requeued because: timed-out too many times.\n"
+)
+
+
 @pytest.mark.parametrize(
-    "state, pickled",
+    "state, stderr_end",
     [
-        # submitit's USR2 handler after max_requeues time-outs (the job then ends FAILED 1:0)
-        (
-            "FAILED",
-            (
-                "error",
-                "submitit.core.utils.UncompletedJobError: Job not requeued "
-                "because: timed-out too many times.",
-            ),
-        ),  # fmt: skip
-        ("TIMEOUT", None),  # SLURM itself killed the job at its time limit
+        ("FAILED", SUBMITIT_OUT_OF_REQUEUES),
+        ("TIMEOUT", "..."),  # SLURM itself killed the job at its time limit
     ],
+    ids=["out-of-requeues", "slurm-time-limit"],
 )
 def test_a_job_that_ran_out_of_time_says_so_with_limit_and_requeues(
-    tmp_path, monkeypatch, state, pickled
+    tmp_path, monkeypatch, state, stderr_end
 ):
     slurm = FakeSlurm(monkeypatch)
     slurm.sacct_out = f"JobID|State\n42_3|{state}\n"
     slurm.sacct_history = "42_3|00:10:00\n42_3|00:10:00\n42_3|00:10:00\n"  # ran 3 times
-    job, rec = _timed_out_job(tmp_path, state, pickled)
+    job, rec = _timed_out_job(tmp_path, stderr_end)
     append_records(tmp_path / "slurm", [rec])
     executor = SlurmExecutor(SlurmSettings(), tmp_path / "slurm", "tiny", notify=lambda m: None)
     executor.submit([job])
@@ -413,12 +413,48 @@ def test_a_job_that_ran_out_of_time_says_so_with_limit_and_requeues(
 def test_a_job_that_failed_otherwise_is_not_called_a_time_limit(tmp_path, monkeypatch):
     slurm = FakeSlurm(monkeypatch)
     slurm.sacct_out = "JobID|State\n42_3|FAILED\n"
-    job, rec = _timed_out_job(tmp_path, "FAILED", ("error", "RuntimeError: CUDA error"))
+    job, rec = _timed_out_job(tmp_path, "Traceback ...\nRuntimeError: CUDA error\n")
     append_records(tmp_path / "slurm", [rec])
     executor = SlurmExecutor(SlurmSettings(), tmp_path / "slurm", "tiny", notify=lambda m: None)
     executor.submit([job])
     [event] = executor.poll(0)
     assert event.message.startswith("SLURM job 42_3 FAILED; log: ")
+
+
+class _Planted:
+    """A pickle that leaves a file behind if it is ever unpickled."""
+
+    def __init__(self, mark: Path):
+        self.mark = mark
+
+    def __reduce__(self):
+        return (Path.touch, (self.mark,))
+
+
+def test_a_failed_jobs_planted_result_pickle_is_never_unpickled(tmp_path, monkeypatch):
+    # submitit's result pickle beside the log would say "timed-out too many times"; reading it
+    # would run whatever a planted one asks. The end is told from the log's text alone.
+    slurm = FakeSlurm(monkeypatch)
+    slurm.sacct_out = "JobID|State\n42_3|FAILED\n"
+    job, rec = _timed_out_job(tmp_path, "Traceback ...\nRuntimeError: CUDA error\n")
+    mark = tmp_path / "unpickled"
+    with open(Path(rec.log).parent / "42_3_0_result.pkl", "wb") as f:
+        pickle.dump(("error", _Planted(mark)), f)
+    append_records(tmp_path / "slurm", [rec])
+    executor = SlurmExecutor(SlurmSettings(), tmp_path / "slurm", "tiny", notify=lambda m: None)
+    executor.submit([job])
+    [event] = executor.poll(0)
+    assert event.message.startswith("SLURM job 42_3 FAILED; log: ")
+    assert not mark.exists()
+
+
+@pytest.mark.parametrize("job_id", ["../../elsewhere", "/tmp/x", "42;rm", "42_3/../../7"])
+def test_a_journal_record_with_a_job_id_slurm_never_gives_is_not_optbenchs(tmp_path, job_id):
+    # a job's logs are found from its id below the journal's folder: one that would lead out of
+    # it is skipped as a line that is not a record, never followed
+    job = TrialJob("cell/s000-seed0", _config(), tmp_path / "trial")
+    append_records(tmp_path, [JobRecord(job.key, job_id, config_hash(job.config), "/l", 0.0)])
+    assert read_records(tmp_path) == {}
 
 
 def test_the_job_step_lets_a_held_back_usr2_through_once_submitits_handler_is_there():

@@ -787,3 +787,29 @@ def test_a_killed_mlflow_server_costs_one_line_per_trial_and_the_next_run_comple
     third = run_again(study, tmp_path)
     assert third.returncode == 0 and third.stderr == "", third.stderr
     assert "nothing to run" in third.stdout and "completed" not in third.stdout
+
+
+def test_a_report_run_whose_artifact_location_was_edited_to_lead_out_attaches_nothing(tmp_path):
+    # MLflow copies a run's artifacts where its store's meta.yaml says; a received study folder
+    # may say anywhere. The first report attaches in the study folder, the edited one nowhere.
+    study_dir = tmp_path / "results" / "tiny"
+    report_dir = tmp_path / "reports" / "tiny"
+    report_dir.mkdir(parents=True)
+    (report_dir / "index.html").write_text("<p>report</p>")
+    tracking = Tracking(kind="mlflow").resolved(study_dir)
+    assert tracking_mod.attach_report(tracking, study_dir, report_dir) is None
+    [report_run] = _mlflow_runs(study_dir)["report"]
+    run_id = report_run.info.run_id
+    assert [a.path for a in _client(study_dir).list_artifacts(run_id)] == ["index.html"]
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    [meta] = [p for p in (study_dir / "mlruns").rglob("meta.yaml") if p.parent.name == run_id]
+    text = meta.read_text()
+    before = report_run.info.artifact_uri
+    assert before in text
+    meta.write_text(text.replace(before, elsewhere.as_uri()))
+    note = tracking_mod.attach_report(tracking, study_dir, report_dir)
+    assert note is not None and note.startswith("optbench: mlflow: the report's files were not")
+    assert elsewhere.as_uri() in note and "outside the study folder" in note
+    assert not any(elsewhere.iterdir())

@@ -81,7 +81,13 @@ def report(
             raise UsageError(
                 f"--results: no studies under {results} (no */spec.yaml); run one first"
             )
-        specs = [read_study(path, data=False, overrides=set_, profile=profile) for path in saved]
+        # each study's folder is where its spec.yaml was found, whatever `output` it names: a
+        # folder someone sent you is read there, never beside your own results or elsewhere
+        root = {"output": ("--results", str(results))}
+        specs = [
+            read_study(path, data=False, overrides=set_, flags=root, profile=profile)
+            for path in saved
+        ]
     from optbench.host import check_writable_folder
 
     for spec in specs:  # before any report is written: the last could not be

@@ -109,8 +109,10 @@ def earlier_claims(found: dict | str) -> list[dict]:
         return []
 
     def usable(row) -> bool:
+        if not isinstance(row, dict):
+            return False
         numbers = [row.get(k) for k in ("estimate", "se", "n_now")]
-        return isinstance(row, dict) and all(
+        return all(
             isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)
             for v in numbers
         )

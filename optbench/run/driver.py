@@ -73,8 +73,9 @@ def run_study(
     trials = plan(spec)  # pure: a spec that cannot be planned stops here, before any write
     refuse_links(spec, trials)  # before any write, too
     try:
-        if spec.decide is not None:  # a changed design or cells, a damaged looks record
-            _check_rounds(spec, trials)  # refused before the lock, spec.yaml or any write
+        # a damaged record of attempts or looks, a changed design or cells: refused before the
+        # lock, spec.yaml or any write
+        _check_records(spec, trials)
         return _drive(spec, executor, trials, console, live, detach)
     except KeyboardInterrupt as stop:  # StopSignal too: Ctrl-C, SIGTERM, SIGHUP
         if not getattr(stop, "said", False):  # follow says how many trials it left
@@ -85,12 +86,16 @@ def run_study(
         raise
 
 
-def _check_rounds(spec: StudySpec, trials: list[Trial]) -> None:
-    """Rounds.of on the store opened read-only: DesignChanged, CellsChanged or DamagedLooks
+def _check_records(spec: StudySpec, trials: list[Trial]) -> None:
+    """The recorded attempts (Store.read: a damaged one is a UsageError) and, with `decide:`,
+    Rounds.of (DesignChanged, CellsChanged or DamagedLooks) on the store opened read-only,
     before anything is written. A database that holds a killed driver's unfinished write is
-    read once the driver rolled it back (run_study checks the looks again then)."""
+    read once the driver rolled it back (_drive reads both again then)."""
     try:
-        Rounds.of(spec, Store(spec, create=False), trials)
+        store = Store(spec, create=False)
+        store.read(trials)
+        if spec.decide is not None:
+            Rounds.of(spec, store, trials)
     except UnfinishedWrite:
         pass
 

@@ -158,16 +158,33 @@ class Store:
             return None
 
     def _attach(self, trials: list[Trial], study: optuna.Study | None) -> list[StoredTrial]:
-        """One cell's planned trials with the state of each one's latest attempt."""
+        """One cell's planned trials with the state of each one's latest attempt. UsageError if
+        an attempt's record is not JSON or not of the types `record` writes (damaged_attempt)."""
         stored = {(t.sample, t.seed): StoredTrial(t) for t in trials}
-        records = study.get_trials(deepcopy=False) if study is not None else []
+        try:
+            records = study.get_trials(deepcopy=False) if study is not None else []
+        except ValueError as err:  # optuna's json.loads of a value edited into not JSON
+            where = f"cell {trials[0].cell_id}"
+            raise UsageError(self._damaged(where, f"not JSON: {err}")) from None
         for record in sorted(records, key=lambda r: r.number):
             item = stored.get((record.user_attrs.get("sample"), record.user_attrs.get("seed")))
             if item is None:
                 continue  # a sample or seed the spec no longer asks for: kept, not used
+            why = damaged_attempt(record.user_attrs)
+            if why is not None:
+                where = f"trial {item.trial.key}, attempt {record.number}"
+                raise UsageError(self._damaged(where, why))
             item.attempts += 1
             item.earlier, item.record, item.status = item.record, record, _status(record)
         return list(stored.values())
+
+    def _damaged(self, where: str, why: str) -> str:
+        """The line for a damaged record of a cell's attempts: the study, where, why, and what
+        to do."""
+        return (
+            f"{self.spec.name}: the record of {where} in the study database is damaged ({why}); "
+            "it is left as it is: restore the database from a copy"
+        )
 
     @_storage_errors
     def read(self, trials: list[Trial]) -> list[StoredTrial]:
@@ -414,6 +431,44 @@ def running_since(item: StoredTrial, run: str | None) -> float | None:
         return None
     since = mark.get("since")
     return float(since) if isinstance(since, int | float) and math.isfinite(since) else None
+
+
+# The types `Store.record` writes each attribute of a result in (TrialResult's fields): a value
+# of another type was not written by optbench, and the readers (report, status) would trip on it
+# far from here. "timing" and "running" have readers that take any value (stored_timing,
+# running_since).
+_NUMBER_ATTRS = (
+    "final_error", "best_error", "epochs_run", "diverged_epoch", "wall_s", "images_per_s",
+    "input_wait", "population",
+)  # fmt: skip
+_COUNT_ATTRS = ("threads",)
+_TEXT_ATTRS = ("status", "device", "pipeline", "digest", "message", "origin")
+_MAPPING_ATTRS = ("versions", "provenance")
+
+
+def damaged_attempt(attrs: dict) -> str | None:
+    """What is wrong with an attempt's recorded attributes (None: nothing): a value of another
+    type than optbench writes it in (null is always allowed: an attempt not yet recorded)."""
+    kinds = [
+        (_NUMBER_ATTRS, (int, float), "a number"),
+        (_COUNT_ATTRS, (int,), "a count"),
+        (_TEXT_ATTRS, (str,), "a string"),
+        (_MAPPING_ATTRS, (dict,), "a mapping"),
+    ]
+    for names, types, what in kinds:
+        for name in names:
+            value = attrs.get(name)
+            if value is not None and type(value) not in types:
+                return f"{name} {_short(value)} is not {what}"
+    metrics = attrs.get("metrics", [])
+    if not isinstance(metrics, list) or not all(isinstance(m, dict) for m in metrics):
+        return f"metrics {_short(metrics)} is not a list of epochs' metrics"
+    return None
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _by_cell(trials: list[Trial]) -> dict[str, list[Trial]]:

@@ -23,6 +23,7 @@ import os
 import re
 import secrets
 import string
+import urllib.parse
 from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
@@ -213,6 +214,7 @@ class MlflowRun(TrackerRun):
         from mlflow.tracking import MlflowClient
 
         self.client = MlflowClient(tracking_uri=tracking.uri)
+        self.local_roots = _local_roots(study_dir, tracking.uri)
         if run_id is not None and self._exists(run_id):
             self.run_id = run_id
             self.client.update_run(run_id, status="RUNNING")
@@ -271,6 +273,14 @@ class MlflowRun(TrackerRun):
             self.client.log_batch(self.run_id, metrics=metrics[i : i + 1000])
 
     def attach(self, files: Iterable[Path], base: Path) -> None:
+        # MLflow copies a local run's artifacts to the artifact_uri its store records (a file of
+        # the store, meta.yaml or a database row): one edited to lead elsewhere is refused
+        where = self.client.get_run(self.run_id).info.artifact_uri
+        if not _inside(where, self.local_roots):
+            raise safefs.UnsafePath(
+                f"the report run's artifact location {where} is outside the study folder and "
+                "the MLflow store; optbench writes nowhere else"
+            )
         for path in files:
             folder = path.parent.relative_to(base).as_posix()
             self.client.log_artifact(self.run_id, str(path), None if folder == "." else folder)
@@ -281,6 +291,28 @@ class MlflowRun(TrackerRun):
         tags = [RunTag(f"optbench.{k}", str(v)[:5000]) for k, v in summary.items()]
         self.client.log_batch(self.run_id, tags=tags)
         self.client.set_terminated(self.run_id, STATUS[status])
+
+
+def _local_roots(study_dir: Path, uri: str) -> tuple[Path, ...] | None:
+    """The folders a local store's artifacts may lie in: the study folder and a file store's own
+    folder (resolved: links followed); None for a server (its artifacts are where it says)."""
+    roots = [study_dir.resolve()]
+    if uri.startswith("file:"):
+        roots.append(Path(urllib.parse.unquote(urllib.parse.urlparse(uri).path)).resolve())
+    elif not uri.startswith("sqlite:"):
+        return None
+    return tuple(roots)
+
+
+def _inside(artifact_uri: str, roots: tuple[Path, ...] | None) -> bool:
+    """Whether a run's artifact URI lies in one of `roots` (None: anywhere, a server's)."""
+    if roots is None:
+        return True
+    parsed = urllib.parse.urlparse(artifact_uri)
+    if parsed.scheme not in ("", "file"):
+        return False  # a local store's run sending its artifacts to s3:, http: or the like
+    path = Path(urllib.parse.unquote(parsed.path)).resolve()
+    return any(path.is_relative_to(root) for root in roots)
 
 
 def _artifacts(study_dir: Path, uri: str) -> str | None:

@@ -183,7 +183,7 @@ def parse_metrics_line(raw: str | bytes) -> tuple[dict, str | None]:
     NaN or Infinity, short keys and strings."""
     try:
         line = json.loads(raw, parse_constant=_no_constant)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than json can read
         return {}, "is not JSON"
     if not isinstance(line, dict) or len(line) > MAX_METRICS_KEYS:
         return {}, f"is not an epoch's metrics (a JSON object of at most {MAX_METRICS_KEYS} keys)"

@@ -5,18 +5,16 @@ driver followed them. The executor only says that a job ended; the driver reads 
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-import submitit
-from submitit.core.utils import JobPaths
-
 from optbench import safefs
 from optbench.executors.protocol import JobEvent
 from optbench.executors.slurm.client import ACTIVE_STATES, ENDED, SlurmCommandError, slurm_command
-from optbench.executors.slurm.journal import JobRecord, append_records, followed_jobs
+from optbench.executors.slurm.journal import JobRecord, append_records, followed_jobs, job_log
 from optbench.trial.jobs import TrialJob
 from optbench.trial.results import RESULT_FILE
 
@@ -30,15 +28,26 @@ def minutes(limit: str) -> str:
     return f"{days * 1440 + hours * 60 + mins + secs / 60:g} min"
 
 
-def out_of_requeues(rec: JobRecord) -> bool:
-    """Whether submitit ended the job because it timed out more often than max_requeues (it
-    then raises in its signal handler and pickles that error as the job's outcome)."""
-    path = JobPaths(Path(rec.log).parent, job_id=rec.job_id, task_id=0).result_pickle
+# What submitit's job writes to its stderr when it timed out more often than max_requeues
+# (core/job_environment.py raises it in the signal handler; the job logs it and its traceback).
+OUT_OF_REQUEUES = b"Job not requeued because: timed-out too many times"
+LOG_TAIL_BYTES = 64 << 10  # the message ends the log: the traceback follows it, nothing else
+
+
+def out_of_requeues(folder: Path, rec: JobRecord) -> bool:
+    """Whether submitit ended the job because it timed out more often than max_requeues, as the
+    end of its stderr log says. The log is found from the job's id below `folder` and read as
+    bytes through safefs; never the job's result pickle, which a file planted in a study folder
+    could make run code as it is unpickled."""
     try:
-        outcome = submitit.core.utils.pickle_load(path)
-    except Exception:  # noqa: BLE001 - no outcome (killed, never started) or unreadable
+        log = safefs.open_file(Path(job_log(folder, rec.job_id)), folder)
+        if log is None:  # never started, or its log is gone
+            return False
+        with log:
+            log.seek(max(0, os.fstat(log.fileno()).st_size - LOG_TAIL_BYTES))
+            return OUT_OF_REQUEUES in log.read(LOG_TAIL_BYTES)
+    except (OSError, safefs.UnsafePath):  # unreadable; a link, a FIFO, an id leaving `folder`
         return False
-    return outcome[0] == "error" and "timed-out too many times" in str(outcome[1])
 
 
 def time_limit_reason(rec: JobRecord) -> str:
@@ -59,7 +68,7 @@ def time_limit_reason(rec: JobRecord) -> str:
     )
 
 
-def lost_reason(rec: JobRecord, state: str) -> str:
+def lost_reason(folder: Path, rec: JobRecord, state: str) -> str:
     """Why a trial's job ended without the trial's result file, with where its log is."""
     job = f"SLURM job {rec.job_id}"
     if state == "UNKNOWN":
@@ -68,7 +77,7 @@ def lost_reason(rec: JobRecord, state: str) -> str:
         why = f"{job} ended while SLURM accounting was down (how is unknown)"
     elif state == "COMPLETED":
         why = f"{job} completed without writing the result file"
-    elif state == "TIMEOUT" or (state == "FAILED" and out_of_requeues(rec)):
+    elif state == "TIMEOUT" or (state == "FAILED" and out_of_requeues(folder, rec)):
         why = time_limit_reason(rec)
     else:
         why = f"{job} {state}"
@@ -93,7 +102,7 @@ def end_event(folder: Path, job: TrialJob, rec: JobRecord, state: str) -> JobEve
     append_records(folder, [replace(rec, ended=state)])
     if result_written(job):  # the driver reads it (and checks its config)
         return JobEvent(job.key, "ended")
-    return JobEvent(job.key, "lost", lost_reason(rec, state))
+    return JobEvent(job.key, "lost", lost_reason(folder, rec, state))
 
 
 def settle_ended(folder: Path, jobs: Sequence[TrialJob]) -> list[JobEvent]:

@@ -86,6 +86,9 @@ def read_journal(folder: Path) -> tuple[dict[str, JobRecord], list[Submission]]:
 
 
 _RECORD, _SUBMISSION = TypeAdapter(JobRecord), TypeAdapter(Submission)
+# A SLURM job id as sbatch gives submitit one: a job, or an array's element. The logs are found
+# from it (job_log), so a record naming another is not optbench's.
+_JOB_ID = re.compile(r"[0-9]{1,20}(_[0-9]{1,10})?")
 
 
 def _entry(line: bytes) -> JobRecord | Submission | str | None:
@@ -100,7 +103,8 @@ def _entry(line: bytes) -> JobRecord | Submission | str | None:
             return _SUBMISSION.validate_python(data)
         if "resolved" in data:
             return data["resolved"] if isinstance(data["resolved"], str) else None
-        return _RECORD.validate_python(data)
+        record = _RECORD.validate_python(data)
+        return record if _JOB_ID.fullmatch(record.job_id) else None
     except (ValueError, RecursionError):  # pydantic's ValidationError is a ValueError
         return None
 

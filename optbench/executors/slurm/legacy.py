@@ -9,10 +9,9 @@ Unpickling names `optbench.executors.slurm.job` (TrialBatch's module, a stable p
 of the classes it holds, so importing this package installs `install()`'s finder first; it
 answers only the old names below, and only where no installed module has that name, by handing out
 the module that holds those classes now (the same module object: the classes are the current
-ones). The driver reads the pickled outcome of an ended job (ends.py) in a process that has
-imported this package too. A new entry is needed when a module that defines a class pickled into
-a job (or raised out of one) moves; tests/test_slurm_legacy.py unpickles a job written under
-every old name here.
+ones). The driver never unpickles a job's outcome (ends.py reads its log's text). A new entry is
+needed when a module that defines a class pickled into a job moves; tests/test_slurm_legacy.py
+unpickles a job written under every old name here.
 
 A class that moved out of a module that still exists (`MOVED_CLASSES`) needs no finder: the old
 module keeps importing it, so the pickle's old name finds the current class there.
