@@ -121,3 +121,44 @@ def test_both_pipelines_resample_within_the_documented_bound(interpolation, imag
         assert d.max() <= most, split
         assert 100 * (d > 0).float().mean() <= pct_off, split
         assert 100 * (d > 1).float().mean() <= pct_far, split
+
+
+@pytest.mark.parametrize(
+    "model", ["vit_p_4gf", "regnety_4gf", "resnet50", "deit_small_patch16_224", "convnext_tiny"]
+)
+def test_the_evaluation_resize_is_timms_for_the_models_own_crop(model):
+    # timm evaluates a model at floor(input size / crop_pct) (transforms_imagenet_eval); a
+    # crop_pct such as 0.95 or 0.9 is where rounding would differ from it by a pixel
+    from types import SimpleNamespace
+
+    from timm.data import create_transform, resolve_data_config
+    from torchvision.transforms import Resize
+
+    from optbench.data.datasets import model_input
+
+    size, crop_pct = model_input(model)
+    config = resolve_data_config(pretrained_cfg=timm_cfg(model).to_dict())
+    [resize] = [t for t in create_transform(**config).transforms if isinstance(t, Resize)]
+    data = SimpleNamespace(img_size=size, crop_pct=crop_pct, mean=(0.5,) * 3, std=(0.25,) * 3)
+    plan = input_plan(Recipe(), data, "pil", "cpu")
+    assert (plan.img_size, plan.eval_resize) == (config["input_size"][-1], resize.size)
+
+
+def timm_cfg(model: str):
+    import timm
+
+    from optbench import models  # noqa: F401  (registers optbench's models and their cfgs)
+
+    return timm.get_pretrained_cfg(model)
+
+
+def test_a_crop_pct_given_as_train_over_test_gives_the_test_size_back():
+    # 232 / (232 / 262) is 261.99999999999997 in floating point: a plain floor would evaluate
+    # such a model one pixel short of its test size
+    from optbench.data.input_plan import eval_resize
+
+    assert [eval_resize(train, train / test) for train, test in [(232, 262), (240, 272)]] == [
+        262,
+        272,
+    ]
+    assert eval_resize(32, 0.875) == 36  # DeiT's int(256 / 224 * 32) and timm's floor

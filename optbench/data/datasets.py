@@ -8,8 +8,8 @@ folders; shards.py: WebDataset tar shards).
   size, evaluation crop; a shard index in the wds layout), whose images (`split_samples`) the
   pipelines read one by one. Their input size and evaluation crop come from the model's timm
   pretrained cfg (`model_input`) unless the study sets `dataset.img_size`: train at input_size,
-  evaluate by resizing the shorter side to round(size / crop_pct) and center-cropping size
-  (pycls: 256 and 224).
+  evaluate by resizing the shorter side to floor(size / crop_pct) (timm's) and center-cropping
+  size (pycls: 256 and 224).
 
 torch is imported where tensors are made (`load_digits`, `load_cifar`): the driver's checks and
 plans read this module without it (its import is a second and a half of every driver's start).

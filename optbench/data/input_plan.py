@@ -11,6 +11,7 @@ both apply. What the two pipelines' pixels differ by is measured in docs/recipes
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -97,6 +98,13 @@ class InputPlan:
     std: tuple[float, ...]
 
 
+def eval_resize(img_size: int, crop_pct: float) -> int:
+    """The shorter side before the evaluation centre crop: timm's floor(img_size / crop_pct)
+    (transforms_imagenet_eval), less a rounding error of the division: optbench's models give
+    crop_pct as train / test, and 232 / (232 / 262) is 261.99999999999997."""
+    return math.floor(img_size / crop_pct + 1e-6)
+
+
 def input_plan(recipe: Recipe, data, pipeline: str, device_type: str) -> InputPlan:
     """The plan of `recipe` on `data` (a FolderData or DeviceData: its img_size, mean, std and,
     for class folders, crop_pct) through `pipeline` ("auto", "pil", "tensor") on a device of
@@ -110,7 +118,7 @@ def input_plan(recipe: Recipe, data, pipeline: str, device_type: str) -> InputPl
     return InputPlan(
         pipeline=resolved,
         img_size=data.img_size,
-        eval_resize=round(data.img_size / crop_pct),  # round: 232 / (232 / 262) is 262
+        eval_resize=eval_resize(data.img_size, crop_pct),
         crop_scale=CROP_SCALE,
         crop_ratio=CROP_RATIO,
         resampling=resampling(recipe.interpolation),
