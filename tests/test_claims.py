@@ -44,8 +44,8 @@ def _good(model, optimizer, epochs, per_seed):
     return _rows(model, optimizer, epochs, [per_seed])
 
 
-def _claims(rows) -> pd.DataFrame:
-    return claims_table(frames.with_errors(pd.DataFrame(rows)), FAST, "t")
+def _claims(rows, **look) -> pd.DataFrame:
+    return claims_table(frames.with_errors(pd.DataFrame(rows)), FAST, "t", **look)
 
 
 def _row(table: pd.DataFrame, claim: str, **where) -> pd.Series:
@@ -292,6 +292,34 @@ def test_a_three_seed_claim_gets_the_t_interval_of_its_per_seed_contrasts():
     assert row["interval"] == "t" and row["n_now"] == 3
     assert (row["low"], row["high"]) == pytest.approx((low, high))
     assert row["verdict"] == ("holds" if low > 0 else "not shown")
+
+
+@pytest.mark.parametrize("boundary", [2.4, 8.93])
+def test_a_seed_claims_look_interval_is_its_mean_plus_minus_the_boundarys_t_critical(boundary):
+    # a look at boundary c: estimate +- sequential.critical(c, k - 1) se, as claim (a)'s. Read
+    # through c's two-sided level instead, 1 - 2 sf(c) rounds to 1 near c = 8.3 (a strict
+    # O'Brien-Fleming first look): an infinite interval, NaN where se is 0, which a look's
+    # record refuses.
+    from optbench.decision.sequential import NOTHING_LEARNED, critical
+
+    p_short, p_long = [30.0, 26.0, 35.0], [10.0, 11.0, 9.0]
+    c_short, c_long = [12.0, 13.0, 11.0], [8.0, 8.5, 7.0]
+    rows = _good(P, "adamw", 4, p_short) + _good(P, "adamw", 16, p_long)
+    rows += _good(C, "adamw", 4, c_short) + _good(C, "adamw", 16, c_long)
+    contrasts = (np.subtract(p_short, p_long)) - (np.subtract(c_short, c_long))
+    se = contrasts.std(ddof=1) / np.sqrt(3)
+    half = critical(boundary, 2) * se
+    row = _row(_claims(rows, boundary=boundary), "b")
+    assert np.isfinite(half) and row["n_now"] == 3
+    assert (row["low"], row["high"]) == pytest.approx(
+        (contrasts.mean() - half, contrasts.mean() + half)
+    )
+    # every seed alike: se 0, a point, and nothing learned (never NaN)
+    flat = _good(P, "adamw", 4, [30.0] * 3) + _good(P, "adamw", 16, [10.0] * 3)
+    flat += _good(C, "adamw", 4, [12.0] * 3) + _good(C, "adamw", 16, [8.0] * 3)
+    row = _row(_claims(flat, boundary=boundary), "b")
+    assert row["low"] == row["high"] == pytest.approx(16.0)
+    assert row["verdict"] == NOTHING_LEARNED
 
 
 def test_the_claims_and_the_figures_read_the_same_cell_errors():

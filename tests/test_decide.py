@@ -829,6 +829,24 @@ def test_a_stem_chain_with_one_step_down_and_one_up_is_not_decided_opposite(tiny
     assert "about" not in row["advice"] and "every step goes one way" in row["advice"]
 
 
+def test_a_chain_that_holds_with_one_step_inside_the_margin_reads_its_own_record_back(tiny_dict):
+    # a chain holds where every step lies above 0, and is negligible only where every step lies
+    # inside the margin. Its record keeps [smallest low, smallest high]: here the small step's
+    # (inside the margin) while the large step reaches past it. The next run read "holds"
+    # against that interval's "holds, negligible" and refused the study's own record.
+    spec, error_of = _chain(tiny_dict, (20.0, 20.6, 23.6), (3, 6), noise=0.15, seed=0, margin=1.0)
+    rounds, trials = Rounds(spec, []), plan(spec)
+    _play(rounds, trials, error_of)
+    (panel,) = rounds.looks.values()
+    last = panel[-1]
+    assert last.outcome == "holds" and 0 < last.low < last.high < 1.0
+    assert list(inconsistent(spec.decide, panel)) == []
+    store = Store(spec, create=True)
+    for look in panel:
+        store.record_look(look.record())
+    assert Rounds.of(spec, store, trials).looks == rounds.looks  # the next run's reader
+
+
 def test_a_panel_without_a_note_beside_one_with_a_note_records_a_look_its_reader_takes(tiny_dict):
     # the mini_stem situation at a look: AdamW's chain is mixed (a note says why) and SGD's falls
     # at every step (no note). pandas turned SGD's missing note into NaN beside AdamW's text, the

@@ -392,8 +392,9 @@ class _Claims:
                 | {"advice": advice}
             )
             return
-        level = stats.LEVEL if self.boundary is None else sequential.nominal_level(self.boundary)
-        steps = [stats.t_interval(step, level) for step in np.atleast_2d(contrasts)]
+        # a look's interval: estimate +- sequential.critical(c, k - 1) se, as claim (a)'s
+        critical = None if self.boundary is None else sequential.critical(self.boundary, k - 1)
+        steps = [stats.t_interval(step, critical=critical) for step in np.atleast_2d(contrasts)]
         smallest = min(steps, key=lambda i: i.estimate)
         low, high = min(i.low for i in steps), min(i.high for i in steps)
         names = None

@@ -173,6 +173,9 @@ _FIELD_WORDS |= {name: "text" for name in ("panel", "claim", "design", "read", "
 _FIELD_WORDS |= {"alpha": "a number in (0, 1)", "panels": "a count of at least 1"}
 _FIELD_WORDS |= {"best_of": "a count of at least 1 or null", "level": "a number in (0, 1) or null"}
 # fields that records written before them lack (their defaults read them)
+# A chain's recorded outcome against what its record's interval alone gives, where the two may
+# differ (inconsistent): every step above 0, the smallest step's high inside the margin.
+CHAIN_HOLDS = ("holds", "holds, negligible")
 _LATER = ("spending", "margin", "read", "note", "alpha", "panels", "kind", "best_of", "level")
 _REQUIRED = [name for name in _FIELD_TYPES if name not in _LATER]
 
@@ -237,9 +240,12 @@ def inconsistent(decide: Decide, looks: list[Look]) -> Iterator[str]:
             if look.note is not None and look.outcome in sequential.DECIDED:
                 yield f"{where}outcome {look.outcome!r}, but it decides nothing: {look.note}"
             elif look.outcome != said and (
-                # a chain (d) decides on every step, which its record's one interval (the
-                # smallest step's) does not hold: only a decision is checked against it
-                not KINDS[look.kind_of].chain or look.outcome in sequential.DECIDED
+                # a chain (d) decides on every step, which its record's one interval ([smallest
+                # low, smallest high]) does not hold: only a decision is checked against it, and
+                # "holds" stands where that interval alone would be negligible (another step's
+                # high, not recorded, may reach the margin)
+                not KINDS[look.kind_of].chain
+                or (look.outcome in sequential.DECIDED and (look.outcome, said) != CHAIN_HOLDS)
             ):
                 yield f"{where}outcome {look.outcome!r}, but its interval gives {said!r}"
         panels.setdefault(look.panel, []).append(look)

@@ -176,11 +176,6 @@ def _boundaries(fractions: tuple[float, ...], spending: str, alpha: float) -> tu
     return tuple(out)
 
 
-def nominal_level(c: float) -> float:
-    """The two-sided confidence level whose normal critical value is c (0.95 at 1.96)."""
-    return float(1 - 2 * stats.norm.sf(c))
-
-
 def critical(c: float, df: float | None = None) -> float:
     """The critical value of an interval at the boundary c's nominal level: c itself for a
     normal statistic, Student's t with `df` degrees of freedom at the same tail for a mean of

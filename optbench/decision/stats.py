@@ -419,13 +419,19 @@ def sup_band(
 # per-seed values is exact for normal contrasts and honest about k - 1 degrees of freedom.
 
 
-def t_interval(values: np.ndarray, level: float = LEVEL) -> GroupInterval:
-    """Student-t interval of the mean of `values` (one per training seed; at least 2)."""
+def t_interval(
+    values: np.ndarray, level: float = LEVEL, critical: float | None = None
+) -> GroupInterval:
+    """Student-t interval of the mean of `values` (one per training seed; at least 2) at
+    `level`, or mean +- `critical` se (a sequential look's: sequential.critical, which stays
+    finite where a level near 1 rounds to 1)."""
     values = np.asarray(values, dtype=float)
     k = values.size
     mean = float(values.mean())
     se = float(values.std(ddof=1) / np.sqrt(k))
-    half = float(stats.t.ppf((1 + level) / 2, k - 1) * se)
+    if critical is None:
+        critical = float(stats.t.ppf((1 + level) / 2, k - 1))
+    half = float(critical * se)
     return GroupInterval(mean, mean - half, mean + half, "t", se)
 
 
