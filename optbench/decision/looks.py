@@ -172,10 +172,10 @@ _FIELD_WORDS = {
 _FIELD_WORDS |= {name: "text" for name in ("panel", "claim", "design", "read", "note")}
 _FIELD_WORDS |= {"alpha": "a number in (0, 1)", "panels": "a count of at least 1"}
 _FIELD_WORDS |= {"best_of": "a count of at least 1 or null", "level": "a number in (0, 1) or null"}
-# fields that records written before them lack (their defaults read them)
 # A chain's recorded outcome against what its record's interval alone gives, where the two may
 # differ (inconsistent): every step above 0, the smallest step's high inside the margin.
 CHAIN_HOLDS = ("holds", "holds, negligible")
+# fields that records written before them lack (their defaults read them)
 _LATER = ("spending", "margin", "read", "note", "alpha", "panels", "kind", "best_of", "level")
 _REQUIRED = [name for name in _FIELD_TYPES if name not in _LATER]
 
