@@ -298,7 +298,7 @@ def _local_roots(study_dir: Path, uri: str) -> tuple[Path, ...] | None:
     folder (resolved: links followed); None for a server (its artifacts are where it says)."""
     roots = [study_dir.resolve()]
     if uri.startswith("file:"):
-        roots.append(Path(urllib.parse.unquote(urllib.parse.urlparse(uri).path)).resolve())
+        roots.append(_file_path(uri))
     elif not uri.startswith("sqlite:"):
         return None
     return tuple(roots)
@@ -308,11 +308,15 @@ def _inside(artifact_uri: str, roots: tuple[Path, ...] | None) -> bool:
     """Whether a run's artifact URI lies in one of `roots` (None: anywhere, a server's)."""
     if roots is None:
         return True
-    parsed = urllib.parse.urlparse(artifact_uri)
-    if parsed.scheme not in ("", "file"):
+    if urllib.parse.urlparse(artifact_uri).scheme not in ("", "file"):
         return False  # a local store's run sending its artifacts to s3:, http: or the like
-    path = Path(urllib.parse.unquote(parsed.path)).resolve()
+    path = _file_path(artifact_uri)
     return any(path.is_relative_to(root) for root in roots)
+
+
+def _file_path(uri: str) -> Path:
+    """The folder a file: URI (or a plain path) names, links followed."""
+    return Path(urllib.parse.unquote(urllib.parse.urlparse(uri).path)).resolve()
 
 
 def _artifacts(study_dir: Path, uri: str) -> str | None:
